@@ -1,0 +1,48 @@
+"""Helpers shared by the activities: heartbeating and error text."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+
+from workflows.policies import HEARTBEAT_INTERVAL
+
+#: Longest error text passed back to the model or into an event.
+MAX_ERROR_CHARS = 4_000
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> AsyncIterator[None]:
+    """Heartbeat from a background task while the body awaits one long call.
+
+    A model request or a tool is one long await; without this, a worker that
+    dies mid-call is noticed only when start-to-close expires (minutes), not
+    after the short heartbeat timeout. Calls shorter than `interval` never
+    heartbeat at all, which keeps the server's load flat at high concurrency.
+    """
+    if not activity.in_activity():
+        yield
+        return
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            activity.heartbeat()
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`text` cut to `limit` characters, saying so when it was cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [truncated {len(text) - limit} characters]"

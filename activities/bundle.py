@@ -1,0 +1,66 @@
+"""`AgentActivities`: the activities of one worker, bound to its registry.
+
+Temporal registers bound methods like functions; binding is how each activity
+reaches the worker's agents, stores and client without module globals. The
+`name=` of each is written into history and shown in the UI, so it is fixed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import activity
+
+from activities import journal as _journal
+from activities import model as _model
+from activities import tools as _tools
+from activities.registry import AgentRegistry
+from activities.types import (
+    CallToolInput,
+    CallToolResult,
+    DescribeAgentInput,
+    GenerateInput,
+    GenerateResult,
+    JournalInput,
+    JournalResult,
+)
+from workflows import policies
+from workflows.types import AgentSpec
+
+
+class AgentActivities:
+    """The activities a worker registers for `AgentRun`.
+
+    Args:
+        registry: the agents this worker serves.
+        client: the worker's Temporal client (used to backfill a mirror that
+            fell behind, and by streaming to publish text deltas).
+    """
+
+    def __init__(self, registry: AgentRegistry, client: Any = None) -> None:
+        self.registry = registry
+        self.client = client
+
+    @activity.defn(name=policies.DESCRIBE_AGENT)
+    async def describe_agent(self, inp: DescribeAgentInput) -> AgentSpec:
+        """Record the agent's spec at the start of a segment."""
+        return await _journal.describe_agent(self.registry, inp)
+
+    @activity.defn(name=policies.GENERATE)
+    async def generate(self, inp: GenerateInput) -> GenerateResult:
+        """One model request."""
+        return await _model.generate(self.registry, inp)
+
+    @activity.defn(name=policies.CALL_TOOL)
+    async def call_tool(self, inp: CallToolInput) -> CallToolResult:
+        """One tool call."""
+        return await _tools.call_tool(self.registry, inp)
+
+    @activity.defn(name=policies.JOURNAL)
+    async def journal(self, inp: JournalInput) -> JournalResult:
+        """New events into history, unconfirmed ones into the store."""
+        return await _journal.journal(self.registry, self.client, inp)
+
+    def all(self) -> list[Any]:
+        """Every activity, for `Worker(activities=...)`."""
+        return [self.describe_agent, self.generate, self.call_tool, self.journal]

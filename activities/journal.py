@@ -1,0 +1,134 @@
+"""Recording a run: the agent spec, and new events into history and the store.
+
+Both run as local activities: they need no server round trip, and their
+results are written into history with the next workflow-task completion. The
+journal's *result* is the new events, which is how `TemporalStore` reads a
+run's story out of history with no worker running; its *input* (never
+persisted) also carries events the store has not confirmed, so a store that
+failed is caught up on the next step. Mirroring is idempotent by position: the
+store is counted and only events past its end are written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+from activities.registry import AgentRegistry, UnknownAgentError
+from activities.types import DescribeAgentInput, JournalInput, JournalResult
+from store.base import Store
+from store.events import Event
+from workflows.types import AgentSpec
+
+logger = logging.getLogger(__name__)
+
+_locks: dict[tuple[int, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _run_lock(store: Store, run_id: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault((id(store), run_id), threading.Lock())
+
+
+def store_count(store: Store, run_id: str) -> int:
+    """Events the store holds for the run (fast when the store can count)."""
+    count = getattr(store, "count", None)
+    if callable(count):
+        return int(count(run_id))
+    return len(store.load(run_id))
+
+
+def mirror_into(store: Store, run_id: str, start: int, events: list[Event]) -> int:
+    """Write the events whose position is past the store's end; return its new length.
+
+    `events[0]` belongs at position `start`. A store shorter than `start` is
+    left alone (the caller backfills the gap first).
+    """
+    append_from = getattr(store, "append_from", None)
+    if callable(append_from):
+        return int(append_from(run_id, start, events))
+    with _run_lock(store, run_id):
+        have = store_count(store, run_id)
+        if have < start:
+            return have
+        for event in events[have - start :]:
+            store.append(run_id, event)
+            have += 1
+        return max(have, start + len(events))
+
+
+async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> AgentSpec:
+    """The registered agent's spec, or a non-retryable error naming the known ones."""
+    try:
+        agent = registry.get(inp.agent)
+    except UnknownAgentError as exc:
+        raise ApplicationError(str(exc), type="UnknownAgent", non_retryable=True) from None
+    return agent.spec(
+        mirror=registry.store_for(inp.agent) is not None,
+        search_attributes=registry.search_attributes,
+    )
+
+
+async def journal(registry: AgentRegistry, client: Any, inp: JournalInput) -> JournalResult:
+    """Return the new events for history; mirror everything unconfirmed into the store."""
+    offset = inp.new_from - inp.start
+    new = [dict(e) for e in inp.events[offset:]]
+    refs = {k: v for k, v in inp.refs.items() if int(k) >= inp.new_from}
+    for key in refs:
+        # the request is already in history as the generate activity's input
+        new[int(key) - inp.new_from].pop("messages", None)
+    result = JournalResult(events=new, start=inp.new_from, refs=refs)
+    if not inp.mirror:
+        return result
+    store = registry.store_for(inp.agent)
+    if store is None:
+        return result
+    events = [Event.from_dict(e) for e in inp.events]
+    start = inp.start
+    try:
+        have = await asyncio.to_thread(store_count, store, inp.run_id)
+        if have < start:
+            earlier = await _backfill(client, inp.run_id, have, start)
+            if earlier is not None:
+                events, start = earlier + events, have
+        result.mirrored = await asyncio.to_thread(mirror_into, store, inp.run_id, start, events)
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        logger.error(
+            "Mirroring run %s into %r failed (%s); Temporal still has every event and "
+            "the next step retries",
+            inp.run_id,
+            store,
+            result.error,
+        )
+        if inp.strict:
+            raise ApplicationError(f"Mirror failed: {result.error}", type="MirrorFailed") from None
+    return result
+
+
+async def _backfill(client: Any, run_id: str, have: int, start: int) -> list[Event] | None:
+    """Events `have..start` of the run, read from Temporal, or None if unavailable."""
+    if client is None:
+        return None
+    from store.temporal import TemporalStore
+
+    try:
+        earlier = await TemporalStore(client).aload(run_id)
+    except Exception as exc:
+        logger.error("Cannot backfill the mirror of run %s from Temporal: %s", run_id, exc)
+        return None
+    if len(earlier) < start:
+        logger.error(
+            "The mirror of run %s has %d events; Temporal has %d of the %d before this step",
+            run_id,
+            have,
+            len(earlier),
+            start,
+        )
+        return None
+    return earlier[have:start]

@@ -1,0 +1,157 @@
+"""What a worker knows: agents by name, their tools, stores and model access.
+
+A run names its agent; the worker that picks it up looks the name up here.
+Secrets (API keys) stay in this process: they are read from the definition or
+the worker's environment when a request is made and never enter workflow
+input, activity input or history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from activities.tooldef import Tool
+from store.base import Store
+from workflows.types import AgentSpec
+
+
+class UnknownAgentError(LookupError):
+    """A run names an agent this worker does not have."""
+
+
+@dataclass
+class AgentDefinition:
+    """An agent as a worker runs it (the facade's `Agentor` builds one)."""
+
+    name: str
+    model: str
+    instructions: str | None = None
+    tools: list[Tool] = field(default_factory=list)
+    model_settings: dict[str, Any] = field(default_factory=dict)
+    max_turns: int = 20
+    max_tool_failures: int = 2
+    base_url: str | None = None
+    api_key: str | None = None
+    store: Store | None = None
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called `name`, if any."""
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+    def fingerprint(self) -> str:
+        """A short hash of what must match for a run to be resumed by this agent."""
+        shape = {
+            "model": self.model,
+            "instructions": self.instructions,
+            "tools": sorted(
+                (json.dumps(t.spec().openai_schema(), sort_keys=True) for t in self.tools)
+            ),
+        }
+        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+    def spec(self, *, mirror: bool = False, search_attributes: bool = False) -> AgentSpec:
+        """The spec a run records at the start of each segment."""
+        return AgentSpec(
+            name=self.name,
+            model=self.model,
+            instructions=self.instructions,
+            tools=[t.spec() for t in self.tools],
+            model_settings=dict(self.model_settings),
+            max_turns=self.max_turns,
+            max_tool_failures=self.max_tool_failures,
+            mirror=mirror,
+            search_attributes=search_attributes,
+            fingerprint=self.fingerprint(),
+        )
+
+
+class AgentRegistry:
+    """The agents one worker serves, by name."""
+
+    def __init__(
+        self,
+        agents: list[AgentDefinition] | None = None,
+        *,
+        default_store: Store | None = None,
+    ) -> None:
+        self._agents: dict[str, AgentDefinition] = {}
+        self.default_store = default_store
+        #: set once the namespace is known to have AgentName/AgentModel
+        self.search_attributes = False
+        self._clients: dict[tuple[str | None, str | None, int], Any] = {}
+        self._lock = threading.Lock()
+        for agent in agents or []:
+            self.register(agent)
+
+    def register(self, agent: AgentDefinition) -> None:
+        """Add an agent, or replace the one with the same name."""
+        with self._lock:
+            self._agents[agent.name] = agent
+
+    def names(self) -> list[str]:
+        """Registered agent names, sorted."""
+        with self._lock:
+            return sorted(self._agents)
+
+    def get(self, name: str) -> AgentDefinition:
+        """The agent called `name`.
+
+        Raises:
+            UnknownAgentError: naming the agents this worker knows.
+        """
+        with self._lock:
+            agent = self._agents.get(name)
+        if agent is None:
+            known = ", ".join(repr(n) for n in self.names()) or "none"
+            raise UnknownAgentError(
+                f"Unknown agent {name!r}: this worker knows {known}. Register it with "
+                "`python worker.py --agents module:attr` (or build the Agentor with that name)."
+            )
+        return agent
+
+    def store_for(self, name: str) -> Store | None:
+        """The store the agent's events are mirrored into, if any."""
+        try:
+            agent = self.get(name)
+        except UnknownAgentError:
+            return self.default_store
+        return agent.store if agent.store is not None else self.default_store
+
+    def openai_client(self, agent: AgentDefinition) -> Any:
+        """An `AsyncOpenAI` client for the agent, with its own retries off.
+
+        Temporal owns retries (with backoff and visibility in the UI); the
+        client retrying underneath would multiply them. One client per
+        endpoint and event loop: clients are bound to the loop they were
+        first used on.
+        """
+        from openai import AsyncOpenAI
+
+        base_url = agent.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        api_key = agent.api_key or os.environ.get("OPENAI_API_KEY")
+        if not api_key:
+            raise ValueError(
+                "No API key for the model: set OPENAI_API_KEY in the worker's environment "
+                "or pass api_key= to Agentor."
+            )
+        key = (base_url, api_key, id(asyncio.get_running_loop()))
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = AsyncOpenAI(
+                    base_url=base_url,
+                    api_key=api_key,
+                    max_retries=0,
+                    timeout=570.0,  # under the activity's 10-minute start-to-close
+                )
+                self._clients[key] = client
+        return client

@@ -1,0 +1,327 @@
+"""Tools: a Python function, its JSON schema, and how it is called.
+
+The schema comes from type hints (through a pydantic model, which also
+validates and coerces the model's arguments before the function sees them)
+and from a Google-style docstring (`Args:` lines become parameter
+descriptions). A tool body runs inside the `call_tool` activity, where
+`tool_context()` exposes a stable idempotency key (run_id + call_id): a tool
+in flight when its worker dies runs again elsewhere, and that key is how a
+side-effecting tool makes the second attempt safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, overload
+
+import pydantic
+
+from workflows.types import ToolSpec
+
+_ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SECTION = re.compile(
+    r"^\s*(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?)\s*:\s*$",
+    re.IGNORECASE,
+)
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into (summary, {parameter: description})."""
+    if not doc:
+        return "", {}
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    arg_indent: int | None = None
+    for line in inspect.cleandoc(doc).splitlines():
+        header = _SECTION.match(line)
+        if header:
+            section, current, arg_indent = header.group(1).lower(), None, None
+            continue
+        if section in ("args", "arguments", "parameters"):
+            indent = len(line) - len(line.lstrip())
+            match = _ARG_LINE.match(line)
+            # deeper-indented lines continue the previous description, even
+            # when they happen to contain "word: text"
+            if match and (arg_indent is None or indent <= arg_indent):
+                current, arg_indent = match.group(1), indent
+                params[current] = match.group(2).strip()
+            elif current and line.strip():
+                params[current] = (params[current] + " " + line.strip()).strip()
+        elif section is None:
+            summary.append(line)
+    return "\n".join(summary).strip(), params
+
+
+def _strip_titles(node: Any) -> Any:
+    """Drop pydantic's generated `title` keys: noise sent on every request."""
+    if isinstance(node, dict):
+        return {
+            k: _strip_titles(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))
+        }
+    if isinstance(node, list):
+        return [_strip_titles(v) for v in node]
+    return node
+
+
+def stringify(value: Any) -> str:
+    """A tool's return value as the text the model reads (Agentor's rules)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump_json()
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Where a tool call stands; read it with `tool_context()` inside a tool."""
+
+    run_id: str
+    call_id: str
+    agent: str
+    turn: int
+    #: 1 for the first execution, higher when a lost worker's call is retried
+    attempt: int
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries of this call: `"<run_id>:<call_id>"`."""
+        return f"{self.run_id}:{self.call_id}"
+
+
+_context: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
+    "agentor_tool_context", default=None
+)
+
+
+def tool_context() -> ToolContext:
+    """The context of the tool call being executed.
+
+    Raises:
+        RuntimeError: outside a tool call.
+    """
+    ctx = _context.get()
+    if ctx is None:
+        raise RuntimeError("tool_context() is only available while a tool is being called")
+    return ctx
+
+
+class Tool:
+    """A callable the model can ask for, with its schema and policies."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: bool | Callable[..., bool] = False,
+        approval_timeout: float | None = None,
+        on_approval_timeout: str = "deny",
+        timeout: float | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"a tool must be callable, got {type(fn).__name__}")
+        if on_approval_timeout not in ("deny", "fail"):
+            raise ValueError('on_approval_timeout must be "deny" or "fail"')
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "tool")
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
+            raise ValueError(
+                f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-' "
+                "(the chat-completions API refuses anything else)"
+            )
+        summary, docs = parse_docstring(inspect.getdoc(fn))
+        self.description = description if description is not None else summary
+        self.requires_approval = requires_approval
+        self.approval_timeout = approval_timeout
+        self.on_approval_timeout = on_approval_timeout
+        self.timeout = timeout
+        self._model = self._args_model(fn)
+        schema = _strip_titles(self._model.model_json_schema())
+        schema.setdefault("properties", {})
+        schema.setdefault("required", [])
+        for param, text in docs.items():
+            prop = schema["properties"].get(param)
+            if isinstance(prop, dict) and "description" not in prop:
+                prop["description"] = text
+        self.parameters: dict[str, Any] = schema
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
+        try:
+            hints = inspect.get_annotations(fn, eval_str=True)
+        except Exception:  # an unresolvable forward ref must not make the tool unusable
+            hints = dict(getattr(fn, "__annotations__", {}))
+        fields: dict[str, Any] = {}
+        for pname, param in inspect.signature(fn).parameters.items():
+            if pname in ("self", "cls") or param.kind in (
+                param.VAR_POSITIONAL,
+                param.VAR_KEYWORD,
+            ):
+                continue
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[pname] = (hints.get(pname, Any), default)
+        name = f"{getattr(fn, '__name__', 'tool')}_args"
+        model: type[pydantic.BaseModel] = pydantic.create_model(name, **fields)
+        return model
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (decorating keeps it usable)."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+    def spec(self) -> ToolSpec:
+        """The tool as recorded in the agent spec."""
+        if callable(self.requires_approval):
+            approval = "predicate"
+        else:
+            approval = "always" if self.requires_approval else "never"
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            approval=approval,
+            approval_timeout=self.approval_timeout,
+            on_approval_timeout=self.on_approval_timeout,
+            timeout=self.timeout,
+        )
+
+    def validate(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Check and coerce the model's arguments.
+
+        Raises:
+            ValueError: listing what is wrong, for the model to read.
+        """
+        try:
+            parsed = self._model.model_validate(args)
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ValueError(f"invalid arguments for {self.name}: {problems}") from None
+        return {k: getattr(parsed, k) for k in type(parsed).model_fields}
+
+    def needs_approval(self, args: dict[str, Any]) -> bool:
+        """Whether this call waits for a person (predicates see the arguments)."""
+        if callable(self.requires_approval):
+            return bool(self.requires_approval(**args))
+        return bool(self.requires_approval)
+
+    async def call(self, args: dict[str, Any], context: ToolContext | None = None) -> str:
+        """Run the tool; sync functions run in a thread so the worker stays live."""
+        kwargs = self.validate(args)
+        token = _context.set(context)
+        try:
+            if inspect.iscoroutinefunction(self.fn):
+                value = await self.fn(**kwargs)
+            else:
+                # to_thread copies contextvars, so tool_context() works there too
+                value = await asyncio.to_thread(self.fn, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+        finally:
+            _context.reset(token)
+        return stringify(value)
+
+
+@overload
+def function_tool(func: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def function_tool(
+    func: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool | Callable[..., bool] = False,
+    approval_timeout: float | None = None,
+    on_approval_timeout: str = "deny",
+    timeout: float | None = None,
+    **compat: Any,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def function_tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool | Callable[..., bool] = False,
+    approval_timeout: float | None = None,
+    on_approval_timeout: str = "deny",
+    timeout: float | None = None,
+    **compat: Any,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Turn a function into a tool, with or without arguments.
+
+    Args:
+        func: the function (when used as a bare `@function_tool`).
+        name: tool name; defaults to the function's name.
+        description: defaults to the docstring's summary.
+        requires_approval: True to make every call wait for `approve`/`deny`,
+            or a predicate over the call's arguments (e.g. amount > 1000).
+        approval_timeout: seconds a person has to decide; None waits forever.
+        on_approval_timeout: "deny" (answer the model with a denial) or
+            "fail" (end the run) when the approval timeout expires.
+        timeout: start-to-close seconds for one call (default 30 minutes).
+        **compat: Agentor's `name_override` / `description_override` are
+            honoured; its other legacy options are accepted and ignored.
+
+    Returns:
+        A `Tool`, which stays callable like the function it wraps.
+    """
+    name = name or compat.pop("name_override", None)
+    description = description if description is not None else compat.pop(
+        "description_override", None
+    )
+
+    def decorate(fn: Callable[..., Any]) -> Tool:
+        return Tool(
+            fn,
+            name=name,
+            description=description,
+            requires_approval=requires_approval,
+            approval_timeout=approval_timeout,
+            on_approval_timeout=on_approval_timeout,
+            timeout=timeout,
+        )
+
+    return decorate(func) if func is not None else decorate
+
+
+def as_tool(item: Any) -> Tool:
+    """A `Tool` from a `Tool` or a plain function.
+
+    Raises:
+        TypeError: for anything that cannot be called.
+    """
+    if isinstance(item, Tool):
+        return item
+    if callable(item):
+        return Tool(item)
+    raise TypeError(
+        f"Unsupported tool {item!r}: pass a function or a @function_tool; "
+        "provider-hosted tools cannot run on a worker."
+    )

@@ -1,0 +1,71 @@
+"""The `call_tool` activity: one tool call, one activity execution.
+
+A tool that raises answers the model with the error (Agentor's behaviour)
+and the activity succeeds, so Temporal never retries a tool's own failure.
+Only a lost worker or a timeout makes Temporal run the call again, and then
+the tool sees the same idempotency key through `tool_context()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities._private import clip, heartbeating
+from activities.registry import AgentRegistry, UnknownAgentError
+from activities.tooldef import ToolContext
+from activities.types import CallToolInput, CallToolResult
+from workflows.policies import MAX_TOOL_RESULT_CHARS
+
+logger = logging.getLogger(__name__)
+
+
+def error_result(error: str, **extra: float | None) -> CallToolResult:
+    """The result a failed call answers the model with (`result` = "Error: ...")."""
+    error = clip(error)
+    return CallToolResult(result=f"Error: {error}", error=error, **extra)  # type: ignore[arg-type]
+
+
+async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResult:
+    """Run one tool call with heartbeats; never raise for the tool's own errors."""
+    try:
+        agent = registry.get(inp.agent)
+    except UnknownAgentError as exc:
+        raise ApplicationError(str(exc), type="UnknownAgent", non_retryable=True) from None
+    tool = agent.tool(inp.name)
+    if tool is None:
+        known = ", ".join(sorted(t.name for t in agent.tools)) or "none"
+        return CallToolResult(
+            result=f"Error: unknown tool {inp.name!r}. Available tools: {known}.",
+            error="unknown tool",
+        )
+    attempt = activity.info().attempt if activity.in_activity() else 1
+    context = ToolContext(
+        run_id=inp.run_id, call_id=inp.call_id, agent=inp.agent, turn=inp.turn, attempt=attempt
+    )
+    started = time.time()
+    try:
+        async with heartbeating():
+            text = await tool.call(inp.args, context)
+    except Exception as exc:
+        logger.warning("Tool %s failed in run %s: %s", inp.name, inp.run_id, exc)
+        return error_result(f"{type(exc).__name__}: {exc}", started_at=started, ended_at=time.time())
+    ended = time.time()
+    truncated = len(text) > MAX_TOOL_RESULT_CHARS
+    if truncated:
+        logger.warning(
+            "Tool %s returned %d characters in run %s; truncated to %d",
+            inp.name,
+            len(text),
+            inp.run_id,
+            MAX_TOOL_RESULT_CHARS,
+        )
+        text = (
+            text[:MAX_TOOL_RESULT_CHARS]
+            + f"\n[truncated: the tool returned {len(text)} characters; "
+            f"the first {MAX_TOOL_RESULT_CHARS} are shown]"
+        )
+    return CallToolResult(result=text, started_at=started, ended_at=ended, truncated=truncated)

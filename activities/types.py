@@ -1,0 +1,120 @@
+"""Activity inputs and results: one dataclass each, fields with defaults.
+
+Imported by the workflow (through the sandbox's pass-through), the activities
+and `TemporalStore`, so it imports nothing heavy. New fields get defaults so
+histories recorded before them still decode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DescribeAgentInput:
+    """Ask the worker for the registered agent's spec."""
+
+    agent: str
+
+
+@dataclass
+class GenerateInput:
+    """One model request."""
+
+    run_id: str
+    agent: str
+    model: str
+    #: the exact request messages (recorded on the `generation` event)
+    messages: list[dict[str, Any]]
+    #: chat-completions tool schemas; None offers no tools
+    tools: list[dict[str, Any]] | None = None
+    model_settings: dict[str, Any] = field(default_factory=dict)
+    turn: int = 1
+    #: stream the response and publish text deltas to the run's stream
+    stream_text: bool = False
+
+
+@dataclass
+class GenerateResult:
+    """What the model answered, timed inside the activity."""
+
+    text: str | None = None
+    reasoning: str | None = None
+    #: OpenAI `tool_calls` shape: {"id", "type": "function", "function": {...}}
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+@dataclass
+class CallToolInput:
+    """One tool call."""
+
+    run_id: str
+    agent: str
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    turn: int = 1
+
+
+@dataclass
+class CallToolResult:
+    """A tool's answer; `error` is set when the tool raised."""
+
+    result: str | None = None
+    error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    #: set when the result was cut to fit Temporal's payload limit
+    truncated: bool = False
+
+
+@dataclass
+class ApprovalCheckInput:
+    """Ask whether one call of a tool with a predicate needs approval."""
+
+    agent: str
+    name: str
+    args: dict[str, Any]
+
+
+@dataclass
+class JournalInput:
+    """Record new events in history and mirror events into the store.
+
+    Local-activity inputs never reach history, so `events` may repeat events
+    the store has not confirmed yet at no cost; only the result is recorded.
+    """
+
+    run_id: str
+    agent: str
+    #: whether the worker should mirror into the agent's store
+    mirror: bool
+    #: position in the run's whole log of `events[0]`
+    start: int
+    #: full events (dicts), from the first not yet mirrored or recorded
+    events: list[dict[str, Any]]
+    #: position of the first event that is new to history
+    new_from: int
+    #: position -> generate activity id, for `generation` events whose
+    #: request messages are already in history as that activity's input
+    refs: dict[str, str] = field(default_factory=dict)
+    #: raise when the store fails, so the local activity's retries apply
+    strict: bool = False
+
+
+@dataclass
+class JournalResult:
+    """The events as recorded in history, and how far the mirror got."""
+
+    #: the new events; a `generation` listed in `refs` carries no messages
+    events: list[dict[str, Any]] = field(default_factory=list)
+    #: position in the run's whole log of `events[0]`
+    start: int = 0
+    refs: dict[str, str] = field(default_factory=dict)
+    #: position the store's log has reached, None when not mirroring
+    mirrored: int | None = None
+    error: str | None = None

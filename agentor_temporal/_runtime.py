@@ -1,0 +1,178 @@
+"""One long-lived event loop per process, owning clients and embedded workers.
+
+A temporalio worker, an `AsyncOpenAI` client and the streams built on them are
+bound to the loop they were made on; Agentor 0.1.1 runs each sync call in a
+fresh `asyncio.run()` and so breaks on the second call ("Event loop is
+closed"). Here every call, sync or async, runs on one background loop in a
+daemon thread: sync methods submit to it and block, async methods await it
+from whatever loop they are on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import AgentDefinition, AgentRegistry
+
+T = TypeVar("T")
+logger = logging.getLogger("agentor_temporal")
+
+#: An embedded worker stays up this long after its last call ends, so a
+#: script making calls in a row does not pay a worker start for each.
+WORKER_LINGER = 2.0
+
+
+class _EmbeddedWorker:
+    """A worker on one client and task queue, shared by the agents using it."""
+
+    def __init__(self, client: Client, task_queue: str) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.registry = AgentRegistry()
+        self.users = 0
+        self.worker: Worker | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.idle: asyncio.TimerHandle | None = None
+
+    async def acquire(self, agent: AgentDefinition) -> None:
+        self.registry.register(agent)
+        self.users += 1
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
+        if self.worker is None:
+            from worker import build_worker, ensure_search_attributes
+
+            await ensure_search_attributes(self.client, self.registry)
+            self.worker = build_worker(self.client, self.registry, task_queue=self.task_queue)
+            self.task = asyncio.create_task(self.worker.run())
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.users == 0:
+            loop = asyncio.get_running_loop()
+            self.idle = loop.call_later(
+                WORKER_LINGER, lambda: loop.create_task(self.stop_if_idle())
+            )
+
+    async def stop_if_idle(self) -> None:
+        if self.users == 0:
+            await self.stop()
+
+    async def stop(self) -> None:
+        worker, task = self.worker, self.task
+        self.worker, self.task = None, None
+        if worker is not None:
+            with contextlib.suppress(Exception):
+                await worker.shutdown()
+        if task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+
+
+class Runtime:
+    """The process's background loop (use `Runtime.get()`)."""
+
+    _instance: Runtime | None = None
+    _guard = threading.Lock()
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="agentor-temporal", daemon=True
+        )
+        self.thread.start()
+        self._clients: dict[str, Client] = {}
+        self._client_lock: asyncio.Lock | None = None
+        self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
+        atexit.register(self.close)
+
+    @classmethod
+    def get(cls) -> Runtime:
+        """The process-wide runtime, started on first use."""
+        with cls._guard:
+            if cls._instance is None:
+                cls._instance = Runtime()
+            return cls._instance
+
+    # -- running coroutines ------------------------------------------------------
+
+    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the background loop and block until it is done."""
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("sync agent methods cannot be called from a tool or worker; "
+                               "await the async variant instead")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            # the run itself carries on in Temporal; only this wait stops
+            future.cancel()
+            raise
+
+    async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await `coro` on the background loop from any loop."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            return await coro
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wrap_future(future)
+
+    # -- clients and workers (call on the background loop) -----------------------
+
+    async def client(self, target: str | Client | None) -> Client:
+        """A connected client for `target`, made once per target."""
+        from agentor_temporal.connection import connect
+
+        if isinstance(target, Client):
+            return target
+        if self._client_lock is None:
+            self._client_lock = asyncio.Lock()
+        key = target or ""
+        async with self._client_lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = await connect(target)
+                self._clients[key] = client
+            return client
+
+    @contextlib.asynccontextmanager
+    async def worker_for(
+        self, client: Client, task_queue: str, agent: AgentDefinition
+    ) -> AsyncIterator[None]:
+        """Keep an embedded worker serving `agent` while the body runs."""
+        key = (id(client), task_queue)
+        embedded = self._workers.get(key)
+        if embedded is None:
+            embedded = self._workers[key] = _EmbeddedWorker(client, task_queue)
+        await embedded.acquire(agent)
+        try:
+            yield
+        finally:
+            embedded.release()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop embedded workers (finishing in-flight work) and the loop."""
+        if not self.loop.is_running():
+            return
+
+        async def stop_all() -> None:
+            await asyncio.gather(*(w.stop() for w in self._workers.values()))
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(timeout)
+        self.loop.call_soon_threadsafe(self.loop.stop)

@@ -1,0 +1,421 @@
+"""`Agentor`: Agentor's run/resume API, with every run a Temporal workflow.
+
+`run()` starts workflow `AgentRun` with id = run_id and waits for it;
+`resume(run_id)` looks the run up in Temporal (or, when history is gone, in the
+store) and returns it, waits for it, or continues it as a new segment under
+the same id, following the resume table in DESIGN.md. While a call is active
+the process runs an embedded worker for its own agent, so a single script
+needs no worker process; `embedded_worker=False` leaves the work to a fleet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from activities import AgentDefinition, Tool, as_tool
+from agentor_temporal._runtime import Runtime
+from store import (
+    Event,
+    RunResult,
+    Store,
+    TemporalStore,
+    final_event,
+    is_complete,
+    new_run_id,
+    replay_messages,
+    total_usage,
+    validate_run_id,
+)
+from store.temporal import Segment
+from workflows.agent_run import failure_message
+from workflows.policies import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
+from workflows.types import AgentRunInput
+
+MessageInput = str | list[dict[str, Any]]
+
+_PROMPT_PREVIEW = 80
+
+
+def _check_input(input: Any) -> None:
+    if isinstance(input, str):
+        if not input.strip():
+            raise ValueError("input is an empty prompt")
+        return
+    if isinstance(input, list):
+        if not input:
+            raise ValueError("input is an empty message list")
+        for i, message in enumerate(input):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise ValueError(f"input[{i}] is not a chat message (a dict with a 'role')")
+        return
+    raise TypeError(f"input must be a prompt string or a list of chat messages, not {type(input).__name__}")
+
+
+def _preview(input: MessageInput) -> str:
+    if isinstance(input, str):
+        text = input
+    else:
+        users = [m.get("content") for m in input if m.get("role") == "user"]
+        text = str(users[-1] if users else "")
+    text = " ".join(text.split())
+    return text if len(text) <= _PROMPT_PREVIEW else text[: _PROMPT_PREVIEW - 1] + "…"
+
+
+class Agentor:
+    """An agent whose runs are durable Temporal workflows.
+
+    Args:
+        name: the agent's name; workers find it by this name.
+        model: chat-completions model name.
+        instructions: the system message.
+        tools: plain functions or `@function_tool`s.
+        store: optional JSONL mirror (`FileStore("runs")`, `MemoryStore()` or
+            any object with append/load/list_runs). Temporal is always the
+            durable record; the store is the documented log beside it.
+        base_url: any OpenAI-compatible endpoint (default `OPENAI_BASE_URL`).
+        api_key: default `OPENAI_API_KEY`; read by the worker, never recorded.
+        temporal: "host:port", a `temporalio.client.Client`, or None for the
+            Temporal environment or the embedded dev server.
+        task_queue: where runs are scheduled (default "agentor").
+        max_turns: model calls per run segment before it ends as `max_turns`.
+        max_tool_failures: failures after which a tool is withdrawn.
+        embedded_worker: run a worker for this agent in-process while a call
+            is active; False when a worker fleet serves the agent.
+        **model_settings: extra chat-completions parameters (temperature, ...).
+    """
+
+    def __init__(
+        self,
+        name: str = "Agent",
+        model: str = "gpt-4o-mini",
+        instructions: str | None = None,
+        tools: Sequence[Tool | Callable[..., Any]] | None = None,
+        *,
+        store: Store | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temporal: str | Client | None = None,
+        task_queue: str = TASK_QUEUE,
+        max_turns: int = 20,
+        max_tool_failures: int = 2,
+        embedded_worker: bool = True,
+        **model_settings: Any,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("name must be a non-empty string")
+        if not isinstance(model, str) or not model:
+            raise ValueError("model must be a model name string")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        if not isinstance(max_tool_failures, int) or max_tool_failures < 1:
+            raise ValueError(f"max_tool_failures must be a positive integer, got {max_tool_failures!r}")
+        resolved = [as_tool(t) for t in tools or []]
+        names = [t.name for t in resolved]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate tool names: {', '.join(duplicates)}")
+        if store is not None and not all(
+            callable(getattr(store, m, None)) for m in ("append", "load", "list_runs")
+        ):
+            raise TypeError("store must have append(run_id, event), load(run_id) and list_runs()")
+        self.definition = AgentDefinition(
+            name=name,
+            model=model,
+            instructions=instructions,
+            tools=resolved,
+            model_settings=dict(model_settings),
+            max_turns=max_turns,
+            max_tool_failures=max_tool_failures,
+            base_url=base_url,
+            api_key=api_key,
+            store=store,
+        )
+        self.temporal = temporal
+        self.task_queue = task_queue
+        self.embedded_worker = embedded_worker
+
+    def __repr__(self) -> str:
+        return f"Agentor(name={self.name!r}, model={self.model!r}, tools={[t.name for t in self.tools]})"
+
+    @property
+    def name(self) -> str:
+        """The agent's registered name."""
+        return self.definition.name
+
+    @property
+    def model(self) -> str:
+        """The model name."""
+        return self.definition.model
+
+    @property
+    def instructions(self) -> str | None:
+        """The system message."""
+        return self.definition.instructions
+
+    @property
+    def tools(self) -> list[Tool]:
+        """The agent's tools."""
+        return list(self.definition.tools)
+
+    @property
+    def store(self) -> Store | None:
+        """The JSONL mirror, if any."""
+        return self.definition.store
+
+    # -- public API ----------------------------------------------------------------
+
+    def run(self, input: MessageInput, run_id: str | None = None, max_turns: int | None = None) -> RunResult:
+        """Run the agent to its result (blocking).
+
+        Args:
+            input: a prompt or a list of chat messages.
+            run_id: optional caller-chosen id; starting again with an id that is
+                running or finished attaches to that run instead.
+            max_turns: override the agent's budget for this run.
+
+        Returns:
+            The run's `RunResult` (`run_id` is always set).
+
+        Raises:
+            ValueError: for bad input or a hostile run id.
+            ConnectionFailed: when Temporal cannot be reached.
+        """
+        return Runtime.get().run_sync(self._arun(input, run_id, max_turns))
+
+    async def arun(
+        self, input: MessageInput, run_id: str | None = None, max_turns: int | None = None
+    ) -> RunResult:
+        """Async `run`."""
+        return await Runtime.get().run_async(self._arun(input, run_id, max_turns))
+
+    def resume(self, run_id: str, max_turns: int | None = None) -> RunResult:
+        """Return, wait for, or continue the run `run_id` (blocking).
+
+        A completed run is returned without a model request or a tool call; a
+        running one is waited for (with a worker ensured); a failed, timed
+        out, terminated or cancelled one continues as a new segment under the
+        same id, with a half-finished tool batch rewound.
+
+        Raises:
+            KeyError: when neither Temporal nor the store knows the id.
+            ValueError: when the run belongs to a different agent or was
+                started with different tools, model or instructions.
+        """
+        return Runtime.get().run_sync(self._aresume(run_id, max_turns))
+
+    async def aresume(self, run_id: str, max_turns: int | None = None) -> RunResult:
+        """Async `resume`."""
+        return await Runtime.get().run_async(self._aresume(run_id, max_turns))
+
+    def ui_url(self, run_id: str) -> str:
+        """The Temporal UI page of a run on the embedded dev server."""
+        from agentor_temporal.connection import DEV_UI_PORT
+
+        return f"http://localhost:{DEV_UI_PORT}/namespaces/default/workflows/{run_id}"
+
+    # -- internals (on the runtime loop) ---------------------------------------------------
+
+    async def _client(self) -> Client:
+        return await Runtime.get().client(self.temporal)
+
+    @contextlib.asynccontextmanager
+    async def _serving(self, client: Client) -> AsyncIterator[None]:
+        if not self.embedded_worker:
+            yield
+            return
+        async with Runtime.get().worker_for(client, self.task_queue, self.definition):
+            yield
+
+    async def _start(
+        self,
+        client: Client,
+        run_id: str,
+        inp: AgentRunInput,
+        reuse: WorkflowIDReusePolicy,
+    ) -> WorkflowHandle[Any, Any] | None:
+        """Start a segment; None when a closed run with that id blocks the start."""
+        tools = ", ".join(t.name for t in self.tools) or "none"
+        try:
+            return await client.start_workflow(
+                WORKFLOW_TYPE,
+                inp.to_dict(),
+                id=run_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=reuse,
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
+                static_summary=f"{self.name}: {_preview(inp.input)}",
+                static_details=(
+                    f"**Agent** {self.name}  \n**Model** {self.model}  \n**Tools** {tools}"
+                ),
+            )
+        except WorkflowAlreadyStartedError:
+            return None
+
+    async def _arun(self, input: MessageInput, run_id: str | None, max_turns: int | None) -> RunResult:
+        _check_input(input)
+        if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        run_id = new_run_id() if run_id is None else validate_run_id(run_id)
+        client = await self._client()
+        async with self._serving(client):
+            inp = AgentRunInput(agent=self.name, input=input, max_turns=max_turns)
+            await self._start(client, run_id, inp, WorkflowIDReusePolicy.REJECT_DUPLICATE)
+            return await self._result(client, run_id)
+
+    async def _aresume(self, run_id: str, max_turns: int | None) -> RunResult:
+        validate_run_id(run_id)
+        client = await self._client()
+        segments = await TemporalStore(client).segments(run_id)
+        if not segments:
+            events = await self._store_events(run_id)
+            if not events:
+                from agentor_temporal.connection import describe_target
+
+                where = f" or in {self.store!r}" if self.store is not None else ""
+                raise KeyError(
+                    f"No run with id {run_id!r} in Temporal at {describe_target(client)}{where}"
+                )
+            self._check_owner(run_id, events, None)
+            if is_complete(events):
+                return self._result_from(run_id, events, None, None)
+            return await self._continue(client, run_id, events, None, max_turns)
+
+        latest = segments[-1]
+        events = await self._events(run_id, segments)
+        if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
+            return self._result_from(run_id, events, latest.result, None)
+        self._check_owner(run_id, events, latest.spec)
+        if latest.status == "running":
+            async with self._serving(client):
+                return await self._result(client, run_id)
+        return await self._continue(client, run_id, events, latest.execution_run_id, max_turns)
+
+    async def _continue(
+        self,
+        client: Client,
+        run_id: str,
+        events: list[Event],
+        previous: str | None,
+        max_turns: int | None,
+    ) -> RunResult:
+        messages = replay_messages(events)
+        if not messages:
+            raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
+        inp = AgentRunInput(
+            agent=self.name,
+            input=messages,
+            max_turns=max_turns,
+            event_offset=len(events),
+            prior_usage=asdict(total_usage(events)),
+            previous_execution=previous,
+        )
+        async with self._serving(client):
+            # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
+            # resumer that started first is attached to (USE_EXISTING)
+            await self._start(client, run_id, inp, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+            return await self._result(client, run_id)
+
+    async def _result(self, client: Client, run_id: str) -> RunResult:
+        """Wait for the run's latest execution and build its `RunResult`."""
+        handle = client.get_workflow_handle(run_id)
+        outcome: dict[str, Any] | None = None
+        failure: str | None = None
+        try:
+            value = await handle.result()
+            outcome = value if isinstance(value, dict) else None
+        except WorkflowFailureError as exc:
+            failure = failure_message(exc)
+        segments = await TemporalStore(client).segments(run_id)
+        events = await self._events(run_id, segments)
+        return self._result_from(run_id, events, outcome, failure)
+
+    async def _events(self, run_id: str, segments: list[Segment]) -> list[Event]:
+        """The run's whole log: Temporal's segments, after any store-seeded prefix."""
+        events = [e for s in segments for e in s.events]
+        first = segments[0].input if segments else None
+        offset = first.get("event_offset", 0) if isinstance(first, dict) else 0
+        if offset and (not segments or not segments[0].previous):
+            stored = await self._store_events(run_id)
+            events = stored[:offset] + events
+        return events
+
+    async def _store_events(self, run_id: str) -> list[Event]:
+        if self.store is None:
+            return []
+        return await asyncio.to_thread(self.store.load, run_id)
+
+    def _result_from(
+        self,
+        run_id: str,
+        events: list[Event],
+        outcome: dict[str, Any] | None,
+        failure: str | None,
+    ) -> RunResult:
+        end = final_event(events)
+        if outcome is not None:
+            status = str(outcome.get("status") or "completed")
+            output, error = outcome.get("final_output"), outcome.get("error")
+        elif end is not None and failure is None:
+            status, output, error = end.status or "completed", end.text, end.error
+        else:
+            status, output, error = "failed", None, failure or "the run ended without a result"
+        return RunResult(
+            final_output=output,
+            status=status,
+            run_id=run_id,
+            events=events,
+            usage=total_usage(events),
+            messages=replay_messages(events),
+            error=error,
+        )
+
+    def _check_owner(self, run_id: str, events: list[Event], spec: dict[str, Any] | None) -> None:
+        """Refuse to continue a run this agent was not built to run."""
+        recorded = spec.get("name") if spec else None
+        if recorded is None:
+            starts = [e for e in events if e.type == "run_start" and e.agent]
+            recorded = starts[-1].agent if starts else None
+        if recorded is not None and recorded != self.name:
+            raise ValueError(
+                f"Run {run_id!r} belongs to agent {recorded!r}, not {self.name!r}; "
+                "resume it with that agent."
+            )
+        if not spec or not spec.get("fingerprint"):
+            return
+        if spec["fingerprint"] == self.definition.fingerprint():
+            return
+        differences = []
+        if spec.get("model") != self.model:
+            differences.append(f"model {spec.get('model')!r} vs {self.model!r}")
+        if spec.get("instructions") != self.instructions:
+            differences.append("instructions differ")
+        recorded_tools = {t["name"]: t for t in spec.get("tools") or []}
+        mine = {t.name: t.spec() for t in self.tools}
+        missing = sorted(set(recorded_tools) - set(mine))
+        extra = sorted(set(mine) - set(recorded_tools))
+        changed = sorted(
+            n
+            for n in set(recorded_tools) & set(mine)
+            if recorded_tools[n].get("parameters") != mine[n].parameters
+            or recorded_tools[n].get("description") != mine[n].description
+        )
+        if missing:
+            differences.append(f"tools missing here: {', '.join(missing)}")
+        if extra:
+            differences.append(f"tools not in the run: {', '.join(extra)}")
+        if changed:
+            differences.append(f"tools changed: {', '.join(changed)}")
+        raise ValueError(
+            f"Run {run_id!r} was started by {self.name!r} built differently "
+            f"({'; '.join(differences) or 'definition differs'}). Build the agent the same "
+            "way (same model, instructions and tools) to resume it."
+        )

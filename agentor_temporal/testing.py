@@ -1,0 +1,409 @@
+"""A scripted OpenAI-compatible chat-completions server for tests and demos.
+
+A real HTTP server on localhost (the real `openai` client talks to it), run on
+its own thread and event loop so hundreds of concurrent requests cost little.
+Script it with steps: `Reply`, `CallTool`, `Fail` (an HTTP error, optionally
+with Retry-After), `Drop` (close the connection), `Hang` (answer late), or a
+function of the request. Without a script it plays the default agent: call
+the first tool offered, then answer with its result.
+
+    with ScriptedModelServer([CallTool("get_weather", {"city": "London"}),
+                              Reply("Sunny in London.")]) as server:
+        agent = Agentor(..., base_url=server.base_url, api_key="test")
+
+Run `python -m agentor_temporal.testing --port 8000` to serve the default
+agent from a shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+@dataclass
+class Reply:
+    """Answer with text (and optionally reasoning)."""
+
+    text: str
+    reasoning: str | None = None
+
+
+@dataclass
+class CallTool:
+    """Ask for one tool call; `args` may be a dict or a raw (even invalid) JSON string."""
+
+    name: str
+    args: dict[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass
+class Fail:
+    """Answer with an HTTP error (OpenAI's error body)."""
+
+    status: int
+    message: str = "scripted failure"
+    retry_after: float | None = None
+
+
+@dataclass
+class Drop:
+    """Close the connection without answering (a connection error)."""
+
+
+@dataclass
+class Hang:
+    """Wait `seconds` before playing `then` (a read timeout, or a slow model)."""
+
+    seconds: float
+    then: Step | None = None
+
+
+Step = Union[Reply, CallTool, Fail, Drop, Hang, "list[CallTool]", Callable[[dict[str, Any]], Any]]
+
+
+def _guess_args(tool: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Arguments for the default agent: strings from the prompt ("... in London")."""
+    users = [m for m in messages if m.get("role") == "user"]
+    prompt = str(users[-1].get("content") or "") if users else ""
+    match = re.search(r"\bin ([A-Z][\w-]*(?: [A-Z][\w-]*)*)", prompt)
+    words = re.findall(r"[A-Za-z][\w-]*", prompt)
+    guess = match.group(1) if match else (words[-1] if words else "x")
+    params = (tool.get("function") or {}).get("parameters") or {}
+    args: dict[str, Any] = {}
+    for name in params.get("required") or []:
+        kind = ((params.get("properties") or {}).get(name) or {}).get("type")
+        args[name] = 1 if kind in ("integer", "number") else guess
+    return args
+
+
+def tool_then_answer(request: dict[str, Any]) -> Step:
+    """The default agent: call the first tool offered, then answer with its result."""
+    messages = request.get("messages") or []
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        return Reply(f"Answer based on tool: {last.get('content')}")
+    tools = request.get("tools") or []
+    if tools:
+        tool = tools[0]
+        return CallTool(tool["function"]["name"], _guess_args(tool, messages))
+    return Reply("Hello! No tools were offered, so this is a plain answer.")
+
+
+class ScriptedModelServer:
+    """The server; use as a context manager or call `start()` / `stop()`.
+
+    Args:
+        script: steps played in order (then the default agent), or a function
+            from the request body to a step.
+        latency: seconds every response waits before it is sent.
+        host, port: where to listen (port 0 picks a free one).
+    """
+
+    def __init__(
+        self,
+        script: Sequence[Step] | Callable[[dict[str, Any]], Step] | None = None,
+        *,
+        latency: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.latency = latency
+        self.host = host
+        self.port = port
+        #: every request body received, in order of arrival
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._ready = threading.Event()
+        self.set_script(script)
+
+    # -- scripting -------------------------------------------------------------------
+
+    def set_script(self, script: Sequence[Step] | Callable[[dict[str, Any]], Step] | None) -> None:
+        """Replace the script (steps still queued are dropped)."""
+        with self._lock:
+            if callable(script):
+                self._responder: Callable[[dict[str, Any]], Step] | None = script
+                self._queue: list[Step] = []
+            else:
+                self._responder = None
+                self._queue = list(script or [])
+
+    def push(self, *steps: Step) -> None:
+        """Queue more steps after the current ones."""
+        with self._lock:
+            self._queue.extend(steps)
+
+    @property
+    def request_count(self) -> int:
+        """How many chat-completions requests arrived."""
+        with self._lock:
+            return len(self.requests)
+
+    def wait_for_requests(self, count: int, timeout: float = 30.0) -> None:
+        """Block until `count` requests arrived.
+
+        Raises:
+            TimeoutError: naming how many did arrive.
+        """
+        deadline = time.monotonic() + timeout
+        while self.request_count < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.request_count} of {count} model requests arrived")
+            time.sleep(0.01)
+
+    def _next_step(self, request: dict[str, Any]) -> Step:
+        with self._lock:
+            self.requests.append(request)
+            if self._responder is not None:
+                return self._responder(request)
+            if self._queue:
+                return self._queue.pop(0)
+        return tool_then_answer(request)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """The `base_url` to give `Agentor` / the `openai` client."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> ScriptedModelServer:
+        """Start serving on a background thread; returns self."""
+        self._thread = threading.Thread(target=self._serve, name="scripted-model", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the scripted model server did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> ScriptedModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _serve(self) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._server = loop.run_until_complete(
+            asyncio.start_server(self._handle, self.host, self.port, backlog=2048)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            self._server.close()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                method, path, _ = line.decode("latin-1").split(" ", 2)
+                headers: dict[str, str] = {}
+                while True:
+                    h = await reader.readline()
+                    if h in (b"\r\n", b"\n", b""):
+                        break
+                    key, _, value = h.decode("latin-1").partition(":")
+                    headers[key.strip().lower()] = value.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                keep = await self._respond(method, path, body, writer)
+                if not keep:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _respond(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
+            if path.rstrip("/").endswith("/models"):
+                self._send(writer, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+                return True
+            self._send(writer, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
+            return True
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            self._send(writer, 400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+            return True
+        step: Any = self._next_step(request)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        while True:
+            if isinstance(step, Hang):
+                await asyncio.sleep(step.seconds)
+                step = step.then if step.then is not None else tool_then_answer(request)
+            elif callable(step) and not isinstance(step, (Reply, CallTool, Fail, Drop)):
+                step = step(request)
+            else:
+                break
+        if isinstance(step, Drop):
+            writer.transport.abort()
+            return False
+        if isinstance(step, Fail):
+            extra = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
+            kind = "rate_limit_error" if step.status == 429 else "invalid_request_error"
+            self._send(writer, step.status, {"error": {"message": step.message, "type": kind}}, extra)
+            return True
+        message = self._message(step)
+        model = str(request.get("model") or "scripted")
+        if request.get("stream"):
+            await self._stream(writer, request, message, model)
+            return False
+        self._send(
+            writer,
+            200,
+            {
+                "id": f"chatcmpl-{next(self._ids)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                    }
+                ],
+                "usage": USAGE,
+            },
+        )
+        return True
+
+    @staticmethod
+    def _message(step: Any) -> dict[str, Any]:
+        if isinstance(step, Reply):
+            message: dict[str, Any] = {"role": "assistant", "content": step.text}
+            if step.reasoning:
+                message["reasoning_content"] = step.reasoning
+            return message
+        calls = step if isinstance(step, list) else [step]
+        if not calls or not all(isinstance(c, CallTool) for c in calls):
+            raise TypeError(f"not a scripted step: {step!r}")
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": c.id or f"call_{uuid.uuid4().hex[:12]}",
+                    "type": "function",
+                    "function": {
+                        "name": c.name,
+                        "arguments": c.args if isinstance(c.args, str) else json.dumps(c.args),
+                    },
+                }
+                for c in calls
+            ],
+        }
+
+    async def _stream(
+        self, writer: asyncio.StreamWriter, request: dict[str, Any], message: dict[str, Any], model: str
+    ) -> None:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n"
+        )
+        ident = f"chatcmpl-{next(self._ids)}"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> bytes:
+            data: dict[str, Any] = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if delta is not None else [],
+            }
+            if usage is not None:
+                data["usage"] = usage
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        writer.write(chunk({"role": "assistant", "content": ""}))
+        text = message.get("content")
+        if text:
+            for piece in re.findall(r"\S+\s*|\s+", text):
+                writer.write(chunk({"content": piece}))
+                await writer.drain()
+        for index, call in enumerate(message.get("tool_calls") or []):
+            writer.write(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": call["function"],
+                            }
+                        ]
+                    }
+                )
+            )
+        writer.write(chunk({}, "tool_calls" if message.get("tool_calls") else "stop"))
+        if (request.get("stream_options") or {}).get("include_usage"):
+            writer.write(chunk(None, usage=USAGE))  # type: ignore[arg-type]
+        writer.write(b"data: [DONE]\n\n")
+        await writer.drain()
+
+    @staticmethod
+    def _send(writer: asyncio.StreamWriter, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(payload).encode()
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+                  429: "Too Many Requests"}.get(status, "Error")
+        head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        for key, value in (headers or {}).items():
+            head += f"{key}: {value}\r\n"
+        writer.write(head.encode() + b"\r\n" + body)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve the default agent until interrupted."""
+    parser = argparse.ArgumentParser(description="A scripted OpenAI-compatible model server.")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per response")
+    args = parser.parse_args(argv)
+    server = ScriptedModelServer(latency=args.latency, port=args.port).start()
+    print(f"serving the scripted model at {server.base_url} (Ctrl-C stops)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        threading.Event().wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Run persistence: the event model, the `Store` protocol and its stores.
+
+Temporal's history is the durable record of every run; a store is the
+documented JSONL mirror of it (and the way in for logs Agentor wrote).
+"""
+
+from store.base import Store, new_run_id, validate_run_id
+from store.events import Event, EventType, PendingApproval, RunResult, RunStatus, Usage
+from store.file import FileStore
+from store.memory import MemoryStore
+from store.temporal import Segment, TemporalStore
+from store.replay import (
+    final_event,
+    initial_messages,
+    is_complete,
+    replay_messages,
+    segment_events,
+    total_usage,
+)
+
+__all__ = [
+    "Event",
+    "EventType",
+    "FileStore",
+    "MemoryStore",
+    "PendingApproval",
+    "RunResult",
+    "RunStatus",
+    "Segment",
+    "Store",
+    "TemporalStore",
+    "Usage",
+    "final_event",
+    "initial_messages",
+    "is_complete",
+    "new_run_id",
+    "replay_messages",
+    "segment_events",
+    "total_usage",
+    "validate_run_id",
+]

@@ -1,0 +1,187 @@
+"""The event model: the one description of what happened during a run.
+
+Field for field the format Agentor 0.1.1 writes (and its documentation shows),
+so a JSONL log moves between the two projects in either direction. Events are
+plain dataclasses that import nothing heavy: the workflow sandbox, activities,
+worker, facade and tests all share this one definition.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+EventType = Literal[
+    "run_start",
+    "text_delta",
+    "generation",
+    "message",
+    "tool_call",
+    "tool_result",
+    "run_end",
+    "error",
+    "fork",
+    "approval_request",
+    "approval_decision",
+]
+
+RunStatus = Literal["completed", "max_turns", "failed"]
+
+#: Key order of chat messages and tool calls as Agentor writes them. Temporal's
+#: JSON converter sorts keys; restoring this order keeps our logs reading (and
+#: diffing) like Agentor's.
+_KEY_ORDER = {
+    k: i
+    for i, k in enumerate(
+        ("role", "tool_call_id", "content", "tool_calls", "id", "type", "function", "name", "arguments")
+    )
+}
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda k: (_KEY_ORDER.get(k, len(_KEY_ORDER)), k))
+        return {k: _canonical(value[k]) for k in keys}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+@dataclass
+class Usage:
+    """Token counts of one generation, or summed over a run."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        """Build from a mapping, ignoring keys a newer writer may have added."""
+        if not data:
+            return cls()
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: int(v or 0) for k, v in data.items() if k in known})
+
+
+@dataclass
+class Event:
+    """One step of a run, as written to the JSONL log."""
+
+    type: EventType
+    #: assistant text: the full message for `message`, one chunk for `text_delta`
+    text: str | None = None
+    #: the model's reasoning text, on `generation`, when the provider returns it
+    reasoning: str | None = None
+    #: tool name for `tool_call` / `tool_result` (and the approval events)
+    name: str | None = None
+    #: parsed tool arguments
+    args: dict[str, Any] | None = None
+    #: stringified tool return value
+    result: str | None = None
+    #: set on `tool_result` when the tool raised, and on a failed `run_end`
+    error: str | None = None
+    #: links a tool_result back to its tool_call
+    call_id: str | None = None
+    #: 1-based turn number within the segment
+    turn: int | None = None
+    usage: Usage | None = None
+    status: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    #: the exact request messages, on `generation`; the full input on `run_start`
+    messages: list[dict[str, Any]] | None = None
+    #: tool calls the model asked for, on `generation` (OpenAI `tool_calls` shape)
+    calls: list[dict[str, Any]] | None = None
+    #: epoch seconds bounding the work this event describes
+    started_at: float | None = None
+    ended_at: float | None = None
+    #: parent run id, on the `fork` marker
+    forked_from: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as a JSON-ready dict, without the fields that are None."""
+        data = {k: v for k, v in asdict(self).items() if v is not None}
+        for key in ("messages", "calls"):
+            if key in data:
+                data[key] = _canonical(data[key])
+        return data
+
+    def to_json(self) -> str:
+        """One JSONL line (without the newline)."""
+        return json.dumps(self.to_dict(), default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Event:
+        """Build from a dict, ignoring unknown keys (also inside `usage`).
+
+        Tolerance is the point: a log written by a newer version, or by Agentor
+        itself, must load rather than lose the event.
+        """
+        data = dict(data)
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            data["usage"] = Usage.from_dict(usage)
+        elif usage is not None and not isinstance(usage, Usage):
+            data["usage"] = None
+        known = {f.name for f in fields(cls)}
+        if "type" not in data:
+            raise ValueError("event has no 'type'")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class PendingApproval:
+    """A tool call waiting for a person's decision."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any] | None = None
+    turn: int | None = None
+
+
+@dataclass
+class RunResult:
+    """Terminal (or paused) state of a run, with the events that produced it."""
+
+    final_output: str | None = None
+    #: "completed", "max_turns", "failed", or "awaiting_approval"
+    status: str = "completed"
+    #: always set: every run is durable in Temporal; pass it to resume()
+    run_id: str | None = None
+    events: list[Event] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    #: the full message list, suitable for feeding back in to continue
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    #: tool calls waiting for approve()/deny() when status is "awaiting_approval"
+    pending_approvals: list[PendingApproval] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.final_output or ""
+
+    @property
+    def tool_calls(self) -> list[Event]:
+        """The run's `tool_call` events."""
+        return [e for e in self.events if e.type == "tool_call"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (used by the CLI's `--json`)."""
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "final_output": self.final_output,
+            "error": self.error,
+            "usage": asdict(self.usage),
+            "messages": self.messages,
+            "events": [e.to_dict() for e in self.events],
+            "pending_approvals": [asdict(p) for p in self.pending_approvals],
+        }

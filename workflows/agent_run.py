@@ -1,0 +1,473 @@
+"""`AgentRunWorkflow` (type `AgentRun`): the agent loop as deterministic code.
+
+The loop is Agentor's: ask the model, run the tools it asked for (each its own
+activity, concurrently), feed the results back, stop at a final answer or a
+budget. Every step becomes an `Event` through `_record`, and before the next
+activity is scheduled the new events are journaled by a local activity, which
+puts them in history (for `TemporalStore`) and mirrors them into the worker's
+store. No clock, randomness or I/O here: timestamps of work are measured in
+the activities and come back in their results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    # Plain dataclasses and pure functions with no I/O or global state, so
+    # sharing the host's copies with the sandbox cannot leak nondeterminism;
+    # re-importing them per workflow run would only cost time.
+    from activities.types import (
+        CallToolInput,
+        CallToolResult,
+        DescribeAgentInput,
+        GenerateInput,
+        GenerateResult,
+        JournalInput,
+        JournalResult,
+    )
+    from store.events import Event, Usage
+    from store.replay import assistant_message, initial_messages, tool_message
+    from workflows import policies
+    from workflows.types import AgentSpec, RunOutcome, ToolSpec, parse_run_input
+
+#: Search attributes set on every run when the namespace has them.
+AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
+AGENT_MODEL = SearchAttributeKey.for_keyword("AgentModel")
+
+_SUMMARY_CHARS = 200
+
+
+def call_summary(name: str, args: dict[str, Any] | None) -> str:
+    """How a tool call reads in the UI: `get_weather(city='London')`."""
+    inner = ", ".join(f"{k}={v!r}" for k, v in (args or {}).items())
+    text = f"{name}({inner})"
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 4] + "...)"
+
+
+def failure_message(exc: BaseException) -> str:
+    """The innermost failure's message: what actually went wrong."""
+    cause: BaseException | None = exc
+    message = str(exc)
+    while cause is not None:
+        if isinstance(cause, FailureError) and cause.message:
+            message = cause.message
+        cause = cause.__cause__
+    return message
+
+
+@workflow.defn(name=policies.WORKFLOW_TYPE)
+class AgentRunWorkflow:
+    """One segment of an agent run; the workflow id is the run id."""
+
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        #: local event index -> id of the generate activity holding its request
+        self._refs: dict[int, str] = {}
+        #: events[:_journaled] are in history
+        self._journaled = 0
+        #: position the store has confirmed (whole-run numbering)
+        self._mirrored: int | None = None
+        self._offset = 0
+        self._spec: AgentSpec | None = None
+        self._agent = ""
+        self._status = "running"
+        self._turn = 0
+        self._prior = Usage()
+
+    # -- queries -------------------------------------------------------------
+
+    @workflow.query(name="events")
+    def events(self, after: int = 0) -> list[dict[str, Any]]:
+        """The run's events from position `after` (this segment's are held here)."""
+        start = max(after - self._offset, 0)
+        return [e.to_dict() for e in self._events[start:]]
+
+    @workflow.query(name="state")
+    def state(self) -> dict[str, Any]:
+        """Where the run stands: status, turn, agent, model and event count."""
+        return {
+            "status": self._status,
+            "turn": self._turn,
+            "agent": self._agent,
+            "model": self._spec.model if self._spec else None,
+            "offset": self._offset,
+            "events": self._offset + len(self._events),
+        }
+
+    # -- the loop --------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, raw: Any) -> dict[str, Any]:
+        """Run the agent loop to a final answer, a budget, or a failure."""
+        try:
+            inp = parse_run_input(raw)
+        except ValueError as exc:
+            raise ApplicationError(
+                f"Invalid AgentRun input: {exc}", type="InvalidInput", non_retryable=True
+            ) from None
+        self._agent, self._offset = inp.agent, inp.event_offset
+        self._prior = Usage.from_dict(inp.prior_usage)
+        spec = self._spec = await self._describe(inp.agent)
+        if spec.search_attributes:
+            workflow.upsert_search_attributes(
+                [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
+            )
+        run_started = workflow.now().timestamp()
+        messages = initial_messages(spec.instructions, inp.input)
+        self._record(
+            Event(
+                type="run_start",
+                agent=spec.name,
+                model=spec.model,
+                messages=copy.deepcopy(messages),
+                started_at=run_started,
+            )
+        )
+        budget = inp.max_turns or spec.max_turns
+        failures: dict[str, int] = {}
+        disabled: list[str] = []
+        total = Usage()
+
+        for turn in range(1, budget + 1):
+            self._turn = turn
+            request = copy.deepcopy(messages)
+            schemas = [t.openai_schema() for t in spec.tools if t.name not in disabled]
+            self._details(f"Turn {turn}: asking {spec.model}")
+            await self._journal()
+            activity_id = f"generate-{turn}"
+            try:
+                gen = await workflow.execute_activity(
+                    policies.GENERATE,
+                    GenerateInput(
+                        run_id=workflow.info().workflow_id,
+                        agent=spec.name,
+                        model=spec.model,
+                        messages=request,
+                        tools=schemas or None,
+                        model_settings=spec.model_settings,
+                        turn=turn,
+                        stream_text=inp.stream_text,
+                    ),
+                    result_type=GenerateResult,
+                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+                    heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
+                    retry_policy=policies.MODEL_RETRY_POLICY,
+                    activity_id=activity_id,
+                    summary=f"{spec.model}, turn {turn}",
+                )
+            except ActivityError as exc:
+                error = failure_message(exc)
+                self._record(
+                    Event(
+                        type="run_end",
+                        status="failed",
+                        error=error,
+                        turn=turn,
+                        usage=total,
+                        started_at=run_started,
+                        ended_at=workflow.now().timestamp(),
+                    )
+                )
+                return await self._finish("failed", None, total, error)
+
+            usage = Usage.from_dict(gen.usage)
+            total = total + usage
+            messages.append(assistant_message(gen.text, gen.calls))
+            self._record(
+                Event(
+                    type="generation",
+                    turn=turn,
+                    model=spec.model,
+                    messages=request,
+                    text=gen.text,
+                    reasoning=gen.reasoning,
+                    calls=copy.deepcopy(gen.calls) or None,
+                    usage=usage,
+                    started_at=gen.started_at,
+                    ended_at=gen.ended_at,
+                ),
+                ref=activity_id,
+            )
+
+            if not gen.calls:
+                text = gen.text or ""
+                self._record(Event(type="message", text=text, turn=turn, usage=usage))
+                self._record(
+                    Event(
+                        type="run_end",
+                        text=text,
+                        status="completed",
+                        usage=total,
+                        turn=turn,
+                        started_at=run_started,
+                        ended_at=workflow.now().timestamp(),
+                    )
+                )
+                return await self._finish("completed", text, total, None)
+
+            for call in gen.calls:
+                function = call.get("function") or {}
+                try:
+                    preview = json.loads(function.get("arguments") or "{}")
+                except ValueError:
+                    preview = None
+                self._record(
+                    Event(
+                        type="tool_call",
+                        name=function.get("name"),
+                        args=preview if isinstance(preview, dict) else None,
+                        call_id=call.get("id"),
+                        turn=turn,
+                    )
+                )
+            self._details(
+                f"Turn {turn}: running "
+                + ", ".join(str((c.get("function") or {}).get("name")) for c in gen.calls)
+            )
+            await self._journal()
+            results = await asyncio.gather(
+                *(
+                    self._run_tool(spec, call, turn, index, disabled)
+                    for index, call in enumerate(gen.calls)
+                )
+            )
+
+            newly_disabled: list[str] = []
+            for event in results:
+                event.turn = turn
+                self._record(event)
+                messages.append(tool_message(event))
+                # an unknown name counts too: a model inventing one would
+                # otherwise burn every turn, the failure this budget stops
+                if event.error is None or event.name is None or event.name in disabled:
+                    continue
+                failures[event.name] = failures.get(event.name, 0) + 1
+                if failures[event.name] >= spec.max_tool_failures:
+                    disabled.append(event.name)
+                    newly_disabled.append(event.name)
+            # after every result of the turn: a notice between tool messages
+            # would split the answers to one assistant turn, which providers
+            # reject; and none on the last turn, where no model reads it
+            if turn < budget:
+                for name in newly_disabled:
+                    count = failures[name]
+                    messages.append(
+                        {
+                            "role": "user",
+                            "content": (
+                                f"The tool '{name}' failed {count} "
+                                f"time{'s' if count != 1 else ''} and is now unavailable. "
+                                "Answer without it, or explain what you cannot do."
+                            ),
+                        }
+                    )
+
+        error = f"Reached max_turns ({budget}) without a final answer."
+        self._record(
+            Event(
+                type="run_end",
+                status="max_turns",
+                error=error,
+                usage=total,
+                started_at=run_started,
+                ended_at=workflow.now().timestamp(),
+            )
+        )
+        return await self._finish("max_turns", None, total, error)
+
+    # -- steps -------------------------------------------------------------------
+
+    async def _describe(self, agent: str) -> AgentSpec:
+        try:
+            spec: AgentSpec = await workflow.execute_local_activity(
+                policies.DESCRIBE_AGENT,
+                DescribeAgentInput(agent=agent),
+                result_type=AgentSpec,
+                start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
+                retry_policy=policies.LOCAL_RETRY_POLICY,
+                summary=f"describe {agent}",
+            )
+        except ActivityError as exc:
+            # the workflow fails (not its task, which would retry forever)
+            raise ApplicationError(
+                failure_message(exc), type="UnknownAgent", non_retryable=True
+            ) from None
+        return spec
+
+    async def _run_tool(
+        self, spec: AgentSpec, call: dict[str, Any], turn: int, index: int, disabled: list[str]
+    ) -> Event:
+        function = call.get("function") or {}
+        name = str(function.get("name") or "")
+        call_id = call.get("id")
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except ValueError as exc:
+            return Event(
+                type="tool_result",
+                name=name,
+                call_id=call_id,
+                error=f"Invalid JSON arguments: {exc}",
+                result=f"Error: arguments were not valid JSON ({exc}).",
+            )
+        if not isinstance(args, dict):
+            return Event(
+                type="tool_result",
+                name=name,
+                call_id=call_id,
+                error="Invalid arguments: not a JSON object",
+                result="Error: arguments must be a JSON object.",
+            )
+        if name in disabled:
+            # withdrawing the schema is not enough: a model can still call it
+            return Event(
+                type="tool_result",
+                name=name,
+                args=args,
+                call_id=call_id,
+                error="tool disabled",
+                result=f"Error: tool {name!r} is disabled after repeated failures.",
+            )
+        tool: ToolSpec | None = spec.tool(name)
+        if tool is None:
+            known = ", ".join(sorted(t.name for t in spec.tools)) or "none"
+            return Event(
+                type="tool_result",
+                name=name,
+                args=args,
+                call_id=call_id,
+                error="unknown tool",
+                result=f"Error: unknown tool {name!r}. Available tools: {known}.",
+            )
+        try:
+            res = await workflow.execute_activity(
+                policies.CALL_TOOL,
+                CallToolInput(
+                    run_id=workflow.info().workflow_id,
+                    agent=spec.name,
+                    call_id=str(call_id),
+                    name=name,
+                    args=args,
+                    turn=turn,
+                ),
+                result_type=CallToolResult,
+                start_to_close_timeout=(
+                    timedelta(seconds=tool.timeout) if tool.timeout else policies.TOOL_START_TO_CLOSE
+                ),
+                heartbeat_timeout=policies.TOOL_HEARTBEAT_TIMEOUT,
+                retry_policy=policies.TOOL_RETRY_POLICY,
+                activity_id=f"tool-{turn}-{index}",
+                summary=call_summary(name, args),
+            )
+        except ActivityError as exc:
+            # retries exhausted (timeouts, lost workers): the model hears it
+            error = f"Tool call failed: {failure_message(exc)}"
+            return Event(
+                type="tool_result",
+                name=name,
+                args=args,
+                call_id=call_id,
+                error=error,
+                result=f"Error: {error}",
+            )
+        return Event(
+            type="tool_result",
+            name=name,
+            args=args,
+            result=res.result,
+            error=res.error,
+            call_id=call_id,
+            started_at=res.started_at,
+            ended_at=res.ended_at,
+        )
+
+    # -- recording -----------------------------------------------------------------
+
+    def _record(self, event: Event, *, ref: str | None = None) -> None:
+        if ref is not None:
+            self._refs[len(self._events)] = ref
+        self._events.append(event)
+
+    def _details(self, text: str) -> None:
+        workflow.set_current_details(text)
+
+    async def _journal(self, *, strict: bool = False) -> None:
+        """Put new events in history and mirror unconfirmed ones into the store."""
+        spec = self._spec
+        assert spec is not None
+        total = len(self._events)
+        confirmed = (self._mirrored if self._mirrored is not None else self._offset) - self._offset
+        behind = spec.mirror and confirmed < total
+        if self._journaled == total and not (strict and behind):
+            return
+        first = min(self._journaled, max(confirmed, 0)) if spec.mirror else self._journaled
+        inp = JournalInput(
+            run_id=workflow.info().workflow_id,
+            agent=spec.name,
+            mirror=spec.mirror,
+            start=self._offset + first,
+            events=[e.to_dict() for e in self._events[first:]],
+            new_from=self._offset + self._journaled,
+            refs={
+                str(self._offset + i): ref for i, ref in self._refs.items() if i >= self._journaled
+            },
+            strict=strict,
+        )
+        try:
+            res: JournalResult = await workflow.execute_local_activity(
+                policies.JOURNAL,
+                inp,
+                result_type=JournalResult,
+                start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
+                retry_policy=(
+                    policies.FINAL_MIRROR_RETRY_POLICY if strict else policies.LOCAL_RETRY_POLICY
+                ),
+                summary=f"journal {total - self._journaled} events",
+            )
+        except ActivityError as exc:
+            workflow.logger.warning(
+                "Journaling run %s failed: %s", workflow.info().workflow_id, failure_message(exc)
+            )
+            return
+        self._journaled = total
+        if res.error is None and res.mirrored is not None:
+            self._mirrored = res.mirrored
+
+    async def _finish(
+        self, status: str, final_output: str | None, usage: Usage, error: str | None
+    ) -> dict[str, Any]:
+        self._status = status
+        self._details(f"Finished: {status}")
+        await self._journal()
+        spec = self._spec
+        assert spec is not None
+        confirmed = (self._mirrored if self._mirrored is not None else self._offset) - self._offset
+        if spec.mirror and confirmed < len(self._events):
+            await self._journal(strict=True)
+            confirmed = (
+                self._mirrored if self._mirrored is not None else self._offset
+            ) - self._offset
+            if confirmed < len(self._events):
+                workflow.logger.warning(
+                    "The store mirror of run %s is missing its last %d events; Temporal has "
+                    "them all (`agentor-temporal export` or `resume` with the store catches up)",
+                    workflow.info().workflow_id,
+                    len(self._events) - confirmed,
+                )
+        return RunOutcome(
+            run_id=workflow.info().workflow_id,
+            status=status,
+            final_output=final_output,
+            usage=asdict(self._prior + usage),
+            error=error,
+        ).to_dict()

@@ -1,0 +1,89 @@
+"""Names, timeouts and retry policies: every Temporal knob in one place.
+
+Each value carries the reason for it. Recovery speed after a worker dies is
+set by three of them: an in-flight activity is retried once its heartbeat
+timeout fires, and a workflow task stuck on a dead worker's sticky queue moves
+after the sticky timeout (see `worker.py`). Short values notice a lost worker
+in seconds; the cost is heartbeat traffic, which the activities throttle.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+#: Workflow type name: written into history and used by plain clients.
+WORKFLOW_TYPE = "AgentRun"
+#: Default task queue, shared by the facade, the worker and the CLI.
+TASK_QUEUE = "agentor"
+
+# Activity names are written into history and shown in the UI: renaming one
+# is a versioning change (workflow.patched), never a refactor.
+DESCRIBE_AGENT = "describe_agent"
+GENERATE = "generate"
+CALL_TOOL = "call_tool"
+JOURNAL = "journal"
+
+#: A model call may legitimately think for minutes; heartbeats, not this
+#: timeout, are what notice a dead worker.
+MODEL_START_TO_CLOSE = timedelta(minutes=10)
+#: Long enough for a busy 2-core worker to keep beating, short enough that a
+#: killed worker's generation is retried elsewhere within seconds.
+MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+#: Provider hiccups (429, 5xx, connection resets) are retried with backoff
+#: for about five minutes, then the run fails and `resume` can continue it.
+MODEL_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=15,
+    non_retryable_error_types=["ModelRequestError"],
+)
+
+#: Default for one tool call; a tool may set its own with `timeout=`.
+TOOL_START_TO_CLOSE = timedelta(minutes=30)
+#: As for the model: a killed worker's tool call reruns elsewhere in seconds.
+TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+#: A tool that raises answers the model inside the activity and is never
+#: retried; only lost workers and timeouts reach this policy.
+TOOL_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+)
+
+#: Heartbeat cadence of long activities; the SDK throttles sends to 80% of
+#: the heartbeat timeout, so this only bounds how stale the last beat can be.
+HEARTBEAT_INTERVAL = timedelta(seconds=1)
+
+#: Journal and describe run as local activities: no server round trip, their
+#: results land in history with the next workflow task completion.
+LOCAL_START_TO_CLOSE = timedelta(seconds=30)
+LOCAL_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=5,
+)
+#: The last mirror of a run retries a store that keeps failing briefly, then
+#: gives up with a logged warning: the run's answer matters more, Temporal
+#: still has every event, and `resume` or `export` catches the mirror up.
+FINAL_MIRROR_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=4),
+    maximum_attempts=3,
+)
+
+#: Workflow tasks on a dead worker's sticky queue move to the shared queue
+#: after this; the SDK default (10 s) alone would blow the recovery budget.
+STICKY_QUEUE_TIMEOUT = timedelta(seconds=3)
+#: A workflow task that a killed worker was processing is retried after this.
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=10)
+
+#: Tool results larger than this are cut (with a note saying so) before they
+#: enter history: Temporal refuses payloads over 2 MB, and a refused result
+#: would wedge the run in an endless workflow-task retry.
+MAX_TOOL_RESULT_CHARS = 256_000

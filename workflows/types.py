@@ -1,0 +1,187 @@
+"""Workflow input and result, and the agent spec the workflow records.
+
+These cross the wire (any Temporal client may start `AgentRun` with a JSON
+object), so they import nothing heavy and parse defensively: a malformed input
+must fail the workflow with a clear error, never the workflow task, which
+Temporal would retry forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Input keys a plain client may send; anything else is refused by name.
+_INPUT_KEYS = frozenset(
+    {
+        "agent",
+        "input",
+        "max_turns",
+        "event_offset",
+        "prior_usage",
+        "previous_execution",
+        "stream_text",
+    }
+)
+
+
+@dataclass
+class AgentRunInput:
+    """What starts one segment of a run (`AgentRun` workflow input)."""
+
+    #: registered agent name
+    agent: str
+    #: a prompt, or a list of chat messages (a resumed segment passes the
+    #: replayed conversation here)
+    input: str | list[dict[str, Any]]
+    #: overrides the agent's max_turns for this segment
+    max_turns: int | None = None
+    #: events recorded before this segment (earlier segments, or a store)
+    event_offset: int = 0
+    #: usage spent before this segment, so the result reports the whole run
+    prior_usage: dict[str, int] | None = None
+    #: execution id of the segment this one continues, for history projection
+    previous_execution: str | None = None
+    #: publish text deltas while the model generates
+    stream_text: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, without defaults (what `temporal workflow start` takes)."""
+        data: dict[str, Any] = {"agent": self.agent, "input": self.input}
+        defaults = AgentRunInput(agent="", input="")
+        for key in _INPUT_KEYS - {"agent", "input"}:
+            value = getattr(self, key)
+            if value != getattr(defaults, key):
+                data[key] = value
+        return data
+
+
+def parse_run_input(raw: Any) -> AgentRunInput:
+    """Validate a workflow input that may come from any client.
+
+    Raises:
+        ValueError: saying what is wrong and what is expected.
+    """
+    expected = (
+        'expected a JSON object like {"agent": "Weather Agent", '
+        '"input": "What is the weather in London?"}'
+    )
+    if isinstance(raw, AgentRunInput):
+        raw = asdict(raw)
+    if not isinstance(raw, dict):
+        raise ValueError(f"input is {type(raw).__name__}, {expected}")
+    unknown = sorted(set(raw) - _INPUT_KEYS)
+    if unknown:
+        raise ValueError(f"unknown input field(s) {unknown}; {expected}")
+    agent = raw.get("agent")
+    if not isinstance(agent, str) or not agent.strip():
+        raise ValueError(f'"agent" must be a non-empty string; {expected}')
+    prompt = raw.get("input")
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError('"input" is an empty prompt')
+    elif isinstance(prompt, list):
+        if not prompt:
+            raise ValueError('"input" is an empty message list')
+        for i, message in enumerate(prompt):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise ValueError(f'"input"[{i}] is not a chat message with a "role"')
+    else:
+        raise ValueError(f'"input" must be a string or a list of chat messages; {expected}')
+    max_turns = raw.get("max_turns")
+    if max_turns is not None and (
+        not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1
+    ):
+        raise ValueError(f'"max_turns" must be a positive integer, got {max_turns!r}')
+    offset = raw.get("event_offset", 0)
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f'"event_offset" must be a non-negative integer, got {offset!r}')
+    prior = raw.get("prior_usage")
+    if prior is not None and not isinstance(prior, dict):
+        raise ValueError('"prior_usage" must be an object of token counts')
+    previous = raw.get("previous_execution")
+    if previous is not None and not isinstance(previous, str):
+        raise ValueError('"previous_execution" must be a string')
+    return AgentRunInput(
+        agent=agent,
+        input=prompt,
+        max_turns=max_turns,
+        event_offset=offset,
+        prior_usage=prior,
+        previous_execution=previous,
+        stream_text=bool(raw.get("stream_text", False)),
+    )
+
+
+@dataclass
+class RunOutcome:
+    """The workflow result: the contract's JSON object."""
+
+    run_id: str
+    #: "completed", "max_turns", "failed" or "awaiting_approval"
+    status: str
+    final_output: str | None
+    usage: dict[str, int]
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass
+class ToolSpec:
+    """A tool as the model and the UI see it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    #: "never", "always" or "predicate" (decided per call by the worker)
+    approval: str = "never"
+    #: seconds a person has to decide, None for no limit
+    approval_timeout: float | None = None
+    #: "deny" or "fail": what an expired approval does
+    on_approval_timeout: str = "deny"
+    #: start-to-close for one call, seconds
+    timeout: float | None = None
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The chat-completions `tools` entry."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass
+class AgentSpec:
+    """An agent's definition as recorded at the start of each segment.
+
+    Recorded through a local activity, so a replay sees what the run was
+    started with even when the worker's code has changed since.
+    """
+
+    name: str
+    model: str
+    instructions: str | None
+    tools: list[ToolSpec] = field(default_factory=list)
+    model_settings: dict[str, Any] = field(default_factory=dict)
+    max_turns: int = 20
+    max_tool_failures: int = 2
+    #: whether this worker mirrors the agent's events into a store
+    mirror: bool = False
+    #: whether the namespace has the AgentName / AgentModel search attributes
+    search_attributes: bool = False
+    #: hash of instructions, model and tool schemas: what "built the same way" means
+    fingerprint: str = ""
+
+    def tool(self, name: str) -> ToolSpec | None:
+        """The tool called `name`, if the agent has one."""
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
