@@ -38,8 +38,10 @@ from workflows.policies import STICKY_QUEUE_TIMEOUT, TASK_QUEUE
 logger = logging.getLogger("agentor_temporal.worker")
 
 #: Search attributes the workflow sets, so runs can be found by agent.
-SEARCH_ATTRIBUTES = {"AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-                     "AgentModel": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD}
+SEARCH_ATTRIBUTES = {
+    "AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "AgentModel": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+}
 #: How long a stopping worker waits for in-flight activities to finish.
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 
@@ -56,8 +58,7 @@ def definition_of(obj: Any) -> AgentDefinition:
     if isinstance(definition, AgentDefinition):
         return definition
     raise ConfigError(
-        f"{obj!r} is not an agent: expected an agentor_temporal.Agentor "
-        "(or an AgentDefinition)"
+        f"{obj!r} is not an agent: expected an agentor_temporal.Agentor (or an AgentDefinition)"
     )
 
 
@@ -77,7 +78,9 @@ def load_agents(spec: str | Sequence[str]) -> list[AgentDefinition]:
     for path in paths:
         module_name, sep, attr = path.partition(":")
         if not sep or not module_name or not attr:
-            raise ConfigError(f"bad agent path {path!r}: expected module:attr, e.g. examples.agent:agent")
+            raise ConfigError(
+                f"bad agent path {path!r}: expected module:attr, e.g. examples.agent:agent"
+            )
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:

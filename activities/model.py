@@ -131,7 +131,7 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             if inp.stream_text:
                 from activities.streaming import stream_completion
 
-                result = await stream_completion(client, _request(inp), inp.run_id)
+                result = await stream_completion(client, _request(inp))
             else:
                 raw = await client.chat.completions.create(**_request(inp))
                 result = _result(raw)

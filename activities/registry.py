@@ -20,6 +20,8 @@ from activities.tooldef import Tool
 from store.base import Store
 from workflows.types import AgentSpec
 
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+
 
 class UnknownAgentError(LookupError):
     """A run names an agent this worker does not have."""
@@ -53,7 +55,7 @@ class AgentDefinition:
             "model": self.model,
             "instructions": self.instructions,
             "tools": sorted(
-                (json.dumps(t.spec().openai_schema(), sort_keys=True) for t in self.tools)
+                json.dumps(t.spec().openai_schema(), sort_keys=True) for t in self.tools
             ),
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
@@ -87,7 +89,7 @@ class AgentRegistry:
         self.default_store = default_store
         #: set once the namespace is known to have AgentName/AgentModel
         self.search_attributes = False
-        self._clients: dict[tuple[str | None, str | None, int], Any] = {}
+        self._clients: dict[tuple[str, str, int], Any] = {}
         self._lock = threading.Lock()
         for agent in agents or []:
             self.register(agent)
@@ -136,7 +138,8 @@ class AgentRegistry:
         """
         from openai import AsyncOpenAI
 
-        base_url = agent.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        # an empty OPENAI_BASE_URL (compose passes one through) means the default
+        base_url = agent.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL
         api_key = agent.api_key or os.environ.get("OPENAI_API_KEY")
         if not api_key:
             raise ValueError(

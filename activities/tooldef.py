@@ -65,7 +65,9 @@ def _strip_titles(node: Any) -> Any:
     """Drop pydantic's generated `title` keys: noise sent on every request."""
     if isinstance(node, dict):
         return {
-            k: _strip_titles(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))
+            k: _strip_titles(v)
+            for k, v in node.items()
+            if not (k == "title" and isinstance(v, str))
         }
     if isinstance(node, list):
         return [_strip_titles(v) for v in node]
@@ -139,7 +141,7 @@ class Tool:
         if on_approval_timeout not in ("deny", "fail"):
             raise ValueError('on_approval_timeout must be "deny" or "fail"')
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "tool")
+        self.name: str = name or str(getattr(fn, "__name__", "tool"))
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
             raise ValueError(
                 f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-' "
@@ -160,7 +162,7 @@ class Tool:
             if isinstance(prop, dict) and "description" not in prop:
                 prop["description"] = text
         self.parameters: dict[str, Any] = schema
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     @staticmethod
     def _args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
@@ -293,8 +295,8 @@ def function_tool(
         A `Tool`, which stays callable like the function it wraps.
     """
     name = name or compat.pop("name_override", None)
-    description = description if description is not None else compat.pop(
-        "description_override", None
+    description = (
+        description if description is not None else compat.pop("description_override", None)
     )
 
     def decorate(fn: Callable[..., Any]) -> Tool:

@@ -52,7 +52,9 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             text = await tool.call(inp.args, context)
     except Exception as exc:
         logger.warning("Tool %s failed in run %s: %s", inp.name, inp.run_id, exc)
-        return error_result(f"{type(exc).__name__}: {exc}", started_at=started, ended_at=time.time())
+        return error_result(
+            f"{type(exc).__name__}: {exc}", started_at=started, ended_at=time.time()
+        )
     ended = time.time()
     truncated = len(text) > MAX_TOOL_RESULT_CHARS
     if truncated:

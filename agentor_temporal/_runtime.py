@@ -111,8 +111,10 @@ class Runtime:
         """Run `coro` on the background loop and block until it is done."""
         if threading.current_thread() is self.thread:
             coro.close()
-            raise RuntimeError("sync agent methods cannot be called from a tool or worker; "
-                               "await the async variant instead")
+            raise RuntimeError(
+                "sync agent methods cannot be called from a tool or worker; "
+                "await the async variant instead"
+            )
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result()

@@ -56,7 +56,9 @@ def _check_input(input: Any) -> None:
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise ValueError(f"input[{i}] is not a chat message (a dict with a 'role')")
         return
-    raise TypeError(f"input must be a prompt string or a list of chat messages, not {type(input).__name__}")
+    raise TypeError(
+        f"input must be a prompt string or a list of chat messages, not {type(input).__name__}"
+    )
 
 
 def _preview(input: MessageInput) -> str:
@@ -116,7 +118,9 @@ class Agentor:
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
         if not isinstance(max_tool_failures, int) or max_tool_failures < 1:
-            raise ValueError(f"max_tool_failures must be a positive integer, got {max_tool_failures!r}")
+            raise ValueError(
+                f"max_tool_failures must be a positive integer, got {max_tool_failures!r}"
+            )
         resolved = [as_tool(t) for t in tools or []]
         names = [t.name for t in resolved]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -143,7 +147,8 @@ class Agentor:
         self.embedded_worker = embedded_worker
 
     def __repr__(self) -> str:
-        return f"Agentor(name={self.name!r}, model={self.model!r}, tools={[t.name for t in self.tools]})"
+        tools = [t.name for t in self.tools]
+        return f"Agentor(name={self.name!r}, model={self.model!r}, tools={tools})"
 
     @property
     def name(self) -> str:
@@ -172,7 +177,9 @@ class Agentor:
 
     # -- public API ----------------------------------------------------------------
 
-    def run(self, input: MessageInput, run_id: str | None = None, max_turns: int | None = None) -> RunResult:
+    def run(
+        self, input: MessageInput, run_id: str | None = None, max_turns: int | None = None
+    ) -> RunResult:
         """Run the agent to its result (blocking).
 
         Args:
@@ -260,7 +267,9 @@ class Agentor:
         except WorkflowAlreadyStartedError:
             return None
 
-    async def _arun(self, input: MessageInput, run_id: str | None, max_turns: int | None) -> RunResult:
+    async def _arun(
+        self, input: MessageInput, run_id: str | None, max_turns: int | None
+    ) -> RunResult:
         _check_input(input)
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")

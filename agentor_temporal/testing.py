@@ -245,23 +245,35 @@ class ScriptedModelServer:
                 keep = await self._respond(method, path, body, writer)
                 if not keep:
                     return
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
-            return
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError, asyncio.CancelledError):
+            return  # a client hung up, or the server is stopping
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _respond(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def _respond(
+        self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter
+    ) -> bool:
         if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
             if path.rstrip("/").endswith("/models"):
-                self._send(writer, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+                self._send(
+                    writer, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
+                )
                 return True
-            self._send(writer, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
+            self._send(
+                writer,
+                404,
+                {"error": {"message": f"no route {method} {path}", "type": "not_found"}},
+            )
             return True
         try:
             request = json.loads(body or b"{}")
         except ValueError:
-            self._send(writer, 400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+            self._send(
+                writer,
+                400,
+                {"error": {"message": "body is not JSON", "type": "invalid_request_error"}},
+            )
             return True
         step: Any = self._next_step(request)
         if self.latency:
@@ -280,7 +292,9 @@ class ScriptedModelServer:
         if isinstance(step, Fail):
             extra = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
             kind = "rate_limit_error" if step.status == 429 else "invalid_request_error"
-            self._send(writer, step.status, {"error": {"message": step.message, "type": kind}}, extra)
+            self._send(
+                writer, step.status, {"error": {"message": step.message, "type": kind}}, extra
+            )
             return True
         message = self._message(step)
         model = str(request.get("model") or "scripted")
@@ -334,7 +348,11 @@ class ScriptedModelServer:
         }
 
     async def _stream(
-        self, writer: asyncio.StreamWriter, request: dict[str, Any], message: dict[str, Any], model: str
+        self,
+        writer: asyncio.StreamWriter,
+        request: dict[str, Any],
+        message: dict[str, Any],
+        model: str,
     ) -> None:
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -348,7 +366,9 @@ class ScriptedModelServer:
                 "object": "chat.completion.chunk",
                 "created": int(time.time()),
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if delta is not None else [],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+                if delta is not None
+                else [],
             }
             if usage is not None:
                 data["usage"] = usage
@@ -382,11 +402,24 @@ class ScriptedModelServer:
         await writer.drain()
 
     @staticmethod
-    def _send(writer: asyncio.StreamWriter, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        writer: asyncio.StreamWriter,
+        status: int,
+        payload: Any,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         body = json.dumps(payload).encode()
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-                  429: "Too Many Requests"}.get(status, "Error")
-        head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            401: "Unauthorized",
+            404: "Not Found",
+            429: "Too Many Requests",
+        }.get(status, "Error")
+        head = (
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n"
+        )
         for key, value in (headers or {}).items():
             head += f"{key}: {value}\r\n"
         writer.write(head.encode() + b"\r\n" + body)

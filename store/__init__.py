@@ -8,7 +8,6 @@ from store.base import Store, new_run_id, validate_run_id
 from store.events import Event, EventType, PendingApproval, RunResult, RunStatus, Usage
 from store.file import FileStore
 from store.memory import MemoryStore
-from store.temporal import Segment, TemporalStore
 from store.replay import (
     final_event,
     initial_messages,
@@ -17,6 +16,7 @@ from store.replay import (
     segment_events,
     total_usage,
 )
+from store.temporal import Segment, TemporalStore
 
 __all__ = [
     "Event",

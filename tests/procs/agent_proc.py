@@ -1,0 +1,74 @@
+"""A process the crash tests run and kill: `agent_proc.py run|resume|worker`.
+
+Configured through the environment: TEMPORAL_ADDRESS, AGENT_TASK_QUEUE,
+MODEL_BASE_URL, AGENT_STORE (a directory), AGENT_LEDGER, BLOCK_AFTER and
+BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY.
+Prints the RunResult as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+from helpers import PROMPT, BlockingStore, weather_agent, weather_tool
+
+
+def build() -> object:
+    store_dir = os.environ.get("AGENT_STORE")
+    store = (
+        BlockingStore(store_dir, os.environ.get("BLOCK_AFTER"), os.environ.get("BLOCK_MARKER"))
+        if store_dir
+        else None
+    )
+    return weather_agent(
+        base_url=os.environ["MODEL_BASE_URL"],
+        task_queue=os.environ["AGENT_TASK_QUEUE"],
+        temporal=os.environ["TEMPORAL_ADDRESS"],
+        store=store,
+        tools=[
+            weather_tool(
+                os.environ.get("AGENT_LEDGER"), delay=float(os.environ.get("TOOL_DELAY", "0"))
+            )
+        ],
+        embedded_worker=os.environ.get("EMBEDDED_WORKER", "1") == "1",
+    )
+
+
+async def serve_worker(agent: object) -> None:
+    from agentor_temporal import connect
+    from worker import build_worker
+
+    client = await connect(os.environ["TEMPORAL_ADDRESS"])
+    options = {}
+    if os.environ.get("MAX_CACHED_WORKFLOWS"):
+        options["max_cached_workflows"] = int(os.environ["MAX_CACHED_WORKFLOWS"])
+    worker = build_worker(client, [agent], task_queue=os.environ["AGENT_TASK_QUEUE"], **options)
+    async with worker:
+        print("worker ready", flush=True)
+        await asyncio.Event().wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["run", "resume", "worker"])
+    parser.add_argument("--run-id")
+    parser.add_argument("--prompt", default=PROMPT)
+    args = parser.parse_args()
+    agent = build()
+    if args.command == "worker":
+        asyncio.run(serve_worker(agent))
+        return 0
+    if args.command == "run":
+        result = agent.run(args.prompt, run_id=args.run_id)  # type: ignore[attr-defined]
+    else:
+        result = agent.resume(args.run_id)  # type: ignore[attr-defined]
+    print(json.dumps(result.to_dict()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Activities through `ActivityEnvironment`, against the scripted model server."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities import AgentActivities, AgentDefinition, AgentRegistry, function_tool
+from activities.types import CallToolInput, DescribeAgentInput, GenerateInput, JournalInput
+from agentor_temporal.testing import CallTool, Drop, Fail, Hang, Reply, ScriptedModelServer
+from store import Event, FileStore
+from workflows.policies import MAX_TOOL_RESULT_CHARS
+
+
+@function_tool
+def echo(text: str) -> str:
+    """Echo."""
+    return text
+
+
+@function_tool
+def explode() -> str:
+    """Raises."""
+    raise KeyError("missing")
+
+
+@function_tool
+def huge() -> str:
+    """Too big for a payload."""
+    return "x" * (3 * 1024 * 1024)
+
+
+def registry(base_url: str, store: object = None) -> AgentActivities:
+    agent = AgentDefinition(
+        name="A",
+        model="m",
+        instructions="sys",
+        tools=[echo, explode, huge],
+        base_url=base_url,
+        api_key="k",
+        store=store,
+    )  # type: ignore[arg-type]
+    return AgentActivities(AgentRegistry([agent]))
+
+
+def request(**kw: object) -> GenerateInput:
+    return GenerateInput(
+        run_id="r", agent="A", model="m", messages=[{"role": "user", "content": "hi"}], **kw
+    )  # type: ignore[arg-type]
+
+
+async def test_generate_returns_text_calls_usage_and_timing() -> None:
+    with ScriptedModelServer(
+        [CallTool("echo", {"text": "a"}, id="call_1"), Reply("done", reasoning="thought")]
+    ) as model:
+        acts = registry(model.base_url)
+        first = await ActivityEnvironment().run(acts.generate, request())
+        second = await ActivityEnvironment().run(acts.generate, request())
+    assert first.calls == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "echo", "arguments": '{"text": "a"}'},
+        }
+    ]
+    assert first.usage == {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+    assert first.started_at is not None and first.ended_at is not None
+    assert first.started_at <= first.ended_at
+    assert (second.text, second.reasoning, second.calls) == ("done", "thought", [])
+
+
+@pytest.mark.parametrize("status", [408, 409, 429, 500, 503])
+async def test_retryable_statuses_are_retryable(status: int) -> None:
+    with ScriptedModelServer([Fail(status, "busy", retry_after=7)]) as model:
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(registry(model.base_url).generate, request())
+    assert not info.value.non_retryable
+    assert f"answered {status}: busy" in info.value.message
+    assert info.value.next_retry_delay == timedelta(seconds=7)
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+async def test_client_errors_fail_at_once_with_the_providers_message(status: int) -> None:
+    with ScriptedModelServer([Fail(status, "The model `m` does not exist")]) as model:
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(registry(model.base_url).generate, request())
+    assert info.value.non_retryable and info.value.type == "ModelRequestError"
+    assert info.value.message == f"Model request failed with {status}: The model `m` does not exist"
+
+
+async def test_connection_refused_and_dropped_connections_are_retryable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(registry(f"http://127.0.0.1:{port}/v1").generate, request())
+    assert not info.value.non_retryable and "unreachable" in info.value.message
+    assert f"127.0.0.1:{port}" in info.value.message
+    with ScriptedModelServer([Drop()]) as model:
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(registry(model.base_url).generate, request())
+    assert not info.value.non_retryable
+
+
+async def test_read_timeout_is_retryable(monkeypatch: pytest.MonkeyPatch) -> None:
+    with ScriptedModelServer([Hang(5)]) as model:
+        acts = registry(model.base_url)
+        acts.registry.get("A").model_settings["timeout"] = 0.3
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(acts.generate, request(model_settings={"timeout": 0.3}))
+    assert not info.value.non_retryable and "timed out" in info.value.message
+
+
+async def test_missing_api_key_is_a_clear_non_retryable_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    agent = AgentDefinition(name="A", model="m")
+    acts = AgentActivities(AgentRegistry([agent]))
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(acts.generate, request())
+    assert info.value.non_retryable and "OPENAI_API_KEY" in info.value.message
+
+
+async def test_call_tool_answers_errors_instead_of_raising() -> None:
+    acts = registry("http://unused")
+    env = ActivityEnvironment()
+    ok = await env.run(acts.call_tool, CallToolInput("r", "A", "c1", "echo", {"text": "hi"}))
+    assert (ok.result, ok.error) == ("hi", None)
+    bad = await env.run(acts.call_tool, CallToolInput("r", "A", "c2", "explode", {}))
+    assert bad.error == "KeyError: 'missing'" and bad.result == "Error: KeyError: 'missing'"
+    invalid = await env.run(
+        acts.call_tool, CallToolInput("r", "A", "c3", "echo", {"text": {"a": 1}})
+    )
+    assert invalid.error is not None and "invalid arguments for echo" in invalid.error
+    unknown = await env.run(acts.call_tool, CallToolInput("r", "A", "c4", "nope", {}))
+    assert unknown.error == "unknown tool" and "Available tools: echo, explode, huge" in (
+        unknown.result or ""
+    )
+
+
+async def test_oversized_tool_results_are_truncated_to_fit_a_payload() -> None:
+    big = await ActivityEnvironment().run(
+        registry("x").call_tool, CallToolInput("r", "A", "c", "huge", {})
+    )
+    assert big.truncated and big.result is not None
+    assert len(big.result) < MAX_TOOL_RESULT_CHARS + 200
+    assert big.result.endswith(f"the first {MAX_TOOL_RESULT_CHARS} are shown]")
+
+
+async def test_describe_unknown_agent_names_the_known_ones() -> None:
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(registry("x").describe_agent, DescribeAgentInput("B"))
+    assert (
+        info.value.non_retryable
+        and "Unknown agent 'B': this worker knows 'A'" in info.value.message
+    )
+
+
+async def test_journal_returns_new_events_and_mirrors_idempotently(tmp_path: Path) -> None:
+    """Journal results carry only new events (requests by reference); no mirror duplicates."""
+    store = FileStore(tmp_path)
+    acts = registry("x", store)
+    evs = [
+        Event(type="run_start", messages=[{"role": "user", "content": "hi"}]).to_dict(),
+        Event(type="generation", turn=1, messages=[{"role": "user", "content": "hi"}]).to_dict(),
+    ]
+    inp = JournalInput(
+        run_id="r",
+        agent="A",
+        mirror=True,
+        start=0,
+        events=evs,
+        new_from=0,
+        refs={"1": "generate-1"},
+    )
+    first = await ActivityEnvironment().run(acts.journal, inp)
+    again = await ActivityEnvironment().run(acts.journal, inp)
+    assert first.mirrored == again.mirrored == 2
+    assert first.events[0]["messages"] and "messages" not in first.events[1]
+    assert first.start == 0 and first.refs == {"1": "generate-1"}
+    assert [e.to_dict() for e in store.load("r")] == evs
+
+
+async def test_journal_survives_a_failing_store() -> None:
+    class Broken:
+        def append(self, run_id: str, event: Event) -> None:
+            raise OSError("disk full")
+
+        def load(self, run_id: str) -> list[Event]:
+            return []
+
+        def list_runs(self) -> list[str]:
+            return []
+
+    acts = registry("x", Broken())
+    inp = JournalInput(
+        run_id="r",
+        agent="A",
+        mirror=True,
+        start=0,
+        events=[Event(type="run_start").to_dict()],
+        new_from=0,
+    )
+    result = await ActivityEnvironment().run(acts.journal, inp)
+    assert result.error == "OSError: disk full" and result.mirrored is None
+    assert result.events == [{"type": "run_start"}]
+    inp.strict = True
+    with pytest.raises(ApplicationError, match="disk full"):
+        await ActivityEnvironment().run(acts.journal, inp)

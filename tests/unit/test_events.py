@@ -1,0 +1,107 @@
+"""The event model round-trips and matches Agentor 0.1.1's format field for field."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from store import Event, RunResult, Usage
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+
+AGENTOR_EVENT_FIELDS = [
+    "type",
+    "text",
+    "reasoning",
+    "name",
+    "args",
+    "result",
+    "error",
+    "call_id",
+    "turn",
+    "usage",
+    "status",
+    "agent",
+    "model",
+    "messages",
+    "calls",
+    "started_at",
+    "ended_at",
+    "forked_from",
+]
+
+
+def test_event_and_usage_have_exactly_the_documented_fields() -> None:
+    """Event and Usage carry Agentor's fields, in Agentor's order, and nothing else."""
+    assert [f.name for f in fields(Event)] == AGENTOR_EVENT_FIELDS
+    assert [f.name for f in fields(Usage)] == ["input_tokens", "output_tokens", "total_tokens"]
+
+
+def test_to_dict_drops_none_and_round_trips() -> None:
+    """to_dict omits None fields; from_dict(to_dict()) is the same event."""
+    event = Event(
+        type="tool_result",
+        name="get_weather",
+        args={"city": "London"},
+        result="sunny",
+        call_id="c1",
+        turn=1,
+        usage=Usage(1, 2, 3),
+    )
+    data = event.to_dict()
+    assert "error" not in data and data["usage"] == {
+        "input_tokens": 1,
+        "output_tokens": 2,
+        "total_tokens": 3,
+    }
+    assert Event.from_dict(json.loads(event.to_json())) == event
+
+
+def test_from_dict_ignores_unknown_keys_also_inside_usage() -> None:
+    """A newer writer's extra fields load instead of losing the event."""
+    event = Event.from_dict(
+        {"type": "generation", "surprise": 1, "usage": {"input_tokens": 4, "cached_tokens": 9}}
+    )
+    assert event.type == "generation" and event.usage == Usage(input_tokens=4)
+
+
+def test_from_dict_without_type_is_refused() -> None:
+    with pytest.raises(ValueError, match="type"):
+        Event.from_dict({"text": "hi"})
+
+
+@pytest.mark.parametrize("name", ["completed-weather-run.jsonl", "failing-tool-run.jsonl"])
+def test_agentor_fixtures_round_trip_byte_for_byte(name: str) -> None:
+    """Every line Agentor wrote re-serialises to the same JSON object, key order included."""
+    for line in (FIXTURES / name).read_text().splitlines():
+        event = Event.from_dict(json.loads(line))
+        assert event.to_json() == line
+
+
+def test_messages_keep_agentor_key_order_after_a_sorted_round_trip() -> None:
+    """Temporal's converter sorts keys; events restore role/content/tool_calls order."""
+    sorted_msg = json.loads(
+        json.dumps(
+            {
+                "tool_calls": [
+                    {"type": "function", "id": "c", "function": {"arguments": "{}", "name": "f"}}
+                ],
+                "role": "assistant",
+                "content": None,
+            },
+            sort_keys=True,
+        )
+    )
+    text = Event(type="generation", messages=[sorted_msg]).to_json()
+    assert text.index('"role"') < text.index('"content"') < text.index('"tool_calls"')
+    call = text[text.index('"tool_calls"') :]
+    assert call.index('"id"') < call.index('"type"') < call.index('"function"')
+    assert call.index('"name"') < call.index('"arguments"')
+
+
+def test_run_result_defaults() -> None:
+    result = RunResult()
+    assert str(result) == "" and result.tool_calls == [] and result.usage == Usage()

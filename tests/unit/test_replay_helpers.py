@@ -1,0 +1,71 @@
+"""Replaying a log into a conversation, a status and a cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from store import (
+    Event,
+    FileStore,
+    Usage,
+    initial_messages,
+    is_complete,
+    replay_messages,
+    total_usage,
+)
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+
+
+def test_crashed_fixture_replays_to_the_tool_result() -> None:
+    """Agentor's torn log replays to the request that asks for the final answer."""
+    events = FileStore(FIXTURES).load("crashed-after-tool")
+    assert [e.type for e in events] == ["run_start", "generation", "tool_call", "tool_result"]
+    messages = replay_messages(events)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool"]
+    assert messages[-1]["content"] == "The weather in London is sunny and 22C."
+    assert not is_complete(events)
+
+
+def test_completed_fixture_is_complete_with_summed_usage() -> None:
+    events = FileStore(FIXTURES).load("completed-weather-run")
+    assert is_complete(events)
+    assert total_usage(events) == Usage(20, 10, 30)
+
+
+def test_half_finished_tool_batch_is_rewound() -> None:
+    """Calls without recorded results drop the assistant turn, so the model decides again."""
+    gen = Event(
+        type="generation",
+        messages=[{"role": "user", "content": "hi"}],
+        calls=[
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+        ],
+    )
+    events = [
+        Event(type="run_start", messages=[{"role": "user", "content": "hi"}]),
+        gen,
+        Event(type="tool_result", call_id="a", result="ok"),
+    ]
+    assert replay_messages(events) == [{"role": "user", "content": "hi"}]
+
+
+def test_later_run_start_opens_a_new_segment() -> None:
+    """A segment that crashed before its first generation restarts from its own run_start."""
+    lines = (FIXTURES / "completed-weather-run.jsonl").read_text().splitlines()
+    events = [Event.from_dict(json.loads(line)) for line in lines]
+    events.append(Event(type="run_start", messages=[{"role": "user", "content": "new"}]))
+    assert replay_messages(events) == [{"role": "user", "content": "new"}]
+    assert not is_complete(events)
+
+
+def test_initial_messages() -> None:
+    assert initial_messages("sys", "hi") == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+    ]
+    history = [{"role": "system", "content": "old"}, {"role": "user", "content": "x"}]
+    assert initial_messages("sys", history) == history
+    assert initial_messages(None, "hi") == [{"role": "user", "content": "hi"}]

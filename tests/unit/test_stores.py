@@ -1,0 +1,122 @@
+"""Store behaviour, parametrised over every store; FileStore's crash rules."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from activities.journal import mirror_into
+from store import Event, FileStore, MemoryStore
+
+
+class DictStore:
+    """The seed's 'your own' store: three methods and nothing else."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, list[Event]] = {}
+
+    def append(self, run_id: str, event: Event) -> None:
+        self.data.setdefault(run_id, []).append(event)
+
+    def load(self, run_id: str) -> list[Event]:
+        return list(self.data.get(run_id, []))
+
+    def list_runs(self) -> list[str]:
+        return sorted(self.data)
+
+
+@pytest.fixture(params=["file", "memory", "custom"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    return {
+        "file": lambda: FileStore(tmp_path / "runs"),
+        "memory": MemoryStore,
+        "custom": DictStore,
+    }[request.param]()
+
+
+def events(n: int, start: int = 0) -> list[Event]:
+    return [
+        Event(type="tool_result", call_id=f"c{i}", result=str(i)) for i in range(start, start + n)
+    ]
+
+
+def test_append_load_list(store: Any) -> None:
+    """Events come back in order; unknown runs load as []; list_runs names runs."""
+    for e in events(3):
+        store.append("r1", e)
+    store.append("r2", Event(type="run_start"))
+    assert [e.call_id for e in store.load("r1")] == ["c0", "c1", "c2"]
+    assert store.load("nope") == []
+    assert store.list_runs() == ["r1", "r2"]
+
+
+def test_mirror_is_idempotent_by_position(store: Any) -> None:
+    """A retried mirror never writes an event twice and fills only what is new."""
+    assert mirror_into(store, "r", 0, events(2)) == 2
+    assert mirror_into(store, "r", 0, events(2)) == 2
+    assert mirror_into(store, "r", 1, events(3, start=1)) == 4
+    assert [e.call_id for e in store.load("r")] == ["c0", "c1", "c2", "c3"]
+
+
+def test_mirror_leaves_a_gap_alone(store: Any) -> None:
+    """Events that belong past the store's end are not written out of place."""
+    assert mirror_into(store, "r", 5, events(2)) == 0
+    assert store.load("r") == []
+
+
+def test_file_store_creates_directory_and_writes_jsonl(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "a" / "b")
+    store.append("r", Event(type="run_start", agent="A"))
+    lines = (tmp_path / "a" / "b" / "r.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"type": "run_start", "agent": "A"}]
+
+
+def test_file_store_survives_a_torn_final_line(tmp_path: Path) -> None:
+    """A torn last line is skipped on load and cut off before the next append."""
+    store = FileStore(tmp_path)
+    store.append("r", Event(type="run_start"))
+    with open(tmp_path / "r.jsonl", "a") as f:
+        f.write('{"type": "generation", "turn": 2, "usage": {"input_tok')
+    assert [e.type for e in store.load("r")] == ["run_start"]
+    assert store.count("r") == 1
+    store.append("r", Event(type="run_end", status="completed"))
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == ["run_start", "run_end"]
+
+
+def test_file_store_skips_a_corrupt_middle_line(tmp_path: Path) -> None:
+    (tmp_path / "r.jsonl").write_text('{"type": "run_start"}\nnot json\n[1]\n{"type": "run_end"}\n')
+    assert [e.type for e in FileStore(tmp_path).load("r")] == ["run_start", "run_end"]
+
+
+@pytest.mark.parametrize("run_id", ["../x", "/tmp/x", "a\\b", "C:x", ".hidden", "", "a/b", "x\ny"])
+def test_file_store_refuses_hostile_ids(tmp_path: Path, run_id: str) -> None:
+    """Ids that could escape or hide in the directory raise ValueError."""
+    store = FileStore(tmp_path / "runs")
+    with pytest.raises(ValueError, match="Invalid run id"):
+        store.append(run_id, Event(type="run_start"))
+    with pytest.raises(ValueError, match="Invalid run id"):
+        store.load(run_id)
+    assert not (tmp_path / "x").exists() and list((tmp_path / "runs").iterdir()) == []
+
+
+def test_list_runs_ignores_foreign_files(tmp_path: Path) -> None:
+    (tmp_path / ".hidden.jsonl").write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    (tmp_path / "good.jsonl").write_text('{"type": "run_start"}\n')
+    assert FileStore(tmp_path).list_runs() == ["good"]
+
+
+def test_count_notices_writes_by_another_process(tmp_path: Path) -> None:
+    """The cached count is keyed by file size, so an outside append invalidates it."""
+    store = FileStore(tmp_path)
+    store.append("r", Event(type="run_start"))
+    assert store.count("r") == 1
+    FileStore(tmp_path).append("r", Event(type="run_end"))
+    assert store.count("r") == 2
+    os.truncate(tmp_path / "r.jsonl", 0)
+    assert store.count("r") == 0

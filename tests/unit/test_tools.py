@@ -1,0 +1,100 @@
+"""Tools: schemas from hints and docstrings, validated calls, the idempotency key."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from activities.tooldef import ToolContext, function_tool, parse_docstring, tool_context
+
+
+@function_tool
+def get_weather(city: str, days: int = 1) -> str:
+    """Get the current weather for a city.
+
+    Args:
+        city: The city to look up. A longer description
+            that continues: on a second line.
+        days (int): How many days.
+    """
+    return f"{city}:{days}:{threading.current_thread().name}"
+
+
+def test_schema_from_hints_and_google_docstring() -> None:
+    assert get_weather.name == "get_weather"
+    assert get_weather.description == "Get the current weather for a city."
+    assert get_weather.parameters == {
+        "type": "object",
+        "properties": {
+            "city": {
+                "type": "string",
+                "description": (
+                    "The city to look up. A longer description that continues: on a second line."
+                ),
+            },
+            "days": {"type": "integer", "default": 1, "description": "How many days."},
+        },
+        "required": ["city"],
+    }
+
+
+def test_decorated_function_stays_callable() -> None:
+    assert get_weather("Oslo").startswith("Oslo:1:")
+
+
+async def test_sync_tool_runs_in_a_thread_and_sees_its_context() -> None:
+    """A sync tool runs off the event loop and can read its idempotency key."""
+    seen: list[str] = []
+
+    @function_tool(name="keyed")
+    def keyed(x: int) -> dict[str, int]:
+        seen.append(tool_context().idempotency_key)
+        return {"x": x, "main": int(threading.current_thread() is threading.main_thread())}
+
+    ctx = ToolContext(run_id="r", call_id="c", agent="A", turn=1, attempt=2)
+    assert await keyed.call({"x": "3"}, ctx) == '{"x": 3, "main": 0}'
+    assert seen == ["r:c"]
+
+
+async def test_invalid_arguments_are_reported_for_the_model() -> None:
+    with pytest.raises(ValueError, match="invalid arguments for get_weather: city: Field required"):
+        await get_weather.call({"days": 2})
+
+
+def test_tool_context_outside_a_call_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="only available"):
+        tool_context()
+
+
+def test_options_and_agentor_compat_names() -> None:
+    def plain() -> str:
+        return "x"
+
+    def transfer(amount: int) -> int:
+        return amount
+
+    tool = function_tool(name_override="renamed", description_override="D", strict_mode=True)(plain)
+    assert (tool.name, tool.description) == ("renamed", "D")
+    approval = function_tool(requires_approval=lambda amount: amount > 10)(transfer)
+    assert approval.spec().approval == "predicate" and approval.needs_approval({"amount": 11})
+    with pytest.raises(ValueError, match="tool name"):
+        function_tool(name="bad name")(plain)
+
+
+async def test_async_tools_are_awaited() -> None:
+    @function_tool
+    async def slow(n: int) -> int:
+        """Sleeps."""
+        await asyncio.sleep(0)
+        return n * 2
+
+    assert await slow.call({"n": 4}) == "8"
+
+
+def test_parse_docstring_sections() -> None:
+    summary, params = parse_docstring(
+        "Do it.\n\nArgs:\n    a: first\n\nReturns:\n    b: not a param\n"
+    )
+    assert summary == "Do it." and params == {"a": "first"}
