@@ -10,7 +10,7 @@ import pytest
 
 from store import Event, RunResult, Usage
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 AGENTOR_EVENT_FIELDS = [
     "type",

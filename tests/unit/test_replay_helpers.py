@@ -15,7 +15,7 @@ from store import (
     total_usage,
 )
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_crashed_fixture_replays_to_the_tool_result() -> None:
