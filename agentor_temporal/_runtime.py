@@ -167,14 +167,41 @@ class Runtime:
         finally:
             embedded.release()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop embedded workers (finishing in-flight work) and the loop."""
-        if not self.loop.is_running():
+    def stop_workers(self, timeout: float = 30.0) -> None:
+        """Stop every embedded worker now, finishing in-flight work.
+
+        Call it while the Temporal server is still reachable (a test suite's
+        teardown, say): a worker torn down with the interpreter can leave the
+        SDK's core threads calling back into a finalizing Python.
+        """
+        if not self.loop.is_running() or threading.current_thread() is self.thread:
             return
 
         async def stop_all() -> None:
-            await asyncio.gather(*(w.stop() for w in self._workers.values()))
+            workers = list(self._workers.values())
+            self._workers.clear()
+            await asyncio.gather(*(w.stop() for w in workers))
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop embedded workers, then the loop and its thread (runs at exit)."""
+        if not self.loop.is_running():
+            return
+        self.stop_workers(timeout)
+
+        async def cancel_rest() -> None:
+            current = asyncio.current_task()
+            rest = [t for t in asyncio.all_tasks() if t is not current]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result(timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout)
+        with Runtime._guard:
+            if Runtime._instance is self:
+                Runtime._instance = None

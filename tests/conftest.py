@@ -7,6 +7,7 @@ queue and run ids so tests never see each other's work.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -39,6 +40,11 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         ui=False,
     )
     yield env
+    # embedded workers first, while the server they poll is still up
+    from agentor_temporal._runtime import Runtime
+
+    if Runtime._instance is not None:
+        await asyncio.to_thread(Runtime._instance.close)
     await env.shutdown()
 
 
