@@ -49,7 +49,7 @@ class AgentActivities:
     @activity.defn(name=policies.GENERATE)
     async def generate(self, inp: GenerateInput) -> GenerateResult:
         """One model request."""
-        return await _model.generate(self.registry, inp)
+        return await _model.generate(self.registry, inp, self.client)
 
     @activity.defn(name=policies.CALL_TOOL)
     async def call_tool(self, inp: CallToolInput) -> CallToolResult:

@@ -118,8 +118,10 @@ def _request(inp: GenerateInput) -> dict[str, Any]:
     return request
 
 
-async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResult:
-    """Ask the model once; heartbeat while waiting."""
+async def generate(
+    registry: AgentRegistry, inp: GenerateInput, temporal: Any = None
+) -> GenerateResult:
+    """Ask the model once; heartbeat while waiting (and stream deltas if asked)."""
     try:
         agent = registry.get(inp.agent)
         client = registry.openai_client(agent)
@@ -129,9 +131,9 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
     try:
         async with heartbeating():
             if inp.stream_text:
-                from activities.streaming import stream_completion
+                from activities.streaming import stream_with_deltas
 
-                result = await stream_completion(client, _request(inp))
+                result = await stream_with_deltas(client, _request(inp), inp, temporal)
             else:
                 raw = await client.chat.completions.create(**_request(inp))
                 result = _result(raw)

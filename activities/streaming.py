@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from activities.types import GenerateResult
+from temporalio import activity
+
+from activities.types import GenerateInput, GenerateResult
+from workflows.policies import DELTA_BATCH_INTERVAL, DELTAS_TOPIC
 
 #: Called with each text delta as it arrives (e.g. to publish it to the run).
 DeltaSink = Callable[[str], Awaitable[None]]
@@ -69,3 +72,32 @@ async def stream_completion(
         ],
         usage=usage,
     )
+
+
+async def stream_with_deltas(
+    client: Any, request: dict[str, Any], inp: GenerateInput, temporal: Any
+) -> GenerateResult:
+    """Stream a completion, publishing text deltas to the run's workflow stream.
+
+    Deltas travel as batched signals, so a worker anywhere reaches the client.
+    A retried attempt first publishes a reset marker: followers then know the
+    text streamed so far for this turn is void (the `generation` event that
+    follows carries the authoritative text).
+    """
+    if temporal is None:
+        return await stream_completion(client, request)
+    from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+    attempt = activity.info().attempt if activity.in_activity() else 1
+    publisher = WorkflowStreamClient.create(
+        temporal, inp.run_id, batch_interval=DELTA_BATCH_INTERVAL
+    )
+    topic = publisher.topic(DELTAS_TOPIC)
+
+    async def publish(text: str) -> None:
+        topic.publish({"turn": inp.turn, "attempt": attempt, "text": text})
+
+    async with publisher:
+        if attempt > 1:
+            topic.publish({"turn": inp.turn, "attempt": attempt, "reset": True})
+        return await stream_completion(client, request, publish)

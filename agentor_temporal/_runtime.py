@@ -43,6 +43,9 @@ class _EmbeddedWorker:
         self.worker: Worker | None = None
         self.task: asyncio.Task[None] | None = None
         self.idle: asyncio.TimerHandle | None = None
+        # starting and stopping await; without this, concurrent first calls
+        # would each start a worker (the SDK refuses a second one per queue)
+        self.lock = asyncio.Lock()
 
     async def acquire(self, agent: AgentDefinition) -> None:
         self.registry.register(agent)
@@ -50,12 +53,13 @@ class _EmbeddedWorker:
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
-        if self.worker is None:
-            from worker import build_worker, ensure_search_attributes
+        async with self.lock:
+            if self.worker is None:
+                from worker import build_worker, ensure_search_attributes
 
-            await ensure_search_attributes(self.client, self.registry)
-            self.worker = build_worker(self.client, self.registry, task_queue=self.task_queue)
-            self.task = asyncio.create_task(self.worker.run())
+                await ensure_search_attributes(self.client, self.registry)
+                self.worker = build_worker(self.client, self.registry, task_queue=self.task_queue)
+                self.task = asyncio.create_task(self.worker.run())
 
     def release(self) -> None:
         self.users -= 1
@@ -66,18 +70,19 @@ class _EmbeddedWorker:
             )
 
     async def stop_if_idle(self) -> None:
-        if self.users == 0:
+        if self.users == 0 and self.worker is not None:
             await self.stop()
 
     async def stop(self) -> None:
-        worker, task = self.worker, self.task
-        self.worker, self.task = None, None
-        if worker is not None:
-            with contextlib.suppress(Exception):
-                await worker.shutdown()
-        if task is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await task
+        async with self.lock:
+            worker, task = self.worker, self.task
+            self.worker, self.task = None, None
+            if worker is not None:
+                with contextlib.suppress(Exception):
+                    await worker.shutdown()
+            if task is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await task
 
 
 class Runtime:

@@ -22,6 +22,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities import AgentDefinition, Tool, as_tool
 from agentor_temporal._runtime import Runtime
+from agentor_temporal.streaming import follow, on_runtime
 from store import (
     Event,
     RunResult,
@@ -40,6 +41,9 @@ from workflows.policies import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from workflows.types import AgentRunInput
 
 MessageInput = str | list[dict[str, Any]]
+
+#: Tasks that keep embedded workers serving runs nobody is waiting on.
+_background: set[asyncio.Task[None]] = set()
 
 _PROMPT_PREVIEW = 80
 
@@ -222,6 +226,84 @@ class Agentor:
         """Async `resume`."""
         return await Runtime.get().run_async(self._aresume(run_id, max_turns))
 
+    async def stream_chat(
+        self,
+        input: MessageInput,
+        run_id: str | None = None,
+        *,
+        stream_text: bool = False,
+        max_turns: int | None = None,
+    ) -> AsyncIterator[Event]:
+        """Run the agent, yielding each `Event` as it is recorded, ending with `run_end`.
+
+        The run is the same durable workflow as `run()`: persisted, mirrored to
+        the store, resumable. A caller that stops iterating (or is cancelled,
+        or dies) does not stop the run: it completes on a worker (this
+        process's embedded worker keeps serving it until it ends), and
+        `resume(run_id)` or `stream(run_id, after=N)` picks it up.
+
+        Args:
+            input: a prompt or a list of chat messages.
+            run_id: optional caller-chosen id (attaches if it exists).
+            stream_text: also yield `text_delta` events while the model
+                generates. If a model attempt is retried, an `error` event
+                says so: text streamed earlier in that turn is void, and the
+                `generation` event carries the final text.
+            max_turns: override the agent's budget for this run.
+        """
+        _check_input(input)
+        run_id = new_run_id() if run_id is None else validate_run_id(run_id)
+        inp = AgentRunInput(
+            agent=self.name, input=input, max_turns=max_turns, stream_text=stream_text
+        )
+
+        async def produce() -> AsyncIterator[Event]:
+            client = await self._client()
+            # started first: the worker's lease waits on the run, which must exist
+            await self._start(client, run_id, inp, WorkflowIDReusePolicy.REJECT_DUPLICATE)
+            await self._serve_until_done(client, run_id)
+            async for event in follow(
+                client, run_id, text=stream_text, history_events=lambda s: self._events(run_id, s)
+            ):
+                yield event
+
+        async for event in on_runtime(produce):
+            yield event
+
+    async def stream(
+        self, run_id: str, after: int = 0, *, text: bool = False
+    ) -> AsyncIterator[Event]:
+        """Yield a live or finished run's events from position `after`.
+
+        A client that lost its connection passes the number of events it
+        already has and continues without duplicates or gaps; live events
+        arrive as they are recorded. With `text=True`, text deltas produced
+        after that point are passed on too.
+
+        Raises:
+            KeyError: when Temporal does not know the run.
+        """
+        validate_run_id(run_id)
+        if not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be a non-negative integer, got {after!r}")
+
+        async def produce() -> AsyncIterator[Event]:
+            client = await self._client()
+            latest = await TemporalStore(client).latest(run_id)
+            if latest is not None and latest.status == "running":
+                await self._serve_until_done(client, run_id)
+            async for event in follow(
+                client,
+                run_id,
+                after=after,
+                text=text,
+                history_events=lambda s: self._events(run_id, s),
+            ):
+                yield event
+
+        async for event in on_runtime(produce):
+            yield event
+
     def ui_url(self, run_id: str) -> str:
         """The Temporal UI page of a run on the embedded dev server."""
         from agentor_temporal.connection import DEV_UI_PORT
@@ -240,6 +322,28 @@ class Agentor:
             return
         async with Runtime.get().worker_for(client, self.task_queue, self.definition):
             yield
+
+    async def _serve_until_done(self, client: Client, run_id: str) -> None:
+        """Keep the embedded worker serving until the run's execution closes.
+
+        Followers may stop listening at any time; the run must not stall
+        because of that, so the worker's lease belongs to a background task
+        that waits for the run, not to the follower.
+        """
+        if not self.embedded_worker:
+            return
+        ready = asyncio.Event()
+
+        async def hold() -> None:
+            async with self._serving(client):
+                ready.set()
+                with contextlib.suppress(Exception):
+                    await client.get_workflow_handle(run_id).result()
+
+        task = asyncio.get_running_loop().create_task(hold())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+        await ready.wait()
 
     async def _start(
         self,

@@ -110,6 +110,7 @@ class ScriptedModelServer:
         script: steps played in order (then the default agent), or a function
             from the request body to a step.
         latency: seconds every response waits before it is sent.
+        chunk_delay: seconds between the chunks of a streamed response.
         host, port: where to listen (port 0 picks a free one).
     """
 
@@ -118,10 +119,12 @@ class ScriptedModelServer:
         script: Sequence[Step] | Callable[[dict[str, Any]], Step] | None = None,
         *,
         latency: float = 0.0,
+        chunk_delay: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self.latency = latency
+        self.chunk_delay = chunk_delay
         self.host = host
         self.port = port
         #: every request body received, in order of arrival
@@ -380,6 +383,8 @@ class ScriptedModelServer:
             for piece in re.findall(r"\S+\s*|\s+", text):
                 writer.write(chunk({"content": piece}))
                 await writer.drain()
+                if self.chunk_delay:
+                    await asyncio.sleep(self.chunk_delay)
         for index, call in enumerate(message.get("tool_calls") or []):
             writer.write(
                 chunk(

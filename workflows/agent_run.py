@@ -20,6 +20,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
@@ -69,7 +70,12 @@ def failure_message(exc: BaseException) -> str:
 class AgentRunWorkflow:
     """One segment of an agent run; the workflow id is the run id."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, raw: Any) -> None:
+        # every recorded event is also published here, so clients can follow a
+        # run live (and the worker's activities can add text deltas)
+        self._stream = WorkflowStream()
+        self._events_topic = self._stream.topic(policies.EVENTS_TOPIC)
         self._events: list[Event] = []
         #: local event index -> id of the generate activity holding its request
         self._refs: dict[int, str] = {}
@@ -398,6 +404,13 @@ class AgentRunWorkflow:
     def _record(self, event: Event, *, ref: str | None = None) -> None:
         if ref is not None:
             self._refs[len(self._events)] = ref
+        self._events_topic.publish(
+            {
+                "index": self._offset + len(self._events),
+                "event": event.to_dict(),
+                "published_at": workflow.now().timestamp(),
+            }
+        )
         self._events.append(event)
 
     def _details(self, text: str) -> None:
@@ -451,6 +464,9 @@ class AgentRunWorkflow:
         self._status = status
         self._details(f"Finished: {status}")
         await self._journal()
+        # let followers' in-flight polls return (with run_end) before closing
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
         spec = self._spec
         assert spec is not None
         confirmed = (self._mirrored if self._mirrored is not None else self._offset) - self._offset

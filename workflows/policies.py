@@ -87,3 +87,14 @@ WORKFLOW_TASK_TIMEOUT = timedelta(seconds=10)
 #: enter history: Temporal refuses payloads over 2 MB, and a refused result
 #: would wedge the run in an endless workflow-task retry.
 MAX_TOOL_RESULT_CHARS = 256_000
+
+#: Stream topics: recorded events (published by the workflow) and text
+#: deltas (published by the generate activity while the model streams).
+EVENTS_TOPIC = "events"
+DELTAS_TOPIC = "deltas"
+#: Deltas are batched into one signal per interval: each batch is a history
+#: event and a workflow task, so this trades delta latency for history size.
+DELTA_BATCH_INTERVAL = timedelta(milliseconds=100)
+#: A follower polls again this soon after a batch; polls long-poll anyway,
+#: so this bounds added latency, not load.
+STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import agentor_ref
 import pytest
-from helpers import PROMPT, weather_agent
 from temporalio.client import Client
 
 from agentor_temporal import FileStore
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 from store import replay_messages, total_usage
+
+import agentor_ref
+from helpers import PROMPT, weather_agent
 
 agentor_store = agentor_ref.load()
 needs_agentor = pytest.mark.skipif(

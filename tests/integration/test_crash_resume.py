@@ -9,11 +9,12 @@ import sys
 import uuid
 from pathlib import Path
 
-from helpers import ANSWER, ROOT, finish, ledger_lines, spawn, wait_until, weather_agent
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
+
+from helpers import ANSWER, ROOT, finish, ledger_lines, spawn, wait_until, weather_agent
 
 FIXTURES = ROOT / "tests" / "fixtures"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers import PROMPT, weather_agent, weather_tool
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -13,6 +12,8 @@ from agentor_temporal import FileStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from worker import build_worker
 from workflows import AgentRunWorkflow
+
+from helpers import PROMPT, weather_agent, weather_tool
 
 GOLDEN = Path(__file__).parent / "golden" / "agent_run_history.json"
 

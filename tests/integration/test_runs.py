@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import ANSWER, PROMPT, ledger_lines, weather_agent, weather_tool
 from temporalio.client import Client, WorkflowFailureError
 
 from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
+
+from helpers import ANSWER, PROMPT, ledger_lines, weather_agent, weather_tool
 
 
 async def test_run_records_the_documented_events(

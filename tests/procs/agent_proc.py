@@ -52,15 +52,24 @@ async def serve_worker(agent: object) -> None:
         await asyncio.Event().wait()
 
 
+async def print_stream(agent: object, run_id: str | None, prompt: str) -> None:
+    """Print each streamed event as one JSON line, as it arrives."""
+    async for event in agent.stream_chat(prompt, run_id=run_id, stream_text=True):  # type: ignore[attr-defined]
+        print(json.dumps(event.to_dict()), flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["run", "resume", "worker"])
+    parser.add_argument("command", choices=["run", "resume", "worker", "stream"])
     parser.add_argument("--run-id")
     parser.add_argument("--prompt", default=PROMPT)
     args = parser.parse_args()
     agent = build()
     if args.command == "worker":
         asyncio.run(serve_worker(agent))
+        return 0
+    if args.command == "stream":
+        asyncio.run(print_stream(agent, args.run_id, args.prompt))
         return 0
     if args.command == "run":
         result = agent.run(args.prompt, run_id=args.run_id)  # type: ignore[attr-defined]

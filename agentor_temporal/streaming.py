@@ -1,0 +1,193 @@
+"""Following a run live: its events in order, and text deltas while it generates.
+
+The workflow publishes every recorded event, numbered by its position in the
+run's whole log, to a `temporalio.contrib.workflow_streams` stream; the
+`generate` activity adds text deltas to the same stream from whichever worker
+runs it. A follower long-polls that stream (each poll a workflow Update), so
+it needs nothing but a Temporal client and picks up exactly where it left off:
+events before `after` are skipped by their index, and deltas are passed on
+only once the follower has reached that point. A finished run is read from
+history instead (no worker needed). Deltas are not persisted; the
+`generation` and `message` events are the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from temporalio.client import Client
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+from agentor_temporal._runtime import Runtime
+from store import Event, TemporalStore
+from store.temporal import Segment
+from workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
+
+T = TypeVar("T")
+
+#: How long a follower keeps re-subscribing after unexpected poll errors.
+RESUBSCRIBE_BACKOFF = (0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+class RunFailedError(RuntimeError):
+    """The run's workflow ended without a `run_end` (terminated, failed input...)."""
+
+
+def retry_marker(turn: int, attempt: int) -> Event:
+    """What a follower sees when a streamed model attempt is retried."""
+    return Event(
+        type="error",
+        turn=turn,
+        error=(
+            f"model attempt {attempt} of turn {turn} started: text streamed earlier "
+            "in this turn is void"
+        ),
+    )
+
+
+async def follow(
+    client: Client,
+    run_id: str,
+    *,
+    after: int = 0,
+    text: bool = False,
+    history_events: Callable[[list[Segment]], Awaitable[list[Event]]],
+) -> AsyncIterator[Event]:
+    """Yield the run's events from position `after` (and deltas if `text`).
+
+    Ends after the latest segment's `run_end`.
+
+    Raises:
+        KeyError: when Temporal has no run with this id.
+        RunFailedError: when the run's workflow ended without a `run_end`.
+    """
+    async for event, _ in follow_timed(
+        client, run_id, after=after, text=text, history_events=history_events
+    ):
+        yield event
+
+
+async def follow_timed(
+    client: Client,
+    run_id: str,
+    *,
+    after: int = 0,
+    text: bool = False,
+    history_events: Callable[[list[Segment]], Awaitable[list[Event]]],
+) -> AsyncIterator[tuple[Event, float | None]]:
+    """`follow`, with the workflow time each live event was recorded (for benchmarks)."""
+    store = TemporalStore(client)
+    segments = await store.segments(run_id)
+    if not segments:
+        raise KeyError(f"No run with id {run_id!r} in Temporal")
+    events = await history_events(segments)
+    latest = segments[-1]
+    if latest.status != "running":
+        for event in events[after:]:
+            yield event, None
+        if latest.status != "completed" and (not events or events[-1].type != "run_end"):
+            raise RunFailedError(f"Run {run_id!r} {latest.status}: {latest.failure}")
+        return
+
+    offset = latest.input.get("event_offset", 0) if isinstance(latest.input, dict) else 0
+    offset = max(offset, len(events) - len(latest.events))
+    next_index = after
+    for event in events[after:offset]:
+        yield event, None
+        next_index += 1
+    # deltas count as new only once the follower reached its resume point
+    passed = next_index >= after and after <= offset
+    topics = [EVENTS_TOPIC, DELTAS_TOPIC] if text else [EVENTS_TOPIC]
+    stream_offset = 0
+    retries = 0
+    while True:
+        try:
+            async for item in WorkflowStreamClient.create(client, run_id).subscribe(
+                topics, from_offset=stream_offset, poll_cooldown=STREAM_POLL_COOLDOWN
+            ):
+                stream_offset = item.offset + 1
+                retries = 0
+                data = item.data
+                if item.topic == EVENTS_TOPIC:
+                    index = int(data["index"])
+                    if index < next_index:
+                        if index == after - 1:
+                            passed = True
+                        continue
+                    event = Event.from_dict(data["event"])
+                    next_index, passed = index + 1, True
+                    yield event, data.get("published_at")
+                    if event.type == "run_end":
+                        return
+                elif passed:
+                    if data.get("reset"):
+                        yield retry_marker(int(data["turn"]), int(data["attempt"])), None
+                    else:
+                        delta = Event(type="text_delta", text=data["text"], turn=data["turn"])
+                        yield delta, None
+            break  # the stream ended: the workflow closed without our run_end
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception:
+            if retries >= len(RESUBSCRIBE_BACKOFF):
+                break
+            await asyncio.sleep(RESUBSCRIBE_BACKOFF[retries])
+            retries += 1
+            latest_now = await store.latest(run_id)
+            if latest_now is None or latest_now.execution_run_id != latest.execution_run_id:
+                break
+            if latest_now.status != "running":
+                break
+    # closed without a run_end seen live: read what history has
+    segments = await store.segments(run_id)
+    events = await history_events(segments)
+    ended = False
+    for event in events[next_index:]:
+        ended = ended or event.type == "run_end"
+        yield event, None
+    if not ended and segments and segments[-1].status not in ("running", "completed"):
+        raise RunFailedError(f"Run {run_id!r} {segments[-1].status}: {segments[-1].failure}")
+
+
+async def on_runtime(factory: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:
+    """Iterate an async iterator that must run on the runtime loop, from any loop.
+
+    Items cross loops through a queue; when the consumer stops early, the
+    producer is cancelled (the run itself carries on in Temporal).
+    """
+    runtime = Runtime.get()
+    consumer = asyncio.get_running_loop()
+    if consumer is runtime.loop:
+        async for item in factory():
+            yield item
+        return
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def put(kind: str, value: Any) -> None:
+        consumer.call_soon_threadsafe(queue.put_nowait, (kind, value))
+
+    async def pump() -> None:
+        try:
+            async for item in factory():
+                put("item", item)
+            put("end", None)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the consumer
+            put("error", exc)
+
+    future = asyncio.run_coroutine_threadsafe(pump(), runtime.loop)
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind == "item":
+                yield value
+            elif kind == "end":
+                return
+            else:
+                raise value
+    finally:
+        # not awaited: a consumer being cancelled must not wait for the pump
+        future.cancel()
