@@ -16,6 +16,7 @@ from activities import model as _model
 from activities import tools as _tools
 from activities.registry import AgentRegistry
 from activities.types import (
+    ApprovalCheckInput,
     CallToolInput,
     CallToolResult,
     DescribeAgentInput,
@@ -61,6 +62,17 @@ class AgentActivities:
         """New events into history, unconfirmed ones into the store."""
         return await _journal.journal(self.registry, self.client, inp)
 
+    @activity.defn(name=policies.NEEDS_APPROVAL)
+    async def needs_approval(self, inp: ApprovalCheckInput) -> bool:
+        """Evaluate a tool's approval predicate on one call's arguments."""
+        return await _tools.needs_approval(self.registry, inp)
+
     def all(self) -> list[Any]:
         """Every activity, for `Worker(activities=...)`."""
-        return [self.describe_agent, self.generate, self.call_tool, self.journal]
+        return [
+            self.describe_agent,
+            self.generate,
+            self.call_tool,
+            self.journal,
+            self.needs_approval,
+        ]

@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from activities._private import clip, heartbeating
 from activities.registry import AgentRegistry, UnknownAgentError
 from activities.tooldef import ToolContext
-from activities.types import CallToolInput, CallToolResult
+from activities.types import ApprovalCheckInput, CallToolInput, CallToolResult
 from workflows.policies import MAX_TOOL_RESULT_CHARS
 
 logger = logging.getLogger(__name__)
@@ -71,3 +71,19 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             f"the first {MAX_TOOL_RESULT_CHARS} are shown]"
         )
     return CallToolResult(result=text, started_at=started, ended_at=ended, truncated=truncated)
+
+
+async def needs_approval(registry: AgentRegistry, inp: ApprovalCheckInput) -> bool:
+    """Whether this call of the tool waits for a person.
+
+    A predicate that raises, or a tool this worker does not know, asks a
+    person: failing safe is the point of an approval gate.
+    """
+    try:
+        tool = registry.get(inp.agent).tool(inp.name)
+        if tool is None:
+            return True
+        return tool.needs_approval(tool.validate(inp.args))
+    except Exception as exc:
+        logger.warning("Approval predicate of %s failed (%s); asking a person", inp.name, exc)
+        return True

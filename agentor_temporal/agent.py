@@ -16,15 +16,22 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities import AgentDefinition, Tool, as_tool
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.streaming import follow, on_runtime
 from store import (
     Event,
+    PendingApproval,
     RunResult,
     Store,
     TemporalStore,
@@ -38,7 +45,7 @@ from store import (
 from store.temporal import Segment
 from workflows.agent_run import failure_message
 from workflows.policies import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
-from workflows.types import AgentRunInput
+from workflows.types import AgentRunInput, Decision, PausedState
 
 MessageInput = str | list[dict[str, Any]]
 
@@ -304,6 +311,55 @@ class Agentor:
         async for event in on_runtime(produce):
             yield event
 
+    def approve(
+        self, run_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+    ) -> dict[str, Any]:
+        """Approve a tool call the run `run_id` is waiting on (blocking).
+
+        The decision is recorded as an `approval_decision` event; then
+        `resume(run_id)` continues the run and returns its outcome.
+
+        Args:
+            run_id: the run.
+            call_id: the waiting call (see `RunResult.pending_approvals`).
+            reason: optional, recorded with the decision.
+            by: optional, who decided (recorded).
+
+        Returns:
+            The request that was decided: call_id, tool, args, turn, approved.
+
+        Raises:
+            KeyError: when Temporal does not know the run.
+            ValueError: when the run is not waiting for that call (unknown
+                call, already decided, or the run is finished); nothing changes.
+        """
+        return Runtime.get().run_sync(self._decide(run_id, Decision(call_id, True, reason, by)))
+
+    def deny(
+        self, run_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+    ) -> dict[str, Any]:
+        """Deny a waiting tool call; the model is told, with the reason (blocking).
+
+        Same arguments, result and errors as `approve`.
+        """
+        return Runtime.get().run_sync(self._decide(run_id, Decision(call_id, False, reason, by)))
+
+    async def aapprove(
+        self, run_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+    ) -> dict[str, Any]:
+        """Async `approve`."""
+        return await Runtime.get().run_async(
+            self._decide(run_id, Decision(call_id, True, reason, by))
+        )
+
+    async def adeny(
+        self, run_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+    ) -> dict[str, Any]:
+        """Async `deny`."""
+        return await Runtime.get().run_async(
+            self._decide(run_id, Decision(call_id, False, reason, by))
+        )
+
     def ui_url(self, run_id: str) -> str:
         """The Temporal UI page of a run on the embedded dev server."""
         from agentor_temporal.connection import DEV_UI_PORT
@@ -322,6 +378,40 @@ class Agentor:
             return
         async with Runtime.get().worker_for(client, self.task_queue, self.definition):
             yield
+
+    @property
+    def _pauses(self) -> bool:
+        """Whether runs of this agent can stop to wait for a person."""
+        return any(t.requires_approval for t in self.tools)
+
+    async def _decide(self, run_id: str, decision: Decision) -> dict[str, Any]:
+        validate_run_id(run_id)
+        if not isinstance(decision.call_id, str) or not decision.call_id:
+            raise ValueError("call_id must be a non-empty string")
+        client = await self._client()
+        handle = client.get_workflow_handle(run_id)
+        try:
+            description = await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise KeyError(f"No run with id {run_id!r} in Temporal") from None
+            raise
+        if description.status is None or description.status.name != "RUNNING":
+            status = description.status.name.lower() if description.status else "unknown"
+            raise ValueError(
+                f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
+            )
+        # the decision is taken by the workflow, so a worker must be polling
+        async with self._serving(client):
+            try:
+                result: dict[str, Any] = await handle.execute_update(
+                    "decide", decision, result_type=dict
+                )
+            except WorkflowUpdateFailedError as exc:
+                raise ValueError(failure_message(exc)) from None
+            except RPCError as exc:
+                raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
+        return result
 
     async def _serve_until_done(self, client: Client, run_id: str) -> None:
         """Keep the embedded worker serving until the run's execution closes.
@@ -438,18 +528,51 @@ class Agentor:
             return await self._result(client, run_id)
 
     async def _result(self, client: Client, run_id: str) -> RunResult:
-        """Wait for the run's latest execution and build its `RunResult`."""
+        """Wait for the run's latest execution (or its pause) and build its `RunResult`."""
         handle = client.get_workflow_handle(run_id)
         outcome: dict[str, Any] | None = None
         failure: str | None = None
-        try:
-            value = await handle.result()
-            outcome = value if isinstance(value, dict) else None
-        except WorkflowFailureError as exc:
-            failure = failure_message(exc)
+        paused: PausedState | None = None
+        finished = asyncio.ensure_future(handle.result())
+        if self._pauses:
+            pause = asyncio.ensure_future(self._wait_paused(handle))
+            await asyncio.wait({finished, pause}, return_when=asyncio.FIRST_COMPLETED)
+            state = pause.result() if pause.done() else None
+            if state is not None and state.status == "awaiting_approval":
+                paused = state
+                finished.cancel()
+            else:
+                pause.cancel()
+        if paused is None:
+            try:
+                value = await finished
+                outcome = value if isinstance(value, dict) else None
+            except WorkflowFailureError as exc:
+                failure = failure_message(exc)
         segments = await TemporalStore(client).segments(run_id)
         events = await self._events(run_id, segments)
+        if paused is not None:
+            return RunResult(
+                status="awaiting_approval",
+                run_id=run_id,
+                events=events,
+                usage=total_usage(events),
+                messages=replay_messages(events),
+                pending_approvals=[
+                    PendingApproval(p["call_id"], p["tool"], p.get("args"), p.get("turn"))
+                    for p in paused.pending
+                ],
+            )
         return self._result_from(run_id, events, outcome, failure)
+
+    @staticmethod
+    async def _wait_paused(handle: WorkflowHandle[Any, Any]) -> PausedState | None:
+        """The run's pause, or None when it ended (or cannot say) instead."""
+        try:
+            state: PausedState = await handle.execute_update("wait_paused", result_type=PausedState)
+        except (WorkflowUpdateFailedError, RPCError):
+            return None
+        return state
 
     async def _events(self, run_id: str, segments: list[Segment]) -> list[Event]:
         """The run's whole log: Temporal's segments, after any store-seeded prefix."""

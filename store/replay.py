@@ -121,3 +121,10 @@ def total_usage(events: list[Event]) -> Usage:
         if event.type == "generation" and event.usage:
             total = total + event.usage
     return total
+
+
+def pending_approvals(events: list[Event]) -> list[Event]:
+    """`approval_request` events of the latest segment that have no decision yet."""
+    segment = segment_events(events)
+    decided = {e.call_id for e in segment if e.type == "approval_decision"}
+    return [e for e in segment if e.type == "approval_request" and e.call_id not in decided]

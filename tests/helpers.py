@@ -152,3 +152,25 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
+
+
+def transfer_tool(
+    ledger: str | None = None, *, threshold: float | None = None, **options: Any
+) -> Any:
+    """A money transfer that needs a person's approval (above `threshold`, if given)."""
+
+    def over(amount: float, to: str = "") -> bool:
+        return threshold is None or amount > threshold
+
+    @function_tool(requires_approval=over if threshold is not None else True, **options)
+    def transfer(amount: float, to: str) -> str:
+        """Send money.
+
+        Args:
+            amount: How much.
+            to: To whom.
+        """
+        ledger_write(ledger, "transfer", f"{amount} {to}")
+        return f"Sent {amount:g} to {to}."
+
+    return transfer

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     # sharing the host's copies with the sandbox cannot leak nondeterminism;
     # re-importing them per workflow run would only cost time.
     from activities.types import (
+        ApprovalCheckInput,
         CallToolInput,
         CallToolResult,
         DescribeAgentInput,
@@ -39,7 +40,14 @@ with workflow.unsafe.imports_passed_through():
     from store.events import Event, Usage
     from store.replay import assistant_message, initial_messages, tool_message
     from workflows import policies
-    from workflows.types import AgentSpec, RunOutcome, ToolSpec, parse_run_input
+    from workflows.types import (
+        AgentSpec,
+        Decision,
+        PausedState,
+        RunOutcome,
+        ToolSpec,
+        parse_run_input,
+    )
 
 #: Search attributes set on every run when the namespace has them.
 AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
@@ -66,6 +74,14 @@ def failure_message(exc: BaseException) -> str:
     return message
 
 
+class ApprovalExpired(Exception):
+    """An approval timed out on a tool whose timeout fails the run."""
+
+
+#: Tool results a person caused: not malfunctions, so not in the failure budget.
+_DECIDED_ERRORS = ("denied", "approval expired")
+
+
 @workflow.defn(name=policies.WORKFLOW_TYPE)
 class AgentRunWorkflow:
     """One segment of an agent run; the workflow id is the run id."""
@@ -89,6 +105,17 @@ class AgentRunWorkflow:
         self._status = "running"
         self._turn = 0
         self._prior = Usage()
+        #: call_id -> the approval request waiting for a person
+        self._awaiting: dict[str, dict[str, Any]] = {}
+        #: call_id -> the decision taken (first one wins)
+        self._decisions: dict[str, Decision] = {}
+        #: tool activities in flight that need no approval
+        self._tools_running = 0
+        #: set when the run is about to close; releases waiting handlers
+        self._closing = False
+        # concurrent tool calls may journal at once (approval requests); one
+        # journal at a time keeps every event in history exactly once
+        self._journal_lock = asyncio.Lock()
 
     # -- queries -------------------------------------------------------------
 
@@ -109,6 +136,49 @@ class AgentRunWorkflow:
             "offset": self._offset,
             "events": self._offset + len(self._events),
         }
+
+    def _paused(self) -> bool:
+        return bool(self._awaiting) and self._tools_running == 0
+
+    @workflow.update(name="wait_paused")
+    async def wait_paused(self) -> PausedState:
+        """Return once the run waits only for people (or has ended)."""
+        await workflow.wait_condition(lambda: self._closing or self._paused())
+        if self._paused() and not self._closing:
+            return PausedState("awaiting_approval", list(self._awaiting.values()))
+        return PausedState(self._status)
+
+    @workflow.update(name="decide")
+    def decide(self, decision: Decision) -> dict[str, Any]:
+        """Approve or deny one waiting tool call; the first decision wins."""
+        # checked again here: two updates in one workflow task both pass the
+        # validator before either handler runs
+        self._check_decision(decision)
+        self._decisions[decision.call_id] = decision
+        request = self._awaiting[decision.call_id]
+        return {**request, "approved": decision.approved}
+
+    @decide.validator
+    def _validate_decision(self, decision: Decision) -> None:
+        self._check_decision(decision)
+
+    def _check_decision(self, decision: Decision) -> None:
+        run_id = workflow.info().workflow_id
+        taken = self._decisions.get(decision.call_id)
+        if taken is not None:
+            verdict = "approved" if taken.approved else "denied"
+            raise ApplicationError(
+                f"Call {decision.call_id!r} of run {run_id!r} was already {verdict}"
+                f"{' by ' + taken.by if taken.by else ''}; the decision stands.",
+                type="AlreadyDecided",
+            )
+        if decision.call_id not in self._awaiting:
+            waiting = ", ".join(sorted(self._awaiting)) or "none"
+            raise ApplicationError(
+                f"Run {run_id!r} has no tool call {decision.call_id!r} waiting for approval "
+                f"(waiting: {waiting}).",
+                type="UnknownCall",
+            )
 
     # -- the loop --------------------------------------------------------------
 
@@ -241,12 +311,26 @@ class AgentRunWorkflow:
                 + ", ".join(str((c.get("function") or {}).get("name")) for c in gen.calls)
             )
             await self._journal()
-            results = await asyncio.gather(
-                *(
-                    self._run_tool(spec, call, turn, index, disabled)
-                    for index, call in enumerate(gen.calls)
+            try:
+                results = await asyncio.gather(
+                    *(
+                        self._run_tool(spec, call, turn, index, disabled)
+                        for index, call in enumerate(gen.calls)
+                    )
                 )
-            )
+            except ApprovalExpired as exc:
+                self._record(
+                    Event(
+                        type="run_end",
+                        status="failed",
+                        error=str(exc),
+                        turn=turn,
+                        usage=total,
+                        started_at=run_started,
+                        ended_at=workflow.now().timestamp(),
+                    )
+                )
+                return await self._finish("failed", None, total, str(exc))
 
             newly_disabled: list[str] = []
             for event in results:
@@ -255,7 +339,12 @@ class AgentRunWorkflow:
                 messages.append(tool_message(event))
                 # an unknown name counts too: a model inventing one would
                 # otherwise burn every turn, the failure this budget stops
-                if event.error is None or event.name is None or event.name in disabled:
+                if (
+                    event.error is None
+                    or event.error in _DECIDED_ERRORS
+                    or event.name is None
+                    or event.name in disabled
+                ):
                     continue
                 failures[event.name] = failures.get(event.name, 0) + 1
                 if failures[event.name] >= spec.max_tool_failures:
@@ -304,6 +393,7 @@ class AgentRunWorkflow:
                 summary=f"describe {agent}",
             )
         except ActivityError as exc:
+            await self._release_handlers()
             # the workflow fails (not its task, which would retry forever)
             raise ApplicationError(
                 failure_message(exc), type="UnknownAgent", non_retryable=True
@@ -355,6 +445,11 @@ class AgentRunWorkflow:
                 error="unknown tool",
                 result=f"Error: unknown tool {name!r}. Available tools: {known}.",
             )
+        if tool.approval != "never":
+            answered = await self._approval(spec, tool, name, args, str(call_id), turn)
+            if answered is not None:
+                return answered
+        self._tools_running += 1
         try:
             res = await workflow.execute_activity(
                 policies.CALL_TOOL,
@@ -379,6 +474,7 @@ class AgentRunWorkflow:
             )
         except ActivityError as exc:
             # retries exhausted (timeouts, lost workers): the model hears it
+            self._tools_running -= 1
             error = f"Tool call failed: {failure_message(exc)}"
             return Event(
                 type="tool_result",
@@ -388,6 +484,7 @@ class AgentRunWorkflow:
                 error=error,
                 result=f"Error: {error}",
             )
+        self._tools_running -= 1
         return Event(
             type="tool_result",
             name=name,
@@ -398,6 +495,123 @@ class AgentRunWorkflow:
             started_at=res.started_at,
             ended_at=res.ended_at,
         )
+
+    async def _approval(
+        self,
+        spec: AgentSpec,
+        tool: ToolSpec,
+        name: str,
+        args: dict[str, Any],
+        call_id: str,
+        turn: int,
+    ) -> Event | None:
+        """Wait durably for a person; None means approved (run the tool).
+
+        Returns the `tool_result` that answers the model when the call is
+        denied or its approval expired (on_approval_timeout="deny").
+
+        Raises:
+            ApprovalExpired: when the approval expired and the tool says "fail".
+        """
+        if tool.approval == "predicate":
+            try:
+                needed = await workflow.execute_local_activity(
+                    policies.NEEDS_APPROVAL,
+                    ApprovalCheckInput(agent=spec.name, name=name, args=args),
+                    result_type=bool,
+                    start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
+                    retry_policy=policies.LOCAL_RETRY_POLICY,
+                    summary=f"needs approval? {call_summary(name, args)}",
+                )
+            except ActivityError:
+                needed = True  # a predicate that cannot decide asks a person
+            if not needed:
+                return None
+        requested = workflow.now().timestamp()
+        self._record(
+            Event(
+                type="approval_request",
+                name=name,
+                args=args,
+                call_id=call_id,
+                turn=turn,
+                started_at=requested,
+            )
+        )
+        self._awaiting[call_id] = {"call_id": call_id, "tool": name, "args": args, "turn": turn}
+        self._details(self._waiting_details())
+        await self._journal()
+        timeout = timedelta(seconds=tool.approval_timeout) if tool.approval_timeout else None
+        try:
+            await workflow.wait_condition(lambda: call_id in self._decisions, timeout=timeout)
+            decision: Decision | None = self._decisions[call_id]
+        except asyncio.TimeoutError:
+            decision = None
+        del self._awaiting[call_id]
+        self._details(self._waiting_details() if self._awaiting else f"Turn {turn}: running tools")
+        decided = workflow.now().timestamp()
+        if decision is None:
+            assert tool.approval_timeout is not None
+            message = f"no decision within {tool.approval_timeout:g} s"
+            # a decision arriving now is refused: the timeout already decided
+            self._decisions[call_id] = Decision(call_id, False, message, "timeout")
+            self._record(
+                Event(
+                    type="approval_decision",
+                    name=name,
+                    args=args,
+                    call_id=call_id,
+                    turn=turn,
+                    status="expired",
+                    text=message,
+                    started_at=requested,
+                    ended_at=decided,
+                )
+            )
+            if tool.on_approval_timeout == "fail":
+                raise ApprovalExpired(f"Approval of {call_summary(name, args)} expired: {message}")
+            return Event(
+                type="tool_result",
+                name=name,
+                args=args,
+                call_id=call_id,
+                error="approval expired",
+                result=f"Error: the call was not approved ({message}).",
+            )
+        self._record(
+            Event(
+                type="approval_decision",
+                name=name,
+                args=args,
+                call_id=call_id,
+                turn=turn,
+                status="approved" if decision.approved else "denied",
+                text=decision.reason,
+                result=decision.by,
+                started_at=requested,
+                ended_at=decided,
+            )
+        )
+        if decision.approved:
+            return None
+        who = f" ({decision.by})" if decision.by else ""
+        why = f": {decision.reason}" if decision.reason else ""
+        return Event(
+            type="tool_result",
+            name=name,
+            args=args,
+            call_id=call_id,
+            error="denied",
+            result=f"Error: a person denied this call{who}{why}. Do not call it again "
+            "for the same purpose; answer without it or explain what you cannot do.",
+        )
+
+    def _waiting_details(self) -> str:
+        waiting = "; ".join(
+            f"{call_summary(r['tool'], r['args'])} [{r['call_id']}]"
+            for r in self._awaiting.values()
+        )
+        return f"**Waiting for approval:** {waiting}"
 
     # -- recording -----------------------------------------------------------------
 
@@ -418,6 +632,10 @@ class AgentRunWorkflow:
 
     async def _journal(self, *, strict: bool = False) -> None:
         """Put new events in history and mirror unconfirmed ones into the store."""
+        async with self._journal_lock:
+            await self._journal_locked(strict)
+
+    async def _journal_locked(self, strict: bool) -> None:
         spec = self._spec
         assert spec is not None
         total = len(self._events)
@@ -458,15 +676,19 @@ class AgentRunWorkflow:
         if res.error is None and res.mirrored is not None:
             self._mirrored = res.mirrored
 
+    async def _release_handlers(self) -> None:
+        """Let followers' polls and pause-waiters return before the run closes."""
+        self._closing = True
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
     async def _finish(
         self, status: str, final_output: str | None, usage: Usage, error: str | None
     ) -> dict[str, Any]:
         self._status = status
         self._details(f"Finished: {status}")
         await self._journal()
-        # let followers' in-flight polls return (with run_end) before closing
-        self._stream.detach_pollers()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._release_handlers()
         spec = self._spec
         assert spec is not None
         confirmed = (self._mirrored if self._mirrored is not None else self._offset) - self._offset

@@ -24,6 +24,7 @@ DESCRIBE_AGENT = "describe_agent"
 GENERATE = "generate"
 CALL_TOOL = "call_tool"
 JOURNAL = "journal"
+NEEDS_APPROVAL = "needs_approval"
 
 #: A model call may legitimately think for minutes; heartbeats, not this
 #: timeout, are what notice a dead worker.

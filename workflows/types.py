@@ -185,3 +185,24 @@ class AgentSpec:
             if tool.name == name:
                 return tool
         return None
+
+
+@dataclass
+class Decision:
+    """A person's decision on one tool call (the `decide` update's input)."""
+
+    call_id: str
+    approved: bool
+    reason: str | None = None
+    #: who decided, when the caller says
+    by: str | None = None
+
+
+@dataclass
+class PausedState:
+    """What `wait_paused` reports: why the run stopped making progress."""
+
+    #: "awaiting_approval", or the final status when the run ended instead
+    status: str
+    #: pending approvals: {"call_id", "tool", "args", "turn"}
+    pending: list[dict[str, Any]] = field(default_factory=list)

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from helpers import PROMPT, BlockingStore, weather_agent, weather_tool
+from helpers import PROMPT, BlockingStore, transfer_tool, weather_agent, weather_tool
 
 
 def build() -> object:
@@ -32,7 +32,12 @@ def build() -> object:
         tools=[
             weather_tool(
                 os.environ.get("AGENT_LEDGER"), delay=float(os.environ.get("TOOL_DELAY", "0"))
-            )
+            ),
+            *(
+                [transfer_tool(os.environ.get("AGENT_LEDGER"))]
+                if os.environ.get("APPROVAL")
+                else []
+            ),
         ],
         embedded_worker=os.environ.get("EMBEDDED_WORKER", "1") == "1",
     )
@@ -60,7 +65,9 @@ async def print_stream(agent: object, run_id: str | None, prompt: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["run", "resume", "worker", "stream"])
+    parser.add_argument("command", choices=["run", "resume", "worker", "stream", "approve"])
+    parser.add_argument("--call-id")
+    parser.add_argument("--by")
     parser.add_argument("--run-id")
     parser.add_argument("--prompt", default=PROMPT)
     args = parser.parse_args()
@@ -70,6 +77,11 @@ def main() -> int:
         return 0
     if args.command == "stream":
         asyncio.run(print_stream(agent, args.run_id, args.prompt))
+        return 0
+    if args.command == "approve":
+        agent.approve(args.run_id, args.call_id, by=args.by)  # type: ignore[attr-defined]
+        result = agent.resume(args.run_id)  # type: ignore[attr-defined]
+        print(json.dumps(result.to_dict()), flush=True)
         return 0
     if args.command == "run":
         result = agent.run(args.prompt, run_id=args.run_id)  # type: ignore[attr-defined]

