@@ -33,7 +33,13 @@ from temporalio.worker import Worker
 from activities import AgentActivities, AgentDefinition, AgentRegistry
 from store import FileStore, Store
 from workflows import AgentRunWorkflow
-from workflows.policies import STICKY_QUEUE_TIMEOUT, TASK_QUEUE
+from workflows.policies import (
+    MAX_CACHED_WORKFLOWS,
+    MAX_CONCURRENT_ACTIVITIES,
+    MAX_CONCURRENT_LOCAL_ACTIVITIES,
+    STICKY_QUEUE_TIMEOUT,
+    TASK_QUEUE,
+)
 
 logger = logging.getLogger("agentor_temporal.worker")
 
@@ -124,10 +130,15 @@ def build_worker(
         registry = AgentRegistry([definition_of(a) for a in agents], default_store=store)
     activities = AgentActivities(registry, client)
     options.setdefault("sticky_queue_schedule_to_start_timeout", STICKY_QUEUE_TIMEOUT)
+    options.setdefault("max_concurrent_activities", MAX_CONCURRENT_ACTIVITIES)
+    options.setdefault("max_concurrent_local_activities", MAX_CONCURRENT_LOCAL_ACTIVITIES)
+    options.setdefault("max_cached_workflows", MAX_CACHED_WORKFLOWS)
     options.setdefault("graceful_shutdown_timeout", GRACEFUL_SHUTDOWN)
-    # sync tools run on asyncio's default executor via to_thread; this pool is
-    # only for any sync activity a user might add alongside
-    options.setdefault("activity_executor", ThreadPoolExecutor(max_workers=16))
+    # our activities are async (sync tools get their own pool); this pool is
+    # only for any sync activity a user registers alongside, sized to match
+    options.setdefault(
+        "activity_executor", ThreadPoolExecutor(max_workers=options["max_concurrent_activities"])
+    )
     worker = Worker(
         client,
         task_queue=task_queue,

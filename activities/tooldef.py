@@ -12,6 +12,7 @@ side-effecting tool makes the second attempt safe.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import inspect
@@ -23,6 +24,7 @@ from typing import Any, overload
 
 import pydantic
 
+from workflows.policies import SYNC_TOOL_THREADS
 from workflows.types import ToolSpec
 
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -120,6 +122,18 @@ def tool_context() -> ToolContext:
     if ctx is None:
         raise RuntimeError("tool_context() is only available while a tool is being called")
     return ctx
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _sync_tool_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=SYNC_TOOL_THREADS, thread_name_prefix="agentor-tool"
+        )
+    return _pool
 
 
 class Tool:
@@ -236,8 +250,11 @@ class Tool:
             if inspect.iscoroutinefunction(self.fn):
                 value = await self.fn(**kwargs)
             else:
-                # to_thread copies contextvars, so tool_context() works there too
-                value = await asyncio.to_thread(self.fn, **kwargs)
+                # the copied context carries tool_context() into the thread
+                context_copy = contextvars.copy_context()
+                value = await asyncio.get_running_loop().run_in_executor(
+                    _sync_tool_pool(), functools.partial(context_copy.run, self.fn, **kwargs)
+                )
                 if inspect.isawaitable(value):
                     value = await value
         finally:

@@ -73,3 +73,25 @@ def model() -> Iterator[ScriptedModelServer]:
 @pytest.fixture
 def ledger(tmp_path: Path) -> str:
     return str(tmp_path / "ledger.txt")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Exit without interpreter finalization once pytest has reported.
+
+    The Temporal SDK's core threads can call back into Python while the
+    interpreter finalizes (seen here as a fatal `PyGILState_Release` abort,
+    exit 134, after every test had passed); nothing is left to clean up at
+    this point, so skip finalization and keep pytest's exit status.
+    """
+    import os
+
+    status = getattr(config, "_agentor_exitstatus", None)
+    if status is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(status))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._agentor_exitstatus = exitstatus  # type: ignore[attr-defined]

@@ -99,3 +99,14 @@ DELTA_BATCH_INTERVAL = timedelta(milliseconds=100)
 #: A follower polls again this soon after a batch; polls long-poll anyway,
 #: so this bounds added latency, not load.
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
+
+#: Worker sizing. Model calls and tools are I/O-bound async activities, so one
+#: worker holds many at once; the SDK's defaults (100 slots) would queue a
+#: large fan-out behind a few slow model calls.
+MAX_CONCURRENT_ACTIVITIES = 500
+MAX_CONCURRENT_LOCAL_ACTIVITIES = 500
+#: Cached runs replay nothing on their next task; a run is a few KB in cache.
+MAX_CACHED_WORKFLOWS = 2000
+#: Sync tools run in this many threads (asyncio's default pool is only
+#: cpu+4 threads, which would serialise slow sync tools across runs).
+SYNC_TOOL_THREADS = 64

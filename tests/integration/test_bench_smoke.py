@@ -1,0 +1,30 @@
+"""The benchmark harness runs end to end (tiny sizes; the numbers are not judged here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from helpers import ROOT
+
+
+def test_bench_harness_runs_and_reports() -> None:
+    """`bench/run.py --smoke` finishes and writes results, a report and a plot."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    results = json.loads((ROOT / "bench" / "results" / "bench-smoke.json").read_text())
+    assert set(results["latency"]) == {"0ms", "200ms"}
+    assert results["in_flight"]["statuses"] == {"completed": results["sizes"]["in_flight"]}
+    assert [row["status"] for row in results["history"]] == ["completed", "completed"]
+    report = (ROOT / "bench" / "results" / "bench-smoke.md").read_text()
+    assert "## Targets" in report and "floor A" in report
+    assert (ROOT / "bench" / "results" / "bench-smoke.png").stat().st_size > 10_000
