@@ -117,12 +117,20 @@ async def follow(client: Client, run_id: str, work: Awaitable[T], progress: Prog
     """
     store = TemporalStore(client)
     task: asyncio.Future[T] = asyncio.ensure_future(work)
+    seen: tuple[str, int] | None = None
 
     async def beat() -> None:
+        nonlocal seen
         with contextlib.suppress(Exception):
+            # describing is cheap; the whole history is read only when it grew
+            described = await client.get_workflow_handle(run_id).describe()
+            now = (described.run_id, described.history_length)
+            if now == seen:
+                return
             segment = await store.latest(run_id)
             if segment is not None:
                 progress.feed(segment)
+                seen = now
 
     try:
         while not task.done():
