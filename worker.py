@@ -68,6 +68,37 @@ def definition_of(obj: Any) -> AgentDefinition:
     )
 
 
+def import_object(path: str) -> Any:
+    """The object a `module:attr` path names (`attr` may be dotted).
+
+    The working directory is importable, as for `python -m`.
+
+    Raises:
+        ConfigError: naming the path, and why it could not be loaded.
+    """
+    module_name, sep, attr = path.strip().partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(
+            f"bad agent path {path!r}: expected module:attr, e.g. examples.agent:agent"
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r} for {path!r}: {exc}") from None
+    except Exception as exc:  # the module itself raised while importing
+        raise ConfigError(
+            f"importing {module_name!r} for {path!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{module_name!r} has no attribute {attr!r} (from {path!r})")
+        obj = getattr(obj, part)
+    return obj
+
+
 def load_agents(spec: str | Sequence[str]) -> list[AgentDefinition]:
     """Import agents from `module:attr` paths (comma-separated or a list).
 
@@ -78,24 +109,9 @@ def load_agents(spec: str | Sequence[str]) -> list[AgentDefinition]:
     paths = [p for p in paths if p]
     if not paths:
         raise ConfigError("no agents given: pass --agents module:attr (or set AGENTOR_AGENTS)")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     agents: list[AgentDefinition] = []
     for path in paths:
-        module_name, sep, attr = path.partition(":")
-        if not sep or not module_name or not attr:
-            raise ConfigError(
-                f"bad agent path {path!r}: expected module:attr, e.g. examples.agent:agent"
-            )
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigError(f"cannot import {module_name!r} for {path!r}: {exc}") from None
-        obj: Any = module
-        for part in attr.split("."):
-            if not hasattr(obj, part):
-                raise ConfigError(f"{module_name!r} has no attribute {attr!r} (from {path!r})")
-            obj = getattr(obj, part)
+        obj = import_object(path)
         items = obj if isinstance(obj, (list, tuple)) else [obj]
         agents.extend(definition_of(item) for item in items)
     return agents
@@ -181,18 +197,8 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
     return ok
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python worker.py",
-        description="Run a worker for agentor-temporal agent runs.",
-        epilog=(
-            "examples:\n"
-            "  python worker.py --agents examples.agent:agent\n"
-            "  python worker.py --agents app.agents:weather,app.agents:billing --store runs\n"
-            "  TEMPORAL_ADDRESS=temporal:7233 AGENTOR_AGENTS=app:agent python worker.py"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the worker's options to `parser` (shared with `agentor-temporal worker`)."""
     parser.add_argument(
         "--agents",
         default=os.environ.get("AGENTOR_AGENTS"),
@@ -221,6 +227,21 @@ def _parser() -> argparse.ArgumentParser:
         help="workflow cache size (0 replays every task; for tests)",
     )
     parser.add_argument("--log-level", default=os.environ.get("AGENTOR_LOG_LEVEL", "INFO"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python worker.py",
+        description="Run a worker for agentor-temporal agent runs.",
+        epilog=(
+            "examples:\n"
+            "  python worker.py --agents examples.agent:agent\n"
+            "  python worker.py --agents app.agents:weather,app.agents:billing --store runs\n"
+            "  TEMPORAL_ADDRESS=temporal:7233 AGENTOR_AGENTS=app:agent python worker.py"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
     return parser
 
 
@@ -256,9 +277,12 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     logger.info("Worker stopped")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit code."""
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Serve with parsed options until stopped; returns the exit code.
+
+    2 for a setting that is wrong (bad --agents path), 1 when Temporal
+    cannot be reached, 0 after a clean stop.
+    """
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -271,6 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit code."""
+    return run(_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

