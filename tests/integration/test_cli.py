@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ANSWER, PROMPT, ROOT, ledger_lines, wait_until
 
 from agentor_temporal import FileStore
 from agentor_temporal.connection import stop_dev_server, temporal_binary
 from agentor_temporal.testing import Fail, ScriptedModelServer, tool_then_answer
+
+from helpers import ANSWER, PROMPT, ROOT, ledger_lines, wait_until
 
 AGENT = "procs.cli_agents:agent"
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -22,9 +22,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from browser import Page, dump_dom, find_chromium, screenshot
-from conftest import SEARCH_ATTRIBUTE_ARGS
-from helpers import ANSWER, PROMPT, ROOT, wait_until, weather_agent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -33,6 +30,10 @@ from agentor_temporal import Agentor, function_tool
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import ScriptedModelServer
 from worker import build_worker, ensure_search_attributes
+
+from browser import Page, dump_dom, find_chromium, screenshot
+from conftest import SEARCH_ATTRIBUTE_ARGS
+from helpers import ANSWER, PROMPT, ROOT, wait_until, weather_agent
 
 ARTIFACTS = ROOT / "test-artifacts"
 SUMMARY = "Weather Agent: What is the weather in London?"

@@ -12,9 +12,9 @@ import os
 import time
 from pathlib import Path
 
-from helpers import ledger_write, weather_agent
-
 from agentor_temporal import FileStore, function_tool
+
+from helpers import ledger_write, weather_agent
 
 #: How long the gated tool waits for its gate before giving up.
 GATE_TIMEOUT = 120.0

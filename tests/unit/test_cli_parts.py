@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
 
 from agentor_temporal._inspect import list_query, summarize_events
 from agentor_temporal._progress import Progress
 from agentor_temporal._prune import apply, parse_age, plan
 from store import FileStore, Segment
+
+from helpers import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"
 DAY = 86400.0
