@@ -253,4 +253,58 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     _temporal_option(prune)
+
+    pending = commands.add_parser(
+        "pending",
+        help="list runs waiting for a person to approve a tool call",
+        description="List running runs that wait for approval, with what each waits for "
+        "(call id, tool, arguments, since when). Read from Temporal history; no worker needed.",
+        epilog="examples:\n"
+        "  agentor-temporal pending\n"
+        "  agentor-temporal pending --agent Treasurer --json",
+        formatter_class=formatter,
+    )
+    pending.add_argument("--agent", metavar="NAME", help="only runs of the agent with this name")
+    pending.add_argument(
+        "--limit", type=_positive, default=50, help="look at most at this many running runs"
+    )
+    pending.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _temporal_option(pending)
+
+    for name, verb in (("approve", "Approve"), ("deny", "Deny")):
+        decide = commands.add_parser(
+            name,
+            help=f"{verb.lower()} a tool call a run is waiting on",
+            description=f"{verb} one waiting tool call. The run validates the decision (an "
+            "unknown or already decided call is refused, nothing changes) and records it as "
+            "an approval_decision event; then `resume` continues the run. A worker must serve "
+            "the run: a running fleet, or --agent to serve it from this process.",
+            epilog="examples:\n"
+            f"  agentor-temporal {name} 4d13c80832f6422eb09b1238116093b7 call_8dGMCmO "
+            + ("--reason 'invoice 42'\n" if name == "approve" else "--reason 'over the limit'\n")
+            + f"  agentor-temporal {name} RUN_ID CALL_ID --agent app.agents:treasurer "
+            "--by alice" + (" --reason 'not this week'" if name == "deny" else ""),
+            formatter_class=formatter,
+        )
+        decide.add_argument("run_id", help="the waiting run")
+        decide.add_argument("call_id", help="the waiting call (see `pending`)")
+        decide.add_argument(
+            "--reason",
+            required=name == "deny",
+            help="why (recorded; a denial's reason is what the model reads)",
+        )
+        decide.add_argument("--by", help="who decides (recorded; default: your user name)")
+        decide.add_argument(
+            "--agent",
+            metavar="MODULE:ATTR",
+            help="serve the run from this process while it takes the decision",
+        )
+        decide.add_argument(
+            "--wait",
+            type=_positive,
+            default=30,
+            metavar="SECONDS",
+            help="how long to wait for a worker to take the decision (default 30)",
+        )
+        _temporal_option(decide)
     return parser

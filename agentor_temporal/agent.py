@@ -82,6 +82,46 @@ def _preview(input: MessageInput) -> str:
     return text if len(text) <= _PROMPT_PREVIEW else text[: _PROMPT_PREVIEW - 1] + "…"
 
 
+async def _check_waiting(client: Client, run_id: str) -> None:
+    """Raise unless the run exists and is running (so it can take a decision)."""
+    try:
+        description = await client.get_workflow_handle(run_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise KeyError(f"No run with id {run_id!r} in Temporal") from None
+        raise
+    if description.status is None or description.status.name != "RUNNING":
+        status = description.status.name.lower() if description.status else "unknown"
+        raise ValueError(
+            f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
+        )
+
+
+async def send_decision(client: Client, run_id: str, decision: Decision) -> dict[str, Any]:
+    """Deliver a person's decision to a run, through its `decide` update.
+
+    Returns the decided request. A worker must be serving the run's task
+    queue: the workflow itself validates and records the decision.
+
+    Raises:
+        KeyError: when Temporal does not know the run.
+        ValueError: when the run refuses the decision (unknown or decided
+            call, finished run); nothing changes.
+    """
+    validate_run_id(run_id)
+    if not isinstance(decision.call_id, str) or not decision.call_id:
+        raise ValueError("call_id must be a non-empty string")
+    await _check_waiting(client, run_id)
+    handle = client.get_workflow_handle(run_id)
+    try:
+        result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
+    except WorkflowUpdateFailedError as exc:
+        raise ValueError(failure_message(exc)) from None
+    except RPCError as exc:
+        raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
+    return result
+
+
 class Agentor:
     """An agent whose runs are durable Temporal workflows.
 
@@ -386,32 +426,11 @@ class Agentor:
 
     async def _decide(self, run_id: str, decision: Decision) -> dict[str, Any]:
         validate_run_id(run_id)
-        if not isinstance(decision.call_id, str) or not decision.call_id:
-            raise ValueError("call_id must be a non-empty string")
         client = await self._client()
-        handle = client.get_workflow_handle(run_id)
-        try:
-            description = await handle.describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                raise KeyError(f"No run with id {run_id!r} in Temporal") from None
-            raise
-        if description.status is None or description.status.name != "RUNNING":
-            status = description.status.name.lower() if description.status else "unknown"
-            raise ValueError(
-                f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
-            )
+        await _check_waiting(client, run_id)
         # the decision is taken by the workflow, so a worker must be polling
         async with self._serving(client):
-            try:
-                result: dict[str, Any] = await handle.execute_update(
-                    "decide", decision, result_type=dict
-                )
-            except WorkflowUpdateFailedError as exc:
-                raise ValueError(failure_message(exc)) from None
-            except RPCError as exc:
-                raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
-        return result
+            return await send_decision(client, run_id, decision)
 
     async def _serve_until_done(self, client: Client, run_id: str) -> None:
         """Keep the embedded worker serving until the run's execution closes.

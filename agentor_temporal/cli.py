@@ -28,6 +28,7 @@ import worker
 from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._inspect import (
     RunSummary,
+    list_query,
     list_runs,
     render_run,
     render_table,
@@ -37,7 +38,7 @@ from agentor_temporal._inspect import (
 from agentor_temporal._progress import Progress, follow, latest_execution
 from agentor_temporal._prune import Decision, apply, plan
 from agentor_temporal._runtime import Runtime
-from agentor_temporal.agent import Agentor
+from agentor_temporal.agent import Agentor, send_decision
 from agentor_temporal.connection import (
     ConnectionFailed,
     DevServer,
@@ -54,8 +55,11 @@ from store import (
     Segment,
     TemporalStore,
     new_run_id,
+    pending_approvals,
     validate_run_id,
 )
+from workflows.agent_run import call_summary
+from workflows.types import Decision as ApprovalDecision
 
 T = TypeVar("T")
 
@@ -207,6 +211,15 @@ def _report(result: RunResult, args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     elif result.final_output is not None:
         print(result.final_output)
+    elif result.status == "awaiting_approval":
+        print(f"awaiting approval ({len(result.pending_approvals)} call(s)):")
+        for pending in result.pending_approvals:
+            print(f"  {pending.call_id}  {call_summary(pending.tool, pending.args)}")
+        print(
+            f"decide with: agentor-temporal approve {result.run_id} CALL_ID "
+            f"(or deny ... --reason WHY), then: agentor-temporal resume {result.run_id} "
+            f"--agent {args.agent}"
+        )
     if result.status in ("completed", "awaiting_approval"):
         return EXIT_OK
     print(
@@ -426,7 +439,126 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- approvals ---------------------------------------------------------------------------
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    """List runs waiting for approval, and what they wait for."""
+
+    async def read() -> list[dict[str, Any]]:
+        client = await _connect(args)
+        store = TemporalStore(client)
+        rows: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        query = list_query(args.agent, "running")
+        async for execution in client.list_workflows(query, limit=args.limit):
+            if execution.id in seen:
+                continue
+            seen.add(execution.id)
+            latest = await store.latest(execution.id)
+            if latest is None or latest.status != "running":
+                continue
+            agent = (latest.spec or {}).get("name", "")
+            for request in pending_approvals(latest.events):
+                rows.append(
+                    {
+                        "run_id": execution.id,
+                        "agent": agent,
+                        "call_id": request.call_id,
+                        "tool": request.name,
+                        "args": request.args,
+                        "waiting_since": request.started_at,
+                    }
+                )
+        return rows
+
+    rows = _arun(read)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no run is waiting for approval")
+        return EXIT_OK
+    table = [
+        [
+            r["run_id"],
+            r["call_id"],
+            call_summary(r["tool"] or "?", r["args"]),
+            r["agent"],
+            _since(r["waiting_since"]),
+        ]
+        for r in rows
+    ]
+    header = ["RUN ID", "CALL ID", "WAITS FOR", "AGENT", "SINCE"]
+    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
+    for row in [header, *table]:
+        print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return EXIT_OK
+
+
+def _since(timestamp: float | None) -> str:
+    if not timestamp:
+        return "?"
+    import datetime
+
+    return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _decide(args: argparse.Namespace, approved: bool) -> int:
+    run_id = _run_id(args.run_id)
+    import getpass
+
+    by = args.by or getpass.getuser()
+    decision = ApprovalDecision(call_id=args.call_id, approved=approved, reason=args.reason, by=by)
+
+    async def go() -> dict[str, Any]:
+        if args.agent:
+            agent = _load_agent(args.agent)
+            if args.temporal:
+                agent.temporal = args.temporal
+            client = await Runtime.get().client(agent.temporal)
+            await asyncio.wait_for(
+                agent.aapprove(run_id, decision.call_id, decision.reason, by=by)
+                if approved
+                else agent.adeny(run_id, decision.call_id, decision.reason, by=by),
+                args.wait,
+            )
+            return {"address": _address(client)}
+        client = await _connect(args)
+        await asyncio.wait_for(send_decision(client, run_id, decision), args.wait)
+        return {"address": _address(client)}
+
+    try:
+        Runtime.get().run_sync(go())
+    except KeyError as exc:
+        raise CliError(str(exc.args[0]) if exc.args else f"unknown run {run_id!r}") from None
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    except asyncio.TimeoutError:
+        raise CliError(
+            f"no worker took the decision within {args.wait} s: is a worker serving run "
+            f"{run_id}'s agent running? Pass --agent MODULE:ATTR to serve it from here"
+        ) from None
+    verb = "approved" if approved else "denied"
+    print(f"{verb} {args.call_id} of run {run_id} (by {by})")
+    print(f"continue it with: agentor-temporal resume {run_id} --agent MODULE:ATTR")
+    return EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    """Approve a waiting tool call."""
+    return _decide(args, True)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    """Deny a waiting tool call."""
+    return _decide(args, False)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "pending": cmd_pending,
+    "approve": cmd_approve,
+    "deny": cmd_deny,
     "dev": cmd_dev,
     "worker": cmd_worker,
     "run": cmd_run,

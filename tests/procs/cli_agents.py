@@ -46,3 +46,24 @@ agent = weather_agent(
 
 #: Not an agent: loading it must fail as a usage error.
 not_an_agent = {"name": "Weather Agent"}
+
+
+@function_tool(requires_approval=True)
+def transfer(amount: float, to: str) -> str:
+    """Send money.
+
+    Args:
+        amount: How much.
+        to: To whom.
+    """
+    ledger_write(os.environ.get("AGENT_LEDGER"), "transfer", f"{amount} {to}")
+    return f"Sent {amount:g} to {to}."
+
+
+#: An agent whose transfers wait for a person.
+treasurer = weather_agent(
+    base_url=os.environ.get("MODEL_BASE_URL", "http://127.0.0.1:9/v1"),
+    task_queue=os.environ.get("AGENT_TASK_QUEUE", "agentor"),
+    name="Treasurer",
+    tools=[transfer, get_weather],
+)

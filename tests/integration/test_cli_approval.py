@@ -1,0 +1,98 @@
+"""The approval commands: `pending`, `approve`, `deny`, as real CLI processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+
+from helpers import ledger_lines
+from integration.test_cli import cli
+
+AGENT = "procs.cli_agents:treasurer"
+
+
+def pay_script() -> list[object]:
+    return [
+        CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+        Reply("Paid."),
+        CallTool("transfer", {"amount": 9000, "to": "eve"}, id="call_eve"),
+        Reply("Could not pay eve."),
+    ]
+
+
+def test_pending_approve_deny_and_resume(
+    temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """A paused run shows in `pending`; approve/deny decide; resume finishes; mistakes exit 1/2."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(pay_script()) as model:
+        env = {
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+        }
+        common = ["--temporal", temporal_address]
+
+        started = cli("run", "--agent", AGENT, "Pay bob 5000", "--json", *common, env=env)
+        assert started.returncode == 0, started.stderr
+        paused = json.loads(started.stdout)
+        assert paused["status"] == "awaiting_approval"
+        run_id = paused["run_id"]
+
+        listed = cli("pending", "--json", *common, env=env)
+        assert listed.returncode == 0, listed.stderr
+        mine = [row for row in json.loads(listed.stdout) if row["run_id"] == run_id]
+        assert [(r["call_id"], r["tool"], r["args"], r["agent"]) for r in mine] == [
+            ("call_pay", "transfer", {"amount": 5000, "to": "bob"}, "Treasurer")
+        ]
+        table = cli("pending", "--agent", "Treasurer", *common, env=env)
+        assert "transfer(amount=5000, to='bob')" in table.stdout
+
+        unknown_call = cli("approve", run_id, "call_nope", "--agent", AGENT, *common, env=env)
+        assert unknown_call.returncode == 1
+        assert "no tool call 'call_nope' waiting" in unknown_call.stderr
+        assert "Traceback" not in unknown_call.stderr
+        unknown_run = cli("approve", "no-such-run", "call_pay", *common, env=env)
+        assert unknown_run.returncode == 1 and "no-such-run" in unknown_run.stderr
+        no_reason = cli("deny", run_id, "call_pay", *common, env=env)
+        assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
+
+        approved = cli(
+            "approve", run_id, "call_pay", "--by", "alice", "--agent", AGENT, *common, env=env
+        )
+        assert approved.returncode == 0, approved.stderr
+        assert "approved call_pay" in approved.stdout
+        again = cli(
+            "deny", run_id, "call_pay", "--reason", "late", "--agent", AGENT, *common, env=env
+        )
+        assert again.returncode == 1 and "already approved by alice" in again.stderr
+
+        done = cli("resume", run_id, "--agent", AGENT, "--json", *common, env=env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["final_output"] == "Paid."
+        assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+
+        second = json.loads(
+            cli("run", "--agent", AGENT, "Pay eve 9000", "--json", *common, env=env).stdout
+        )
+        denied = cli(
+            "deny",
+            second["run_id"],
+            "call_eve",
+            "--reason",
+            "unknown payee",
+            "--agent",
+            AGENT,
+            *common,
+            env=env,
+        )
+        assert denied.returncode == 0, denied.stderr
+        finished = json.loads(
+            cli("resume", second["run_id"], "--agent", AGENT, "--json", *common, env=env).stdout
+        )
+    assert finished["final_output"] == "Could not pay eve."
+    decision = next(e for e in finished["events"] if e["type"] == "approval_decision")
+    assert decision["status"] == "denied" and decision["text"] == "unknown payee"
+    assert len(ledger_lines(ledger)) == 1
