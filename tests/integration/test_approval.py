@@ -130,6 +130,15 @@ async def test_denial_with_reason_reaches_the_model(
         agent = approval_agent(model, client, task_queue, ledger)
         paused = await agent.arun(PAY)  # type: ignore[attr-defined]
         assert paused.status == "awaiting_approval"
+        # the Temporal UI's current details say what the run waits for
+        from temporalio.api.sdk.v1 import WorkflowMetadata
+
+        metadata = await client.get_workflow_handle(paused.run_id).query(
+            "__temporal_workflow_metadata", result_type=WorkflowMetadata
+        )
+        assert metadata.current_details == (
+            "**Waiting for approval:** transfer(amount=5000, to='bob') [call_pay]"
+        )
         await agent.adeny(paused.run_id, "call_pay", "over the weekly limit", by="carol")  # type: ignore[attr-defined]
         result = await agent.aresume(paused.run_id)  # type: ignore[attr-defined]
         last_request = model.requests[-1]["messages"]
