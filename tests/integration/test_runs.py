@@ -148,13 +148,19 @@ async def test_hostile_run_ids_are_refused(
     assert model.request_count == 0
 
 
+@pytest.mark.parametrize(
+    "status, message",
+    [
+        (400, "Invalid 'messages': bad request for this model"),
+        (401, "Incorrect API key provided: sk-...abcd"),
+        (404, "The model `gpt-4o-mini` does not exist or you do not have access to it"),
+    ],
+)
 async def test_failed_run_continues_as_a_new_segment(
-    client: Client, task_queue: str, tmp_path: Path, ledger: str
+    client: Client, task_queue: str, tmp_path: Path, ledger: str, status: int, message: str
 ) -> None:
     """A non-retryable model error fails the run at once; resume continues it under the same id."""
-    with ScriptedModelServer(
-        [Fail(400, "Invalid 'messages': bad request for this model")]
-    ) as model:
+    with ScriptedModelServer([Fail(status, message)]) as model:
         agent = weather_agent(
             base_url=model.base_url,
             task_queue=task_queue,
@@ -164,9 +170,7 @@ async def test_failed_run_continues_as_a_new_segment(
         )
         failed = await agent.arun(PROMPT)
         assert failed.status == "failed"
-        assert "400" in (failed.error or "") and "bad request for this model" in (
-            failed.error or ""
-        )
+        assert failed.error == f"Model request failed with {status}: {message}"
         assert failed.events[-1].type == "run_end" and failed.events[-1].status == "failed"
         assert failed.events[-1].error == failed.error
         assert model.request_count == 1  # not retried
