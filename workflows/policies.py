@@ -29,7 +29,10 @@ JOURNAL = "journal"
 #: timeout, are what notice a dead worker.
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
 #: Long enough for a busy 2-core worker to keep beating, short enough that a
-#: killed worker's generation is retried elsewhere within seconds.
+#: killed worker's generation is retried elsewhere within seconds. The SDK
+#: sends heartbeats every 80% of this (3.2 s), so 0.8 s is the slack a slow
+#: heartbeat RPC has; going lower (3 s was considered) makes a loaded worker
+#: lose calls it is still running, which costs a second model request.
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 #: Provider hiccups (429, 5xx, connection resets) are retried with backoff
 #: for about five minutes, then the run fails and `resume` can continue it.
@@ -44,11 +47,16 @@ MODEL_RETRY_POLICY = RetryPolicy(
 #: Default for one tool call; a tool may set its own with `timeout=`.
 TOOL_START_TO_CLOSE = timedelta(minutes=30)
 #: As for the model: a killed worker's tool call reruns elsewhere in seconds.
+#: A false alarm here is worse than for the model (an in-flight tool runs
+#: twice, though with the same idempotency key), so no shorter than the model's.
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 #: A tool that raises answers the model inside the activity and is never
-#: retried; only lost workers and timeouts reach this policy.
+#: retried; only lost workers and timeouts reach this policy. The first retry
+#: is almost immediate: the heartbeat timeout has already waited for the dead
+#: worker, and waiting again only adds to recovery (1 s here was 1 s of the
+#: measured recovery time; see bench/recovery.py).
 TOOL_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
+    initial_interval=timedelta(milliseconds=200),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=5,
@@ -78,10 +86,17 @@ FINAL_MIRROR_RETRY_POLICY = RetryPolicy(
 )
 
 #: Workflow tasks on a dead worker's sticky queue move to the shared queue
-#: after this; the SDK default (10 s) alone would blow the recovery budget.
-STICKY_QUEUE_TIMEOUT = timedelta(seconds=3)
-#: A workflow task that a killed worker was processing is retried after this.
-WORKFLOW_TASK_TIMEOUT = timedelta(seconds=10)
+#: after this; the SDK default (10 s) alone would blow the recovery budget. A
+#: live worker takes its sticky tasks within milliseconds, so this only fires
+#: for a dead or saturated one, where the cost is one replay elsewhere; below
+#: ~2 s a worker that is merely busy on 2 cores starts losing its cache.
+STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
+#: A workflow task that a killed worker was processing (a kill while the
+#: journal mirrors, say) is retried after this; Temporal's default is 10 s.
+#: Replaying even a long run takes well under a second, and a local activity
+#: that runs longer keeps its task alive by heartbeat, so 5 s is safe. Set by
+#: the facade when it starts a run; plain clients get their own (default 10 s).
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 
 #: Tool results larger than this are cut (with a note saying so) before they
 #: enter history: Temporal refuses payloads over 2 MB, and a refused result
