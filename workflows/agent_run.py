@@ -21,6 +21,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     # Plain dataclasses and pure functions with no I/O or global state, so
@@ -436,7 +437,11 @@ class AgentRunWorkflow:
                 ),
                 summary=f"journal {total - self._journaled} events",
             )
-        except ActivityError as exc:
+        except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
+            # a local activity's failure arrives unwrapped (the activity's own
+            # ApplicationError, or a TimeoutError), not as ActivityError; letting
+            # it through failed the whole run over a broken mirror. No open
+            # history diverges: before, this path closed the workflow at once.
             workflow.logger.warning(
                 "Journaling run %s failed: %s", workflow.info().workflow_id, failure_message(exc)
             )
