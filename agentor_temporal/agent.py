@@ -21,6 +21,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities import AgentDefinition, Tool, as_tool
+from activities.journal import catch_up
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_once
 from store import (
@@ -323,6 +324,9 @@ class Agentor:
         latest = segments[-1]
         events = await self._events(run_id, segments)
         if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
+            if self.store is not None:
+                # a mirror that failed until the run's end is completed here
+                await asyncio.to_thread(catch_up, self.store, run_id, events, self.name)
             return self._result_from(run_id, events, latest.result, None)
         self._check_owner(run_id, events, latest.spec)
         if latest.status == "running":

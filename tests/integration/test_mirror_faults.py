@@ -83,3 +83,22 @@ async def test_store_failing_to_the_end_is_logged_and_does_not_fail_the_run(
         "Temporal has them all" in caplog.text
     )
 
+
+async def test_resume_catches_up_a_mirror_left_behind(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """Resuming a completed run whose mirror lacks its tail writes the tail, running nothing."""
+    store = FileStore(tmp_path)
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
+    )
+    result = await agent.arun(PROMPT)
+    path = tmp_path / f"{result.run_id}.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:4]))  # the mirror stopped after the tool result
+
+    requests = model.request_count
+    again = await agent.aresume(result.run_id)
+
+    assert again.status == "completed" and model.request_count == requests
+    assert path.read_text() == "".join(lines)
