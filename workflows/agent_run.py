@@ -19,7 +19,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
@@ -46,6 +47,9 @@ AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 AGENT_MODEL = SearchAttributeKey.for_keyword("AgentModel")
 
 _SUMMARY_CHARS = 200
+
+#: What `run` receives when a client starts the workflow with no argument.
+_NO_INPUT = RawValue(Payload())
 
 
 def call_summary(name: str, args: dict[str, Any] | None) -> str:
@@ -108,13 +112,23 @@ class AgentRunWorkflow:
     # -- the loop --------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: Any) -> dict[str, Any]:
+    async def run(self, raw: RawValue = _NO_INPUT) -> dict[str, Any]:
         """Run the agent loop to a final answer, a budget, or a failure."""
         try:
-            inp = parse_run_input(raw)
-        except ValueError as exc:
+            # decoded here rather than by the SDK: input that is not JSON (or
+            # no input at all) would otherwise fail the workflow *task*
+            # ("Failed decoding arguments"), which Temporal retries forever
+            value = (
+                None if raw is _NO_INPUT else workflow.payload_converter().from_payload(raw.payload)
+            )
+            inp = parse_run_input(value)
+        except Exception as exc:
+            root: BaseException = exc
+            while root.__cause__ is not None:
+                root = root.__cause__  # a decoding error names the JSON problem last
+            detail = str(exc) if root is exc else f"{exc} ({root})"
             raise ApplicationError(
-                f"Invalid AgentRun input: {exc}", type="InvalidInput", non_retryable=True
+                f"Invalid AgentRun input: {detail}", type="InvalidInput", non_retryable=True
             ) from None
         self._agent, self._offset = inp.agent, inp.event_offset
         self._prior = Usage.from_dict(inp.prior_usage)

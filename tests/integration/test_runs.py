@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from helpers import ANSWER, PROMPT, ledger_lines, weather_agent, weather_tool
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import RawValue
 
 from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
@@ -306,6 +309,15 @@ async def test_unknown_agent_fails_the_workflow_clearly(
     assert "Unknown agent 'Nobody'" in message and "'Weather Agent'" in message
 
 
+def _raw(data: bytes, encoding: bytes = b"json/plain") -> RawValue:
+    """A workflow argument sent as these exact bytes."""
+    return RawValue(Payload(metadata={"encoding": encoding}, data=data))
+
+
+#: start the workflow with no argument at all
+NO_INPUT = object()
+
+
 @pytest.mark.parametrize(
     "raw, fragment",
     [
@@ -317,6 +329,22 @@ async def test_unknown_agent_fails_the_workflow_clearly(
             '"max_turns" must be a positive',
         ),
         ({"agent": "Weather Agent", "input": "hi", "bogus": 1}, "unknown input field"),
+        # bytes that are not JSON at all, as any client in any language can send
+        (_raw(b'{"agent": "Weather Agent", "inp'), "(Unterminated string starting at"),
+        (_raw(b"\xff\xfe not utf-8"), "(Expecting value: line 1 column 1"),
+        (_raw(b"{}", encoding=b"binary/protobuf"), "Invalid AgentRun input"),
+        (NO_INPUT, "input is NoneType"),
+    ],
+    ids=[
+        "string",
+        "no-agent",
+        "no-input",
+        "max-turns-0",
+        "unknown-field",
+        "truncated-json",
+        "not-utf8",
+        "unknown-encoding",
+        "no-arguments",
     ],
 )
 async def test_malformed_workflow_input_fails_clearly(
@@ -326,16 +354,23 @@ async def test_malformed_workflow_input_fails_clearly(
     agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
     from worker import build_worker
 
+    run_id = "bad-" + task_queue
     async with build_worker(client, [agent], task_queue=task_queue):
+        args = [] if raw is NO_INPUT else [raw]
         handle = await client.start_workflow(
-            "AgentRun", raw, id="bad-" + task_queue, task_queue=task_queue
+            "AgentRun", args=args, id=run_id, task_queue=task_queue
         )
         with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()
+            # a wedged workflow task would wait forever; 20 s is ample to fail
+            await asyncio.wait_for(handle.result(), 20)
     from workflows.agent_run import failure_message
 
     assert fragment in failure_message(info.value)
     assert model.request_count == 0
+    # the failed run reads back, and resuming it is a clear error, not a decode crash
+    assert await TemporalStore(client).aload(run_id) == []
+    with pytest.raises(ValueError, match="no recoverable messages"):
+        await agent.aresume(run_id)
 
 
 async def test_resume_refuses_an_agent_built_differently(client: Client, task_queue: str) -> None:
