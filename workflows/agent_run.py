@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         JournalInput,
         JournalResult,
     )
+    from store.base import validate_run_id
     from store.events import Event, Usage
     from store.replay import assistant_message, initial_messages, tool_message
     from workflows import policies
@@ -130,6 +131,14 @@ class AgentRunWorkflow:
             raise ApplicationError(
                 f"Invalid AgentRun input: {detail}", type="InvalidInput", non_retryable=True
             ) from None
+        try:
+            validate_run_id(workflow.info().workflow_id)
+        except ValueError as exc:
+            # the run id is a file name in every store and what resume() takes;
+            # an id the facade refuses would give a run nothing can mirror or
+            # resume. Patched: runs started before this check carry on as before.
+            if workflow.patched(policies.PATCH_REFUSE_INVALID_RUN_ID):
+                raise ApplicationError(str(exc), type="InvalidRunId", non_retryable=True) from None
         self._agent, self._offset = inp.agent, inp.event_offset
         self._prior = Usage.from_dict(inp.prior_usage)
         spec = self._spec = await self._describe(inp.agent)

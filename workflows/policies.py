@@ -66,6 +66,11 @@ TOOL_RETRY_POLICY = RetryPolicy(
 #: the heartbeat timeout, so this only bounds how stale the last beat can be.
 HEARTBEAT_INTERVAL = timedelta(seconds=1)
 
+# Patch ids (workflow.patched): each marks a change of commands, so histories
+# recorded before it replay unchanged. Never reuse or rename one.
+#: A run whose workflow id is not a valid run id fails at its start.
+PATCH_REFUSE_INVALID_RUN_ID = "refuse-invalid-run-id"
+
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.
 LOCAL_START_TO_CLOSE = timedelta(seconds=30)

@@ -151,6 +151,36 @@ async def test_hostile_run_ids_are_refused(
     assert model.request_count == 0
 
 
+@pytest.mark.parametrize("run_id", ["../escape", "/tmp/x", "a\\b", "C:x", ".hidden", "x'y"])
+async def test_hostile_workflow_ids_from_a_plain_client_fail_the_run(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, run_id: str
+) -> None:
+    """A run started by any client under an id the facade refuses fails at once, naming it."""
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(tmp_path / "runs"),
+    )
+    from worker import build_worker
+
+    async with build_worker(client, [agent], task_queue=task_queue):
+        handle = await client.start_workflow(
+            "AgentRun",
+            {"agent": "Weather Agent", "input": PROMPT},
+            id=run_id,
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await asyncio.wait_for(handle.result(), 20)
+    from workflows.agent_run import failure_message
+
+    assert failure_message(info.value).startswith(f"Invalid run id {run_id!r}")
+    assert model.request_count == 0
+    # nothing written, inside the runs directory or out of it
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*")] == [Path("runs")]
+
+
 @pytest.mark.parametrize(
     "status, message",
     [
