@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from store.events import Event, Usage
     from store.replay import assistant_message, initial_messages, tool_message
     from workflows import policies
+    from workflows.payloads import clip_to_size, encoded_size, share_budget
     from workflows.types import AgentSpec, RunOutcome, ToolSpec, parse_run_input
 
 #: Search attributes set on every run when the namespace has them.
@@ -168,6 +169,30 @@ class AgentRunWorkflow:
             schemas = [t.openai_schema() for t in spec.tools if t.name not in disabled]
             self._details(f"Turn {turn}: asking {spec.model}")
             await self._journal()
+            size = encoded_size(request) + encoded_size(schemas)
+            if size > policies.MAX_REQUEST_BYTES and workflow.patched(
+                policies.PATCH_REQUEST_SIZE_LIMIT
+            ):
+                # scheduling it would wedge the run: Temporal refuses the payload
+                # and retries the workflow task forever
+                error = (
+                    f"The conversation has grown to {size / 1e6:.1f} MB, over the 2 MB Temporal "
+                    "accepts in one payload (runs stop at "
+                    f"{policies.MAX_REQUEST_BYTES / 1e6:.1f} MB). Have tools return less, "
+                    "or start a new run from a summary."
+                )
+                self._record(
+                    Event(
+                        type="run_end",
+                        status="failed",
+                        error=error,
+                        turn=turn,
+                        usage=total,
+                        started_at=run_started,
+                        ended_at=workflow.now().timestamp(),
+                    )
+                )
+                return await self._finish("failed", None, total, error)
             activity_id = f"generate-{turn}"
             try:
                 gen = await workflow.execute_activity(
@@ -266,6 +291,7 @@ class AgentRunWorkflow:
                 )
             )
 
+            self._fit_turn(results)
             newly_disabled: list[str] = []
             for event in results:
                 event.turn = turn
@@ -416,6 +442,24 @@ class AgentRunWorkflow:
             started_at=res.started_at,
             ended_at=res.ended_at,
         )
+
+    def _fit_turn(self, results: list[Event]) -> None:
+        """Cut a turn's results so that together they fit one payload.
+
+        Each is already under MAX_TOOL_RESULT_BYTES, but many parallel calls
+        would still make the journal step (and the next request) too large
+        to record, which wedges the run in workflow-task retries.
+        """
+        sizes = [encoded_size(e.result) for e in results]
+        if sum(sizes) <= policies.MAX_TURN_RESULT_BYTES or not workflow.patched(
+            policies.PATCH_TURN_RESULT_BUDGET
+        ):
+            return
+        for event, limit in zip(
+            results, share_budget(sizes, policies.MAX_TURN_RESULT_BYTES), strict=True
+        ):
+            if limit is not None and event.result is not None:
+                event.result = clip_to_size(event.result, limit)
 
     # -- recording -----------------------------------------------------------------
 

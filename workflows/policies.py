@@ -70,6 +70,10 @@ HEARTBEAT_INTERVAL = timedelta(seconds=1)
 # recorded before it replay unchanged. Never reuse or rename one.
 #: A run whose workflow id is not a valid run id fails at its start.
 PATCH_REFUSE_INVALID_RUN_ID = "refuse-invalid-run-id"
+#: A turn whose results together exceed MAX_TURN_RESULT_BYTES has them cut.
+PATCH_TURN_RESULT_BUDGET = "turn-result-budget"
+#: A request over MAX_REQUEST_BYTES fails the run instead of being scheduled.
+PATCH_REQUEST_SIZE_LIMIT = "request-size-limit"
 
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.
@@ -103,7 +107,16 @@ STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
 #: the facade when it starts a run; plain clients get their own (default 10 s).
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 
-#: Tool results larger than this are cut (with a note saying so) before they
-#: enter history: Temporal refuses payloads over 2 MB, and a refused result
-#: would wedge the run in an endless workflow-task retry.
-MAX_TOOL_RESULT_CHARS = 256_000
+# Payload budgets. Temporal refuses any payload over 2 MB, counted as encoded
+# JSON (non-ASCII escaped: an emoji is 12 bytes), and a workflow task that
+# would record one is retried forever. One workflow task completion carries a
+# turn's journal marker (its tool results) and the next generation's request
+# together, so those two budgets also keep it under gRPC's 4 MB message limit.
+#: One tool result, cut (with a note saying so) in the activity.
+MAX_TOOL_RESULT_BYTES = 256_000
+#: All the results of one turn together (parallel calls), cut in the workflow.
+MAX_TURN_RESULT_BYTES = 1_000_000
+#: A generation's request (conversation and tool schemas). A run whose
+#: conversation outgrows it fails, saying so, rather than wedge at the 2 MB
+#: limit; it is far past most models' context windows anyway.
+MAX_REQUEST_BYTES = 1_500_000
