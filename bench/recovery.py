@@ -21,6 +21,7 @@ import asyncio
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,7 +72,7 @@ class Trial:
 
 async def _workers(
     tmp: Path, address: str, model: ScriptedModelServer, queue: str, ledger: Path, delay: float
-) -> list:  # type: ignore[type-arg]
+) -> list[subprocess.Popen[str]]:
     env = {
         "TEMPORAL_ADDRESS": address,
         "MODEL_BASE_URL": model.base_url,
@@ -81,8 +82,8 @@ async def _workers(
     }
     procs = []
     for name in ("a", "b"):
-        log = open(tmp / f"worker-{queue}-{name}.log", "w")  # noqa: SIM115
-        procs.append(spawn(["worker"], env, stderr=log))
+        with open(tmp / f"worker-{queue}-{name}.log", "w") as log:
+            procs.append(spawn(["worker"], env, stderr=log))
     for proc in procs:
         await asyncio.to_thread(wait_line, proc, "worker ready", 60)
     return procs
@@ -198,8 +199,11 @@ def main() -> int:
         "trial  uninterrupted  killed   added    kill->done  detect  rerun   sticky  (seconds)",
         flush=True,
     )
+    before = os.getloadavg()[0]
     trials = asyncio.run(bench(args.trials, args.tool_delay))
     added = [t.added for t in trials]
+    # timing on a busy machine is noise on top of the timeouts: say how busy
+    print(f"load average {before:.1f} before, {os.getloadavg()[0]:.1f} after")
     print(
         f"median added by a SIGKILL mid-tool: {statistics.median(added):.2f}s "
         f"(min {min(added):.2f}s, max {max(added):.2f}s, {len(added)} trials)"
