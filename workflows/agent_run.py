@@ -169,30 +169,20 @@ class AgentRunWorkflow:
             schemas = [t.openai_schema() for t in spec.tools if t.name not in disabled]
             self._details(f"Turn {turn}: asking {spec.model}")
             await self._journal()
-            size = encoded_size(request) + encoded_size(schemas)
-            if size > policies.MAX_REQUEST_BYTES and workflow.patched(
-                policies.PATCH_REQUEST_SIZE_LIMIT
-            ):
-                # scheduling it would wedge the run: Temporal refuses the payload
-                # and retries the workflow task forever
-                error = (
-                    f"The conversation has grown to {size / 1e6:.1f} MB, over the 2 MB Temporal "
-                    "accepts in one payload (runs stop at "
-                    f"{policies.MAX_REQUEST_BYTES / 1e6:.1f} MB). Have tools return less, "
-                    "or start a new run from a summary."
-                )
+            oversized = self._oversized(request, schemas)
+            if oversized is not None:
                 self._record(
                     Event(
                         type="run_end",
                         status="failed",
-                        error=error,
+                        error=oversized,
                         turn=turn,
                         usage=total,
                         started_at=run_started,
                         ended_at=workflow.now().timestamp(),
                     )
                 )
-                return await self._finish("failed", None, total, error)
+                return await self._finish("failed", None, total, oversized)
             activity_id = f"generate-{turn}"
             try:
                 gen = await workflow.execute_activity(
@@ -441,6 +431,25 @@ class AgentRunWorkflow:
             call_id=call_id,
             started_at=res.started_at,
             ended_at=res.ended_at,
+        )
+
+    def _oversized(
+        self, request: list[dict[str, Any]], schemas: list[dict[str, Any]]
+    ) -> str | None:
+        """Why a request cannot be scheduled (too big for one payload), or None.
+
+        Scheduling it would wedge the run: Temporal refuses the payload and
+        retries the workflow task forever. Ending the run says why instead.
+        """
+        size = encoded_size(request) + encoded_size(schemas)
+        if size <= policies.MAX_REQUEST_BYTES or not workflow.patched(
+            policies.PATCH_REQUEST_SIZE_LIMIT
+        ):
+            return None
+        return (
+            f"The conversation has grown to {size / 1e6:.1f} MB, over the 2 MB Temporal "
+            f"accepts in one payload (runs stop at {policies.MAX_REQUEST_BYTES / 1e6:.1f} MB). "
+            "Have tools return less, or start a new run from a summary."
         )
 
     def _fit_turn(self, results: list[Event]) -> None:
