@@ -12,13 +12,15 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from helpers import weather_agent
 from temporalio.client import Client
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from agentor_temporal import FileStore, TemporalStore, function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
-from workflows import AgentRunWorkflow
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
+from worker import build_worker
+from workflows import AgentRunWorkflow, policies
 from workflows.policies import MAX_REQUEST_BYTES, MAX_TOOL_RESULT_BYTES, MAX_TURN_RESULT_BYTES
 
 MB = 1024 * 1024
@@ -111,3 +113,32 @@ async def _replays(client: Client, run_id: str) -> None:
     """The patched cut and stop replay deterministically."""
     history = await client.get_workflow_handle(run_id).fetch_history()
     await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+
+
+async def test_histories_from_before_the_limits_still_replay(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs that crossed today's turn and request limits before they existed replay unchanged."""
+    script: list[Step] = [
+        [CallTool("dump", {"kind": "ascii"}) for _ in range(5)],  # 1.28 MB in one turn
+        *[CallTool("dump", {"kind": "ascii"}) for _ in range(2)],  # 1.8 MB of conversation
+        Reply("Done."),
+    ]
+    # record as the code before the limits behaved: nothing cut, nothing stopped
+    # (unsandboxed, so the workflow sees the patched module)
+    monkeypatch.setattr(policies, "MAX_TURN_RESULT_BYTES", 10 * MB)
+    monkeypatch.setattr(policies, "MAX_REQUEST_BYTES", 10 * MB)
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[dump],
+            embedded_worker=False,
+        )
+        runner = UnsandboxedWorkflowRunner()
+        async with build_worker(client, [agent], task_queue=task_queue, workflow_runner=runner):
+            result = await asyncio.wait_for(agent.arun("Dump."), 60)
+    monkeypatch.undo()
+    assert result.status == "completed", result.error
+    await _replays(client, result.run_id)
