@@ -303,4 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is drained and reported by now. Leave without interpreter
+    # finalization, which temporalio's Rust threads can race, turning exit 0 or
+    # 1 into a SIGABRT core dump (temporalio/sdk-python#300; seen here after a
+    # failed connect and after a SIGTERM drain).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -62,6 +62,31 @@ def mirror_into(store: Store, run_id: str, start: int, events: list[Event]) -> i
         return max(have, start + len(events))
 
 
+def catch_up(store: Store, run_id: str, events: list[Event], agent: str) -> int | None:
+    """Append to `store` the events of a finished run that its copy lacks.
+
+    For a mirror that fell behind (a store that failed until the run's end):
+    idempotent by position like every mirror write, and only for runs of
+    `agent`, so resuming someone else's finished run writes nothing. Logs
+    and returns None instead of raising: the run's result matters more.
+    """
+    starts = [e for e in events if e.type == "run_start"]
+    if not starts or starts[-1].agent != agent:
+        return None
+    try:
+        return mirror_into(store, run_id, 0, events)
+    except Exception as exc:
+        logger.error(
+            "Catching up the mirror of run %s in %r failed (%s: %s); Temporal still has "
+            "every event",
+            run_id,
+            store,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+
+
 async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> AgentSpec:
     """The registered agent's spec, or a non-retryable error naming the known ones."""
     try:

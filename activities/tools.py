@@ -18,7 +18,8 @@ from activities._private import clip, heartbeating
 from activities.registry import AgentRegistry, UnknownAgentError
 from activities.tooldef import ToolContext
 from activities.types import ApprovalCheckInput, CallToolInput, CallToolResult
-from workflows.policies import MAX_TOOL_RESULT_CHARS
+from workflows.payloads import clip_to_size
+from workflows.policies import MAX_TOOL_RESULT_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -56,21 +57,18 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             f"{type(exc).__name__}: {exc}", started_at=started, ended_at=time.time()
         )
     ended = time.time()
-    truncated = len(text) > MAX_TOOL_RESULT_CHARS
-    if truncated:
+    clipped = clip_to_size(text, MAX_TOOL_RESULT_BYTES)
+    if clipped != text:
         logger.warning(
-            "Tool %s returned %d characters in run %s; truncated to %d",
+            "Tool %s returned %d characters in run %s; cut to %d bytes as encoded",
             inp.name,
             len(text),
             inp.run_id,
-            MAX_TOOL_RESULT_CHARS,
+            MAX_TOOL_RESULT_BYTES,
         )
-        text = (
-            text[:MAX_TOOL_RESULT_CHARS]
-            + f"\n[truncated: the tool returned {len(text)} characters; "
-            f"the first {MAX_TOOL_RESULT_CHARS} are shown]"
-        )
-    return CallToolResult(result=text, started_at=started, ended_at=ended, truncated=truncated)
+    return CallToolResult(
+        result=clipped, started_at=started, ended_at=ended, truncated=clipped != text
+    )
 
 
 async def needs_approval(registry: AgentRegistry, inp: ApprovalCheckInput) -> bool:

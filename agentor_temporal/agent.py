@@ -27,7 +27,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import AgentDefinition, Tool, as_tool
+from activities.journal import catch_up
 from agentor_temporal._runtime import Runtime
+from agentor_temporal._start import segment_request_id, start_once
 from agentor_temporal.streaming import follow, on_runtime
 from store import (
     Event,
@@ -460,10 +462,31 @@ class Agentor:
         run_id: str,
         inp: AgentRunInput,
         reuse: WorkflowIDReusePolicy,
+        request_id: str | None = None,
     ) -> WorkflowHandle[Any, Any] | None:
-        """Start a segment; None when a closed run with that id blocks the start."""
+        """Start a segment; None when a closed run with that id blocks the start.
+
+        A `request_id` makes the start happen once per id (see `agentor_temporal._start`).
+        """
         tools = ", ".join(t.name for t in self.tools) or "none"
         try:
+            if request_id is not None:
+                await start_once(
+                    client,
+                    WORKFLOW_TYPE,
+                    inp.to_dict(),
+                    id=run_id,
+                    task_queue=self.task_queue,
+                    request_id=request_id,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                    id_reuse_policy=reuse,
+                    task_timeout=WORKFLOW_TASK_TIMEOUT,
+                    static_summary=f"{self.name}: {_preview(inp.input)}",
+                    static_details=(
+                        f"**Agent** {self.name}  \n**Model** {self.model}  \n**Tools** {tools}"
+                    ),
+                )
+                return client.get_workflow_handle(run_id)
             return await client.start_workflow(
                 WORKFLOW_TYPE,
                 inp.to_dict(),
@@ -514,6 +537,9 @@ class Agentor:
         latest = segments[-1]
         events = await self._events(run_id, segments)
         if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
+            if self.store is not None:
+                # a mirror that failed until the run's end is completed here
+                await asyncio.to_thread(catch_up, self.store, run_id, events, self.name)
             return self._result_from(run_id, events, latest.result, None)
         self._check_owner(run_id, events, latest.spec)
         if latest.status == "running":
@@ -542,8 +568,12 @@ class Agentor:
         )
         async with self._serving(client):
             # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
-            # resumer that started first is attached to (USE_EXISTING)
-            await self._start(client, run_id, inp, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+            # resumer that started first is attached to (USE_EXISTING), or, if
+            # its segment already finished, deduplicated by the request id
+            request_id = segment_request_id(run_id, previous, len(events))
+            await self._start(
+                client, run_id, inp, WorkflowIDReusePolicy.ALLOW_DUPLICATE, request_id
+            )
             return await self._result(client, run_id)
 
     async def _result(self, client: Client, run_id: str) -> RunResult:

@@ -82,6 +82,34 @@ class Usage:
         return cls(**{k: int(v or 0) for k, v in data.items() if k in known})
 
 
+#: Fields that replay builds the conversation from: one of the wrong type
+#: (a damaged or foreign log line) would crash a resume far from its cause.
+_STRING_FIELDS = ("text", "result", "call_id")
+_OBJECT_LIST_FIELDS = ("messages", "calls")
+
+
+def _check_types(data: dict[str, Any]) -> None:
+    """Refuse a field that replay relies on if it has the wrong type.
+
+    Raises:
+        ValueError: naming the field (FileStore skips such a line, with a warning).
+    """
+    if not isinstance(data["type"], str):
+        raise ValueError(f"field 'type' must be a string, got {type(data['type']).__name__}")
+    for key in _STRING_FIELDS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"field '{key}' must be a string, got {type(value).__name__}")
+    for key in _OBJECT_LIST_FIELDS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise ValueError(f"field '{key}' must be a list of objects, got {type(value).__name__}")
+        if not all(isinstance(item, dict) for item in value):
+            raise ValueError(f"field '{key}' must be a list of objects")
+
+
 @dataclass
 class Event:
     """One step of a run, as written to the JSONL log."""
@@ -134,7 +162,11 @@ class Event:
         """Build from a dict, ignoring unknown keys (also inside `usage`).
 
         Tolerance is the point: a log written by a newer version, or by Agentor
-        itself, must load rather than lose the event.
+        itself, must load rather than lose the event. The fields replay reads
+        must have their types, though.
+
+        Raises:
+            ValueError: without a `type`, or with a replayed field of the wrong type.
         """
         data = dict(data)
         usage = data.get("usage")
@@ -145,6 +177,7 @@ class Event:
         known = {f.name for f in fields(cls)}
         if "type" not in data:
             raise ValueError("event has no 'type'")
+        _check_types(data)
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -172,7 +172,12 @@ class TemporalStore:
                 segment.execution_run_id = attrs.original_execution_run_id or history.run_id
                 segment.start_time = event.event_time.ToDatetime().timestamp()
                 if attrs.input.payloads:
-                    segment.input = await self._decode(attrs.input.payloads[0])
+                    try:
+                        segment.input = await self._decode(attrs.input.payloads[0])
+                    except Exception:
+                        # any client may start a run with bytes that are not
+                        # JSON; the workflow failed it, and reading it must not
+                        segment.input = None
                 previous = (
                     segment.input.get("previous_execution")
                     if isinstance(segment.input, dict)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agentor_temporal import Agentor, Event, FileStore, function_tool, tool_context
+from agentor_temporal.connection import temporal_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCS = Path(__file__).resolve().parent / "procs"
@@ -127,7 +131,7 @@ def spawn(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Pop
         [sys.executable, str(PROCS / "agent_proc.py"), *args],
         env=full_env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=kwargs.pop("stderr", subprocess.PIPE),
         text=True,
         **kwargs,
     )
@@ -174,3 +178,129 @@ def transfer_tool(
         return f"Sent {amount:g} to {to}."
 
     return transfer
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on `port`."""
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class DevServerProcess:
+    """A `temporal server start-dev` subprocess on its own ports and database file.
+
+    Unlike the session's server, this one can be SIGKILLed and restarted on
+    the same database (a server crash), and it is not shared with other tests.
+    """
+
+    def __init__(self, db: str | os.PathLike[str], log: str | os.PathLike[str]) -> None:
+        self.db = str(db)
+        self.log = str(log)
+        self.port = free_port()
+        self.ui_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> DevServerProcess:
+        """Start (or restart) the server and wait until its port answers."""
+        command = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--ui-port",
+            str(self.ui_port),
+            "--headless",
+            "--db-filename",
+            self.db,
+            "--log-level",
+            "error",
+            "--search-attribute",
+            "AgentName=Keyword",
+            "--search-attribute",
+            "AgentModel=Keyword",
+        ]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while not port_open(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = Path(self.log).read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the dev server did not come up on {self.address}:\n{tail}")
+            time.sleep(0.05)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: no shutdown, no flush beyond what the OS has)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        """Stop the server if it runs (used in `finally` blocks)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def __enter__(self) -> DevServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def stop_process(proc: subprocess.Popen[str] | None) -> None:
+    """SIGKILL a spawned process if it still runs and reap it (for `finally`)."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+    if proc is not None:
+        try:
+            proc.communicate(timeout=10)
+        except (subprocess.TimeoutExpired, ValueError):
+            pass
+
+
+def wait_line(proc: subprocess.Popen[str], text: str, timeout: float = 60.0) -> None:
+    """Block until `proc` prints `text` on stdout (read raw, so the deadline holds)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {text!r}: {seen[-500:]!r}"
+            )
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                proc.wait(5)
+                raise AssertionError(
+                    f"process exited ({proc.returncode}) before printing {text!r}: {seen[-500:]!r}"
+                )
+            seen += chunk

@@ -19,9 +19,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue, SearchAttributeKey
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     # Plain dataclasses and pure functions with no I/O or global state, so
@@ -37,9 +39,11 @@ with workflow.unsafe.imports_passed_through():
         JournalInput,
         JournalResult,
     )
+    from store.base import validate_run_id
     from store.events import Event, Usage
     from store.replay import assistant_message, initial_messages, tool_message
     from workflows import policies
+    from workflows.payloads import clip_to_size, encoded_size, share_budget
     from workflows.types import (
         AgentSpec,
         Decision,
@@ -54,6 +58,9 @@ AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 AGENT_MODEL = SearchAttributeKey.for_keyword("AgentModel")
 
 _SUMMARY_CHARS = 200
+
+#: What `run` receives when a client starts the workflow with no argument.
+_NO_INPUT = RawValue(Payload())
 
 
 def call_summary(name: str, args: dict[str, Any] | None) -> str:
@@ -87,7 +94,7 @@ class AgentRunWorkflow:
     """One segment of an agent run; the workflow id is the run id."""
 
     @workflow.init
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: RawValue = _NO_INPUT) -> None:
         # every recorded event is also published here, so clients can follow a
         # run live (and the worker's activities can add text deltas)
         self._stream = WorkflowStream()
@@ -183,14 +190,32 @@ class AgentRunWorkflow:
     # -- the loop --------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: Any) -> dict[str, Any]:
+    async def run(self, raw: RawValue = _NO_INPUT) -> dict[str, Any]:
         """Run the agent loop to a final answer, a budget, or a failure."""
         try:
-            inp = parse_run_input(raw)
-        except ValueError as exc:
+            # decoded here rather than by the SDK: input that is not JSON (or
+            # no input at all) would otherwise fail the workflow *task*
+            # ("Failed decoding arguments"), which Temporal retries forever
+            value = (
+                None if raw is _NO_INPUT else workflow.payload_converter().from_payload(raw.payload)
+            )
+            inp = parse_run_input(value)
+        except Exception as exc:
+            root: BaseException = exc
+            while root.__cause__ is not None:
+                root = root.__cause__  # a decoding error names the JSON problem last
+            detail = str(exc) if root is exc else f"{exc} ({root})"
             raise ApplicationError(
-                f"Invalid AgentRun input: {exc}", type="InvalidInput", non_retryable=True
+                f"Invalid AgentRun input: {detail}", type="InvalidInput", non_retryable=True
             ) from None
+        try:
+            validate_run_id(workflow.info().workflow_id)
+        except ValueError as exc:
+            # the run id is a file name in every store and what resume() takes;
+            # an id the facade refuses would give a run nothing can mirror or
+            # resume. Patched: runs started before this check carry on as before.
+            if workflow.patched(policies.PATCH_REFUSE_INVALID_RUN_ID):
+                raise ApplicationError(str(exc), type="InvalidRunId", non_retryable=True) from None
         self._agent, self._offset = inp.agent, inp.event_offset
         self._prior = Usage.from_dict(inp.prior_usage)
         spec = self._spec = await self._describe(inp.agent)
@@ -223,6 +248,20 @@ class AgentRunWorkflow:
                 f"{(self._prior + total).total_tokens} tokens so far"
             )
             await self._journal()
+            oversized = self._oversized(request, schemas)
+            if oversized is not None:
+                self._record(
+                    Event(
+                        type="run_end",
+                        status="failed",
+                        error=oversized,
+                        turn=turn,
+                        usage=total,
+                        started_at=run_started,
+                        ended_at=workflow.now().timestamp(),
+                    )
+                )
+                return await self._finish("failed", None, total, oversized)
             activity_id = f"generate-{turn}"
             try:
                 gen = await workflow.execute_activity(
@@ -338,6 +377,7 @@ class AgentRunWorkflow:
                 )
                 return await self._finish("failed", None, total, str(exc))
 
+            self._fit_turn(results)
             newly_disabled: list[str] = []
             for event in results:
                 event.turn = turn
@@ -398,7 +438,9 @@ class AgentRunWorkflow:
                 retry_policy=policies.LOCAL_RETRY_POLICY,
                 summary=f"describe {agent}",
             )
-        except ActivityError as exc:
+        except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
+            # a local activity's failure arrives unwrapped (its own
+            # ApplicationError naming the known agents), not as ActivityError
             await self._release_handlers()
             # the workflow fails (not its task, which would retry forever)
             raise ApplicationError(
@@ -529,8 +571,10 @@ class AgentRunWorkflow:
                     retry_policy=policies.LOCAL_RETRY_POLICY,
                     summary=f"needs approval? {call_summary(name, args)}",
                 )
-            except ActivityError:
-                needed = True  # a predicate that cannot decide asks a person
+            except (ActivityError, ApplicationError, TemporalTimeoutError):
+                # local activity failures arrive unwrapped; a predicate that
+                # cannot decide asks a person
+                needed = True
             if not needed:
                 return None
         requested = workflow.now().timestamp()
@@ -619,6 +663,43 @@ class AgentRunWorkflow:
         )
         return f"**Waiting for approval:** {waiting}"
 
+    def _oversized(
+        self, request: list[dict[str, Any]], schemas: list[dict[str, Any]]
+    ) -> str | None:
+        """Why a request cannot be scheduled (too big for one payload), or None.
+
+        Scheduling it would wedge the run: Temporal refuses the payload and
+        retries the workflow task forever. Ending the run says why instead.
+        """
+        size = encoded_size(request) + encoded_size(schemas)
+        if size <= policies.MAX_REQUEST_BYTES or not workflow.patched(
+            policies.PATCH_REQUEST_SIZE_LIMIT
+        ):
+            return None
+        return (
+            f"The conversation has grown to {size / 1e6:.1f} MB, over the 2 MB Temporal "
+            f"accepts in one payload (runs stop at {policies.MAX_REQUEST_BYTES / 1e6:.1f} MB). "
+            "Have tools return less, or start a new run from a summary."
+        )
+
+    def _fit_turn(self, results: list[Event]) -> None:
+        """Cut a turn's results so that together they fit one payload.
+
+        Each is already under MAX_TOOL_RESULT_BYTES, but many parallel calls
+        would still make the journal step (and the next request) too large
+        to record, which wedges the run in workflow-task retries.
+        """
+        sizes = [encoded_size(e.result) for e in results]
+        if sum(sizes) <= policies.MAX_TURN_RESULT_BYTES or not workflow.patched(
+            policies.PATCH_TURN_RESULT_BUDGET
+        ):
+            return
+        for event, limit in zip(
+            results, share_budget(sizes, policies.MAX_TURN_RESULT_BYTES), strict=True
+        ):
+            if limit is not None and event.result is not None:
+                event.result = clip_to_size(event.result, limit)
+
     # -- recording -----------------------------------------------------------------
 
     def _record(self, event: Event, *, ref: str | None = None) -> None:
@@ -673,7 +754,11 @@ class AgentRunWorkflow:
                 ),
                 summary=f"journal {total - self._journaled} events",
             )
-        except ActivityError as exc:
+        except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
+            # a local activity's failure arrives unwrapped (the activity's own
+            # ApplicationError, or a TimeoutError), not as ActivityError; letting
+            # it through failed the whole run over a broken mirror. No open
+            # history diverges: before, this path closed the workflow at once.
             workflow.logger.warning(
                 "Journaling run %s failed: %s", workflow.info().workflow_id, failure_message(exc)
             )

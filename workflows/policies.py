@@ -30,7 +30,10 @@ NEEDS_APPROVAL = "needs_approval"
 #: timeout, are what notice a dead worker.
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
 #: Long enough for a busy 2-core worker to keep beating, short enough that a
-#: killed worker's generation is retried elsewhere within seconds.
+#: killed worker's generation is retried elsewhere within seconds. The SDK
+#: sends heartbeats every 80% of this (3.2 s), so 0.8 s is the slack a slow
+#: heartbeat RPC has; going lower (3 s was considered) makes a loaded worker
+#: lose calls it is still running, which costs a second model request.
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 #: Provider hiccups (429, 5xx, connection resets) are retried with backoff
 #: for about five minutes, then the run fails and `resume` can continue it.
@@ -45,11 +48,16 @@ MODEL_RETRY_POLICY = RetryPolicy(
 #: Default for one tool call; a tool may set its own with `timeout=`.
 TOOL_START_TO_CLOSE = timedelta(minutes=30)
 #: As for the model: a killed worker's tool call reruns elsewhere in seconds.
+#: A false alarm here is worse than for the model (an in-flight tool runs
+#: twice, though with the same idempotency key), so no shorter than the model's.
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 #: A tool that raises answers the model inside the activity and is never
-#: retried; only lost workers and timeouts reach this policy.
+#: retried; only lost workers and timeouts reach this policy. The first retry
+#: is almost immediate: the heartbeat timeout has already waited for the dead
+#: worker, and waiting again only adds to recovery (1 s here was 1 s of the
+#: measured recovery time; see bench/recovery.py).
 TOOL_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
+    initial_interval=timedelta(milliseconds=200),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=5,
@@ -58,6 +66,15 @@ TOOL_RETRY_POLICY = RetryPolicy(
 #: Heartbeat cadence of long activities; the SDK throttles sends to 80% of
 #: the heartbeat timeout, so this only bounds how stale the last beat can be.
 HEARTBEAT_INTERVAL = timedelta(seconds=1)
+
+# Patch ids (workflow.patched): each marks a change of commands, so histories
+# recorded before it replay unchanged. Never reuse or rename one.
+#: A run whose workflow id is not a valid run id fails at its start.
+PATCH_REFUSE_INVALID_RUN_ID = "refuse-invalid-run-id"
+#: A turn whose results together exceed MAX_TURN_RESULT_BYTES has them cut.
+PATCH_TURN_RESULT_BUDGET = "turn-result-budget"
+#: A request over MAX_REQUEST_BYTES fails the run instead of being scheduled.
+PATCH_REQUEST_SIZE_LIMIT = "request-size-limit"
 
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.
@@ -79,15 +96,31 @@ FINAL_MIRROR_RETRY_POLICY = RetryPolicy(
 )
 
 #: Workflow tasks on a dead worker's sticky queue move to the shared queue
-#: after this; the SDK default (10 s) alone would blow the recovery budget.
-STICKY_QUEUE_TIMEOUT = timedelta(seconds=3)
-#: A workflow task that a killed worker was processing is retried after this.
-WORKFLOW_TASK_TIMEOUT = timedelta(seconds=10)
+#: after this; the SDK default (10 s) alone would blow the recovery budget. A
+#: live worker takes its sticky tasks within milliseconds, so this only fires
+#: for a dead or saturated one, where the cost is one replay elsewhere; below
+#: ~2 s a worker that is merely busy on 2 cores starts losing its cache.
+STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
+#: A workflow task that a killed worker was processing (a kill while the
+#: journal mirrors, say) is retried after this; Temporal's default is 10 s.
+#: Replaying even a long run takes well under a second, and a local activity
+#: that runs longer keeps its task alive by heartbeat, so 5 s is safe. Set by
+#: the facade when it starts a run; plain clients get their own (default 10 s).
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 
-#: Tool results larger than this are cut (with a note saying so) before they
-#: enter history: Temporal refuses payloads over 2 MB, and a refused result
-#: would wedge the run in an endless workflow-task retry.
-MAX_TOOL_RESULT_CHARS = 256_000
+# Payload budgets. Temporal refuses any payload over 2 MB, counted as encoded
+# JSON (non-ASCII escaped: an emoji is 12 bytes), and a workflow task that
+# would record one is retried forever. One workflow task completion carries a
+# turn's journal marker (its tool results) and the next generation's request
+# together, so those two budgets also keep it under gRPC's 4 MB message limit.
+#: One tool result, cut (with a note saying so) in the activity.
+MAX_TOOL_RESULT_BYTES = 256_000
+#: All the results of one turn together (parallel calls), cut in the workflow.
+MAX_TURN_RESULT_BYTES = 1_000_000
+#: A generation's request (conversation and tool schemas). A run whose
+#: conversation outgrows it fails, saying so, rather than wedge at the 2 MB
+#: limit; it is far past most models' context windows anyway.
+MAX_REQUEST_BYTES = 1_500_000
 
 #: Stream topics: recorded events (published by the workflow) and text
 #: deltas (published by the generate activity while the model streams).

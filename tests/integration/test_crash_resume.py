@@ -143,6 +143,49 @@ async def test_agentor_crashed_log_is_resumed_here(
         json.loads(line)
 
 
+async def test_damaged_log_is_resumed_from_what_is_readable(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Unknown fields load; garbage, wrong-typed and torn lines are skipped; resume finishes."""
+    import json
+
+    run_id = "agentor-damaged-" + task_queue
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    lines = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["written_by"] = "a newer writer"  # unknown field
+    damaged = [
+        json.dumps(first),
+        lines[1].replace('"total_tokens": 15', '"total_tokens": 15, "cached_tokens": 2'),
+        "not json at all",
+        lines[2],
+        lines[3],
+        json.dumps({"type": "generation", "turn": 2, "messages": "lost in a bad write"}),
+        lines[4],  # the torn final line Agentor left
+    ]
+    (runs / f"{run_id}.jsonl").write_text("\n".join(damaged))
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(runs),
+        ledger=ledger,
+    )
+
+    result = await agent.aresume(run_id)
+
+    assert result.status == "completed" and result.final_output == ANSWER
+    assert model.request_count == 1 and ledger_lines(ledger) == []
+    assert model.requests[0]["messages"][-1]["role"] == "tool"
+    assert [e.type for e in result.events][:4] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+    ]
+
+
 def test_sync_run_many_times_in_one_process(
     tmp_path: Path, temporal_address: str, task_queue: str
 ) -> None:

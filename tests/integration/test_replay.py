@@ -66,3 +66,10 @@ async def test_golden_history_replays() -> None:
     """A history recorded by an earlier build still replays (catches determinism regressions)."""
     history = WorkflowHistory.from_json("golden-run", GOLDEN.read_text())
     await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+
+
+async def test_history_of_a_hostile_run_id_from_before_the_check_replays() -> None:
+    """A run under an id now refused, recorded before the check existed, still replays."""
+    golden = GOLDEN.parent / "hostile_run_id_history.json"
+    history = WorkflowHistory.from_json("../escape", golden.read_text())
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import RawValue
 
 from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
@@ -149,13 +152,49 @@ async def test_hostile_run_ids_are_refused(
     assert model.request_count == 0
 
 
+@pytest.mark.parametrize("run_id", ["../escape", "/tmp/x", "a\\b", "C:x", ".hidden", "x'y"])
+async def test_hostile_workflow_ids_from_a_plain_client_fail_the_run(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, run_id: str
+) -> None:
+    """A run started by any client under an id the facade refuses fails at once, naming it."""
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(tmp_path / "runs"),
+    )
+    from worker import build_worker
+
+    async with build_worker(client, [agent], task_queue=task_queue):
+        handle = await client.start_workflow(
+            "AgentRun",
+            {"agent": "Weather Agent", "input": PROMPT},
+            id=run_id,
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await asyncio.wait_for(handle.result(), 20)
+    from workflows.agent_run import failure_message
+
+    assert failure_message(info.value).startswith(f"Invalid run id {run_id!r}")
+    assert model.request_count == 0
+    # nothing written, inside the runs directory or out of it
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*")] == [Path("runs")]
+
+
+@pytest.mark.parametrize(
+    "status, message",
+    [
+        (400, "Invalid 'messages': bad request for this model"),
+        (401, "Incorrect API key provided: sk-...abcd"),
+        (404, "The model `gpt-4o-mini` does not exist or you do not have access to it"),
+    ],
+)
 async def test_failed_run_continues_as_a_new_segment(
-    client: Client, task_queue: str, tmp_path: Path, ledger: str
+    client: Client, task_queue: str, tmp_path: Path, ledger: str, status: int, message: str
 ) -> None:
     """A non-retryable model error fails the run at once; resume continues it under the same id."""
-    with ScriptedModelServer(
-        [Fail(400, "Invalid 'messages': bad request for this model")]
-    ) as model:
+    with ScriptedModelServer([Fail(status, message)]) as model:
         agent = weather_agent(
             base_url=model.base_url,
             task_queue=task_queue,
@@ -165,9 +204,7 @@ async def test_failed_run_continues_as_a_new_segment(
         )
         failed = await agent.arun(PROMPT)
         assert failed.status == "failed"
-        assert "400" in (failed.error or "") and "bad request for this model" in (
-            failed.error or ""
-        )
+        assert failed.error == f"Model request failed with {status}: {message}"
         assert failed.events[-1].type == "run_end" and failed.events[-1].status == "failed"
         assert failed.events[-1].error == failed.error
         assert model.request_count == 1  # not retried
@@ -303,6 +340,15 @@ async def test_unknown_agent_fails_the_workflow_clearly(
     assert "Unknown agent 'Nobody'" in message and "'Weather Agent'" in message
 
 
+def _raw(data: bytes, encoding: bytes = b"json/plain") -> RawValue:
+    """A workflow argument sent as these exact bytes."""
+    return RawValue(Payload(metadata={"encoding": encoding}, data=data))
+
+
+#: start the workflow with no argument at all
+NO_INPUT = object()
+
+
 @pytest.mark.parametrize(
     "raw, fragment",
     [
@@ -314,6 +360,22 @@ async def test_unknown_agent_fails_the_workflow_clearly(
             '"max_turns" must be a positive',
         ),
         ({"agent": "Weather Agent", "input": "hi", "bogus": 1}, "unknown input field"),
+        # bytes that are not JSON at all, as any client in any language can send
+        (_raw(b'{"agent": "Weather Agent", "inp'), "(Unterminated string starting at"),
+        (_raw(b"\xff\xfe not utf-8"), "(Expecting value: line 1 column 1"),
+        (_raw(b"{}", encoding=b"binary/protobuf"), "Invalid AgentRun input"),
+        (NO_INPUT, "input is NoneType"),
+    ],
+    ids=[
+        "string",
+        "no-agent",
+        "no-input",
+        "max-turns-0",
+        "unknown-field",
+        "truncated-json",
+        "not-utf8",
+        "unknown-encoding",
+        "no-arguments",
     ],
 )
 async def test_malformed_workflow_input_fails_clearly(
@@ -323,16 +385,23 @@ async def test_malformed_workflow_input_fails_clearly(
     agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
     from worker import build_worker
 
+    run_id = "bad-" + task_queue
     async with build_worker(client, [agent], task_queue=task_queue):
+        args = [] if raw is NO_INPUT else [raw]
         handle = await client.start_workflow(
-            "AgentRun", raw, id="bad-" + task_queue, task_queue=task_queue
+            "AgentRun", args=args, id=run_id, task_queue=task_queue
         )
         with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()
+            # a wedged workflow task would wait forever; 20 s is ample to fail
+            await asyncio.wait_for(handle.result(), 20)
     from workflows.agent_run import failure_message
 
     assert fragment in failure_message(info.value)
     assert model.request_count == 0
+    # the failed run reads back, and resuming it is a clear error, not a decode crash
+    assert await TemporalStore(client).aload(run_id) == []
+    with pytest.raises(ValueError, match="no recoverable messages"):
+        await agent.aresume(run_id)
 
 
 async def test_resume_refuses_an_agent_built_differently(client: Client, task_queue: str) -> None:

@@ -2,8 +2,10 @@
 
 Configured through the environment: TEMPORAL_ADDRESS, AGENT_TASK_QUEUE,
 MODEL_BASE_URL, AGENT_STORE (a directory), AGENT_LEDGER, BLOCK_AFTER and
-BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY.
-Prints the RunResult as one JSON line.
+BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY,
+AGENT_INSTRUCTIONS. Prints the RunResult as one JSON line. `--go-file` makes
+it print "waiting", then start only once that file exists, so a test can
+release several processes at the same moment.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import asyncio
 import json
 import os
 import sys
+import time
+from pathlib import Path
 
-from helpers import PROMPT, BlockingStore, transfer_tool, weather_agent, weather_tool
+from helpers import INSTRUCTIONS, PROMPT, BlockingStore, transfer_tool, weather_agent, weather_tool
 
 
 def build() -> object:
@@ -40,6 +44,7 @@ def build() -> object:
             ),
         ],
         embedded_worker=os.environ.get("EMBEDDED_WORKER", "1") == "1",
+        instructions=os.environ.get("AGENT_INSTRUCTIONS", INSTRUCTIONS),
     )
 
 
@@ -70,8 +75,13 @@ def main() -> int:
     parser.add_argument("--by")
     parser.add_argument("--run-id")
     parser.add_argument("--prompt", default=PROMPT)
+    parser.add_argument("--go-file")
     args = parser.parse_args()
     agent = build()
+    if args.go_file:
+        print("waiting", flush=True)
+        while not Path(args.go_file).exists():
+            time.sleep(0.005)
     if args.command == "worker":
         asyncio.run(serve_worker(agent))
         return 0
@@ -92,4 +102,16 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Stop the embedded worker while everything is alive, then leave without
+    # interpreter finalization: temporalio's Rust threads can race it and abort
+    # a process whose work is done (temporalio/sdk-python#300, seen here about
+    # once in 50 exits of two concurrent processes). The tests judge the run,
+    # not that SDK bug.
+    from agentor_temporal._runtime import Runtime
+
+    if Runtime._instance is not None:
+        Runtime._instance.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

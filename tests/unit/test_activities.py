@@ -14,7 +14,8 @@ from activities import AgentActivities, AgentDefinition, AgentRegistry, function
 from activities.types import CallToolInput, DescribeAgentInput, GenerateInput, JournalInput
 from agentor_temporal.testing import CallTool, Drop, Fail, Hang, Reply, ScriptedModelServer
 from store import Event, FileStore
-from workflows.policies import MAX_TOOL_RESULT_CHARS
+from workflows.payloads import clip_to_size, encoded_size
+from workflows.policies import MAX_TOOL_RESULT_BYTES
 
 
 @function_tool
@@ -35,12 +36,18 @@ def huge() -> str:
     return "x" * (3 * 1024 * 1024)
 
 
+@function_tool
+def huge_emoji() -> str:
+    """Too big for a payload once escaped, though shorter than the cut in characters."""
+    return "\U0001f600" * 200_000  # 0.8 MB of UTF-8, 2.4 MB of escaped JSON
+
+
 def registry(base_url: str, store: object = None) -> AgentActivities:
     agent = AgentDefinition(
         name="A",
         model="m",
         instructions="sys",
-        tools=[echo, explode, huge],
+        tools=[echo, explode, huge, huge_emoji],
         base_url=base_url,
         api_key="k",
         store=store,
@@ -139,18 +146,30 @@ async def test_call_tool_answers_errors_instead_of_raising() -> None:
     )
     assert invalid.error is not None and "invalid arguments for echo" in invalid.error
     unknown = await env.run(acts.call_tool, CallToolInput("r", "A", "c4", "nope", {}))
-    assert unknown.error == "unknown tool" and "Available tools: echo, explode, huge" in (
-        unknown.result or ""
+    assert (
+        unknown.error == "unknown tool"
+        and "Available tools: echo, explode, huge, huge_emoji" in (unknown.result or "")
     )
 
 
-async def test_oversized_tool_results_are_truncated_to_fit_a_payload() -> None:
+@pytest.mark.parametrize("tool", ["huge", "huge_emoji"])
+async def test_oversized_tool_results_are_truncated_to_fit_a_payload(tool: str) -> None:
+    """A result is cut by its encoded size (what Temporal counts), not its length."""
     big = await ActivityEnvironment().run(
-        registry("x").call_tool, CallToolInput("r", "A", "c", "huge", {})
+        registry("x").call_tool, CallToolInput("r", "A", "c", tool, {})
     )
     assert big.truncated and big.result is not None
-    assert len(big.result) < MAX_TOOL_RESULT_CHARS + 200
-    assert big.result.endswith(f"the first {MAX_TOOL_RESULT_CHARS} are shown]")
+    assert MAX_TOOL_RESULT_BYTES - 20 <= encoded_size(big.result) <= MAX_TOOL_RESULT_BYTES
+    assert big.result.endswith("characters are shown]")
+
+
+def test_clip_to_size_keeps_the_original_length_when_cutting_again() -> None:
+    """A second cut says how long the text was before the first one."""
+    once = clip_to_size("é" * 100_000, 60_000)
+    twice = clip_to_size(once, 30_000)
+    assert encoded_size(once) <= 60_000 and encoded_size(twice) <= 30_000
+    assert twice.startswith("é" * 4000) and twice.endswith(" of 100000 characters are shown]")
+    assert clip_to_size("short", 100) == "short"
 
 
 async def test_describe_unknown_agent_names_the_known_ones() -> None:

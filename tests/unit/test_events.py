@@ -73,6 +73,24 @@ def test_from_dict_without_type_is_refused() -> None:
         Event.from_dict({"text": "hi"})
 
 
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"type": 5}, "type"),
+        ({"type": "generation", "messages": "oops"}, "messages"),
+        ({"type": "run_start", "messages": [1, 2]}, "messages"),
+        ({"type": "generation", "calls": "get_weather"}, "calls"),
+        ({"type": "tool_result", "call_id": {"id": 1}}, "call_id"),
+        ({"type": "tool_result", "result": ["a"]}, "result"),
+        ({"type": "message", "text": 42}, "text"),
+    ],
+)
+def test_from_dict_refuses_fields_of_the_wrong_type(data: dict[str, object], field: str) -> None:
+    """A field replay relies on, of the wrong type, is refused by name (not loaded to crash)."""
+    with pytest.raises(ValueError, match=f"'{field}'"):
+        Event.from_dict(data)
+
+
 @pytest.mark.parametrize("name", ["completed-weather-run.jsonl", "failing-tool-run.jsonl"])
 def test_agentor_fixtures_round_trip_byte_for_byte(name: str) -> None:
     """Every line Agentor wrote re-serialises to the same JSON object, key order included."""

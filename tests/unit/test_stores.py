@@ -88,9 +88,16 @@ def test_file_store_survives_a_torn_final_line(tmp_path: Path) -> None:
     assert [json.loads(line)["type"] for line in lines] == ["run_start", "run_end"]
 
 
-def test_file_store_skips_a_corrupt_middle_line(tmp_path: Path) -> None:
-    (tmp_path / "r.jsonl").write_text('{"type": "run_start"}\nnot json\n[1]\n{"type": "run_end"}\n')
+def test_file_store_skips_a_corrupt_middle_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Unparseable lines, and lines whose fields have the wrong types, are skipped by name."""
+    (tmp_path / "r.jsonl").write_text(
+        '{"type": "run_start"}\nnot json\n[1]\n{"type": "generation", "messages": "oops"}\n'
+        '{"type": "run_end"}\n'
+    )
     assert [e.type for e in FileStore(tmp_path).load("r")] == ["run_start", "run_end"]
+    assert "r.jsonl:4 (field 'messages' must be a list of objects, got str)" in caplog.text
 
 
 @pytest.mark.parametrize("run_id", ["../x", "/tmp/x", "a\\b", "C:x", ".hidden", "", "a/b", "x\ny"])

@@ -1,0 +1,90 @@
+"""Starting a run's next segment exactly once, however many processes try.
+
+Resuming a closed run starts a new execution under the same workflow id. Two
+resumers that read the same closed execution must start one segment between
+them, not one each: with `USE_EXISTING` the second attaches while the first's
+segment runs, but once that segment has *finished*, a plain start (which
+allows a duplicate of a closed execution) would run the agent again from the
+second resumer's stale reading. Temporal deduplicates starts by request id, so
+every resumer of the same execution sends the same id, derived from what it
+continues: the second start then returns the segment the first one started,
+finished or not. The SDK's `start_workflow` always sends a random request id,
+hence this small direct call.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import WorkflowIdConflictPolicy, WorkflowIdReusePolicy
+from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+#: Namespace of the request ids below (any fixed UUID would do).
+_REQUEST_IDS = uuid.UUID("0b4f6a53-1c38-4c8e-9a55-6f6a6e0a7e11")
+
+
+def segment_request_id(run_id: str, previous_execution: str | None, event_offset: int) -> str:
+    """The start request id shared by every resumer continuing the same state.
+
+    Args:
+        run_id: the run (workflow id).
+        previous_execution: the closed execution being continued, or None
+            when the segment is seeded from the store alone.
+        event_offset: how many events the resumer read (tells two store-seeded
+            continuations of different lengths apart).
+    """
+    key = f"{run_id}\x00{previous_execution or ''}\x00{event_offset}"
+    return str(uuid.uuid5(_REQUEST_IDS, key))
+
+
+async def start_once(
+    client: Client,
+    workflow: str,
+    arg: Any,
+    *,
+    id: str,
+    task_queue: str,
+    request_id: str,
+    id_reuse_policy: WorkflowIDReusePolicy,
+    id_conflict_policy: WorkflowIDConflictPolicy,
+    task_timeout: timedelta,
+    static_summary: str | None = None,
+    static_details: str | None = None,
+) -> None:
+    """`client.start_workflow` for the fields the facade uses, with a chosen request id.
+
+    Raises:
+        WorkflowAlreadyStartedError: as `start_workflow` does.
+    """
+    req = StartWorkflowExecutionRequest(
+        namespace=client.namespace,
+        workflow_id=id,
+        identity=client.identity,
+        request_id=request_id,
+        workflow_id_reuse_policy=WorkflowIdReusePolicy.ValueType(int(id_reuse_policy)),
+        workflow_id_conflict_policy=WorkflowIdConflictPolicy.ValueType(int(id_conflict_policy)),
+    )
+    req.workflow_type.name = workflow
+    req.task_queue.name = task_queue
+    req.input.payloads.extend(await client.data_converter.encode([arg]))
+    req.workflow_task_timeout.FromTimedelta(task_timeout)
+    if static_summary is not None:
+        req.user_metadata.summary.CopyFrom(
+            (await client.data_converter.encode([static_summary]))[0]
+        )
+    if static_details is not None:
+        req.user_metadata.details.CopyFrom(
+            (await client.data_converter.encode([static_details]))[0]
+        )
+    try:
+        await client.workflow_service.start_workflow_execution(req, retry=True)
+    except RPCError as err:
+        if err.status == RPCStatusCode.ALREADY_EXISTS:
+            raise WorkflowAlreadyStartedError(id, workflow) from None
+        raise

@@ -1,0 +1,105 @@
+"""A mirror store that raises: the run finishes, Temporal keeps all, the mirror catches up."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import Event, FileStore, TemporalStore
+from agentor_temporal.testing import ScriptedModelServer
+
+from helpers import ANSWER, PROMPT, weather_agent
+
+
+class FlakyStore:
+    """A FileStore whose `append` raises while `failures` lasts (None: always)."""
+
+    def __init__(self, directory: Path, failures: int | None) -> None:
+        self.inner = FileStore(directory)
+        self.failures = failures
+        self.raised = 0
+
+    def append(self, run_id: str, event: Event) -> None:
+        if self.failures is None or self.raised < self.failures:
+            self.raised += 1
+            raise OSError(28, "No space left on device")
+        self.inner.append(run_id, event)
+
+    def load(self, run_id: str) -> list[Event]:
+        return self.inner.load(run_id)
+
+    def list_runs(self) -> list[str]:
+        return self.inner.list_runs()
+
+
+async def test_store_failing_for_a_while_is_caught_up_by_the_next_step(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Appends that fail for the first steps are retried later: the mirror ends exact."""
+    store = FlakyStore(tmp_path, failures=2)
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
+    )
+    with caplog.at_level(logging.ERROR, logger="activities.journal"):
+        result = await agent.arun(PROMPT)
+
+    assert result.status == "completed" and result.final_output == ANSWER
+    assert store.raised == 2
+    projected = await TemporalStore(client).aload(result.run_id)
+    assert [e.to_dict() for e in store.load(result.run_id)] == [e.to_dict() for e in projected]
+    assert len(projected) == 7
+    assert f"Mirroring run {result.run_id} into" in caplog.text
+    assert "OSError: [Errno 28] No space left on device" in caplog.text
+
+
+@pytest.mark.slow
+async def test_store_failing_to_the_end_is_logged_and_does_not_fail_the_run(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store that never recovers does not fail the run; the missing tail is logged by name."""
+    store = FlakyStore(tmp_path, failures=None)
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
+    )
+    with caplog.at_level(logging.WARNING):
+        result = await agent.arun(PROMPT)
+
+    assert result.status == "completed" and result.final_output == ANSWER, result.error
+    projected = await TemporalStore(client).aload(result.run_id)
+    assert [e.to_dict() for e in result.events] == [e.to_dict() for e in projected]
+    assert len(projected) == 7 and store.load(result.run_id) == []
+    assert (
+        f"The store mirror of run {result.run_id} is missing its last 7 events; "
+        "Temporal has them all" in caplog.text
+    )
+
+
+async def test_resume_catches_up_a_mirror_left_behind(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """Resuming a completed run whose mirror lacks its tail writes the tail, running nothing."""
+    store = FileStore(tmp_path)
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
+    )
+    result = await agent.arun(PROMPT)
+    path = tmp_path / f"{result.run_id}.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:4]))  # the mirror stopped after the tool result
+
+    requests = model.request_count
+    again = await agent.aresume(result.run_id)
+
+    assert again.status == "completed" and model.request_count == requests
+    assert path.read_text() == "".join(lines)

@@ -1,0 +1,121 @@
+"""Model endpoint faults end to end: retried with backoff through Temporal, and the run completes.
+
+The mapping of each `openai` error is unit-tested in `tests/unit/test_activities.py`;
+here the whole path runs (real dev server, real `openai` client, the embedded
+worker) and the retry is read back from history: the generation's second
+attempt carries the first attempt's failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.testing import Fail, Hang, ScriptedModelServer, Step, tool_then_answer
+
+from helpers import ANSWER, PROMPT, free_port, weather_agent
+
+
+class Recorder:
+    """A model script that plays `first` once, then the default agent, timing each request."""
+
+    def __init__(self, first: Step) -> None:
+        self.first: Step | None = first
+        self.times: list[float] = []
+
+    def __call__(self, request: dict[str, Any]) -> Step:
+        self.times.append(time.monotonic())
+        step, self.first = self.first, None
+        return step if step is not None else tool_then_answer(request)
+
+
+async def _first_generation_attempts(client: Client, run_id: str) -> tuple[int, str]:
+    """(attempt, previous attempt's failure) of the run's first generation."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = event.activity_task_started_event_attributes
+            return attrs.attempt, attrs.last_failure.message
+    raise AssertionError("no activity started")
+
+
+@pytest.mark.parametrize(
+    "fault, failure",
+    [
+        (Fail(429, "Rate limit reached", retry_after=2), "answered 429: Rate limit reached"),
+        (Fail(500, "The server had an error"), "answered 500: The server had an error"),
+        (Fail(503, "The engine is overloaded"), "answered 503: The engine is overloaded"),
+        # a read timeout: the request (timeout=0.5 below) outlives the client's patience
+        (Hang(3), "Model endpoint timed out"),
+    ],
+    ids=["429-retry-after", "500", "503", "read-timeout"],
+)
+async def test_transient_model_faults_are_retried_and_the_run_completes(
+    client: Client, task_queue: str, tmp_path: Path, fault: Step, failure: str
+) -> None:
+    """429 (honouring Retry-After), 5xx and read timeouts are retried; the run completes."""
+    script = Recorder(fault)
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            timeout=0.5,
+        )
+        result = await agent.arun(PROMPT)
+
+    assert result.status == "completed" and result.final_output == ANSWER
+    assert len(script.times) == 3  # the failed request, its retry, the answer
+    attempt, previous = await _first_generation_attempts(client, result.run_id)
+    assert attempt == 2 and failure in previous
+    if isinstance(fault, Fail) and fault.retry_after:
+        # Retry-After (2 s) wins over the policy's first interval (1 s)
+        assert script.times[1] - script.times[0] >= fault.retry_after - 0.1
+    assert [e.to_dict() for e in FileStore(tmp_path).load(result.run_id)] == [
+        e.to_dict() for e in await TemporalStore(client).aload(result.run_id)
+    ]
+
+
+async def test_refused_connection_is_retried_until_the_endpoint_is_up(
+    client: Client, task_queue: str
+) -> None:
+    """A model endpoint that refuses connections is retried; once it listens, the run completes."""
+    port = free_port()
+    agent = weather_agent(
+        base_url=f"http://127.0.0.1:{port}/v1", task_queue=task_queue, temporal=client
+    )
+    run_id = f"refused-{task_queue}"
+    pending = asyncio.create_task(agent.arun(PROMPT, run_id=run_id))
+    try:
+
+        async def failed_once() -> str | None:
+            try:
+                desc = await client.get_workflow_handle(run_id).describe()
+            except Exception:
+                return None
+            for act in desc.raw_description.pending_activities:
+                if act.attempt >= 2:
+                    return str(act.last_failure.message)
+            return None
+
+        message = None
+        deadline = time.monotonic() + 30
+        while message is None and time.monotonic() < deadline:
+            message = await failed_once()
+            await asyncio.sleep(0.05)
+        assert message is not None, "the generation was not retried"
+        assert f"unreachable at http://127.0.0.1:{port}/v1/chat/completions" in message
+        with ScriptedModelServer(port=port) as model:
+            result = await asyncio.wait_for(pending, 60)
+            assert model.request_count == 2
+    finally:
+        pending.cancel()
+    assert result.status == "completed" and result.final_output == ANSWER

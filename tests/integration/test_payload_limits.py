@@ -1,0 +1,145 @@
+"""Tool results and conversations past Temporal's 2 MB payload limit never wedge a run.
+
+Temporal (and the SDK, before it even sends) refuses any payload over 2 MB;
+a workflow task that would record one fails and is retried forever. So: one
+result is cut to fit, a turn's results together are cut to fit, and a
+conversation that has outgrown one payload ends the run as `failed`, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
+
+from agentor_temporal import FileStore, TemporalStore, function_tool
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
+from worker import build_worker
+from workflows import AgentRunWorkflow, policies
+from workflows.policies import MAX_REQUEST_BYTES, MAX_TOOL_RESULT_BYTES, MAX_TURN_RESULT_BYTES
+
+from helpers import weather_agent
+
+MB = 1024 * 1024
+
+
+@function_tool
+def dump(kind: str) -> str:
+    """Return a lot of text.
+
+    Args:
+        kind: "emoji" for 3 MB of emoji, "ascii" for 1 MB of plain text.
+    """
+    if kind == "emoji":
+        return "\U0001f600" * (3 * MB // 4)  # 3 MB of UTF-8, 9 MB as escaped JSON
+    return "y" * MB
+
+
+def _encoded(text: str | None) -> int:
+    return len(json.dumps(text))
+
+
+async def test_a_result_over_2mb_of_any_text_is_cut_to_fit(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A 3 MB non-ASCII result is cut by its encoded size; the model reads it and answers."""
+    with ScriptedModelServer(
+        [CallTool("dump", {"kind": "emoji"}), Reply("Lots of smiles.")]
+    ) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[dump],
+            store=FileStore(tmp_path),
+        )
+        result = await asyncio.wait_for(agent.arun("Dump it."), 60)
+        sent = model.requests[1]["messages"][-1]["content"]
+    assert result.status == "completed" and result.final_output == "Lots of smiles."
+    [tool_result] = [e for e in result.events if e.type == "tool_result"]
+    assert tool_result.error is None
+    assert (tool_result.result or "").startswith("\U0001f600" * 100)
+    assert (tool_result.result or "").endswith(" of 786432 characters are shown]")
+    assert _encoded(tool_result.result) <= MAX_TOOL_RESULT_BYTES
+    assert sent == tool_result.result
+    assert [e.to_dict() for e in FileStore(tmp_path).load(result.run_id)] == [
+        e.to_dict() for e in await TemporalStore(client).aload(result.run_id)
+    ]
+
+
+async def test_a_turn_of_many_big_results_is_cut_to_fit_together(
+    client: Client, task_queue: str
+) -> None:
+    """Ten parallel 1 MB results share one turn's budget instead of wedging the run."""
+    script = [[CallTool("dump", {"kind": "ascii"}) for _ in range(10)], Reply("Ten dumps.")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[dump]
+        )
+        result = await asyncio.wait_for(agent.arun("Dump ten."), 30)
+    assert result.status == "completed" and result.final_output == "Ten dumps."
+    results = [e for e in result.events if e.type == "tool_result"]
+    assert len(results) == 10 and all(r.error is None for r in results)
+    assert sum(_encoded(r.result) for r in results) <= MAX_TURN_RESULT_BYTES
+    # cut once in the activity, again in the workflow; the note keeps the original length
+    assert all((r.result or "").endswith(" of 1048576 characters are shown]") for r in results)
+    await _replays(client, result.run_id)
+
+
+async def test_a_conversation_outgrowing_a_payload_fails_the_run_clearly(
+    client: Client, task_queue: str
+) -> None:
+    """Big results turn after turn end the run as failed, naming the limit, before it wedges."""
+    with ScriptedModelServer(lambda request: CallTool("dump", {"kind": "ascii"})) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[dump]
+        )
+        result = await asyncio.wait_for(agent.arun("Dump forever."), 30)
+        requests = model.request_count
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "over the 2 MB Temporal accepts in one payload" in result.error
+    assert result.events[-1].type == "run_end" and result.events[-1].error == result.error
+    # it stopped at the first request that would not fit, not later
+    per_turn = MAX_TOOL_RESULT_BYTES
+    assert requests <= MAX_REQUEST_BYTES // per_turn + 1
+    await _replays(client, result.run_id)
+
+
+async def _replays(client: Client, run_id: str) -> None:
+    """The patched cut and stop replay deterministically."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+
+
+async def test_histories_from_before_the_limits_still_replay(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs that crossed today's turn and request limits before they existed replay unchanged."""
+    script: list[Step] = [
+        [CallTool("dump", {"kind": "ascii"}) for _ in range(5)],  # 1.28 MB in one turn
+        *[CallTool("dump", {"kind": "ascii"}) for _ in range(2)],  # 1.8 MB of conversation
+        Reply("Done."),
+    ]
+    # record as the code before the limits behaved: nothing cut, nothing stopped
+    # (unsandboxed, so the workflow sees the patched module)
+    monkeypatch.setattr(policies, "MAX_TURN_RESULT_BYTES", 10 * MB)
+    monkeypatch.setattr(policies, "MAX_REQUEST_BYTES", 10 * MB)
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[dump],
+            embedded_worker=False,
+        )
+        runner = UnsandboxedWorkflowRunner()
+        async with build_worker(client, [agent], task_queue=task_queue, workflow_runner=runner):
+            result = await asyncio.wait_for(agent.arun("Dump."), 60)
+    monkeypatch.undo()
+    assert result.status == "completed", result.error
+    await _replays(client, result.run_id)

@@ -1,0 +1,137 @@
+"""Worker loss: a worker process SIGKILLed at each point of a run, another one finishes it.
+
+Each test kills the process running the run (its embedded worker holds the
+workflow and runs its activities) at one exact point, then starts a plain
+worker process on the same task queue and store, and checks the promise:
+the run completes, a completed tool call never runs again (an in-flight one
+runs again with the same idempotency key), and the JSONL mirror has every
+event once and equals `TemporalStore.load`.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.testing import Hang, ScriptedModelServer
+
+from helpers import (
+    ANSWER,
+    ledger_lines,
+    spawn,
+    stop_process,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+
+SEVEN = ["run_start", "generation", "tool_call", "tool_result", "generation", "message", "run_end"]
+
+
+@dataclass
+class KillPoint:
+    """Where in the run the first process dies, and how the test knows it is there."""
+
+    #: extra environment for the killed process
+    env: dict[str, str] = field(default_factory=dict)
+    #: the first model request hangs, so the generation is in flight
+    hang_first_request: bool = False
+    #: how many times the tool starts in all (2 when it was in flight)
+    tool_starts: int = 1
+    #: model requests in all (3 when the first one was in flight)
+    requests: int = 2
+
+
+KILL_POINTS = {
+    # the generate activity is awaiting the model
+    "during_generation": KillPoint(hang_first_request=True, requests=3),
+    # the tool started (its ledger line is on disk) and is still running
+    "during_tool_call": KillPoint(env={"TOOL_DELAY": "60"}, tool_starts=2),
+    # the tool's result is recorded and mirrored; the next generation is not scheduled
+    "after_tool_result": KillPoint(env={"BLOCK_AFTER": "tool_result"}),
+    # mid-mirror: `generation` is in the JSONL file, the `tool_call` of the same
+    # journal step is not
+    "during_mirror": KillPoint(env={"BLOCK_AFTER": "generation"}),
+    # mid-mirror of the last step: `message` written, `run_end` not
+    "during_final_mirror": KillPoint(env={"BLOCK_AFTER": "message"}),
+}
+
+
+def _env(
+    address: str, model: ScriptedModelServer, queue: str, runs: Path, ledger: str
+) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": address,
+        "MODEL_BASE_URL": model.base_url,
+        "AGENT_TASK_QUEUE": queue,
+        "AGENT_STORE": str(runs),
+        "AGENT_LEDGER": ledger,
+    }
+
+
+def _killed_at(proc: subprocess.Popen[str], ready: Callable[[], object], what: str) -> None:
+    try:
+        wait_until(ready, what, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+async def test_run_survives_a_sigkill(
+    point: str,
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """Whatever point a worker is killed at, another finishes the run: tools once, log exact."""
+    kill = KILL_POINTS[point]
+    runs, marker = tmp_path / "runs", tmp_path / "blocked"
+    run_id = uuid.uuid4().hex
+    env = _env(temporal_address, model, task_queue, runs, ledger)
+    if kill.hang_first_request:
+        model.set_script([Hang(60)])
+    first = spawn(["run", "--run-id", run_id], {**env, **kill.env, "BLOCK_MARKER": str(marker)})
+    second: subprocess.Popen[str] | None = None
+    try:
+        if kill.hang_first_request:
+            _killed_at(first, lambda: model.request_count >= 1, "the first model request")
+        elif "TOOL_DELAY" in kill.env:
+            _killed_at(first, lambda: ledger_lines(ledger), "the tool to start")
+        else:
+            _killed_at(first, marker.exists, f"{kill.env['BLOCK_AFTER']} to reach the JSONL file")
+
+        second = spawn(["worker"], env, stderr=subprocess.DEVNULL)
+        outcome = await client.get_workflow_handle(run_id).result()
+        pids = [f"pid={first.pid}", f"pid={second.pid}"]
+    finally:
+        stop_process(first)
+        stop_process(second)
+
+    assert outcome["status"] == "completed" and outcome["final_output"] == ANSWER
+    assert model.request_count == kill.requests
+    projected = await TemporalStore(client).aload(run_id)
+    call_id = next(e.call_id for e in projected if e.type == "tool_call")
+    # "get_weather <run_id>:<call_id> pid=<pid> attempt=<n> London", one line per start
+    starts = [line.split() for line in ledger_lines(ledger)]
+    assert [s[1] for s in starts] == [f"{run_id}:{call_id}"] * kill.tool_starts
+    if kill.tool_starts == 2:
+        # the in-flight call ran again on the next worker, with the same key
+        assert [s[2:4] for s in starts] == [[pids[0], "attempt=1"], [pids[1], "attempt=2"]]
+    mirrored = FileStore(runs).load(run_id)
+    assert [e.type for e in mirrored] == SEVEN
+    assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in projected]
+    # and the file holds exactly those lines: nothing torn, nothing twice
+    assert len((runs / f"{run_id}.jsonl").read_text().splitlines()) == len(SEVEN)

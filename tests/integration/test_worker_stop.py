@@ -1,0 +1,149 @@
+"""A worker stopped with SIGTERM mid-run (a rolling deploy) loses nothing.
+
+The real `python worker.py` CLI, two of them on one task queue, as a fleet
+would run them: the one executing the run's in-flight call is sent SIGTERM,
+stops polling, finishes that call, reports it and exits 0; the other worker
+finishes the run. Nothing runs twice and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.testing import Hang, ScriptedModelServer
+
+from helpers import (
+    ANSWER,
+    PROCS,
+    PROMPT,
+    ROOT,
+    ledger_lines,
+    stop_process,
+    wait_line,
+    wait_until,
+    weather_agent,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _worker_cli(env: dict[str, str], runs: Path, log: Path) -> subprocess.Popen[str]:
+    full = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(PROCS)]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "worker.py"),
+            "--agents",
+            "env_agent:agent",
+            "--temporal",
+            env["TEMPORAL_ADDRESS"],
+            "--task-queue",
+            env["AGENT_TASK_QUEUE"],
+            "--store",
+            str(runs),
+        ],
+        env=full,
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("during", ["tool_call", "generation"])
+async def test_sigterm_mid_run_finishes_in_flight_work_and_loses_nothing(
+    during: str,
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """SIGTERM mid-call: that worker drains the call and exits 0; the other finishes the run."""
+    runs = tmp_path / "runs"
+    # the in-flight call takes 2 s: long enough to signal it mid-way
+    script = [Hang(2)] if during == "generation" else []
+    with ScriptedModelServer(script) as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "TOOL_DELAY": "2" if during == "tool_call" else "0",
+        }
+        logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
+        workers = [_worker_cli(env, runs, log) for log in logs]
+        try:
+            for proc in workers:
+                wait_line(proc, "worker ready")
+            agent = weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=client,
+                embedded_worker=False,
+            )
+            run_id = uuid.uuid4().hex
+            task = asyncio.create_task(agent.arun(PROMPT, run_id=run_id))
+            if during == "tool_call":
+                lines = await asyncio.to_thread(
+                    wait_until, lambda: ledger_lines(ledger), "the tool to start", 60
+                )
+                busy = lines[0].split("pid=")[1].split()[0]
+            else:
+                await asyncio.to_thread(model.wait_for_requests, 1, 60)
+                busy = await _generating_worker(client, run_id)
+            stopped = next(p for p in workers if str(p.pid) == busy)
+            stopped.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(stopped.wait, 60)
+            exited_at = time.time()
+            result = await asyncio.wait_for(task, 60)
+        finally:
+            for proc in workers:
+                stop_process(proc)
+        requests = model.request_count
+
+    assert code == 0
+    log = logs[workers.index(stopped)].read_text()
+    assert "Stopping: no new work is taken; finishing in-flight activities" in log
+    assert "Worker stopped" in log
+    assert result.status == "completed" and result.final_output == ANSWER
+    # nothing handed over ran twice: the drained call's result was accepted
+    assert len(ledger_lines(ledger)) == 1
+    assert requests == 2
+    mirrored = FileStore(runs).load(run_id)
+    assert [e.to_dict() for e in mirrored] == [
+        e.to_dict() for e in await TemporalStore(client).aload(run_id)
+    ]
+    assert len(mirrored) == 7
+    # the stopped worker exited only after the call it held had finished
+    kind = "tool_result" if during == "tool_call" else "generation"
+    finished = next(e.ended_at for e in mirrored if e.type == kind)
+    assert finished is not None and finished < exited_at
+
+
+async def _generating_worker(client: Client, run_id: str) -> str:
+    """The pid of the worker whose generate activity is in flight (from its identity)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        desc = await client.get_workflow_handle(run_id).describe()
+        for act in desc.raw_description.pending_activities:
+            if act.last_worker_identity:
+                return act.last_worker_identity.split("@")[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("no worker picked up the generation")

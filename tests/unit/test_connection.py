@@ -1,0 +1,60 @@
+"""Temporal unreachable: every entry point fails at once with the address it tried."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentor_temporal import ConnectionFailed
+
+from helpers import PROCS, PROMPT, ROOT, free_port, weather_agent
+
+
+@pytest.fixture
+def dead_address() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
+async def test_facade_names_the_address_it_could_not_reach(dead_address: str) -> None:
+    """run() and resume() against an explicit address nobody serves raise ConnectionFailed."""
+    agent = weather_agent(base_url="http://unused/v1", task_queue="q", temporal=dead_address)
+    with pytest.raises(ConnectionFailed, match=f"Cannot reach Temporal at {dead_address}"):
+        await agent.arun(PROMPT)
+    with pytest.raises(ConnectionFailed, match=f"Cannot reach Temporal at {dead_address}"):
+        await agent.aresume("some-run")
+
+
+async def test_environment_address_is_named_too(
+    dead_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With TEMPORAL_ADDRESS set (and no temporal=), the message names that address."""
+    monkeypatch.setenv("TEMPORAL_ADDRESS", dead_address)
+    agent = weather_agent(base_url="http://unused/v1", task_queue="q")
+    with pytest.raises(
+        ConnectionFailed, match=f"Cannot reach Temporal at {dead_address}.*TEMPORAL"
+    ):
+        await agent.arun(PROMPT)
+
+
+def test_worker_cli_exits_1_naming_the_address(dead_address: str) -> None:
+    """`python worker.py` prints one clear line and exits 1, not a traceback."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(PROCS)]),
+        "MODEL_BASE_URL": "http://unused/v1",
+        "AGENT_TASK_QUEUE": "q",
+        "TEMPORAL_ADDRESS": dead_address,
+    }
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "worker.py"), "--agents", "env_agent:agent"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"error: Cannot reach Temporal at {dead_address}: ")
+    assert "Traceback" not in out.stderr
