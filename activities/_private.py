@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 from temporalio import activity
@@ -26,11 +27,18 @@ async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> 
     if not activity.in_activity():
         yield
         return
+    # The heartbeat timeout runs from when the server handed the task out;
+    # a busy worker may start the body seconds later. Beating on the
+    # server's clock (at once, if late) keeps such a call from being timed
+    # out while it runs, and costs nothing when the worker is idle.
+    started = activity.info().started_time
+    lag = max(0.0, time.time() - started.timestamp()) if started else 0.0
 
     async def beat() -> None:
+        await asyncio.sleep(max(0.0, interval - lag))
         while True:
-            await asyncio.sleep(interval)
             activity.heartbeat()
+            await asyncio.sleep(interval)
 
     task = asyncio.create_task(beat())
     try:

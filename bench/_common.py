@@ -97,7 +97,25 @@ def wait_ready(proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if "worker ready" in line:
+            drain(proc)
             return
         if not line and proc.poll() is not None:
             raise RuntimeError(f"worker exited with {proc.returncode}")
     raise TimeoutError("worker did not become ready")
+
+
+def drain(proc: subprocess.Popen[str]) -> None:
+    """Keep reading a worker's stdout so a full pipe never freezes it.
+
+    The SDK core logs to stdout; an unread pipe fills at 64 KB and blocks the
+    core's threads, which silently stops the worker polling (seen here: a
+    flood of warnings froze a benchmark worker mid-run).
+    """
+    import threading
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for _ in proc.stdout:
+            pass
+
+    threading.Thread(target=pump, daemon=True).start()

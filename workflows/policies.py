@@ -30,11 +30,12 @@ NEEDS_APPROVAL = "needs_approval"
 #: timeout, are what notice a dead worker.
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
 #: Long enough for a busy 2-core worker to keep beating, short enough that a
-#: killed worker's generation is retried elsewhere within seconds. The SDK
-#: sends heartbeats every 80% of this (3.2 s), so 0.8 s is the slack a slow
-#: heartbeat RPC has; going lower (3 s was considered) makes a loaded worker
-#: lose calls it is still running, which costs a second model request.
-MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+#: killed worker's generation is retried elsewhere within seconds. The first
+#: beat comes 2 s after the server started the call (HEARTBEAT_INTERVAL) and
+#: the SDK sends later ones every 80% of this (4 s), leaving 3 s of slack for
+#: a worker that runs late; 4 s lost live calls under load (each costs a
+#: second model request), and 6 s bought nothing more in the same benchmark.
+MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
 #: Provider hiccups (429, 5xx, connection resets) are retried with backoff
 #: for about five minutes, then the run fails and `resume` can continue it.
 MODEL_RETRY_POLICY = RetryPolicy(
@@ -50,7 +51,7 @@ TOOL_START_TO_CLOSE = timedelta(minutes=30)
 #: As for the model: a killed worker's tool call reruns elsewhere in seconds.
 #: A false alarm here is worse than for the model (an in-flight tool runs
 #: twice, though with the same idempotency key), so no shorter than the model's.
-TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
+TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
 #: A tool that raises answers the model inside the activity and is never
 #: retried; only lost workers and timeouts reach this policy. The first retry
 #: is almost immediate: the heartbeat timeout has already waited for the dead
@@ -63,9 +64,12 @@ TOOL_RETRY_POLICY = RetryPolicy(
     maximum_attempts=5,
 )
 
-#: Heartbeat cadence of long activities; the SDK throttles sends to 80% of
-#: the heartbeat timeout, so this only bounds how stale the last beat can be.
-HEARTBEAT_INTERVAL = timedelta(seconds=1)
+#: Heartbeat cadence of long activities, on the server's clock. Every
+#: heartbeat is a write on the server, so the first comes only after this
+#: long (most model calls and tools finish before it and never beat), and
+#: the SDK sends the rest at most every 80% of the timeout. 2 s leaves 3 s
+#: of slack inside a 5 s timeout for a worker busy enough to beat late.
+HEARTBEAT_INTERVAL = timedelta(seconds=2)
 
 # Patch ids (workflow.patched): each marks a change of commands, so histories
 # recorded before it replay unchanged. Never reuse or rename one.
@@ -133,11 +137,14 @@ DELTA_BATCH_INTERVAL = timedelta(milliseconds=100)
 #: so this bounds added latency, not load.
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
 
-#: Worker sizing. Model calls and tools are I/O-bound async activities, so one
-#: worker holds many at once; the SDK's defaults (100 slots) would queue a
-#: large fan-out behind a few slow model calls.
-MAX_CONCURRENT_ACTIVITIES = 500
-MAX_CONCURRENT_LOCAL_ACTIVITIES = 500
+#: Worker sizing. The core accepts this many activity tasks at once, and the
+#: server starts their heartbeat clocks on acceptance; a worker whose event
+#: loop falls behind then starts them late and sees live calls timed out. 100
+#: keeps that backlog small enough (measured: 500 lost ~10% of model calls at
+#: 1,000 runs in flight on 2 cores, 50 lost none but halved throughput); more
+#: load wants more workers, not more slots.
+MAX_CONCURRENT_ACTIVITIES = 100
+MAX_CONCURRENT_LOCAL_ACTIVITIES = 200
 #: Cached runs replay nothing on their next task; a run is a few KB in cache.
 MAX_CACHED_WORKFLOWS = 2000
 #: Sync tools run in this many threads (asyncio's default pool is only
