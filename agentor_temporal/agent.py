@@ -499,6 +499,9 @@ class Agentor:
                 static_details=(
                     f"**Agent** {self.name}  \n**Model** {self.model}  \n**Tools** {tools}"
                 ),
+                # with a worker for this queue in this process, the first
+                # workflow task comes back in the start response (no poll)
+                request_eager_start=True,
             )
         except WorkflowAlreadyStartedError:
             return None

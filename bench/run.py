@@ -21,12 +21,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import machine, save, spawn_worker, summary, wait_ready  # noqa: E402
-from scenarios import FloorA, FloorB, Ours, Scenario  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from agentor_temporal.connection import temporal_binary  # noqa: E402
 from agentor_temporal.testing import ScriptedModelServer  # noqa: E402
+
+from _common import machine, save, spawn_worker, summary, wait_ready  # noqa: E402
+from scenarios import FloorA, FloorB, Ours, Scenario  # noqa: E402
 
 TARGETS = {
     "latency_0ms_vs_floor_a": 1.3,
@@ -220,7 +221,7 @@ async def main(smoke: bool) -> dict[str, Any]:
                 async with scenario:
                     await throughput(scenario, 3, 6)  # warm up
                     for level in sizes["concurrency"]:
-                        total = max(2 * level, 6 if smoke else 60)
+                        total = max(level, 6 if smoke else 60)
                         rate = await throughput(scenario, level, total)
                         out.setdefault("throughput", {}).setdefault(scenario.name, {})[
                             str(level)

@@ -21,7 +21,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from agents import get_weather
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -33,6 +32,8 @@ from activities.types import CallToolInput, GenerateInput
 from agentor_temporal import Agentor, FileStore
 from store.replay import assistant_message, initial_messages
 from worker import build_worker
+
+from agents import get_weather
 
 PROMPT = "What is the weather in London?"
 INSTRUCTIONS = "You are a helpful weather assistant."

@@ -19,8 +19,6 @@ import time
 import uuid
 from typing import Any
 
-from _common import machine, save, spawn_worker, summary, wait_ready
-from agents import weather
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.testing import WorkflowEnvironment
 
@@ -28,6 +26,9 @@ from agentor_temporal.connection import temporal_binary
 from agentor_temporal.streaming import follow_timed
 from agentor_temporal.testing import ScriptedModelServer
 from workflows.types import AgentRunInput
+
+from _common import machine, save, spawn_worker, summary, wait_ready
+from agents import weather
 
 
 async def main(runs: int, latency: float) -> dict[str, Any]:
