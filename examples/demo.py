@@ -154,6 +154,11 @@ def main() -> int:
         return 1
     say(f"JSONL log: {path.relative_to(HERE.parent)} ({len(event_lines(path))} events)")
     say(f"Inspect the run: http://localhost:8233/namespaces/default/workflows/{run_id}")
+    if not environment_configured():
+        say(
+            "The dev server keeps running for that; stop it with: "
+            "agentor-temporal dev stop --data-dir examples/.temporal"
+        )
     if server is not None:
         server.stop()
     return 0
