@@ -28,6 +28,16 @@ PROCS = Path(__file__).resolve().parent / "procs"
 INSTRUCTIONS = "You are a helpful weather assistant."
 PROMPT = "What is the weather in London?"
 ANSWER = "Answer based on tool: The weather in London is sunny and 22C."
+#: The events of the seed's run: one tool call, then the answer.
+SEED_EVENT_TYPES = [
+    "run_start",
+    "generation",
+    "tool_call",
+    "tool_result",
+    "generation",
+    "message",
+    "run_end",
+]
 
 
 def ledger_write(path: str | os.PathLike[str] | None, name: str, extra: str = "") -> None:

@@ -250,18 +250,7 @@ class AgentRunWorkflow:
             await self._journal()
             oversized = self._oversized(request, schemas)
             if oversized is not None:
-                self._record(
-                    Event(
-                        type="run_end",
-                        status="failed",
-                        error=oversized,
-                        turn=turn,
-                        usage=total,
-                        started_at=run_started,
-                        ended_at=workflow.now().timestamp(),
-                    )
-                )
-                return await self._finish("failed", None, total, oversized)
+                return await self._end("failed", total, run_started, turn=turn, error=oversized)
             activity_id = f"generate-{turn}"
             try:
                 gen = await workflow.execute_activity(
@@ -285,18 +274,7 @@ class AgentRunWorkflow:
                 )
             except ActivityError as exc:
                 error = failure_message(exc)
-                self._record(
-                    Event(
-                        type="run_end",
-                        status="failed",
-                        error=error,
-                        turn=turn,
-                        usage=total,
-                        started_at=run_started,
-                        ended_at=workflow.now().timestamp(),
-                    )
-                )
-                return await self._finish("failed", None, total, error)
+                return await self._end("failed", total, run_started, turn=turn, error=error)
 
             usage = Usage.from_dict(gen.usage)
             total = total + usage
@@ -320,18 +298,7 @@ class AgentRunWorkflow:
             if not gen.calls:
                 text = gen.text or ""
                 self._record(Event(type="message", text=text, turn=turn, usage=usage))
-                self._record(
-                    Event(
-                        type="run_end",
-                        text=text,
-                        status="completed",
-                        usage=total,
-                        turn=turn,
-                        started_at=run_started,
-                        ended_at=workflow.now().timestamp(),
-                    )
-                )
-                return await self._finish("completed", text, total, None)
+                return await self._end("completed", total, run_started, turn=turn, text=text)
 
             for call in gen.calls:
                 function = call.get("function") or {}
@@ -364,18 +331,7 @@ class AgentRunWorkflow:
                     )
                 )
             except ApprovalExpired as exc:
-                self._record(
-                    Event(
-                        type="run_end",
-                        status="failed",
-                        error=str(exc),
-                        turn=turn,
-                        usage=total,
-                        started_at=run_started,
-                        ended_at=workflow.now().timestamp(),
-                    )
-                )
-                return await self._finish("failed", None, total, str(exc))
+                return await self._end("failed", total, run_started, turn=turn, error=str(exc))
 
             self._fit_turn(results)
             newly_disabled: list[str] = []
@@ -414,17 +370,8 @@ class AgentRunWorkflow:
                     )
 
         error = f"Reached max_turns ({budget}) without a final answer."
-        self._record(
-            Event(
-                type="run_end",
-                status="max_turns",
-                error=error,
-                usage=total,
-                started_at=run_started,
-                ended_at=workflow.now().timestamp(),
-            )
-        )
-        return await self._finish("max_turns", None, total, error)
+        # no turn on this run_end, as Agentor writes it
+        return await self._end("max_turns", total, run_started, error=error)
 
     # -- steps -------------------------------------------------------------------
 
@@ -772,6 +719,31 @@ class AgentRunWorkflow:
         self._closing = True
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
+
+    async def _end(
+        self,
+        status: str,
+        usage: Usage,
+        run_started: float,
+        *,
+        turn: int | None = None,
+        text: str | None = None,
+        error: str | None = None,
+    ) -> dict[str, Any]:
+        """Record the segment's `run_end`, then close the run with its outcome."""
+        self._record(
+            Event(
+                type="run_end",
+                text=text,
+                status=status,
+                error=error,
+                turn=turn,
+                usage=usage,
+                started_at=run_started,
+                ended_at=workflow.now().timestamp(),
+            )
+        )
+        return await self._finish(status, text, usage, error)
 
     async def _finish(
         self, status: str, final_output: str | None, usage: Usage, error: str | None

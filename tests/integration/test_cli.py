@@ -28,7 +28,7 @@ from agentor_temporal import FileStore
 from agentor_temporal.connection import stop_dev_server, temporal_binary
 from agentor_temporal.testing import Fail, ScriptedModelServer, tool_then_answer
 
-from helpers import ANSWER, PROMPT, ROOT, ledger_lines, wait_until
+from helpers import ANSWER, PROMPT, ROOT, SEED_EVENT_TYPES, ledger_lines, wait_until
 
 AGENT = "procs.cli_agents:agent"
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -280,15 +280,7 @@ def test_show_reads_a_finished_run_from_history_or_from_its_store(
     assert f"output   {ANSWER}" in lines
     # one line per event: number, turn, type, detail
     kinds = [line[12:24].strip() for line in lines if line[:4].strip().isdigit()]
-    assert kinds == [
-        "run_start",
-        "generation",
-        "tool_call",
-        "tool_result",
-        "generation",
-        "message",
-        "run_end",
-    ]
+    assert kinds == SEED_EVENT_TYPES
     assert any("tool_call    get_weather(city='London')" in line for line in lines)
 
     jsonl = cli("show", run_id, "--temporal", temporal_address, "--jsonl")

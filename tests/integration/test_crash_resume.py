@@ -14,7 +14,16 @@ from temporalio.client import Client
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
 
-from helpers import ANSWER, ROOT, finish, ledger_lines, spawn, wait_until, weather_agent
+from helpers import (
+    ANSWER,
+    ROOT,
+    SEED_EVENT_TYPES,
+    finish,
+    ledger_lines,
+    spawn,
+    wait_until,
+    weather_agent,
+)
 
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -84,15 +93,7 @@ async def test_killed_after_tool_result_is_resumed_by_another_process(
     assert len(ledger_lines(ledger)) == 1, "the tool ran again"
     assert model.request_count == 2, "the model was not asked exactly once more"
     mirrored = FileStore(runs).load(run_id)
-    assert [e.type for e in mirrored] == [
-        "run_start",
-        "generation",
-        "tool_call",
-        "tool_result",
-        "generation",
-        "message",
-        "run_end",
-    ]
+    assert [e.type for e in mirrored] == SEED_EVENT_TYPES
     projected = await TemporalStore(client).aload(run_id)
     assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in projected]
     assert resumed["events"] == [e.to_dict() for e in projected]

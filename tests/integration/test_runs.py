@@ -14,7 +14,7 @@ from temporalio.common import RawValue
 from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 
-from helpers import ANSWER, PROMPT, ledger_lines, weather_agent, weather_tool
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, ledger_lines, weather_agent, weather_tool
 
 
 async def test_run_records_the_documented_events(
@@ -33,15 +33,7 @@ async def test_run_records_the_documented_events(
     assert result.status == "completed"
     assert result.final_output == ANSWER
     assert result.error is None
-    assert [e.type for e in result.events] == [
-        "run_start",
-        "generation",
-        "tool_call",
-        "tool_result",
-        "generation",
-        "message",
-        "run_end",
-    ]
+    assert [e.type for e in result.events] == SEED_EVENT_TYPES
     assert (result.usage.input_tokens, result.usage.output_tokens) == (20, 10)
     assert result.messages[-1] == {"role": "assistant", "content": ANSWER}
     assert len(ledger_lines(ledger)) == 1

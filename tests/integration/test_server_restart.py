@@ -11,7 +11,16 @@ from temporalio.client import Client
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
 
-from helpers import ANSWER, DevServerProcess, finish, ledger_lines, spawn, stop_process, wait_until
+from helpers import (
+    ANSWER,
+    SEED_EVENT_TYPES,
+    DevServerProcess,
+    finish,
+    ledger_lines,
+    spawn,
+    stop_process,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -45,15 +54,7 @@ async def test_run_completes_across_a_server_crash(
         server.stop()
 
     assert result["status"] == "completed" and result["final_output"] == ANSWER
-    assert [e["type"] for e in result["events"]] == [
-        "run_start",
-        "generation",
-        "tool_call",
-        "tool_result",
-        "generation",
-        "message",
-        "run_end",
-    ]
+    assert [e["type"] for e in result["events"]] == SEED_EVENT_TYPES
     assert result["events"] == [e.to_dict() for e in projected]
     assert [e.to_dict() for e in FileStore(runs).load(run_id)] == result["events"]
     # the tool may have been re-run if its completion was lost with the server,

@@ -13,17 +13,17 @@ from temporalio.client import Client
 from agentor_temporal import Event, FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
 
-from helpers import ANSWER, PROMPT, ledger_lines, spawn, wait_until, weather_agent
+from helpers import (
+    ANSWER,
+    PROMPT,
+    SEED_EVENT_TYPES,
+    ledger_lines,
+    spawn,
+    wait_until,
+    weather_agent,
+)
 
-EVENT_TYPES = [
-    "run_start",
-    "generation",
-    "tool_call",
-    "tool_result",
-    "generation",
-    "message",
-    "run_end",
-]
+EVENT_TYPES = SEED_EVENT_TYPES
 
 
 def split(events: list[Event]) -> tuple[list[Event], list[Event]]:
