@@ -2,18 +2,21 @@
 FROM python:3.11-slim
 
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /app
 
-# dependencies first, so code edits do not reinstall them
+# The package installs from /src as one top-level name, agentor_temporal
+# (workflows/, activities/ and store/ map inside it); /app then holds only the
+# launcher and the examples, so nothing in the working directory shadows it.
+WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY agentor_temporal ./agentor_temporal
 COPY activities ./activities
 COPY workflows ./workflows
 COPY store ./store
-COPY worker.py ./
-RUN pip install . && useradd --create-home --uid 10001 agent \
+RUN pip install /src && useradd --create-home --uid 10001 agent \
     && mkdir -p /app/runs && chown agent /app/runs
 
+WORKDIR /app
+COPY worker.py ./
 COPY examples ./examples
 USER agent
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from temporalio import activity
 
-from workflows.policies import HEARTBEAT_INTERVAL
+from agentor_temporal.workflows.policies import HEARTBEAT_INTERVAL
 
 #: Longest error text passed back to the model or into an event.
 MAX_ERROR_CHARS = 4_000

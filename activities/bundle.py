@@ -11,11 +11,11 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import journal as _journal
-from activities import model as _model
-from activities import tools as _tools
-from activities.registry import AgentRegistry
-from activities.types import (
+from agentor_temporal.activities import journal as _journal
+from agentor_temporal.activities import model as _model
+from agentor_temporal.activities import tools as _tools
+from agentor_temporal.activities.registry import AgentRegistry
+from agentor_temporal.activities.types import (
     ApprovalCheckInput,
     CallToolInput,
     CallToolResult,
@@ -25,8 +25,8 @@ from activities.types import (
     JournalInput,
     JournalResult,
 )
-from workflows import policies
-from workflows.types import AgentSpec
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.types import AgentSpec
 
 
 class AgentActivities:

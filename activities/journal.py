@@ -18,11 +18,11 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from activities.registry import AgentRegistry, UnknownAgentError
-from activities.types import DescribeAgentInput, JournalInput, JournalResult
-from store.base import Store
-from store.events import Event
-from workflows.types import AgentSpec
+from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
+from agentor_temporal.activities.types import DescribeAgentInput, JournalInput, JournalResult
+from agentor_temporal.store.base import Store
+from agentor_temporal.store.events import Event
+from agentor_temporal.workflows.types import AgentSpec
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ async def _backfill(client: Any, run_id: str, have: int, start: int) -> list[Eve
     """Events `have..start` of the run, read from Temporal, or None if unavailable."""
     if client is None:
         return None
-    from store.temporal import TemporalStore
+    from agentor_temporal.store.temporal import TemporalStore
 
     try:
         earlier = await TemporalStore(client).aload(run_id)

@@ -17,9 +17,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities._private import clip, heartbeating
-from activities.registry import AgentRegistry, UnknownAgentError
-from activities.types import GenerateInput, GenerateResult
+from agentor_temporal.activities._private import clip, heartbeating
+from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
+from agentor_temporal.activities.types import GenerateInput, GenerateResult
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ async def generate(
     try:
         async with heartbeating():
             if inp.stream_text:
-                from activities.streaming import stream_with_deltas
+                from agentor_temporal.activities.streaming import stream_with_deltas
 
                 result = await stream_with_deltas(client, _request(inp), inp, temporal)
             else:

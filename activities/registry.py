@@ -16,9 +16,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.tooldef import Tool
-from store.base import Store
-from workflows.types import AgentSpec
+from agentor_temporal.activities.tooldef import Tool
+from agentor_temporal.store.base import Store
+from agentor_temporal.workflows.types import AgentSpec
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.types import GenerateInput, GenerateResult
-from workflows.policies import DELTA_BATCH_INTERVAL, DELTAS_TOPIC
+from agentor_temporal.activities.types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.policies import DELTA_BATCH_INTERVAL, DELTAS_TOPIC
 
 #: Called with each text delta as it arrives (e.g. to publish it to the run).
 DeltaSink = Callable[[str], Awaitable[None]]

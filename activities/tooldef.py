@@ -24,8 +24,8 @@ from typing import Any, overload
 
 import pydantic
 
-from workflows.policies import SYNC_TOOL_THREADS
-from workflows.types import ToolSpec
+from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
+from agentor_temporal.workflows.types import ToolSpec
 
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _SECTION = re.compile(

@@ -14,12 +14,12 @@ import time
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities._private import clip, heartbeating
-from activities.registry import AgentRegistry, UnknownAgentError
-from activities.tooldef import ToolContext
-from activities.types import ApprovalCheckInput, CallToolInput, CallToolResult
-from workflows.payloads import clip_to_size
-from workflows.policies import MAX_TOOL_RESULT_BYTES
+from agentor_temporal.activities._private import clip, heartbeating
+from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
+from agentor_temporal.activities.tooldef import ToolContext
+from agentor_temporal.activities.types import ApprovalCheckInput, CallToolInput, CallToolResult
+from agentor_temporal.workflows.payloads import clip_to_size
+from agentor_temporal.workflows.policies import MAX_TOOL_RESULT_BYTES
 
 logger = logging.getLogger(__name__)
 

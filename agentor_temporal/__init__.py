@@ -6,10 +6,10 @@ Every run is a Temporal workflow (id = run_id); every model generation and
 tool call an activity; every step an `Event` in Agentor's JSONL format.
 """
 
-from activities.tooldef import Tool, ToolContext, function_tool, tool_context
+from agentor_temporal.activities.tooldef import Tool, ToolContext, function_tool, tool_context
 from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import ConnectionFailed, connect
-from store import (
+from agentor_temporal.store import (
     Event,
     FileStore,
     MemoryStore,

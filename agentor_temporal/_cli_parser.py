@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-import worker
+from agentor_temporal import worker
 from agentor_temporal._inspect import STATUSES
 from agentor_temporal._prune import Age, parse_age
 

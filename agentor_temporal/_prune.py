@@ -17,7 +17,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from store import FileStore, TemporalStore, final_event
+from agentor_temporal.store import FileStore, TemporalStore, final_event
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

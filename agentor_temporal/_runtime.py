@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import AgentDefinition, AgentRegistry
+from agentor_temporal.activities import AgentDefinition, AgentRegistry
 
 T = TypeVar("T")
 logger = logging.getLogger("agentor_temporal")
@@ -55,7 +55,7 @@ class _EmbeddedWorker:
             self.idle = None
         async with self.lock:
             if self.worker is None:
-                from worker import build_worker, ensure_search_attributes
+                from agentor_temporal.worker import build_worker, ensure_search_attributes
 
                 await ensure_search_attributes(self.client, self.registry)
                 self.worker = build_worker(self.client, self.registry, task_queue=self.task_queue)

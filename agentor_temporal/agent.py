@@ -26,12 +26,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import AgentDefinition, Tool, as_tool
-from activities.journal import catch_up
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_once
-from agentor_temporal.streaming import follow, on_runtime
-from store import (
+from agentor_temporal.activities import AgentDefinition, Tool, as_tool
+from agentor_temporal.activities.journal import catch_up
+from agentor_temporal.store import (
     Event,
     PendingApproval,
     RunResult,
@@ -44,10 +43,11 @@ from store import (
     total_usage,
     validate_run_id,
 )
-from store.temporal import Segment
-from workflows.agent_run import failure_message
-from workflows.policies import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
-from workflows.types import AgentRunInput, Decision, PausedState
+from agentor_temporal.store.temporal import Segment
+from agentor_temporal.streaming import follow, on_runtime
+from agentor_temporal.workflows.agent_run import failure_message
+from agentor_temporal.workflows.policies import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
+from agentor_temporal.workflows.types import AgentRunInput, Decision, PausedState
 
 MessageInput = str | list[dict[str, Any]]
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-import worker
+from agentor_temporal import worker
 from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._inspect import (
     RunSummary,
@@ -48,7 +48,7 @@ from agentor_temporal.connection import (
     start_dev_server,
     stop_dev_server,
 )
-from store import (
+from agentor_temporal.store import (
     Event,
     FileStore,
     RunResult,
@@ -58,8 +58,8 @@ from store import (
     pending_approvals,
     validate_run_id,
 )
-from workflows.agent_run import call_summary
-from workflows.types import Decision as ApprovalDecision
+from agentor_temporal.workflows.agent_run import call_summary
+from agentor_temporal.workflows.types import Decision as ApprovalDecision
 
 T = TypeVar("T")
 

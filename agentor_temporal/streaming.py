@@ -21,9 +21,9 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from agentor_temporal._runtime import Runtime
-from store import Event, TemporalStore
-from store.temporal import Segment
-from workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
+from agentor_temporal.store import Event, TemporalStore
+from agentor_temporal.store.temporal import Segment
+from agentor_temporal.workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
 
 T = TypeVar("T")
 

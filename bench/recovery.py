@@ -36,7 +36,7 @@ from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from agentor_temporal.testing import ScriptedModelServer  # noqa: E402
-from workflows import policies  # noqa: E402
+from agentor_temporal.workflows import policies  # noqa: E402
 
 from helpers import (  # noqa: E402
     PROMPT,

@@ -71,10 +71,10 @@ async def history_growth(
     """History events/bytes and JSONL bytes of one run as its turns grow."""
     import tempfile
 
-    from activities.tooldef import function_tool
     from agentor_temporal import Agentor, FileStore
+    from agentor_temporal.activities.tooldef import function_tool
     from agentor_temporal.testing import CallTool, Reply
-    from worker import build_worker
+    from agentor_temporal.worker import build_worker
 
     payload = "x" * (result_kb * 1024)
 

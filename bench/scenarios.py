@@ -25,13 +25,13 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import AgentDefinition, AgentRegistry
-from activities.model import generate
-from activities.tools import call_tool
-from activities.types import CallToolInput, GenerateInput
 from agentor_temporal import Agentor, FileStore
-from store.replay import assistant_message, initial_messages
-from worker import build_worker
+from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.activities.model import generate
+from agentor_temporal.activities.tools import call_tool
+from agentor_temporal.activities.types import CallToolInput, GenerateInput
+from agentor_temporal.store.replay import assistant_message, initial_messages
+from agentor_temporal.worker import build_worker
 
 from agents import get_weather
 
@@ -78,7 +78,7 @@ class Scenario:
 
 def worker_options() -> dict[str, Any]:
     """One worker sizing for every scenario: the one `build_worker` uses."""
-    from workflows.policies import (
+    from agentor_temporal.workflows.policies import (
         MAX_CACHED_WORKFLOWS,
         MAX_CONCURRENT_ACTIVITIES,
         MAX_CONCURRENT_LOCAL_ACTIVITIES,

@@ -25,7 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.streaming import follow_timed
 from agentor_temporal.testing import ScriptedModelServer
-from workflows.types import AgentRunInput
+from agentor_temporal.workflows.types import AgentRunInput
 
 from _common import machine, save, spawn_worker, summary, wait_ready
 from agents import weather

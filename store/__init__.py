@@ -4,11 +4,18 @@ Temporal's history is the durable record of every run; a store is the
 documented JSONL mirror of it (and the way in for logs Agentor wrote).
 """
 
-from store.base import Store, new_run_id, validate_run_id
-from store.events import Event, EventType, PendingApproval, RunResult, RunStatus, Usage
-from store.file import FileStore
-from store.memory import MemoryStore
-from store.replay import (
+from agentor_temporal.store.base import Store, new_run_id, validate_run_id
+from agentor_temporal.store.events import (
+    Event,
+    EventType,
+    PendingApproval,
+    RunResult,
+    RunStatus,
+    Usage,
+)
+from agentor_temporal.store.file import FileStore
+from agentor_temporal.store.memory import MemoryStore
+from agentor_temporal.store.replay import (
     final_event,
     initial_messages,
     is_complete,
@@ -17,7 +24,7 @@ from store.replay import (
     segment_events,
     total_usage,
 )
-from store.temporal import Segment, TemporalStore
+from agentor_temporal.store.temporal import Segment, TemporalStore
 
 __all__ = [
     "Event",

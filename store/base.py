@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Protocol, runtime_checkable
 
-from store.events import Event
+from agentor_temporal.store.events import Event
 
 #: Longest run id accepted: a file name and a workflow id must both hold it.
 MAX_RUN_ID_LENGTH = 200

@@ -22,8 +22,8 @@ try:  # POSIX: lets two worker processes share one runs directory safely
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from store.base import validate_run_id
-from store.events import Event
+from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.store.events import Event
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 
-from store.base import validate_run_id
-from store.events import Event
+from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.store.events import Event
 
 
 class MemoryStore:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from store.events import Event, Usage
+from agentor_temporal.store.events import Event, Usage
 
 
 def assistant_message(text: str | None, calls: list[dict[str, Any]] | None) -> dict[str, Any]:

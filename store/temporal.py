@@ -24,9 +24,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from store.base import validate_run_id
-from store.events import Event
-from workflows.policies import DESCRIBE_AGENT, JOURNAL, WORKFLOW_TYPE
+from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.store.events import Event
+from agentor_temporal.workflows.policies import DESCRIBE_AGENT, JOURNAL, WORKFLOW_TYPE
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     # Plain dataclasses and pure functions with no I/O or global state, so
     # sharing the host's copies with the sandbox cannot leak nondeterminism;
     # re-importing them per workflow run would only cost time.
-    from activities.types import (
+    from agentor_temporal.activities.types import (
         ApprovalCheckInput,
         CallToolInput,
         CallToolResult,
@@ -39,12 +39,12 @@ with workflow.unsafe.imports_passed_through():
         JournalInput,
         JournalResult,
     )
-    from store.base import validate_run_id
-    from store.events import Event, Usage
-    from store.replay import assistant_message, initial_messages, tool_message
-    from workflows import policies
-    from workflows.payloads import clip_to_size, encoded_size, share_budget
-    from workflows.types import (
+    from agentor_temporal.store.base import validate_run_id
+    from agentor_temporal.store.events import Event, Usage
+    from agentor_temporal.store.replay import assistant_message, initial_messages, tool_message
+    from agentor_temporal.workflows import policies
+    from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+    from agentor_temporal.workflows.types import (
         AgentSpec,
         Decision,
         PausedState,

@@ -8,8 +8,8 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import FileStore
+from agentor_temporal.store import replay_messages, total_usage
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
-from store import replay_messages, total_usage
 
 import agentor_ref
 from helpers import PROMPT, weather_agent

@@ -18,9 +18,13 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from agentor_temporal import FileStore, TemporalStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
-from worker import build_worker
-from workflows import AgentRunWorkflow, policies
-from workflows.policies import MAX_REQUEST_BYTES, MAX_TOOL_RESULT_BYTES, MAX_TURN_RESULT_BYTES
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import AgentRunWorkflow, policies
+from agentor_temporal.workflows.policies import (
+    MAX_REQUEST_BYTES,
+    MAX_TOOL_RESULT_BYTES,
+    MAX_TURN_RESULT_BYTES,
+)
 
 from helpers import weather_agent
 

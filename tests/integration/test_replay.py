@@ -10,8 +10,8 @@ from temporalio.worker import Replayer
 
 from agentor_temporal import FileStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
-from worker import build_worker
-from workflows import AgentRunWorkflow
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import AgentRunWorkflow
 
 from helpers import PROMPT, weather_agent, weather_tool
 

@@ -82,7 +82,7 @@ async def test_plain_client_start_is_returned_by_resume(
 ) -> None:
     """A run started by workflow type and JSON input (no facade) resumes by id."""
     agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
-    from worker import build_worker
+    from agentor_temporal.worker import build_worker
 
     async with build_worker(client, [agent], task_queue=task_queue):
         handle = await client.start_workflow(
@@ -155,7 +155,7 @@ async def test_hostile_workflow_ids_from_a_plain_client_fail_the_run(
         temporal=client,
         store=FileStore(tmp_path / "runs"),
     )
-    from worker import build_worker
+    from agentor_temporal.worker import build_worker
 
     async with build_worker(client, [agent], task_queue=task_queue):
         handle = await client.start_workflow(
@@ -166,7 +166,7 @@ async def test_hostile_workflow_ids_from_a_plain_client_fail_the_run(
         )
         with pytest.raises(WorkflowFailureError) as info:
             await asyncio.wait_for(handle.result(), 20)
-    from workflows.agent_run import failure_message
+    from agentor_temporal.workflows.agent_run import failure_message
 
     assert failure_message(info.value).startswith(f"Invalid run id {run_id!r}")
     assert model.request_count == 0
@@ -315,7 +315,7 @@ async def test_unknown_agent_fails_the_workflow_clearly(
 ) -> None:
     """An unregistered agent fails the workflow, non-retryably, naming the known ones."""
     agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
-    from worker import build_worker
+    from agentor_temporal.worker import build_worker
 
     async with build_worker(client, [agent], task_queue=task_queue):
         handle = await client.start_workflow(
@@ -326,7 +326,7 @@ async def test_unknown_agent_fails_the_workflow_clearly(
         )
         with pytest.raises(WorkflowFailureError) as info:
             await handle.result()
-    from workflows.agent_run import failure_message
+    from agentor_temporal.workflows.agent_run import failure_message
 
     message = failure_message(info.value)
     assert "Unknown agent 'Nobody'" in message and "'Weather Agent'" in message
@@ -375,7 +375,7 @@ async def test_malformed_workflow_input_fails_clearly(
 ) -> None:
     """Malformed input fails the workflow (never an endless workflow-task retry)."""
     agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
-    from worker import build_worker
+    from agentor_temporal.worker import build_worker
 
     run_id = "bad-" + task_queue
     async with build_worker(client, [agent], task_queue=task_queue):
@@ -386,7 +386,7 @@ async def test_malformed_workflow_input_fails_clearly(
         with pytest.raises(WorkflowFailureError) as info:
             # a wedged workflow task would wait forever; 20 s is ample to fail
             await asyncio.wait_for(handle.result(), 20)
-    from workflows.agent_run import failure_message
+    from agentor_temporal.workflows.agent_run import failure_message
 
     assert fragment in failure_message(info.value)
     assert model.request_count == 0

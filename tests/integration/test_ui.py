@@ -29,7 +29,7 @@ from temporalio.worker import Worker
 from agentor_temporal import Agentor, function_tool
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import ScriptedModelServer
-from worker import build_worker, ensure_search_attributes
+from agentor_temporal.worker import build_worker, ensure_search_attributes
 
 from browser import Page, dump_dom, find_chromium, screenshot
 from conftest import SEARCH_ATTRIBUTE_ARGS

@@ -50,7 +50,7 @@ def build() -> object:
 
 async def serve_worker(agent: object) -> None:
     from agentor_temporal import connect
-    from worker import build_worker
+    from agentor_temporal.worker import build_worker
 
     client = await connect(os.environ["TEMPORAL_ADDRESS"])
     options = {}

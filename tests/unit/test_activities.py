@@ -10,12 +10,22 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import AgentActivities, AgentDefinition, AgentRegistry, function_tool
-from activities.types import CallToolInput, DescribeAgentInput, GenerateInput, JournalInput
+from agentor_temporal.activities import (
+    AgentActivities,
+    AgentDefinition,
+    AgentRegistry,
+    function_tool,
+)
+from agentor_temporal.activities.types import (
+    CallToolInput,
+    DescribeAgentInput,
+    GenerateInput,
+    JournalInput,
+)
+from agentor_temporal.store import Event, FileStore
 from agentor_temporal.testing import CallTool, Drop, Fail, Hang, Reply, ScriptedModelServer
-from store import Event, FileStore
-from workflows.payloads import clip_to_size, encoded_size
-from workflows.policies import MAX_TOOL_RESULT_BYTES
+from agentor_temporal.workflows.payloads import clip_to_size, encoded_size
+from agentor_temporal.workflows.policies import MAX_TOOL_RESULT_BYTES
 
 
 @function_tool

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store import Event, RunResult, Usage
+from agentor_temporal.store import Event, RunResult, Usage
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

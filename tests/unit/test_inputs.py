@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.types import AgentRunInput, parse_run_input
+from agentor_temporal.workflows.types import AgentRunInput, parse_run_input
 
 
 def test_minimal_input() -> None:

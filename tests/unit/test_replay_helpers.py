@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from store import (
+from agentor_temporal.store import (
     Event,
     FileStore,
     Usage,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from activities.journal import mirror_into
-from store import Event, FileStore, MemoryStore
+from agentor_temporal.activities.journal import mirror_into
+from agentor_temporal.store import Event, FileStore, MemoryStore
 
 
 class DictStore:

@@ -7,7 +7,12 @@ import threading
 
 import pytest
 
-from activities.tooldef import ToolContext, function_tool, parse_docstring, tool_context
+from agentor_temporal.activities.tooldef import (
+    ToolContext,
+    function_tool,
+    parse_docstring,
+    tool_context,
+)
 
 
 @function_tool

@@ -1,0 +1,349 @@
+"""The worker process: `python worker.py --agents module:attr[,module:attr...]`.
+
+Runs `AgentRun` workflows and their activities for the named agents. Settings
+come from flags or `AGENTOR_AGENTS`, `AGENTOR_TASK_QUEUE`, `AGENTOR_STORE`; the
+connection follows the standard Temporal client environment (see
+`agentor_temporal.connection`). On SIGTERM or SIGINT it stops polling and
+finishes in-flight work before exiting, so a rolling deploy loses nothing.
+`build_worker(...)` builds the same worker for embedding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
+from agentor_temporal.store import FileStore, Store
+from agentor_temporal.workflows import AgentRunWorkflow
+from agentor_temporal.workflows.policies import (
+    MAX_CACHED_WORKFLOWS,
+    MAX_CONCURRENT_ACTIVITIES,
+    MAX_CONCURRENT_LOCAL_ACTIVITIES,
+    STICKY_QUEUE_TIMEOUT,
+    TASK_QUEUE,
+)
+
+logger = logging.getLogger("agentor_temporal.worker")
+
+#: Our packages the workflow sandbox shares instead of re-importing per run.
+SANDBOX_PASSTHROUGH = (
+    "agentor_temporal.workflows",
+    "agentor_temporal.store",
+    "agentor_temporal.activities",
+)
+
+#: Search attributes the workflow sets, so runs can be found by agent.
+SEARCH_ATTRIBUTES = {
+    "AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "AgentModel": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+}
+#: How long a stopping worker waits for in-flight activities to finish.
+GRACEFUL_SHUTDOWN = timedelta(seconds=30)
+
+
+class WorkerDied(RuntimeError):
+    """The SDK worker ended without being asked to (its pollers failed)."""
+
+
+class ConfigError(Exception):
+    """A worker setting is wrong (bad --agents path, unknown store...)."""
+
+
+def definition_of(obj: Any) -> AgentDefinition:
+    """The `AgentDefinition` behind an `Agentor` or a definition itself."""
+    if isinstance(obj, AgentDefinition):
+        return obj
+    definition = getattr(obj, "definition", None)
+    if isinstance(definition, AgentDefinition):
+        return definition
+    raise ConfigError(
+        f"{obj!r} is not an agent: expected an agentor_temporal.Agentor (or an AgentDefinition)"
+    )
+
+
+def import_object(path: str) -> Any:
+    """The object a `module:attr` path names (`attr` may be dotted).
+
+    The working directory is importable, as for `python -m`.
+
+    Raises:
+        ConfigError: naming the path, and why it could not be loaded.
+    """
+    module_name, sep, attr = path.strip().partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(
+            f"bad agent path {path!r}: expected module:attr, e.g. examples.agent:agent"
+        )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r} for {path!r}: {exc}") from None
+    except Exception as exc:  # the module itself raised while importing
+        raise ConfigError(
+            f"importing {module_name!r} for {path!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{module_name!r} has no attribute {attr!r} (from {path!r})")
+        obj = getattr(obj, part)
+    return obj
+
+
+def load_agents(spec: str | Sequence[str]) -> list[AgentDefinition]:
+    """Import agents from `module:attr` paths (comma-separated or a list).
+
+    Raises:
+        ConfigError: naming the path that could not be loaded and why.
+    """
+    paths = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec)]
+    paths = [p for p in paths if p]
+    if not paths:
+        raise ConfigError("no agents given: pass --agents module:attr (or set AGENTOR_AGENTS)")
+    agents: list[AgentDefinition] = []
+    for path in paths:
+        obj = import_object(path)
+        items = obj if isinstance(obj, (list, tuple)) else [obj]
+        agents.extend(definition_of(item) for item in items)
+    return agents
+
+
+def build_worker(
+    client: Client,
+    agents: Sequence[Any] | AgentRegistry,
+    *,
+    task_queue: str = TASK_QUEUE,
+    store: Store | None = None,
+    **options: Any,
+) -> Worker:
+    """A worker for `AgentRun` and its activities.
+
+    Args:
+        client: a connected Temporal client.
+        agents: `Agentor`s / `AgentDefinition`s, or a ready `AgentRegistry`.
+        task_queue: the queue to poll (default `agentor`).
+        store: mirror for agents that have none of their own.
+        **options: passed to `temporalio.worker.Worker` (e.g.
+            `max_cached_workflows=0`, `max_concurrent_activities=...`).
+
+    Returns:
+        The worker; run it with `await worker.run()` or `async with worker:`.
+    """
+    if isinstance(agents, AgentRegistry):
+        registry = agents
+        if store is not None:
+            registry.default_store = store
+    else:
+        registry = AgentRegistry([definition_of(a) for a in agents], default_store=store)
+    activities = AgentActivities(registry, client)
+    options.setdefault("sticky_queue_schedule_to_start_timeout", STICKY_QUEUE_TIMEOUT)
+    options.setdefault("max_concurrent_activities", MAX_CONCURRENT_ACTIVITIES)
+    options.setdefault("max_concurrent_local_activities", MAX_CONCURRENT_LOCAL_ACTIVITIES)
+    options.setdefault("max_cached_workflows", MAX_CACHED_WORKFLOWS)
+    # The sandbox re-imports (and recompiles) a workflow's modules for every
+    # new run, a sixth of a busy worker's CPU in a profile. Ours hold no
+    # mutable module state (constants, dataclasses, pure functions), so they
+    # are shared with the sandbox instead; the workflow code itself still runs
+    # sandboxed, with the standard restrictions on everything else.
+    options.setdefault(
+        "workflow_runner",
+        SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+        ),
+    )
+    options.setdefault("graceful_shutdown_timeout", GRACEFUL_SHUTDOWN)
+    # our activities are async (sync tools get their own pool); this pool is
+    # only for any sync activity a user registers alongside, sized to match
+    options.setdefault(
+        "activity_executor", ThreadPoolExecutor(max_workers=options["max_concurrent_activities"])
+    )
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentRunWorkflow],
+        activities=activities.all(),
+        **options,
+    )
+    worker.registry = registry  # type: ignore[attr-defined]
+    return worker
+
+
+async def ensure_search_attributes(client: Client, registry: AgentRegistry | None = None) -> bool:
+    """Register AgentName/AgentModel where missing; report whether they exist.
+
+    A workflow that upserts an unregistered attribute fails its task forever,
+    so runs only set them when this returned True for their worker.
+    """
+    try:
+        listing = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+        have = set(listing.custom_attributes) | set(listing.system_attributes)
+        missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in have}
+        if missing:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+            )
+            logger.info("Registered search attributes %s", ", ".join(sorted(missing)))
+        ok = True
+    except Exception as exc:  # e.g. no permission on a managed cluster
+        logger.warning(
+            "Search attributes AgentName/AgentModel are unavailable (%s); runs will not "
+            "set them. Register them with: temporal operator search-attribute create "
+            "--name AgentName --type Keyword (and AgentModel)",
+            exc,
+        )
+        ok = False
+    if registry is not None:
+        registry.search_attributes = ok
+    return ok
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the worker's options to `parser` (shared with `agentor-temporal worker`)."""
+    parser.add_argument(
+        "--agents",
+        default=os.environ.get("AGENTOR_AGENTS"),
+        help="module:attr[,module:attr...] of Agentor objects (env AGENTOR_AGENTS)",
+    )
+    parser.add_argument(
+        "--task-queue",
+        default=os.environ.get("AGENTOR_TASK_QUEUE", TASK_QUEUE),
+        help=f"task queue to poll (env AGENTOR_TASK_QUEUE, default {TASK_QUEUE})",
+    )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("AGENTOR_STORE"),
+        help="directory to mirror JSONL event logs into (env AGENTOR_STORE)",
+    )
+    parser.add_argument(
+        "--temporal",
+        default=None,
+        help="Temporal address host:port (default: the Temporal client environment, "
+        "else the embedded dev server)",
+    )
+    parser.add_argument(
+        "--max-cached-workflows",
+        type=int,
+        default=None,
+        help="workflow cache size (0 replays every task; for tests)",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("AGENTOR_LOG_LEVEL", "INFO"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python worker.py",
+        description="Run a worker for agentor-temporal agent runs.",
+        epilog=(
+            "examples:\n"
+            "  python worker.py --agents examples.agent:agent\n"
+            "  python worker.py --agents app.agents:weather,app.agents:billing --store runs\n"
+            "  TEMPORAL_ADDRESS=temporal:7233 AGENTOR_AGENTS=app:agent python worker.py"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return parser
+
+
+async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
+    """Connect, run the worker until SIGTERM/SIGINT, then drain and exit."""
+    from agentor_temporal.connection import connect
+
+    agents = load_agents(args.agents or "")
+    store = FileStore(args.store) if args.store else None
+    client = await connect(args.temporal)
+    options: dict[str, Any] = {}
+    if args.max_cached_workflows is not None:
+        options["max_cached_workflows"] = args.max_cached_workflows
+    worker = build_worker(client, agents, task_queue=args.task_queue, store=store, **options)
+    await ensure_search_attributes(client, worker.registry)  # type: ignore[attr-defined]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    names = ", ".join(a.name for a in agents)
+    running = asyncio.create_task(worker.run())
+    logger.info(
+        "Worker polling %r on %s (namespace %s) for %s%s",
+        args.task_queue,
+        client.service_client.config.target_host,
+        client.namespace,
+        names,
+        f", mirroring into {args.store}/" if store else "",
+    )
+    print(f"worker ready: task queue {args.task_queue!r}, agents: {names}", flush=True)
+    stopping = asyncio.create_task(stop.wait())
+    # a worker whose pollers failed must not linger as a process that looks
+    # alive while no run makes progress: its end ends the process (exit 1)
+    await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if running.done():
+        stopping.cancel()
+        raise WorkerDied(f"the worker stopped on its own: {running.exception()!r}")
+    logger.info("Stopping: no new work is taken; finishing in-flight activities")
+    await worker.shutdown()
+    await running
+    logger.info("Worker stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve with parsed options until stopped; returns the exit code.
+
+    2 for a setting that is wrong (bad --agents path), 1 when Temporal
+    cannot be reached or the worker died on its own, 0 after a clean stop.
+    """
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from agentor_temporal.connection import ConnectionFailed
+
+    try:
+        asyncio.run(serve(args))
+    except (ConfigError, ConnectionFailed, WorkerDied) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit code."""
+    return run(_parser().parse_args(argv))
+
+
+def launch(argv: Sequence[str] | None = None) -> NoReturn:
+    """Run `main` and leave the process with its exit code (`python worker.py`)."""
+    code = main(argv)
+    # Everything is drained and reported by now. Leave without interpreter
+    # finalization, which temporalio's Rust threads can race, turning exit 0 or
+    # 1 into a SIGABRT core dump (temporalio/sdk-python#300; seen here after a
+    # failed connect and after a SIGTERM drain).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    launch()
