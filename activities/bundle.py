@@ -15,7 +15,8 @@ from agentor_temporal.activities import journal as _journal
 from agentor_temporal.activities import model as _model
 from agentor_temporal.activities import tools as _tools
 from agentor_temporal.activities.registry import AgentRegistry
-from agentor_temporal.activities.types import (
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.activity_types import (
     ApprovalCheckInput,
     CallToolInput,
     CallToolResult,
@@ -25,7 +26,6 @@ from agentor_temporal.activities.types import (
     JournalInput,
     JournalResult,
 )
-from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.types import AgentSpec
 
 
@@ -33,14 +33,13 @@ class AgentActivities:
     """The activities a worker registers for `AgentRun`.
 
     Args:
-        registry: the agents this worker serves.
-        client: the worker's Temporal client (used to backfill a mirror that
-            fell behind, and by streaming to publish text deltas).
+        registry: the agents this worker serves. The worker's Temporal client
+            (to backfill a mirror that fell behind, and to publish text
+            deltas) comes from the activity context, not from here.
     """
 
-    def __init__(self, registry: AgentRegistry, client: Any = None) -> None:
+    def __init__(self, registry: AgentRegistry) -> None:
         self.registry = registry
-        self.client = client
 
     @activity.defn(name=policies.DESCRIBE_AGENT)
     async def describe_agent(self, inp: DescribeAgentInput) -> AgentSpec:
@@ -50,7 +49,7 @@ class AgentActivities:
     @activity.defn(name=policies.GENERATE)
     async def generate(self, inp: GenerateInput) -> GenerateResult:
         """One model request."""
-        return await _model.generate(self.registry, inp, self.client)
+        return await _model.generate(self.registry, inp)
 
     @activity.defn(name=policies.CALL_TOOL)
     async def call_tool(self, inp: CallToolInput) -> CallToolResult:
@@ -60,7 +59,7 @@ class AgentActivities:
     @activity.defn(name=policies.JOURNAL)
     async def journal(self, inp: JournalInput) -> JournalResult:
         """New events into history, unconfirmed ones into the store."""
-        return await _journal.journal(self.registry, self.client, inp)
+        return await _journal.journal(self.registry, inp)
 
     @activity.defn(name=policies.NEEDS_APPROVAL)
     async def needs_approval(self, inp: ApprovalCheckInput) -> bool:

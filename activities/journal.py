@@ -12,27 +12,24 @@ store is counted and only events past its end are written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from typing import Any
 
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
-from agentor_temporal.activities.types import DescribeAgentInput, JournalInput, JournalResult
 from agentor_temporal.store.base import Store
 from agentor_temporal.store.events import Event
+from agentor_temporal.workflows.activity_types import (
+    DescribeAgentInput,
+    JournalInput,
+    JournalResult,
+)
 from agentor_temporal.workflows.types import AgentSpec
 
 logger = logging.getLogger(__name__)
-
-_locks: dict[tuple[int, str], threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-def _run_lock(store: Store, run_id: str) -> threading.Lock:
-    with _locks_guard:
-        return _locks.setdefault((id(store), run_id), threading.Lock())
 
 
 def store_count(store: Store, run_id: str) -> int:
@@ -43,16 +40,24 @@ def store_count(store: Store, run_id: str) -> int:
     return len(store.load(run_id))
 
 
-def mirror_into(store: Store, run_id: str, start: int, events: list[Event]) -> int:
+def mirror_into(
+    store: Store,
+    run_id: str,
+    start: int,
+    events: list[Event],
+    lock: threading.Lock | None = None,
+) -> int:
     """Write the events whose position is past the store's end; return its new length.
 
     `events[0]` belongs at position `start`. A store shorter than `start` is
-    left alone (the caller backfills the gap first).
+    left alone (the caller backfills the gap first). A store without
+    `append_from` is counted and appended to under `lock`, so two journal
+    steps of one run in this process cannot both append the same event.
     """
     append_from = getattr(store, "append_from", None)
     if callable(append_from):
         return int(append_from(run_id, start, events))
-    with _run_lock(store, run_id):
+    with lock or contextlib.nullcontext():
         have = store_count(store, run_id)
         if have < start:
             return have
@@ -99,7 +104,7 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
     )
 
 
-async def journal(registry: AgentRegistry, client: Any, inp: JournalInput) -> JournalResult:
+async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
     """Return the new events for history; mirror everything unconfirmed into the store."""
     offset = inp.new_from - inp.start
     new = [dict(e) for e in inp.events[offset:]]
@@ -118,10 +123,13 @@ async def journal(registry: AgentRegistry, client: Any, inp: JournalInput) -> Jo
     try:
         have = await asyncio.to_thread(store_count, store, inp.run_id)
         if have < start:
-            earlier = await _backfill(client, inp.run_id, have, start)
+            earlier = await _backfill(inp.run_id, have, start)
             if earlier is not None:
                 events, start = earlier + events, have
-        result.mirrored = await asyncio.to_thread(mirror_into, store, inp.run_id, start, events)
+        lock = registry.run_lock(store, inp.run_id)
+        result.mirrored = await asyncio.to_thread(
+            mirror_into, store, inp.run_id, start, events, lock
+        )
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         logger.error(
@@ -136,11 +144,13 @@ async def journal(registry: AgentRegistry, client: Any, inp: JournalInput) -> Jo
     return result
 
 
-async def _backfill(client: Any, run_id: str, have: int, start: int) -> list[Event] | None:
+async def _backfill(run_id: str, have: int, start: int) -> list[Event] | None:
     """Events `have..start` of the run, read from Temporal, or None if unavailable."""
-    if client is None:
+    try:
+        client = activity.client()
+    except RuntimeError:  # outside a worker (unit tests): nothing to read from
         return None
-    from agentor_temporal.store.temporal import TemporalStore
+    from agentor_temporal.workflows.projection import TemporalStore
 
     try:
         earlier = await TemporalStore(client).aload(run_id)

@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from agentor_temporal.activities._private import clip, heartbeating
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
-from agentor_temporal.activities.types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 
 logger = logging.getLogger(__name__)
 
@@ -118,9 +118,7 @@ def _request(inp: GenerateInput) -> dict[str, Any]:
     return request
 
 
-async def generate(
-    registry: AgentRegistry, inp: GenerateInput, temporal: Any = None
-) -> GenerateResult:
+async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResult:
     """Ask the model once; heartbeat while waiting (and stream deltas if asked)."""
     try:
         agent = registry.get(inp.agent)
@@ -133,7 +131,7 @@ async def generate(
             if inp.stream_text:
                 from agentor_temporal.activities.streaming import stream_with_deltas
 
-                result = await stream_with_deltas(client, _request(inp), inp, temporal)
+                result = await stream_with_deltas(client, _request(inp), inp)
             else:
                 raw = await client.chat.completions.create(**_request(inp))
                 result = _result(raw)

@@ -9,6 +9,7 @@ input, activity input or history.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -18,9 +19,12 @@ from typing import Any
 
 from agentor_temporal.activities.tooldef import Tool
 from agentor_temporal.store.base import Store
+from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
 from agentor_temporal.workflows.types import AgentSpec
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
+#: Locks guarding mirror writes into stores that cannot append by position.
+_RUN_LOCK_STRIPES = 64
 
 
 class UnknownAgentError(LookupError):
@@ -91,6 +95,9 @@ class AgentRegistry:
         self.search_attributes = False
         self._clients: dict[tuple[str, str, int], Any] = {}
         self._lock = threading.Lock()
+        # striped: bounded however many runs this worker serves
+        self._run_locks = [threading.Lock() for _ in range(_RUN_LOCK_STRIPES)]
+        self._tool_pool: concurrent.futures.ThreadPoolExecutor | None = None
         for agent in agents or []:
             self.register(agent)
 
@@ -127,6 +134,20 @@ class AgentRegistry:
         except UnknownAgentError:
             return self.default_store
         return agent.store if agent.store is not None else self.default_store
+
+    def run_lock(self, store: Store, run_id: str) -> threading.Lock:
+        """The lock serialising mirror writes of one run into one store."""
+        return self._run_locks[hash((id(store), run_id)) % _RUN_LOCK_STRIPES]
+
+    def tool_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The threads sync tools run in (asyncio's default pool is only
+        cpu+4 threads, which would serialise slow sync tools across runs)."""
+        with self._lock:
+            if self._tool_pool is None:
+                self._tool_pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=SYNC_TOOL_THREADS, thread_name_prefix="agentor-tool"
+                )
+            return self._tool_pool
 
     def openai_client(self, agent: AgentDefinition) -> Any:
         """An `AsyncOpenAI` client for the agent, with its own retries off.

@@ -12,7 +12,7 @@ from typing import Any
 
 from temporalio import activity
 
-from agentor_temporal.activities.types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.policies import DELTA_BATCH_INTERVAL, DELTAS_TOPIC
 
 #: Called with each text delta as it arrives (e.g. to publish it to the run).
@@ -75,7 +75,7 @@ async def stream_completion(
 
 
 async def stream_with_deltas(
-    client: Any, request: dict[str, Any], inp: GenerateInput, temporal: Any
+    client: Any, request: dict[str, Any], inp: GenerateInput
 ) -> GenerateResult:
     """Stream a completion, publishing text deltas to the run's workflow stream.
 
@@ -84,6 +84,7 @@ async def stream_with_deltas(
     text streamed so far for this turn is void (the `generation` event that
     follows carries the authoritative text).
     """
+    temporal = _temporal_client()
     if temporal is None:
         return await stream_completion(client, request)
     from temporalio.contrib.workflow_streams import WorkflowStreamClient
@@ -101,3 +102,13 @@ async def stream_with_deltas(
         if attempt > 1:
             topic.publish({"turn": inp.turn, "attempt": attempt, "reset": True})
         return await stream_completion(client, request, publish)
+
+
+def _temporal_client() -> Any:
+    """The worker's Temporal client, or None outside a worker (unit tests)."""
+    if not activity.in_activity():
+        return None
+    try:
+        return activity.client()
+    except RuntimeError:
+        return None

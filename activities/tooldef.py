@@ -24,7 +24,6 @@ from typing import Any, overload
 
 import pydantic
 
-from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
 from agentor_temporal.workflows.types import ToolSpec
 
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -122,18 +121,6 @@ def tool_context() -> ToolContext:
     if ctx is None:
         raise RuntimeError("tool_context() is only available while a tool is being called")
     return ctx
-
-
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _sync_tool_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=SYNC_TOOL_THREADS, thread_name_prefix="agentor-tool"
-        )
-    return _pool
 
 
 class Tool:
@@ -242,8 +229,13 @@ class Tool:
             return bool(self.requires_approval(**args))
         return bool(self.requires_approval)
 
-    async def call(self, args: dict[str, Any], context: ToolContext | None = None) -> str:
-        """Run the tool; sync functions run in a thread so the worker stays live."""
+    async def call(
+        self,
+        args: dict[str, Any],
+        context: ToolContext | None = None,
+        executor: concurrent.futures.Executor | None = None,
+    ) -> str:
+        """Run the tool; sync functions run in `executor`'s threads so the worker stays live."""
         kwargs = self.validate(args)
         token = _context.set(context)
         try:
@@ -253,7 +245,7 @@ class Tool:
                 # the copied context carries tool_context() into the thread
                 context_copy = contextvars.copy_context()
                 value = await asyncio.get_running_loop().run_in_executor(
-                    _sync_tool_pool(), functools.partial(context_copy.run, self.fn, **kwargs)
+                    executor, functools.partial(context_copy.run, self.fn, **kwargs)
                 )
                 if inspect.isawaitable(value):
                     value = await value

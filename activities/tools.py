@@ -17,7 +17,11 @@ from temporalio.exceptions import ApplicationError
 from agentor_temporal.activities._private import clip, heartbeating
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
 from agentor_temporal.activities.tooldef import ToolContext
-from agentor_temporal.activities.types import ApprovalCheckInput, CallToolInput, CallToolResult
+from agentor_temporal.workflows.activity_types import (
+    ApprovalCheckInput,
+    CallToolInput,
+    CallToolResult,
+)
 from agentor_temporal.workflows.payloads import clip_to_size
 from agentor_temporal.workflows.policies import MAX_TOOL_RESULT_BYTES
 
@@ -50,7 +54,7 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
     started = time.time()
     try:
         async with heartbeating():
-            text = await tool.call(inp.args, context)
+            text = await tool.call(inp.args, context, registry.tool_pool())
     except Exception as exc:
         logger.warning("Tool %s failed in run %s: %s", inp.name, inp.run_id, exc)
         return error_result(

@@ -16,8 +16,9 @@ from typing import Any
 
 from temporalio.client import Client
 
-from agentor_temporal.store import Event, Segment, TemporalStore, Usage, final_event, total_usage
-from agentor_temporal.workflows.agent_run import call_summary
+from agentor_temporal.store import Event, Usage, final_event, total_usage
+from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.formatting import call_summary
 from agentor_temporal.workflows.policies import WORKFLOW_TYPE
 
 #: Statuses `list --status` accepts: the workflow result's run statuses, and

@@ -19,8 +19,9 @@ from typing import TextIO, TypeVar
 from temporalio.client import Client
 
 from agentor_temporal._inspect import preview
-from agentor_temporal.store import Event, Segment, TemporalStore, Usage
-from agentor_temporal.workflows.agent_run import call_summary
+from agentor_temporal.store import Event, Usage
+from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.formatting import call_summary
 
 T = TypeVar("T")
 

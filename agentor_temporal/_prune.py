@@ -17,7 +17,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from agentor_temporal.store import FileStore, TemporalStore, final_event
+from agentor_temporal.store import FileStore, final_event
+from agentor_temporal.workflows import TemporalStore
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -54,7 +55,7 @@ class Age:
 
 
 @dataclass
-class Decision:
+class Verdict:
     """What prune does with one log, and why."""
 
     run_id: str
@@ -67,7 +68,7 @@ class Decision:
 
 async def plan(
     store: FileStore, older_than: float, client: Client | None, *, now: float | None = None
-) -> list[Decision]:
+) -> list[Verdict]:
     """Decide, for every log in `store`, whether it goes (nothing is removed here).
 
     Args:
@@ -79,7 +80,7 @@ async def plan(
     """
     now = time.time() if now is None else now
     temporal = TemporalStore(client) if client is not None else None
-    decisions = []
+    verdicts = []
     for run_id in store.list_runs():
         path = store.path(run_id)
         try:
@@ -87,48 +88,48 @@ async def plan(
         except FileNotFoundError:
             continue
         age = now - mtime
-        decision = Decision(run_id, path, remove=False, reason="", mtime=mtime)
-        decisions.append(decision)
+        verdict = Verdict(run_id, path, remove=False, reason="", mtime=mtime)
+        verdicts.append(verdict)
         if age < older_than:
-            decision.reason = f"newer than the cut-off (last written {age_text(age)} ago)"
+            verdict.reason = f"newer than the cut-off (last written {age_text(age)} ago)"
             continue
         events = store.load(run_id)
         end = final_event(events)
         if not events:
-            decision.reason = "the log has no events"
+            verdict.reason = "the log has no events"
             continue
         if end is None:
-            decision.reason = "in flight: its last segment has no run_end"
+            verdict.reason = "in flight: its last segment has no run_end"
             continue
         if temporal is not None:
             try:
                 latest = await temporal.latest(run_id)
             except Exception as exc:  # keep what cannot be checked
-                decision.reason = f"could not ask Temporal about it ({exc})"
+                verdict.reason = f"could not ask Temporal about it ({exc})"
                 continue
             if latest is not None and latest.status == "running":
-                decision.reason = "still running in Temporal"
+                verdict.reason = "still running in Temporal"
                 continue
-        decision.remove = True
-        decision.reason = f"finished ({end.status}), last written {age_text(age)} ago"
-    return decisions
+        verdict.remove = True
+        verdict.reason = f"finished ({end.status}), last written {age_text(age)} ago"
+    return verdicts
 
 
-def apply(store: FileStore, decisions: list[Decision]) -> None:
-    """Remove the logs `decisions` say go, unless written to since.
+def apply(store: FileStore, verdicts: list[Verdict]) -> None:
+    """Remove the logs `verdicts` say go, unless written to since.
 
     A log whose mtime moved since `plan` is being appended to (a resume
-    started meanwhile): it is kept, and its decision says so.
+    started meanwhile): it is kept, and its verdict says so.
     """
-    for decision in decisions:
-        if not decision.remove:
+    for verdict in verdicts:
+        if not verdict.remove:
             continue
         try:
-            current = decision.path.stat().st_mtime
+            current = verdict.path.stat().st_mtime
         except FileNotFoundError:
             continue
-        if current != decision.mtime:
-            decision.remove = False
-            decision.reason = "written to while pruning"
+        if current != verdict.mtime:
+            verdict.remove = False
+            verdict.reason = "written to while pruning"
             continue
-        store.delete(decision.run_id)
+        store.delete(verdict.run_id)

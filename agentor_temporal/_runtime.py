@@ -55,10 +55,15 @@ class _EmbeddedWorker:
             self.idle = None
         async with self.lock:
             if self.worker is None:
-                from agentor_temporal.worker import build_worker, ensure_search_attributes
+                from agentor_temporal.plugin import AgentorPlugin, ensure_search_attributes
 
+                # registered before the first run starts: runs started now set them
                 await ensure_search_attributes(self.client, self.registry)
-                self.worker = build_worker(self.client, self.registry, task_queue=self.task_queue)
+                self.worker = Worker(
+                    self.client,
+                    task_queue=self.task_queue,
+                    plugins=[AgentorPlugin(self.registry)],
+                )
                 self.task = asyncio.create_task(self.worker.run())
 
     def release(self) -> None:

@@ -24,8 +24,9 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
+from agentor_temporal._runs import check_waiting, run_events, send_decision
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_once
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
@@ -35,7 +36,6 @@ from agentor_temporal.store import (
     PendingApproval,
     RunResult,
     Store,
-    TemporalStore,
     final_event,
     is_complete,
     new_run_id,
@@ -43,9 +43,9 @@ from agentor_temporal.store import (
     total_usage,
     validate_run_id,
 )
-from agentor_temporal.store.temporal import Segment
 from agentor_temporal.streaming import follow, on_runtime
-from agentor_temporal.workflows.agent_run import failure_message
+from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.policies import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from agentor_temporal.workflows.types import AgentRunInput, Decision, PausedState
 
@@ -82,46 +82,6 @@ def _preview(input: MessageInput) -> str:
         text = str(users[-1] if users else "")
     text = " ".join(text.split())
     return text if len(text) <= _PROMPT_PREVIEW else text[: _PROMPT_PREVIEW - 1] + "…"
-
-
-async def _check_waiting(client: Client, run_id: str) -> None:
-    """Raise unless the run exists and is running (so it can take a decision)."""
-    try:
-        description = await client.get_workflow_handle(run_id).describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise KeyError(f"No run with id {run_id!r} in Temporal") from None
-        raise
-    if description.status is None or description.status.name != "RUNNING":
-        status = description.status.name.lower() if description.status else "unknown"
-        raise ValueError(
-            f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
-        )
-
-
-async def send_decision(client: Client, run_id: str, decision: Decision) -> dict[str, Any]:
-    """Deliver a person's decision to a run, through its `decide` update.
-
-    Returns the decided request. A worker must be serving the run's task
-    queue: the workflow itself validates and records the decision.
-
-    Raises:
-        KeyError: when Temporal does not know the run.
-        ValueError: when the run refuses the decision (unknown or decided
-            call, finished run); nothing changes.
-    """
-    validate_run_id(run_id)
-    if not isinstance(decision.call_id, str) or not decision.call_id:
-        raise ValueError("call_id must be a non-empty string")
-    await _check_waiting(client, run_id)
-    handle = client.get_workflow_handle(run_id)
-    try:
-        result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
-    except WorkflowUpdateFailedError as exc:
-        raise ValueError(failure_message(exc)) from None
-    except RPCError as exc:
-        raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
-    return result
 
 
 class Agentor:
@@ -429,7 +389,7 @@ class Agentor:
     async def _decide(self, run_id: str, decision: Decision) -> dict[str, Any]:
         validate_run_id(run_id)
         client = await self._client()
-        await _check_waiting(client, run_id)
+        await check_waiting(client, run_id)
         # the decision is taken by the workflow, so a worker must be polling
         async with self._serving(client):
             return await send_decision(client, run_id, decision)
@@ -628,12 +588,7 @@ class Agentor:
 
     async def _events(self, run_id: str, segments: list[Segment]) -> list[Event]:
         """The run's whole log: Temporal's segments, after any store-seeded prefix."""
-        events = [e for s in segments for e in s.events]
-        first = segments[0].input if segments else None
-        offset = first.get("event_offset", 0) if isinstance(first, dict) else 0
-        if offset and (not segments or not segments[0].previous):
-            stored = await self._store_events(run_id)
-            events = stored[:offset] + events
+        events, _ = await run_events(run_id, segments, self.store)
         return events
 
     async def _store_events(self, run_id: str) -> list[Event]:

@@ -28,7 +28,6 @@ from agentor_temporal import worker
 from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._inspect import (
     RunSummary,
-    list_query,
     list_runs,
     render_run,
     render_table,
@@ -36,9 +35,10 @@ from agentor_temporal._inspect import (
     summarize_segments,
 )
 from agentor_temporal._progress import Progress, follow, latest_execution
-from agentor_temporal._prune import Decision, apply, plan
+from agentor_temporal._prune import Verdict, apply, plan
+from agentor_temporal._runs import run_events, send_decision, waiting_calls
 from agentor_temporal._runtime import Runtime
-from agentor_temporal.agent import Agentor, send_decision
+from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import (
     ConnectionFailed,
     DevServer,
@@ -48,18 +48,9 @@ from agentor_temporal.connection import (
     start_dev_server,
     stop_dev_server,
 )
-from agentor_temporal.store import (
-    Event,
-    FileStore,
-    RunResult,
-    Segment,
-    TemporalStore,
-    new_run_id,
-    pending_approvals,
-    validate_run_id,
-)
-from agentor_temporal.workflows.agent_run import call_summary
-from agentor_temporal.workflows.types import Decision as ApprovalDecision
+from agentor_temporal.store import Event, FileStore, RunResult, new_run_id, validate_run_id
+from agentor_temporal.workflows import Decision, Segment, TemporalStore
+from agentor_temporal.workflows.formatting import call_summary
 
 T = TypeVar("T")
 
@@ -124,15 +115,21 @@ def _arun(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(factory())
 
 
-async def _history_events(client: Client, run_id: str) -> tuple[list[Event], list[Segment], int]:
-    """(events, segments, store-seeded prefix length) of a run; CliError if unknown."""
+async def _history_events(
+    client: Client, run_id: str, store: str | None = None
+) -> tuple[list[Event], list[Segment], int]:
+    """(events, segments, leading events missing) of a run; CliError if unknown.
+
+    A run continued from a store starts with events Temporal never had;
+    `store` (a directory) supplies them when it has them.
+    """
     segments = await TemporalStore(client).segments(run_id)
     if not segments:
         raise CliError(f"no run with id {run_id!r} in Temporal at {_address(client)}")
-    events = [e for s in segments for e in s.events]
-    first = segments[0].input if isinstance(segments[0].input, dict) else {}
-    prefix = int(first.get("event_offset") or 0) if not segments[0].previous else 0
-    return events, segments, prefix
+    events, missing = await run_events(
+        run_id, segments, FileStore(_store_dir(store)) if store else None
+    )
+    return events, segments, missing
 
 
 # -- dev ----------------------------------------------------------------------------
@@ -359,22 +356,19 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     async def read() -> tuple[list[Event], list[Segment], int]:
         client = await _connect(args)
-        return await _history_events(client, run_id)
+        return await _history_events(client, run_id, args.store)
 
-    events, segments, prefix = _arun(read)
-    if prefix:
+    events, segments, missing = _arun(read)
+    if missing:
         if not args.store:
             raise CliError(
-                f"run {run_id!r} was continued from a store: its first {prefix} events are not "
+                f"run {run_id!r} was continued from a store: its first {missing} events are not "
                 "in Temporal's history; pass --store DIR (where they are) to export the whole log"
             )
-        stored = FileStore(_store_dir(args.store)).load(run_id)
-        if len(stored) < prefix:
-            raise CliError(
-                f"the store {args.store!r} has {len(stored)} of the {prefix} events this run "
-                "was continued from"
-            )
-        events = stored[:prefix] + events
+        raise CliError(
+            f"the store {args.store!r} lacks some of the {missing} events this run was "
+            "continued from"
+        )
     text = "".join(e.to_json() + "\n" for e in events)
     if segments[-1].status == "running":
         print(
@@ -404,7 +398,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     directory = _store_dir(args.store)
     store = FileStore(directory)
 
-    async def decide() -> list[Decision]:
+    async def decide() -> list[Verdict]:
         client: Client | None
         try:
             client = await connect(args.temporal, start_dev=False)
@@ -447,30 +441,8 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
     async def read() -> list[dict[str, Any]]:
         client = await _connect(args)
-        store = TemporalStore(client)
-        rows: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        query = list_query(args.agent, "running")
-        async for execution in client.list_workflows(query, limit=args.limit):
-            if execution.id in seen:
-                continue
-            seen.add(execution.id)
-            latest = await store.latest(execution.id)
-            if latest is None or latest.status != "running":
-                continue
-            agent = (latest.spec or {}).get("name", "")
-            for request in pending_approvals(latest.events):
-                rows.append(
-                    {
-                        "run_id": execution.id,
-                        "agent": agent,
-                        "call_id": request.call_id,
-                        "tool": request.name,
-                        "args": request.args,
-                        "waiting_since": request.started_at,
-                    }
-                )
-        return rows
+        waiting = await waiting_calls(client, agent=args.agent, limit=args.limit)
+        return [w.to_dict() for w in waiting]
 
     rows = _arun(read)
     if args.json:
@@ -509,7 +481,7 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
     import getpass
 
     by = args.by or getpass.getuser()
-    decision = ApprovalDecision(call_id=args.call_id, approved=approved, reason=args.reason, by=by)
+    decision = Decision(call_id=args.call_id, approved=approved, reason=args.reason, by=by)
 
     async def go() -> dict[str, Any]:
         if args.agent:

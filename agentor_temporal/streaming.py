@@ -21,8 +21,8 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from agentor_temporal._runtime import Runtime
-from agentor_temporal.store import Event, TemporalStore
-from agentor_temporal.store.temporal import Segment
+from agentor_temporal.store import Event
+from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
 
 T = TypeVar("T")

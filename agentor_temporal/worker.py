@@ -18,66 +18,38 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from typing import Any, NoReturn
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
 from temporalio.client import Client
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
-from agentor_temporal.store import FileStore, Store
-from agentor_temporal.workflows import AgentRunWorkflow
-from agentor_temporal.workflows.policies import (
-    MAX_CACHED_WORKFLOWS,
-    MAX_CONCURRENT_ACTIVITIES,
-    MAX_CONCURRENT_LOCAL_ACTIVITIES,
-    STICKY_QUEUE_TIMEOUT,
-    TASK_QUEUE,
+from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.connection import environment_configured
+from agentor_temporal.plugin import (
+    AgentorPlugin,
+    ConfigError,
+    definition_of,
+    ensure_search_attributes,
 )
+from agentor_temporal.store import FileStore, Store
+from agentor_temporal.workflows.policies import TASK_QUEUE
+
+__all__ = [
+    "ConfigError",
+    "WorkerDied",
+    "build_worker",
+    "definition_of",
+    "ensure_search_attributes",
+    "import_object",
+    "load_agents",
+    "main",
+]
 
 logger = logging.getLogger("agentor_temporal.worker")
-
-#: Our packages the workflow sandbox shares instead of re-importing per run.
-SANDBOX_PASSTHROUGH = (
-    "agentor_temporal.workflows",
-    "agentor_temporal.store",
-    "agentor_temporal.activities",
-)
-
-#: Search attributes the workflow sets, so runs can be found by agent.
-SEARCH_ATTRIBUTES = {
-    "AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "AgentModel": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-}
-#: How long a stopping worker waits for in-flight activities to finish.
-GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 
 
 class WorkerDied(RuntimeError):
     """The SDK worker ended without being asked to (its pollers failed)."""
-
-
-class ConfigError(Exception):
-    """A worker setting is wrong (bad --agents path, unknown store...)."""
-
-
-def definition_of(obj: Any) -> AgentDefinition:
-    """The `AgentDefinition` behind an `Agentor` or a definition itself."""
-    if isinstance(obj, AgentDefinition):
-        return obj
-    definition = getattr(obj, "definition", None)
-    if isinstance(definition, AgentDefinition):
-        return definition
-    raise ConfigError(
-        f"{obj!r} is not an agent: expected an agentor_temporal.Agentor (or an AgentDefinition)"
-    )
 
 
 def import_object(path: str) -> Any:
@@ -117,16 +89,53 @@ def load_agents(spec: str | Sequence[str]) -> list[AgentDefinition]:
     Raises:
         ConfigError: naming the path that could not be loaded and why.
     """
+    return [definition_of(obj) for obj in load_agent_objects(spec)]
+
+
+def load_agent_objects(spec: str | Sequence[str]) -> list[Any]:
+    """The `Agentor` objects (or definitions) that `module:attr` paths name.
+
+    Raises:
+        ConfigError: naming the path that could not be loaded and why.
+    """
     paths = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec)]
     paths = [p for p in paths if p]
     if not paths:
         raise ConfigError("no agents given: pass --agents module:attr (or set AGENTOR_AGENTS)")
-    agents: list[AgentDefinition] = []
+    agents: list[Any] = []
     for path in paths:
         obj = import_object(path)
         items = obj if isinstance(obj, (list, tuple)) else [obj]
-        agents.extend(definition_of(item) for item in items)
+        for item in items:
+            definition_of(item)  # refuse what is not an agent, naming it
+            agents.append(item)
     return agents
+
+
+def agents_target(agents: Sequence[Any]) -> str | Client | None:
+    """Where the agents themselves say to connect (`Agentor(temporal=...)`), if anywhere.
+
+    Raises:
+        ConfigError: when agents name different Temporal servers.
+    """
+    named: dict[str, tuple[str | Client, list[str]]] = {}
+    for agent in agents:
+        target = getattr(agent, "temporal", None)
+        if target is None:
+            continue
+        key = target.service_client.config.target_host if isinstance(target, Client) else target
+        named.setdefault(key, (target, []))[1].append(definition_of(agent).name)
+    if len(named) > 1:
+        places = "; ".join(f"{', '.join(names)} -> {key}" for key, (_, names) in named.items())
+        raise ConfigError(
+            f"the agents name different Temporal servers ({places}); run one worker per "
+            "server, or pass --temporal to choose"
+        )
+    if not named:
+        return None
+    target, _ = next(iter(named.values()))
+    # a Client belongs to the loop it was made on: connect afresh to its address
+    return target.service_client.config.target_host if isinstance(target, Client) else target
 
 
 def build_worker(
@@ -137,7 +146,7 @@ def build_worker(
     store: Store | None = None,
     **options: Any,
 ) -> Worker:
-    """A worker for `AgentRun` and its activities.
+    """A worker for `AgentRun` and its activities (an `AgentorPlugin` on a plain Worker).
 
     Args:
         client: a connected Temporal client.
@@ -150,74 +159,8 @@ def build_worker(
     Returns:
         The worker; run it with `await worker.run()` or `async with worker:`.
     """
-    if isinstance(agents, AgentRegistry):
-        registry = agents
-        if store is not None:
-            registry.default_store = store
-    else:
-        registry = AgentRegistry([definition_of(a) for a in agents], default_store=store)
-    activities = AgentActivities(registry, client)
-    options.setdefault("sticky_queue_schedule_to_start_timeout", STICKY_QUEUE_TIMEOUT)
-    options.setdefault("max_concurrent_activities", MAX_CONCURRENT_ACTIVITIES)
-    options.setdefault("max_concurrent_local_activities", MAX_CONCURRENT_LOCAL_ACTIVITIES)
-    options.setdefault("max_cached_workflows", MAX_CACHED_WORKFLOWS)
-    # The sandbox re-imports (and recompiles) a workflow's modules for every
-    # new run, a sixth of a busy worker's CPU in a profile. Ours hold no
-    # mutable module state (constants, dataclasses, pure functions), so they
-    # are shared with the sandbox instead; the workflow code itself still runs
-    # sandboxed, with the standard restrictions on everything else.
-    options.setdefault(
-        "workflow_runner",
-        SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-        ),
-    )
-    options.setdefault("graceful_shutdown_timeout", GRACEFUL_SHUTDOWN)
-    # our activities are async (sync tools get their own pool); this pool is
-    # only for any sync activity a user registers alongside, sized to match
-    options.setdefault(
-        "activity_executor", ThreadPoolExecutor(max_workers=options["max_concurrent_activities"])
-    )
-    worker = Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[AgentRunWorkflow],
-        activities=activities.all(),
-        **options,
-    )
-    worker.registry = registry  # type: ignore[attr-defined]
-    return worker
-
-
-async def ensure_search_attributes(client: Client, registry: AgentRegistry | None = None) -> bool:
-    """Register AgentName/AgentModel where missing; report whether they exist.
-
-    A workflow that upserts an unregistered attribute fails its task forever,
-    so runs only set them when this returned True for their worker.
-    """
-    try:
-        listing = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
-        )
-        have = set(listing.custom_attributes) | set(listing.system_attributes)
-        missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in have}
-        if missing:
-            await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
-            )
-            logger.info("Registered search attributes %s", ", ".join(sorted(missing)))
-        ok = True
-    except Exception as exc:  # e.g. no permission on a managed cluster
-        logger.warning(
-            "Search attributes AgentName/AgentModel are unavailable (%s); runs will not "
-            "set them. Register them with: temporal operator search-attribute create "
-            "--name AgentName --type Keyword (and AgentModel)",
-            exc,
-        )
-        ok = False
-    if registry is not None:
-        registry.search_attributes = ok
-    return ok
+    plugins = [*options.pop("plugins", []), AgentorPlugin(agents, store=store)]
+    return Worker(client, task_queue=task_queue, plugins=plugins, **options)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -272,14 +215,20 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     """Connect, run the worker until SIGTERM/SIGINT, then drain and exit."""
     from agentor_temporal.connection import connect
 
-    agents = load_agents(args.agents or "")
+    objects = load_agent_objects(args.agents or "")
+    agents = [definition_of(a) for a in objects]
     store = FileStore(args.store) if args.store else None
-    client = await connect(args.temporal)
+    # a flag or the Temporal environment wins; else where the agents say
+    target = args.temporal
+    if not target and not environment_configured():
+        target = agents_target(objects)
+    client = await connect(target)
     options: dict[str, Any] = {}
     if args.max_cached_workflows is not None:
         options["max_cached_workflows"] = args.max_cached_workflows
-    worker = build_worker(client, agents, task_queue=args.task_queue, store=store, **options)
-    await ensure_search_attributes(client, worker.registry)  # type: ignore[attr-defined]
+    plugin = AgentorPlugin(agents, store=store)
+    worker = Worker(client, task_queue=args.task_queue, plugins=[plugin], **options)
+    await ensure_search_attributes(client, plugin.registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -29,9 +29,9 @@ from agentor_temporal import Agentor, FileStore
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.activities.model import generate
 from agentor_temporal.activities.tools import call_tool
-from agentor_temporal.activities.types import CallToolInput, GenerateInput
 from agentor_temporal.store.replay import assistant_message, initial_messages
 from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows.activity_types import CallToolInput, GenerateInput
 
 from agents import get_weather
 

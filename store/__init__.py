@@ -1,7 +1,9 @@
 """Run persistence: the event model, the `Store` protocol and its stores.
 
 Temporal's history is the durable record of every run; a store is the
-documented JSONL mirror of it (and the way in for logs Agentor wrote).
+documented JSONL mirror of it (and the way in for logs Agentor wrote). This
+layer knows nothing of Temporal: `TemporalStore`, the projection of a run's
+history, lives with the workflow (`agentor_temporal.workflows.projection`).
 """
 
 from agentor_temporal.store.base import Store, new_run_id, validate_run_id
@@ -24,7 +26,6 @@ from agentor_temporal.store.replay import (
     segment_events,
     total_usage,
 )
-from agentor_temporal.store.temporal import Segment, TemporalStore
 
 __all__ = [
     "Event",
@@ -34,9 +35,7 @@ __all__ = [
     "PendingApproval",
     "RunResult",
     "RunStatus",
-    "Segment",
     "Store",
-    "TemporalStore",
     "Usage",
     "final_event",
     "initial_messages",

@@ -147,6 +147,9 @@ MAX_CONCURRENT_ACTIVITIES = 100
 MAX_CONCURRENT_LOCAL_ACTIVITIES = 200
 #: Cached runs replay nothing on their next task; a run is a few KB in cache.
 MAX_CACHED_WORKFLOWS = 2000
+#: How long a stopping worker waits for in-flight activities to finish: a
+#: rolling deploy then loses no tool call that was about to complete.
+GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 #: Sync tools run in this many threads (asyncio's default pool is only
 #: cpu+4 threads, which would serialise slow sync tools across runs).
 SYNC_TOOL_THREADS = 64

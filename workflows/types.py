@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agentor_temporal.store.events import Usage
+
 #: Input keys a plain client may send; anything else is refused by name.
 _INPUT_KEYS = frozenset(
     {
@@ -115,18 +117,37 @@ def parse_run_input(raw: Any) -> AgentRunInput:
 
 @dataclass
 class RunOutcome:
-    """The workflow result: the contract's JSON object."""
+    """How a run ended: the workflow result (the contract's JSON object), typed.
+
+    `run_agent` returns one to a user's workflow; `to_dict()` is what the
+    `AgentRun` workflow returns to any client.
+    """
 
     run_id: str
-    #: "completed", "max_turns", "failed" or "awaiting_approval"
+    #: "completed", "max_turns" or "failed" ("awaiting_approval" only in a `RunResult`)
     status: str
     final_output: str | None
-    usage: dict[str, int]
+    #: tokens of the whole run, every segment included
+    usage: Usage = field(default_factory=Usage)
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-ready dict."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunOutcome:
+        """Read a workflow result (unknown keys ignored; a missing usage is zero)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"an AgentRun result is a JSON object, got {type(data).__name__}")
+        usage = data.get("usage")
+        return cls(
+            run_id=str(data.get("run_id") or ""),
+            status=str(data.get("status") or "failed"),
+            final_output=data.get("final_output"),
+            usage=Usage.from_dict(usage if isinstance(usage, dict) else None),
+            error=data.get("error"),
+        )
 
 
 @dataclass

@@ -9,9 +9,9 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal.store.temporal import Segment
 from agentor_temporal.testing import Fail, ScriptedModelServer
 from agentor_temporal.workflows.policies import WORKFLOW_TASK_TIMEOUT
+from agentor_temporal.workflows.projection import Segment
 
 from helpers import (
     ANSWER,

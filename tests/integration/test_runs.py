@@ -166,7 +166,7 @@ async def test_hostile_workflow_ids_from_a_plain_client_fail_the_run(
         )
         with pytest.raises(WorkflowFailureError) as info:
             await asyncio.wait_for(handle.result(), 20)
-    from agentor_temporal.workflows.agent_run import failure_message
+    from agentor_temporal.workflows.formatting import failure_message
 
     assert failure_message(info.value).startswith(f"Invalid run id {run_id!r}")
     assert model.request_count == 0
@@ -326,7 +326,7 @@ async def test_unknown_agent_fails_the_workflow_clearly(
         )
         with pytest.raises(WorkflowFailureError) as info:
             await handle.result()
-    from agentor_temporal.workflows.agent_run import failure_message
+    from agentor_temporal.workflows.formatting import failure_message
 
     message = failure_message(info.value)
     assert "Unknown agent 'Nobody'" in message and "'Weather Agent'" in message
@@ -386,7 +386,7 @@ async def test_malformed_workflow_input_fails_clearly(
         with pytest.raises(WorkflowFailureError) as info:
             # a wedged workflow task would wait forever; 20 s is ample to fail
             await asyncio.wait_for(handle.result(), 20)
-    from agentor_temporal.workflows.agent_run import failure_message
+    from agentor_temporal.workflows.formatting import failure_message
 
     assert fragment in failure_message(info.value)
     assert model.request_count == 0

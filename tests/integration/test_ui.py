@@ -108,7 +108,7 @@ async def ui_server() -> AsyncIterator[UiServer]:
 async def _worker(client: Client, agent: Agentor, task_queue: str) -> Worker:
     """A worker for `agent` whose runs set AgentName/AgentModel (as `worker.py`'s do)."""
     worker = build_worker(client, [agent], task_queue=task_queue)
-    assert await ensure_search_attributes(client, worker.registry)  # type: ignore[attr-defined]
+    assert await ensure_search_attributes(client)
     return worker
 
 

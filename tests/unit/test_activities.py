@@ -16,14 +16,14 @@ from agentor_temporal.activities import (
     AgentRegistry,
     function_tool,
 )
-from agentor_temporal.activities.types import (
+from agentor_temporal.store import Event, FileStore
+from agentor_temporal.testing import CallTool, Drop, Fail, Hang, Reply, ScriptedModelServer
+from agentor_temporal.workflows.activity_types import (
     CallToolInput,
     DescribeAgentInput,
     GenerateInput,
     JournalInput,
 )
-from agentor_temporal.store import Event, FileStore
-from agentor_temporal.testing import CallTool, Drop, Fail, Hang, Reply, ScriptedModelServer
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size
 from agentor_temporal.workflows.policies import MAX_TOOL_RESULT_BYTES
 

@@ -14,7 +14,8 @@ import pytest
 from agentor_temporal._inspect import list_query, summarize_events
 from agentor_temporal._progress import Progress
 from agentor_temporal._prune import apply, parse_age, plan
-from agentor_temporal.store import FileStore, Segment
+from agentor_temporal.store import FileStore
+from agentor_temporal.workflows import Segment
 
 from helpers import ROOT
 

@@ -1,0 +1,148 @@
+"""Reading and steering runs by id: shared by the facade, the CLI and the HTTP server.
+
+A run's whole log is Temporal's record of its segments, after the prefix a
+store seeded it with (a run continued from a JSONL log that Temporal never
+had: Agentor's own, or one whose history retention removed). Pending
+approvals are read from history, so listing them needs no worker; a decision
+goes to the run through its `decide` update, so delivering one does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentor_temporal._inspect import list_query
+from agentor_temporal.store import Event, Store, pending_approvals, validate_run_id
+from agentor_temporal.workflows import Decision, Segment, TemporalStore
+from agentor_temporal.workflows.formatting import failure_message
+
+
+def seeded_prefix(segments: list[Segment]) -> int:
+    """How many of the run's first events came from a store, not from Temporal."""
+    if not segments or segments[0].previous:
+        return 0
+    first = segments[0].input
+    return int(first.get("event_offset") or 0) if isinstance(first, dict) else 0
+
+
+async def run_events(
+    run_id: str, segments: list[Segment], store: Store | None = None
+) -> tuple[list[Event], int]:
+    """(the run's whole log, how many leading events are missing from it).
+
+    The store-seeded prefix is read from `store` when it has it; otherwise
+    the log starts at the first event Temporal has and the second value says
+    how many came before.
+    """
+    events = [e for s in segments for e in s.events]
+    prefix = seeded_prefix(segments)
+    if not prefix:
+        return events, 0
+    stored = await asyncio.to_thread(store.load, run_id) if store is not None else []
+    if len(stored) < prefix:
+        return events, prefix
+    return stored[:prefix] + events, 0
+
+
+@dataclass
+class Waiting:
+    """One tool call waiting for a person, in a run that is still running."""
+
+    run_id: str
+    agent: str
+    call_id: str
+    tool: str | None
+    args: dict[str, Any] | None
+    #: when the run asked (epoch seconds)
+    since: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (`agentor-temporal pending --json`)."""
+        return {
+            "run_id": self.run_id,
+            "agent": self.agent,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "args": self.args,
+            "waiting_since": self.since,
+        }
+
+
+async def waiting_calls(
+    client: Client, *, agent: str | None = None, limit: int | None = None
+) -> list[Waiting]:
+    """Every tool call waiting for approval, across running runs (no worker needed)."""
+    query = list_query(agent, "running")
+    store = TemporalStore(client)
+    rows: list[Waiting] = []
+    seen: set[str] = set()
+    async for execution in client.list_workflows(query, limit=limit):
+        if execution.id in seen:
+            continue
+        seen.add(execution.id)
+        latest = await store.latest(execution.id)
+        if latest is None or latest.status != "running":
+            continue
+        name = str((latest.spec or {}).get("name", ""))
+        for request in pending_approvals(latest.events):
+            rows.append(
+                Waiting(
+                    execution.id,
+                    name,
+                    str(request.call_id),
+                    request.name,
+                    request.args,
+                    request.started_at,
+                )
+            )
+    return rows
+
+
+async def check_waiting(client: Client, run_id: str) -> None:
+    """Raise unless the run exists and is running (so it can take a decision).
+
+    Raises:
+        KeyError: when Temporal does not know the run.
+        ValueError: when it has closed.
+    """
+    try:
+        description = await client.get_workflow_handle(run_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise KeyError(f"No run with id {run_id!r} in Temporal") from None
+        raise
+    if description.status is None or description.status.name != "RUNNING":
+        status = description.status.name.lower() if description.status else "unknown"
+        raise ValueError(
+            f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
+        )
+
+
+async def send_decision(client: Client, run_id: str, decision: Decision) -> dict[str, Any]:
+    """Deliver a person's decision to a run, through its `decide` update.
+
+    Returns the decided request. A worker must be serving the run's task
+    queue: the workflow itself validates and records the decision.
+
+    Raises:
+        KeyError: when Temporal does not know the run.
+        ValueError: when the run refuses the decision (unknown or decided
+            call, finished run); nothing changes.
+    """
+    validate_run_id(run_id)
+    if not isinstance(decision.call_id, str) or not decision.call_id:
+        raise ValueError("call_id must be a non-empty string")
+    await check_waiting(client, run_id)
+    handle = client.get_workflow_handle(run_id)
+    try:
+        result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
+    except WorkflowUpdateFailedError as exc:
+        raise ValueError(failure_message(exc)) from None
+    except RPCError as exc:
+        raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
+    return result

@@ -1,0 +1,114 @@
+"""Agents called from your own workflows: `await run_agent("Weather Agent", prompt)`.
+
+    from agentor_temporal.workflow import run_agent
+
+    @workflow.defn
+    class OrderWorkflow:
+        @workflow.run
+        async def run(self, order: Order) -> str:
+            outcome = await run_agent("Support Agent", f"Is order {order.id} refundable?")
+            ...
+
+The agent run is a child `AgentRun` workflow whose id is its run id, so it is
+an ordinary run everywhere else: `agent.resume(run_id)`, `agent.stream`, the
+CLI, the JSONL mirror and the Temporal UI all see it, and approvals of its
+tool calls are given on that run id. The worker serving the child needs the
+agent registered (`AgentorPlugin(agents=[...])`); by default the child runs on
+the parent's task queue.
+
+Cancellation and parent close: cancelling the awaiting parent (or the task
+that awaits `run_agent`) requests cancellation of the agent run and waits for
+it to close; if the parent closes while the agent still runs (it timed out,
+was terminated, or did not await), the agent run is asked to cancel
+(`ParentClosePolicy.REQUEST_CANCEL`): a cancelled run stops at its next step
+and `resume(run_id)` can continue it later. Pass `parent_close_policy=
+ParentClosePolicy.ABANDON` to let the agent finish on its own.
+
+Runs inside the workflow sandbox: deterministic, no I/O; this module is
+passed through the sandbox by `AgentorPlugin`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.policies import WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
+from agentor_temporal.workflows.types import AgentRunInput, RunOutcome, parse_run_input
+
+__all__ = ["ParentClosePolicy", "RunOutcome", "run_agent"]
+
+#: Prompt characters shown in the child run's UI summary.
+_PREVIEW = 80
+
+
+def _preview(input: str | list[dict[str, Any]]) -> str:
+    if isinstance(input, str):
+        text = input
+    else:
+        users = [m.get("content") for m in input if m.get("role") == "user"]
+        text = str(users[-1] if users else "")
+    text = " ".join(text.split())
+    return text if len(text) <= _PREVIEW else text[: _PREVIEW - 1] + "…"
+
+
+async def run_agent(
+    agent: str,
+    input: str | list[dict[str, Any]],
+    *,
+    run_id: str | None = None,
+    max_turns: int | None = None,
+    task_queue: str | None = None,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.REQUEST_CANCEL,
+    execution_timeout: timedelta | None = None,
+) -> RunOutcome:
+    """Run an agent as a child workflow and return how it ended.
+
+    Call it from workflow code only.
+
+    Args:
+        agent: the registered agent's name (`Agentor(name=...)`).
+        input: a prompt, or a list of chat messages.
+        run_id: the child's run id (= workflow id); default a fresh id from
+            the workflow's deterministic random source.
+        max_turns: override the agent's turn budget for this run.
+        task_queue: where the agent's worker polls; default the parent's.
+        parent_close_policy: what happens to the agent run if the parent
+            closes first (see the module docstring).
+        execution_timeout: optional limit on the agent run's whole duration.
+
+    Returns:
+        The `RunOutcome`: `run_id`, `status` ("completed", "max_turns" or
+        "failed"), `final_output`, `usage`, `error`. A run that the workflow
+        itself refused (unknown agent, invalid input) or that was terminated
+        comes back as status "failed" with the reason in `error`.
+
+    Raises:
+        ValueError: for an invalid run id, input or max_turns (before anything starts).
+        asyncio.CancelledError: when the calling workflow is cancelled.
+    """
+    child_id = validate_run_id(run_id) if run_id is not None else workflow.uuid4().hex
+    inp = parse_run_input(AgentRunInput(agent=agent, input=input, max_turns=max_turns).to_dict())
+    try:
+        result = await workflow.execute_child_workflow(
+            WORKFLOW_TYPE,
+            inp.to_dict(),
+            id=child_id,
+            task_queue=task_queue,
+            parent_close_policy=parent_close_policy,
+            execution_timeout=execution_timeout,
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
+            static_summary=f"{agent}: {_preview(inp.input)}",
+            result_type=dict,
+        )
+    except ChildWorkflowError as exc:
+        return RunOutcome(
+            run_id=child_id, status="failed", final_output=None, error=failure_message(exc)
+        )
+    return RunOutcome.from_dict(result)

@@ -1,0 +1,202 @@
+"""`Approvals`: tool calls that wait for a person, and the decisions taken.
+
+A call of a tool with `requires_approval` records an `approval_request`,
+then waits durably (a workflow condition, optionally with a timeout) until
+the `decide` update brings a `Decision`. The first decision on a call wins;
+a second one, or one for a call that is not waiting, is refused with a
+typed error the facade turns into `ValueError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+from agentor_temporal.store.events import Event
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.activity_types import ApprovalCheckInput
+from agentor_temporal.workflows.formatting import call_summary
+from agentor_temporal.workflows.journaling import Journal
+from agentor_temporal.workflows.types import Decision, ToolSpec
+
+
+class ApprovalExpired(Exception):
+    """An approval timed out on a tool whose timeout fails the run."""
+
+
+class Approvals:
+    """Calls waiting for a person (`awaiting`) and the decisions taken (`decisions`)."""
+
+    def __init__(self) -> None:
+        #: call_id -> the approval request waiting for a person
+        self.awaiting: dict[str, dict[str, Any]] = {}
+        #: call_id -> the decision taken (first one wins)
+        self.decisions: dict[str, Decision] = {}
+
+    def check(self, decision: Decision) -> None:
+        """Refuse a decision the run cannot take (typed `ApplicationError`)."""
+        run_id = workflow.info().workflow_id
+        taken = self.decisions.get(decision.call_id)
+        if taken is not None:
+            verdict = "approved" if taken.approved else "denied"
+            raise ApplicationError(
+                f"Call {decision.call_id!r} of run {run_id!r} was already {verdict}"
+                f"{' by ' + taken.by if taken.by else ''}; the decision stands.",
+                type="AlreadyDecided",
+            )
+        if decision.call_id not in self.awaiting:
+            waiting = ", ".join(sorted(self.awaiting)) or "none"
+            raise ApplicationError(
+                f"Run {run_id!r} has no tool call {decision.call_id!r} waiting for approval "
+                f"(waiting: {waiting}).",
+                type="UnknownCall",
+            )
+
+    def take(self, decision: Decision) -> dict[str, Any]:
+        """Record a decision (checked again: two updates in one task both pass the validator)."""
+        self.check(decision)
+        self.decisions[decision.call_id] = decision
+        return {**self.awaiting[decision.call_id], "approved": decision.approved}
+
+    def details(self) -> str:
+        """The run's current details while calls wait: what for, by call id."""
+        waiting = "; ".join(
+            f"{call_summary(r['tool'], r['args'])} [{r['call_id']}]" for r in self.awaiting.values()
+        )
+        return f"**Waiting for approval:** {waiting}"
+
+    async def gate(
+        self,
+        journal: Journal,
+        agent: str,
+        mirror: bool,
+        tool: ToolSpec,
+        args: dict[str, Any],
+        call_id: str,
+        turn: int,
+    ) -> Event | None:
+        """Wait durably for a person; None means approved (run the tool).
+
+        Returns the `tool_result` that answers the model when the call is
+        denied or its approval expired (on_approval_timeout="deny").
+
+        Raises:
+            ApprovalExpired: when the approval expired and the tool says "fail".
+        """
+        name = tool.name
+        if tool.approval == "predicate" and not await self._needed(agent, name, args):
+            return None
+        requested = workflow.now().timestamp()
+        journal.record(
+            Event(
+                type="approval_request",
+                name=name,
+                args=args,
+                call_id=call_id,
+                turn=turn,
+                started_at=requested,
+            )
+        )
+        self.awaiting[call_id] = {"call_id": call_id, "tool": name, "args": args, "turn": turn}
+        workflow.set_current_details(self.details())
+        await journal.flush(agent, mirror)
+        timeout = timedelta(seconds=tool.approval_timeout) if tool.approval_timeout else None
+        try:
+            await workflow.wait_condition(lambda: call_id in self.decisions, timeout=timeout)
+            decision: Decision | None = self.decisions[call_id]
+        except asyncio.TimeoutError:
+            decision = None
+        del self.awaiting[call_id]
+        workflow.set_current_details(
+            self.details() if self.awaiting else f"Turn {turn}: running tools"
+        )
+        decided = workflow.now().timestamp()
+        if decision is None:
+            return self._expired(journal, tool, args, call_id, turn, requested, decided)
+        journal.record(
+            Event(
+                type="approval_decision",
+                name=name,
+                args=args,
+                call_id=call_id,
+                turn=turn,
+                status="approved" if decision.approved else "denied",
+                text=decision.reason,
+                result=decision.by,
+                started_at=requested,
+                ended_at=decided,
+            )
+        )
+        if decision.approved:
+            return None
+        who = f" ({decision.by})" if decision.by else ""
+        why = f": {decision.reason}" if decision.reason else ""
+        return Event(
+            type="tool_result",
+            name=name,
+            args=args,
+            call_id=call_id,
+            error="denied",
+            result=f"Error: a person denied this call{who}{why}. Do not call it again "
+            "for the same purpose; answer without it or explain what you cannot do.",
+        )
+
+    async def _needed(self, agent: str, name: str, args: dict[str, Any]) -> bool:
+        """Ask the worker whether the tool's predicate wants a person for this call."""
+        try:
+            needed: bool = await workflow.execute_local_activity(
+                policies.NEEDS_APPROVAL,
+                ApprovalCheckInput(agent=agent, name=name, args=args),
+                result_type=bool,
+                start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
+                retry_policy=policies.LOCAL_RETRY_POLICY,
+                summary=f"needs approval? {call_summary(name, args)}",
+            )
+        except (ActivityError, ApplicationError, TemporalTimeoutError):
+            # local activity failures arrive unwrapped; a predicate that
+            # cannot decide asks a person
+            needed = True
+        return needed
+
+    def _expired(
+        self,
+        journal: Journal,
+        tool: ToolSpec,
+        args: dict[str, Any],
+        call_id: str,
+        turn: int,
+        requested: float,
+        decided: float,
+    ) -> Event:
+        assert tool.approval_timeout is not None
+        message = f"no decision within {tool.approval_timeout:g} s"
+        # a decision arriving now is refused: the timeout already decided
+        self.decisions[call_id] = Decision(call_id, False, message, "timeout")
+        journal.record(
+            Event(
+                type="approval_decision",
+                name=tool.name,
+                args=args,
+                call_id=call_id,
+                turn=turn,
+                status="expired",
+                text=message,
+                started_at=requested,
+                ended_at=decided,
+            )
+        )
+        if tool.on_approval_timeout == "fail":
+            raise ApprovalExpired(f"Approval of {call_summary(tool.name, args)} expired: {message}")
+        return Event(
+            type="tool_result",
+            name=tool.name,
+            args=args,
+            call_id=call_id,
+            error="approval expired",
+            result=f"Error: the call was not approved ({message}).",
+        )

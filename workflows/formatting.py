@@ -1,0 +1,38 @@
+"""How runs read for people: tool calls as one line, failures by their cause.
+
+Shared by the workflow (UI summaries and current details), the facade and the
+CLI, so a call reads the same in the Temporal UI, `agentor-temporal show` and
+an error message. Pure functions over plain values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.exceptions import FailureError
+
+#: Longest call summary: the UI shows one line per activity.
+SUMMARY_CHARS = 200
+
+
+def call_summary(name: str, args: dict[str, Any] | None) -> str:
+    """How a tool call reads in the UI: `get_weather(city='London')`."""
+    inner = ", ".join(f"{k}={v!r}" for k, v in (args or {}).items())
+    text = f"{name}({inner})"
+    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 4] + "...)"
+
+
+def failure_message(exc: BaseException) -> str:
+    """The innermost failure's message: what actually went wrong."""
+    cause: BaseException | None = exc
+    message = str(exc)
+    while cause is not None:
+        if isinstance(cause, FailureError) and cause.message:
+            message = cause.message
+        cause = cause.__cause__
+    return message
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 turn`, `2 turns`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

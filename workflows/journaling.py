@@ -1,0 +1,136 @@
+"""`Journal`: a run's events as the workflow records them.
+
+Every step becomes an `Event` here, in order, numbered by its position in the
+run's whole log (earlier segments count). Recording publishes the event to
+the run's stream at once (followers see it live), and `flush` puts the new
+events into history through the `journal` local activity before the run takes
+its next step; that activity also mirrors into the worker's store whatever the
+store has not confirmed yet, so a store that failed is caught up later. A
+generation's request is not journaled twice: `refs` names the `generate`
+activity whose input already holds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowTopicHandle
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+from agentor_temporal.store.events import Event
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.activity_types import JournalInput, JournalResult
+from agentor_temporal.workflows.formatting import failure_message
+
+
+class Journal:
+    """The events of one segment, what history has of them, and what the store has.
+
+    Args:
+        topic: the run's stream topic that followers read events from.
+    """
+
+    def __init__(self, topic: WorkflowTopicHandle[Any]) -> None:
+        self.events: list[Event] = []
+        #: events recorded before this segment (earlier segments, or a store)
+        self.offset = 0
+        self._topic = topic
+        #: local event index -> id of the generate activity holding its request
+        self._refs: dict[int, str] = {}
+        #: events[:_journaled] are in history
+        self._journaled = 0
+        #: whole-run position the store has confirmed
+        self._mirrored: int | None = None
+        # concurrent tool calls may journal at once (approval requests); one
+        # journal at a time keeps every event in history exactly once
+        self._lock = asyncio.Lock()
+
+    @property
+    def position(self) -> int:
+        """The whole-run position the next event will take."""
+        return self.offset + len(self.events)
+
+    def after(self, position: int) -> list[dict[str, Any]]:
+        """This segment's events from whole-run `position` on, as dicts."""
+        return [e.to_dict() for e in self.events[max(position - self.offset, 0) :]]
+
+    def last(self, count: int) -> list[Event]:
+        """The `count` most recent events."""
+        return self.events[len(self.events) - count :] if count else []
+
+    def record(self, event: Event, *, ref: str | None = None) -> None:
+        """Append an event and publish it to the run's followers."""
+        if ref is not None:
+            self._refs[len(self.events)] = ref
+        self._topic.publish(
+            {
+                "index": self.position,
+                "event": event.to_dict(),
+                "published_at": workflow.now().timestamp(),
+            }
+        )
+        self.events.append(event)
+
+    def unmirrored(self, mirror: bool) -> int:
+        """Events of this segment the store has not confirmed (0 when not mirroring)."""
+        if not mirror:
+            return 0
+        confirmed = (self._mirrored if self._mirrored is not None else self.offset) - self.offset
+        return len(self.events) - confirmed
+
+    async def flush(self, agent: str, mirror: bool, *, strict: bool = False) -> None:
+        """Put new events in history and mirror unconfirmed ones into the store.
+
+        Args:
+            agent: the agent's name (the worker finds its store by it).
+            mirror: whether the worker mirrors this agent's events.
+            strict: retry a failing store (the run's last step does).
+        """
+        async with self._lock:
+            await self._flush(agent, mirror, strict)
+
+    async def _flush(self, agent: str, mirror: bool, strict: bool) -> None:
+        total = len(self.events)
+        behind = self.unmirrored(mirror) > 0
+        if self._journaled == total and not (strict and behind):
+            return
+        confirmed = total - self.unmirrored(mirror)
+        first = min(self._journaled, max(confirmed, 0)) if mirror else self._journaled
+        inp = JournalInput(
+            run_id=workflow.info().workflow_id,
+            agent=agent,
+            mirror=mirror,
+            start=self.offset + first,
+            events=[e.to_dict() for e in self.events[first:]],
+            new_from=self.offset + self._journaled,
+            refs={
+                str(self.offset + i): ref for i, ref in self._refs.items() if i >= self._journaled
+            },
+            strict=strict,
+        )
+        try:
+            res: JournalResult = await workflow.execute_local_activity(
+                policies.JOURNAL,
+                inp,
+                result_type=JournalResult,
+                start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
+                retry_policy=(
+                    policies.FINAL_MIRROR_RETRY_POLICY if strict else policies.LOCAL_RETRY_POLICY
+                ),
+                summary=f"journal {total - self._journaled} events",
+            )
+        except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
+            # a local activity's failure arrives unwrapped (the activity's own
+            # ApplicationError, or a TimeoutError), not as ActivityError; letting
+            # it through failed the whole run over a broken mirror. No open
+            # history diverges: before, this path closed the workflow at once.
+            workflow.logger.warning(
+                "Journaling run %s failed: %s", workflow.info().workflow_id, failure_message(exc)
+            )
+            return
+        self._journaled = total
+        if res.error is None and res.mirrored is not None:
+            self._mirrored = res.mirrored

@@ -1,0 +1,164 @@
+"""`ToolCalls`: the tool calls of a turn, each its own activity.
+
+A call the model got wrong (arguments that are not a JSON object, a tool
+that does not exist or was withdrawn) is answered at once, without an
+activity. A call of a tool that needs approval passes the `Approvals` gate
+first. The rest run as `call_tool` activities, concurrently; the tool's own
+errors come back as results, so Temporal only retries lost workers and
+timeouts. Finally the turn's results are cut to fit one payload together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from agentor_temporal.store.events import Event
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.activity_types import CallToolInput, CallToolResult
+from agentor_temporal.workflows.approvals import Approvals
+from agentor_temporal.workflows.formatting import call_summary, failure_message
+from agentor_temporal.workflows.journaling import Journal
+from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+from agentor_temporal.workflows.types import AgentSpec
+
+
+def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
+    return Event(
+        type="tool_result", name=name, call_id=call_id, error=error, result=result, **extra
+    )
+
+
+class ToolCalls:
+    """Runs a turn's tool calls for one segment of a run."""
+
+    def __init__(self, journal: Journal, approvals: Approvals) -> None:
+        self.journal = journal
+        self.approvals = approvals
+        #: tool activities in flight that need no approval
+        self.running = 0
+
+    async def run_turn(
+        self, spec: AgentSpec, calls: list[dict[str, Any]], turn: int, disabled: list[str]
+    ) -> list[Event]:
+        """Every call's `tool_result`, in the order the model asked.
+
+        Raises:
+            ApprovalExpired: when an approval expired on a tool that fails the run.
+        """
+        results = await asyncio.gather(
+            *(self._one(spec, call, turn, index, disabled) for index, call in enumerate(calls))
+        )
+        self._fit(results)
+        return list(results)
+
+    async def _one(
+        self, spec: AgentSpec, call: dict[str, Any], turn: int, index: int, disabled: list[str]
+    ) -> Event:
+        function = call.get("function") or {}
+        name = str(function.get("name") or "")
+        call_id = call.get("id")
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except ValueError as exc:
+            return _answer(
+                name,
+                call_id,
+                f"Invalid JSON arguments: {exc}",
+                f"Error: arguments were not valid JSON ({exc}).",
+            )
+        if not isinstance(args, dict):
+            return _answer(
+                name,
+                call_id,
+                "Invalid arguments: not a JSON object",
+                "Error: arguments must be a JSON object.",
+            )
+        if name in disabled:
+            # withdrawing the schema is not enough: a model can still call it
+            return _answer(
+                name,
+                call_id,
+                "tool disabled",
+                f"Error: tool {name!r} is disabled after repeated failures.",
+                args=args,
+            )
+        tool = spec.tool(name)
+        if tool is None:
+            known = ", ".join(sorted(t.name for t in spec.tools)) or "none"
+            return _answer(
+                name,
+                call_id,
+                "unknown tool",
+                f"Error: unknown tool {name!r}. Available tools: {known}.",
+                args=args,
+            )
+        if tool.approval != "never":
+            answered = await self.approvals.gate(
+                self.journal, spec.name, spec.mirror, tool, args, str(call_id), turn
+            )
+            if answered is not None:
+                return answered
+        self.running += 1
+        try:
+            res = await workflow.execute_activity(
+                policies.CALL_TOOL,
+                CallToolInput(
+                    run_id=workflow.info().workflow_id,
+                    agent=spec.name,
+                    call_id=str(call_id),
+                    name=name,
+                    args=args,
+                    turn=turn,
+                ),
+                result_type=CallToolResult,
+                start_to_close_timeout=(
+                    timedelta(seconds=tool.timeout)
+                    if tool.timeout
+                    else policies.TOOL_START_TO_CLOSE
+                ),
+                heartbeat_timeout=policies.TOOL_HEARTBEAT_TIMEOUT,
+                retry_policy=policies.TOOL_RETRY_POLICY,
+                activity_id=f"tool-{turn}-{index}",
+                summary=call_summary(name, args),
+            )
+        except ActivityError as exc:
+            # retries exhausted (timeouts, lost workers): the model hears it
+            error = f"Tool call failed: {failure_message(exc)}"
+            return _answer(name, call_id, error, f"Error: {error}", args=args)
+        finally:
+            self.running -= 1
+        return Event(
+            type="tool_result",
+            name=name,
+            args=args,
+            result=res.result,
+            error=res.error,
+            call_id=call_id,
+            started_at=res.started_at,
+            ended_at=res.ended_at,
+        )
+
+    @staticmethod
+    def _fit(results: list[Event]) -> None:
+        """Cut a turn's results so that together they fit one payload.
+
+        Each is already under MAX_TOOL_RESULT_BYTES, but many parallel calls
+        would still make the journal step (and the next request) too large
+        to record, which wedges the run in workflow-task retries.
+        """
+        sizes = [encoded_size(e.result) for e in results]
+        if sum(sizes) <= policies.MAX_TURN_RESULT_BYTES or not workflow.patched(
+            policies.PATCH_TURN_RESULT_BUDGET
+        ):
+            return
+        for event, limit in zip(
+            results, share_budget(sizes, policies.MAX_TURN_RESULT_BYTES), strict=True
+        ):
+            if limit is not None and event.result is not None:
+                event.result = clip_to_size(event.result, limit)
