@@ -64,6 +64,36 @@ class AgentDefinition:
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
+    def differences(self, recorded: dict[str, Any]) -> list[str]:
+        """How a recorded spec (an `AgentSpec` as a dict) differs from this definition.
+
+        Empty when the fingerprints match: what "built the same way" means.
+        """
+        if recorded.get("fingerprint") == self.fingerprint():
+            return []
+        found = []
+        if recorded.get("model") != self.model:
+            found.append(f"model {recorded.get('model')!r} vs {self.model!r}")
+        if recorded.get("instructions") != self.instructions:
+            found.append("instructions differ")
+        theirs = {t["name"]: t for t in recorded.get("tools") or []}
+        mine = {t.name: t.spec() for t in self.tools}
+        missing = sorted(set(theirs) - set(mine))
+        extra = sorted(set(mine) - set(theirs))
+        changed = sorted(
+            n
+            for n in set(theirs) & set(mine)
+            if theirs[n].get("parameters") != mine[n].parameters
+            or theirs[n].get("description") != mine[n].description
+        )
+        if missing:
+            found.append(f"tools missing here: {', '.join(missing)}")
+        if extra:
+            found.append(f"tools not in the run: {', '.join(extra)}")
+        if changed:
+            found.append(f"tools changed: {', '.join(changed)}")
+        return found or ["definition differs"]
+
     def spec(self, *, mirror: bool = False, search_attributes: bool = False) -> AgentSpec:
         """The spec a run records at the start of each segment."""
         return AgentSpec(

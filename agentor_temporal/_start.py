@@ -20,10 +20,15 @@ from typing import Any
 
 from temporalio.api.enums.v1 import WorkflowIdConflictPolicy, WorkflowIdReusePolicy
 from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
+
+from agentor_temporal.activities import AgentDefinition
+from agentor_temporal.workflows.formatting import preview_input
+from agentor_temporal.workflows.policies import WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
+from agentor_temporal.workflows.types import AgentRunInput
 
 #: Namespace of the request ids below (any fixed UUID would do).
 _REQUEST_IDS = uuid.UUID("0b4f6a53-1c38-4c8e-9a55-6f6a6e0a7e11")
@@ -88,3 +93,55 @@ async def start_once(
         if err.status == RPCStatusCode.ALREADY_EXISTS:
             raise WorkflowAlreadyStartedError(id, workflow) from None
         raise
+
+
+async def start_segment(
+    client: Client,
+    agent: AgentDefinition,
+    task_queue: str,
+    run_id: str,
+    inp: AgentRunInput,
+    reuse: WorkflowIDReusePolicy,
+    request_id: str | None = None,
+) -> WorkflowHandle[Any, Any] | None:
+    """Start a segment of `agent`'s run; None when a closed run with that id blocks the start.
+
+    A `request_id` makes the start happen once per id (see `agentor_temporal._start`).
+    """
+    tools = ", ".join(t.name for t in agent.tools) or "none"
+    try:
+        if request_id is not None:
+            await start_once(
+                client,
+                WORKFLOW_TYPE,
+                inp.to_dict(),
+                id=run_id,
+                task_queue=task_queue,
+                request_id=request_id,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=reuse,
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
+                static_summary=f"{agent.name}: {preview_input(inp.input)}",
+                static_details=(
+                    f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
+                ),
+            )
+            return client.get_workflow_handle(run_id)
+        return await client.start_workflow(
+            WORKFLOW_TYPE,
+            inp.to_dict(),
+            id=run_id,
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=reuse,
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
+            static_summary=f"{agent.name}: {preview_input(inp.input)}",
+            static_details=(
+                f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
+            ),
+            # with a worker for this queue in this process, the first
+            # workflow task comes back in the start response (no poll)
+            request_eager_start=True,
+        )
+    except WorkflowAlreadyStartedError:
+        return None

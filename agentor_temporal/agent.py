@@ -18,25 +18,19 @@ from typing import Any
 
 from temporalio.client import (
     Client,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.common import WorkflowIDReusePolicy
 
+from agentor_temporal._results import await_result, check_input, check_owner, result_from
 from agentor_temporal._runs import check_waiting, run_events, send_decision
 from agentor_temporal._runtime import Runtime
-from agentor_temporal._start import segment_request_id, start_once
+from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
 from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.store import (
     Event,
-    PendingApproval,
     RunResult,
     Store,
-    final_event,
     is_complete,
     new_run_id,
     replay_messages,
@@ -45,43 +39,13 @@ from agentor_temporal.store import (
 )
 from agentor_temporal.streaming import follow, on_runtime
 from agentor_temporal.workflows import Segment, TemporalStore
-from agentor_temporal.workflows.formatting import failure_message
-from agentor_temporal.workflows.policies import TASK_QUEUE, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
-from agentor_temporal.workflows.types import AgentRunInput, Decision, PausedState
+from agentor_temporal.workflows.policies import TASK_QUEUE
+from agentor_temporal.workflows.types import AgentRunInput, Decision
 
 MessageInput = str | list[dict[str, Any]]
 
 #: Tasks that keep embedded workers serving runs nobody is waiting on.
 _background: set[asyncio.Task[None]] = set()
-
-_PROMPT_PREVIEW = 80
-
-
-def _check_input(input: Any) -> None:
-    if isinstance(input, str):
-        if not input.strip():
-            raise ValueError("input is an empty prompt")
-        return
-    if isinstance(input, list):
-        if not input:
-            raise ValueError("input is an empty message list")
-        for i, message in enumerate(input):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                raise ValueError(f"input[{i}] is not a chat message (a dict with a 'role')")
-        return
-    raise TypeError(
-        f"input must be a prompt string or a list of chat messages, not {type(input).__name__}"
-    )
-
-
-def _preview(input: MessageInput) -> str:
-    if isinstance(input, str):
-        text = input
-    else:
-        users = [m.get("content") for m in input if m.get("role") == "user"]
-        text = str(users[-1] if users else "")
-    text = " ".join(text.split())
-    return text if len(text) <= _PROMPT_PREVIEW else text[: _PROMPT_PREVIEW - 1] + "…"
 
 
 class Agentor:
@@ -260,7 +224,7 @@ class Agentor:
                 `generation` event carries the final text.
             max_turns: override the agent's budget for this run.
         """
-        _check_input(input)
+        check_input(input)
         run_id = new_run_id() if run_id is None else validate_run_id(run_id)
         inp = AgentRunInput(
             agent=self.name, input=input, max_turns=max_turns, stream_text=stream_text
@@ -269,7 +233,14 @@ class Agentor:
         async def produce() -> AsyncIterator[Event]:
             client = await self._client()
             # started first: the worker's lease waits on the run, which must exist
-            await self._start(client, run_id, inp, WorkflowIDReusePolicy.REJECT_DUPLICATE)
+            await start_segment(
+                client,
+                self.definition,
+                self.task_queue,
+                run_id,
+                inp,
+                WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
             await self._serve_until_done(client, run_id)
             async for event in follow(
                 client, run_id, text=stream_text, history_events=lambda s: self._events(run_id, s)
@@ -416,67 +387,24 @@ class Agentor:
         task.add_done_callback(_background.discard)
         await ready.wait()
 
-    async def _start(
-        self,
-        client: Client,
-        run_id: str,
-        inp: AgentRunInput,
-        reuse: WorkflowIDReusePolicy,
-        request_id: str | None = None,
-    ) -> WorkflowHandle[Any, Any] | None:
-        """Start a segment; None when a closed run with that id blocks the start.
-
-        A `request_id` makes the start happen once per id (see `agentor_temporal._start`).
-        """
-        tools = ", ".join(t.name for t in self.tools) or "none"
-        try:
-            if request_id is not None:
-                await start_once(
-                    client,
-                    WORKFLOW_TYPE,
-                    inp.to_dict(),
-                    id=run_id,
-                    task_queue=self.task_queue,
-                    request_id=request_id,
-                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    id_reuse_policy=reuse,
-                    task_timeout=WORKFLOW_TASK_TIMEOUT,
-                    static_summary=f"{self.name}: {_preview(inp.input)}",
-                    static_details=(
-                        f"**Agent** {self.name}  \n**Model** {self.model}  \n**Tools** {tools}"
-                    ),
-                )
-                return client.get_workflow_handle(run_id)
-            return await client.start_workflow(
-                WORKFLOW_TYPE,
-                inp.to_dict(),
-                id=run_id,
-                task_queue=self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=reuse,
-                task_timeout=WORKFLOW_TASK_TIMEOUT,
-                static_summary=f"{self.name}: {_preview(inp.input)}",
-                static_details=(
-                    f"**Agent** {self.name}  \n**Model** {self.model}  \n**Tools** {tools}"
-                ),
-                # with a worker for this queue in this process, the first
-                # workflow task comes back in the start response (no poll)
-                request_eager_start=True,
-            )
-        except WorkflowAlreadyStartedError:
-            return None
-
     async def _arun(
         self, input: MessageInput, run_id: str | None, max_turns: int | None
     ) -> RunResult:
-        _check_input(input)
+        check_input(input)
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
         run_id = new_run_id() if run_id is None else validate_run_id(run_id)
         client = await self._client()
         async with self._serving(client):
             inp = AgentRunInput(agent=self.name, input=input, max_turns=max_turns)
-            await self._start(client, run_id, inp, WorkflowIDReusePolicy.REJECT_DUPLICATE)
+            await start_segment(
+                client,
+                self.definition,
+                self.task_queue,
+                run_id,
+                inp,
+                WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
             return await self._result(client, run_id)
 
     async def _aresume(self, run_id: str, max_turns: int | None) -> RunResult:
@@ -492,9 +420,9 @@ class Agentor:
                 raise KeyError(
                     f"No run with id {run_id!r} in Temporal at {describe_target(client)}{where}"
                 )
-            self._check_owner(run_id, events, None)
+            check_owner(self.definition, run_id, events, None)
             if is_complete(events):
-                return self._result_from(run_id, events, None, None)
+                return result_from(run_id, events, None, None)
             return await self._continue(client, run_id, events, None, max_turns)
 
         latest = segments[-1]
@@ -503,8 +431,8 @@ class Agentor:
             if self.store is not None:
                 # a mirror that failed until the run's end is completed here
                 await asyncio.to_thread(catch_up, self.store, run_id, events, self.name)
-            return self._result_from(run_id, events, latest.result, None)
-        self._check_owner(run_id, events, latest.spec)
+            return result_from(run_id, events, latest.result, None)
+        check_owner(self.definition, run_id, events, latest.spec)
         if latest.status == "running":
             async with self._serving(client):
                 return await self._result(client, run_id)
@@ -534,57 +462,22 @@ class Agentor:
             # resumer that started first is attached to (USE_EXISTING), or, if
             # its segment already finished, deduplicated by the request id
             request_id = segment_request_id(run_id, previous, len(events))
-            await self._start(
-                client, run_id, inp, WorkflowIDReusePolicy.ALLOW_DUPLICATE, request_id
+            await start_segment(
+                client,
+                self.definition,
+                self.task_queue,
+                run_id,
+                inp,
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                request_id,
             )
             return await self._result(client, run_id)
 
     async def _result(self, client: Client, run_id: str) -> RunResult:
         """Wait for the run's latest execution (or its pause) and build its `RunResult`."""
-        handle = client.get_workflow_handle(run_id)
-        outcome: dict[str, Any] | None = None
-        failure: str | None = None
-        paused: PausedState | None = None
-        finished = asyncio.ensure_future(handle.result())
-        if self._pauses:
-            pause = asyncio.ensure_future(self._wait_paused(handle))
-            await asyncio.wait({finished, pause}, return_when=asyncio.FIRST_COMPLETED)
-            state = pause.result() if pause.done() else None
-            if state is not None and state.status == "awaiting_approval":
-                paused = state
-                finished.cancel()
-            else:
-                pause.cancel()
-        if paused is None:
-            try:
-                value = await finished
-                outcome = value if isinstance(value, dict) else None
-            except WorkflowFailureError as exc:
-                failure = failure_message(exc)
-        segments = await TemporalStore(client).segments(run_id)
-        events = await self._events(run_id, segments)
-        if paused is not None:
-            return RunResult(
-                status="awaiting_approval",
-                run_id=run_id,
-                events=events,
-                usage=total_usage(events),
-                messages=replay_messages(events),
-                pending_approvals=[
-                    PendingApproval(p["call_id"], p["tool"], p.get("args"), p.get("turn"))
-                    for p in paused.pending
-                ],
-            )
-        return self._result_from(run_id, events, outcome, failure)
-
-    @staticmethod
-    async def _wait_paused(handle: WorkflowHandle[Any, Any]) -> PausedState | None:
-        """The run's pause, or None when it ended (or cannot say) instead."""
-        try:
-            state: PausedState = await handle.execute_update("wait_paused", result_type=PausedState)
-        except (WorkflowUpdateFailedError, RPCError):
-            return None
-        return state
+        return await await_result(
+            client, run_id, pauses=self._pauses, events_of=lambda s: self._events(run_id, s)
+        )
 
     async def _events(self, run_id: str, segments: list[Segment]) -> list[Event]:
         """The run's whole log: Temporal's segments, after any store-seeded prefix."""
@@ -595,70 +488,3 @@ class Agentor:
         if self.store is None:
             return []
         return await asyncio.to_thread(self.store.load, run_id)
-
-    def _result_from(
-        self,
-        run_id: str,
-        events: list[Event],
-        outcome: dict[str, Any] | None,
-        failure: str | None,
-    ) -> RunResult:
-        end = final_event(events)
-        if outcome is not None:
-            status = str(outcome.get("status") or "completed")
-            output, error = outcome.get("final_output"), outcome.get("error")
-        elif end is not None and failure is None:
-            status, output, error = end.status or "completed", end.text, end.error
-        else:
-            status, output, error = "failed", None, failure or "the run ended without a result"
-        return RunResult(
-            final_output=output,
-            status=status,
-            run_id=run_id,
-            events=events,
-            usage=total_usage(events),
-            messages=replay_messages(events),
-            error=error,
-        )
-
-    def _check_owner(self, run_id: str, events: list[Event], spec: dict[str, Any] | None) -> None:
-        """Refuse to continue a run this agent was not built to run."""
-        recorded = spec.get("name") if spec else None
-        if recorded is None:
-            starts = [e for e in events if e.type == "run_start" and e.agent]
-            recorded = starts[-1].agent if starts else None
-        if recorded is not None and recorded != self.name:
-            raise ValueError(
-                f"Run {run_id!r} belongs to agent {recorded!r}, not {self.name!r}; "
-                "resume it with that agent."
-            )
-        if not spec or not spec.get("fingerprint"):
-            return
-        if spec["fingerprint"] == self.definition.fingerprint():
-            return
-        differences = []
-        if spec.get("model") != self.model:
-            differences.append(f"model {spec.get('model')!r} vs {self.model!r}")
-        if spec.get("instructions") != self.instructions:
-            differences.append("instructions differ")
-        recorded_tools = {t["name"]: t for t in spec.get("tools") or []}
-        mine = {t.name: t.spec() for t in self.tools}
-        missing = sorted(set(recorded_tools) - set(mine))
-        extra = sorted(set(mine) - set(recorded_tools))
-        changed = sorted(
-            n
-            for n in set(recorded_tools) & set(mine)
-            if recorded_tools[n].get("parameters") != mine[n].parameters
-            or recorded_tools[n].get("description") != mine[n].description
-        )
-        if missing:
-            differences.append(f"tools missing here: {', '.join(missing)}")
-        if extra:
-            differences.append(f"tools not in the run: {', '.join(extra)}")
-        if changed:
-            differences.append(f"tools changed: {', '.join(changed)}")
-        raise ValueError(
-            f"Run {run_id!r} was started by {self.name!r} built differently "
-            f"({'; '.join(differences) or 'definition differs'}). Build the agent the same "
-            "way (same model, instructions and tools) to resume it."
-        )

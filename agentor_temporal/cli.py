@@ -12,125 +12,42 @@ user's mistake prints one `error:` line, never a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from agentor_temporal import worker
-from agentor_temporal._cli_parser import build_parser
-from agentor_temporal._inspect import (
-    RunSummary,
-    list_runs,
-    render_run,
-    render_table,
-    summarize_events,
-    summarize_segments,
+from agentor_temporal._cli_approvals import cmd_approve, cmd_deny, cmd_pending
+from agentor_temporal._cli_common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    configure,
+    load_agent,
+    run_id_arg,
 )
+from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_show
+from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._progress import Progress, follow, latest_execution
-from agentor_temporal._prune import Verdict, apply, plan
-from agentor_temporal._runs import run_events, send_decision, waiting_calls
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import (
     ConnectionFailed,
     DevServer,
-    connect,
     dev_server_status,
     environment_configured,
     start_dev_server,
     stop_dev_server,
 )
-from agentor_temporal.store import Event, FileStore, RunResult, new_run_id, validate_run_id
-from agentor_temporal.workflows import Decision, Segment, TemporalStore
+from agentor_temporal.store import RunResult, new_run_id
+from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
-
-T = TypeVar("T")
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class CliError(Exception):
-    """A failure to report as one line, with its exit status."""
-
-    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# -- helpers shared by the commands ------------------------------------------------
-
-
-def _run_id(value: str) -> str:
-    try:
-        return validate_run_id(value)
-    except ValueError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-
-
-def _load_agent(path: str) -> Agentor:
-    obj = worker.import_object(path)
-    if not isinstance(obj, Agentor):
-        raise worker.ConfigError(
-            f"{path!r} is a {type(obj).__name__}, not an agent: "
-            "expected an agentor_temporal.Agentor"
-        )
-    return obj
-
-
-def _configure(agent: Agentor, args: argparse.Namespace) -> None:
-    """Apply --temporal, --task-queue and --no-worker to a loaded agent."""
-    if args.temporal:
-        agent.temporal = args.temporal
-    if args.task_queue:
-        agent.task_queue = args.task_queue
-    if args.no_worker:
-        agent.embedded_worker = False
-
-
-async def _connect(args: argparse.Namespace) -> Client:
-    """Temporal for commands that only read: never starts a dev server."""
-    return await connect(args.temporal, start_dev=False)
-
-
-def _address(client: Client) -> str:
-    return client.service_client.config.target_host
-
-
-def _store_dir(path: str) -> Path:
-    directory = Path(path)
-    if not directory.is_dir():
-        raise CliError(f"store directory {path!r} does not exist")
-    return directory
-
-
-def _arun(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    return asyncio.run(factory())
-
-
-async def _history_events(
-    client: Client, run_id: str, store: str | None = None
-) -> tuple[list[Event], list[Segment], int]:
-    """(events, segments, leading events missing) of a run; CliError if unknown.
-
-    A run continued from a store starts with events Temporal never had;
-    `store` (a directory) supplies them when it has them.
-    """
-    segments = await TemporalStore(client).segments(run_id)
-    if not segments:
-        raise CliError(f"no run with id {run_id!r} in Temporal at {_address(client)}")
-    events, missing = await run_events(
-        run_id, segments, FileStore(_store_dir(store)) if store else None
-    )
-    return events, segments, missing
-
 
 # -- dev ----------------------------------------------------------------------------
 
@@ -230,9 +147,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Start a run, narrate it, print its answer."""
     if not args.prompt.strip():
         raise CliError("the prompt is empty", EXIT_USAGE)
-    run_id = _run_id(args.run_id) if args.run_id else new_run_id()
-    agent = _load_agent(args.agent)
-    _configure(agent, args)
+    run_id = run_id_arg(args.run_id) if args.run_id else new_run_id()
+    agent = load_agent(args.agent)
+    configure(agent, args)
     print(f"run_id: {run_id}", file=sys.stderr if args.json else sys.stdout, flush=True)
 
     async def go() -> RunResult:
@@ -252,9 +169,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue or return a run, narrating any new work."""
-    run_id = _run_id(args.run_id)
-    agent = _load_agent(args.agent)
-    _configure(agent, args)
+    run_id = run_id_arg(args.run_id)
+    agent = load_agent(args.agent)
+    configure(agent, args)
     print(f"run_id: {run_id}", file=sys.stderr if args.json else sys.stdout, flush=True)
 
     async def go() -> tuple[RunResult, Progress]:
@@ -277,254 +194,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if progress.skip is not None and not progress.narrated:
         print(f"  {result.status}: already finished, nothing was run", file=sys.stderr)
     return _report(result, args)
-
-
-# -- show / list / export -----------------------------------------------------------------
-
-
-def cmd_show(args: argparse.Namespace) -> int:
-    """Print a run's events, readably or as the documented JSONL."""
-    run_id = _run_id(args.run_id)
-    note = None
-    if args.store:
-        directory = _store_dir(args.store)
-        events = FileStore(directory).load(run_id)
-        if not events:
-            raise CliError(f"no run with id {run_id!r} in the store {str(directory)!r}")
-        summary = summarize_events(run_id, events)
-        source = f"the store {directory}"
-    else:
-
-        async def read() -> tuple[list[Event], list[Segment], int, str]:
-            client = await _connect(args)
-            events, segments, prefix = await _history_events(client, run_id)
-            return events, segments, prefix, _address(client)
-
-        events, segments, prefix, address = _arun(read)
-        summary = summarize_segments(run_id, segments)
-        count = len(segments)
-        source = f"Temporal at {address} ({count} execution{'s' if count != 1 else ''})"
-        if prefix:
-            note = (
-                f"(the run's first {prefix} events came from a store and are not in Temporal's "
-                "history; `show --store DIR` shows them)"
-            )
-    if args.jsonl:
-        for event in events:
-            print(event.to_json())
-        return EXIT_OK
-    for line in render_run(summary, events, source=source):
-        print(line)
-    if note:
-        print(note)
-    return EXIT_OK
-
-
-def cmd_list(args: argparse.Namespace) -> int:
-    """List runs, newest first."""
-
-    async def read() -> list[RunSummary]:
-        client = await _connect(args)
-        try:
-            return await list_runs(client, agent=args.agent, status=args.status, limit=args.limit)
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.INVALID_ARGUMENT and args.agent:
-                raise CliError(
-                    f"Temporal at {_address(client)} cannot filter by agent ({exc.message}); "
-                    "the AgentName search attribute is registered by `agentor-temporal dev` and "
-                    "by workers, or: temporal operator search-attribute create --name AgentName "
-                    "--type Keyword"
-                ) from None
-            raise
-        except ValueError as exc:
-            raise CliError(str(exc), EXIT_USAGE) from None
-
-    rows = _arun(read)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in rows], indent=2))
-    elif not rows:
-        print("no runs found")
-    else:
-        for line in render_table(rows):
-            print(line)
-    return EXIT_OK
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    """Write a run's JSONL from Temporal history."""
-    run_id = _run_id(args.run_id)
-
-    async def read() -> tuple[list[Event], list[Segment], int]:
-        client = await _connect(args)
-        return await _history_events(client, run_id, args.store)
-
-    events, segments, missing = _arun(read)
-    if missing:
-        if not args.store:
-            raise CliError(
-                f"run {run_id!r} was continued from a store: its first {missing} events are not "
-                "in Temporal's history; pass --store DIR (where they are) to export the whole log"
-            )
-        raise CliError(
-            f"the store {args.store!r} lacks some of the {missing} events this run was "
-            "continued from"
-        )
-    text = "".join(e.to_json() + "\n" for e in events)
-    if segments[-1].status == "running":
-        print(
-            f"note: run {run_id} is still running; exporting the {len(events)} events so far",
-            file=sys.stderr,
-        )
-    if args.output in (None, "-"):
-        sys.stdout.write(text)
-        return EXIT_OK
-    target = Path(args.output)
-    partial = target.with_name(f".{target.name}.partial")
-    # written aside and renamed: a crash never leaves half a log under the name
-    with partial.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    partial.replace(target)
-    print(f"exported {len(events)} events of run {run_id} to {target}", file=sys.stderr)
-    return EXIT_OK
-
-
-# -- prune -------------------------------------------------------------------------------
-
-
-def cmd_prune(args: argparse.Namespace) -> int:
-    """Remove old logs of finished runs."""
-    directory = _store_dir(args.store)
-    store = FileStore(directory)
-
-    async def decide() -> list[Verdict]:
-        client: Client | None
-        try:
-            client = await connect(args.temporal, start_dev=False)
-        except ConnectionFailed as exc:
-            print(
-                f"warning: {exc}\nwarning: deciding from the logs alone: a log whose last "
-                "segment has run_end counts as finished",
-                file=sys.stderr,
-            )
-            client = None
-        return await plan(store, args.older_than.seconds, client)
-
-    decisions = _arun(decide)
-    if not args.dry_run:
-        apply(store, decisions)
-    verb = "would remove" if args.dry_run else "removed"
-    newer = [d for d in decisions if not d.remove and d.reason.startswith("newer than")]
-    for decision in decisions:
-        if decision.remove:
-            print(f"{verb:<12} {decision.run_id}  {decision.reason}")
-    for decision in decisions:
-        if not decision.remove and decision not in newer:
-            print(f"{'kept':<12} {decision.run_id}  {decision.reason}")
-    if newer:
-        print(f"{'kept':<12} {len(newer)} log(s) newer than {args.older_than.text}")
-    removed = sum(1 for d in decisions if d.remove)
-    print(
-        f"{directory}: {removed} {'to remove' if args.dry_run else 'removed'}, "
-        f"{len(decisions) - removed} kept"
-        + (" (dry run: nothing was removed)" if args.dry_run else "")
-    )
-    return EXIT_OK
-
-
-# -- approvals ---------------------------------------------------------------------------
-
-
-def cmd_pending(args: argparse.Namespace) -> int:
-    """List runs waiting for approval, and what they wait for."""
-
-    async def read() -> list[dict[str, Any]]:
-        client = await _connect(args)
-        waiting = await waiting_calls(client, agent=args.agent, limit=args.limit)
-        return [w.to_dict() for w in waiting]
-
-    rows = _arun(read)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return EXIT_OK
-    if not rows:
-        print("no run is waiting for approval")
-        return EXIT_OK
-    table = [
-        [
-            r["run_id"],
-            r["call_id"],
-            call_summary(r["tool"] or "?", r["args"]),
-            r["agent"],
-            _since(r["waiting_since"]),
-        ]
-        for r in rows
-    ]
-    header = ["RUN ID", "CALL ID", "WAITS FOR", "AGENT", "SINCE"]
-    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
-    for row in [header, *table]:
-        print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    return EXIT_OK
-
-
-def _since(timestamp: float | None) -> str:
-    if not timestamp:
-        return "?"
-    import datetime
-
-    return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _decide(args: argparse.Namespace, approved: bool) -> int:
-    run_id = _run_id(args.run_id)
-    import getpass
-
-    by = args.by or getpass.getuser()
-    decision = Decision(call_id=args.call_id, approved=approved, reason=args.reason, by=by)
-
-    async def go() -> dict[str, Any]:
-        if args.agent:
-            agent = _load_agent(args.agent)
-            if args.temporal:
-                agent.temporal = args.temporal
-            client = await Runtime.get().client(agent.temporal)
-            await asyncio.wait_for(
-                agent.aapprove(run_id, decision.call_id, decision.reason, by=by)
-                if approved
-                else agent.adeny(run_id, decision.call_id, decision.reason, by=by),
-                args.wait,
-            )
-            return {"address": _address(client)}
-        client = await _connect(args)
-        await asyncio.wait_for(send_decision(client, run_id, decision), args.wait)
-        return {"address": _address(client)}
-
-    try:
-        Runtime.get().run_sync(go())
-    except KeyError as exc:
-        raise CliError(str(exc.args[0]) if exc.args else f"unknown run {run_id!r}") from None
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    except asyncio.TimeoutError:
-        raise CliError(
-            f"no worker took the decision within {args.wait} s: is a worker serving run "
-            f"{run_id}'s agent running? Pass --agent MODULE:ATTR to serve it from here"
-        ) from None
-    verb = "approved" if approved else "denied"
-    print(f"{verb} {args.call_id} of run {run_id} (by {by})")
-    print(f"continue it with: agentor-temporal resume {run_id} --agent MODULE:ATTR")
-    return EXIT_OK
-
-
-def cmd_approve(args: argparse.Namespace) -> int:
-    """Approve a waiting tool call."""
-    return _decide(args, True)
-
-
-def cmd_deny(args: argparse.Namespace) -> int:
-    """Deny a waiting tool call."""
-    return _decide(args, False)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -38,24 +38,11 @@ from temporalio.exceptions import ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 from agentor_temporal.store.base import validate_run_id
-from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.formatting import failure_message, preview_input
 from agentor_temporal.workflows.policies import WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from agentor_temporal.workflows.types import AgentRunInput, RunOutcome, parse_run_input
 
 __all__ = ["ParentClosePolicy", "RunOutcome", "run_agent"]
-
-#: Prompt characters shown in the child run's UI summary.
-_PREVIEW = 80
-
-
-def _preview(input: str | list[dict[str, Any]]) -> str:
-    if isinstance(input, str):
-        text = input
-    else:
-        users = [m.get("content") for m in input if m.get("role") == "user"]
-        text = str(users[-1] if users else "")
-    text = " ".join(text.split())
-    return text if len(text) <= _PREVIEW else text[: _PREVIEW - 1] + "…"
 
 
 async def run_agent(
@@ -104,7 +91,7 @@ async def run_agent(
             parent_close_policy=parent_close_policy,
             execution_timeout=execution_timeout,
             task_timeout=WORKFLOW_TASK_TIMEOUT,
-            static_summary=f"{agent}: {_preview(inp.input)}",
+            static_summary=f"{agent}: {preview_input(inp.input)}",
             result_type=dict,
         )
     except ChildWorkflowError as exc:

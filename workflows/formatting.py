@@ -36,3 +36,18 @@ def failure_message(exc: BaseException) -> str:
 def plural(count: int, noun: str) -> str:
     """`1 turn`, `2 turns`."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+#: Prompt characters shown in a run's UI summary.
+PREVIEW_CHARS = 80
+
+
+def preview_input(input: str | list[dict[str, Any]]) -> str:
+    """A run's input as one short line: the prompt, or the last user message."""
+    if isinstance(input, str):
+        text = input
+    else:
+        users = [m.get("content") for m in input if m.get("role") == "user"]
+        text = str(users[-1] if users else "")
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"

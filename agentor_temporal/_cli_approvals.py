@@ -1,0 +1,115 @@
+"""`agentor-temporal pending`, `approve` and `deny`: people deciding on tool calls."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from agentor_temporal._cli_common import (
+    EXIT_OK,
+    CliError,
+    address,
+    arun,
+    connect_for_reading,
+    load_agent,
+    run_id_arg,
+)
+from agentor_temporal._runs import send_decision, waiting_calls
+from agentor_temporal._runtime import Runtime
+from agentor_temporal.workflows import Decision
+from agentor_temporal.workflows.formatting import call_summary
+
+# -- approvals ---------------------------------------------------------------------------
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    """List runs waiting for approval, and what they wait for."""
+
+    async def read() -> list[dict[str, Any]]:
+        client = await connect_for_reading(args)
+        waiting = await waiting_calls(client, agent=args.agent, limit=args.limit)
+        return [w.to_dict() for w in waiting]
+
+    rows = arun(read)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no run is waiting for approval")
+        return EXIT_OK
+    table = [
+        [
+            r["run_id"],
+            r["call_id"],
+            call_summary(r["tool"] or "?", r["args"]),
+            r["agent"],
+            _since(r["waiting_since"]),
+        ]
+        for r in rows
+    ]
+    header = ["RUN ID", "CALL ID", "WAITS FOR", "AGENT", "SINCE"]
+    widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
+    for row in [header, *table]:
+        print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return EXIT_OK
+
+
+def _since(timestamp: float | None) -> str:
+    if not timestamp:
+        return "?"
+    import datetime
+
+    return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _decide(args: argparse.Namespace, approved: bool) -> int:
+    run_id = run_id_arg(args.run_id)
+    import getpass
+
+    by = args.by or getpass.getuser()
+    decision = Decision(call_id=args.call_id, approved=approved, reason=args.reason, by=by)
+
+    async def go() -> dict[str, Any]:
+        if args.agent:
+            agent = load_agent(args.agent)
+            if args.temporal:
+                agent.temporal = args.temporal
+            client = await Runtime.get().client(agent.temporal)
+            await asyncio.wait_for(
+                agent.aapprove(run_id, decision.call_id, decision.reason, by=by)
+                if approved
+                else agent.adeny(run_id, decision.call_id, decision.reason, by=by),
+                args.wait,
+            )
+            return {"address": address(client)}
+        client = await connect_for_reading(args)
+        await asyncio.wait_for(send_decision(client, run_id, decision), args.wait)
+        return {"address": address(client)}
+
+    try:
+        Runtime.get().run_sync(go())
+    except KeyError as exc:
+        raise CliError(str(exc.args[0]) if exc.args else f"unknown run {run_id!r}") from None
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    except asyncio.TimeoutError:
+        raise CliError(
+            f"no worker took the decision within {args.wait} s: is a worker serving run "
+            f"{run_id}'s agent running? Pass --agent MODULE:ATTR to serve it from here"
+        ) from None
+    verb = "approved" if approved else "denied"
+    print(f"{verb} {args.call_id} of run {run_id} (by {by})")
+    print(f"continue it with: agentor-temporal resume {run_id} --agent MODULE:ATTR")
+    return EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    """Approve a waiting tool call."""
+    return _decide(args, True)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    """Deny a waiting tool call."""
+    return _decide(args, False)

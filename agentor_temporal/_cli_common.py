@@ -1,0 +1,99 @@
+"""What every `agentor-temporal` command shares: exit codes, one-line errors, and
+reading arguments into agents, clients, stores and runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from temporalio.client import Client
+
+from agentor_temporal import worker
+from agentor_temporal._runs import run_events
+from agentor_temporal.agent import Agentor
+from agentor_temporal.connection import connect
+from agentor_temporal.store import Event, FileStore, validate_run_id
+from agentor_temporal.workflows import Segment, TemporalStore
+
+T = TypeVar("T")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class CliError(Exception):
+    """A failure to report as one line, with its exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- helpers shared by the commands ------------------------------------------------
+
+
+def run_id_arg(value: str) -> str:
+    try:
+        return validate_run_id(value)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def load_agent(path: str) -> Agentor:
+    obj = worker.import_object(path)
+    if not isinstance(obj, Agentor):
+        raise worker.ConfigError(
+            f"{path!r} is a {type(obj).__name__}, not an agent: "
+            "expected an agentor_temporal.Agentor"
+        )
+    return obj
+
+
+def configure(agent: Agentor, args: argparse.Namespace) -> None:
+    """Apply --temporal, --task-queue and --no-worker to a loaded agent."""
+    if args.temporal:
+        agent.temporal = args.temporal
+    if args.task_queue:
+        agent.task_queue = args.task_queue
+    if args.no_worker:
+        agent.embedded_worker = False
+
+
+async def connect_for_reading(args: argparse.Namespace) -> Client:
+    """Temporal for commands that only read: never starts a dev server."""
+    return await connect(args.temporal, start_dev=False)
+
+
+def address(client: Client) -> str:
+    return client.service_client.config.target_host
+
+
+def store_dir(path: str) -> Path:
+    directory = Path(path)
+    if not directory.is_dir():
+        raise CliError(f"store directory {path!r} does not exist")
+    return directory
+
+
+def arun(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(factory())
+
+
+async def history_events(
+    client: Client, run_id: str, store: str | None = None
+) -> tuple[list[Event], list[Segment], int]:
+    """(events, segments, leading events missing) of a run; CliError if unknown.
+
+    A run continued from a store starts with events Temporal never had;
+    `store` (a directory) supplies them when it has them.
+    """
+    segments = await TemporalStore(client).segments(run_id)
+    if not segments:
+        raise CliError(f"no run with id {run_id!r} in Temporal at {address(client)}")
+    events, missing = await run_events(
+        run_id, segments, FileStore(store_dir(store)) if store else None
+    )
+    return events, segments, missing

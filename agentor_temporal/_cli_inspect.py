@@ -1,0 +1,193 @@
+"""`agentor-temporal show`, `list`, `export` and `prune`: reading runs, and tidying logs.
+
+All read Temporal history (or a store's JSONL), never a workflow, so they
+work with no worker running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentor_temporal._cli_common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    address,
+    arun,
+    connect_for_reading,
+    history_events,
+    run_id_arg,
+    store_dir,
+)
+from agentor_temporal._inspect import (
+    RunSummary,
+    list_runs,
+    render_run,
+    render_table,
+    summarize_events,
+    summarize_segments,
+)
+from agentor_temporal._prune import Verdict, apply, plan
+from agentor_temporal.connection import ConnectionFailed, connect
+from agentor_temporal.store import Event, FileStore
+from agentor_temporal.workflows import Segment
+
+# -- show / list / export -----------------------------------------------------------------
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print a run's events, readably or as the documented JSONL."""
+    run_id = run_id_arg(args.run_id)
+    note = None
+    if args.store:
+        directory = store_dir(args.store)
+        events = FileStore(directory).load(run_id)
+        if not events:
+            raise CliError(f"no run with id {run_id!r} in the store {str(directory)!r}")
+        summary = summarize_events(run_id, events)
+        source = f"the store {directory}"
+    else:
+
+        async def read() -> tuple[list[Event], list[Segment], int, str]:
+            client = await connect_for_reading(args)
+            events, segments, prefix = await history_events(client, run_id)
+            return events, segments, prefix, address(client)
+
+        events, segments, prefix, where = arun(read)
+        summary = summarize_segments(run_id, segments)
+        count = len(segments)
+        source = f"Temporal at {where} ({count} execution{'s' if count != 1 else ''})"
+        if prefix:
+            note = (
+                f"(the run's first {prefix} events came from a store and are not in Temporal's "
+                "history; `show --store DIR` shows them)"
+            )
+    if args.jsonl:
+        for event in events:
+            print(event.to_json())
+        return EXIT_OK
+    for line in render_run(summary, events, source=source):
+        print(line)
+    if note:
+        print(note)
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List runs, newest first."""
+
+    async def read() -> list[RunSummary]:
+        client = await connect_for_reading(args)
+        try:
+            return await list_runs(client, agent=args.agent, status=args.status, limit=args.limit)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.INVALID_ARGUMENT and args.agent:
+                raise CliError(
+                    f"Temporal at {address(client)} cannot filter by agent ({exc.message}); "
+                    "the AgentName search attribute is registered by `agentor-temporal dev` and "
+                    "by workers, or: temporal operator search-attribute create --name AgentName "
+                    "--type Keyword"
+                ) from None
+            raise
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
+
+    rows = arun(read)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+    elif not rows:
+        print("no runs found")
+    else:
+        for line in render_table(rows):
+            print(line)
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a run's JSONL from Temporal history."""
+    run_id = run_id_arg(args.run_id)
+
+    async def read() -> tuple[list[Event], list[Segment], int]:
+        client = await connect_for_reading(args)
+        return await history_events(client, run_id, args.store)
+
+    events, segments, missing = arun(read)
+    if missing:
+        if not args.store:
+            raise CliError(
+                f"run {run_id!r} was continued from a store: its first {missing} events are not "
+                "in Temporal's history; pass --store DIR (where they are) to export the whole log"
+            )
+        raise CliError(
+            f"the store {args.store!r} lacks some of the {missing} events this run was "
+            "continued from"
+        )
+    text = "".join(e.to_json() + "\n" for e in events)
+    if segments[-1].status == "running":
+        print(
+            f"note: run {run_id} is still running; exporting the {len(events)} events so far",
+            file=sys.stderr,
+        )
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+        return EXIT_OK
+    target = Path(args.output)
+    partial = target.with_name(f".{target.name}.partial")
+    # written aside and renamed: a crash never leaves half a log under the name
+    with partial.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    partial.replace(target)
+    print(f"exported {len(events)} events of run {run_id} to {target}", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- prune -------------------------------------------------------------------------------
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    """Remove old logs of finished runs."""
+    directory = store_dir(args.store)
+    store = FileStore(directory)
+
+    async def decide() -> list[Verdict]:
+        client: Client | None
+        try:
+            client = await connect(args.temporal, start_dev=False)
+        except ConnectionFailed as exc:
+            print(
+                f"warning: {exc}\nwarning: deciding from the logs alone: a log whose last "
+                "segment has run_end counts as finished",
+                file=sys.stderr,
+            )
+            client = None
+        return await plan(store, args.older_than.seconds, client)
+
+    decisions = arun(decide)
+    if not args.dry_run:
+        apply(store, decisions)
+    verb = "would remove" if args.dry_run else "removed"
+    newer = [d for d in decisions if not d.remove and d.reason.startswith("newer than")]
+    for decision in decisions:
+        if decision.remove:
+            print(f"{verb:<12} {decision.run_id}  {decision.reason}")
+    for decision in decisions:
+        if not decision.remove and decision not in newer:
+            print(f"{'kept':<12} {decision.run_id}  {decision.reason}")
+    if newer:
+        print(f"{'kept':<12} {len(newer)} log(s) newer than {args.older_than.text}")
+    removed = sum(1 for d in decisions if d.remove)
+    print(
+        f"{directory}: {removed} {'to remove' if args.dry_run else 'removed'}, "
+        f"{len(decisions) - removed} kept"
+        + (" (dry run: nothing was removed)" if args.dry_run else "")
+    )
+    return EXIT_OK

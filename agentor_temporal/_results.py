@@ -1,0 +1,171 @@
+"""From a run's record to what the facade returns: input checks, ownership, `RunResult`.
+
+A run's result is built from its events (the whole log) and, when its last
+segment closed normally, the workflow's outcome; a run that failed as a
+workflow (refused input, terminated) reports the failure instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError
+
+from agentor_temporal.activities import AgentDefinition
+from agentor_temporal.store import (
+    Event,
+    PendingApproval,
+    RunResult,
+    final_event,
+    replay_messages,
+    total_usage,
+)
+from agentor_temporal.workflows import PausedState, Segment, TemporalStore
+from agentor_temporal.workflows.formatting import failure_message
+
+
+def check_input(input: Any) -> None:
+    """Refuse what cannot start a run: an empty prompt, or a list that is not chat messages.
+
+    Raises:
+        ValueError: for an empty prompt or a malformed message list.
+        TypeError: for anything else.
+    """
+    if isinstance(input, str):
+        if not input.strip():
+            raise ValueError("input is an empty prompt")
+        return
+    if isinstance(input, list):
+        if not input:
+            raise ValueError("input is an empty message list")
+        for i, message in enumerate(input):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise ValueError(f"input[{i}] is not a chat message (a dict with a 'role')")
+        return
+    raise TypeError(
+        f"input must be a prompt string or a list of chat messages, not {type(input).__name__}"
+    )
+
+
+def result_from(
+    run_id: str,
+    events: list[Event],
+    outcome: dict[str, Any] | None,
+    failure: str | None,
+) -> RunResult:
+    """The `RunResult` of a run that ended (or whose record is all there is)."""
+    end = final_event(events)
+    if outcome is not None:
+        status = str(outcome.get("status") or "completed")
+        output, error = outcome.get("final_output"), outcome.get("error")
+    elif end is not None and failure is None:
+        status, output, error = end.status or "completed", end.text, end.error
+    else:
+        status, output, error = "failed", None, failure or "the run ended without a result"
+    return RunResult(
+        final_output=output,
+        status=status,
+        run_id=run_id,
+        events=events,
+        usage=total_usage(events),
+        messages=replay_messages(events),
+        error=error,
+    )
+
+
+def check_owner(
+    agent: AgentDefinition, run_id: str, events: list[Event], spec: dict[str, Any] | None
+) -> None:
+    """Refuse to continue a run this agent was not built to run.
+
+    Raises:
+        ValueError: naming the run's agent, or what differs from its definition.
+    """
+    recorded = spec.get("name") if spec else None
+    if recorded is None:
+        starts = [e for e in events if e.type == "run_start" and e.agent]
+        recorded = starts[-1].agent if starts else None
+    if recorded is not None and recorded != agent.name:
+        raise ValueError(
+            f"Run {run_id!r} belongs to agent {recorded!r}, not {agent.name!r}; "
+            "resume it with that agent."
+        )
+    if not spec or not spec.get("fingerprint"):
+        return
+    differences = agent.differences(spec)
+    if differences:
+        raise ValueError(
+            f"Run {run_id!r} was started by {agent.name!r} built differently "
+            f"({'; '.join(differences)}). Build the agent the same "
+            "way (same model, instructions and tools) to resume it."
+        )
+
+
+async def await_result(
+    client: Client,
+    run_id: str,
+    *,
+    pauses: bool,
+    events_of: Callable[[list[Segment]], Awaitable[list[Event]]],
+) -> RunResult:
+    """Wait for the run's latest execution (or its pause) and build its `RunResult`.
+
+    Args:
+        client: connected to the run's namespace.
+        run_id: the run.
+        pauses: whether the agent has tools that wait for approval (then a
+            pause returns a result with status `awaiting_approval`).
+        events_of: the run's whole log, given its segments.
+    """
+    handle = client.get_workflow_handle(run_id)
+    outcome: dict[str, Any] | None = None
+    failure: str | None = None
+    paused: PausedState | None = None
+    finished = asyncio.ensure_future(handle.result())
+    if pauses:
+        pause = asyncio.ensure_future(_wait_paused(handle))
+        await asyncio.wait({finished, pause}, return_when=asyncio.FIRST_COMPLETED)
+        state = pause.result() if pause.done() else None
+        if state is not None and state.status == "awaiting_approval":
+            paused = state
+            finished.cancel()
+        else:
+            pause.cancel()
+    if paused is None:
+        try:
+            value = await finished
+            outcome = value if isinstance(value, dict) else None
+        except WorkflowFailureError as exc:
+            failure = failure_message(exc)
+    segments = await TemporalStore(client).segments(run_id)
+    events = await events_of(segments)
+    if paused is not None:
+        return RunResult(
+            status="awaiting_approval",
+            run_id=run_id,
+            events=events,
+            usage=total_usage(events),
+            messages=replay_messages(events),
+            pending_approvals=[
+                PendingApproval(p["call_id"], p["tool"], p.get("args"), p.get("turn"))
+                for p in paused.pending
+            ],
+        )
+    return result_from(run_id, events, outcome, failure)
+
+
+async def _wait_paused(handle: WorkflowHandle[Any, Any]) -> PausedState | None:
+    """The run's pause, or None when it ended (or cannot say) instead."""
+    try:
+        state: PausedState = await handle.execute_update("wait_paused", result_type=PausedState)
+    except (WorkflowUpdateFailedError, RPCError):
+        return None
+    return state
