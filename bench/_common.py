@@ -64,7 +64,7 @@ def save(name: str, data: dict[str, Any]) -> Path:
 def spawn_worker(
     address: str, task_queue: str, model_url: str, **env: str
 ) -> subprocess.Popen[str]:
-    """A worker process serving the benchmark weather agent (bench/agents.py)."""
+    """A worker process serving the benchmark weather agent (bench/weather_agent.py)."""
     full = dict(os.environ)
     full.update(env)
     full.update(
@@ -78,7 +78,7 @@ def spawn_worker(
             sys.executable,
             str(ROOT / "worker.py"),
             "--agents",
-            "agents:weather",
+            "weather_agent:weather",
             "--task-queue",
             task_queue,
             "--log-level",

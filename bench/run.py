@@ -130,7 +130,7 @@ def rss_kb(pid: int) -> int:
 
 async def in_flight(address: str, client: Any, runs: int, latency_s: float) -> dict[str, Any]:
     """`runs` runs at once on one worker process, model latency `latency_s`: RSS and outcome."""
-    from agents import weather
+    from weather_agent import weather
 
     queue = f"bench-1k-{uuid.uuid4().hex[:6]}"
     with ScriptedModelServer(latency=latency_s) as model:

@@ -28,7 +28,7 @@ from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.workflows.types import AgentRunInput
 
 from _common import machine, save, spawn_worker, summary, wait_ready
-from agents import weather
+from weather_agent import weather
 
 
 async def main(runs: int, latency: float) -> dict[str, Any]:
