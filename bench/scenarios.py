@@ -57,7 +57,7 @@ class Scenario:
 
 
 def worker_options() -> dict[str, Any]:
-    """One worker sizing for every scenario: the one `build_worker` uses."""
+    """Floor A's worker sizing: the fixed sizes of `build_worker`'s policies."""
     from agentor_temporal.workflows.policies import (
         MAX_CACHED_WORKFLOWS,
         MAX_CONCURRENT_ACTIVITIES,
@@ -181,9 +181,8 @@ class Ours(Scenario):
         )
 
     async def __aenter__(self) -> Ours:
-        self.worker = build_worker(
-            self.client, [self.agent], task_queue=self.queue, **worker_options()
-        )
+        # sized by the plugin, as every user's worker is
+        self.worker = build_worker(self.client, [self.agent], task_queue=self.queue)
         await self.worker.__aenter__()
         return self
 

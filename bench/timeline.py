@@ -15,20 +15,15 @@ import statistics
 import time
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.testing import WorkflowEnvironment
 
-from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import ScriptedModelServer
 
+from _common import dev_server
 from scenarios import Ours
 
 
 async def main(runs: int, latency: float, mirror: bool) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        ui=False,
-        dev_server_extra_args=["--log-level", "error"],
-    )
+    env = await dev_server()
     client = env.client
     with ScriptedModelServer(latency=latency) as model:
         async with Ours(client, model.base_url, mirror=mirror) as ours:

@@ -137,13 +137,23 @@ DELTA_BATCH_INTERVAL = timedelta(milliseconds=100)
 #: so this bounds added latency, not load.
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
 
-#: Worker sizing. The core accepts this many activity tasks at once, and the
-#: server starts their heartbeat clocks on acceptance; a worker whose event
-#: loop falls behind then starts them late and sees live calls timed out. 100
-#: keeps that backlog small enough (measured: 500 lost ~10% of model calls at
-#: 1,000 runs in flight on 2 cores, 50 lost none but halved throughput); more
-#: load wants more workers, not more slots.
+#: Worker sizing. Activity calls running at once on one worker: a model call
+#: or an async tool is an await, not a thread, so this bounds memory, not
+#: CPU. How many calls a worker accepts *ahead* of starting them is bounded
+#: separately (ACTIVITY_BACKLOG): that, not this, is what kept live calls
+#: from being timed out under load (see `agentor_temporal/_admission.py`).
 MAX_CONCURRENT_ACTIVITIES = 100
+#: Activity slots granted but not yet started in Python, at most. The SDK's
+#: 5 activity pollers each hold one while they long-poll, so this leaves
+#: room for one task taken ahead. Measured at 100 runs in flight on one
+#: worker (model latency 0): with a fixed 100 slots, calls waited a median
+#: 3.6 s (max 8 s) between the server starting them and Python starting
+#: them, and 18% timed out on heartbeat while live and were asked again;
+#: with a backlog of 20, 3% still were; 10 waited a median 0.56 s and 6 a
+#: median 0.27 s (p95 0.5 s), none timed out, at the same throughput.
+ACTIVITY_BACKLOG = 6
+#: Workflow tasks processed at once (the SDK's default).
+MAX_CONCURRENT_WORKFLOW_TASKS = 100
 MAX_CONCURRENT_LOCAL_ACTIVITIES = 200
 #: Cached runs replay nothing on their next task; a run is a few KB in cache.
 MAX_CACHED_WORKFLOWS = 2000
