@@ -56,8 +56,8 @@ class PromptStartSlots(CustomSlotSupplier):
     Args:
         maximum: calls running at once on this worker.
         backlog: granted slots that have not reached Python yet. It must
-            exceed the SDK's activity pollers (5 by default), each of which
-            holds a slot while it long-polls.
+            exceed what an idle worker's core holds for its pollers (6 with
+            the SDK's defaults), or no call is ever dispatched eagerly.
     """
 
     def __init__(self, maximum: int, backlog: int) -> None:

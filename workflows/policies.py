@@ -143,15 +143,16 @@ STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
 #: separately (ACTIVITY_BACKLOG): that, not this, is what kept live calls
 #: from being timed out under load (see `agentor_temporal/_admission.py`).
 MAX_CONCURRENT_ACTIVITIES = 100
-#: Activity slots granted but not yet started in Python, at most. The SDK's
-#: 5 activity pollers each hold one while they long-poll, so this leaves
-#: room for one task taken ahead. Measured at 100 runs in flight on one
-#: worker (model latency 0): with a fixed 100 slots, calls waited a median
-#: 3.6 s (max 8 s) between the server starting them and Python starting
-#: them, and 18% timed out on heartbeat while live and were asked again;
-#: with a backlog of 20, 3% still were; 10 waited a median 0.56 s and 6 a
-#: median 0.27 s (p95 0.5 s), none timed out, at the same throughput.
-ACTIVITY_BACKLOG = 6
+#: Activity slots granted but not yet started in Python, at most. An idle
+#: worker's core holds 6 for its pollers, so 8 leaves room for 2 calls
+#: dispatched eagerly with a workflow task (below 7 a run's calls all went
+#: through matching instead, +3-4 ms each). Measured at 100 runs in flight
+#: on one worker (model latency 0): with a fixed 100 slots, calls waited a
+#: median 3.6 s (max 8 s) between the server starting them and Python
+#: starting them, and 18% timed out on heartbeat while live and were asked
+#: again; with a backlog of 20, 3% still were; with 10, 8 and 6 none were,
+#: waiting a median 0.56, 0.31 and 0.27 s, at the same throughput.
+ACTIVITY_BACKLOG = 8
 #: Workflow tasks processed at once (the SDK's default).
 MAX_CONCURRENT_WORKFLOW_TASKS = 100
 MAX_CONCURRENT_LOCAL_ACTIVITIES = 200
