@@ -11,7 +11,9 @@ result; a first attempt always calls. A call
 keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), and is cancelled with it otherwise (the run was
 cancelled, or the worker is shutting down). Finished calls are forgotten
-after `KEEP`, by which time any retry has long started.
+after `KEEP`, by which time any retry has long started. And an attempt that
+reaches Python only after its heartbeat timeout has passed does not call at
+all: the server has already given up on it and scheduled another.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 T = TypeVar("T")
 
@@ -39,7 +43,19 @@ IN_SHARED_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "agentor_in_shared_call", default=False
 )
 
+#: Seconds of clock difference between server and worker tolerated before a
+#: late attempt is taken for one the server has already timed out.
+CLOCK_SLACK = 1.0
+
 _Key = tuple[str, str, str]
+
+
+def _expired(info: activity.Info) -> bool:
+    """Whether the server has surely timed this attempt out (no beat of it can have arrived)."""
+    if info.heartbeat_timeout is None or info.started_time is None:
+        return False
+    late = time.time() - info.started_time.timestamp()
+    return late > info.heartbeat_timeout.total_seconds() + CLOCK_SLACK
 
 
 class LiveCalls:
@@ -65,6 +81,20 @@ class LiveCalls:
         key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
         task = self._calls.get(key) if info.attempt > 1 else None
         if task is None or task.cancelled() or (task.done() and task.exception() is not None):
+            if _expired(info):
+                # started after the server gave up on it: its answer could never
+                # be recorded, and the attempt the server made instead will ask
+                logger.warning(
+                    "%s attempt %d of run %s reached this worker %.1f s after it started, "
+                    "past its heartbeat timeout; not calling",
+                    info.activity_type,
+                    info.attempt,
+                    info.workflow_id,
+                    time.time() - info.started_time.timestamp(),
+                )
+                raise ApplicationError(
+                    "the attempt started after its heartbeat timeout", type="AttemptExpired"
+                )
             task = asyncio.get_running_loop().create_task(self._shared(make))
             self._calls[key] = task
             task.add_done_callback(lambda done: self._finished(key, done))

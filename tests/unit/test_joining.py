@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from temporalio.activity import ActivityCancellationDetails
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from agentor_temporal.activities._joining import LiveCalls
@@ -98,3 +100,25 @@ async def test_finished_calls_are_forgotten() -> None:
     while len(calls) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
     assert len(calls) == 0
+
+
+async def test_an_attempt_that_arrives_after_its_heartbeat_timeout_does_not_call() -> None:
+    """The server gave up on it before Python started it: calling would be paid for nothing."""
+    calls, model = LiveCalls(), _Model()
+    model.release.set()
+    late = _attempt(1)
+    late.info = dataclasses.replace(
+        late.info,
+        heartbeat_timeout=timedelta(seconds=5),
+        started_time=datetime.now(timezone.utc) - timedelta(seconds=9),
+    )
+    with pytest.raises(ApplicationError, match="after its heartbeat timeout"):
+        await late.run(calls.run, model.ask)
+    on_time = _attempt(2)
+    on_time.info = dataclasses.replace(
+        on_time.info,
+        heartbeat_timeout=timedelta(seconds=5),
+        started_time=datetime.now(timezone.utc),
+    )
+    assert await on_time.run(calls.run, model.ask) == "answer 1"
+    assert model.calls == 1
