@@ -122,3 +122,16 @@ async def test_an_attempt_that_arrives_after_its_heartbeat_timeout_does_not_call
     )
     assert await on_time.run(calls.run, model.ask) == "answer 1"
     assert model.calls == 1
+
+
+async def test_a_late_third_attempt_calls_all_the_same() -> None:
+    """A worker clock far ahead of the server's must not turn every attempt away."""
+    calls, model = LiveCalls(), _Model()
+    model.release.set()
+    skewed = _attempt(3)
+    skewed.info = dataclasses.replace(
+        skewed.info,
+        heartbeat_timeout=timedelta(seconds=5),
+        started_time=datetime.now(timezone.utc) - timedelta(seconds=60),
+    )
+    assert await skewed.run(calls.run, model.ask) == "answer 1"
