@@ -21,6 +21,7 @@ from typing import Any
 
 from temporalio.common import WorkflowIDReusePolicy
 
+from agentor_temporal._start import start_segment
 from agentor_temporal.streaming import follow_timed
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.workflows.types import AgentRunInput
@@ -48,8 +49,13 @@ async def main(runs: int, latency: float) -> dict[str, Any]:
                 inp = AgentRunInput(
                     agent=weather.name, input="What is the weather in London?", stream_text=True
                 )
-                await weather._start(
-                    env.client, run_id, inp, WorkflowIDReusePolicy.REJECT_DUPLICATE
+                await start_segment(
+                    env.client,
+                    weather.definition,
+                    task_queue,
+                    run_id,
+                    inp,
+                    WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 )
                 sent_final = None
                 async for event, recorded in follow_timed(
