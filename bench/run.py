@@ -1,6 +1,6 @@
 """The cost of durability, measured against three floors in one run.
 
-    python bench/run.py            # full sizes, ~8 minutes on 2 cores
+    python bench/run.py            # full sizes, ~8 minutes on quiet 2 cores (16 loaded)
     python bench/run.py --smoke    # tiny sizes (the test suite runs this)
 
 Floors: the bare engine (floor A), the same agent loop with no durability
