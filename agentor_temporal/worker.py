@@ -112,6 +112,25 @@ def load_agent_objects(spec: str | Sequence[str]) -> list[Any]:
     return agents
 
 
+def agents_task_queue(agents: Sequence[Any]) -> str:
+    """The task queue the agents' runs are started on (`Agentor(task_queue=...)`).
+
+    Raises:
+        ConfigError: when agents use different queues (one worker polls one).
+    """
+    queues: dict[str, list[str]] = {}
+    for agent in agents:
+        queue = getattr(agent, "task_queue", None) or TASK_QUEUE
+        queues.setdefault(queue, []).append(definition_of(agent).name)
+    if len(queues) > 1:
+        places = "; ".join(f"{', '.join(names)} -> {q!r}" for q, names in queues.items())
+        raise ConfigError(
+            f"the agents use different task queues ({places}); run one worker per queue, "
+            "or pass --task-queue to choose"
+        )
+    return next(iter(queues), TASK_QUEUE)
+
+
 def agents_target(agents: Sequence[Any]) -> str | Client | None:
     """Where the agents themselves say to connect (`Agentor(temporal=...)`), if anywhere.
 
@@ -172,8 +191,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--task-queue",
-        default=os.environ.get("AGENTOR_TASK_QUEUE", TASK_QUEUE),
-        help=f"task queue to poll (env AGENTOR_TASK_QUEUE, default {TASK_QUEUE})",
+        default=os.environ.get("AGENTOR_TASK_QUEUE"),
+        help="task queue to poll (env AGENTOR_TASK_QUEUE; default: the agents' own "
+        f"task_queue, which is {TASK_QUEUE!r} unless they set one)",
     )
     parser.add_argument(
         "--store",
@@ -223,11 +243,12 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     if not target and not environment_configured():
         target = agents_target(objects)
     client = await connect(target)
+    task_queue = args.task_queue or agents_task_queue(objects)
     options: dict[str, Any] = {}
     if args.max_cached_workflows is not None:
         options["max_cached_workflows"] = args.max_cached_workflows
     plugin = AgentorPlugin(agents, store=store)
-    worker = Worker(client, task_queue=args.task_queue, plugins=[plugin], **options)
+    worker = Worker(client, task_queue=task_queue, plugins=[plugin], **options)
     await ensure_search_attributes(client, plugin.registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -237,13 +258,13 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     running = asyncio.create_task(worker.run())
     logger.info(
         "Worker polling %r on %s (namespace %s) for %s%s",
-        args.task_queue,
+        task_queue,
         client.service_client.config.target_host,
         client.namespace,
         names,
         f", mirroring into {args.store}/" if store else "",
     )
-    print(f"worker ready: task queue {args.task_queue!r}, agents: {names}", flush=True)
+    print(f"worker ready: task queue {task_queue!r}, agents: {names}", flush=True)
     stopping = asyncio.create_task(stop.wait())
     # a worker whose pollers failed must not linger as a process that looks
     # alive while no run makes progress: its end ends the process (exit 1)

@@ -11,6 +11,7 @@ their results.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue, SearchAttributeKey
 from temporalio.contrib.workflow_streams import WorkflowStream
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -54,6 +55,9 @@ with workflow.unsafe.imports_passed_through():
 #: Search attributes set on every run when the namespace has them.
 AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 AGENT_MODEL = SearchAttributeKey.for_keyword("AgentModel")
+
+#: The `run_end` error of a run that was cancelled.
+CANCELLED = "The run was cancelled; resume(run_id) continues it."
 
 #: What `run` receives when a client starts the workflow with no argument.
 _NO_INPUT = RawValue(Payload())
@@ -137,6 +141,18 @@ class AgentRunWorkflow:
         """Run the agent loop to a final answer, a budget, or a failure."""
         inp = self._input(raw)
         seg = await self._begin(inp)
+        try:
+            return await self._loop(inp, seg)
+        except asyncio.CancelledError:
+            # a cancelled run says so in its log, then closes as cancelled;
+            # `resume` continues it like any run that did not complete.
+            # Patched: runs cancelled before this closed as completed.
+            if not workflow.patched(policies.PATCH_CLOSE_CANCELLED):
+                raise
+            await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
+            raise
+
+    async def _loop(self, inp: AgentRunInput, seg: _Segment) -> dict[str, Any]:
         spec = seg.spec
         messages = initial_messages(spec.instructions, inp.input)
         self._journal.record(
@@ -280,6 +296,10 @@ class AgentRunWorkflow:
                 summary=f"{spec.model}, turn {turn}",
             )
         except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError) and workflow.patched(
+                policies.PATCH_CLOSE_CANCELLED
+            ):
+                raise asyncio.CancelledError(failure_message(exc)) from None
             return failure_message(exc)
         usage = Usage.from_dict(gen.usage)
         self._usage = self._usage + usage

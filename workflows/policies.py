@@ -79,6 +79,9 @@ PATCH_REFUSE_INVALID_RUN_ID = "refuse-invalid-run-id"
 PATCH_TURN_RESULT_BUDGET = "turn-result-budget"
 #: A request over MAX_REQUEST_BYTES fails the run instead of being scheduled.
 PATCH_REQUEST_SIZE_LIMIT = "request-size-limit"
+#: A cancelled run records its run_end, then closes as cancelled (before: it
+#: recorded a failure and closed as completed).
+PATCH_CLOSE_CANCELLED = "close-cancelled"
 
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
 
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
@@ -128,6 +128,11 @@ class ToolCalls:
                 summary=call_summary(name, args),
             )
         except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError) and workflow.patched(
+                policies.PATCH_CLOSE_CANCELLED
+            ):
+                # the run is being cancelled: not the tool's answer
+                raise asyncio.CancelledError(failure_message(exc)) from None
             # retries exhausted (timeouts, lost workers): the model hears it
             error = f"Tool call failed: {failure_message(exc)}"
             return _answer(name, call_id, error, f"Error: {error}", args=args)
