@@ -112,6 +112,9 @@ if __name__ == "__main__":
 
     if Runtime._instance is not None:
         Runtime._instance.close()
+    from agentor_temporal import telemetry
+
+    telemetry.flush()  # spans still buffered, when the OTEL_* environment traces
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
