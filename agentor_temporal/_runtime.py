@@ -23,6 +23,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.telemetry import with_caller_context
 
 T = TypeVar("T")
 logger = logging.getLogger("agentor_temporal")
@@ -128,7 +129,7 @@ class Runtime:
                 "sync agent methods cannot be called from a tool or worker; "
                 "await the async variant instead"
             )
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
             return future.result()
         except KeyboardInterrupt:
@@ -144,7 +145,9 @@ class Runtime:
             running = None
         if running is self.loop:
             return await coro
-        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
+            with_caller_context(coro), self.loop
+        )
         return await asyncio.wrap_future(future)
 
     # -- clients and workers (call on the background loop) -----------------------

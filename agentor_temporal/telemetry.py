@@ -18,15 +18,18 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 from temporalio.client import Client
 from temporalio.common import MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from agentor_temporal.workflows.tracing import TraceConfig
+
+T = TypeVar("T")
 
 #: The name spans are made under (the instrumentation scope).
 TRACER_NAME = "agentor_temporal"
@@ -222,6 +225,37 @@ def flush(timeout: float = 5.0) -> None:
     force_flush = getattr(provider, "force_flush", None)
     if force_flush is not None:
         force_flush(int(timeout * 1000))
+
+
+#: The header Temporal's OpenTelemetry interceptor carries a trace context in.
+TRACE_HEADER = "_tracer-data"
+
+
+def with_caller_context(coro: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+    """`coro`, run inside the caller's current span wherever it is awaited.
+
+    The facade runs its calls on its own loop and thread, where the caller's
+    span (a request handler's, say) would be unknown, and a run it starts
+    would not be that span's child. Unchanged when OpenTelemetry is not in
+    use or no span is current.
+    """
+    if "opentelemetry.context" not in sys.modules:
+        return coro
+    import opentelemetry.context
+    import opentelemetry.trace
+
+    context = opentelemetry.context.get_current()
+    if not opentelemetry.trace.get_current_span(context).get_span_context().is_valid:
+        return coro
+
+    async def inside() -> T:
+        token = opentelemetry.context.attach(context)
+        try:
+            return await coro
+        finally:
+            opentelemetry.context.detach(token)
+
+    return inside()
 
 
 def otel_interceptor() -> Any:
