@@ -169,8 +169,8 @@ def _outcome(exc: BaseException) -> str:
     """How an attempt that raised ended, as a metric label."""
     if isinstance(exc, ApplicationError):
         return "error" if exc.non_retryable else "retryable_error"
-    if isinstance(exc, BaseException) and type(exc).__name__ == "CancelledError":
-        return "cancelled"
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"  # the server gave up on it (a timeout), or the run was cancelled
     return "retryable_error"
 
 

@@ -63,14 +63,17 @@ SANDBOX_PASSTHROUGH = {
     "agentor_temporal.workflow": "no module state",
 }
 
-#: Search attributes the workflow sets, so runs can be found by agent, by
-#: what they are doing (AgentStatus='awaiting_approval') and by what they cost.
-SEARCH_ATTRIBUTES = {
+#: Search attributes the workflow sets, so runs can be found by agent...
+NAME_ATTRIBUTES = {
     "AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "AgentModel": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+}
+#: ...by what they are doing (AgentStatus='awaiting_approval') and by what they cost.
+STATUS_ATTRIBUTES = {
     "AgentStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "AgentTokens": IndexedValueType.INDEXED_VALUE_TYPE_INT,
 }
+SEARCH_ATTRIBUTES = {**NAME_ATTRIBUTES, **STATUS_ATTRIBUTES}
 
 #: The SDK's defaults, which the plugin replaces with ours (a value the user
 #: set is left alone).
@@ -137,11 +140,14 @@ def tune(config: WorkerConfig) -> WorkerConfig:
 
 
 async def ensure_search_attributes(client: Client, registry: AgentRegistry | None = None) -> bool:
-    """Register our search attributes where missing; report whether they all exist.
+    """Register our search attributes where missing; report whether AgentName/AgentModel exist.
 
     A workflow that upserts an unregistered attribute fails its task forever,
-    so runs only set them when this returned True for their worker.
+    so runs only set those their worker found (`registry.search_attributes`
+    for the names, `registry.status_attributes` for AgentStatus/AgentTokens:
+    a namespace may have the first two and refuse to add more).
     """
+    have: set[str] = set()
     try:
         listing = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
@@ -153,19 +159,21 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
                 AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
             )
             logger.info("Registered search attributes %s", ", ".join(sorted(missing)))
-        ok = True
+            have |= set(missing)
     except Exception as exc:  # e.g. no permission on a managed cluster
+        absent = sorted(set(SEARCH_ATTRIBUTES) - have)
         logger.warning(
             "Search attributes %s are unavailable (%s); runs will not set them. Register "
-            "them with: temporal operator search-attribute create --name AgentName "
-            "--type Keyword (and the others)",
-            "/".join(SEARCH_ATTRIBUTES),
+            "them with: temporal operator search-attribute create --name AgentStatus "
+            "--type Keyword (AgentName, AgentModel: Keyword; AgentTokens: Int)",
+            "/".join(absent),
             exc,
         )
-        ok = False
+    names = set(NAME_ATTRIBUTES) <= have
     if registry is not None:
-        registry.search_attributes = ok
-    return ok
+        registry.search_attributes = names
+        registry.status_attributes = set(STATUS_ATTRIBUTES) <= have
+    return names
 
 
 class AgentorPlugin(SimplePlugin):
@@ -281,7 +289,7 @@ class AgentorPlugin(SimplePlugin):
             await ensure_search_attributes(worker.client, self.registry)
         meter = telemetry.runtime_meter(worker.client)
         watching = None
-        if meter is not None and self.registry.search_attributes:
+        if meter is not None and self.registry.status_attributes:
             watching = asyncio.create_task(watch_waiting(worker.client, self.registry, meter))
         try:
             await super().run_worker(worker, next)

@@ -7,7 +7,7 @@ visibility query away (`AgentStatus='awaiting_approval'`, `AgentTokens >
 100000`) in the UI, `temporal workflow list` and `agentor-temporal pending`.
 Each change is one upsert command, so they are set only on runs that began
 after this existed (`workflow.patched`) and only where the namespace has the
-attributes (the worker registers them; see `AgentSpec.search_attributes`).
+attributes (the worker registers them; see `AgentSpec.status_attributes`).
 
 `RunMetrics` counts runs, pauses, approvals and tokens on the worker's
 runtime metric meter, which skips replays: a run a second worker finishes is
@@ -49,7 +49,7 @@ class RunStatus:
         """Decide whether this run keeps the attributes (once, at its start)."""
         # the patch marker is recorded only where the attributes exist: a run
         # on a namespace without them has no command to version
-        self.enabled = spec.search_attributes and workflow.patched(policies.PATCH_AGENT_STATUS)
+        self.enabled = spec.status_attributes and workflow.patched(policies.PATCH_AGENT_STATUS)
         self._prior = self.tokens = prior.total_tokens
 
     def on_event(self, event: Event) -> None:

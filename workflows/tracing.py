@@ -74,8 +74,14 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+#: Errors the run itself gives a call it does not run (fixed words, no content).
+_RUN_ERRORS = ("denied", "approval expired", "tool disabled", "unknown tool")
+
+
 def _error_type(error: str) -> str:
     """`ValueError` out of `ValueError: no such city` (the type alone is not content)."""
+    if error in _RUN_ERRORS:
+        return error.replace(" ", "_")
     head = error.split(":", 1)[0].strip()
     return head if head and " " not in head else "tool_error"
 
