@@ -115,3 +115,16 @@ def test_worker_refuses_a_bad_metrics_port_before_connecting() -> None:
     assert done.returncode == 2
     assert "metrics port must be PORT or HOST:PORT" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_timeline_reads_temporal_only() -> None:
+    """`show --timeline` with --store is a usage error, said before anything connects."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "show", "r1", "--timeline", "r1.png",
+         "--store", "runs"],
+        capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--timeline reads Temporal history" in done.stderr
+    assert "Traceback" not in done.stderr
