@@ -173,10 +173,8 @@ async def handle(served: Agents, request: Request) -> Response:
         if method == "tasks/cancel":
             return JSONResponse(_result(rpc_id, await cancel(served, req.params.id)))
         if method == "message/stream":
-            _, run_id = await _begin(served, req.params, stream=True)
-            # a new task streams from its start; a reply, from the decision on
-            replied = req.params.message.task_id is not None
-            frames = stream(served, run_id, rpc_id, None if replied else 0)
+            _, run_id, start = await _begin(served, req.params, stream=True)
+            frames = stream(served, run_id, rpc_id, start)
         else:
             after = _after(request, req.params.metadata)
             await served.find(_task_id(req.params.id))
@@ -224,28 +222,34 @@ async def _view(served: Agents, task_id: str) -> RunView:
 
 async def send(served: Agents, params: MessageSendParams) -> Task:
     """`message/send`: start a task (or decide a waiting one) and return it."""
-    agent, run_id = await _begin(served, params, stream=False)
+    agent, run_id, start = await _begin(served, params, stream=False)
     configuration = params.configuration
     if configuration is None or configuration.blocking is not False:
-        await _settle(agent, run_id)
+        await _settle(agent, run_id, start)
     view = await _view(served, run_id)
     history = configuration.history_length if configuration is not None else None
     return task_of(view, history)
 
 
-async def _begin(served: Agents, params: MessageSendParams, stream: bool) -> tuple[Agentor, str]:
-    """Start the run a message asks for, or deliver its decision to the task it names."""
+async def _begin(
+    served: Agents, params: MessageSendParams, stream: bool
+) -> tuple[Agentor, str, int]:
+    """Start the run a message asks for, or deliver its decision to the task it names.
+
+    Returns the agent, the run id, and the position after which the run's
+    events answer this message (0 for a new run).
+    """
     message = params.message
     if message.task_id:
         view = await _view(served, message.task_id)
         await _decide(view, message)
-        return view.agent, message.task_id
+        return view.agent, message.task_id, len(view.result.events)
     text = "\n".join(p.root.text for p in message.parts if isinstance(p.root, TextPart)).strip()
     if not text:
         raise RpcError(InvalidParamsError(message="the message has no text to start a task with"))
     meta = {**(params.metadata or {}), **(message.metadata or {})}
     agent = served.get(meta.get("agent"))
-    return agent, await agent.astart(text, stream_text=stream)
+    return agent, await agent.astart(text, stream_text=stream), 0
 
 
 async def _decide(view: RunView, message: Message) -> None:
@@ -296,10 +300,10 @@ async def _decide(view: RunView, message: Message) -> None:
     )
 
 
-async def _settle(agent: Agentor, run_id: str) -> None:
+async def _settle(agent: Agentor, run_id: str, after: int) -> None:
     """Wait until the run ends or asks for approval (what a blocking send waits for)."""
     try:
-        async for _, event in positioned(agent, run_id, 0, False):
+        async for _, event in positioned(agent, run_id, after, False):
             if event.type in ("run_end", "approval_request"):
                 return
     except RunFailedError:
