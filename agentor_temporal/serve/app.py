@@ -30,7 +30,7 @@ from fastapi.responses import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._runs import run_events
 from agentor_temporal._runtime import Runtime
@@ -229,8 +229,12 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(RPCError)
     async def rpc_error(request: Request, exc: RPCError) -> JSONResponse:
-        logger.warning("Temporal refused a request: %s", exc)
-        return JSONResponse({"error": f"Temporal: {exc.message}"}, status_code=503)
+        logger.warning("Temporal failed a request: %s", exc)
+        if exc.status == RPCStatusCode.UNAVAILABLE:
+            return JSONResponse(
+                {"error": f"Temporal is unreachable: {exc.message}"}, status_code=503
+            )
+        return JSONResponse({"error": f"Temporal refused the request: {exc.message}"}, 502)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:

@@ -21,7 +21,7 @@ from agentor_temporal.serve._events import frame, keepalive
 from agentor_temporal.serve._state import Agents, RunView
 from agentor_temporal.store import PendingApproval
 
-from helpers import ROOT
+from helpers import ROOT, free_port
 
 
 @function_tool
@@ -88,7 +88,7 @@ def test_without_the_extra_serving_says_what_to_install() -> None:
 def test_serve_command_refuses_bad_options_as_usage_errors(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Bad ports and agent paths exit 2 with one line, before anything listens."""
+    """Bad ports and agent paths exit 2, no Temporal exits 1: one line, before anything listens."""
     with pytest.raises(SystemExit) as exited:
         execute(["serve", "--agents", "procs.serve_agents:weather", "--port", "70000"])
     assert exited.value.code == 2
@@ -99,6 +99,10 @@ def test_serve_command_refuses_bad_options_as_usage_errors(
     assert "cannot import 'no_such_module'" in capsys.readouterr().err
     assert execute(["serve", "--agents", ""]) == 2
     assert "no agents given" in capsys.readouterr().err
+    unreachable = ["--temporal", "127.0.0.1:1", "--port", str(free_port())]
+    assert execute(["serve", "--agents", "procs.serve_agents:weather", *unreachable]) == 1
+    err = capsys.readouterr().err
+    assert "Cannot reach Temporal at 127.0.0.1:1" in err and "Traceback" not in err
 
 
 def test_a_server_needs_distinct_agents_on_one_temporal() -> None:

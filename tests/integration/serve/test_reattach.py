@@ -122,7 +122,8 @@ def test_a2a_send_get_cancel_and_input_required(http: httpx.Client, gates: Path)
     assert done["artifacts"][0]["parts"][0]["text"] == ANSWER
     assert done["history"][0]["parts"][0]["text"] == PROMPT
 
-    paying = text_message("Pay dave", metadata={"agent": "Treasurer"})
+    meta = {"agent": "Treasurer"}
+    paying = text_message("Pay dave", metadata=meta)
     waiting = http.post("/", json=rpc("message/send", paying)).json()["result"]
     assert waiting["status"]["state"] == "input-required"
     assert "transfer(amount=1, to='dave')" in waiting["status"]["message"]["parts"][0]["text"]
@@ -142,6 +143,20 @@ def test_a2a_send_get_cancel_and_input_required(http: httpx.Client, gates: Path)
     assert paid["artifacts"][0]["parts"][0]["text"] == "Answer based on tool: Sent 1 to dave."
     again = http.post("/", json=rpc("message/send", reply)).json()
     assert again["error"]["code"] == -32602 and "not waiting" in again["error"]["message"]
+
+    # a plain-text reply decides the one waiting call; streamed, it carries on from there
+    other = http.post("/", json=rpc("message/send", text_message("Pay erin", metadata=meta)))
+    other_id = other.json()["result"]["id"]
+    vague = http.post("/", json=rpc("message/send", text_message("hmm", taskId=other_id))).json()
+    assert vague["error"]["code"] == -32602 and "reply with a DataPart" in vague["error"]["message"]
+    deny = rpc("message/stream", text_message("deny not this week", taskId=other_id))
+    with http.stream("POST", "/", json=deny) as denied:
+        frames = [json.loads(m["data"])["result"] for m in read_sse(denied)]
+    assert frames[0]["kind"] == "task" and frames[-1]["final"] is True
+    assert frames[-1]["status"]["state"] == "completed"
+    said = [f for f in frames if f["kind"] == "status-update" and "message" in f["status"]]
+    assert "transfer denied" in said[0]["status"]["message"]["parts"][0]["text"]
+    assert "not this week" in frames[-2]["artifact"]["parts"][0]["text"]
 
     city = "C" + uuid.uuid4().hex[:8]
     (gates / city).touch()
