@@ -18,41 +18,28 @@ stay open through `input-required` and end at the run's end.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from a2a.types import (
-    AgentCapabilities,
-    AgentCard,
-    AgentSkill,
-    Artifact,
     CancelTaskRequest,
     DataPart,
     GetTaskRequest,
-    HTTPAuthSecurityScheme,
     InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
     Message,
     MessageSendParams,
     MethodNotFoundError,
-    Part,
     PushNotificationNotSupportedError,
-    Role,
-    SecurityScheme,
     SendMessageRequest,
     SendStreamingMessageRequest,
     Task,
-    TaskArtifactUpdateEvent,
     TaskNotCancelableError,
     TaskNotFoundError,
     TaskResubscriptionRequest,
     TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
     TextPart,
     UnsupportedOperationError,
 )
@@ -61,16 +48,18 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from agentor_temporal.agent import Agentor
-from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, keepalive, positioned
+from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, positioned
 from agentor_temporal.serve._state import Agents, ApiError, RunView, snapshot
-from agentor_temporal.store import Event
+from agentor_temporal.serve._tasks import (
+    agent_card,
+    answer_update,
+    event_update,
+    state_of,
+    status_update,
+    task_of,
+)
 from agentor_temporal.streaming import RunFailedError
-from agentor_temporal.workflows.formatting import call_summary
 
-#: Agentor's card description for an agent without instructions.
-DEFAULT_DESCRIPTION = "Agentor is a framework for building, prototyping and deploying AI Agents."
-#: The artifact that carries the run's answer.
-RESPONSE = "response"
 #: How long `tasks/cancel` waits for the run to close before answering.
 CANCEL_WAIT = 10.0
 
@@ -91,37 +80,6 @@ class RpcError(Exception):
     def __init__(self, error: Any) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-def agent_card(agent: Agentor, url: str, secured: bool) -> AgentCard:
-    """The agent's card, field for field as Agentor 0.1.1 builds it (plus bearer auth)."""
-    skills = [
-        AgentSkill(
-            id=f"tool_{tool.name.lower().replace(' ', '_')}",
-            name=tool.name,
-            description=tool.description,
-            tags=[],
-        )
-        for tool in agent.tools
-    ]
-    schemes = (
-        {"bearer": SecurityScheme(root=HTTPAuthSecurityScheme(scheme="bearer"))} if secured else {}
-    )
-    return AgentCard(
-        name=agent.name,
-        description=agent.instructions or DEFAULT_DESCRIPTION,
-        url=url,
-        version="0.0.1",
-        skills=skills,
-        capabilities=AgentCapabilities(streaming=True),
-        additional_interfaces=[],
-        security_schemes=schemes,
-        security=[{"bearer": []}] if secured else [],
-        default_input_modes=["application/json"],
-        default_output_modes=[],
-        supports_authenticated_extended_card=False,
-        signatures=[],
-    )
 
 
 # -- JSON-RPC ------------------------------------------------------------------------
@@ -257,7 +215,7 @@ async def _decide(view: RunView, message: Message) -> None:
     run_id = str(view.result.run_id)
     pending = [p.call_id for p in view.result.pending_approvals]
     if not pending:
-        state = _state(view)[0].value
+        state = state_of(view)[0].value
         raise RpcError(
             InvalidParamsError(message=f"task {run_id} is {state}, not waiting for input")
         )
@@ -314,7 +272,9 @@ async def cancel(served: Agents, task_id: str) -> Task:
     """`tasks/cancel`: ask the run's workflow to cancel; wait (briefly) for it to close."""
     view = await _view(served, task_id)
     if view.execution != "running":
-        raise RpcError(TaskNotCancelableError(message=f"task {task_id} is {_state(view)[0].value}"))
+        raise RpcError(
+            TaskNotCancelableError(message=f"task {task_id} is {state_of(view)[0].value}")
+        )
     client = await served.client()
     await client.get_workflow_handle(task_id).cancel()
     deadline = asyncio.get_running_loop().time() + CANCEL_WAIT
@@ -324,130 +284,6 @@ async def cancel(served: Agents, task_id: str) -> Task:
     return task_of(view)
 
 
-# -- tasks and their updates -----------------------------------------------------------
-
-
-def _text_message(text: str, task_id: str) -> Message:
-    return Message(
-        role=Role.agent,
-        parts=[Part(root=TextPart(text=text))],
-        message_id=uuid.uuid4().hex,
-        task_id=task_id,
-        context_id=task_id,
-    )
-
-
-def _state(view: RunView) -> tuple[TaskState, str | None]:
-    """The task state of a run, and what its status message says."""
-    result = view.result
-    if view.execution == "running":
-        if result.pending_approvals:
-            waits = "; ".join(
-                f"{call_summary(p.tool, p.args)} (call_id {p.call_id})"
-                for p in result.pending_approvals
-            )
-            return TaskState.input_required, f"Waiting for approval: {waits}"
-        return TaskState.working, None
-    if view.execution == "canceled":
-        return TaskState.canceled, result.error
-    if result.status == "completed":
-        return TaskState.completed, None
-    if result.status == "max_turns":
-        return TaskState.failed, result.error or "the run stopped at max_turns without an answer"
-    return TaskState.failed, result.error
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat()
-
-
-def _answer(run_id: str, text: str, *, append: bool, last: bool) -> TaskArtifactUpdateEvent:
-    return TaskArtifactUpdateEvent(
-        task_id=run_id,
-        context_id=run_id,
-        artifact=Artifact(
-            artifact_id=RESPONSE, name=RESPONSE, parts=[Part(root=TextPart(text=text))]
-        ),
-        append=append,
-        last_chunk=last,
-    )
-
-
-def _status(run_id: str, state: TaskState, text: str | None, final: bool) -> TaskStatusUpdateEvent:
-    message = _text_message(text, run_id) if text else None
-    return TaskStatusUpdateEvent(
-        task_id=run_id,
-        context_id=run_id,
-        status=TaskStatus(state=state, message=message, timestamp=_now()),
-        final=final,
-    )
-
-
-def task_of(view: RunView, history_length: int | None = None) -> Task:
-    """The A2A task of a run as it stands."""
-    result = view.result
-    run_id = str(result.run_id)
-    state, text = _state(view)
-    history = [
-        Message(
-            role=Role.user if m["role"] == "user" else Role.agent,
-            parts=[Part(root=TextPart(text=m["content"]))],
-            message_id=f"{run_id}-{i}",
-            task_id=run_id,
-            context_id=run_id,
-        )
-        for i, m in enumerate(result.messages)
-        if m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
-    ]
-    if history_length is not None:
-        history = history[-history_length:] if history_length > 0 else []
-    output = result.final_output
-    return Task(
-        id=run_id,
-        context_id=run_id,
-        status=TaskStatus(
-            state=state, message=_text_message(text, run_id) if text else None, timestamp=_now()
-        ),
-        artifacts=[
-            Artifact(artifact_id=RESPONSE, name=RESPONSE, parts=[Part(root=TextPart(text=output))])
-        ]
-        if output
-        else None,
-        history=history,
-        metadata={
-            "run_id": run_id,
-            "agent": view.agent.name,
-            "status": result.status,
-            "events": len(result.events),
-            "usage": result.to_dict()["usage"],
-            "pending_approvals": result.to_dict()["pending_approvals"],
-        },
-    )
-
-
-def _update(event: Event, run_id: str) -> TaskStatusUpdateEvent | None:
-    """The status update a recorded event makes (None: it makes none)."""
-    if event.type == "tool_call":
-        text = f"Calling {call_summary(event.name or '?', event.args)}"
-    elif event.type == "tool_result":
-        text = f"{event.name} answered" if event.error is None else f"{event.name} failed"
-    elif event.type == "approval_request":
-        summary = call_summary(event.name or "?", event.args)
-        update = _status(
-            run_id,
-            TaskState.input_required,
-            f"Waiting for approval: {summary} (call_id {event.call_id})",
-            False,
-        )
-        update.metadata = {"call_id": event.call_id, "tool": event.name, "args": event.args}
-        return update
-    elif event.type == "approval_decision":
-        text = f"{event.name} {event.status} ({event.call_id})"
-    else:
-        return None
-    return _status(run_id, TaskState.working, text, False)
-
-
 async def stream(
     served: Agents, run_id: str, rpc_id: Any, after: int | None
 ) -> AsyncIterator[bytes]:
@@ -455,35 +291,33 @@ async def stream(
     view = await _view(served, run_id)
     agent = view.agent
     start = len(view.result.events) if after is None else after
-    yield _frame(_result(rpc_id, task_of(view)))
+    yield frame(_result(rpc_id, task_of(view)))
     streaming = False  # whether the response artifact has text of this turn
     try:
         async for position, event in positioned(agent, run_id, start, True):
             update: BaseModel | None
             if event.type == "text_delta":
-                update = _answer(run_id, event.text or "", append=streaming, last=False)
+                update = answer_update(run_id, event.text or "", append=streaming, last=False)
                 streaming = True
             elif event.type in ("error", "generation"):
                 streaming, update = False, None  # the next turn's text replaces this one's
             elif event.type == "message":
-                update = _answer(run_id, event.text or "", append=False, last=True)
+                update = answer_update(run_id, event.text or "", append=False, last=True)
             elif event.type == "run_end":
                 done = event.status == "completed"
                 text = None if done else event.error or f"the run ended {event.status}"
                 state = TaskState.completed if done else TaskState.failed
-                yield _frame(_result(rpc_id, _status(run_id, state, text, True)), position)
+                yield frame(_result(rpc_id, status_update(run_id, state, text, True)), id=position)
                 return
             else:
-                update = _update(event, run_id)
+                update = event_update(event, run_id)
             if update is not None:
-                yield _frame(_result(rpc_id, update), position)
+                yield frame(_result(rpc_id, update), id=position)
     except RunFailedError:
         pass
     # the workflow closed without a run_end (cancelled, terminated), or had closed already
-    state, text = _state(await _view(served, run_id))
-    yield _frame(_result(rpc_id, _status(run_id, state, text, True)))
+    state, text = state_of(await _view(served, run_id))
+    yield frame(_result(rpc_id, status_update(run_id, state, text, True)))
 
 
-def _frame(body: dict[str, Any], id: int | None = None) -> bytes:
-    head = f"id: {id}\n" if id is not None else ""
-    return f"{head}data: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
+__all__ = ["agent_card", "cancel", "handle", "send", "stream", "task_of"]
