@@ -27,7 +27,7 @@ from agentor_temporal.store import (
     total_usage,
     validate_run_id,
 )
-from agentor_temporal.worker import agents_target
+from agentor_temporal.worker import ConfigError, agents_target
 from agentor_temporal.workflows import Segment, TemporalStore
 
 
@@ -83,7 +83,10 @@ class Agents:
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"two agents are named {', '.join(map(repr, twice))}")
-        agents_target(agents)  # one Temporal for all: a run id names one run
+        try:
+            agents_target(agents)  # one Temporal for all: a run id names one run
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         self.all = agents
         self.default = agents[0]
         self.by_name = {a.name: a for a in agents}

@@ -176,7 +176,7 @@ def create_app(agents: Sequence[Agentor], *, token: str | None = None) -> FastAP
     app = FastAPI(
         title="agentor-temporal",
         lifespan=_lifespan(served),
-        # the interactive docs would be a way around the token
+        # with a token only /health and the card are open: the API docs too are not
         docs_url=None if token else "/docs",
         redoc_url=None,
         openapi_url=None if token else "/openapi.json",

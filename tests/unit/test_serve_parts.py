@@ -113,7 +113,7 @@ def test_a_server_needs_distinct_agents_on_one_temporal() -> None:
         Agents([object()])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="two agents are named 'A'"):
         Agents([agent("A"), agent("A")])
-    with pytest.raises(Exception, match="different Temporal servers"):
+    with pytest.raises(ValueError, match="different Temporal servers"):
         Agents([agent("A", temporal="h1:7233"), agent("B", temporal="h2:7233")])
     served = Agents([agent("A"), agent("B")])
     assert served.get(None).name == "A" and served.get("B").name == "B"

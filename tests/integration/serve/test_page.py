@@ -108,7 +108,11 @@ def test_page_runs_approves_and_survives_a_server_restart(
         page.screenshot(ARTIFACTS / "serve-page.png")
 
         # a reload rebuilds the run from its first event, once each
-        page.evaluate("location.reload(); true")
-        wait(page, "!!document.querySelector('#events li.type-run_end')", "the reloaded run")
+        page.evaluate("window.beforeReload = true; location.reload(); true")
+        wait(
+            page,
+            "!window.beforeReload && !!document.querySelector('#events li.type-run_end')",
+            "the reloaded run",
+        )
         assert [p for p, _ in rows(page)] == list(range(1, len(APPROVED_TYPES) + 1))
         assert text_of(page, "#answer") == f"Answer based on tool: Sent 1 to {payee}."
