@@ -101,6 +101,7 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
     return agent.spec(
         mirror=registry.store_for(inp.agent) is not None,
         search_attributes=registry.search_attributes,
+        status_attributes=registry.status_attributes,
     )
 
 

@@ -35,6 +35,7 @@ from agentor_temporal._inspect import (
     summarize_segments,
 )
 from agentor_temporal._prune import Verdict, apply, plan
+from agentor_temporal._timeline import Timeline
 from agentor_temporal.connection import ConnectionFailed, connect
 from agentor_temporal.store import Event, FileStore
 from agentor_temporal.workflows import Segment
@@ -45,6 +46,8 @@ from agentor_temporal.workflows import Segment
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a run's events, readably or as the documented JSONL."""
     run_id = run_id_arg(args.run_id)
+    if args.timeline:
+        return _timeline(args, run_id)
     note = None
     if args.store:
         directory = store_dir(args.store)
@@ -77,6 +80,43 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(line)
     if note:
         print(note)
+    return EXIT_OK
+
+
+def _timeline(args: argparse.Namespace, run_id: str) -> int:
+    """`show --timeline PNG`: the run drawn from Temporal history."""
+    if args.store or args.jsonl:
+        raise CliError(
+            "--timeline reads Temporal history; it goes with neither --store nor --jsonl",
+            EXIT_USAGE,
+        )
+    try:
+        import matplotlib  # noqa: F401
+
+        from agentor_temporal._timeline import draw, read_timeline
+    except ImportError:
+        raise CliError(
+            "drawing a timeline needs matplotlib: pip install 'agentor-temporal[timeline]'",
+            EXIT_USAGE,
+        ) from None
+
+    async def read() -> tuple[Timeline | None, str]:
+        client = await connect_for_reading(args)
+        return await read_timeline(client, run_id), address(client)
+
+    timeline, where = arun(read)
+    if timeline is None:
+        raise CliError(f"no run with id {run_id!r} in Temporal at {where}")
+    try:
+        path = draw(timeline, args.timeline)
+    except OSError as exc:
+        raise CliError(f"cannot write {args.timeline!r}: {exc}") from None
+    counts = timeline.summary()
+    print(
+        f"drew run {run_id} to {path}: {counts['generations']} generations, "
+        f"{counts['tool_calls']} tool calls, {counts['approvals']} approvals, "
+        f"{counts['retried']} retried, {counts['workers']} worker(s)"
+    )
     return EXIT_OK
 
 

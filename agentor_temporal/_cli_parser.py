@@ -179,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7\n"
         "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --jsonl | jq .type\n"
-        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --store runs",
+        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --store runs\n"
+        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --timeline run.png",
         formatter_class=formatter,
     )
     show.add_argument("run_id", help="the run to show")
@@ -187,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--jsonl", action="store_true", help="print the documented JSONL lines instead"
     )
     show.add_argument("--store", metavar="DIR", help="read a FileStore directory, not Temporal")
+    show.add_argument(
+        "--timeline",
+        metavar="PNG",
+        help="draw the run as a timeline picture instead (generations, tool calls in parallel "
+        "lanes, retries, approval waits, worker changes); needs the timeline extra",
+    )
     _temporal_option(show)
 
     listing = commands.add_parser(

@@ -23,6 +23,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.telemetry import with_caller_context
 
 T = TypeVar("T")
 logger = logging.getLogger("agentor_temporal")
@@ -59,10 +60,13 @@ class _EmbeddedWorker:
 
                 # registered before the first run starts: runs started now set them
                 await ensure_search_attributes(self.client, self.registry)
+                from agentor_temporal.telemetry import client_traces
+
                 self.worker = Worker(
                     self.client,
                     task_queue=self.task_queue,
-                    plugins=[AgentorPlugin(self.registry)],
+                    # the worker traces runs exactly when its client traces starts
+                    plugins=[AgentorPlugin(self.registry, tracing=client_traces(self.client))],
                 )
                 self.task = asyncio.create_task(self.worker.run())
 
@@ -125,7 +129,7 @@ class Runtime:
                 "sync agent methods cannot be called from a tool or worker; "
                 "await the async variant instead"
             )
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
             return future.result()
         except KeyboardInterrupt:
@@ -141,24 +145,42 @@ class Runtime:
             running = None
         if running is self.loop:
             return await coro
-        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
+            with_caller_context(coro), self.loop
+        )
         return await asyncio.wrap_future(future)
 
     # -- clients and workers (call on the background loop) -----------------------
 
-    async def client(self, target: str | Client | None) -> Client:
-        """A connected client for `target`, made once per target."""
+    async def client(self, target: str | Client | None, tracing: bool | None = False) -> Client:
+        """A connected client for `target`, made once per target.
+
+        With `tracing` (None: as the OTEL_* environment says), the client
+        carries the caller's trace context into the runs it starts; a
+        `Client` given as the target is copied with Temporal's tracing
+        interceptor added, never changed.
+        """
+        from agentor_temporal import telemetry
         from agentor_temporal.connection import connect
 
+        traced = tracing is not False and telemetry.worker_tracing(tracing) is not None
         if isinstance(target, Client):
-            return target
+            if not traced or telemetry.client_traces(target):
+                return target
         if self._client_lock is None:
             self._client_lock = asyncio.Lock()
-        key = target or ""
+        key = f"{id(target)}" if isinstance(target, Client) else target or ""
+        key += " traced" if traced else ""
         async with self._client_lock:
             client = self._clients.get(key)
             if client is None:
-                client = await connect(target)
+                if isinstance(target, Client):
+                    config = target.config()
+                    config["interceptors"] = [*config["interceptors"], telemetry.otel_interceptor()]
+                    client = Client(**config)
+                else:
+                    interceptors = [telemetry.otel_interceptor()] if traced else []
+                    client = await connect(target, interceptors=interceptors)
                 self._clients[key] = client
             return client
 

@@ -38,6 +38,7 @@ from agentor_temporal.store import (
     validate_run_id,
 )
 from agentor_temporal.streaming import follow, on_runtime
+from agentor_temporal.telemetry import enable_tracing
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.policies import TASK_QUEUE
 from agentor_temporal.workflows.types import AgentRunInput, Decision
@@ -68,6 +69,9 @@ class Agentor:
         max_tool_failures: failures after which a tool is withdrawn.
         embedded_worker: run a worker for this agent in-process while a call
             is active; False when a worker fleet serves the agent.
+        tracing: OpenTelemetry traces of this agent's runs, exported as the
+            OTEL_* environment says (None: on when that environment asks for
+            traces). Needs the `otel` extra.
         **model_settings: extra chat-completions parameters (temperature, ...).
     """
 
@@ -86,6 +90,7 @@ class Agentor:
         max_turns: int = 20,
         max_tool_failures: int = 2,
         embedded_worker: bool = True,
+        tracing: bool | None = None,
         **model_settings: Any,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -122,6 +127,9 @@ class Agentor:
         self.temporal = temporal
         self.task_queue = task_queue
         self.embedded_worker = embedded_worker
+        self.tracing = tracing
+        if tracing:
+            enable_tracing()  # a missing extra is a mistake to hear about now
 
     def __repr__(self) -> str:
         tools = [t.name for t in self.tools]
@@ -382,7 +390,7 @@ class Agentor:
     # -- internals (on the runtime loop) ---------------------------------------------------
 
     async def _client(self) -> Client:
-        return await Runtime.get().client(self.temporal)
+        return await Runtime.get().client(self.temporal, self.tracing)
 
     @contextlib.asynccontextmanager
     async def _serving(self, client: Client) -> AsyncIterator[None]:

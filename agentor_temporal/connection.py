@@ -19,12 +19,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
 
 DEV_HOST = "127.0.0.1"
 DEV_PORT = 7233
@@ -163,7 +165,8 @@ def start_dev_server(
 
     Started detached (its own session), so it survives this process. A lock
     file keeps two processes from racing to start two servers. The search
-    attributes AgentName and AgentModel are registered at start.
+    attributes runs set (AgentName, AgentModel, AgentStatus, AgentTokens) are
+    registered at start.
 
     Args:
         data_dir: where its database, log and pid file live.
@@ -196,6 +199,10 @@ def start_dev_server(
             "AgentName=Keyword",
             "--search-attribute",
             "AgentModel=Keyword",
+            "--search-attribute",
+            "AgentStatus=Keyword",
+            "--search-attribute",
+            "AgentTokens=Int",
             "--log-level",
             "warn",
         ]
@@ -295,13 +302,21 @@ def describe_target(target: str | Client | None) -> str:
     return f"localhost:{DEV_PORT}"
 
 
-async def connect(target: str | Client | None = None, *, start_dev: bool = True) -> Client:
+async def connect(
+    target: str | Client | None = None,
+    *,
+    start_dev: bool = True,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[Interceptor] = (),
+) -> Client:
     """A connected client, following the connection rule (module docstring).
 
     Args:
         target: a `Client` (used as is), "host:port", or None.
         start_dev: start the embedded dev server when no server is configured
             and none is running.
+        runtime: the Temporal runtime to run on (one serving metrics, say).
+        interceptors: client interceptors (Temporal's OpenTelemetry one, say).
 
     Raises:
         ConnectionFailed: naming the address tried and what to do.
@@ -326,6 +341,10 @@ async def connect(target: str | Client | None = None, *, start_dev: bool = True)
         if start_dev and not _port_open(DEV_HOST, DEV_PORT):
             await asyncio.to_thread(start_dev_server)
     address = str(config["target_host"])
+    if runtime is not None:
+        config["runtime"] = runtime
+    if interceptors:
+        config["interceptors"] = list(interceptors)
     try:
         return await Client.connect(**config)
     except Exception as exc:

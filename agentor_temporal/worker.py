@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from agentor_temporal import telemetry
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.connection import environment_configured
 from agentor_temporal.plugin import (
@@ -32,6 +33,7 @@ from agentor_temporal.plugin import (
     ensure_search_attributes,
 )
 from agentor_temporal.store import FileStore, Store
+from agentor_temporal.telemetry import TelemetryError
 from agentor_temporal.workflows.policies import TASK_QUEUE
 
 __all__ = [
@@ -212,6 +214,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="workflow cache size (0 replays every task; for tests)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        default=os.environ.get("AGENTOR_METRICS_PORT"),
+        help="serve Prometheus metrics (Temporal's worker metrics and the agents') on "
+        "http://HOST:PORT/metrics; a bare port listens on every interface "
+        "(env AGENTOR_METRICS_PORT)",
+    )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        default=None,
+        help="export OpenTelemetry traces of every run, as the OTEL_* environment says "
+        "(default exporter: OTLP over HTTP to localhost:4318); on by itself when "
+        "OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_ENDPOINT is set. Needs the otel extra",
+    )
     parser.add_argument("--log-level", default=os.environ.get("AGENTOR_LOG_LEVEL", "INFO"))
 
 
@@ -242,12 +260,13 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     target = args.temporal
     if not target and not environment_configured():
         target = agents_target(objects)
-    client = await connect(target)
+    plugin = AgentorPlugin(agents, store=store, tracing=args.otel)
+    runtime = telemetry.metrics_runtime(args.metrics_port) if args.metrics_port else None
+    client = await connect(target, runtime=runtime)
     task_queue = args.task_queue or agents_task_queue(objects)
     options: dict[str, Any] = {}
     if args.max_cached_workflows is not None:
         options["max_cached_workflows"] = args.max_cached_workflows
-    plugin = AgentorPlugin(agents, store=store)
     worker = Worker(client, task_queue=task_queue, plugins=[plugin], **options)
     await ensure_search_attributes(client, plugin.registry)
     stop = asyncio.Event()
@@ -264,6 +283,12 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
         names,
         f", mirroring into {args.store}/" if store else "",
     )
+    if runtime is not None:
+        logger.info(
+            "Serving metrics on http://%s/metrics", telemetry.metrics_address(args.metrics_port)
+        )
+    if plugin.trace is not None:
+        logger.info("Exporting OpenTelemetry traces of runs")
     print(f"worker ready: task queue {task_queue!r}, agents: {names}", flush=True)
     stopping = asyncio.create_task(stop.wait())
     # a worker whose pollers failed must not linger as a process that looks
@@ -292,9 +317,13 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(serve(args))
-    except (ConfigError, ConnectionFailed, WorkerDied) as exc:
+    except (ConfigError, TelemetryError, ConnectionFailed, WorkerDied) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if isinstance(exc, (ConfigError, TelemetryError)) else 1
+    finally:
+        # the process leaves without atexit (see `launch`): spans still
+        # buffered would be lost
+        telemetry.flush()
     return 0
 
 

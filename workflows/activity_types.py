@@ -46,6 +46,9 @@ class GenerateResult:
     usage: dict[str, int] = field(default_factory=dict)
     started_at: float | None = None
     ended_at: float | None = None
+    #: the activity attempt that answered (set by the worker's telemetry
+    #: interceptor; 1 from workers without it)
+    attempt: int = 1
 
 
 @dataclass
@@ -70,6 +73,8 @@ class CallToolResult:
     ended_at: float | None = None
     #: set when the result was cut to fit Temporal's payload limit
     truncated: bool = False
+    #: the activity attempt that answered (see `GenerateResult.attempt`)
+    attempt: int = 1
 
 
 @dataclass

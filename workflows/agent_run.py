@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.budget import FailureBudget
     from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
     from agentor_temporal.workflows.journaling import Journal
+    from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
     from agentor_temporal.workflows.tool_calls import ToolCalls
     from agentor_temporal.workflows.types import (
@@ -84,7 +85,10 @@ class AgentRunWorkflow:
         self._stream = WorkflowStream()
         self._journal = Journal(self._stream.topic(policies.EVENTS_TOPIC))
         self._approvals = Approvals()
-        self._tools = ToolCalls(self._journal, self._approvals)
+        # spans, search attributes and metrics follow the recorded events
+        self._observer = RunObserver()
+        self._journal.listeners.append(self._observer.on_event)
+        self._tools = ToolCalls(self._journal, self._approvals, self._observer.trace)
         self._spec: AgentSpec | None = None
         self._agent = ""
         self._status = "running"
@@ -141,16 +145,17 @@ class AgentRunWorkflow:
         """Run the agent loop to a final answer, a budget, or a failure."""
         inp = self._input(raw)
         seg = await self._begin(inp)
-        try:
-            return await self._loop(inp, seg)
-        except asyncio.CancelledError:
-            # a cancelled run says so in its log, then closes as cancelled;
-            # `resume` continues it like any run that did not complete.
-            # Patched: runs cancelled before this closed as completed.
-            if not workflow.patched(policies.PATCH_CLOSE_CANCELLED):
+        with self._observer.begin(seg.spec, inp, workflow.info().workflow_id):
+            try:
+                return await self._loop(inp, seg)
+            except asyncio.CancelledError:
+                # a cancelled run says so in its log, then closes as cancelled;
+                # `resume` continues it like any run that did not complete.
+                # Patched: runs cancelled before this closed as completed.
+                if not workflow.patched(policies.PATCH_CLOSE_CANCELLED):
+                    raise
+                await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
                 raise
-            await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
-            raise
 
     async def _loop(self, inp: AgentRunInput, seg: _Segment) -> dict[str, Any]:
         spec = seg.spec
@@ -276,7 +281,8 @@ class AgentRunWorkflow:
             return oversized
         activity_id = f"generate-{turn}"
         try:
-            gen: GenerateResult = await workflow.execute_activity(
+            # not yet awaited: the activity is scheduled inside the generation's span
+            call = workflow.execute_activity(
                 policies.GENERATE,
                 GenerateInput(
                     run_id=workflow.info().workflow_id,
@@ -294,6 +300,9 @@ class AgentRunWorkflow:
                 retry_policy=policies.MODEL_RETRY_POLICY,
                 activity_id=activity_id,
                 summary=f"{spec.model}, turn {turn}",
+            )
+            gen: GenerateResult = await self._observer.trace.generation(
+                spec.model, turn, request, call
             )
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError) and workflow.patched(

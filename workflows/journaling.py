@@ -13,6 +13,7 @@ activity whose input already holds it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -47,6 +48,8 @@ class Journal:
         # concurrent tool calls may journal at once (approval requests); one
         # journal at a time keeps every event in history exactly once
         self._lock = asyncio.Lock()
+        #: called with each event as it is recorded (spans, search attributes, metrics)
+        self.listeners: list[Callable[[Event], None]] = []
 
     @property
     def position(self) -> int:
@@ -73,6 +76,8 @@ class Journal:
             }
         )
         self.events.append(event)
+        for listener in self.listeners:
+            listener(event)
 
     def unmirrored(self, mirror: bool) -> int:
         """Events of this segment the store has not confirmed (0 when not mirroring)."""

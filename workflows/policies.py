@@ -82,6 +82,8 @@ PATCH_REQUEST_SIZE_LIMIT = "request-size-limit"
 #: A cancelled run records its run_end, then closes as cancelled (before: it
 #: recorded a failure and closed as completed).
 PATCH_CLOSE_CANCELLED = "close-cancelled"
+#: Runs keep the AgentStatus / AgentTokens search attributes current.
+PATCH_AGENT_STATUS = "agent-status-search-attributes"
 
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.
@@ -153,6 +155,9 @@ MAX_CACHED_WORKFLOWS = 2000
 #: How long a stopping worker waits for in-flight activities to finish: a
 #: rolling deploy then loses no tool call that was about to complete.
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
+#: How often a worker serving metrics counts the runs awaiting approval
+#: (a visibility query per agent): a gauge for dashboards, not for paging.
+WAITING_GAUGE_INTERVAL = timedelta(seconds=15)
 #: Sync tools run in this many threads (asyncio's default pool is only
 #: cpu+4 threads, which would serialise slow sync tools across runs).
 SYNC_TOOL_THREADS = 64

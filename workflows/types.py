@@ -197,6 +197,9 @@ class AgentSpec:
     mirror: bool = False
     #: whether the namespace has the AgentName / AgentModel search attributes
     search_attributes: bool = False
+    #: whether it has AgentStatus / AgentTokens too (registered apart: a
+    #: namespace may have the first two and refuse new ones)
+    status_attributes: bool = False
     #: hash of instructions, model and tool schemas: what "built the same way" means
     fingerprint: str = ""
 

@@ -103,7 +103,7 @@ class Agents:
 
     async def client(self) -> Client:
         """The Temporal client every agent here uses (on the runtime loop)."""
-        return await Runtime.get().client(self.default.temporal)
+        return await Runtime.get().client(self.default.temporal, self.default.tracing)
 
     async def find(self, run_id: str) -> tuple[Agentor, list[Segment]]:
         """The agent that owns `run_id` and the run's segments.

@@ -115,6 +115,20 @@ SCENARIOS: dict[
         _approval,
         20,
     ),
+    # the approval run again, recorded once runs kept AgentStatus/AgentTokens
+    # current: its upserts (behind PATCH_AGENT_STATUS) must keep replaying
+    "agent_status_history": (
+        [
+            [
+                CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
+                CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
+            ],
+            Reply("Paid bob; alice was refused."),
+        ],
+        lambda: [transfer_tool()],
+        _approval,
+        20,
+    ),
     "budget_history": (
         lambda request: CallTool("fail_always", {"x": "a"}),
         lambda: [fail_always, weather_tool()],
