@@ -23,6 +23,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.codec import EncryptionKeys
 
 T = TypeVar("T")
 logger = logging.getLogger("agentor_temporal")
@@ -102,7 +103,7 @@ class Runtime:
             target=self.loop.run_forever, name="agentor-temporal", daemon=True
         )
         self.thread.start()
-        self._clients: dict[str, Client] = {}
+        self._clients: dict[tuple[str | Client, EncryptionKeys | None], Client] = {}
         self._client_lock: asyncio.Lock | None = None
         self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
         atexit.register(self.close)
@@ -146,19 +147,26 @@ class Runtime:
 
     # -- clients and workers (call on the background loop) -----------------------
 
-    async def client(self, target: str | Client | None) -> Client:
-        """A connected client for `target`, made once per target."""
+    async def client(
+        self, target: str | Client | None, encryption_keys: EncryptionKeys | None = None
+    ) -> Client:
+        """A connected client for `target` and keys, made once per pair.
+
+        A given `Client` is used as it is, or, with keys, once wrapped with
+        their codec (the embedded worker is keyed by its client, so the same
+        wrapper must come back every time).
+        """
         from agentor_temporal.connection import connect
 
-        if isinstance(target, Client):
+        if isinstance(target, Client) and encryption_keys is None:
             return target
         if self._client_lock is None:
             self._client_lock = asyncio.Lock()
-        key = target or ""
+        key = (target or "", encryption_keys)
         async with self._client_lock:
             client = self._clients.get(key)
             if client is None:
-                client = await connect(target)
+                client = await connect(target, encryption_keys=encryption_keys)
                 self._clients[key] = client
             return client
 

@@ -27,6 +27,7 @@ from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
 from agentor_temporal.activities.journal import catch_up
+from agentor_temporal.codec import KeysSetting, keys_from_env, resolve_keys
 from agentor_temporal.store import (
     Event,
     RunResult,
@@ -68,6 +69,10 @@ class Agentor:
         max_tool_failures: failures after which a tool is withdrawn.
         embedded_worker: run a worker for this agent in-process while a call
             is active; False when a worker fleet serves the agent.
+        encryption_keys: encrypt the runs' payloads (`EncryptionKeys`,
+            `key_id:base64,...` text read from somewhere private, or a key
+            file's `pathlib.Path`); default `AGENTOR_ENCRYPTION_KEYS`. See
+            `agentor_temporal.codec`.
         **model_settings: extra chat-completions parameters (temperature, ...).
     """
 
@@ -86,6 +91,7 @@ class Agentor:
         max_turns: int = 20,
         max_tool_failures: int = 2,
         embedded_worker: bool = True,
+        encryption_keys: KeysSetting = None,
         **model_settings: Any,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -122,6 +128,8 @@ class Agentor:
         self.temporal = temporal
         self.task_queue = task_queue
         self.embedded_worker = embedded_worker
+        #: None: the environment's keys (read when a client is made)
+        self.encryption_keys = None if encryption_keys is None else resolve_keys(encryption_keys)
 
     def __repr__(self) -> str:
         tools = [t.name for t in self.tools]
@@ -382,7 +390,8 @@ class Agentor:
     # -- internals (on the runtime loop) ---------------------------------------------------
 
     async def _client(self) -> Client:
-        return await Runtime.get().client(self.temporal)
+        keys = self.encryption_keys if self.encryption_keys is not None else keys_from_env()
+        return await Runtime.get().client(self.temporal, keys)
 
     @contextlib.asynccontextmanager
     async def _serving(self, client: Client) -> AsyncIterator[None]:

@@ -1,9 +1,9 @@
 """The worker process: `python worker.py --agents module:attr[,module:attr...]`.
 
 Runs `AgentRun` workflows and their activities for the named agents. Settings
-come from flags or `AGENTOR_AGENTS`, `AGENTOR_TASK_QUEUE`, `AGENTOR_STORE`; the
-connection follows the standard Temporal client environment (see
-`agentor_temporal.connection`). On SIGTERM or SIGINT it stops polling and
+come from flags or `AGENTOR_AGENTS`, `AGENTOR_TASK_QUEUE`, `AGENTOR_STORE`,
+`AGENTOR_ENCRYPTION_KEYS(_FILE)`; the connection follows the standard Temporal
+client environment (see `agentor_temporal.connection`). On SIGTERM or SIGINT it stops polling and
 finishes in-flight work before exiting, so a rolling deploy loses nothing.
 `build_worker(...)` builds the same worker for embedding.
 """
@@ -24,6 +24,12 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.codec import (
+    EncryptionConfigError,
+    EncryptionKeys,
+    keys_from_env,
+    keys_from_file,
+)
 from agentor_temporal.connection import environment_configured
 from agentor_temporal.plugin import (
     AgentorPlugin,
@@ -157,6 +163,39 @@ def agents_target(agents: Sequence[Any]) -> str | Client | None:
     return target.service_client.config.target_host if isinstance(target, Client) else target
 
 
+def agents_keys(agents: Sequence[Any]) -> EncryptionKeys | None:
+    """The encryption keys the agents were built with (`Agentor(encryption_keys=...)`).
+
+    Raises:
+        ConfigError: when agents have different keys (one worker has one codec).
+    """
+    keys: dict[EncryptionKeys, list[str]] = {}
+    for agent in agents:
+        own = getattr(agent, "encryption_keys", None)
+        if isinstance(own, EncryptionKeys):
+            keys.setdefault(own, []).append(definition_of(agent).name)
+    if len(keys) > 1:
+        places = "; ".join(f"{', '.join(names)} -> {k!r}" for k, names in keys.items())
+        raise ConfigError(
+            f"the agents have different encryption keys ({places}); run one worker per "
+            "key set, or pass --encryption-keys-file to choose"
+        )
+    return next(iter(keys), None)
+
+
+def worker_keys(args: argparse.Namespace, agents: Sequence[Any]) -> EncryptionKeys | None:
+    """The worker's keys: --encryption-keys-file, else the environment, else the agents'.
+
+    Raises:
+        EncryptionConfigError: for a malformed or unreadable key file.
+        ConfigError: when agents disagree.
+    """
+    path = getattr(args, "encryption_keys_file", None)
+    if path:
+        return keys_from_file(path)
+    return keys_from_env() or agents_keys(agents)
+
+
 def build_worker(
     client: Client,
     agents: Sequence[Any] | AgentRegistry,
@@ -207,6 +246,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "else the embedded dev server)",
     )
     parser.add_argument(
+        "--encryption-keys-file",
+        metavar="FILE",
+        default=None,
+        help="encrypt payloads with the keys in FILE: key_id:base64-of-32-bytes entries, "
+        "comma- or line-separated, the first one current (env AGENTOR_ENCRYPTION_KEYS_FILE, "
+        "or the keys themselves in AGENTOR_ENCRYPTION_KEYS)",
+    )
+    parser.add_argument(
         "--max-cached-workflows",
         type=int,
         default=None,
@@ -242,7 +289,8 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     target = args.temporal
     if not target and not environment_configured():
         target = agents_target(objects)
-    client = await connect(target)
+    keys = worker_keys(args, objects)
+    client = await connect(target, encryption_keys=keys)
     task_queue = args.task_queue or agents_task_queue(objects)
     options: dict[str, Any] = {}
     if args.max_cached_workflows is not None:
@@ -264,6 +312,12 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
         names,
         f", mirroring into {args.store}/" if store else "",
     )
+    if keys is not None:
+        logger.info(
+            "Payloads are encrypted with key %r (keys configured: %s)",
+            keys.current_id,
+            ", ".join(keys.ids),
+        )
     print(f"worker ready: task queue {task_queue!r}, agents: {names}", flush=True)
     stopping = asyncio.create_task(stop.wait())
     # a worker whose pollers failed must not linger as a process that looks
@@ -292,9 +346,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(serve(args))
-    except (ConfigError, ConnectionFailed, WorkerDied) as exc:
+    except (ConfigError, EncryptionConfigError, ConnectionFailed, WorkerDied) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if isinstance(exc, (ConfigError, EncryptionConfigError)) else 1
     return 0
 
 
