@@ -302,6 +302,8 @@ def start_codec_server(
     while not _port_open(port):
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
+            process.wait(10)
+            (data / "codec.json").unlink(missing_ok=True)
             tail = log_path.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"the codec server did not start on port {port}:\n{tail}")
         time.sleep(0.05)

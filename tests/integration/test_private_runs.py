@@ -391,3 +391,23 @@ def test_bad_keys_are_usage_errors(temporal_address: str, tmp_path: Path) -> Non
     made = cli("keygen", "2025-07")
     assert made.returncode == 0 and made.stdout.startswith("2025-07:")
     assert keys_of(made.stdout.strip()).current_id == "2025-07"
+    assert cli("keygen", "bad id").returncode == 2
+    no_keys = cli("codec-server", "--port", str(free_port()))
+    assert no_keys.returncode == 2
+    assert no_keys.stderr.startswith("error: the codec server needs the encryption keys")
+
+
+def test_the_private_run_commands_explain_themselves() -> None:
+    """`codec-server`, `keygen` and `dev` say how encryption is switched on, with examples."""
+    for command, needles in {
+        "codec-server": ["--cors-origin", "--token-file", "--encryption-keys-file", "--host"],
+        "keygen": ["key_id"],
+        "dev": ["--codec-port", "--encryption-keys-file"],
+        "show": ["--encryption-keys-file"],
+        "worker": ["--encryption-keys-file"],
+    }.items():
+        out = cli(command, "--help")
+        assert out.returncode == 0, out.stderr
+        assert f"agentor-temporal {command}" in out.stdout or command == "worker"
+        for needle in needles:
+            assert needle in out.stdout, (command, needle)

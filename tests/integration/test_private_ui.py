@@ -52,6 +52,8 @@ async def test_ui_decodes_an_encrypted_run_only_through_the_codec_server(
         started = cli("dev", *where, "--codec-port", str(codec_port), env=env)
         assert started.returncode == 0, started.stderr
         assert f"  codec    http://localhost:{codec_port}" in started.stdout
+        status = cli("dev", "status", *where, env=env)
+        assert f"  codec    http://localhost:{codec_port}" in status.stdout
         assert data.stat().st_mode & 0o777 == 0o700
 
         client = await connect(f"127.0.0.1:{port}", encryption_keys=keys)

@@ -185,16 +185,32 @@ def test_keys_come_from_the_environment_or_a_file(
         resolve_keys(b"A:xyz")  # type: ignore[arg-type]
 
 
-def test_store_logs_are_readable_by_their_owner_only(tmp_path: Path) -> None:
-    """FileStore creates its directory 0700 and each run's log 0600, whatever the umask."""
-    from agentor_temporal import Event, FileStore
+def test_agents_and_workers_take_keys_from_their_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad keys fail at construction; a worker uses its flag, else the env, else its agents'."""
+    import argparse
 
-    old = os.umask(0o022)
-    try:
-        store = FileStore(tmp_path / "runs")
-        store.append("r1", Event(type="run_start", messages=[{"role": "user", "content": SECRET}]))
-    finally:
-        os.umask(old)
-    assert (tmp_path / "runs").stat().st_mode & 0o777 == 0o700
-    assert (tmp_path / "runs" / "r1.jsonl").stat().st_mode & 0o777 == 0o600
-    assert SECRET in (tmp_path / "runs" / "r1.jsonl").read_text()  # the mirror stays plain
+    from agentor_temporal import Agentor
+    from agentor_temporal.worker import ConfigError, worker_keys
+
+    monkeypatch.delenv("AGENTOR_ENCRYPTION_KEYS", raising=False)
+    monkeypatch.delenv("AGENTOR_ENCRYPTION_KEYS_FILE", raising=False)
+    with pytest.raises(EncryptionConfigError, match="encryption_keys, entry 1"):
+        Agentor(name="a", encryption_keys="A:short")
+    a = Agentor(name="a", encryption_keys=f"A:{KEY_A}")
+    b = Agentor(name="b", encryption_keys=f"B:{KEY_B}")
+    plain = Agentor(name="c")
+    assert a.encryption_keys == keys("A:{A}") and plain.encryption_keys is None
+
+    no_flag = argparse.Namespace(encryption_keys_file=None)
+    assert worker_keys(no_flag, [plain]) is None
+    assert worker_keys(no_flag, [a, plain]) == keys("A:{A}")
+    with pytest.raises(ConfigError, match="different encryption keys"):
+        worker_keys(no_flag, [a, b])
+    monkeypatch.setenv("AGENTOR_ENCRYPTION_KEYS", f"B:{KEY_B}")
+    assert worker_keys(no_flag, [a]) == keys("B:{B}")
+    path = tmp_path / "keys.txt"
+    path.write_text(f"A:{KEY_A}\n")
+    path.chmod(0o600)
+    assert worker_keys(argparse.Namespace(encryption_keys_file=str(path)), [b]) == keys("A:{A}")
