@@ -232,6 +232,12 @@ async def test_keys_rotate_and_a_removed_key_is_named(
     assert shown.returncode == 1
     assert shown.stderr.startswith("error: This data is encrypted with key 'A'")
     assert "Traceback" not in shown.stderr
+    # `list` shows the run it cannot read as such, and still lists the others
+    here = ["--temporal", temporal_address, "--encryption-keys-file", str(b_file)]
+    listed = cli("list", *here, "--json", "--limit", "5")
+    assert listed.returncode == 0, listed.stderr
+    [row] = [r for r in json.loads(listed.stdout) if r["run_id"] == stopped.run_id]
+    assert row["status"] == "unreadable" and "key 'A'" in row["error"]
 
     # and a worker that lacks the run's key says so instead of running garbage
     queue = f"{task_queue}-b"  # served by that worker alone
