@@ -23,6 +23,7 @@ from agentor_temporal._cli_common import (
     arun,
     connect_for_reading,
     history_events,
+    keys_arg,
     run_id_arg,
     store_dir,
 )
@@ -180,8 +181,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_OK
     target = Path(args.output)
     partial = target.with_name(f".{target.name}.partial")
-    # written aside and renamed: a crash never leaves half a log under the name
-    with partial.open("w") as f:
+    # written aside and renamed: a crash never leaves half a log under the name;
+    # owner-only, as FileStore's logs are (they hold prompts and tool results)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with os.fdopen(os.open(partial, flags, 0o600), "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -201,7 +204,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     async def decide() -> list[Verdict]:
         client: Client | None
         try:
-            client = await connect(args.temporal, start_dev=False)
+            client = await connect(args.temporal, start_dev=False, encryption_keys=keys_arg(args))
         except ConnectionFailed as exc:
             print(
                 f"warning: {exc}\nwarning: deciding from the logs alone: a log whose last "

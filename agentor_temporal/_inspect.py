@@ -16,6 +16,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import Event, Usage, final_event, total_usage
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
@@ -76,7 +77,8 @@ class RunSummary:
     run_id: str
     agent: str | None = None
     model: str | None = None
-    #: see `STATUSES`; "unfinished" for a store log with no `run_end`
+    #: see `STATUSES`; "unfinished" for a store log with no `run_end`;
+    #: "unreadable" for a run encrypted with a key the reader lacks (`error` says which)
     status: str = "running"
     started: float | None = None
     ended: float | None = None
@@ -271,7 +273,11 @@ async def list_runs(
 
     async def summarize(run_id: str) -> RunSummary | None:
         async with gate:
-            segments = await store.segments(run_id)
+            try:
+                segments = await store.segments(run_id)
+            except EncryptionKeyError as exc:
+                # a run this reader cannot decrypt must not hide the others
+                return RunSummary(run_id, agent=agent, status="unreadable", error=str(exc))
         return summarize_segments(run_id, segments) if segments else None
 
     found: list[RunSummary] = []

@@ -10,6 +10,7 @@ goes to the run through its `decide` update, so delivering one does.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +18,13 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
+from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import Event, Store, pending_approvals, validate_run_id
 from agentor_temporal.workflows import Decision, Segment, TemporalStore
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
+
+logger = logging.getLogger("agentor_temporal")
 
 
 def seeded_prefix(segments: list[Segment]) -> int:
@@ -112,7 +116,12 @@ async def waiting_calls(
     store = TemporalStore(client)
     rows: list[Waiting] = []
     for run_id in await paused_runs(client, agent=agent, limit=limit):
-        latest = await store.latest(run_id)
+        try:
+            latest = await store.latest(run_id)
+        except EncryptionKeyError as exc:
+            # a run this reader cannot decrypt must not hide the others
+            logger.warning("Skipping run %s: %s", run_id, exc)
+            continue
         if latest is None or latest.status != "running":
             continue
         name = str((latest.spec or {}).get("name", ""))

@@ -23,6 +23,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.codec import EncryptionKeys
 from agentor_temporal.telemetry import with_caller_context
 
 T = TypeVar("T")
@@ -106,7 +107,7 @@ class Runtime:
             target=self.loop.run_forever, name="agentor-temporal", daemon=True
         )
         self.thread.start()
-        self._clients: dict[str, Client] = {}
+        self._clients: dict[tuple[str, bool, EncryptionKeys | None], Client] = {}
         self._client_lock: asyncio.Lock | None = None
         self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
         atexit.register(self.close)
@@ -152,35 +153,55 @@ class Runtime:
 
     # -- clients and workers (call on the background loop) -----------------------
 
-    async def client(self, target: str | Client | None, tracing: bool | None = False) -> Client:
-        """A connected client for `target`, made once per target.
+    async def client(
+        self,
+        target: str | Client | None,
+        tracing: bool | None = False,
+        encryption_keys: EncryptionKeys | None = None,
+    ) -> Client:
+        """A connected client for `target`, made once per target, tracing and keys.
 
         With `tracing` (None: as the OTEL_* environment says), the client
-        carries the caller's trace context into the runs it starts; a
-        `Client` given as the target is copied with Temporal's tracing
-        interceptor added, never changed.
+        carries the caller's trace context into the runs it starts. A
+        `Client` given as the target is used as it is, or copied (sharing its
+        connection) with Temporal's tracing interceptor and the keys' codec
+        added, never changed; the copy is made once, because the embedded
+        worker is keyed by its client.
         """
         from agentor_temporal import telemetry
-        from agentor_temporal.connection import connect
+        from agentor_temporal.connection import connect, with_encryption
 
         traced = tracing is not False and telemetry.worker_tracing(tracing) is not None
-        if isinstance(target, Client):
-            if not traced or telemetry.client_traces(target):
-                return target
+        add_tracing = traced and not (
+            isinstance(target, Client) and telemetry.client_traces(target)
+        )
+        if isinstance(target, Client) and not add_tracing and encryption_keys is None:
+            return target
         if self._client_lock is None:
             self._client_lock = asyncio.Lock()
-        key = f"{id(target)}" if isinstance(target, Client) else target or ""
-        key += " traced" if traced else ""
+        key = (
+            f"{id(target)}" if isinstance(target, Client) else target or "",
+            traced,
+            encryption_keys,
+        )
         async with self._client_lock:
             client = self._clients.get(key)
             if client is None:
                 if isinstance(target, Client):
                     config = target.config()
-                    config["interceptors"] = [*config["interceptors"], telemetry.otel_interceptor()]
+                    if add_tracing:
+                        config["interceptors"] = [
+                            *config["interceptors"],
+                            telemetry.otel_interceptor(),
+                        ]
                     client = Client(**config)
+                    if encryption_keys is not None:
+                        client = with_encryption(client, encryption_keys)
                 else:
                     interceptors = [telemetry.otel_interceptor()] if traced else []
-                    client = await connect(target, interceptors=interceptors)
+                    client = await connect(
+                        target, interceptors=interceptors, encryption_keys=encryption_keys
+                    )
                 self._clients[key] = client
             return client
 

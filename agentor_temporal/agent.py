@@ -27,6 +27,7 @@ from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
 from agentor_temporal.activities.journal import catch_up
+from agentor_temporal.codec import KeysSetting, keys_from_env, resolve_keys
 from agentor_temporal.store import (
     Event,
     RunResult,
@@ -72,6 +73,10 @@ class Agentor:
         tracing: OpenTelemetry traces of this agent's runs, exported as the
             OTEL_* environment says (None: on when that environment asks for
             traces). Needs the `otel` extra.
+        encryption_keys: encrypt the runs' payloads (`EncryptionKeys`,
+            `key_id:base64,...` text read from somewhere private, or a key
+            file's `pathlib.Path`); default `AGENTOR_ENCRYPTION_KEYS`. See
+            `agentor_temporal.codec`.
         **model_settings: extra chat-completions parameters (temperature, ...).
     """
 
@@ -91,6 +96,7 @@ class Agentor:
         max_tool_failures: int = 2,
         embedded_worker: bool = True,
         tracing: bool | None = None,
+        encryption_keys: KeysSetting = None,
         **model_settings: Any,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -130,6 +136,8 @@ class Agentor:
         self.tracing = tracing
         if tracing:
             enable_tracing()  # a missing extra is a mistake to hear about now
+        #: None: the environment's keys (read when a client is made)
+        self.encryption_keys = None if encryption_keys is None else resolve_keys(encryption_keys)
 
     def __repr__(self) -> str:
         tools = [t.name for t in self.tools]
@@ -390,7 +398,8 @@ class Agentor:
     # -- internals (on the runtime loop) ---------------------------------------------------
 
     async def _client(self) -> Client:
-        return await Runtime.get().client(self.temporal, self.tracing)
+        keys = self.encryption_keys if self.encryption_keys is not None else keys_from_env()
+        return await Runtime.get().client(self.temporal, self.tracing, keys)
 
     @contextlib.asynccontextmanager
     async def _serving(self, client: Client) -> AsyncIterator[None]:

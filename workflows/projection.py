@@ -24,6 +24,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store.base import validate_run_id
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.policies import DESCRIBE_AGENT, JOURNAL, WORKFLOW_TYPE
@@ -174,6 +175,8 @@ class TemporalStore:
                 if attrs.input.payloads:
                     try:
                         segment.input = await self._decode(attrs.input.payloads[0])
+                    except EncryptionKeyError:
+                        raise  # a missing key is the reader's problem, not bad input
                     except Exception:
                         # any client may start a run with bytes that are not
                         # JSON; the workflow failed it, and reading it must not
