@@ -28,6 +28,7 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client, ClientConfig
+from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.runtime import Runtime
 from temporalio.service import ConnectConfig, ServiceClient
@@ -37,6 +38,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from agentor_temporal import telemetry
 from agentor_temporal._instrument import TelemetryInterceptor, watch_waiting
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
+from agentor_temporal.codec import (
+    KeysSetting,
+    encrypted_data_converter,
+    encryption_codec_of,
+    resolve_keys,
+)
 from agentor_temporal.store import Store
 from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.policies import (
@@ -209,6 +216,7 @@ class AgentorPlugin(SimplePlugin):
         tracing: bool | None = None,
         trace_content: bool | None = None,
         metrics_port: int | str | None = None,
+        encryption_keys: KeysSetting = None,
     ) -> None:
         if isinstance(agents, AgentRegistry):
             self.registry = agents
@@ -222,12 +230,18 @@ class AgentorPlugin(SimplePlugin):
             telemetry.metrics_address(metrics_port) if metrics_port is not None else None
         )
         self._runtime: Runtime | None = None
+        # explicit keys only: a plugin does not read the environment for them
+        self.keys = resolve_keys(encryption_keys) if encryption_keys is not None else None
         super().__init__(
             "agentor_temporal.AgentorPlugin",
             workflows=[AgentRunWorkflow],
             activities=AgentActivities(self.registry).all(),
             workflow_runner=self._runner,
+            data_converter=self._converter if self.keys is not None else None,
         )
+
+    def _converter(self, converter: DataConverter | None) -> DataConverter:
+        return encrypted_data_converter(self.keys, converter)
 
     def _runner(self, runner: WorkflowRunner | None) -> WorkflowRunner:
         runner = with_passthrough(runner)
@@ -275,6 +289,15 @@ class AgentorPlugin(SimplePlugin):
             interceptors.append(telemetry.otel_interceptor())
         interceptors.append(TelemetryInterceptor(self.trace))
         config["interceptors"] = interceptors
+        if self.keys is not None:
+            codec = encryption_codec_of(client.data_converter)
+            if codec is None or codec.keys != self.keys:
+                raise ConfigError(
+                    "encryption_keys needs the plugin on the client: Client.connect(..., "
+                    "plugins=[AgentorPlugin(..., encryption_keys=...)]) (workers built on it "
+                    "inherit its codec), or a client made with "
+                    "agentor_temporal.codec.encrypted_data_converter(keys)"
+                )
         if self.metrics_address is not None and telemetry.runtime_meter(client) is None:
             raise ConfigError(
                 f"metrics_port={self.metrics_address} needs the plugin on the client: "
