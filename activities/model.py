@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentor_temporal.activities._private import clip, heartbeating
+from agentor_temporal.activities.conversations import full_messages, remember
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 
@@ -111,8 +112,8 @@ def _reasoning(message: Any) -> str | None:
     return None
 
 
-def _request(inp: GenerateInput) -> dict[str, Any]:
-    request: dict[str, Any] = {"model": inp.model, "messages": inp.messages, **inp.model_settings}
+def _request(inp: GenerateInput, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    request: dict[str, Any] = {"model": inp.model, "messages": messages, **inp.model_settings}
     if inp.tools:
         request["tools"] = inp.tools
     return request
@@ -128,12 +129,19 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
     started = time.time()
     try:
         async with heartbeating():
+            messages = inp.messages
+            if inp.conversation is not None:
+                # sent by reference: the base is in this worker's cache or the run's history
+                messages = await full_messages(inp.run_id, inp.conversation, inp.messages)
+            else:
+                # sent whole: the run's first request by reference will name it
+                remember(inp.run_id, messages)
             if inp.stream_text:
                 from agentor_temporal.activities.streaming import stream_with_deltas
 
-                result = await stream_with_deltas(client, _request(inp), inp)
+                result = await stream_with_deltas(client, _request(inp, messages), inp)
             else:
-                raw = await client.chat.completions.create(**_request(inp))
+                raw = await client.chat.completions.create(**_request(inp, messages))
                 result = _result(raw)
     except ApplicationError:
         raise

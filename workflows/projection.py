@@ -4,7 +4,9 @@ Read-only, and needs no worker: the workflow journals every event through a
 local activity whose recorded result *is* the new events, so projecting a run
 is reading those markers in order. A `generation` event's request messages
 are not journaled twice; they are taken back from the `generate` activity's
-scheduled input, which history already holds. A resumed run spans several
+scheduled input, which history already holds; a request sent by reference
+(see `conversation`) is its base, an earlier event's messages, followed by
+the messages that input carries. A resumed or continued run spans several
 executions of one workflow id; each segment names the one before it, so the
 projection walks that chain rather than trusting eventually-consistent
 visibility.
@@ -54,6 +56,35 @@ class Segment:
     failure: str | None = None
     start_time: float | None = None
     close_time: float | None = None
+    #: index in `events` -> (conversation reference, tail) of a request sent
+    #: by reference, until `resolve_requests` fills in its messages
+    pending: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
+
+    @property
+    def event_offset(self) -> int:
+        """Whole-run position of this execution's first event."""
+        value = self.input.get("event_offset") if isinstance(self.input, dict) else None
+        return value if isinstance(value, int) and value >= 0 else 0
+
+
+def resolve_requests(chain: list[Segment]) -> None:
+    """Give each `generation` sent by reference its whole request (oldest segment first).
+
+    A base not in `chain` (history gone, or only the latest execution read)
+    leaves that event's messages None.
+    """
+    known: dict[int, list[dict[str, Any]]] = {}
+    for segment in chain:
+        start = segment.event_offset
+        for index, event in enumerate(segment.events):
+            pending = segment.pending.pop(index, None)
+            if pending is not None:
+                conversation, tail = pending
+                base = known.get(int(conversation.get("position", -1)))
+                if base is not None:
+                    event.messages = base + tail
+            if event.messages is not None and event.type in ("run_start", "generation"):
+                known[start + index] = event.messages
 
 
 def _run_sync(factory: Callable[[], Awaitable[T]]) -> T:
@@ -147,6 +178,7 @@ class TemporalStore:
                 break
             execution = segment.previous
         chain.reverse()
+        resolve_requests(chain)
         return chain
 
     async def latest(self, run_id: str) -> Segment | None:
@@ -158,7 +190,9 @@ class TemporalStore:
             if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 return None
             raise
-        return await self.parse(history)
+        segment = await self.parse(history)
+        resolve_requests([segment])
+        return segment
 
     async def parse(self, history: WorkflowHistory) -> Segment:
         """Project one execution's history into a `Segment`."""
@@ -215,7 +249,10 @@ class TemporalStore:
                 ref = refs.get(str(start + index))
                 if ref is not None and "messages" not in data and ref in scheduled:
                     request = await self._decode(scheduled[ref])
-                    if isinstance(request, dict):
+                    if isinstance(request, dict) and isinstance(request.get("conversation"), dict):
+                        tail = list(request.get("messages") or [])
+                        segment.pending[len(segment.events)] = (request["conversation"], tail)
+                    elif isinstance(request, dict):
                         data = {**data, "messages": request.get("messages")}
                 segment.events.append(Event.from_dict(data))
         return segment

@@ -1,0 +1,176 @@
+"""Rebuilding a conversation sent by reference, on the worker.
+
+A `generate` input (or a journal step that mirrors a `generation`) may name
+its conversation's base by whole-run event position and chain digest instead
+of carrying it (see `workflows/conversation.py`). The worker keeps the latest
+conversation of the runs it served in a bounded in-process cache, keyed by
+digest, so the usual turn costs one dictionary lookup. On a miss (another
+worker served the last turn, or this one restarted) the base is read from
+the run's own history through `TemporalStore`, which holds every message
+once. History is the durable record here: nothing outside Temporal must
+survive for a run to be replayed or continued.
+
+The worker's long-run settings are read here too: they are recorded in each
+segment's agent spec, so changing them never changes a replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agentor_temporal.workflows.conversation import ConversationRef, canonical, chain_digest
+
+logger = logging.getLogger(__name__)
+
+#: Bytes of conversations one worker keeps (env AGENTOR_CONVERSATION_CACHE_BYTES).
+DEFAULT_CACHE_BYTES = 256_000_000
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name, "").strip().replace("_", "")
+    if not value:
+        return 0
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number of bytes, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"{name} must not be negative, got {number}")
+    return number
+
+
+def long_run_settings() -> tuple[int, int]:
+    """(history budget, inline conversation bytes) from the environment; 0 is the default.
+
+    `AGENTOR_HISTORY_BUDGET` lowers the history size at which a run continues
+    as new (tests use it to cross several continuations quickly);
+    `AGENTOR_INLINE_CONVERSATION_BYTES` sets how large a conversation is sent
+    whole before it goes by reference.
+    """
+    return _env_int("AGENTOR_HISTORY_BUDGET"), _env_int("AGENTOR_INLINE_CONVERSATION_BYTES")
+
+
+class ConversationCache:
+    """Conversations by (run_id, digest), least recently used dropped first.
+
+    Args:
+        max_bytes: the sum of the cached conversations' encoded sizes.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str], tuple[list[dict[str, Any]], int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        #: lookups that found nothing (tests and the benchmark read it)
+        self.misses = 0
+
+    def get(self, run_id: str, digest: str) -> list[dict[str, Any]] | None:
+        """The conversation with this digest, if cached."""
+        with self._lock:
+            item = self._items.get((run_id, digest))
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end((run_id, digest))
+            return item[0]
+
+    def put(self, run_id: str, digest: str, messages: list[dict[str, Any]], size: int) -> None:
+        """Keep a conversation; a run's older ones go (only the latest is asked for)."""
+        with self._lock:
+            for key in [k for k in self._items if k[0] == run_id]:
+                self._bytes -= self._items.pop(key)[1]
+            self._items[(run_id, digest)] = (messages, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes and len(self._items) > 1:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._items.clear()
+            self._bytes = 0
+
+
+#: The worker process's cache (activities of every run share it).
+CACHE = ConversationCache(_env_int("AGENTOR_CONVERSATION_CACHE_BYTES") or DEFAULT_CACHE_BYTES)
+
+
+async def full_messages(
+    run_id: str, conversation: dict[str, Any], tail: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The whole request: the referenced base, then `tail`; cached for the next turn.
+
+    Raises:
+        ApplicationError: when the base cannot be found (retryable: the
+            history may not have caught up yet).
+    """
+    try:
+        ref = ConversationRef.from_dict(conversation)
+    except ValueError as exc:
+        raise ApplicationError(str(exc), type="BadConversation", non_retryable=True) from None
+    data = canonical(tail)
+    digest = chain_digest(ref.digest, tail, data)
+    known = CACHE.get(run_id, digest)
+    if known is not None:  # asked again (a retried call, or the mirror after the call)
+        return known
+    base = CACHE.get(run_id, ref.digest)
+    if base is None:
+        base = await _from_history(run_id, ref)
+    full = base + tail
+    CACHE.put(run_id, digest, full, ref.size + len(data))
+    return full
+
+
+def remember(run_id: str, messages: list[dict[str, Any]]) -> None:
+    """Cache a request sent whole: a later one may name it as its base."""
+    data = canonical(messages)
+    CACHE.put(run_id, chain_digest("", messages, data), messages, len(data))
+
+
+async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any]]:
+    """The messages of event `ref.position` of the run, read from Temporal."""
+    from agentor_temporal.workflows.projection import TemporalStore
+
+    try:
+        client = activity.client()
+    except RuntimeError:
+        raise ApplicationError(
+            "A conversation sent by reference needs a Temporal client to read its base",
+            type="BadConversation",
+            non_retryable=True,
+        ) from None
+    event = event_at(await TemporalStore(client).segments(run_id), ref.position)
+    messages = event.messages if event is not None else None
+    if messages is None or len(messages) != ref.count:
+        found = "no such event" if event is None else f"a {event.type} with {len(messages or [])}"
+        raise ApplicationError(
+            f"The conversation base of run {run_id!r} (event {ref.position}, {ref.count} "
+            f"messages) is not in its history yet ({found}); retrying",
+            type="ConversationBaseMissing",
+        )
+    logger.info(
+        "Rebuilt the conversation of run %s from history (%d messages)", run_id, len(messages)
+    )
+    return list(messages)
+
+
+def event_at(segments: list[Any], position: int) -> Any:
+    """The event at whole-run `position` among the segments' events, or None.
+
+    Each execution's input names the whole-run position of its first event
+    (`event_offset`), so this holds when earlier history is gone too.
+    """
+    for segment in reversed(segments):
+        start = segment.input.get("event_offset", 0) if isinstance(segment.input, dict) else 0
+        if start <= position < start + len(segment.events):
+            return segment.events[position - start]
+    return None
