@@ -113,7 +113,14 @@ def _reasoning(message: Any) -> str | None:
 
 
 def _request(inp: GenerateInput, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    request: dict[str, Any] = {"model": inp.model, "messages": messages, **inp.model_settings}
+    request: dict[str, Any] = {"model": inp.model, **inp.model_settings}
+    # The openai client walks every message through its type-driven transform
+    # before encoding: about 1 ms a message (measured: 570 ms for a 600-message
+    # conversation, 35 ms for 20), so each turn of a long run would be slower
+    # than the last. These messages are wire-format JSON already (they came
+    # through history), so they go into the body as they are.
+    request["messages"] = []
+    request["extra_body"] = {**(request.get("extra_body") or {}), "messages": messages}
     if inp.tools:
         request["tools"] = inp.tools
     return request

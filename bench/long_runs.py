@@ -153,6 +153,15 @@ def turn_times(events: list[Any]) -> list[float]:
     return [b - a for a, b in zip(starts, starts[1:], strict=False)]
 
 
+def model_times(events: list[Any]) -> list[float]:
+    """Seconds each generation took inside the `generate` activity (the model call)."""
+    return [
+        e.ended_at - e.started_at
+        for e in events
+        if e.type == "generation" and e.started_at and e.ended_at
+    ]
+
+
 def around(times: list[float], turn: int, width: int = 5) -> float:
     """Median turn time over `width` turns ending at `turn` (1-based)."""
     window = times[max(turn - width, 0) : turn]
@@ -216,6 +225,7 @@ async def one_run(
             log(f"golden history written to {golden} ({golden.stat().st_size:,} bytes)")
     await server.shutdown()
     times = turn_times(events)
+    model_s = model_times(events)
     tool_results = [e for e in events if e.type == "tool_result"]
     curve_at = sorted({t for t in (2, 10, 50, 100, 200, 300, 500, 750) if t < len(times)})
     curve = {str(t): round(around(times, t) * 1000, 1) for t in curve_at}
@@ -235,6 +245,7 @@ async def one_run(
         "ledger_calls": sum(calls.values()),
         "ledger_twice": sorted(k for k, v in calls.items() if v > 1),
         "turn_ms": curve,
+        "model_ms": {t: round(around(model_s, int(t)) * 1000, 1) for t in curve},
         "turn10_ms": curve.get("10"),
         "last_turn_ms": curve.get(str(len(times))) if times else None,
         "worker_peak_rss_mb": round(rss / 2**20, 1),

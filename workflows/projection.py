@@ -56,6 +56,12 @@ class Segment:
     failure: str | None = None
     start_time: float | None = None
     close_time: float | None = None
+    #: the execution's history: bytes (as the server counts them at its
+    #: latest workflow task), events, and whether the server suggested
+    #: continue-as-new at that task
+    history_bytes: int = 0
+    history_events: int = 0
+    continue_as_new_suggested: bool = False
     #: index in `events` -> (conversation reference, tail) of a request sent
     #: by reference, until `resolve_requests` fills in its messages
     pending: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
@@ -201,7 +207,12 @@ class TemporalStore:
         journal: list[tuple[int, list[dict[str, Any]], dict[str, str]]] = []
         for event in history.events:
             kind = event.event_type
-            if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            segment.history_events += 1
+            if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                task = event.workflow_task_started_event_attributes
+                segment.history_bytes = max(segment.history_bytes, task.history_size_bytes)
+                segment.continue_as_new_suggested = task.suggest_continue_as_new
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
                 attrs = event.workflow_execution_started_event_attributes
                 segment.execution_run_id = attrs.original_execution_run_id or history.run_id
                 segment.start_time = event.event_time.ToDatetime().timestamp()
