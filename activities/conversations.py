@@ -4,7 +4,10 @@ A `generate` input (or a journal step that mirrors a `generation`) may name
 its conversation's base by whole-run event position and chain digest instead
 of carrying it (see `workflows/conversation.py`). The worker keeps the latest
 conversation of the runs it served in a bounded in-process cache, keyed by
-digest, so the usual turn costs one dictionary lookup. On a miss (another
+digest, together with its JSON encoding: the usual turn then costs one
+dictionary lookup and encoding the new messages, and the request body is
+the cached bytes plus those (encoding a 3 MB conversation again every turn
+is most of what a long run's turn would otherwise add). On a miss (another
 worker served the last turn, or this one restarted) the base is read from
 the run's own history through `TemporalStore`, which holds every message
 once. History is the durable record here: nothing outside Temporal must
@@ -16,16 +19,18 @@ segment's agent spec, so changing them never changes a replay.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentor_temporal.workflows.conversation import ConversationRef, canonical, chain_digest
+from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +62,19 @@ def long_run_settings() -> tuple[int, int]:
     return _env_int("AGENTOR_HISTORY_BUDGET"), _env_int("AGENTOR_INLINE_CONVERSATION_BYTES")
 
 
+def encode(messages: list[dict[str, Any]]) -> bytes:
+    """The messages as the elements of a JSON array (no brackets), as a request body holds them."""
+    return b",".join(json.dumps(m, separators=(",", ":")).encode() for m in messages)
+
+
+@dataclass
+class Known:
+    """A conversation the worker holds: its messages, and the same encoded for a request body."""
+
+    messages: list[dict[str, Any]]
+    encoded: bytes
+
+
 class ConversationCache:
     """Conversations by (run_id, digest), least recently used dropped first.
 
@@ -66,13 +84,13 @@ class ConversationCache:
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, str], tuple[list[dict[str, Any]], int]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], Known] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         #: lookups that found nothing (tests and the benchmark read it)
         self.misses = 0
 
-    def get(self, run_id: str, digest: str) -> list[dict[str, Any]] | None:
+    def get(self, run_id: str, digest: str) -> Known | None:
         """The conversation with this digest, if cached."""
         with self._lock:
             item = self._items.get((run_id, digest))
@@ -80,18 +98,18 @@ class ConversationCache:
                 self.misses += 1
                 return None
             self._items.move_to_end((run_id, digest))
-            return item[0]
+            return item
 
-    def put(self, run_id: str, digest: str, messages: list[dict[str, Any]], size: int) -> None:
+    def put(self, run_id: str, digest: str, known: Known) -> None:
         """Keep a conversation; a run's older ones go (only the latest is asked for)."""
         with self._lock:
             for key in [k for k in self._items if k[0] == run_id]:
-                self._bytes -= self._items.pop(key)[1]
-            self._items[(run_id, digest)] = (messages, size)
-            self._bytes += size
+                self._bytes -= len(self._items.pop(key).encoded)
+            self._items[(run_id, digest)] = known
+            self._bytes += len(known.encoded)
             while self._bytes > self.max_bytes and len(self._items) > 1:
-                _, (_, dropped) = self._items.popitem(last=False)
-                self._bytes -= dropped
+                _, dropped = self._items.popitem(last=False)
+                self._bytes -= len(dropped.encoded)
 
     def clear(self) -> None:
         """Forget everything."""
@@ -106,7 +124,7 @@ CACHE = ConversationCache(_env_int("AGENTOR_CONVERSATION_CACHE_BYTES") or DEFAUL
 
 async def full_messages(
     run_id: str, conversation: dict[str, Any], tail: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+) -> Known:
     """The whole request: the referenced base, then `tail`; cached for the next turn.
 
     Raises:
@@ -117,23 +135,23 @@ async def full_messages(
         ref = ConversationRef.from_dict(conversation)
     except ValueError as exc:
         raise ApplicationError(str(exc), type="BadConversation", non_retryable=True) from None
-    data = canonical(tail)
-    digest = chain_digest(ref.digest, tail, data)
+    digest = chain_digest(ref.digest, tail)
     known = CACHE.get(run_id, digest)
     if known is not None:  # asked again (a retried call, or the mirror after the call)
         return known
     base = CACHE.get(run_id, ref.digest)
     if base is None:
-        base = await _from_history(run_id, ref)
-    full = base + tail
-    CACHE.put(run_id, digest, full, ref.size + len(data))
-    return full
+        messages = await _from_history(run_id, ref)
+        base = Known(messages, encode(messages))
+    encoded = b",".join(part for part in (base.encoded, encode(tail)) if part)
+    known = Known(base.messages + tail, encoded)
+    CACHE.put(run_id, digest, known)
+    return known
 
 
 def remember(run_id: str, messages: list[dict[str, Any]]) -> None:
     """Cache a request sent whole: a later one may name it as its base."""
-    data = canonical(messages)
-    CACHE.put(run_id, chain_digest("", messages, data), messages, len(data))
+    CACHE.put(run_id, chain_digest("", messages), Known(messages, encode(messages)))
 
 
 async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any]]:

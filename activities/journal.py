@@ -131,9 +131,10 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
             # a generation sent by reference: the store gets its whole request
             index = int(key) - start
             if 0 <= index < len(events) and events[index].messages is None:
-                events[index].messages = await full_messages(
+                known = await full_messages(
                     inp.run_id, request["conversation"], request["messages"]
                 )
+                events[index].messages = known.messages
         have = await asyncio.to_thread(store_count, store, inp.run_id)
         if have < start:
             earlier = await _backfill(inp.run_id, have, start)

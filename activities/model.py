@@ -9,6 +9,8 @@ run at once with the provider's own message.
 from __future__ import annotations
 
 import email.utils
+import inspect
+import json
 import logging
 import time
 from datetime import timedelta
@@ -136,20 +138,23 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
     started = time.time()
     try:
         async with heartbeating():
-            messages = inp.messages
+            messages, encoded = inp.messages, None
             if inp.conversation is not None:
                 # sent by reference: the base is in this worker's cache or the run's history
-                messages = await full_messages(inp.run_id, inp.conversation, inp.messages)
+                known = await full_messages(inp.run_id, inp.conversation, inp.messages)
+                messages, encoded = known.messages, known.encoded
             else:
                 # sent whole: the run's first request by reference will name it
                 remember(inp.run_id, messages)
+            request = _request(inp, messages)
             if inp.stream_text:
                 from agentor_temporal.activities.streaming import stream_with_deltas
 
-                result = await stream_with_deltas(client, _request(inp, messages), inp)
+                result = await stream_with_deltas(
+                    client, request, inp, create=lambda r: create(client, r, encoded)
+                )
             else:
-                raw = await client.chat.completions.create(**_request(inp, messages))
-                result = _result(raw)
+                result = _result(await create(client, request, encoded))
     except ApplicationError:
         raise
     except Exception as exc:
@@ -167,6 +172,37 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
         raise mapped from None
     result.started_at, result.ended_at = started, time.time()
     return result
+
+
+#: create() arguments that are not fields of the request body.
+_CLIENT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
+
+
+async def create(client: Any, request: dict[str, Any], encoded: bytes | None = None) -> Any:
+    """`client.chat.completions.create(**request)`, with the messages pre-encoded if given.
+
+    `encoded` is the request's messages as JSON array elements (the worker
+    keeps a long conversation encoded, see `conversations`): the body is then
+    those bytes and the other fields, and only they are encoded now.
+    """
+    if encoded is None or _CLIENT_OPTIONS & request.keys():
+        return await client.chat.completions.create(**request)
+    from openai import AsyncStream
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    fields = {k: v for k, v in request.items() if k not in ("messages", "extra_body")}
+    fields.update({k: v for k, v in (request.get("extra_body") or {}).items() if k != "messages"})
+    rest = json.dumps(fields, separators=(",", ":")).encode()
+    body = b'{"messages":[' + encoded + b"]" + (b"," + rest[1:] if len(rest) > 2 else b"}")
+    # openai 1.x takes raw bytes as `body`; later versions as `content`
+    raw = "content" if "content" in inspect.signature(client.post).parameters else "body"
+    return await client.post(
+        "/chat/completions",
+        cast_to=ChatCompletion,
+        **{raw: body},
+        stream=bool(fields.get("stream")),
+        stream_cls=AsyncStream[ChatCompletionChunk],
+    )
 
 
 def _result(raw: Any) -> GenerateResult:

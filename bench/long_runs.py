@@ -185,9 +185,10 @@ async def one_run(
     address = client.service_client.config.target_host
     task_queue = f"long-{uuid.uuid4().hex[:8]}"
     run_id = f"long-{turns}x{size}-{uuid.uuid4().hex[:8]}"
-    with tempfile.TemporaryDirectory() as tmp, ScriptedModelServer(
-        scripted(turns), keep_requests=2
-    ) as model:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedModelServer(scripted(turns), keep_requests=2) as model,
+    ):
         ledger = Path(tmp) / "ledger.txt"
         worker = Worker(
             address,

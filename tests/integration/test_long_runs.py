@@ -247,7 +247,7 @@ def _worker(address: str, task_queue: str, model: ScriptedModelServer, env: dict
 async def test_worker_killed_around_a_continue_as_new(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
-    """A worker SIGKILLed as the run continues as new: another finishes, no event lost or doubled."""
+    """A worker SIGKILLed as the run continues as new: another finishes it, no event lost."""
     turns, ledger, runs = 30, str(tmp_path / "ledger"), tmp_path / "runs"
     env = {
         "AGENTOR_HISTORY_BUDGET": str(BUDGET),

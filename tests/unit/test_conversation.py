@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from typing import Any
 
 import pytest
 
 from agentor_temporal.activities import conversations
-from agentor_temporal.activities.conversations import ConversationCache, full_messages, remember
+from agentor_temporal.activities.conversations import (
+    ConversationCache,
+    Known,
+    full_messages,
+    remember,
+)
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.carry import Carry
 from agentor_temporal.workflows.conversation import (
@@ -57,10 +63,12 @@ def test_workflow_and_worker_compute_the_same_chain() -> None:
         assert base is not None
         full = asyncio.run(full_messages(run, base.to_dict(), tail))
         history += tail
-        assert full == history
+        assert full.messages == history
+        assert json.loads(b"[" + full.encoded + b"]") == history
         conv.recorded(10 + turn)
         assert conv.base is not None and conv.base.count == len(history)
-        assert conversations.CACHE.get(run, conv.base.digest) == history
+        cached = conversations.CACHE.get(run, conv.base.digest)
+        assert cached is not None and cached.messages == history
 
 
 def test_a_miss_reads_history_and_a_wrong_digest_is_a_miss(monkeypatch: Any) -> None:
@@ -74,7 +82,7 @@ def test_a_miss_reads_history_and_a_wrong_digest_is_a_miss(monkeypatch: Any) -> 
     monkeypatch.setattr(conversations, "_from_history", from_history)
     ref = ConversationRef(position=7, count=1, digest="not-cached", size=10)
     full = asyncio.run(full_messages("r2", ref.to_dict(), [msg("tool", "x")]))
-    assert full == [msg("user", "from history"), msg("tool", "x")] and reads == [7]
+    assert full.messages == [msg("user", "from history"), msg("tool", "x")] and reads == [7]
     # the same request again (a retried call, or the mirror): no second read
     asyncio.run(full_messages("r2", ref.to_dict(), [msg("tool", "x")]))
     assert reads == [7]
@@ -83,11 +91,15 @@ def test_a_miss_reads_history_and_a_wrong_digest_is_a_miss(monkeypatch: Any) -> 
 def test_cache_keeps_one_conversation_per_run_within_its_bytes() -> None:
     """A run's older conversation goes when a newer one comes; the oldest runs go past the bound."""
     cache = ConversationCache(max_bytes=100)
-    cache.put("a", "d1", [msg("user", "1")], 40)
-    cache.put("a", "d2", [msg("user", "2")], 40)
+
+    def known(text: str) -> Known:
+        return Known([msg("user", text)], b"x" * 40)
+
+    cache.put("a", "d1", known("1"))
+    cache.put("a", "d2", known("2"))
     assert cache.get("a", "d1") is None and cache.get("a", "d2") is not None
-    cache.put("b", "d3", [msg("user", "3")], 40)
-    cache.put("c", "d4", [msg("user", "4")], 40)
+    cache.put("b", "d3", known("3"))
+    cache.put("c", "d4", known("4"))
     assert cache.get("a", "d2") is None  # least recently used, dropped
     assert cache.get("c", "d4") is not None
 
