@@ -186,17 +186,7 @@ class AgentRunWorkflow:
     async def _loop(self, inp: AgentRunInput, seg: _Segment) -> dict[str, Any]:
         spec = seg.spec
         if seg.carry is None:
-            conversation = Conversation(initial_messages(spec.instructions, inp.input))
-            conversation.recorded(self._journal.position)
-            self._journal.record(
-                Event(
-                    type="run_start",
-                    agent=spec.name,
-                    model=spec.model,
-                    messages=copy.deepcopy(conversation.tail),
-                    started_at=seg.started,
-                )
-            )
+            conversation = self._opening(inp, seg)
             failures = FailureBudget(spec.max_tool_failures)
             first = 1
         else:
@@ -234,6 +224,34 @@ class AgentRunWorkflow:
         error = f"Reached max_turns ({seg.budget}) without a final answer."
         # no turn on this run_end, as Agentor writes it
         return await self._end("max_turns", seg, error=error)
+
+    def _opening(self, inp: AgentRunInput, seg: _Segment) -> Conversation:
+        """Record the segment's `run_start`; return the conversation it opens."""
+        spec, position = seg.spec, self._journal.position
+        if inp.conversation is not None and self._refs_allowed():
+            # a resumed conversation too large to send: history has its base
+            conversation = Conversation.from_dict(inp.conversation)
+            assert conversation.base is not None
+            request = {
+                "conversation": conversation.base.to_dict(),
+                "messages": conversation.request(),
+            }
+            messages = None
+        else:
+            conversation = Conversation(initial_messages(spec.instructions, inp.input))
+            request, messages = None, copy.deepcopy(conversation.tail)
+        self._journal.record(
+            Event(
+                type="run_start",
+                agent=spec.name,
+                model=spec.model,
+                messages=messages,
+                started_at=seg.started,
+            ),
+            request=request,
+        )
+        conversation.recorded(position)
+        return conversation
 
     async def _maybe_continue(
         self,
@@ -309,6 +327,8 @@ class AgentRunWorkflow:
             inp = parse_run_input(value)
             if inp.carry is not None:
                 Carry.from_dict(inp.carry)
+            if inp.conversation is not None:
+                Conversation.from_dict(inp.conversation)
         except Exception as exc:
             root: BaseException = exc
             while root.__cause__ is not None:

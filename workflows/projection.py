@@ -265,6 +265,16 @@ class TemporalStore:
                         segment.pending[len(segment.events)] = (request["conversation"], tail)
                     elif isinstance(request, dict):
                         data = {**data, "messages": request.get("messages")}
+                if data.get("type") == "run_start" and "messages" not in data:
+                    # a resumed conversation sent by reference: the input has it
+                    sent = (
+                        segment.input.get("conversation")
+                        if isinstance(segment.input, dict)
+                        else None
+                    )
+                    if isinstance(sent, dict) and isinstance(sent.get("base"), dict):
+                        tail = list(sent.get("tail") or [])
+                        segment.pending[len(segment.events)] = (sent["base"], tail)
                 segment.events.append(Event.from_dict(data))
         return segment
 

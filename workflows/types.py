@@ -24,6 +24,7 @@ _INPUT_KEYS = frozenset(
         "previous_execution",
         "stream_text",
         "carry",
+        "conversation",
     }
 )
 
@@ -50,6 +51,11 @@ class AgentRunInput:
     #: set by continue-as-new: the state the segment carries on with (`Carry`
     #: as JSON); `input` is then unused and may be empty
     carry: dict[str, Any] | None = None
+    #: the input messages by reference, for a resumed conversation too large
+    #: to send: {"base": {"position", "count", "digest", "size"}, "tail": [...]}
+    #: means the messages of the run's event at `position`, then `tail`;
+    #: `input` is then unused and may be empty
+    conversation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -85,8 +91,11 @@ def parse_run_input(raw: Any) -> AgentRunInput:
     carry = raw.get("carry")
     if carry is not None and not isinstance(carry, dict):
         raise ValueError('"carry" must be an object (it is set by continue-as-new)')
+    conversation = raw.get("conversation")
+    if conversation is not None and not isinstance(conversation, dict):
+        raise ValueError('"conversation" must be an object {"base": {...}, "tail": [...]}')
     prompt = raw.get("input")
-    if carry is not None and prompt in (None, "", []):
+    if (carry is not None or conversation is not None) and prompt in (None, "", []):
         prompt = []
     elif isinstance(prompt, str):
         if not prompt.strip():
@@ -122,6 +131,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         previous_execution=previous,
         stream_text=bool(raw.get("stream_text", False)),
         carry=carry,
+        conversation=conversation,
     )
 
 

@@ -27,7 +27,7 @@ from temporalio.worker import Replayer
 from agentor_temporal import Agentor, Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.activities import tool_context
 from agentor_temporal.streaming import follow
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.policies import HISTORY_LIMIT_BYTES, MAX_REQUEST_BYTES
@@ -330,3 +330,45 @@ async def test_a_run_the_old_50mb_limit_terminated_replays_and_resumes(
         "message",
         "run_end",
     ]
+
+
+async def test_resuming_a_conversation_too_large_to_send_whole(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A failed run whose conversation is past the 2 MB payload limit resumes by reference."""
+    turns, ledger, runs = 22, str(tmp_path / "ledger"), tmp_path / "runs"
+    refused: list[int] = []
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done < turns:
+            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+        if not refused:
+            refused.append(done)
+            return Fail(400, "context too long today")
+        return Reply(f"Read {done} chunks.")
+
+    with ScriptedModelServer(respond, keep_requests=1) as model:
+        agent = coder(
+            model,
+            client,
+            task_queue,
+            tools=[chunk_tool(ledger, 100_000)],
+            store=FileStore(runs),
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            failed = await agent.arun("Read the repository.", max_turns=turns + 5)
+            assert failed.status == "failed" and "context too long" in (failed.error or "")
+            result = await agent.aresume(failed.run_id)
+            last_request = model.requests[-1]["messages"]
+    assert result.status == "completed" and result.final_output == f"Read {turns} chunks."
+    assert len(json.dumps(last_request)) > 2_200_000
+    assert len(ledger_lines(ledger)) == turns  # no tool ran again
+    starts = [e for e in result.events if e.type == "run_start"]
+    assert len(starts) == 2 and starts[1].messages == last_request
+    assert [e.to_dict() for e in FileStore(runs).load(failed.run_id)] == [
+        e.to_dict() for e in result.events
+    ]
+    ref = agentor_ref.load()
+    if ref is not None:
+        assert ref.replay_messages(ref.FileStore(runs).load(failed.run_id)) == result.messages
