@@ -73,6 +73,10 @@ class Known:
 
     messages: list[dict[str, Any]]
     encoded: bytes
+    #: whole-run position of the event whose messages these are, when known
+    position: int | None = None
+    #: their chain digest
+    digest: str = ""
 
 
 class ConversationCache:
@@ -105,11 +109,20 @@ class ConversationCache:
         with self._lock:
             for key in [k for k in self._items if k[0] == run_id]:
                 self._bytes -= len(self._items.pop(key).encoded)
+            known.digest = digest
             self._items[(run_id, digest)] = known
             self._bytes += len(known.encoded)
             while self._bytes > self.max_bytes and len(self._items) > 1:
                 _, dropped = self._items.popitem(last=False)
                 self._bytes -= len(dropped.encoded)
+
+    def latest(self, run_id: str) -> Known | None:
+        """The run's conversation this worker has, whatever its digest."""
+        with self._lock:
+            for (run, _), known in self._items.items():
+                if run == run_id:
+                    return known
+            return None
 
     def clear(self) -> None:
         """Forget everything."""
@@ -123,9 +136,15 @@ CACHE = ConversationCache(_env_int("AGENTOR_CONVERSATION_CACHE_BYTES") or DEFAUL
 
 
 async def full_messages(
-    run_id: str, conversation: dict[str, Any], tail: list[dict[str, Any]]
+    run_id: str,
+    conversation: dict[str, Any],
+    tail: list[dict[str, Any]],
+    position: int | None = None,
 ) -> Known:
     """The whole request: the referenced base, then `tail`; cached for the next turn.
+
+    `position` is where the request is recorded in the run (its `generation`
+    or `run_start`): a later miss rebuilds from there instead of from the start.
 
     Raises:
         ApplicationError: when the base cannot be found (retryable: the
@@ -144,14 +163,14 @@ async def full_messages(
         messages = await _from_history(run_id, ref)
         base = Known(messages, encode(messages))
     encoded = b",".join(part for part in (base.encoded, encode(tail)) if part)
-    known = Known(base.messages + tail, encoded)
+    known = Known(base.messages + tail, encoded, position)
     CACHE.put(run_id, digest, known)
     return known
 
 
-def remember(run_id: str, messages: list[dict[str, Any]]) -> None:
+def remember(run_id: str, messages: list[dict[str, Any]], position: int | None = None) -> None:
     """Cache a request sent whole: a later one may name it as its base."""
-    CACHE.put(run_id, chain_digest("", messages), Known(messages, encode(messages)))
+    CACHE.put(run_id, chain_digest("", messages), Known(messages, encode(messages), position))
 
 
 async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any]]:
@@ -166,7 +185,25 @@ async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any
             type="BadConversation",
             non_retryable=True,
         ) from None
-    event = event_at(await TemporalStore(client).segments(run_id), ref.position)
+    store = TemporalStore(client)
+    # from the conversation this worker last had for the run, if history
+    # confirms it (a request based on it names its digest): only the
+    # executions since are read, not the whole run
+    seed = CACHE.latest(run_id)
+    segments = None
+    if seed is not None and seed.position is not None and seed.position < ref.position:
+        segments = await store.segments(
+            run_id,
+            since=seed.position,
+            known={seed.position: seed.messages},
+            digests={seed.position: seed.digest},
+        )
+        found = event_at(segments, ref.position)
+        if found is None or found.messages is None:
+            segments = None  # not confirmed: read the whole run
+    if segments is None:
+        segments = await store.segments(run_id)
+    event = event_at(segments, ref.position)
     messages = event.messages if event is not None else None
     if messages is None or len(messages) != ref.count:
         found = "no such event" if event is None else f"a {event.type} with {len(messages or [])}"

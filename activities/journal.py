@@ -132,7 +132,7 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
             index = int(key) - start
             if 0 <= index < len(events) and events[index].messages is None:
                 known = await full_messages(
-                    inp.run_id, request["conversation"], request["messages"]
+                    inp.run_id, request["conversation"], request["messages"], int(key)
                 )
                 events[index].messages = known.messages
         have = await asyncio.to_thread(store_count, store, inp.run_id)

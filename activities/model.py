@@ -141,11 +141,13 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             messages, encoded = inp.messages, None
             if inp.conversation is not None:
                 # sent by reference: the base is in this worker's cache or the run's history
-                known = await full_messages(inp.run_id, inp.conversation, inp.messages)
+                known = await full_messages(
+                    inp.run_id, inp.conversation, inp.messages, inp.position
+                )
                 messages, encoded = known.messages, known.encoded
             else:
                 # sent whole: the run's first request by reference will name it
-                remember(inp.run_id, messages)
+                remember(inp.run_id, messages, inp.position)
             request = _request(inp, messages)
             if inp.stream_text:
                 from agentor_temporal.activities.streaming import stream_with_deltas

@@ -162,8 +162,8 @@ def model_times(events: list[Any]) -> list[float]:
     ]
 
 
-def around(times: list[float], turn: int, width: int = 5) -> float:
-    """Median turn time over `width` turns ending at `turn` (1-based)."""
+def around(times: list[float], turn: int, width: int = 9) -> float:
+    """Median turn time over `width` turns ending at `turn` (1-based): one turn is noisy."""
     window = times[max(turn - width, 0) : turn]
     return statistics.median(window) if window else float("nan")
 
@@ -228,7 +228,8 @@ async def one_run(
     times = turn_times(events)
     model_s = model_times(events)
     tool_results = [e for e in events if e.type == "tool_result"]
-    curve_at = sorted({t for t in (2, 10, 50, 100, 200, 300, 500, 750) if t < len(times)})
+    marks = (10, 25, 50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 800, 900)
+    curve_at = sorted({t for t in marks if t < len(times)})
     curve = {str(t): round(around(times, t) * 1000, 1) for t in curve_at}
     if times:
         curve[str(len(times))] = round(around(times, len(times)) * 1000, 1)
@@ -260,8 +261,14 @@ async def _sample(worker: Worker) -> None:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The long-run table for docs/benchmarks.md."""
+    """The long-run section of docs/benchmarks.md."""
     lines = [
+        "## Long runs on default Temporal limits\n",
+        "`python bench/long_runs.py` (each run on its own dev server with default limits, "
+        "the worker in its own process, one `read_chunk` call per turn, then an answer). "
+        "History is per Temporal execution: a run continues as new between turns when the "
+        "server suggests it (4 MB or 4,096 events) or past 8 MB. A turn's time runs from one "
+        "generation's start to the next (median of the 9 turns ending there).\n",
         "| turns x tool result | status | executions | history per execution (max) "
         "| total history | turn 10 | last turn | worker peak RSS | tools run once |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -273,9 +280,37 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"| {len(r['executions'])} | {r['max_history_bytes'] / 1e6:.2f} MB "
             f"| {r['total_history_bytes'] / 1e6:.1f} MB | {r['turn10_ms']} ms "
             f"| {r['last_turn_ms']} ms | {r['worker_peak_rss_mb']:.0f} MB "
-            f"| {'yes' if once else 'NO'} ({r['ledger_calls']}) |"
+            f"| {'yes' if once else 'NO'} ({r['ledger_calls']} calls) |"
         )
-    return "\n".join(lines)
+    for r in rows:
+        lines.append(
+            f"\nTurn time along the {r['turns']} x {r['result_bytes'] / 1000:g} KB run "
+            "(ms; in brackets the model call alone, which carries the whole conversation):\n"
+        )
+        marks = list(r["turn_ms"])
+        lines.append("| turn | " + " | ".join(marks) + " |")
+        lines.append("| --- |" + " --- |" * len(marks))
+        lines.append("| ms | " + " | ".join(str(r["turn_ms"][m]) for m in marks) + " |")
+        lines.append("| model | " + " | ".join(str(r["model_ms"][m]) for m in marks) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(section: str) -> Path:
+    """Put the section in docs/benchmarks-long-runs.md and in docs/benchmarks.md."""
+    docs = ROOT / "docs"
+    (docs / "benchmarks-long-runs.md").write_text(section)
+    page = docs / "benchmarks.md"
+    text = page.read_text() if page.exists() else ""
+    head = "## Long runs on default Temporal limits"
+    if head in text:
+        before, _, rest = text.partition(head)
+        following = rest.find("\n## ")
+        text = before + section + (rest[following + 1 :] if following >= 0 else "")
+    else:
+        anchor = text.find("## What the numbers say")
+        text = text[:anchor] + section + "\n" + text[anchor:] if anchor >= 0 else text + section
+    page.write_text(text)
+    return page
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -302,6 +337,8 @@ async def main(argv: list[str] | None = None) -> None:
     if not args.smoke and args.record_golden is None:
         path = save("long_runs", {"machine": machine(), "runs": results})
         log(f"results: {path}")
+        if args.runs == list(DEFAULT_RUNS):
+            log(f"wrote {write_docs(markdown(results))}")
     if args.markdown or not args.smoke:
         log(markdown(results))
 

@@ -37,6 +37,9 @@ class GenerateInput:
     #: the conversation's base in the run's history (a `ConversationRef` as
     #: JSON): the request is those messages followed by `messages`
     conversation: dict[str, Any] | None = None
+    #: whole-run position the `generation` event will take (the worker keeps
+    #: it with the request, to rebuild a later one from there)
+    position: int | None = None
 
 
 @dataclass

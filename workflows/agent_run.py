@@ -431,6 +431,7 @@ class AgentRunWorkflow:
                     turn=turn,
                     stream_text=seg.stream_text,
                     conversation=base.to_dict() if base is not None else None,
+                    position=self._journal.position if base is not None else None,
                 ),
                 result_type=GenerateResult,
                 start_to_close_timeout=policies.MODEL_START_TO_CLOSE,

@@ -73,20 +73,29 @@ class Segment:
         return value if isinstance(value, int) and value >= 0 else 0
 
 
-def resolve_requests(chain: list[Segment]) -> None:
-    """Give each `generation` sent by reference its whole request (oldest segment first).
+def resolve_requests(
+    chain: list[Segment],
+    known: dict[int, list[dict[str, Any]]] | None = None,
+    digests: dict[int, str] | None = None,
+) -> None:
+    """Give each event sent by reference its whole messages (oldest segment first).
 
-    A base not in `chain` (history gone, or only the latest execution read)
-    leaves that event's messages None.
+    `known` has the messages of events not in `chain` (or known already), by
+    whole-run position. A base found nowhere (history gone, or only the
+    latest execution read) leaves that event's messages None.
     """
-    known: dict[int, list[dict[str, Any]]] = {}
+    known = dict(known or {})
     for segment in chain:
         start = segment.event_offset
         for index, event in enumerate(segment.events):
             pending = segment.pending.pop(index, None)
             if pending is not None:
                 conversation, tail = pending
-                base = known.get(int(conversation.get("position", -1)))
+                at = int(conversation.get("position", -1))
+                base = known.get(at)
+                expected = (digests or {}).get(at)
+                if expected is not None and conversation.get("digest") != expected:
+                    base = None  # `known` holds another conversation than this names
                 if base is not None:
                     event.messages = base + tail
             if event.messages is not None and event.type in ("run_start", "generation"):
@@ -158,11 +167,27 @@ class TemporalStore:
             ids.add(execution.id)
         return sorted(ids)
 
-    async def segments(self, run_id: str) -> list[Segment]:
+    async def segments(
+        self,
+        run_id: str,
+        *,
+        since: int | None = None,
+        known: dict[int, list[dict[str, Any]]] | None = None,
+        digests: dict[int, str] | None = None,
+    ) -> list[Segment]:
         """The run's executions, oldest first ([] when Temporal has none).
 
         Walks back from the latest execution through each segment's
         predecessor; stops where retention has already removed history.
+
+        Args:
+            run_id: the run.
+            since: stop at the execution holding this whole-run position (a
+                worker rebuilding a conversation from one it already has).
+            known: messages of events at those positions, for requests sent
+                by reference whose base is not read.
+            digests: the chain digests of `known`: a request naming another
+                digest for that base is left unresolved.
         """
         validate_run_id(run_id)
         chain: list[Segment] = []
@@ -182,9 +207,11 @@ class TemporalStore:
             seen.add(segment.execution_run_id)
             if not segment.previous or segment.previous in seen:
                 break
+            if since is not None and segment.event_offset <= since:
+                break
             execution = segment.previous
         chain.reverse()
-        resolve_requests(chain)
+        resolve_requests(chain, known, digests)
         return chain
 
     async def latest(self, run_id: str) -> Segment | None:

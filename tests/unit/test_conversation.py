@@ -145,3 +145,22 @@ def test_carry_round_trips_and_bad_carry_is_refused() -> None:
 
 def test_canonical_ignores_key_order() -> None:
     assert canonical({"b": 1, "a": "é"}) == canonical({"a": "é", "b": 1})
+
+
+def test_a_known_base_is_used_only_for_the_digest_it_has() -> None:
+    """A worker's cached conversation seeds a rebuild only where history names its digest."""
+    tail = [msg("tool", "t")]
+
+    def later() -> Segment:
+        segment = Segment("e2", input={"agent": "a", "input": [], "event_offset": 5})
+        segment.events = [Event(type="generation")]
+        segment.pending[0] = ({"position": 4, "count": 1, "digest": "d4"}, tail)
+        return segment
+
+    known = {4: [msg("user", "u")]}
+    ok = later()
+    resolve_requests([ok], known, {4: "d4"})
+    assert ok.events[0].messages == [msg("user", "u"), msg("tool", "t")]
+    other = later()
+    resolve_requests([other], known, {4: "another conversation"})
+    assert other.events[0].messages is None
