@@ -12,6 +12,7 @@ import asyncio
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -101,11 +103,15 @@ async def history_sizes(client: Client, run_id: str) -> list[int]:
 
 
 async def test_a_long_run_continues_as_new_and_reads_as_one_run(
-    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Across several continuations: one log, every tool once, turns and positions keep counting."""
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
-    turns, ledger = 40, str(tmp_path / "ledger")
+    turns, ledger, address = 40, str(tmp_path / "ledger"), temporal_address
     runs = tmp_path / "runs"
     with ScriptedModelServer(scripted(turns)) as model:
         agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
@@ -116,7 +122,23 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
         ):
             result = await agent.arun("Read the repository.", run_id=run_id, max_turns=turns + 1)
             last_request = model.requests[-1]["messages"]
+            handle = client.get_workflow_handle(run_id)
+            metadata = await handle.query(
+                "__temporal_workflow_metadata", result_type=WorkflowMetadata
+            )
+            state = await handle.query("state")
     assert result.status == "completed" and result.final_output == f"Read {turns} chunks."
+    # the run's current details and state say how big its history is
+    assert re.search(r" · history \d+\.\d MB, [\d,]+ events$", metadata.current_details)
+    assert state["execution"] >= 3 and 0 < state["history_bytes"] < BUDGET + 60_000
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "show", run_id, "--temporal", address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    history_line = next(line for line in shown.stdout.splitlines() if line.startswith("history"))
+    assert re.search(r"MB, [\d,]+ events in the latest of \d+ executions \(largest", history_line)
     segments = await TemporalStore(client).segments(run_id)
     assert len(segments) >= 3
     assert [s.status for s in segments] == ["continued_as_new"] * (len(segments) - 1) + [
