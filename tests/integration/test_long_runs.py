@@ -35,7 +35,7 @@ from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.policies import HISTORY_LIMIT_BYTES, MAX_REQUEST_BYTES
 
 import agentor_ref
-from helpers import ledger_lines, stop_process, wait_until
+from helpers import ledger_lines, stop_process, transfer_tool, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "limit_terminated_history.json.gz"
@@ -394,3 +394,38 @@ async def test_resuming_a_conversation_too_large_to_send_whole(
     ref = agentor_ref.load()
     if ref is not None:
         assert ref.replay_messages(ref.FileStore(runs).load(failed.run_id)) == result.messages
+
+
+async def test_an_approval_after_several_continuations_pauses_the_run(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run() returns the pause of a later execution, and the decision reaches that execution."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    turns, ledger = 30, str(tmp_path / "ledger")
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done < turns:
+            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+        if done == turns:
+            return CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay")
+        return Reply("Paid bob.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(
+            model,
+            client,
+            task_queue,
+            tools=[chunk_tool(ledger, 2000), transfer_tool(ledger)],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await agent.arun("Read, then pay bob.", max_turns=turns + 5)
+            assert paused.status == "awaiting_approval"
+            assert [p.call_id for p in paused.pending_approvals] == ["call_pay"]
+            assert len(await TemporalStore(client).segments(paused.run_id)) >= 3
+            await agent.aapprove(paused.run_id, "call_pay", by="carol")
+            result = await agent.aresume(paused.run_id)
+    assert result.status == "completed" and result.final_output == "Paid bob."
+    assert sum(1 for line in ledger_lines(ledger) if line.startswith("transfer ")) == 1
+    decision = next(e for e in result.events if e.type == "approval_decision")
+    assert decision.status == "approved" and decision.result == "carol"

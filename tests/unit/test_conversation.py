@@ -164,3 +164,24 @@ def test_a_known_base_is_used_only_for_the_digest_it_has() -> None:
     other = later()
     resolve_requests([other], known, {4: "another conversation"})
     assert other.events[0].messages is None
+
+
+def test_the_carried_stream_state_reads_back_as_the_sdk_type() -> None:
+    """The stream's offsets and publisher dedup state survive the JSON of continue-as-new."""
+    from datetime import datetime, timezone
+
+    from temporalio.contrib.workflow_streams import WorkflowStreamState
+    from temporalio.contrib.workflow_streams._types import PublisherState
+    from temporalio.converter import default
+
+    from agentor_temporal.workflows.carry import emptied
+
+    seen = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    state = WorkflowStreamState(base_offset=5, publishers={"p": PublisherState(3, seen)})
+    state.log = [object(), object()]  # type: ignore[list-item]  # only counted
+    converter = default().payload_converter
+    carried = emptied(state)
+    back = converter.from_payload(converter.to_payload(carried), WorkflowStreamState)
+    assert back == WorkflowStreamState(
+        log=[], base_offset=7, publishers={"p": PublisherState(3, seen)}
+    )
