@@ -154,4 +154,5 @@ class HistoryGauge:
     def describe(self) -> str:
         """For the run's current details."""
         hint = " · continue-as-new suggested" if self.suggested else ""
-        return f"history {self.bytes / 1e6:.1f} MB, {self.events:,} events{hint}"
+        size = f"{self.bytes / 1e6:.1f} MB" if self.bytes >= 1e6 else f"{self.bytes / 1e3:.0f} kB"
+        return f"history {size}, {self.events:,} events{hint}"

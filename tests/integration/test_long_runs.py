@@ -129,7 +129,7 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
             state = await handle.query("state")
     assert result.status == "completed" and result.final_output == f"Read {turns} chunks."
     # the run's current details and state say how big its history is
-    assert re.search(r" · history \d+\.\d MB, [\d,]+ events$", metadata.current_details)
+    assert re.search(r" · history [\d.]+ [kM]B, [\d,]+ events$", metadata.current_details)
     assert state["execution"] >= 3 and 0 < state["history_bytes"] < BUDGET + 60_000
     shown = subprocess.run(
         [sys.executable, "-m", "agentor_temporal", "show", run_id, "--temporal", address],
