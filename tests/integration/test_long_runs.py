@@ -166,11 +166,16 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
         assert len(theirs) == len(events)
         assert ref.replay_messages(theirs) == result.messages
     # each execution's history replays with the current code
-    for segment in segments:
+    for index, segment in enumerate(segments):
         history = await client.get_workflow_handle(
             run_id, run_id=segment.execution_run_id
         ).fetch_history()
         await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+        # goldens: the first execution (it continues as new) and the last (it carries on)
+        name = {0: "continued_first", len(segments) - 1: "continued_last"}.get(index)
+        if os.environ.get("UPDATE_GOLDEN") and name:
+            golden = GOLDEN.parent / f"{name}_history.json.gz"
+            golden.write_bytes(gzip.compress(history.to_json().encode(), 9))
 
 
 async def test_a_follower_gets_every_event_once_across_continuations(
@@ -266,8 +271,9 @@ def _worker(address: str, task_queue: str, model: ScriptedModelServer, env: dict
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("when", ["before", "after"])
 async def test_worker_killed_around_a_continue_as_new(
-    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+    when: str, client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
     """A worker SIGKILLed as the run continues as new: another finishes it, no event lost."""
     turns, ledger, runs = 30, str(tmp_path / "ledger"), tmp_path / "runs"
@@ -290,15 +296,20 @@ async def test_worker_killed_around_a_continue_as_new(
             )
             started = (await handle.describe()).run_id
 
-            async def continued() -> bool:
-                return (await handle.describe()).run_id != started
+            async def there() -> bool:
+                described = await handle.describe()
+                if when == "after":
+                    return described.run_id != started
+                # the first execution's history is about to pass the budget
+                info = described.raw_description.workflow_execution_info
+                return described.run_id != started or info.history_size_bytes > BUDGET - 8_000
 
             for _ in range(1200):
-                if await continued():
+                if await there():
                     break
                 await asyncio.sleep(0.02)
             else:
-                raise AssertionError("the run never continued as new")
+                raise AssertionError(f"the run never got {when} its continue-as-new")
             first.send_signal(signal.SIGKILL)
             first.wait(10)
             second = _worker(temporal_address, task_queue, model, env)
