@@ -440,3 +440,21 @@ async def test_an_approval_after_several_continuations_pauses_the_run(
     assert sum(1 for line in ledger_lines(ledger) if line.startswith("transfer ")) == 1
     decision = next(e for e in result.events if e.type == "approval_decision")
     assert decision.status == "approved" and decision.result == "carol"
+
+
+async def test_text_deltas_stream_when_the_conversation_goes_by_reference(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A streamed answer to a conversation sent by reference arrives as deltas and whole."""
+    turns, ledger = 3, str(tmp_path / "ledger")
+    with ScriptedModelServer(scripted(turns), keep_requests=1) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 50_000)])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            received = [
+                e async for e in agent.stream_chat("Read.", stream_text=True, max_turns=turns + 1)
+            ]
+            last_request = model.requests[-1]["messages"]
+    deltas = [e for e in received if e.type == "text_delta"]
+    assert "".join(e.text or "" for e in deltas) == f"Read {turns} chunks."
+    assert received[-1].type == "run_end" and received[-1].status == "completed"
+    assert sum(1 for m in last_request if m["role"] == "tool") == turns
