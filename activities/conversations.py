@@ -34,7 +34,10 @@ from agentor_temporal.workflows.conversation import ConversationRef, chain_diges
 
 logger = logging.getLogger(__name__)
 
-#: Bytes of conversations one worker keeps (env AGENTOR_CONVERSATION_CACHE_BYTES).
+#: Bytes of conversations one worker keeps (env AGENTOR_CONVERSATION_CACHE_BYTES),
+#: counted as encoded; the decoded messages take about as much again. One
+#: entry per run: a worker serving 80 runs of 3 MB conversations at once
+#: keeps them all.
 DEFAULT_CACHE_BYTES = 256_000_000
 
 
@@ -198,8 +201,8 @@ async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any
             known={seed.position: seed.messages},
             digests={seed.position: seed.digest},
         )
-        found = event_at(segments, ref.position)
-        if found is None or found.messages is None:
+        confirmed = event_at(segments, ref.position)
+        if confirmed is None or confirmed.messages is None:
             segments = None  # not confirmed: read the whole run
     if segments is None:
         segments = await store.segments(run_id)
