@@ -3,6 +3,7 @@
     python bench/long_runs.py                      # 1000 x 1 KB, 300 x 10 KB, 30 x 100 KB
     python bench/long_runs.py --runs 300x10000     # one size: turns x tool-result bytes
     python bench/long_runs.py --smoke              # 40 x 2 KB with a 64 KB history budget
+    python bench/long_runs.py --runs 300x10000 --store   # with a FileStore mirror
     python bench/long_runs.py --record-golden F    # with code that cannot continue-as-new:
                                                    # keep the history the 50 MB limit cut
 
@@ -70,7 +71,14 @@ def scripted(turns: int) -> Any:
 class Worker:
     """The worker process for the long agent, with its peak RSS sampled."""
 
-    def __init__(self, address: str, task_queue: str, model_url: str, env: dict[str, str]):
+    def __init__(
+        self,
+        address: str,
+        task_queue: str,
+        model_url: str,
+        env: dict[str, str],
+        store: str | None = None,
+    ):
         full = {**os.environ, **env}
         full.update(
             TEMPORAL_ADDRESS=address,
@@ -88,6 +96,7 @@ class Worker:
                 task_queue,
                 "--log-level",
                 "WARNING",
+                *(["--store", store] if store else []),
             ],
             env=full,
             stdout=subprocess.PIPE,
@@ -174,6 +183,7 @@ async def one_run(
     *,
     env: dict[str, str],
     golden: Path | None = None,
+    store: bool = False,
 ) -> dict[str, Any]:
     """One long run on a fresh dev server; returns its measurements."""
     server = await WorkflowEnvironment.start_local(
@@ -195,6 +205,7 @@ async def one_run(
             task_queue,
             model.base_url,
             {**env, "LONG_RUN_RESULT_BYTES": str(size), "LONG_RUN_LEDGER": str(ledger)},
+            store=str(Path(tmp) / "runs") if store else None,
         )
         try:
             worker.wait_ready()
@@ -220,6 +231,8 @@ async def one_run(
         rows = await executions(client, run_id)
         events = await TemporalStore(client).aload(run_id)
         calls = Counter(ledger.read_text().split("\n")[:-1]) if ledger.exists() else Counter()
+        jsonl = Path(tmp) / "runs" / f"{run_id}.jsonl"
+        jsonl_bytes = jsonl.stat().st_size if jsonl.exists() else None
         if golden is not None:
             history = await client.get_workflow_handle(run_id).fetch_history()
             golden.write_bytes(gzip.compress(history.to_json().encode(), 9))
@@ -251,6 +264,7 @@ async def one_run(
         "turn10_ms": curve.get("10"),
         "last_turn_ms": curve.get(str(len(times))) if times else None,
         "worker_peak_rss_mb": round(rss / 2**20, 1),
+        "jsonl_bytes": jsonl_bytes,
     }
 
 
@@ -331,6 +345,7 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="one small run, small budget")
     parser.add_argument("--record-golden", type=Path, default=None)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--store", action="store_true", help="the worker mirrors into a FileStore")
     parser.add_argument(
         "--from-results", action="store_true", help="rewrite the docs from the last results"
     )
@@ -351,13 +366,15 @@ async def main(argv: list[str] | None = None) -> None:
     for spec in runs:
         turns, size = (int(x) for x in spec.lower().split("x"))
         log(f"run {turns} turns x {size:,} bytes ...")
-        row = await one_run(turns, size, env=env, golden=args.record_golden)
+        row = await one_run(turns, size, env=env, golden=args.record_golden, store=args.store)
         log(json.dumps({k: v for k, v in row.items() if k != "executions"}))
         results.append(row)
     if not args.smoke and args.record_golden is None:
-        path = save("long_runs", {"machine": machine(), "load": load, "runs": results})
+        full = args.runs == list(DEFAULT_RUNS) and not args.store
+        name = "long_runs" if full else "long_runs_extra"
+        path = save(name, {"machine": machine(), "load": load, "runs": results})
         log(f"results: {path}")
-        if args.runs == list(DEFAULT_RUNS):
+        if full:
             log(f"wrote {write_docs(markdown(results, load))}")
     if args.markdown or not args.smoke:
         log(markdown(results, load))
