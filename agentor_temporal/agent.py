@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict
 from typing import Any
 
 from temporalio.client import (
@@ -21,8 +20,9 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDReusePolicy
 
+from agentor_temporal._continuing import continuation_input
 from agentor_temporal._results import await_result, check_input, check_owner, result_from
-from agentor_temporal._runs import check_waiting, run_events, send_decision
+from agentor_temporal._runs import check_waiting, run_events, seeded_prefix, send_decision
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
@@ -34,8 +34,6 @@ from agentor_temporal.store import (
     Store,
     is_complete,
     new_run_id,
-    replay_messages,
-    total_usage,
     validate_run_id,
 )
 from agentor_temporal.streaming import follow, on_runtime
@@ -493,7 +491,14 @@ class Agentor:
         if latest.status == "running":
             async with self._serving(client):
                 return await self._result(client, run_id)
-        return await self._continue(client, run_id, events, latest.execution_run_id, max_turns)
+        return await self._continue(
+            client,
+            run_id,
+            events,
+            latest.execution_run_id,
+            max_turns,
+            in_temporal_from=seeded_prefix(segments),
+        )
 
     async def _continue(
         self,
@@ -502,17 +507,15 @@ class Agentor:
         events: list[Event],
         previous: str | None,
         max_turns: int | None,
+        in_temporal_from: int = 0,
     ) -> RunResult:
-        messages = replay_messages(events)
-        if not messages:
-            raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
-        inp = AgentRunInput(
-            agent=self.name,
-            input=messages,
+        inp = continuation_input(
+            self.name,
+            run_id,
+            events,
+            previous=previous,
+            in_temporal_from=in_temporal_from,
             max_turns=max_turns,
-            event_offset=len(events),
-            prior_usage=asdict(total_usage(events)),
-            previous_execution=previous,
         )
         async with self._serving(client):
             # ALLOW_DUPLICATE: the previous execution is closed; a concurrent

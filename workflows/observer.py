@@ -24,9 +24,13 @@ class RunObserver:
         self.status = RunStatus()
         self.metrics = RunMetrics()
 
-    def begin(self, spec: AgentSpec, inp: AgentRunInput, run_id: str) -> Any:
-        """Start watching a segment; returns the context manager of its run span."""
-        self.status.begin(spec, Usage.from_dict(inp.prior_usage))
+    def begin(self, spec: AgentSpec, inp: AgentRunInput, run_id: str, spent: Usage) -> Any:
+        """Start watching an execution; returns the context manager of its run span.
+
+        `spent` is what the run used before this execution: earlier segments,
+        and this segment's earlier executions when it continued as new.
+        """
+        self.status.begin(spec, spent)
         self.metrics.begin(spec, new_run=inp.event_offset == 0)
         return self.trace.start(spec.name, spec.model, run_id)
 

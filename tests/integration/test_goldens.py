@@ -4,7 +4,10 @@ Each golden is a real run's history, recorded by an earlier build: a change
 to the workflow's commands that is not behind `workflow.patched` fails here.
 Recording a new one: `UPDATE_GOLDEN=1 scripts/test tests/integration/test_goldens.py`
 re-records the scenarios below (the other goldens come from `test_replay.py`,
-and hostile_run_id_history.json from a build before the run-id check).
+`test_long_runs.py` (continued_first/continued_last: a run that continues as
+new), hostile_run_id_history.json from a build before the run-id check, and
+limit_terminated_history.json.gz from `bench/long_runs.py --record-golden` on
+a build before continue-as-new, whose run the 50 MB history limit terminated).
 """
 
 from __future__ import annotations
