@@ -155,6 +155,12 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
     assert [e.type for e in events].count("run_start") == 1
     assert [e.type for e in events].count("run_end") == 1
     assert result.usage.total_tokens == 15 * (turns + 1)
+    # the search attributes of the last execution count the whole run
+    attributes = (await client.get_workflow_handle(run_id).describe()).typed_search_attributes
+    from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
+
+    assert attributes.get(AGENT_STATUS) == "completed"
+    assert attributes.get(AGENT_TOKENS) == result.usage.total_tokens
     assert sum(1 for m in last_request if m["role"] == "tool") == turns
     assert result.messages[: len(last_request)] == last_request
     # the JSONL mirror is one log, equal to history, and Agentor 0.1.1 replays it the same
