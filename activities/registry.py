@@ -94,7 +94,13 @@ class AgentDefinition:
             found.append(f"tools changed: {', '.join(changed)}")
         return found or ["definition differs"]
 
-    def spec(self, *, mirror: bool = False, search_attributes: bool = False) -> AgentSpec:
+    def spec(
+        self,
+        *,
+        mirror: bool = False,
+        search_attributes: bool = False,
+        status_attributes: bool = False,
+    ) -> AgentSpec:
         """The spec a run records at the start of each segment."""
         return AgentSpec(
             name=self.name,
@@ -106,6 +112,7 @@ class AgentDefinition:
             max_tool_failures=self.max_tool_failures,
             mirror=mirror,
             search_attributes=search_attributes,
+            status_attributes=status_attributes,
             fingerprint=self.fingerprint(),
         )
 
@@ -123,6 +130,8 @@ class AgentRegistry:
         self.default_store = default_store
         #: set once the namespace is known to have AgentName/AgentModel
         self.search_attributes = False
+        #: set once it is known to have AgentStatus/AgentTokens too
+        self.status_attributes = False
         self._clients: dict[tuple[str, str, int], Any] = {}
         self._lock = threading.Lock()
         # striped: bounded however many runs this worker serves

@@ -16,13 +16,15 @@ tool calls are given on that run id. The worker serving the child needs the
 agent registered (`AgentorPlugin(agents=[...])`); by default the child runs on
 the parent's task queue.
 
-Cancellation and parent close: cancelling the awaiting parent (or the task
-that awaits `run_agent`) requests cancellation of the agent run and waits for
-it to close; if the parent closes while the agent still runs (it timed out,
-was terminated, or did not await), the agent run is asked to cancel
-(`ParentClosePolicy.REQUEST_CANCEL`): a cancelled run stops at its next step
-and `resume(run_id)` can continue it later. Pass `parent_close_policy=
-ParentClosePolicy.ABANDON` to let the agent finish on its own.
+Cancellation and parent close:
+- cancelling the parent cancels its agent run, waits for it to close, and
+  `run_agent` raises `asyncio.CancelledError`, so the parent is cancelled too;
+- if the parent closes while the agent still runs (terminated, timed out),
+  the agent run is asked to cancel (`ParentClosePolicy.REQUEST_CANCEL`); pass
+  `parent_close_policy=ParentClosePolicy.ABANDON` to let it finish instead;
+- cancelling only the agent run gives the parent a "failed" outcome saying so.
+A cancelled agent run records `run_end` (status "failed", saying it was
+cancelled), closes as cancelled, and `resume(run_id)` continues it later.
 
 Runs inside the workflow sandbox: deterministic, no I/O; this module is
 passed through the sandbox by `AgentorPlugin`.
@@ -30,11 +32,12 @@ passed through the sandbox by `AgentorPlugin`.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 from agentor_temporal.store.base import validate_run_id
@@ -95,7 +98,19 @@ async def run_agent(
             result_type=dict,
         )
     except ChildWorkflowError as exc:
-        return RunOutcome(
-            run_id=child_id, status="failed", final_output=None, error=failure_message(exc)
-        )
+        if isinstance(exc.cause, CancelledError) and _cancel_requested():
+            # this workflow is being cancelled: its agent run was cancelled
+            # with it, and the cancellation goes on up
+            raise asyncio.CancelledError(failure_message(exc)) from None
+        error = failure_message(exc)
+        if isinstance(exc.cause, CancelledError):
+            error = f"The agent run {child_id!r} was cancelled; resume(run_id) continues it."
+        return RunOutcome(run_id=child_id, status="failed", final_output=None, error=error)
     return RunOutcome.from_dict(result)
+
+
+def _cancel_requested() -> bool:
+    """Whether the calling workflow (not just its agent run) was asked to cancel."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return bool(cancelling()) if callable(cancelling) else True

@@ -102,10 +102,16 @@ def main() -> int:
         env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="scripted")
         say(f"No OPENAI_API_KEY: a scripted OpenAI-compatible model at {server.base_url} answers.")
 
-    from agentor_temporal.connection import environment_configured, start_dev_server
+    from agentor_temporal.connection import (
+        DEV_DATA_DIR,
+        environment_configured,
+        start_dev_server,
+    )
 
     if not environment_configured():
-        dev = start_dev_server()
+        # the repository root's .temporal/, which `agentor-temporal dev` run
+        # from there uses too: the demo's runs stay there for `show` and `list`
+        dev = start_dev_server(HERE.parent / DEV_DATA_DIR)
         say(f"Temporal dev server: {dev.address} (UI {dev.ui_url}, data in {dev.data_dir})")
 
     runs = HERE / "runs"
@@ -154,10 +160,11 @@ def main() -> int:
         return 1
     say(f"JSONL log: {path.relative_to(HERE.parent)} ({len(event_lines(path))} events)")
     say(f"Inspect the run: http://localhost:8233/namespaces/default/workflows/{run_id}")
+    say(f"or from a terminal, in the repository root: agentor-temporal show {run_id}")
     if not environment_configured():
         say(
             "The dev server keeps running for that; stop it with: "
-            "agentor-temporal dev stop --data-dir examples/.temporal"
+            "agentor-temporal dev stop (from the repository root)"
         )
     if server is not None:
         server.stop()

@@ -245,6 +245,10 @@ class DevServerProcess:
             "AgentName=Keyword",
             "--search-attribute",
             "AgentModel=Keyword",
+            "--search-attribute",
+            "AgentStatus=Keyword",
+            "--search-attribute",
+            "AgentTokens=Int",
         ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
@@ -314,3 +318,17 @@ def wait_line(proc: subprocess.Popen[str], text: str, timeout: float = 60.0) -> 
                     f"process exited ({proc.returncode}) before printing {text!r}: {seen[-500:]!r}"
                 )
             seen += chunk
+
+
+async def until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """`wait_until` for async tests: polls without blocking the event loop."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)

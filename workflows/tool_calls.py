@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
 
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
@@ -25,6 +25,7 @@ from agentor_temporal.workflows.approvals import Approvals
 from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.types import AgentSpec
 
 
@@ -37,9 +38,12 @@ def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> E
 class ToolCalls:
     """Runs a turn's tool calls for one segment of a run."""
 
-    def __init__(self, journal: Journal, approvals: Approvals) -> None:
+    def __init__(
+        self, journal: Journal, approvals: Approvals, trace: RunTrace | None = None
+    ) -> None:
         self.journal = journal
         self.approvals = approvals
+        self.trace = trace or RunTrace()
         #: tool activities in flight that need no approval
         self.running = 0
 
@@ -106,7 +110,8 @@ class ToolCalls:
                 return answered
         self.running += 1
         try:
-            res = await workflow.execute_activity(
+            # not yet awaited: the activity is scheduled inside the call's span
+            call_tool = workflow.execute_activity(
                 policies.CALL_TOOL,
                 CallToolInput(
                     run_id=workflow.info().workflow_id,
@@ -127,7 +132,13 @@ class ToolCalls:
                 activity_id=f"tool-{turn}-{index}",
                 summary=call_summary(name, args),
             )
+            res = await self.trace.tool_call(name, str(call_id), args, turn, call_tool)
         except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError) and workflow.patched(
+                policies.PATCH_CLOSE_CANCELLED
+            ):
+                # the run is being cancelled: not the tool's answer
+                raise asyncio.CancelledError(failure_message(exc)) from None
             # retries exhausted (timeouts, lost workers): the model hears it
             error = f"Tool call failed: {failure_message(exc)}"
             return _answer(name, call_id, error, f"Error: {error}", args=args)

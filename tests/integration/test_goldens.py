@@ -1,0 +1,171 @@
+"""Determinism: every committed golden history replays with the production plugin.
+
+Each golden is a real run's history, recorded by an earlier build: a change
+to the workflow's commands that is not behind `workflow.patched` fails here.
+Recording a new one: `UPDATE_GOLDEN=1 scripts/test tests/integration/test_goldens.py`
+re-records the scenarios below (the other goldens come from `test_replay.py`,
+`test_long_runs.py` (continued_first/continued_last: a run that continues as
+new), hostile_run_id_history.json from a build before the run-id check, and
+limit_terminated_history.json.gz from `bench/long_runs.py --record-golden` on
+a build before continue-as-new, whose run the 50 MB history limit terminated).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from agentor_temporal import Agentor, AgentorPlugin, FileStore, function_tool
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import policies
+
+from helpers import transfer_tool, weather_agent, weather_tool
+
+GOLDEN = Path(__file__).parent / "golden"
+#: Goldens recorded under a workflow id other than the default.
+IDS = {"hostile_run_id_history": "../escape"}
+
+
+def _load(path: Path) -> WorkflowHistory:
+    name = path.name.removesuffix(".gz").removesuffix(".json")
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return WorkflowHistory.from_json(IDS.get(name, "golden-run"), text)
+
+
+async def _replay(history: WorkflowHistory) -> None:
+    async def histories() -> AsyncIterator[WorkflowHistory]:
+        yield history
+
+    replayer = Replayer(workflows=[], plugins=[AgentorPlugin()])
+    results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
+    assert results.replay_failures == {}
+
+
+@pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.json*")), ids=lambda p: p.name.split(".")[0])
+async def test_golden_history_replays_with_the_plugin(path: Path) -> None:
+    """A history recorded by an earlier build replays with today's code and plugin."""
+    await _replay(_load(path))
+
+
+# -- the scenarios behind the goldens this file records --------------------------------
+
+
+@function_tool
+def fail_always(x: str) -> str:
+    """Fails every time.
+
+    Args:
+        x: Anything.
+    """
+    raise RuntimeError("still down")
+
+
+@function_tool
+def chunk(n: int) -> str:
+    """Return 300 kB of text.
+
+    Args:
+        n: Which chunk.
+    """
+    return str(n) * 300_000
+
+
+async def _approval(agent: Agentor) -> str:
+    paused = await agent.arun("Pay bob and alice.")
+    assert paused.status == "awaiting_approval", paused
+    await agent.aapprove(paused.run_id, "call_bob", "fine", by="carol")
+    await agent.adeny(paused.run_id, "call_alice", "not today", by="carol")
+    result = await agent.aresume(paused.run_id)
+    assert result.status == "completed"
+    return result.run_id
+
+
+async def _budget(agent: Agentor) -> str:
+    result = await agent.arun("Keep trying.")
+    assert result.status == "max_turns"
+    assert any(e.error == "tool disabled" for e in result.events if e.type == "tool_result")
+    return result.run_id
+
+
+async def _oversize(agent: Agentor) -> str:
+    result = await agent.arun("Fetch four chunks.")
+    assert result.status == "completed"
+    cut = [e for e in result.events if e.type == "tool_result" and "truncated" in (e.result or "")]
+    assert len(cut) == 4
+    assert sum(len(e.result or "") for e in cut) <= policies.MAX_TURN_RESULT_BYTES
+    return result.run_id
+
+
+SCENARIOS: dict[
+    str, tuple[list[object], Callable[[], list[object]], Callable[..., Awaitable[str]], int]
+] = {
+    "approval_history": (
+        [
+            [
+                CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
+                CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
+            ],
+            Reply("Paid bob; alice was refused."),
+        ],
+        lambda: [transfer_tool()],
+        _approval,
+        20,
+    ),
+    # the approval run again, recorded once runs kept AgentStatus/AgentTokens
+    # current: its upserts (behind PATCH_AGENT_STATUS) must keep replaying
+    "agent_status_history": (
+        [
+            [
+                CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
+                CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
+            ],
+            Reply("Paid bob; alice was refused."),
+        ],
+        lambda: [transfer_tool()],
+        _approval,
+        20,
+    ),
+    "budget_history": (
+        lambda request: CallTool("fail_always", {"x": "a"}),
+        lambda: [fail_always, weather_tool()],
+        _budget,
+        4,
+    ),
+    "oversize_history": (
+        [[CallTool("chunk", {"n": n}) for n in range(4)], Reply("Got them, cut.")],
+        lambda: [chunk],
+        _oversize,
+        20,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_scenario_history_replays(
+    name: str, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The scenario behind each recorded golden still runs, and its fresh history replays."""
+    script, tools, drive, max_turns = SCENARIOS[name]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=tools(),
+            store=FileStore(tmp_path),
+            embedded_worker=False,
+            max_turns=max_turns,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await drive(agent)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await _replay(history)
+    if os.environ.get("UPDATE_GOLDEN"):
+        (GOLDEN / f"{name}.json.gz").write_bytes(gzip.compress(history.to_json().encode()))

@@ -1,0 +1,219 @@
+"""Agents inside users' own Temporal apps: `AgentorPlugin` and `run_agent`.
+
+The user's workflow is `examples/order_workflow.py` as shipped; its agent is
+`examples/support_agent.py`, pointed at this test's scripted model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.worker import Replayer, Worker
+
+from agentor_temporal import Agentor, AgentorPlugin, FileStore, TemporalStore
+from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
+
+from helpers import ROOT, until
+
+sys.path.insert(0, str(ROOT / "examples"))
+
+from order_workflow import OrderDecision, OrderWorkflow, issue_refund  # noqa: E402
+from support_agent import lookup_order  # noqa: E402
+
+REFUND_SCRIPT = [CallTool("lookup_order", {"order_id": "A-1001"}), Reply("REFUND\nIt broke.")]
+
+
+def support(model: ScriptedModelServer, store: FileStore | None = None, **kw: object) -> Agentor:
+    """The example's support agent, on this test's model, with no worker of its own."""
+    return Agentor(
+        name="Support Agent",
+        model="gpt-4o-mini",
+        instructions="Decide refunds.",
+        tools=[lookup_order],
+        store=store,
+        base_url=model.base_url,
+        api_key="test-key",
+        embedded_worker=False,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def user_worker(client: Client, queue: str, agent: Agentor, store: FileStore) -> Worker:
+    """The user's worker as the README shows it: their workflow, their activity, the plugin."""
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=[OrderWorkflow],
+        activities=[issue_refund],
+        plugins=[AgentorPlugin(agents=[agent], store=store)],
+    )
+
+
+async def test_a_users_workflow_runs_an_agent_as_an_ordinary_run(
+    client: Client, task_queue: str, tmp_path: Path, temporal_address: str
+) -> None:
+    """The child run has a JSONL log, resumes as finished, and `show` reads it."""
+    store = FileStore(tmp_path / "runs")
+    with ScriptedModelServer(REFUND_SCRIPT) as model:
+        agent = support(model, temporal=client, task_queue=task_queue)
+        order_id = f"order-{uuid.uuid4().hex[:6]}"
+        async with user_worker(client, task_queue, agent, store):
+            decision = await client.execute_workflow(
+                OrderWorkflow.run, "A-1001", id=order_id, task_queue=task_queue
+            )
+        asked = model.request_count
+        assert isinstance(decision, OrderDecision)
+        assert decision.refunded and decision.reason == "It broke."
+        child = decision.agent_run_id
+        assert child == f"{order_id}-support"
+        # the mirror has the whole run, as the history does
+        logged = [e.to_dict() for e in store.load(child)]
+        assert [e["type"] for e in logged][0] == "run_start" and logged[-1]["type"] == "run_end"
+        assert logged == [e.to_dict() for e in await TemporalStore(client).aload(child)]
+        # resume returns the finished run: no worker needed, no model request
+        result = await agent.aresume(child)
+        assert result.status == "completed" and result.final_output == "REFUND\nIt broke."
+        assert model.request_count == asked
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "show", child, "--temporal", temporal_address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "Support Agent" in shown.stdout and "lookup_order" in shown.stdout
+    # the parent's history replays with the plugin, the way users test theirs
+    history = await client.get_workflow_handle(order_id).fetch_history()
+    await Replayer(workflows=[OrderWorkflow], plugins=[AgentorPlugin()]).replay_workflow(history)
+
+
+async def test_a_plugin_on_the_client_reaches_every_worker_built_on_it(
+    client: Client, task_queue: str, tmp_path: Path, temporal_address: str
+) -> None:
+    """`Client.connect(plugins=[AgentorPlugin(...)])`: workers on that client serve agent runs."""
+    with ScriptedModelServer(REFUND_SCRIPT) as model:
+        agent = support(model)
+        plugged = await Client.connect(
+            temporal_address, plugins=[AgentorPlugin(agents=[agent], store=FileStore(tmp_path))]
+        )
+        async with Worker(
+            plugged, task_queue=task_queue, workflows=[OrderWorkflow], activities=[issue_refund]
+        ):
+            decision = await plugged.execute_workflow(
+                OrderWorkflow.run, "A-1001", id=uuid.uuid4().hex, task_queue=task_queue
+            )
+    assert decision.refunded
+
+
+async def test_an_unknown_agent_comes_back_as_a_failed_outcome(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A child run the workflow refuses is a failed outcome naming the known agents."""
+    with ScriptedModelServer(REFUND_SCRIPT) as model:
+        other = Agentor(
+            name="Billing Agent", base_url=model.base_url, api_key="k", embedded_worker=False
+        )
+        async with user_worker(client, task_queue, other, FileStore(tmp_path)):
+            decision = await client.execute_workflow(
+                OrderWorkflow.run, "A-1001", id=uuid.uuid4().hex, task_queue=task_queue
+            )
+    assert not decision.refunded
+    assert "agent failed" in decision.reason and "'Billing Agent'" in decision.reason
+
+
+@pytest.mark.parametrize("how", ["cancel", "terminate", "cancel-agent"])
+async def test_a_parent_that_goes_away_cancels_its_agent_run_which_resumes_later(
+    client: Client, task_queue: str, tmp_path: Path, how: str
+) -> None:
+    """Cancelling or terminating the parent cancels the agent run; `resume` finishes it later.
+
+    Cancelling only the agent run gives the parent a failed outcome, not a cancellation.
+    """
+    store = FileStore(tmp_path / "runs")
+    answers = {"n": 0}
+
+    def script(request: dict[str, object]) -> object:
+        answers["n"] += 1
+        if answers["n"] == 1:
+            return Hang(3600)  # the agent is thinking when the parent goes away
+        return Reply("NO REFUND\nWorn twice.")
+
+    with ScriptedModelServer(script) as model:
+        agent = support(model, temporal=client, task_queue=task_queue)
+        order_id = uuid.uuid4().hex
+        child = f"{order_id}-support"
+        async with user_worker(client, task_queue, agent, store):
+            handle = await client.start_workflow(
+                OrderWorkflow.run, "A-1002", id=order_id, task_queue=task_queue
+            )
+            await until(lambda: model.request_count >= 1, "the agent's first model request")
+            if how == "cancel":
+                await handle.cancel()
+            elif how == "terminate":
+                await handle.terminate("order withdrawn")
+            else:
+                await client.get_workflow_handle(child).cancel()
+            if how == "cancel-agent":
+                decision = await handle.result()
+                assert not decision.refunded and "cancelled" in decision.reason
+            else:
+                with pytest.raises(WorkflowFailureError):
+                    await handle.result()
+
+            async def child_closed() -> WorkflowExecutionStatus | None:
+                for _ in range(600):
+                    status = (await client.get_workflow_handle(child).describe()).status
+                    if status != WorkflowExecutionStatus.RUNNING:
+                        return status
+                    await asyncio.sleep(0.05)
+                return None
+
+            assert await child_closed() == WorkflowExecutionStatus.CANCELED
+            # the cancelled run is continued by resume, as any cancelled run
+            result = await agent.aresume(child)
+    assert result.status == "completed" and result.final_output == "NO REFUND\nWorn twice."
+    assert [e.type for e in store.load(child)].count("run_start") == 2
+
+
+async def test_the_plugin_encrypts_a_users_app_when_given_keys(
+    client: Client, task_queue: str, tmp_path: Path, temporal_address: str
+) -> None:
+    """`AgentorPlugin(encryption_keys=...)` on the client: the whole app's history is ciphertext."""
+    pytest.importorskip("cryptography")
+    from temporalio.worker import Worker as _Worker
+
+    from agentor_temporal.codec import is_encrypted, new_key
+    from agentor_temporal.plugin import ConfigError
+
+    keys = f"app:{new_key()}"
+    with ScriptedModelServer(REFUND_SCRIPT) as model:
+        agent = support(model)
+        plugin = AgentorPlugin(agents=[agent], store=FileStore(tmp_path), encryption_keys=keys)
+        plugged = await Client.connect(temporal_address, plugins=[plugin])
+        order_id = uuid.uuid4().hex
+        async with _Worker(
+            plugged, task_queue=task_queue, workflows=[OrderWorkflow], activities=[issue_refund]
+        ):
+            decision = await plugged.execute_workflow(
+                OrderWorkflow.run, "A-1001", id=order_id, task_queue=task_queue
+            )
+        assert decision.refunded
+        # a client without the key sees ciphertext, in the parent's history and the agent's
+        for run_id in (order_id, decision.agent_run_id):
+            history = await client.get_workflow_handle(run_id).fetch_history()
+            started = history.events[0].workflow_execution_started_event_attributes
+            assert is_encrypted(started.input.payloads[0])
+            assert b"A-1001" not in started.input.payloads[0].data
+        with pytest.raises(ConfigError, match="needs the plugin on the client"):
+            _Worker(
+                client,
+                task_queue=task_queue,
+                workflows=[OrderWorkflow],
+                plugins=[AgentorPlugin(agents=[agent], encryption_keys=keys)],
+            )
