@@ -21,7 +21,7 @@ from pathlib import Path
 
 from temporalio.service import RPCError
 
-from agentor_temporal import worker
+from agentor_temporal import telemetry, worker
 from agentor_temporal._cli_approvals import cmd_approve, cmd_deny, cmd_pending
 from agentor_temporal._cli_codec import cmd_codec_server, cmd_keygen, dev_codec, report_codec
 from agentor_temporal._cli_common import (
@@ -234,6 +234,8 @@ def execute(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # core log lines on stderr, never in the middle of what a command prints
+    telemetry.route_core_logs()
     if args.command != "worker":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         # an embedded worker's SDK logs carry tracebacks of failures the

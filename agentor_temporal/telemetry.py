@@ -25,7 +25,14 @@ from typing import Any, TypeVar
 
 from temporalio.client import Client
 from temporalio.common import MetricMeter
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    PrometheusConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 
 from agentor_temporal.workflows.tracing import TraceConfig
 
@@ -40,6 +47,8 @@ DEFAULT_SERVICE_NAME = "agentor-temporal"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 #: Histograms recorded in seconds (the SDK's default buckets are milliseconds).
 HISTOGRAMS = ("agentor_model_latency", "agentor_tool_latency")
+#: The Python logger Temporal core's own log lines go to (see `core_logging`).
+CORE_LOGGER = "temporalio.core"
 #: The variable OpenTelemetry's GenAI instrumentations read to record contents.
 CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
@@ -318,9 +327,40 @@ def metrics_runtime(address: str | int) -> Runtime:
         histogram_bucket_overrides={name: list(LATENCY_BUCKETS) for name in HISTOGRAMS},
     )
     try:
-        return Runtime(telemetry=TelemetryConfig(metrics=config))
+        return Runtime(telemetry=TelemetryConfig(metrics=config, logging=core_logging()))
     except Exception as exc:  # the core's bind error
         raise TelemetryError(f"cannot serve metrics on {bind}: {exc}") from None
+
+
+# -- core logs -------------------------------------------------------------------------
+
+
+def core_logging() -> LoggingConfig:
+    """Temporal core's log lines (WARN and up) through Python logging, not the console.
+
+    Left to itself the core prints them to stdout, in the middle of what a
+    command prints there (`run --json`, `export`); forwarded, they reach the
+    `temporalio.core` logger, so stderr and the process's log level.
+    """
+    return LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(logger=logging.getLogger(CORE_LOGGER)),
+    )
+
+
+def route_core_logs() -> bool:
+    """Make the default runtime forward core logs (see `core_logging`); call before any client.
+
+    Returns whether it did: a process whose default runtime already exists
+    keeps it (its clients are bound to it).
+    """
+    try:
+        Runtime.set_default(
+            Runtime(telemetry=TelemetryConfig(logging=core_logging())), error_if_already_set=True
+        )
+    except RuntimeError:
+        return False
+    return True
 
 
 def runtime_meter(client: Client) -> MetricMeter | None:
