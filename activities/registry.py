@@ -121,7 +121,7 @@ class AgentRegistry:
     ) -> None:
         self._agents: dict[str, AgentDefinition] = {}
         self.default_store = default_store
-        #: set once the namespace is known to have AgentName/AgentModel
+        #: set once the namespace is known to have AgentName/AgentModel/ForkedFrom
         self.search_attributes = False
         self._clients: dict[tuple[str, str, int], Any] = {}
         self._lock = threading.Lock()

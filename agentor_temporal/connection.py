@@ -163,7 +163,7 @@ def start_dev_server(
 
     Started detached (its own session), so it survives this process. A lock
     file keeps two processes from racing to start two servers. The search
-    attributes AgentName and AgentModel are registered at start.
+    attributes AgentName, AgentModel and ForkedFrom are registered at start.
 
     Args:
         data_dir: where its database, log and pid file live.
@@ -196,6 +196,8 @@ def start_dev_server(
             "AgentName=Keyword",
             "--search-attribute",
             "AgentModel=Keyword",
+            "--search-attribute",
+            "ForkedFrom=Keyword",
             "--log-level",
             "warn",
         ]

@@ -8,7 +8,8 @@ wired by hand: the `AgentRun` workflow and its activities (bound to the
 plugin's agents), the sandbox passthrough for our stateless modules (added to
 whatever sandboxed runner the worker already has, never replacing it),
 worker tuning where the worker was left at the SDK's defaults, and the
-AgentName/AgentModel search attributes, registered when the worker starts.
+AgentName/AgentModel/ForkedFrom search attributes, registered when the
+worker starts.
 It also works on `Client.connect(..., plugins=[...])` (workers built on that
 client inherit it) and on `Replayer(..., plugins=[...])`.
 """
@@ -58,10 +59,12 @@ SANDBOX_PASSTHROUGH = {
     "agentor_temporal.workflow": "no module state",
 }
 
-#: Search attributes the workflow sets, so runs can be found by agent.
+#: Search attributes the workflow sets, so runs can be found by agent (and a
+#: run's forks by the run they were forked from).
 SEARCH_ATTRIBUTES = {
     "AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "AgentModel": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "ForkedFrom": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
 #: The SDK's defaults, which the plugin replaces with ours (a value the user
@@ -129,7 +132,7 @@ def tune(config: WorkerConfig) -> WorkerConfig:
 
 
 async def ensure_search_attributes(client: Client, registry: AgentRegistry | None = None) -> bool:
-    """Register AgentName/AgentModel where missing; report whether they exist.
+    """Register AgentName/AgentModel/ForkedFrom where missing; report whether they exist.
 
     A workflow that upserts an unregistered attribute fails its task forever,
     so runs only set them when this returned True for their worker.

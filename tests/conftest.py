@@ -28,6 +28,8 @@ SEARCH_ATTRIBUTE_ARGS = [
     "AgentName=Keyword",
     "--search-attribute",
     "AgentModel=Keyword",
+    "--search-attribute",
+    "ForkedFrom=Keyword",
 ]
 
 

@@ -245,6 +245,8 @@ class DevServerProcess:
             "AgentName=Keyword",
             "--search-attribute",
             "AgentModel=Keyword",
+            "--search-attribute",
+            "ForkedFrom=Keyword",
         ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
