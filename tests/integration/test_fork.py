@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from agentor_temporal import Agentor, Event, FileStore, RunResult, TemporalStore
+from agentor_temporal import Agentor, Event, FileStore, RunResult, TemporalStore, function_tool
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.store import replay_messages, total_usage
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, tool_then_answer
@@ -76,6 +77,12 @@ async def test_fork_keeps_the_whole_trace_then_the_marker_and_continues_with_inp
     assert fork.usage == total_usage(fork.events) and fork.usage.total_tokens == 60
     assert fork.messages == replay_messages(fork.events)
     await _same_everywhere(client, tmp_path, fork)
+    # streamable like any run, positions counting the parent's events
+    streamed = [e async for e in agent.stream(str(fork.run_id))]
+    assert _dicts(streamed) == _dicts(fork.events)
+    assert _dicts([e async for e in agent.stream(str(fork.run_id), after=7)]) == _dicts(
+        fork.events[7:]
+    )
     # the parent is untouched: its log, its mirror, its one execution
     assert FileStore(tmp_path / "runs").load(parent.run_id) == parent_mirror
     assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
@@ -470,3 +477,54 @@ async def test_fork_checks_its_arguments(
         await agent.afork("parent", PARIS, max_turns=0)
     with pytest.raises(ValueError, match="at must be"):
         await agent.afork("parent", at="3")  # type: ignore[arg-type]
+
+
+async def test_a_fork_in_flight_is_streamed_live(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """`stream(fork_id)` of a running fork yields the parent's events, then the fork's live."""
+    gate = threading.Event()
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        if city == "Paris":
+            gate.wait(60)
+        return f"The weather in {city} is sunny and 22C."
+
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[get_weather]
+    )
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    fork_id = f"live-{task_queue}"
+    forking = asyncio.ensure_future(agent.afork(parent.run_id, PARIS, fork_id=fork_id))
+    try:
+
+        async def tool_running() -> bool:
+            latest = await TemporalStore(client).latest(fork_id)
+            return latest is not None and any(e.type == "tool_call" for e in latest.events)
+
+        deadline = asyncio.get_running_loop().time() + 60
+        while not await tool_running():
+            assert asyncio.get_running_loop().time() < deadline, "the fork never called its tool"
+            await asyncio.sleep(0.05)
+        streamed: list[Event] = []
+
+        async def read() -> None:
+            async for event in agent.stream(fork_id):
+                streamed.append(event)
+                if len(streamed) == 11:  # through the fork's tool_call: now let it answer
+                    gate.set()
+
+        await asyncio.wait_for(read(), 60)
+        fork = await forking
+    finally:
+        gate.set()
+        await asyncio.gather(forking, return_exceptions=True)
+    assert _dicts(streamed) == _dicts(fork.events)
+    assert [e.type for e in streamed][7:11] == ["fork", "run_start", "generation", "tool_call"]
