@@ -3,9 +3,9 @@
 A run's whole log is Temporal's record of its segments, after the prefix it
 was seeded with: a store's (a run continued from a JSONL log that Temporal
 never had: Agentor's own, or one whose history retention removed), or a
-fork's parent events. Pending
-approvals are read from history, so listing them needs no worker; a decision
-goes to the run through its `decide` update, so delivering one does.
+fork's parent events. Pending approvals are read from history, so listing
+them needs no worker; a decision goes to the run through its `decide`
+update, so delivering one does.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 `run()` starts workflow `AgentRun` with id = run_id and waits for it;
 `resume(run_id)` looks the run up in Temporal (or, when history is gone, in the
 store) and returns it, waits for it, or continues it as a new segment under
-the same id, following the resume table in DESIGN.md; `fork(run_id)` continues
-a copy under a new id (see `_fork`). While a call is active
-the process runs an embedded worker for its own agent, so a single script
-needs no worker process; `embedded_worker=False` leaves the work to a fleet.
+the same id, following the resume table in DESIGN.md; `fork(run_id)`
+continues a copy under a new id (see `_fork`). While a call is active the
+process runs an embedded worker for its own agent, so a single script needs
+no worker process; `embedded_worker=False` leaves the work to a fleet.
 """
 
 from __future__ import annotations

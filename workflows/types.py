@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentor_temporal.store.events import Usage
+from agentor_temporal.store.events import Event, Usage
 
 #: Input keys a plain client may send; anything else is refused by name.
 _INPUT_KEYS = frozenset(
@@ -92,6 +92,11 @@ def parse_fork_origin(raw: Any) -> ForkOrigin:
         isinstance(e, dict) and isinstance(e.get("type"), str) for e in events
     ):
         raise ValueError('"fork"."events" must be a list of events')
+    for index, event in enumerate(events):
+        try:
+            Event.from_dict(event)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f'"fork"."events"[{index}] is not an event: {exc}') from None
     output = raw.get("final_output")
     if output is not None and not isinstance(output, str):
         raise ValueError('"fork"."final_output" must be a string')

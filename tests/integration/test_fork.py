@@ -528,3 +528,24 @@ async def test_a_fork_in_flight_is_streamed_live(
         await asyncio.gather(forking, return_exceptions=True)
     assert _dicts(streamed) == _dicts(fork.events)
     assert [e.type for e in streamed][7:11] == ["fork", "run_start", "generation", "tool_call"]
+
+
+async def test_max_turns_bounds_the_continuation(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`max_turns` is the continuation's budget; a max_turns end is a result, not a failure."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+
+    fork = await agent.afork(parent.run_id, PARIS, max_turns=1)
+
+    assert fork.status == "max_turns" and fork.final_output is None
+    assert fork.error == "Reached max_turns (1) without a final answer."
+    assert [e.type for e in fork.events][8:] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "run_end",
+    ]

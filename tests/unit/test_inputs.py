@@ -62,6 +62,10 @@ def test_fork_input_round_trips() -> None:
         ({"run_id": "p", "at": 3, "execution": 5}, '"fork"."execution"'),
         ({"run_id": "p", "at": 3, "events": [{"no": "type"}]}, '"fork"."events"'),
         ({"run_id": "p", "at": 3, "final_output": 1}, '"fork"."final_output"'),
+        (
+            {"run_id": "p", "at": 3, "events": [{"type": "generation", "messages": "x"}]},
+            '"fork"."events"[0] is not an event',
+        ),
         ({"run_id": "p", "at": 4}, '"event_offset" (3) must equal "fork"."at" (4)'),
     ],
 )
