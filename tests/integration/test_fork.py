@@ -549,3 +549,45 @@ async def test_max_turns_bounds_the_continuation(
         "tool_result",
         "run_end",
     ]
+
+
+async def test_another_agent_replays_a_run_with_a_fixed_tool(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """A fork by an agent with a fixed tool re-runs the parent from its start; the parent stays."""
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        raise RuntimeError("weather service down")
+
+    broken = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        tools=[get_weather],
+        store=FileStore(tmp_path / "runs"),
+    )
+    parent = await broken.arun(PROMPT)
+    assert parent.run_id is not None and "weather service down" in str(parent.final_output)
+    fixed = weather_agent(
+        base_url=model.base_url,
+        task_queue=f"{task_queue}-fixed",
+        temporal=client,
+        name="Weather Agent (fixed)",
+        instructions="Other instructions: the parent's system message is kept.",
+        store=FileStore(tmp_path / "runs"),
+    )
+
+    fork = await fixed.afork(parent.run_id, at=1)
+
+    assert fork.final_output == ANSWER
+    assert [e.type for e in fork.events][:3] == ["run_start", "fork", "run_start"]
+    assert fork.events[2].agent == "Weather Agent (fixed)"
+    assert model.requests[-1]["messages"][0] == parent.events[0].messages[0]  # type: ignore[index]
+    assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
+    await _same_everywhere(client, tmp_path, fork)
