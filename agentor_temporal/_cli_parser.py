@@ -13,6 +13,7 @@ import argparse
 from agentor_temporal import worker
 from agentor_temporal._inspect import STATUSES
 from agentor_temporal._prune import Age, parse_age
+from agentor_temporal.serve import _cli as serve_cli
 
 
 def _age(text: str) -> Age:
@@ -335,4 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="how long to wait for a worker to take the decision (default 30)",
         )
         _temporal_option(decide)
+    serve = commands.add_parser(
+        "serve",
+        help="serve agents over HTTP and A2A (runs, live events, approvals, a page)",
+        description=serve_cli.DESCRIPTION,
+        epilog=serve_cli.EPILOG,
+        formatter_class=formatter,
+    )
+    serve_cli.add_arguments(serve)
     return parser

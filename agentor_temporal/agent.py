@@ -248,6 +248,37 @@ class Agentor:
         """Async `fork`."""
         return await Runtime.get().run_async(run_fork(self, run_id, input, fork_id, max_turns, at))
 
+    async def astart(
+        self,
+        input: MessageInput,
+        run_id: str | None = None,
+        *,
+        max_turns: int | None = None,
+        stream_text: bool = False,
+    ) -> str:
+        """Start a run and return its id at once; follow it with `stream`, collect it with `resume`.
+
+        Idempotent as `run()`'s start: an id that exists is attached to. With
+        `stream_text`, `stream(run_id, text=True)` also gets text deltas.
+
+        Raises:
+            ValueError: for bad input or a hostile run id.
+        """
+        check_input(input)
+        if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        run_id = new_run_id() if run_id is None else validate_run_id(run_id)
+        inp = AgentRunInput(self.name, input, max_turns=max_turns, stream_text=stream_text)
+
+        async def start() -> str:
+            client = await self._client()
+            reuse = WorkflowIDReusePolicy.REJECT_DUPLICATE
+            await start_segment(client, self.definition, self.task_queue, run_id, inp, reuse)
+            await self._serve_until_done(client, run_id)  # the embedded worker, if any
+            return run_id
+
+        return await Runtime.get().run_async(start())
+
     async def stream_chat(
         self,
         input: MessageInput,
@@ -381,6 +412,15 @@ class Agentor:
         return await Runtime.get().run_async(
             self._decide(run_id, Decision(call_id, False, reason, by))
         )
+
+    def serve(self, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
+        """Serve this agent over HTTP and A2A until stopped: `agentor_temporal.serve.serve`.
+
+        Needs the `serve` extra (`pip install 'agentor-temporal[serve]'`).
+        """
+        from agentor_temporal.serve import serve
+
+        serve([self], host=host, port=port, **options)
 
     def ui_url(self, run_id: str) -> str:
         """The Temporal UI page of a run on the embedded dev server."""

@@ -46,6 +46,7 @@ from agentor_temporal.connection import (
     start_dev_server,
     stop_dev_server,
 )
+from agentor_temporal.serve._cli import cmd_serve
 from agentor_temporal.store import RunResult, new_run_id
 from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
@@ -210,6 +211,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list,
     "export": cmd_export,
     "prune": cmd_prune,
+    "serve": cmd_serve,
 }
 
 
