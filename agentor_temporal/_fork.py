@@ -32,7 +32,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from agentor_temporal._results import check_input
+from agentor_temporal._results import await_result, check_input
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.store import (
     Event,
@@ -82,10 +82,22 @@ async def run_fork(
             client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input
         )
         try:
-            return with_note(await agent._result(client, fork_id), fork_id)
+            result = await await_result(
+                client,
+                fork_id,
+                pauses=agent._pauses,
+                # the parent's events were read above: only the fork's own are new
+                events_of=lambda segments: _forked_log(point, segments),
+            )
+            return with_note(result, fork_id)
         except Exception as exc:
             add_note(exc, fork_id)
             raise
+
+
+async def _forked_log(point: ForkPoint, segments: list[Segment]) -> list[Event]:
+    """The fork's whole log: the parent's events as read at the fork, then its own."""
+    return point.events[: point.origin.at] + [e for s in segments for e in s.events]
 
 
 @dataclass
