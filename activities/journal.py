@@ -19,6 +19,7 @@ import threading
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agentor_temporal.activities.conversations import full_messages, long_run_settings
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
 from agentor_temporal.store.base import Store
 from agentor_temporal.store.events import Event
@@ -98,10 +99,17 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
         agent = registry.get(inp.agent)
     except UnknownAgentError as exc:
         raise ApplicationError(str(exc), type="UnknownAgent", non_retryable=True) from None
-    return agent.spec(
+    spec = agent.spec(
         mirror=registry.store_for(inp.agent) is not None,
         search_attributes=registry.search_attributes,
+        status_attributes=registry.status_attributes,
+        fork_attribute=registry.fork_attribute,
     )
+    try:
+        spec.history_budget, spec.inline_bytes = long_run_settings()
+    except ValueError as exc:
+        raise ApplicationError(str(exc), type="BadWorkerSetting", non_retryable=True) from None
+    return spec
 
 
 async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
@@ -121,6 +129,14 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
     events = [Event.from_dict(e) for e in inp.events]
     start = inp.start
     try:
+        for key, request in inp.requests.items():
+            # a generation sent by reference: the store gets its whole request
+            index = int(key) - start
+            if 0 <= index < len(events) and events[index].messages is None:
+                known = await full_messages(
+                    inp.run_id, request["conversation"], request["messages"], int(key)
+                )
+                events[index].messages = known.messages
         have = await asyncio.to_thread(store_count, store, inp.run_id)
         if have < start:
             earlier = await _backfill(inp.run_id, have, start, store)

@@ -94,7 +94,14 @@ class AgentDefinition:
             found.append(f"tools changed: {', '.join(changed)}")
         return found or ["definition differs"]
 
-    def spec(self, *, mirror: bool = False, search_attributes: bool = False) -> AgentSpec:
+    def spec(
+        self,
+        *,
+        mirror: bool = False,
+        search_attributes: bool = False,
+        status_attributes: bool = False,
+        fork_attribute: bool = False,
+    ) -> AgentSpec:
         """The spec a run records at the start of each segment."""
         return AgentSpec(
             name=self.name,
@@ -106,6 +113,8 @@ class AgentDefinition:
             max_tool_failures=self.max_tool_failures,
             mirror=mirror,
             search_attributes=search_attributes,
+            status_attributes=status_attributes,
+            fork_attribute=fork_attribute,
             fingerprint=self.fingerprint(),
         )
 
@@ -121,8 +130,12 @@ class AgentRegistry:
     ) -> None:
         self._agents: dict[str, AgentDefinition] = {}
         self.default_store = default_store
-        #: set once the namespace is known to have AgentName/AgentModel/ForkedFrom
+        #: set once the namespace is known to have AgentName/AgentModel
         self.search_attributes = False
+        #: set once it is known to have AgentStatus/AgentTokens too
+        self.status_attributes = False
+        #: set once it is known to have ForkedFrom
+        self.fork_attribute = False
         self._clients: dict[tuple[str, str, int], Any] = {}
         self._lock = threading.Lock()
         # striped: bounded however many runs this worker serves

@@ -3,7 +3,9 @@
 A crash is the case this exists for, so every line is flushed and fsynced,
 a torn final line is skipped on load and cut off before the next append
 (appending onto it would glue a good event to the fragment), and a run id
-that could escape the directory or hide a file is refused.
+that could escape the directory or hide a file is refused. The logs hold
+prompts and tool results in the clear, so files and the directory are
+created readable by their owner only.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class FileStore:
 
     def __init__(self, directory: str | os.PathLike[str] = "runs") -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         # (file size, event count) per run: counting is on the mirror's hot
         # path, and re-parsing a long log on every step is quadratic. Keyed by
         # size, so a write by another process invalidates it.
@@ -85,7 +87,8 @@ class FileStore:
     @contextlib.contextmanager
     def _locked(self, run_id: str) -> Iterator[BinaryIO]:
         path = self.path(run_id)
-        with self._run_lock(run_id), path.open("ab") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with self._run_lock(run_id), os.fdopen(fd, "ab") as f:
             if fcntl is not None:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             yield f

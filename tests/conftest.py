@@ -30,6 +30,10 @@ SEARCH_ATTRIBUTE_ARGS = [
     "AgentModel=Keyword",
     "--search-attribute",
     "ForkedFrom=Keyword",
+    "--search-attribute",
+    "AgentStatus=Keyword",
+    "--search-attribute",
+    "AgentTokens=Int",
 ]
 
 

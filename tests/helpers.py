@@ -253,6 +253,10 @@ class DevServerProcess:
             "AgentModel=Keyword",
             "--search-attribute",
             "ForkedFrom=Keyword",
+            "--search-attribute",
+            "AgentStatus=Keyword",
+            "--search-attribute",
+            "AgentTokens=Int",
         ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(

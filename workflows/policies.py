@@ -82,6 +82,13 @@ PATCH_REQUEST_SIZE_LIMIT = "request-size-limit"
 #: A cancelled run records its run_end, then closes as cancelled (before: it
 #: recorded a failure and closed as completed).
 PATCH_CLOSE_CANCELLED = "close-cancelled"
+#: Runs keep the AgentStatus / AgentTokens search attributes current.
+PATCH_AGENT_STATUS = "agent-status-search-attributes"
+#: A long run continues as new between turns (see `workflows/carry.py`).
+PATCH_CONTINUE_AS_NEW = "continue-as-new"
+#: A conversation past INLINE_CONVERSATION_BYTES is sent by reference (see
+#: `workflows/conversation.py`).
+PATCH_CONVERSATION_REFS = "conversation-refs"
 
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.
@@ -124,10 +131,32 @@ WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 MAX_TOOL_RESULT_BYTES = 256_000
 #: All the results of one turn together (parallel calls), cut in the workflow.
 MAX_TURN_RESULT_BYTES = 1_000_000
-#: A generation's request (conversation and tool schemas). A run whose
-#: conversation outgrows it fails, saying so, rather than wedge at the 2 MB
-#: limit; it is far past most models' context windows anyway.
+#: A generation's request sent whole (runs recorded before conversations went
+#: by reference): one whose conversation outgrew it failed, saying so, rather
+#: than wedge at the 2 MB limit.
 MAX_REQUEST_BYTES = 1_500_000
+#: What a model endpoint takes in one request. With the conversation sent by
+#: reference no Temporal limit applies to it; this guards the endpoint only.
+#: The largest context windows (about 2 M tokens) hold roughly 8 MB of text,
+#: and endpoints refuse far larger bodies outright, so a conversation past
+#: this is over every model's window: the run ends saying so instead of
+#: sending a request no endpoint would take.
+MAX_MODEL_REQUEST_BYTES = 16_000_000
+
+# Long runs. History grows by about a turn's messages per turn once the
+# conversation goes by reference; continue-as-new keeps each execution small.
+#: A conversation up to this size is sent whole with every request (the
+#: Temporal UI then shows it on each `generate`); past it, by reference. At
+#: 1 KB a turn that is ~30 turns of inline requests, ~0.5 MB of history.
+INLINE_CONVERSATION_BYTES = 32_000
+#: An execution continues as new at the first safe point after its history
+#: passes this (or the server suggests it: 4 MB or 4,096 events by default).
+#: A turn adds at most MAX_TURN_RESULT_BYTES of results and one answer, so
+#: no execution's history passes HISTORY_LIMIT_BYTES (the documented bound).
+HISTORY_BUDGET_BYTES = 8_000_000
+HISTORY_LIMIT_BYTES = 10_000_000
+#: The same for events (Temporal terminates at 51,200).
+HISTORY_EVENTS_BUDGET = 20_000
 
 #: Stream topics: recorded events (published by the workflow) and text
 #: deltas (published by the generate activity while the model streams).
@@ -140,19 +169,33 @@ DELTA_BATCH_INTERVAL = timedelta(milliseconds=100)
 #: so this bounds added latency, not load.
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
 
-#: Worker sizing. The core accepts this many activity tasks at once, and the
-#: server starts their heartbeat clocks on acceptance; a worker whose event
-#: loop falls behind then starts them late and sees live calls timed out. 100
-#: keeps that backlog small enough (measured: 500 lost ~10% of model calls at
-#: 1,000 runs in flight on 2 cores, 50 lost none but halved throughput); more
-#: load wants more workers, not more slots.
+#: Worker sizing. Activity calls running at once on one worker: a model call
+#: or an async tool is an await, not a thread, so this bounds memory, not
+#: CPU. How many calls a worker accepts *ahead* of starting them is bounded
+#: separately (ACTIVITY_BACKLOG): that, not this, is what kept live calls
+#: from being timed out under load (see `agentor_temporal/_admission.py`).
 MAX_CONCURRENT_ACTIVITIES = 100
+#: Activity slots granted but not yet started in Python, at most. An idle
+#: worker's core holds 6 for its pollers, so 8 leaves room for 2 calls
+#: dispatched eagerly with a workflow task (below 7 a run's calls all went
+#: through matching instead, +3-4 ms each). Measured at 100 runs in flight
+#: on one worker (model latency 0): with a fixed 100 slots, calls waited a
+#: median 3.6 s (max 8 s) between the server starting them and Python
+#: starting them, and 18% timed out on heartbeat while live and were asked
+#: again; with a backlog of 20, 3% still were; with 10, 8 and 6 none were,
+#: waiting a median 0.56, 0.31 and 0.27 s, at the same throughput.
+ACTIVITY_BACKLOG = 8
+#: Workflow tasks processed at once (the SDK's default).
+MAX_CONCURRENT_WORKFLOW_TASKS = 100
 MAX_CONCURRENT_LOCAL_ACTIVITIES = 200
 #: Cached runs replay nothing on their next task; a run is a few KB in cache.
 MAX_CACHED_WORKFLOWS = 2000
 #: How long a stopping worker waits for in-flight activities to finish: a
 #: rolling deploy then loses no tool call that was about to complete.
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
+#: How often a worker serving metrics counts the runs awaiting approval
+#: (a visibility query per agent): a gauge for dashboards, not for paging.
+WAITING_GAUGE_INTERVAL = timedelta(seconds=15)
 #: Sync tools run in this many threads (asyncio's default pool is only
 #: cpu+4 threads, which would serialise slow sync tools across runs).
 SYNC_TOOL_THREADS = 64

@@ -99,6 +99,6 @@ def serve(
 
     # Temporal first: unreachable is one clear error, not a failed startup
     runtime = Runtime.get()
-    runtime.run_sync(runtime.client(agents[0].temporal))
+    runtime.run_sync(agents[0]._client())
 
     run(app, host, port, log_level=log_level, access_log=access_log, **uvicorn_options)

@@ -16,7 +16,6 @@ from typing import Any
 from temporalio.client import Client
 
 from agentor_temporal._runs import run_events
-from agentor_temporal._runtime import Runtime
 from agentor_temporal.agent import Agentor
 from agentor_temporal.store import (
     PendingApproval,
@@ -27,7 +26,7 @@ from agentor_temporal.store import (
     total_usage,
     validate_run_id,
 )
-from agentor_temporal.worker import ConfigError, agents_target
+from agentor_temporal.worker import ConfigError, agents_keys, agents_target
 from agentor_temporal.workflows import Segment, TemporalStore
 
 
@@ -69,7 +68,8 @@ class Agents:
 
     Raises:
         ValueError: for no agents, something that is not an `Agentor`, two
-            agents with one name, or agents that name different Temporal servers.
+            agents with one name, or agents that name different Temporal servers
+            or encryption keys.
     """
 
     def __init__(self, agents: Sequence[Agentor]) -> None:
@@ -85,6 +85,7 @@ class Agents:
             raise ValueError(f"two agents are named {', '.join(map(repr, twice))}")
         try:
             agents_target(agents)  # one Temporal for all: a run id names one run
+            agents_keys(agents)  # and one codec: the default agent's client reads them all
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
         self.all = agents
@@ -102,8 +103,8 @@ class Agents:
         return agent
 
     async def client(self) -> Client:
-        """The Temporal client every agent here uses (on the runtime loop)."""
-        return await Runtime.get().client(self.default.temporal)
+        """The Temporal client every agent here uses (on the runtime loop), with its keys."""
+        return await self.default._client()
 
     async def find(self, run_id: str) -> tuple[Agentor, list[Segment]]:
         """The agent that owns `run_id` and the run's segments.
@@ -139,7 +140,7 @@ def owner_name(segments: list[Segment]) -> str | None:
 
 async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunView:
     """The run's state from history, without waiting for it."""
-    client = await Runtime.get().client(agent.temporal)
+    client = await agent._client()
     # with the client: a fork's parent events are read from the parent's history
     events, _ = await run_events(run_id, segments, agent.store, client=client)
     latest = segments[-1]
