@@ -32,6 +32,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from agentor_temporal._continuing import by_reference
 from agentor_temporal._results import await_result, check_input
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.store import (
@@ -53,6 +54,7 @@ from agentor_temporal.workflows.policies import (
     WORKFLOW_TASK_TIMEOUT,
     WORKFLOW_TYPE,
 )
+from agentor_temporal.workflows.projection import known_messages, resolve_requests
 from agentor_temporal.workflows.types import AgentRunInput, ForkOrigin
 
 if TYPE_CHECKING:
@@ -97,7 +99,9 @@ async def run_fork(
 
 async def _forked_log(point: ForkPoint, segments: list[Segment]) -> list[Event]:
     """The fork's whole log: the parent's events as read at the fork, then its own."""
-    return point.events[: point.origin.at] + [e for s in segments for e in s.events]
+    prefix = point.events[: point.origin.at]
+    resolve_requests(segments, known_messages(prefix))
+    return prefix + [e for s in segments for e in s.events]
 
 
 @dataclass
@@ -109,6 +113,9 @@ class ForkPoint:
     events: list[Event]
     #: how the fork's first segment refers to them
     origin: ForkOrigin
+    #: position of the first parent event its own history holds (None: the
+    #: parent is only in a store); a conversation based there goes by reference
+    in_temporal_from: int | None = None
 
 
 def check_fork_input(input: MessageInput | None) -> None:
@@ -145,6 +152,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
     temporal = TemporalStore(client)
     segments = await temporal.segments(run_id)
     execution: str | None = None
+    in_temporal_from: int | None = None
     pending: list[Event] = []
     if segments:
         events, missing = await temporal.whole(run_id, segments, store)
@@ -154,6 +162,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
                 f"{store!r}; it cannot be forked"
             )
         execution = segments[-1].execution_run_id
+        in_temporal_from = segments[0].event_offset
         pending = await completed_batch(temporal, segments[-1])
     else:
         events = await asyncio.to_thread(store.load, run_id) if store is not None else []
@@ -180,7 +189,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         execution=execution,
         events=[e.to_dict() for e in copied],
     )
-    return ForkPoint(run_id, events[:journaled] + copied, origin)
+    return ForkPoint(run_id, events[:journaled] + copied, origin, in_temporal_from)
 
 
 async def completed_batch(temporal: TemporalStore, segment: Segment) -> list[Event]:
@@ -258,7 +267,7 @@ def fork_input(
         messages.append({"role": "user", "content": input})
     elif input is not None:
         messages.extend(dict(m) for m in input)
-    return AgentRunInput(
+    inp = AgentRunInput(
         agent=agent,
         input=messages,
         max_turns=max_turns,
@@ -266,6 +275,13 @@ def fork_input(
         prior_usage=dataclasses.asdict(total_usage(events)),
         fork=origin,
     )
+    if point.in_temporal_from is None:
+        return inp
+    # a large conversation goes as a resumed one does: its base is a parent
+    # event in the parent's history (the fork's log has it at the same
+    # position), and only the messages after it travel; a base among the
+    # copied results would not be in history, so only the journaled ones count
+    return by_reference(inp, events[: origin.at], point.in_temporal_from)
 
 
 async def start_fork(

@@ -111,7 +111,7 @@ def resolve_requests(
     for segment in chain:
         start = segment.event_offset
         for index, event in enumerate(segment.events):
-            pending = segment.pending.pop(index, None)
+            pending = segment.pending.get(index)
             if pending is not None:
                 conversation, tail = pending
                 at = int(conversation.get("position", -1))
@@ -121,8 +121,20 @@ def resolve_requests(
                     base = None  # `known` holds another conversation than this names
                 if base is not None:
                     event.messages = base + tail
+                    # unresolved ones stay: a fork's base is in its parent's
+                    # events, which `whole` reads after the segments
+                    del segment.pending[index]
             if event.messages is not None and event.type in ("run_start", "generation"):
                 known[start + index] = event.messages
+
+
+def known_messages(events: list[Event], start: int = 0) -> dict[int, list[dict[str, Any]]]:
+    """The messages of the events a request may name as its base, by whole-run position."""
+    return {
+        start + i: e.messages
+        for i, e in enumerate(events)
+        if e.messages is not None and e.type in ("run_start", "generation")
+    }
 
 
 def _run_sync(factory: Callable[[], Awaitable[T]]) -> T:
@@ -220,6 +232,9 @@ class TemporalStore:
             prefix = stored[:offset] if len(stored) >= offset else None
         if prefix is None:
             return events, offset
+        if any(s.pending for s in segments):
+            # a fork's conversation sent by reference to one of its parent's events
+            resolve_requests(segments, known_messages(prefix))
         return prefix + events, 0
 
     async def _fork_prefix(
