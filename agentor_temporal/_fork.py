@@ -63,6 +63,10 @@ if TYPE_CHECKING:
 MessageInput = str | list[dict[str, Any]]
 
 
+class ForkIdInUse(ValueError):
+    """A fork's id names a run that exists (Agentor raises ValueError; this is one)."""
+
+
 async def run_fork(
     agent: Agentor,
     run_id: str,
@@ -95,6 +99,31 @@ async def run_fork(
         except Exception as exc:
             add_note(exc, fork_id)
             raise
+
+
+async def start_fork_run(
+    agent: Agentor,
+    run_id: str,
+    input: MessageInput | None,
+    fork_id: str | None,
+    max_turns: int | None,
+    at: int | None,
+) -> str:
+    """Make the fork and return its id at once (`POST /runs/{run_id}/fork`), as `astart` does.
+
+    Raises:
+        KeyError, ValueError, TypeError: as `Agentor.fork` (`ForkIdInUse` for a taken id).
+    """
+    check_fork_input(input)
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+    fork_id = new_run_id() if fork_id is None else validate_run_id(fork_id)
+    client = await agent._client()
+    point = await fork_point(client, run_id, at, agent.store)
+    inp = fork_input(agent.name, point, input, max_turns)
+    await start_fork(client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input)
+    await agent._serve_until_done(client, fork_id)  # the embedded worker, if any
+    return fork_id
 
 
 async def _forked_log(point: ForkPoint, segments: list[Segment]) -> list[Event]:
@@ -298,7 +327,7 @@ async def start_fork(
     Raises:
         ValueError: when Temporal or the store already has a run `fork_id`.
     """
-    taken = ValueError(f"Run {fork_id!r} already exists; choose an unused id.")
+    taken = ForkIdInUse(f"Run {fork_id!r} already exists; choose an unused id.")
     if store is not None:
         existing: list[Event] = await asyncio.to_thread(store.load, fork_id)
         if existing:
