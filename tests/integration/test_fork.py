@@ -169,6 +169,33 @@ async def test_fork_without_input_completes_an_unfinished_parent_on_the_fork(
     assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
 
 
+async def test_a_parent_resumed_after_its_fork_leaves_the_fork_as_it_was(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Independent both ways: the parent's later life changes nothing the fork reads."""
+    script = [
+        CallTool("get_weather", {"city": "London"}),
+        Fail(400, "bad request"),
+        Reply("The fork's answer."),
+        Reply("The parent's answer."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, tmp_path, ledger)
+        parent = await agent.arun(PROMPT)
+        assert parent.status == "failed" and parent.run_id is not None
+        fork = await agent.afork(parent.run_id)
+        assert fork.final_output == "The fork's answer." and fork.run_id is not None
+
+        resumed = await agent.aresume(parent.run_id)
+
+    assert resumed.final_output == "The parent's answer."
+    assert len(await TemporalStore(client).segments(parent.run_id)) == 2
+    assert _dicts(await TemporalStore(client).aload(fork.run_id)) == _dicts(fork.events)
+    assert _dicts(FileStore(tmp_path / "runs").load(fork.run_id)) == _dicts(fork.events)
+    assert _dicts((await agent.aresume(fork.run_id)).events) == _dicts(fork.events)
+    assert not any(e.type == "fork" for e in resumed.events)
+
+
 async def test_fork_with_input_continues_even_a_completed_parent_and_forks_chain(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
