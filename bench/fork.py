@@ -5,10 +5,14 @@ Starts its own dev server (in memory) and a scripted model, runs a parent of
 `--reps` times without input (a snapshot: no model request) and with input
 (one model request). A fork's first segment carries a reference to the
 parent's events plus the replayed conversation, so its input grows with the
-conversation, not with the log (whose generations each repeat the request).
+conversation, not with the log (whose generations each repeat the request);
+past 32 kB the conversation goes by reference too (only the messages after
+a parent event it names), so the input stays small however long the parent.
+`--history-budget` makes the parent continue as new (AGENTOR_HISTORY_BUDGET).
 
     .venv/bin/python bench/fork.py --turns 50 --reps 10
     .venv/bin/python bench/fork.py --turns 200 --reps 3
+    .venv/bin/python bench/fork.py --turns 200 --reps 3 --history-budget 100000
 
 Timing numbers depend on the machine: run it on a quiet one.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -52,12 +57,24 @@ def _ms(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1e3:.0f} ms"
 
 
-async def main(turns: int, reps: int) -> None:
-    attributes = ["AgentName", "AgentModel", "ForkedFrom"]
+async def main(turns: int, reps: int, history_budget: int | None) -> None:
+    if history_budget:
+        os.environ["AGENTOR_HISTORY_BUDGET"] = str(history_budget)
+    attributes = {
+        "AgentName": "Keyword",
+        "AgentModel": "Keyword",
+        "AgentStatus": "Keyword",
+        "AgentTokens": "Int",
+        "ForkedFrom": "Keyword",
+    }
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=[
-            *(arg for name in attributes for arg in ("--search-attribute", f"{name}=Keyword")),
+            *(
+                arg
+                for name, kind in attributes.items()
+                for arg in ("--search-attribute", f"{name}={kind}")
+            ),
             "--log-level",
             "error",
         ],
@@ -75,6 +92,7 @@ async def main(turns: int, reps: int) -> None:
             parent = await agent.arun(PROMPT)
             assert parent.run_id is not None and parent.status == "completed"
             log = sum(len(e.to_json()) + 1 for e in parent.events)
+            executions = len(await TemporalStore(env.client).segments(parent.run_id))
             snapshots, continued = [], []
             for _ in range(reps):
                 started = time.perf_counter()
@@ -85,11 +103,13 @@ async def main(turns: int, reps: int) -> None:
                 continued.append(time.perf_counter() - started)
             segments = await TemporalStore(env.client).segments(str(fork.run_id))
             carried = len(json.dumps(segments[0].input, separators=(",", ":")))
+            by_reference = "conversation" in segments[0].input
             mirrored = FileStore(runs).load(str(fork.run_id))
             assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in fork.events]
         print(
-            f"parent: {turns + 1} turns, {len(parent.events)} events, JSONL {log / 1e3:.0f} kB; "
-            f"the fork's input: {carried / 1e3:.0f} kB"
+            f"parent: {turns + 1} turns, {len(parent.events)} events, JSONL {log / 1e3:.0f} kB, "
+            f"{executions} execution(s); the fork's input: {carried / 1e3:.0f} kB"
+            f"{' (conversation by reference)' if by_reference else ''}"
         )
         print(
             f"snapshot fork (no model request): median {_ms(snapshots)}; "
@@ -107,5 +127,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50, help="tool turns of the parent")
     parser.add_argument("--reps", type=int, default=10, help="forks of each kind")
+    parser.add_argument(
+        "--history-budget", type=int, default=None, help="history bytes before continue-as-new"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.turns, args.reps))
+    asyncio.run(main(args.turns, args.reps, args.history_budget))
