@@ -108,7 +108,7 @@ async def main(turns: int, reps: int, history_budget: int | None) -> None:
             assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in fork.events]
         print(
             f"parent: {turns + 1} turns, {len(parent.events)} events, JSONL {log / 1e3:.0f} kB, "
-            f"{executions} execution(s); the fork's input: {carried / 1e3:.0f} kB"
+            f"{executions} execution(s); the fork's input: {carried / 1e3:.1f} kB"
             f"{' (conversation by reference)' if by_reference else ''}"
         )
         print(
