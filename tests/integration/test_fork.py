@@ -20,6 +20,8 @@ from agentor_temporal import Agentor, Event, FileStore, RunResult, TemporalStore
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.store import replay_messages, total_usage
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, tool_then_answer
+from agentor_temporal.workflows.agent_run import FORKED_FROM
+from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
 
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, ledger_lines, wait_until, weather_agent
 
@@ -124,6 +126,11 @@ async def test_fork_of_a_finished_run_without_input_is_a_snapshot(
     # a run like any other: its own closed workflow, and resume returns it as it is
     description = await client.get_workflow_handle(fork.run_id).describe()
     assert description.status == WorkflowExecutionStatus.COMPLETED
+    # found as a finished run that cost what its parent did (AgentTokens = usage)
+    attributes = description.typed_search_attributes
+    assert attributes.get(AGENT_STATUS) == "completed"
+    assert attributes.get(AGENT_TOKENS) == fork.usage.total_tokens == 30
+    assert attributes.get(FORKED_FROM) == parent.run_id
     assert await client.get_workflow_handle(fork.run_id).result() == {
         "run_id": fork.run_id,
         "status": "completed",
