@@ -207,6 +207,11 @@ async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any
     if segments is None:
         segments = await store.segments(run_id)
     event = event_at(segments, ref.position)
+    fork = segments[0].fork if segments else None
+    if event is None and fork is not None and ref.position < fork.at:
+        # a fork's conversation based on its parent's events: its whole log has them
+        events, _ = await store.whole(run_id, segments)
+        event = events[ref.position] if ref.position < len(events) else None
     messages = event.messages if event is not None else None
     if messages is None or len(messages) != ref.count:
         found = "no such event" if event is None else f"a {event.type} with {len(messages or [])}"

@@ -103,6 +103,7 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
         mirror=registry.store_for(inp.agent) is not None,
         search_attributes=registry.search_attributes,
         status_attributes=registry.status_attributes,
+        fork_attribute=registry.fork_attribute,
     )
     try:
         spec.history_budget, spec.inline_bytes = long_run_settings()
@@ -138,7 +139,7 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
                 events[index].messages = known.messages
         have = await asyncio.to_thread(store_count, store, inp.run_id)
         if have < start:
-            earlier = await _backfill(inp.run_id, have, start)
+            earlier = await _backfill(inp.run_id, have, start, store)
             if earlier is not None:
                 events, start = earlier + events, have
         lock = registry.run_lock(store, inp.run_id)
@@ -159,8 +160,12 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
     return result
 
 
-async def _backfill(run_id: str, have: int, start: int) -> list[Event] | None:
-    """Events `have..start` of the run, read from Temporal, or None if unavailable."""
+async def _backfill(run_id: str, have: int, start: int, store: Store) -> list[Event] | None:
+    """Events `have..start` of the run, read from Temporal, or None if unavailable.
+
+    A fork's first events are its parent's: read from the parent's history,
+    or from `store` when only the store has the parent.
+    """
     try:
         client = activity.client()
     except RuntimeError:  # outside a worker (unit tests): nothing to read from
@@ -168,7 +173,7 @@ async def _backfill(run_id: str, have: int, start: int) -> list[Event] | None:
     from agentor_temporal.workflows.projection import TemporalStore
 
     try:
-        earlier = await TemporalStore(client).aload(run_id)
+        earlier, _ = await TemporalStore(client).whole(run_id, store=store)
     except Exception as exc:
         logger.error("Cannot backfill the mirror of run %s from Temporal: %s", run_id, exc)
         return None

@@ -100,6 +100,7 @@ class AgentDefinition:
         mirror: bool = False,
         search_attributes: bool = False,
         status_attributes: bool = False,
+        fork_attribute: bool = False,
     ) -> AgentSpec:
         """The spec a run records at the start of each segment."""
         return AgentSpec(
@@ -113,6 +114,7 @@ class AgentDefinition:
             mirror=mirror,
             search_attributes=search_attributes,
             status_attributes=status_attributes,
+            fork_attribute=fork_attribute,
             fingerprint=self.fingerprint(),
         )
 
@@ -132,6 +134,8 @@ class AgentRegistry:
         self.search_attributes = False
         #: set once it is known to have AgentStatus/AgentTokens too
         self.status_attributes = False
+        #: set once it is known to have ForkedFrom
+        self.fork_attribute = False
         self._clients: dict[tuple[str, str, int], Any] = {}
         self._lock = threading.Lock()
         # striped: bounded however many runs this worker serves

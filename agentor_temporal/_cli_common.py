@@ -97,12 +97,13 @@ async def history_events(
     """(events, segments, leading events missing) of a run; CliError if unknown.
 
     A run continued from a store starts with events Temporal never had;
-    `store` (a directory) supplies them when it has them.
+    `store` (a directory) supplies them when it has them. A fork's parent
+    events are read from the parent's history.
     """
     segments = await TemporalStore(client).segments(run_id)
     if not segments:
         raise CliError(f"no run with id {run_id!r} in Temporal at {address(client)}")
     events, missing = await run_events(
-        run_id, segments, FileStore(store_dir(store)) if store else None
+        run_id, segments, FileStore(store_dir(store)) if store else None, client=client
     )
     return events, segments, missing

@@ -65,7 +65,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             return events, segments, prefix, address(client)
 
         events, segments, prefix, where = arun(read)
-        summary = summarize_segments(run_id, segments)
+        summary = summarize_segments(run_id, segments, None if prefix else events)
         count = len(segments)
         source = f"Temporal at {where} ({count} execution{'s' if count != 1 else ''})"
         if prefix:

@@ -83,6 +83,7 @@ examples:
   agentor-temporal worker --agents examples.agent:agent --store runs
   agentor-temporal run --agent examples.agent:agent "What is the weather in London?"
   agentor-temporal show 4d13c80832f6422eb09b1238116093b7
+  agentor-temporal fork 4d13c80832f6422eb09b1238116093b7 --agent examples.agent:agent --at 4
   agentor-temporal list --agent "Weather Agent" --status failed
 
 exit status: 0 done; 1 the operation failed (unknown run, Temporal unreachable,
@@ -190,6 +191,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("run_id", help="the run to resume")
     _agent_options(resume)
+
+    fork = commands.add_parser(
+        "fork",
+        help="copy a run to a new id and continue it there",
+        description="Fork a run: a new run whose log holds the parent's events (all of "
+        "them, or the first N with --at), then a `fork` marker naming the parent. Without "
+        "--input an unfinished parent is completed on the fork and a finished one is "
+        "copied as it is (no model request); with --input the conversation continues "
+        "with that message. The parent is never changed. Prints the fork's id at once, "
+        "then its answer, like `run`.",
+        epilog="examples:\n"
+        "  agentor-temporal fork 4d13c808... --agent examples.agent:agent "
+        '--input "Now do the same for Paris"\n'
+        "  agentor-temporal fork 4d13c808... --agent examples.agent:agent --at 4\n"
+        "  agentor-temporal fork order-1234 --agent app:agent --fork-id order-1234-retry",
+        formatter_class=formatter,
+    )
+    fork.add_argument("run_id", help="the run to fork (the parent)")
+    fork.add_argument(
+        "--at",
+        type=_positive,
+        metavar="N",
+        help="keep only the parent's first N events (see `show`); default all of them",
+    )
+    fork.add_argument("--input", metavar="TEXT", help="a message to continue the conversation")
+    fork.add_argument("--fork-id", metavar="ID", help="the fork's run id (default: a new one)")
+    _agent_options(fork)
 
     show = commands.add_parser(
         "show",

@@ -54,8 +54,20 @@ def continuation_input(
         prior_usage=asdict(total_usage(events)),
         previous_execution=previous,
     )
+    return by_reference(inp, events, in_temporal_from) if previous is not None else inp
+
+
+def by_reference(inp: AgentRunInput, events: list[Event], in_temporal_from: int) -> AgentRunInput:
+    """`inp` with its messages sent by reference, when they are large and history has a base.
+
+    `inp.input` is the conversation replayed from `events`; its base is the
+    event `replay_base` names, which must be at or after `in_temporal_from`
+    (the first of `events` that Temporal's history holds). A fork passes its
+    parent's events: the fork's log holds them at the same positions.
+    """
+    messages = inp.input
     base = replay_base(events)
-    if previous is None or base is None or base < in_temporal_from:
+    if not isinstance(messages, list) or base is None or base < in_temporal_from:
         return inp
     head = events[base].messages or []
     if encoded_size(messages) <= INLINE_CONVERSATION_BYTES or len(head) > len(messages):

@@ -126,8 +126,14 @@ def _from_events(summary: RunSummary, events: list[Event]) -> RunSummary:
     return summary
 
 
-def summarize_segments(run_id: str, segments: list[Segment]) -> RunSummary:
-    """A run as Temporal has it (`segments` oldest first, at least one)."""
+def summarize_segments(
+    run_id: str, segments: list[Segment], events: list[Event] | None = None
+) -> RunSummary:
+    """A run as Temporal has it (`segments` oldest first, at least one).
+
+    Turns and tokens count `events` when given (the whole log, with a fork's
+    parent events), else the segments' own.
+    """
     latest = segments[-1]
     spec = next((s.spec for s in reversed(segments) if s.spec), None) or {}
     first_input = segments[0].input if isinstance(segments[0].input, dict) else {}
@@ -146,7 +152,9 @@ def summarize_segments(run_id: str, segments: list[Segment]) -> RunSummary:
     result = latest.result or {}
     summary.final_output = result.get("final_output")
     summary.error = result.get("error") or latest.failure
-    return _from_events(summary, [e for s in segments for e in s.events])
+    return _from_events(
+        summary, events if events is not None else [e for s in segments for e in s.events]
+    )
 
 
 def summarize_events(run_id: str, events: list[Event]) -> RunSummary:
@@ -181,6 +189,8 @@ def event_detail(event: Event) -> str:
         return f"{event.name} -> {preview(event.result, 60)}{_took(event)}"
     if kind == "message":
         return preview(event.text)
+    if kind == "fork":
+        return f"forked from {event.forked_from}"
     if kind == "run_end":
         tokens = f", {event.usage.total_tokens} tokens" if event.usage else ""
         error = f": {preview(event.error, 60)}" if event.error else ""

@@ -1,10 +1,11 @@
 """Reading and steering runs by id: shared by the facade, the CLI and the HTTP server.
 
-A run's whole log is Temporal's record of its segments, after the prefix a
-store seeded it with (a run continued from a JSONL log that Temporal never
-had: Agentor's own, or one whose history retention removed). Pending
-approvals are read from history, so listing them needs no worker; a decision
-goes to the run through its `decide` update, so delivering one does.
+A run's whole log is Temporal's record of its segments, after the prefix it
+was seeded with: a store's (a run continued from a JSONL log that Temporal
+never had: Agentor's own, or one whose history retention removed), or a
+fork's parent events. Pending approvals are read from history, so listing
+them needs no worker; a decision goes to the run through its `decide`
+update, so delivering one does.
 """
 
 from __future__ import annotations
@@ -36,14 +37,22 @@ def seeded_prefix(segments: list[Segment]) -> int:
 
 
 async def run_events(
-    run_id: str, segments: list[Segment], store: Store | None = None
+    run_id: str,
+    segments: list[Segment],
+    store: Store | None = None,
+    *,
+    client: Client | None = None,
 ) -> tuple[list[Event], int]:
     """(the run's whole log, how many leading events are missing from it).
 
-    The store-seeded prefix is read from `store` when it has it; otherwise
-    the log starts at the first event Temporal has and the second value says
-    how many came before.
+    The events before the first segment (a store-seeded run's, a fork's
+    parent events) are read from the parent's history when `client` is
+    given (see `TemporalStore.whole`), else from `store` when it has them;
+    otherwise the log starts at the first event Temporal has and the second
+    value says how many came before.
     """
+    if client is not None:
+        return await TemporalStore(client).whole(run_id, segments, store)
     events = [e for s in segments for e in s.events]
     prefix = seeded_prefix(segments)
     if not prefix:

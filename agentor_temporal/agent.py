@@ -3,9 +3,10 @@
 `run()` starts workflow `AgentRun` with id = run_id and waits for it;
 `resume(run_id)` looks the run up in Temporal (or, when history is gone, in the
 store) and returns it, waits for it, or continues it as a new segment under
-the same id, following the resume table in DESIGN.md. While a call is active
-the process runs an embedded worker for its own agent, so a single script
-needs no worker process; `embedded_worker=False` leaves the work to a fleet.
+the same id, following the resume table in DESIGN.md; `fork(run_id)`
+continues a copy under a new id (see `_fork`). While a call is active the
+process runs an embedded worker for its own agent, so a single script needs
+no worker process; `embedded_worker=False` leaves the work to a fleet.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input
+from agentor_temporal._fork import run_fork
 from agentor_temporal._results import await_result, check_input, check_owner, result_from
 from agentor_temporal._runs import check_waiting, run_events, seeded_prefix, send_decision
 from agentor_temporal._runtime import Runtime
@@ -212,6 +214,53 @@ class Agentor:
     async def aresume(self, run_id: str, max_turns: int | None = None) -> RunResult:
         """Async `resume`."""
         return await Runtime.get().run_async(self._aresume(run_id, max_turns))
+
+    def fork(
+        self,
+        run_id: str,
+        input: MessageInput | None = None,
+        *,
+        fork_id: str | None = None,
+        max_turns: int | None = None,
+        at: int | None = None,
+    ) -> RunResult:
+        """Copy the run `run_id` to a new run and continue it there (blocking).
+
+        The fork is its own run: the parent's events, a `fork` marker naming
+        the parent, then its own life. Without `input` an unfinished parent is
+        completed on the fork and a finished one returned as a snapshot (no
+        model request); with `input` the conversation continues with it.
+
+        Args:
+            run_id: the parent (in Temporal, or only in this agent's store).
+            input: a prompt or chat messages to continue with.
+            fork_id: the fork's run id (default: a new one).
+            max_turns: override the agent's budget for the continuation.
+            at: keep only the parent's first `at` events (a half-finished
+                tool batch is rewound).
+
+        Returns:
+            The fork's `RunResult`: the forked history plus the continuation,
+            usage their total; a failed one's error names the fork to resume.
+
+        Raises:
+            KeyError: when the parent is unknown.
+            ValueError: for a `fork_id` in use (nothing is overwritten), an
+                empty input list, or an `at` outside the parent's log.
+        """
+        return Runtime.get().run_sync(run_fork(self, run_id, input, fork_id, max_turns, at))
+
+    async def afork(
+        self,
+        run_id: str,
+        input: MessageInput | None = None,
+        *,
+        fork_id: str | None = None,
+        max_turns: int | None = None,
+        at: int | None = None,
+    ) -> RunResult:
+        """Async `fork`."""
+        return await Runtime.get().run_async(run_fork(self, run_id, input, fork_id, max_turns, at))
 
     async def astart(
         self,
@@ -541,7 +590,8 @@ class Agentor:
 
     async def _events(self, run_id: str, segments: list[Segment]) -> list[Event]:
         """The run's whole log: Temporal's segments, after any store-seeded prefix."""
-        events, _ = await run_events(run_id, segments, self.store)
+        client = await self._client()
+        events, _ = await run_events(run_id, segments, self.store, client=client)
         return events
 
     async def _store_events(self, run_id: str) -> list[Event]:

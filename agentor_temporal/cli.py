@@ -1,8 +1,8 @@
 """`agentor-temporal` (also `python -m agentor_temporal`): operate runs from a terminal.
 
-One subcommand per routine operation: a dev server, a worker, starting and
-resuming runs with live progress, and reading runs (`show`, `list`, `export`)
-straight from Temporal history, which needs no worker. Plain argparse, so the
+One subcommand per routine operation: a dev server, a worker, starting,
+resuming and forking runs with live progress, and reading runs (`show`,
+`list`, `export`) straight from Temporal history, which needs no worker. Plain argparse, so the
 CLI adds no dependency. The exit status is the contract scripts rely on: 0
 done, 1 the operation failed (unknown run, Temporal unreachable, the run
 itself failed), 2 usage error (bad arguments, agent path, run id or age). A
@@ -33,6 +33,7 @@ from agentor_temporal._cli_common import (
     load_agent,
     run_id_arg,
 )
+from agentor_temporal._cli_fork import cmd_fork
 from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_show
 from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._progress import Progress, follow, latest_execution
@@ -213,6 +214,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": cmd_worker,
     "run": cmd_run,
     "resume": cmd_resume,
+    "fork": lambda args: cmd_fork(args, _report),
     "show": cmd_show,
     "list": cmd_list,
     "export": cmd_export,

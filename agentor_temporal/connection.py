@@ -207,9 +207,9 @@ def start_dev_server(
 
     Started detached (its own session), so it survives this process. A lock
     file keeps two processes from racing to start two servers. The search
-    attributes runs set (AgentName, AgentModel, AgentStatus, AgentTokens) are
-    registered at start. Its data directory and log are created readable by
-    their owner only.
+    attributes runs set (AgentName, AgentModel, AgentStatus, AgentTokens,
+    ForkedFrom) are registered at start. Its data directory and log are
+    created readable by their owner only.
 
     Args:
         data_dir: where its database, log and pid file live.
@@ -244,6 +244,8 @@ def start_dev_server(
             "AgentName=Keyword",
             "--search-attribute",
             "AgentModel=Keyword",
+            "--search-attribute",
+            "ForkedFrom=Keyword",
             "--search-attribute",
             "AgentStatus=Keyword",
             "--search-attribute",

@@ -8,7 +8,8 @@ wired by hand: the `AgentRun` workflow and its activities (bound to the
 plugin's agents), the sandbox passthrough for our stateless modules (added to
 whatever sandboxed runner the worker already has, never replacing it),
 worker tuning where the worker was left at the SDK's defaults, and the
-AgentName/AgentModel search attributes, registered when the worker starts.
+search attributes runs set (AgentName, AgentModel, AgentStatus, AgentTokens,
+ForkedFrom), registered when the worker starts.
 It also works on `Client.connect(..., plugins=[...])` (workers built on that
 client inherit it) and on `Replayer(..., plugins=[...])`.
 """
@@ -79,7 +80,11 @@ STATUS_ATTRIBUTES = {
     "AgentStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "AgentTokens": IndexedValueType.INDEXED_VALUE_TYPE_INT,
 }
-SEARCH_ATTRIBUTES = {**NAME_ATTRIBUTES, **STATUS_ATTRIBUTES}
+#: ...and a run's forks by the run they were forked from (ForkedFrom='<run id>').
+FORK_ATTRIBUTES = {
+    "ForkedFrom": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+}
+SEARCH_ATTRIBUTES = {**NAME_ATTRIBUTES, **STATUS_ATTRIBUTES, **FORK_ATTRIBUTES}
 
 #: The SDK's defaults, which the plugin replaces with ours (a value the user
 #: set is left alone).
@@ -159,8 +164,9 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
 
     A workflow that upserts an unregistered attribute fails its task forever,
     so runs only set those their worker found (`registry.search_attributes`
-    for the names, `registry.status_attributes` for AgentStatus/AgentTokens:
-    a namespace may have the first two and refuse to add more).
+    for the names, `registry.status_attributes` for AgentStatus/AgentTokens,
+    `registry.fork_attribute` for ForkedFrom: a namespace may have the first
+    two and refuse to add more).
     """
     have: set[str] = set()
     try:
@@ -180,7 +186,7 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
         logger.warning(
             "Search attributes %s are unavailable (%s); runs will not set them. Register "
             "them with: temporal operator search-attribute create --name AgentStatus "
-            "--type Keyword (AgentName, AgentModel: Keyword; AgentTokens: Int)",
+            "--type Keyword (AgentName, AgentModel, ForkedFrom: Keyword; AgentTokens: Int)",
             "/".join(absent),
             exc,
         )
@@ -188,6 +194,7 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
     if registry is not None:
         registry.search_attributes = names
         registry.status_attributes = set(STATUS_ATTRIBUTES) <= have
+        registry.fork_attribute = set(FORK_ATTRIBUTES) <= have
     return names
 
 

@@ -29,6 +29,8 @@ SEARCH_ATTRIBUTE_ARGS = [
     "--search-attribute",
     "AgentModel=Keyword",
     "--search-attribute",
+    "ForkedFrom=Keyword",
+    "--search-attribute",
     "AgentStatus=Keyword",
     "--search-attribute",
     "AgentTokens=Int",

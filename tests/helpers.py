@@ -59,8 +59,14 @@ def ledger_lines(path: str | os.PathLike[str]) -> list[str]:
         return []
 
 
-def weather_tool(ledger: str | None = None, *, delay: float = 0.0) -> Any:
-    """The seed's get_weather, recording each execution in `ledger`."""
+def weather_tool(
+    ledger: str | None = None, *, delay: float = 0.0, delay_city: str | None = None
+) -> Any:
+    """The seed's get_weather, recording each execution in `ledger`.
+
+    `delay` seconds pass after the ledger line (for every city, or only for
+    `delay_city`), so a test can kill a process while the tool is in flight.
+    """
 
     @function_tool
     def get_weather(city: str) -> str:
@@ -70,7 +76,7 @@ def weather_tool(ledger: str | None = None, *, delay: float = 0.0) -> Any:
             city: The city to look up.
         """
         ledger_write(ledger, "get_weather", city)
-        if delay:
+        if delay and delay_city in (None, city):
             time.sleep(delay)
         return f"The weather in {city} is sunny and 22C."
 
@@ -245,6 +251,8 @@ class DevServerProcess:
             "AgentName=Keyword",
             "--search-attribute",
             "AgentModel=Keyword",
+            "--search-attribute",
+            "ForkedFrom=Keyword",
             "--search-attribute",
             "AgentStatus=Keyword",
             "--search-attribute",

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunInput,
         AgentSpec,
         Decision,
+        ForkOrigin,
         PausedState,
         RunOutcome,
         parse_run_input,
@@ -58,6 +59,8 @@ with workflow.unsafe.imports_passed_through():
 #: Search attributes set on every run when the namespace has them.
 AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 AGENT_MODEL = SearchAttributeKey.for_keyword("AgentModel")
+#: Set on a fork's first segment: the run it was forked from.
+FORKED_FROM = SearchAttributeKey.for_keyword("ForkedFrom")
 
 #: The `run_end` error of a run that was cancelled.
 CANCELLED = "The run was cancelled; resume(run_id) continues it."
@@ -178,6 +181,18 @@ class AgentRunWorkflow:
         seg = await self._begin(inp)
         spent = self._prior + self._usage  # the usage carried over, after continue-as-new
         with self._observer.begin(seg.spec, inp, workflow.info().workflow_id, spent):
+            if inp.fork is not None:
+                self._forked(inp.fork)
+                if inp.fork.snapshot:
+                    # a finished parent, forked without input: Agentor returns
+                    # the copy as it is, with no model request
+                    self._observer.status.settle("completed")
+                    return await self._close(
+                        "completed",
+                        seg,
+                        text=inp.fork.final_output,
+                        details=f"Fork of {inp.fork.run_id}: a snapshot of its finished run",
+                    )
             try:
                 return await self._loop(inp, seg)
             except asyncio.CancelledError:
@@ -359,10 +374,16 @@ class AgentRunWorkflow:
         self._prior = Usage.from_dict(inp.prior_usage)
         carry = Carry.from_dict(inp.carry) if inp.carry is not None else None
         spec = self._spec = await self._describe(inp.agent)
+        attributes = []
         if spec.search_attributes:
-            workflow.upsert_search_attributes(
-                [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
-            )
+            attributes += [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
+        # a spec recorded before `fork_attribute` had ForkedFrom with the names;
+        # continued executions keep it (continue-as-new carries attributes over)
+        forked_from = spec.search_attributes if spec.fork_attribute is None else spec.fork_attribute
+        if inp.fork is not None and forked_from:
+            attributes.append(FORKED_FROM.value_set(inp.fork.run_id))
+        if attributes:
+            workflow.upsert_search_attributes(attributes)
         if carry is not None:
             self._turn, self._usage = carry.turn, Usage.from_dict(carry.usage)
             self._approvals.decisions = carry.decision_objects()
@@ -373,6 +394,19 @@ class AgentRunWorkflow:
             budget=inp.max_turns or spec.max_turns,
             started=workflow.now().timestamp(),
             stream_text=inp.stream_text,
+        )
+
+    def _forked(self, origin: ForkOrigin) -> None:
+        """Record what a fork's log holds past its parent's events: copies, then the marker."""
+        for data in origin.events:
+            self._journal.record(Event.from_dict(data))
+        now = workflow.now().timestamp()
+        # Agentor's marker: a fork's own life starts here
+        self._journal.record(
+            Event(type="fork", forked_from=origin.run_id, started_at=now, ended_at=now)
+        )
+        workflow.set_current_details(
+            f"Forked from {origin.run_id} at event {origin.at + len(origin.events)}"
         )
 
     async def _describe(self, agent: str) -> AgentSpec:
@@ -559,7 +593,6 @@ class AgentRunWorkflow:
         error: str | None = None,
     ) -> dict[str, Any]:
         """Record the segment's `run_end`, make sure it is kept, and return the outcome."""
-        spec = seg.spec
         self._journal.record(
             Event(
                 type="run_end",
@@ -572,10 +605,24 @@ class AgentRunWorkflow:
                 ended_at=workflow.now().timestamp(),
             )
         )
+        return await self._close(status, seg, text=text, error=error)
+
+    async def _close(
+        self,
+        status: str,
+        seg: _Segment,
+        *,
+        text: str | None = None,
+        error: str | None = None,
+        details: str | None = None,
+    ) -> dict[str, Any]:
+        """Make sure the segment's events are kept, release handlers, return the outcome."""
+        spec = seg.spec
         self._status = status
         self._history = HistoryGauge.now()
         workflow.set_current_details(
-            f"Finished: {status} after {plural(self._turn, 'turn')} · {self._tokens()} tokens"
+            details
+            or f"Finished: {status} after {plural(self._turn, 'turn')} · {self._tokens()} tokens"
             f" · {self._history.describe()}"
         )
         await self._journal.flush(spec.name, spec.mirror)

@@ -31,7 +31,8 @@ class RunObserver:
         and this segment's earlier executions when it continued as new.
         """
         self.status.begin(spec, spent)
-        self.metrics.begin(spec, new_run=inp.event_offset == 0)
+        # a fork is a new run, though its log begins with its parent's events
+        self.metrics.begin(spec, new_run=inp.event_offset == 0 or inp.fork is not None)
         return self.trace.start(spec.name, spec.model, run_id)
 
     def on_event(self, event: Event) -> None:

@@ -9,7 +9,9 @@ scheduled input, which history already holds; a request sent by reference
 the messages that input carries. A resumed or continued run spans several
 executions of one workflow id; each segment names the one before it, so the
 projection walks that chain rather than trusting eventually-consistent
-visibility.
+visibility. A fork's log begins with its parent's first events, which its
+first segment references rather than copies: `whole` prepends them (read from
+the parent's history, or from a store when only a store has them).
 """
 
 from __future__ import annotations
@@ -27,13 +29,18 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal.codec import EncryptionKeyError
-from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.store.base import Store, validate_run_id
 from agentor_temporal.store.events import Event
-from agentor_temporal.workflows.policies import DESCRIBE_AGENT, JOURNAL, WORKFLOW_TYPE
+from agentor_temporal.workflows.policies import CALL_TOOL, DESCRIBE_AGENT, JOURNAL, WORKFLOW_TYPE
+from agentor_temporal.workflows.types import ForkOrigin, parse_fork_origin
 
 T = TypeVar("T")
 
 _LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+#: Forks of forks of ... deeper than this are not followed (a guard against
+#: a hand-written input whose parents loop).
+MAX_FORK_DEPTH = 100
 
 
 @dataclass
@@ -66,6 +73,21 @@ class Segment:
     #: index in `events` -> (conversation reference, tail) of a request sent
     #: by reference, until `resolve_requests` fills in its messages
     pending: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
+    #: activity id -> (input, result) of each completed `call_tool` activity,
+    #: still encoded: a tool batch may be done in history before the workflow
+    #: has journaled its results (see `agentor_temporal._fork`)
+    completed_tools: dict[str, tuple[Payload, Payload]] = field(default_factory=dict)
+
+    @property
+    def fork(self) -> ForkOrigin | None:
+        """Where the run's log begins, when this segment starts a fork."""
+        raw = self.input.get("fork") if isinstance(self.input, dict) else None
+        if raw is None:
+            return None
+        try:
+            return parse_fork_origin(raw)
+        except ValueError:
+            return None  # the workflow refused it and recorded nothing
 
     @property
     def event_offset(self) -> int:
@@ -89,7 +111,7 @@ def resolve_requests(
     for segment in chain:
         start = segment.event_offset
         for index, event in enumerate(segment.events):
-            pending = segment.pending.pop(index, None)
+            pending = segment.pending.get(index)
             if pending is not None:
                 conversation, tail = pending
                 at = int(conversation.get("position", -1))
@@ -99,8 +121,20 @@ def resolve_requests(
                     base = None  # `known` holds another conversation than this names
                 if base is not None:
                     event.messages = base + tail
+                    # unresolved ones stay: a fork's base is in its parent's
+                    # events, which `whole` reads after the segments
+                    del segment.pending[index]
             if event.messages is not None and event.type in ("run_start", "generation"):
                 known[start + index] = event.messages
+
+
+def known_messages(events: list[Event], start: int = 0) -> dict[int, list[dict[str, Any]]]:
+    """The messages of the events a request may name as its base, by whole-run position."""
+    return {
+        start + i: e.messages
+        for i, e in enumerate(events)
+        if e.messages is not None and e.type in ("run_start", "generation")
+    }
 
 
 def _run_sync(factory: Callable[[], Awaitable[T]]) -> T:
@@ -156,10 +190,70 @@ class TemporalStore:
 
     async def aload(self, run_id: str) -> list[Event]:
         """Async `load`."""
-        events: list[Event] = []
-        for segment in await self.segments(run_id):
-            events.extend(segment.events)
+        events, _ = await self.whole(run_id)
         return events
+
+    async def whole(
+        self,
+        run_id: str,
+        segments: list[Segment] | None = None,
+        store: Store | None = None,
+        *,
+        _depth: int = 0,
+    ) -> tuple[list[Event], int]:
+        """(the run's whole log, how many of its first events could not be read).
+
+        The log is the segments' events after whatever preceded the first of
+        them: a fork's parent events (from the parent's history, else from
+        `store`), or the events of a run continued from a store. `store` also
+        stands in for history that retention removed.
+
+        Args:
+            run_id: the run.
+            segments: its segments, when the caller has read them already.
+            store: where events Temporal does not hold may be (optional).
+        """
+        if segments is None:
+            segments = await self.segments(run_id)
+        events = [e for s in segments for e in s.events]
+        if not segments:
+            return events, 0
+        first = segments[0]
+        offset = first.fork.at if first.fork is not None else first.event_offset
+        if not offset:
+            return events, 0
+        prefix = None
+        if first.fork is not None and not first.previous:
+            prefix = await self._fork_prefix(first.fork, store, _depth)
+        if prefix is None and store is not None:
+            # the run's own copy: a store-seeded run, a fork's mirror, or
+            # segments whose history is gone
+            stored = await asyncio.to_thread(store.load, run_id)
+            prefix = stored[:offset] if len(stored) >= offset else None
+        if prefix is None:
+            return events, offset
+        if any(s.pending for s in segments):
+            # a fork's conversation sent by reference to one of its parent's events
+            resolve_requests(segments, known_messages(prefix))
+        return prefix + events, 0
+
+    async def _fork_prefix(
+        self, origin: ForkOrigin, store: Store | None, depth: int
+    ) -> list[Event] | None:
+        """The parent's first `origin.at` events, or None when nothing holds them all."""
+        if depth >= MAX_FORK_DEPTH:
+            return None
+        if origin.execution is not None:
+            parent = await self.segments(origin.run_id, execution=origin.execution)
+            if parent:
+                events, missing = await self.whole(origin.run_id, parent, store, _depth=depth + 1)
+                if not missing and len(events) >= origin.at:
+                    return events[: origin.at]
+        if store is not None:
+            stored = await asyncio.to_thread(store.load, origin.run_id)
+            if len(stored) >= origin.at:
+                return stored[: origin.at]
+        return None
 
     async def alist_runs(self) -> list[str]:
         """Async `list_runs`."""
@@ -172,17 +266,20 @@ class TemporalStore:
         self,
         run_id: str,
         *,
+        execution: str | None = None,
         since: int | None = None,
         known: dict[int, list[dict[str, Any]]] | None = None,
         digests: dict[int, str] | None = None,
     ) -> list[Segment]:
         """The run's executions, oldest first ([] when Temporal has none).
 
-        Walks back from the latest execution through each segment's
-        predecessor; stops where retention has already removed history.
+        Walks back from the latest execution (or from `execution`) through
+        each segment's predecessor; stops where retention has already
+        removed history.
 
         Args:
             run_id: the run.
+            execution: the execution to walk back from (default: the latest).
             since: stop at the execution holding this whole-run position (a
                 worker rebuilding a conversation from one it already has).
             known: messages of events at those positions, for requests sent
@@ -192,7 +289,6 @@ class TemporalStore:
         """
         validate_run_id(run_id)
         chain: list[Segment] = []
-        execution: str | None = None
         seen: set[str] = set()
         while True:
             try:
@@ -232,6 +328,8 @@ class TemporalStore:
         """Project one execution's history into a `Segment`."""
         segment = Segment(execution_run_id="")
         scheduled: dict[str, Payload] = {}
+        #: scheduled event id -> activity id, of call_tool activities
+        tools: dict[int, str] = {}
         journal: list[tuple[int, list[dict[str, Any]], dict[str, str]]] = []
         for event in history.events:
             kind = event.event_type
@@ -263,6 +361,16 @@ class TemporalStore:
                 attrs_s = event.activity_task_scheduled_event_attributes
                 if attrs_s.input.payloads:
                     scheduled[attrs_s.activity_id] = attrs_s.input.payloads[0]
+                if attrs_s.activity_type.name == CALL_TOOL:
+                    tools[event.event_id] = attrs_s.activity_id
+            elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                attrs_c = event.activity_task_completed_event_attributes
+                activity_id = tools.get(attrs_c.scheduled_event_id)
+                if activity_id in scheduled and attrs_c.result.payloads:
+                    segment.completed_tools[activity_id] = (
+                        scheduled[activity_id],
+                        attrs_c.result.payloads[0],
+                    )
             elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
                 marker = event.marker_recorded_event_attributes
                 if marker.marker_name != _LOCAL_ACTIVITY_MARKER or "result" not in marker.details:
@@ -318,6 +426,10 @@ class TemporalStore:
         except ValueError:
             return None
         return info.get("activity_type") if isinstance(info, dict) else None
+
+    async def decode(self, payload: Payload) -> Any:
+        """A payload of the run's history, through the client's data converter."""
+        return await self._decode(payload)
 
     async def _decode(self, payload: Payload) -> Any:
         values = await self.client.data_converter.decode([payload])

@@ -70,6 +70,11 @@ class RunStatus:
         elif kind == "run_end":
             self._set(str(event.status or "completed"), self.tokens)
 
+    def settle(self, status: str) -> None:
+        """Set a status no event records: a fork that is a snapshot of a finished run."""
+        if self.enabled:
+            self._set(status, self.tokens)
+
     def _set(self, status: str, tokens: int) -> None:
         if status == self.status and tokens == self.tokens:
             return

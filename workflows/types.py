@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agentor_temporal.store.events import Usage
+from agentor_temporal.store.events import Event, Usage
 
 #: Input keys a plain client may send; anything else is refused by name.
 _INPUT_KEYS = frozenset(
@@ -25,8 +25,91 @@ _INPUT_KEYS = frozenset(
         "stream_text",
         "carry",
         "conversation",
+        "fork",
     }
 )
+
+
+@dataclass
+class ForkOrigin:
+    """Where a fork's log begins: the first `at` events of its parent's log.
+
+    A reference, not a copy: the parent's events never travel as workflow
+    input (a long run's log would pass the 2 MB payload limit); whoever reads
+    the fork (`TemporalStore`, the journal's mirror) reads them from the
+    parent's history, or from a store when only a store has them.
+    """
+
+    #: the parent run's id
+    run_id: str
+    #: how many of the parent's events the fork starts with (its event_offset)
+    at: int
+    #: the parent's execution whose chain of segments holds those events;
+    #: None when only a store has them (a log Agentor wrote, or expired history)
+    execution: str | None = None
+    #: events the fork records itself before its `fork` marker: results of a
+    #: tool batch the parent completed in history but had not journaled yet
+    events: list[dict[str, Any]] = field(default_factory=list)
+    #: the fork is a snapshot of a finished parent: it records the marker and
+    #: returns `final_output` with no model request
+    snapshot: bool = False
+    final_output: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, without defaults."""
+        data: dict[str, Any] = {"run_id": self.run_id, "at": self.at}
+        if self.execution is not None:
+            data["execution"] = self.execution
+        if self.events:
+            data["events"] = self.events
+        if self.snapshot:
+            data["snapshot"] = True
+            data["final_output"] = self.final_output
+        return data
+
+
+def parse_fork_origin(raw: Any) -> ForkOrigin:
+    """Validate the `fork` field of a workflow input.
+
+    Raises:
+        ValueError: saying which part is wrong.
+    """
+    if isinstance(raw, ForkOrigin):
+        return raw
+    if not isinstance(raw, dict):
+        raise ValueError('"fork" must be an object like {"run_id": "<parent>", "at": 7}')
+    unknown = sorted(set(raw) - {"run_id", "at", "execution", "events", "snapshot", "final_output"})
+    if unknown:
+        raise ValueError(f'unknown "fork" field(s) {unknown}')
+    parent, at = raw.get("run_id"), raw.get("at")
+    if not isinstance(parent, str) or not parent:
+        raise ValueError('"fork"."run_id" must be the parent run\'s id')
+    if not isinstance(at, int) or isinstance(at, bool) or at < 0:
+        raise ValueError(f'"fork"."at" must be a non-negative integer, got {at!r}')
+    execution = raw.get("execution")
+    if execution is not None and not isinstance(execution, str):
+        raise ValueError('"fork"."execution" must be a string')
+    events = raw.get("events") or []
+    if not isinstance(events, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("type"), str) for e in events
+    ):
+        raise ValueError('"fork"."events" must be a list of events')
+    for index, event in enumerate(events):
+        try:
+            Event.from_dict(event)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f'"fork"."events"[{index}] is not an event: {exc}') from None
+    output = raw.get("final_output")
+    if output is not None and not isinstance(output, str):
+        raise ValueError('"fork"."final_output" must be a string')
+    return ForkOrigin(
+        run_id=parent,
+        at=at,
+        execution=execution,
+        events=[dict(e) for e in events],
+        snapshot=bool(raw.get("snapshot", False)),
+        final_output=output,
+    )
 
 
 @dataclass
@@ -56,15 +139,19 @@ class AgentRunInput:
     #: means the messages of the run's event at `position`, then `tail`;
     #: `input` is then unused and may be empty
     conversation: dict[str, Any] | None = None
+    #: set on a fork's first segment: the parent events its log begins with
+    fork: ForkOrigin | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
         data: dict[str, Any] = {"agent": self.agent, "input": self.input}
         defaults = AgentRunInput(agent="", input="")
-        for key in _INPUT_KEYS - {"agent", "input"}:
+        for key in _INPUT_KEYS - {"agent", "input", "fork"}:
             value = getattr(self, key)
             if value != getattr(defaults, key):
                 data[key] = value
+        if self.fork is not None:
+            data["fork"] = self.fork.to_dict()
         return data
 
 
@@ -79,7 +166,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         '"input": "What is the weather in London?"}'
     )
     if isinstance(raw, AgentRunInput):
-        raw = asdict(raw)
+        raw = raw.to_dict()
     if not isinstance(raw, dict):
         raise ValueError(f"input is {type(raw).__name__}, {expected}")
     unknown = sorted(set(raw) - _INPUT_KEYS)
@@ -122,6 +209,12 @@ def parse_run_input(raw: Any) -> AgentRunInput:
     previous = raw.get("previous_execution")
     if previous is not None and not isinstance(previous, str):
         raise ValueError('"previous_execution" must be a string')
+    fork = parse_fork_origin(raw["fork"]) if raw.get("fork") is not None else None
+    if fork is not None and offset != fork.at:
+        raise ValueError(
+            f'"event_offset" ({offset}) must equal "fork"."at" ({fork.at}): '
+            "a fork's log begins with that many of its parent's events"
+        )
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -132,6 +225,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         stream_text=bool(raw.get("stream_text", False)),
         carry=carry,
         conversation=conversation,
+        fork=fork,
     )
 
 
@@ -220,6 +314,9 @@ class AgentSpec:
     #: whether it has AgentStatus / AgentTokens too (registered apart: a
     #: namespace may have the first two and refuse new ones)
     status_attributes: bool = False
+    #: whether it has ForkedFrom (registered apart too); None in specs recorded
+    #: before this field, when `search_attributes` covered it
+    fork_attribute: bool | None = None
     #: hash of instructions, model and tool schemas: what "built the same way" means
     fingerprint: str = ""
     #: history bytes after which an execution continues as new (0: the default)

@@ -140,7 +140,9 @@ def owner_name(segments: list[Segment]) -> str | None:
 
 async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunView:
     """The run's state from history, without waiting for it."""
-    events, _ = await run_events(run_id, segments, agent.store)
+    client = await agent._client()
+    # with the client: a fork's parent events are read from the parent's history
+    events, _ = await run_events(run_id, segments, agent.store, client=client)
     latest = segments[-1]
     usage, messages = total_usage(events), replay_messages(events)
     if latest.status == "running":

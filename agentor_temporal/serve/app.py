@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal._fork import ForkIdInUse, start_fork_run
 from agentor_temporal._runs import run_events
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.agent import Agentor
@@ -80,6 +81,16 @@ class ResumeRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     max_turns: int | None = Field(default=None, ge=1)
+
+
+class ForkRequest(BaseModel):
+    """`POST /runs/{run_id}/fork` (the body is optional): `Agentor.fork`'s arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+    input: Input | None = None
+    fork_id: str | None = None
+    max_turns: int | None = Field(default=None, ge=1)
+    at: int | None = None
 
 
 class DecisionRequest(BaseModel):
@@ -296,6 +307,26 @@ def _routes(served: Agents) -> APIRouter:
             raise ApiError(409, str(exc)) from None
         return {**result.to_dict(), "agent": agent.name}
 
+    @router.post("/runs/{run_id}/fork", status_code=202)
+    async def fork(run_id: str, body: ForkRequest | None = None) -> JSONResponse:
+        agent, _ = await served.find(run_id)
+        body = body or ForkRequest()
+        try:
+            fork_id = await Runtime.get().run_async(
+                start_fork_run(agent, run_id, body.input, body.fork_id, body.max_turns, body.at)
+            )
+        except KeyError as exc:
+            raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
+        except ForkIdInUse as exc:
+            raise ApiError(409, str(exc)) from None
+        except (ValueError, TypeError) as exc:
+            raise ApiError(400, str(exc)) from None
+        return JSONResponse(
+            {"run_id": fork_id, "forked_from": run_id},
+            status_code=202,
+            headers={"Location": f"/runs/{fork_id}"},
+        )
+
     @router.get("/runs/{run_id}/events")
     async def events(
         run_id: str, request: Request, after: int | None = None, text: bool = False
@@ -303,7 +334,9 @@ def _routes(served: Agents) -> APIRouter:
         start = _resume_point(request.headers.get("last-event-id"), after)
         agent, segments = await served.find(run_id)
         if segments[-1].status != "running":
-            recorded, _ = await run_events(run_id, segments, agent.store)
+            recorded, _ = await run_events(
+                run_id, segments, agent.store, client=await served.client()
+            )
             if start >= len(recorded):
                 # nothing more will come: 204 tells an EventSource to stop reconnecting
                 return Response(status_code=204)
@@ -314,7 +347,7 @@ def _routes(served: Agents) -> APIRouter:
     async def decide(run_id: str, call_id: str, body: DecisionRequest) -> dict[str, Any]:
         check_run_id(run_id)
         agent, segments = await served.find(run_id)
-        recorded, _ = await run_events(run_id, segments, agent.store)
+        recorded, _ = await run_events(run_id, segments, agent.store, client=await served.client())
         if not any(e.type == "approval_request" and e.call_id == call_id for e in recorded):
             raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
         method = agent.aapprove if body.approve else agent.adeny

@@ -140,7 +140,7 @@ def test_every_command_explains_itself_with_examples() -> None:
     """`--help` of the CLI and of every command exits 0 and shows examples."""
     top = cli("--help")
     assert top.returncode == 0
-    commands = ["dev", "worker", "run", "resume", "show", "list", "export", "prune"]
+    commands = ["dev", "worker", "run", "resume", "fork", "show", "list", "export", "prune"]
     for command in commands:
         assert command in top.stdout
     assert "exit status" in top.stdout

@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from agentor_temporal import Agentor, AgentorPlugin, FileStore, function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_then_answer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 
@@ -103,6 +103,22 @@ async def _oversize(agent: Agentor) -> str:
     return result.run_id
 
 
+async def _fork(agent: Agentor) -> str:
+    parent = await agent.arun("What is the weather in London?")
+    assert parent.run_id is not None
+    fork = await agent.afork(parent.run_id, "Now do the same for Paris.", at=4)
+    assert fork.status == "completed" and fork.events[4].type == "fork"
+    return str(fork.run_id)
+
+
+async def _fork_snapshot(agent: Agentor) -> str:
+    parent = await agent.arun("What is the weather in London?")
+    assert parent.run_id is not None
+    fork = await agent.afork(parent.run_id)
+    assert fork.status == "completed" and fork.events[-1].type == "fork"
+    return str(fork.run_id)
+
+
 SCENARIOS: dict[
     str, tuple[list[object], Callable[[], list[object]], Callable[..., Awaitable[str]], int]
 ] = {
@@ -137,6 +153,18 @@ SCENARIOS: dict[
         lambda: [fail_always, weather_tool()],
         _budget,
         4,
+    ),
+    "fork_history": (
+        tool_then_answer,
+        lambda: [weather_tool()],
+        _fork,
+        20,
+    ),
+    "fork_snapshot_history": (
+        tool_then_answer,
+        lambda: [weather_tool()],
+        _fork_snapshot,
+        20,
     ),
     "oversize_history": (
         [[CallTool("chunk", {"n": n}) for n in range(4)], Reply("Got them, cut.")],

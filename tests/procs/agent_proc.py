@@ -1,12 +1,12 @@
-"""A process the crash tests run and kill: `agent_proc.py run|resume|worker`.
+"""A process the crash tests run and kill: `agent_proc.py run|resume|fork|worker`.
 
 Configured through the environment: TEMPORAL_ADDRESS, AGENT_TASK_QUEUE,
 MODEL_BASE_URL, AGENT_STORE (a directory), AGENT_LEDGER, BLOCK_AFTER and
-BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY,
-AGENT_INSTRUCTIONS, PARENT_SPAN (run inside a span of that name). Prints
-the RunResult as one JSON line. `--go-file` makes it print "waiting", then
-start only once that file exists, so a test can release several processes
-at the same moment.
+BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY (and
+TOOL_DELAY_CITY: only for that city), AGENT_INSTRUCTIONS, PARENT_SPAN (run
+inside a span of that name). Prints the RunResult as one JSON line.
+`--go-file` makes it print "waiting", then start only once that file exists,
+so a test can release several processes at the same moment.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ def build() -> object:
         store=store,
         tools=[
             weather_tool(
-                os.environ.get("AGENT_LEDGER"), delay=float(os.environ.get("TOOL_DELAY", "0"))
+                os.environ.get("AGENT_LEDGER"),
+                delay=float(os.environ.get("TOOL_DELAY", "0")),
+                delay_city=os.environ.get("TOOL_DELAY_CITY"),
             ),
             *(
                 [transfer_tool(os.environ.get("AGENT_LEDGER"))]
@@ -71,12 +73,13 @@ async def print_stream(agent: object, run_id: str | None, prompt: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=["run", "resume", "worker", "stream", "approve"])
+    parser.add_argument("command", choices=["run", "resume", "worker", "stream", "approve", "fork"])
     parser.add_argument("--call-id")
     parser.add_argument("--by")
     parser.add_argument("--run-id")
     parser.add_argument("--prompt", default=PROMPT)
     parser.add_argument("--go-file")
+    parser.add_argument("--fork-input", help="fork: the message to continue with")
     args = parser.parse_args()
     agent = build()
     if args.go_file:
@@ -92,6 +95,10 @@ def main() -> int:
     if args.command == "approve":
         agent.approve(args.run_id, args.call_id, by=args.by)  # type: ignore[attr-defined]
         result = agent.resume(args.run_id)  # type: ignore[attr-defined]
+        print(json.dumps(result.to_dict()), flush=True)
+        return 0
+    if args.command == "fork":
+        result = agent.fork(args.run_id, args.fork_input)  # type: ignore[attr-defined]
         print(json.dumps(result.to_dict()), flush=True)
         return 0
     if args.command == "run" and os.environ.get("PARENT_SPAN"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentor_temporal.workflows.types import AgentRunInput, parse_run_input
+from agentor_temporal.workflows.types import AgentRunInput, ForkOrigin, parse_run_input
 
 
 def test_minimal_input() -> None:
@@ -23,6 +23,56 @@ def test_full_input_round_trips() -> None:
         "previous_execution": "e",
     }
     assert parse_run_input(raw).to_dict() == raw
+
+
+def test_fork_input_round_trips() -> None:
+    """A fork's first segment references its parent's events and carries only the tail."""
+    raw = {
+        "agent": "A",
+        "input": [{"role": "user", "content": "x"}],
+        "event_offset": 3,
+        "fork": {
+            "run_id": "parent",
+            "at": 3,
+            "execution": "e",
+            "events": [{"type": "tool_result", "call_id": "c1", "result": "r"}],
+        },
+    }
+    inp = parse_run_input(raw)
+    assert inp.fork == ForkOrigin(
+        run_id="parent",
+        at=3,
+        execution="e",
+        events=[{"type": "tool_result", "call_id": "c1", "result": "r"}],
+    )
+    assert inp.to_dict() == raw
+    assert parse_run_input(inp) == inp
+    snapshot = {**raw, "fork": {"run_id": "p", "at": 3, "snapshot": True, "final_output": "a"}}
+    assert parse_run_input(snapshot).to_dict() == snapshot
+
+
+@pytest.mark.parametrize(
+    "fork, fragment",
+    [
+        ("parent", '"fork" must be an object'),
+        ({"run_id": "p", "at": 3, "extra": 1}, 'unknown "fork" field'),
+        ({"at": 3}, '"fork"."run_id"'),
+        ({"run_id": "p", "at": -1}, '"fork"."at"'),
+        ({"run_id": "p", "at": True}, '"fork"."at"'),
+        ({"run_id": "p", "at": 3, "execution": 5}, '"fork"."execution"'),
+        ({"run_id": "p", "at": 3, "events": [{"no": "type"}]}, '"fork"."events"'),
+        ({"run_id": "p", "at": 3, "final_output": 1}, '"fork"."final_output"'),
+        (
+            {"run_id": "p", "at": 3, "events": [{"type": "generation", "messages": "x"}]},
+            '"fork"."events"[0] is not an event',
+        ),
+        ({"run_id": "p", "at": 4}, '"event_offset" (3) must equal "fork"."at" (4)'),
+    ],
+)
+def test_malformed_fork_inputs(fork: object, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_run_input({"agent": "A", "input": "x", "event_offset": 3, "fork": fork})
+    assert fragment in str(info.value)
 
 
 @pytest.mark.parametrize(

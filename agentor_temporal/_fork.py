@@ -1,0 +1,381 @@
+"""Forking a run: Agentor's `fork`, on Temporal, plus forking from any event position.
+
+A fork is its own `AgentRun` workflow, id = the fork's id. Its log begins with
+the parent's first N events, which its first segment *references*
+(`ForkOrigin`: the parent's id, the execution holding them, N) instead of
+carrying: a long parent's log would pass the 2 MB input limit, and the
+projection (`TemporalStore.whole`) and the journal's mirror read them from the
+parent's history, or from a store when only a store has the parent. What the
+segment carries is what a resumed segment carries: the conversation replayed
+from those events (a half-finished tool batch rewound), their usage, and N as
+its event offset. The workflow records Agentor's `fork` marker and goes on
+like any segment, or, for a finished parent forked without input, returns the
+snapshot with no model request.
+
+One state needs more than the journaled events: a tool batch whose activities
+completed in the parent's history before its worker died, with the results
+not yet journaled. Forking from the journal alone would rewind that batch and
+run its tools again, so the fork records those results itself
+(`ForkOrigin.events`), built from the completed activities the way the
+workflow builds them. Kept apart from the facade so a change in how segments
+carry their conversation touches this module alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from agentor_temporal._continuing import by_reference
+from agentor_temporal._results import await_result, check_input
+from agentor_temporal.activities import AgentDefinition
+from agentor_temporal.store import (
+    Event,
+    RunResult,
+    Store,
+    final_event,
+    is_complete,
+    new_run_id,
+    replay_messages,
+    total_usage,
+    validate_run_id,
+)
+from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.formatting import preview_input
+from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+from agentor_temporal.workflows.policies import (
+    MAX_TURN_RESULT_BYTES,
+    WORKFLOW_TASK_TIMEOUT,
+    WORKFLOW_TYPE,
+)
+from agentor_temporal.workflows.projection import known_messages, resolve_requests
+from agentor_temporal.workflows.types import AgentRunInput, ForkOrigin
+
+if TYPE_CHECKING:
+    from agentor_temporal.agent import Agentor
+
+MessageInput = str | list[dict[str, Any]]
+
+
+class ForkIdInUse(ValueError):
+    """A fork's id names a run that exists (Agentor raises ValueError; this is one)."""
+
+
+async def run_fork(
+    agent: Agentor,
+    run_id: str,
+    input: MessageInput | None,
+    fork_id: str | None,
+    max_turns: int | None,
+    at: int | None,
+) -> RunResult:
+    """`Agentor.fork`: check, read the parent, start the fork, wait for its result."""
+    check_fork_input(input)
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+    fork_id = new_run_id() if fork_id is None else validate_run_id(fork_id)
+    client = await agent._client()
+    point = await fork_point(client, run_id, at, agent.store)
+    inp = fork_input(agent.name, point, input, max_turns)
+    async with agent._serving(client):
+        await start_fork(
+            client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input
+        )
+        try:
+            result = await await_result(
+                client,
+                fork_id,
+                pauses=agent._pauses,
+                # the parent's events were read above: only the fork's own are new
+                events_of=lambda segments: _forked_log(point, segments),
+            )
+            return with_note(result, fork_id)
+        except Exception as exc:
+            add_note(exc, fork_id)
+            raise
+
+
+async def start_fork_run(
+    agent: Agentor,
+    run_id: str,
+    input: MessageInput | None,
+    fork_id: str | None,
+    max_turns: int | None,
+    at: int | None,
+) -> str:
+    """Make the fork and return its id at once (`POST /runs/{run_id}/fork`), as `astart` does.
+
+    Raises:
+        KeyError, ValueError, TypeError: as `Agentor.fork` (`ForkIdInUse` for a taken id).
+    """
+    check_fork_input(input)
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+    fork_id = new_run_id() if fork_id is None else validate_run_id(fork_id)
+    client = await agent._client()
+    point = await fork_point(client, run_id, at, agent.store)
+    inp = fork_input(agent.name, point, input, max_turns)
+    await start_fork(client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input)
+    await agent._serve_until_done(client, fork_id)  # the embedded worker, if any
+    return fork_id
+
+
+async def _forked_log(point: ForkPoint, segments: list[Segment]) -> list[Event]:
+    """The fork's whole log: the parent's events as read at the fork, then its own."""
+    prefix = point.events[: point.origin.at]
+    resolve_requests(segments, known_messages(prefix))
+    return prefix + [e for s in segments for e in s.events]
+
+
+@dataclass
+class ForkPoint:
+    """The state of a parent that a fork starts from."""
+
+    parent: str
+    #: the parent's first `at` events, as the fork's log holds them
+    events: list[Event]
+    #: how the fork's first segment refers to them
+    origin: ForkOrigin
+    #: position of the first parent event its own history holds (None: the
+    #: parent is only in a store); a conversation based there goes by reference
+    in_temporal_from: int | None = None
+
+
+def check_fork_input(input: MessageInput | None) -> None:
+    """Refuse input a fork cannot continue with (None is fine: no input).
+
+    Raises:
+        ValueError: for an empty list (Agentor's message), prompt or bad messages.
+        TypeError: for anything but a prompt or a message list.
+    """
+    if input is None:
+        return
+    if isinstance(input, list) and not input:
+        # an empty list is almost certainly a bug, and would re-execute the
+        # conversation with no new message at all
+        raise ValueError("input is an empty list; pass None to fork without input.")
+    check_input(input)
+
+
+async def fork_point(client: Client, run_id: str, at: int | None, store: Store | None) -> ForkPoint:
+    """Read the parent `run_id` and pick its first `at` events (all when None).
+
+    Temporal's record comes first; a parent that Temporal does not know
+    (a log Agentor wrote, or history that retention removed) is read from
+    `store`.
+
+    Raises:
+        KeyError: when neither Temporal nor the store knows the parent.
+        ValueError: for an `at` outside the parent's log, or a parent whose
+            first events are gone from both.
+    """
+    validate_run_id(run_id)
+    if at is not None and (not isinstance(at, int) or isinstance(at, bool)):
+        raise ValueError(f"at must be an event position (an integer), got {at!r}")
+    temporal = TemporalStore(client)
+    segments = await temporal.segments(run_id)
+    execution: str | None = None
+    in_temporal_from: int | None = None
+    pending: list[Event] = []
+    if segments:
+        events, missing = await temporal.whole(run_id, segments, store)
+        if missing:
+            raise ValueError(
+                f"Run {run_id!r}'s first {missing} events are neither in Temporal nor in "
+                f"{store!r}; it cannot be forked"
+            )
+        execution = segments[-1].execution_run_id
+        in_temporal_from = segments[0].event_offset
+        pending = await completed_batch(temporal, segments[-1])
+    else:
+        events = await asyncio.to_thread(store.load, run_id) if store is not None else []
+    if not events:
+        from agentor_temporal.connection import describe_target
+
+        where = f" or in {store!r}" if store is not None else ""
+        raise KeyError(
+            f"No persisted run with id {run_id!r} in Temporal at {describe_target(client)}{where}."
+        )
+    total = len(events) + len(pending)
+    if at is None:
+        at = total
+    if not 1 <= at <= total:
+        raise ValueError(
+            f"at={at} is not an event position of run {run_id!r}: its log has {total} "
+            f"events, so at is 1 to {total} (the fork keeps that many)"
+        )
+    journaled = min(at, len(events))
+    copied = pending[: at - journaled]
+    origin = ForkOrigin(
+        run_id=run_id,
+        at=journaled,
+        execution=execution,
+        events=[e.to_dict() for e in copied],
+    )
+    return ForkPoint(run_id, events[:journaled] + copied, origin, in_temporal_from)
+
+
+async def completed_batch(temporal: TemporalStore, segment: Segment) -> list[Event]:
+    """Results of the segment's last tool batch that history holds but the journal lacks.
+
+    All or nothing: the workflow journals a batch's results together once the
+    last call is done, so a batch with any call still open is rewound (the
+    model decides again), as on resume. A call answered without an activity
+    (bad arguments, unknown tool) counts as open here.
+    """
+    generations = [i for i, e in enumerate(segment.events) if e.type == "generation"]
+    if not generations:
+        return []
+    gen = segment.events[generations[-1]]
+    after = segment.events[generations[-1] + 1 :]
+    calls = gen.calls or []
+    recorded = {e.call_id for e in after if e.type == "tool_call"}
+    if not calls or any(e.type in ("tool_result", "run_end") for e in after):
+        return []
+    results: list[Event] = []
+    for index, call in enumerate(calls):
+        done = segment.completed_tools.get(f"tool-{gen.turn}-{index}")
+        if done is None or call.get("id") not in recorded:
+            return []
+        request, answer = await temporal.decode(done[0]), await temporal.decode(done[1])
+        if not isinstance(request, dict) or not isinstance(answer, dict):
+            return []
+        if request.get("call_id") != str(call.get("id")):
+            return []
+        results.append(
+            Event(
+                type="tool_result",
+                name=request.get("name"),
+                args=request.get("args"),
+                result=answer.get("result"),
+                error=answer.get("error"),
+                call_id=call.get("id"),
+                turn=gen.turn,
+                started_at=answer.get("started_at"),
+                ended_at=answer.get("ended_at"),
+            )
+        )
+    # as the workflow cuts a turn's results to fit one payload together
+    sizes = [encoded_size(e.result) for e in results]
+    if sum(sizes) > MAX_TURN_RESULT_BYTES:
+        for event, limit in zip(results, share_budget(sizes, MAX_TURN_RESULT_BYTES), strict=True):
+            if limit is not None and event.result is not None:
+                event.result = clip_to_size(event.result, limit)
+    return results
+
+
+def fork_input(
+    agent: str, point: ForkPoint, input: MessageInput | None, max_turns: int | None
+) -> AgentRunInput:
+    """The fork's first segment: Agentor's three cases.
+
+    Without input, an unfinished parent is continued (its conversation as a
+    resume replays it) and a finished one becomes a snapshot; with input,
+    the conversation continues with it, finished parent or not.
+
+    Raises:
+        ValueError: when the parent's events hold no conversation.
+    """
+    events = point.events
+    messages = replay_messages(events)
+    if not messages:
+        raise ValueError(f"Run {point.parent!r} has no recoverable messages; start a new run.")
+    origin = point.origin
+    if input is None and is_complete(events):
+        end = final_event(events)
+        origin = dataclasses.replace(
+            origin, snapshot=True, final_output=end.text if end is not None else None
+        )
+    elif isinstance(input, str):
+        messages.append({"role": "user", "content": input})
+    elif input is not None:
+        messages.extend(dict(m) for m in input)
+    inp = AgentRunInput(
+        agent=agent,
+        input=messages,
+        max_turns=max_turns,
+        event_offset=origin.at,
+        prior_usage=dataclasses.asdict(total_usage(events)),
+        fork=origin,
+    )
+    if point.in_temporal_from is None:
+        return inp
+    # a large conversation goes as a resumed one does: its base is a parent
+    # event in the parent's history (the fork's log has it at the same
+    # position), and only the messages after it travel; a base among the
+    # copied results would not be in history, so only the journaled ones count
+    return by_reference(inp, events[: origin.at], point.in_temporal_from)
+
+
+async def start_fork(
+    client: Client,
+    agent: AgentDefinition,
+    task_queue: str,
+    fork_id: str,
+    inp: AgentRunInput,
+    store: Store | None,
+    prompt: MessageInput | None,
+) -> None:
+    """Start the fork's workflow; refuse an id in use, overwriting nothing.
+
+    Raises:
+        ValueError: when Temporal or the store already has a run `fork_id`.
+    """
+    taken = ForkIdInUse(f"Run {fork_id!r} already exists; choose an unused id.")
+    if store is not None:
+        existing: list[Event] = await asyncio.to_thread(store.load, fork_id)
+        if existing:
+            raise taken
+    origin = inp.fork
+    assert origin is not None
+    parent, at = origin.run_id, origin.at + len(origin.events)
+    tools = ", ".join(t.name for t in agent.tools) or "none"
+    summary = f"{agent.name}: fork of {parent}"
+    if prompt is not None:
+        summary += f": {preview_input(prompt)}"
+    try:
+        await client.start_workflow(
+            WORKFLOW_TYPE,
+            inp.to_dict(),
+            id=fork_id,
+            task_queue=task_queue,
+            # an id used before (finished or running) is refused, atomically:
+            # two forks racing for one id cannot both start
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
+            static_summary=summary,
+            static_details=(
+                f"**Forked from** {parent} (its first {at} events)  \n"
+                f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
+            ),
+            request_eager_start=True,
+        )
+    except WorkflowAlreadyStartedError:
+        raise taken from None
+
+
+def persisted_note(fork_id: str) -> str:
+    """What a failed fork says, so the persisted fork can be resumed (Agentor's words)."""
+    return f"Forked run persisted as {fork_id!r}; resume it to retry."
+
+
+def with_note(result: RunResult, fork_id: str) -> RunResult:
+    """A failed fork's result, its error naming the fork to resume."""
+    if result.status == "failed":
+        note = persisted_note(fork_id)
+        result.error = f"{result.error}\n{note}" if result.error else note
+    return result
+
+
+def add_note(exc: BaseException, fork_id: str) -> None:
+    """Name the persisted fork on an exception raised after it started."""
+    add = getattr(exc, "add_note", None)  # Python 3.11+
+    if callable(add):
+        add(persisted_note(fork_id))

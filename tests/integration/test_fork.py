@@ -1,0 +1,627 @@
+"""Forking a run: Agentor 0.1.1's `fork` semantics, one test each, plus `at=N` and ForkedFrom.
+
+Each test runs real workflows on the session's dev server, the real `openai`
+client against a scripted model, and mirrors into a real `FileStore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from agentor_temporal import Agentor, Event, FileStore, RunResult, TemporalStore, function_tool
+from agentor_temporal.connection import temporal_binary
+from agentor_temporal.store import replay_messages, total_usage
+from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, tool_then_answer
+from agentor_temporal.workflows.agent_run import FORKED_FROM
+from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
+
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, ledger_lines, wait_until, weather_agent
+
+#: What the model hears after a continuation message in the tests below.
+PARIS = "Now do the same for Paris."
+PARIS_ANSWER = "Answer based on tool: The weather in Paris is sunny and 22C."
+
+
+def _agent(
+    model: ScriptedModelServer, client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> Agentor:
+    return weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(tmp_path / "runs"),
+        ledger=ledger,
+    )
+
+
+def _dicts(events: list[Event]) -> list[dict[str, Any]]:
+    return [e.to_dict() for e in events]
+
+
+async def _same_everywhere(client: Client, tmp_path: Path, result: RunResult) -> None:
+    """The result's events are the fork's mirror and its Temporal projection, event for event."""
+    assert result.run_id is not None
+    mirrored = FileStore(tmp_path / "runs").load(result.run_id)
+    projected = await TemporalStore(client).aload(result.run_id)
+    assert _dicts(result.events) == _dicts(mirrored) == _dicts(projected)
+
+
+async def test_fork_keeps_the_whole_trace_then_the_marker_and_continues_with_input(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A fork holds the parent's every event under its own id, then `fork`, then its own life."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    parent_mirror = FileStore(tmp_path / "runs").load(parent.run_id)
+
+    fork = await agent.afork(parent.run_id, PARIS)
+
+    assert fork.run_id not in (None, parent.run_id)
+    assert fork.status == "completed" and fork.final_output == PARIS_ANSWER
+    types = [e.type for e in fork.events]
+    assert types == [*SEED_EVENT_TYPES, "fork", *SEED_EVENT_TYPES]
+    assert _dicts(fork.events[:7]) == _dicts(parent.events)
+    marker = fork.events[7]
+    assert marker.forked_from == parent.run_id
+    assert marker.started_at is not None and marker.started_at == marker.ended_at
+    # the continuation is the parent's whole conversation plus the new message
+    request = model.requests[2]["messages"]
+    assert request == [*parent.messages, {"role": "user", "content": PARIS}]
+    assert fork.usage == total_usage(fork.events) and fork.usage.total_tokens == 60
+    assert fork.messages == replay_messages(fork.events)
+    await _same_everywhere(client, tmp_path, fork)
+    # streamable like any run, positions counting the parent's events
+    streamed = [e async for e in agent.stream(str(fork.run_id))]
+    assert _dicts(streamed) == _dicts(fork.events)
+    assert _dicts([e async for e in agent.stream(str(fork.run_id), after=7)]) == _dicts(
+        fork.events[7:]
+    )
+    # the parent is untouched: its log, its mirror, its one execution
+    assert FileStore(tmp_path / "runs").load(parent.run_id) == parent_mirror
+    assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
+    assert len(await TemporalStore(client).segments(parent.run_id)) == 1
+
+
+async def test_fork_takes_a_message_list_too(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`input` may be chat messages: they are appended to the parent's conversation."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    extra = [{"role": "user", "content": PARIS}]
+
+    fork = await agent.afork(parent.run_id, extra)
+
+    assert fork.status == "completed" and fork.final_output == PARIS_ANSWER
+    assert model.requests[2]["messages"] == [*parent.messages, *extra]
+
+
+async def test_fork_of_a_finished_run_without_input_is_a_snapshot(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A finished parent forked without input is copied and returned: no model request."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    requests = model.request_count
+
+    fork = await agent.afork(parent.run_id, fork_id=f"snapshot-{task_queue}")
+
+    assert fork.run_id == f"snapshot-{task_queue}"
+    assert model.request_count == requests and len(ledger_lines(ledger)) == 1
+    assert fork.status == "completed" and fork.final_output == ANSWER and fork.error is None
+    assert [e.type for e in fork.events] == [*SEED_EVENT_TYPES, "fork"]
+    assert fork.usage == parent.usage and fork.messages == parent.messages
+    await _same_everywhere(client, tmp_path, fork)
+    # a run like any other: its own closed workflow, and resume returns it as it is
+    description = await client.get_workflow_handle(fork.run_id).describe()
+    assert description.status == WorkflowExecutionStatus.COMPLETED
+    # found as a finished run that cost what its parent did (AgentTokens = usage)
+    attributes = description.typed_search_attributes
+    assert attributes.get(AGENT_STATUS) == "completed"
+    assert attributes.get(AGENT_TOKENS) == fork.usage.total_tokens == 30
+    assert attributes.get(FORKED_FROM) == parent.run_id
+    assert await client.get_workflow_handle(fork.run_id).result() == {
+        "run_id": fork.run_id,
+        "status": "completed",
+        "final_output": ANSWER,
+        "usage": {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30},
+        "error": None,
+    }
+    again = await agent.aresume(fork.run_id)
+    assert _dicts(again.events) == _dicts(fork.events) and model.request_count == requests
+
+
+async def test_fork_without_input_completes_an_unfinished_parent_on_the_fork(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A failed parent forked without input finishes on the fork; the parent stays failed."""
+    script = [CallTool("get_weather", {"city": "London"}), Fail(400, "bad request")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, tmp_path, ledger)
+        parent = await agent.arun(PROMPT)
+        assert parent.status == "failed" and parent.run_id is not None
+
+        fork = await agent.afork(parent.run_id)
+
+    assert fork.status == "completed" and fork.final_output == ANSWER
+    assert len(ledger_lines(ledger)) == 1, "the parent's tool call ran again"
+    assert model.requests[2]["messages"][-1]["role"] == "tool"
+    assert [e.type for e in fork.events] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "run_end",
+        "fork",
+        "run_start",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    assert fork.usage == total_usage(fork.events)
+    await _same_everywhere(client, tmp_path, fork)
+    latest = await TemporalStore(client).latest(parent.run_id)
+    assert latest is not None and (latest.result or {}).get("status") == "failed"
+    assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
+
+
+async def test_a_parent_resumed_after_its_fork_leaves_the_fork_as_it_was(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Independent both ways: the parent's later life changes nothing the fork reads."""
+    script = [
+        CallTool("get_weather", {"city": "London"}),
+        Fail(400, "bad request"),
+        Reply("The fork's answer."),
+        Reply("The parent's answer."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, tmp_path, ledger)
+        parent = await agent.arun(PROMPT)
+        assert parent.status == "failed" and parent.run_id is not None
+        fork = await agent.afork(parent.run_id)
+        assert fork.final_output == "The fork's answer." and fork.run_id is not None
+
+        resumed = await agent.aresume(parent.run_id)
+
+    assert resumed.final_output == "The parent's answer."
+    assert len(await TemporalStore(client).segments(parent.run_id)) == 2
+    assert _dicts(await TemporalStore(client).aload(fork.run_id)) == _dicts(fork.events)
+    assert _dicts(FileStore(tmp_path / "runs").load(fork.run_id)) == _dicts(fork.events)
+    assert _dicts((await agent.aresume(fork.run_id)).events) == _dicts(fork.events)
+    assert not any(e.type == "fork" for e in resumed.events)
+
+
+async def test_fork_with_input_continues_even_a_completed_parent_and_forks_chain(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A fork of a fork holds both ancestries' events and both markers, in order."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    child = await agent.afork(parent.run_id, PARIS)
+    assert child.run_id is not None
+
+    grandchild = await agent.afork(child.run_id, "And in Rome?")
+
+    assert grandchild.final_output == "Answer based on tool: The weather in Rome is sunny and 22C."
+    markers = [(i, e.forked_from) for i, e in enumerate(grandchild.events) if e.type == "fork"]
+    assert markers == [(7, parent.run_id), (15, child.run_id)]
+    assert _dicts(grandchild.events[:15]) == _dicts(child.events)
+    await _same_everywhere(client, tmp_path, grandchild)
+
+
+async def test_an_empty_input_list_is_refused_and_nothing_is_made(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`input=[]` is a ValueError (Agentor's words); no fork run exists afterwards."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    fork_id = f"empty-{task_queue}"
+
+    with pytest.raises(ValueError, match=r"input is an empty list; pass None to fork without"):
+        await agent.afork(parent.run_id, [], fork_id=fork_id)
+
+    assert await TemporalStore(client).segments(fork_id) == []
+    assert FileStore(tmp_path / "runs").load(fork_id) == []
+
+
+async def test_a_fork_id_in_use_is_refused_and_nothing_is_overwritten(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A fork id that names a run (in Temporal, or only in the store) is a ValueError."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    other = await agent.arun("What is the weather in Oslo?")
+    assert parent.run_id is not None and other.run_id is not None
+    other_events = _dicts(await TemporalStore(client).aload(other.run_id))
+    requests = model.request_count
+
+    with pytest.raises(ValueError, match=r"already exists; choose an unused id"):
+        await agent.afork(parent.run_id, PARIS, fork_id=other.run_id)
+    first = await agent.afork(parent.run_id, fork_id=f"once-{task_queue}")
+    with pytest.raises(ValueError, match=r"already exists"):
+        await agent.afork(parent.run_id, PARIS, fork_id=f"once-{task_queue}")
+    store_only = tmp_path / "runs" / f"stored-{task_queue}.jsonl"
+    store_only.write_text(Event(type="run_start", agent="x").to_json() + "\n")
+    with pytest.raises(ValueError, match=r"already exists"):
+        await agent.afork(parent.run_id, PARIS, fork_id=f"stored-{task_queue}")
+
+    assert model.request_count == requests
+    assert _dicts(await TemporalStore(client).aload(other.run_id)) == other_events
+    assert _dicts(FileStore(tmp_path / "runs").load(first.run_id or "")) == _dicts(first.events)
+    assert len(store_only.read_text().splitlines()) == 1
+
+
+async def test_an_unknown_parent_is_a_key_error(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Forking a run neither Temporal nor the store knows raises KeyError naming it."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    with pytest.raises(KeyError, match=f"no-such-run-{task_queue}"):
+        await agent.afork(f"no-such-run-{task_queue}", PARIS)
+    assert model.request_count == 0
+
+
+async def test_a_failing_continuation_leaves_the_fork_persisted_and_names_it(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """The failed fork's error names its id; `resume(fork_id)` then finishes it."""
+    script = [
+        CallTool("get_weather", {"city": "London"}),
+        Reply(ANSWER),
+        Fail(400, "the model refuses"),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, tmp_path, ledger)
+        parent = await agent.arun(PROMPT)
+        assert parent.run_id is not None
+
+        failed = await agent.afork(parent.run_id, PARIS, fork_id=f"failing-{task_queue}")
+
+        assert failed.status == "failed" and failed.run_id == f"failing-{task_queue}"
+        assert failed.error is not None and "the model refuses" in failed.error
+        assert failed.error.endswith(
+            f"Forked run persisted as 'failing-{task_queue}'; resume it to retry."
+        )
+        # the log's run_end says what failed, as Agentor's does, without the note
+        assert "persisted" not in str(failed.events[-1].error)
+        await _same_everywhere(client, tmp_path, failed)
+
+        resumed = await agent.aresume(f"failing-{task_queue}")
+
+    assert resumed.status == "completed" and resumed.final_output == PARIS_ANSWER
+    assert [e.type for e in resumed.events][7:11] == ["fork", "run_start", "run_end", "run_start"]
+    assert resumed.events[7].forked_from == parent.run_id
+    assert resumed.usage == total_usage(resumed.events)
+
+
+async def test_fork_at_a_tool_boundary_keeps_the_answered_calls(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`at=4` (just after the tool's result) asks the model once more and runs no tool."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+
+    fork = await agent.afork(parent.run_id, at=4)
+
+    assert fork.status == "completed" and fork.final_output == ANSWER
+    assert len(ledger_lines(ledger)) == 1
+    assert model.requests[-1]["messages"] == parent.events[4].messages
+    assert _dicts(fork.events[:4]) == _dicts(parent.events[:4])
+    assert [e.type for e in fork.events[4:]] == [
+        "fork",
+        "run_start",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    assert fork.usage.total_tokens == 30  # the parent's first generation, then one more
+    await _same_everywhere(client, tmp_path, fork)
+
+
+async def test_fork_inside_a_tool_batch_rewinds_it(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`at=N` between two results of one batch keeps N events and lets the model decide again."""
+    script = [
+        [CallTool("get_weather", {"city": "London"}), CallTool("get_weather", {"city": "Paris"})],
+        Reply("Both sunny."),
+        Reply("Decided again: sunny."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, tmp_path, ledger)
+        parent = await agent.arun(PROMPT)
+        assert parent.run_id is not None
+        assert [e.type for e in parent.events][:6] == [
+            "run_start",
+            "generation",
+            "tool_call",
+            "tool_call",
+            "tool_result",
+            "tool_result",
+        ]
+
+        fork = await agent.afork(parent.run_id, at=5)
+
+    assert fork.final_output == "Decided again: sunny."
+    assert _dicts(fork.events[:5]) == _dicts(parent.events[:5])
+    assert fork.events[5].type == "fork"
+    # rewound: the request that produced the batch, asked again
+    assert model.requests[-1]["messages"] == parent.events[1].messages
+    assert len(ledger_lines(ledger)) == 2
+    await _same_everywhere(client, tmp_path, fork)
+
+
+async def test_at_outside_the_parent_is_refused(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`at` must be a position of the parent's log (1..its length)."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    for at in (0, 8, -1):
+        with pytest.raises(ValueError, match=r"at=.* is not an event position .* 1 to 7"):
+            await agent.afork(parent.run_id, at=at)
+
+
+async def test_forks_are_found_by_forked_from_and_name_their_parent(
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """`temporal workflow list --query "ForkedFrom='<id>'"` lists a run's forks; each names it."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    forks = {
+        (await agent.afork(parent.run_id, PARIS)).run_id,
+        (await agent.afork(parent.run_id)).run_id,
+    }
+
+    def listed() -> bool:
+        return set(_listed(temporal_address, f"ForkedFrom='{parent.run_id}'")) == forks
+
+    await asyncio.to_thread(wait_until, listed, "the forks to be listed by ForkedFrom", 60)
+    assert _listed(temporal_address, f"ForkedFrom='{next(iter(forks))}'") == []
+    for fork_id in forks:
+        description = await client.get_workflow_handle(str(fork_id)).describe()
+        summary = await description.static_summary()
+        details = await description.static_details()
+        assert summary is not None and f"fork of {parent.run_id}" in summary
+        assert details is not None and f"**Forked from** {parent.run_id}" in details
+
+
+def _listed(address: str, query: str) -> list[str]:
+    """Workflow ids `temporal workflow list --query` prints."""
+    out = subprocess.run(
+        [
+            temporal_binary(),
+            "workflow",
+            "list",
+            "--address",
+            address,
+            "--query",
+            query,
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.strip()
+    rows = json.loads(text) if text.startswith("[") else [json.loads(x) for x in text.splitlines()]
+    return [row["execution"]["workflowId"] for row in rows]
+
+
+async def test_a_fork_without_a_store_reads_its_parent_from_temporal(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """With no store anywhere, the fork's projection holds the parent's events from history."""
+    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+
+    fork = await agent.afork(parent.run_id, PARIS)
+
+    projected = await TemporalStore(client).aload(fork.run_id or "")
+    assert _dicts(projected) == _dicts(fork.events)
+    assert _dicts(projected[:7]) == _dicts(parent.events)
+    # the fork's history carries a reference to the parent, not its events
+    segments = await TemporalStore(client).segments(fork.run_id or "")
+    fork_input = segments[0].input
+    assert fork_input["fork"]["run_id"] == parent.run_id and fork_input["fork"]["at"] == 7
+    assert "events" not in fork_input["fork"]
+
+
+async def test_a_run_only_in_the_store_is_forked(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A parent only a store has (Agentor's own log) is forked from the store."""
+    from helpers import ROOT
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    parent_id = f"agentor-{task_queue}"
+    fixture = ROOT / "tests" / "fixtures" / "completed-weather-run.jsonl"
+    (runs / f"{parent_id}.jsonl").write_text(fixture.read_text())
+    with ScriptedModelServer(tool_then_answer) as model:
+        agent = _agent(model, client, task_queue, tmp_path, ledger)
+        fork = await agent.afork(parent_id, PARIS)
+
+    assert fork.final_output == PARIS_ANSWER
+    parent_events = FileStore(runs).load(parent_id)
+    assert _dicts(fork.events[:7]) == _dicts(parent_events)
+    assert fork.events[7].forked_from == parent_id
+    assert _dicts(FileStore(runs).load(fork.run_id or "")) == _dicts(fork.events)
+    assert (runs / f"{parent_id}.jsonl").read_text() == fixture.read_text()
+
+
+async def test_the_fork_history_replays(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A fork's history (marker, snapshot or continuation) replays deterministically."""
+    from temporalio.worker import Replayer
+
+    from agentor_temporal import AgentorPlugin
+
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    snapshot = await agent.afork(parent.run_id)
+    continued = await agent.afork(parent.run_id, PARIS)
+    replayer = Replayer(workflows=[], plugins=[AgentorPlugin(agents=[agent])])
+    for run_id in (snapshot.run_id, continued.run_id):
+        history = await client.get_workflow_handle(str(run_id)).fetch_history()
+        await replayer.replay_workflow(history)
+
+
+async def test_fork_checks_its_arguments(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Hostile ids, bad input and bad max_turns are refused before anything starts."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    with pytest.raises(ValueError, match="Invalid run id"):
+        await agent.afork("../etc", PARIS)
+    with pytest.raises(ValueError, match="Invalid run id"):
+        await agent.afork("parent", PARIS, fork_id="a/b")
+    with pytest.raises(ValueError, match="empty prompt"):
+        await agent.afork("parent", "  ")
+    with pytest.raises(TypeError):
+        await agent.afork("parent", 5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_turns"):
+        await agent.afork("parent", PARIS, max_turns=0)
+    with pytest.raises(ValueError, match="at must be"):
+        await agent.afork("parent", at="3")  # type: ignore[arg-type]
+
+
+async def test_a_fork_in_flight_is_streamed_live(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """`stream(fork_id)` of a running fork yields the parent's events, then the fork's live."""
+    gate = threading.Event()
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        if city == "Paris":
+            gate.wait(60)
+        return f"The weather in {city} is sunny and 22C."
+
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[get_weather]
+    )
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    fork_id = f"live-{task_queue}"
+    forking = asyncio.ensure_future(agent.afork(parent.run_id, PARIS, fork_id=fork_id))
+    try:
+
+        async def tool_running() -> bool:
+            latest = await TemporalStore(client).latest(fork_id)
+            return latest is not None and any(e.type == "tool_call" for e in latest.events)
+
+        deadline = asyncio.get_running_loop().time() + 60
+        while not await tool_running():
+            assert asyncio.get_running_loop().time() < deadline, "the fork never called its tool"
+            await asyncio.sleep(0.05)
+        streamed: list[Event] = []
+
+        async def read() -> None:
+            async for event in agent.stream(fork_id):
+                streamed.append(event)
+                if len(streamed) == 11:  # through the fork's tool_call: now let it answer
+                    gate.set()
+
+        await asyncio.wait_for(read(), 60)
+        fork = await forking
+    finally:
+        gate.set()
+        await asyncio.gather(forking, return_exceptions=True)
+    assert _dicts(streamed) == _dicts(fork.events)
+    assert [e.type for e in streamed][7:11] == ["fork", "run_start", "generation", "tool_call"]
+
+
+async def test_max_turns_bounds_the_continuation(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`max_turns` is the continuation's budget; a max_turns end is a result, not a failure."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+
+    fork = await agent.afork(parent.run_id, PARIS, max_turns=1)
+
+    assert fork.status == "max_turns" and fork.final_output is None
+    assert fork.error == "Reached max_turns (1) without a final answer."
+    assert [e.type for e in fork.events][8:] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "run_end",
+    ]
+
+
+async def test_another_agent_replays_a_run_with_a_fixed_tool(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """A fork by an agent with a fixed tool re-runs the parent from its start; the parent stays."""
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        raise RuntimeError("weather service down")
+
+    broken = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        tools=[get_weather],
+        store=FileStore(tmp_path / "runs"),
+    )
+    parent = await broken.arun(PROMPT)
+    assert parent.run_id is not None and "weather service down" in str(parent.final_output)
+    fixed = weather_agent(
+        base_url=model.base_url,
+        task_queue=f"{task_queue}-fixed",
+        temporal=client,
+        name="Weather Agent (fixed)",
+        instructions="Other instructions: the parent's system message is kept.",
+        store=FileStore(tmp_path / "runs"),
+    )
+
+    fork = await fixed.afork(parent.run_id, at=1)
+
+    assert fork.final_output == ANSWER
+    assert [e.type for e in fork.events][:3] == ["run_start", "fork", "run_start"]
+    assert fork.events[2].agent == "Weather Agent (fixed)"
+    assert model.requests[-1]["messages"][0] == parent.events[0].messages[0]  # type: ignore[index]
+    assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
+    await _same_everywhere(client, tmp_path, fork)

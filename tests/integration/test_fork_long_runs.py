@@ -1,0 +1,243 @@
+"""Forks of long runs: a parent that continued as new, a fork that does, and encrypted runs.
+
+A lowered history budget (`AGENTOR_HISTORY_BUDGET`, as in
+`test_long_runs.py`) makes a run of a few dozen turns continue as new several
+times. The fork must read such a parent's whole log across its executions,
+send the parent's long conversation by reference (its base is a parent event
+in the parent's history), and keep its own parent reference and `ForkedFrom`
+when it continues as new itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import Agentor, Event, FileStore, TemporalStore, function_tool
+from agentor_temporal.activities import tool_context
+from agentor_temporal.codec import EncryptionKeyError
+from agentor_temporal.connection import connect
+from agentor_temporal.store import replay_messages, total_usage
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows.agent_run import FORKED_FROM
+from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
+
+from helpers import ledger_lines, wait_until, weather_agent
+from integration.test_fork import PARIS, PARIS_ANSWER, _listed
+from private import SECRET_ANSWER, SECRET_PROMPT, history_json, keys_of, leaks, make_keys
+
+NAME = "Long Coder"
+#: Small enough that 40 turns of 2 KB results continue as new 3+ times.
+BUDGET = 60_000
+MORE = "Read ten more."
+
+
+def scripted(turns: int) -> Any:
+    """The model: read `turns` chunks, ten more after each `MORE`, then answer."""
+
+    def respond(request: dict[str, Any]) -> Any:
+        messages = request.get("messages") or []
+        done = sum(1 for m in messages if m.get("role") == "tool")
+        target = turns + 10 * sum(1 for m in messages if m.get("content") == MORE)
+        if done < target:
+            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+        return Reply(f"Read {done} chunks.")
+
+    return respond
+
+
+def chunk_tool(ledger: str, size: int) -> Any:
+    @function_tool
+    def read_chunk(n: int) -> str:
+        """Read chunk `n`.
+
+        Args:
+            n: Which chunk.
+        """
+        with open(ledger, "a", encoding="utf-8") as f:
+            f.write(f"{tool_context().run_id} {tool_context().call_id}\n")
+        return f"chunk {n}: " + "x" * size
+
+    return read_chunk
+
+
+def coder(model: ScriptedModelServer, client: Client, task_queue: str, ledger: str) -> Agentor:
+    return Agentor(
+        name=NAME,
+        model="gpt-4o-mini",
+        instructions="You are a coding agent.",
+        base_url=model.base_url,
+        api_key="test-key",
+        temporal=client,
+        task_queue=task_queue,
+        embedded_worker=False,
+        tools=[chunk_tool(ledger, 2000)],
+    )
+
+
+def _dicts(events: list[Event]) -> list[dict[str, Any]]:
+    return [e.to_dict() for e in events]
+
+
+def _calls(ledger: str, run_id: str) -> Counter[str]:
+    return Counter(line.split()[1] for line in ledger_lines(ledger) if line.split()[0] == run_id)
+
+
+async def _attributes(client: Client, run_id: str) -> Any:
+    return (await client.get_workflow_handle(run_id).describe()).typed_search_attributes
+
+
+async def test_a_parent_that_continued_as_new_is_forked_whole(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fork holds every event of every execution; its conversation goes by reference."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    turns, ledger, runs = 40, str(tmp_path / "ledger"), tmp_path / "runs"
+    with ScriptedModelServer(scripted(turns)) as model:
+        agent = coder(model, client, task_queue, ledger)
+        async with build_worker(
+            client, [agent], task_queue=task_queue, store=FileStore(runs), max_cached_workflows=0
+        ):
+            parent = await agent.arun("Read the repository.", max_turns=turns + 1)
+            assert parent.run_id is not None
+            parent_segments = await TemporalStore(client).segments(parent.run_id)
+            assert len(parent_segments) >= 3  # it continued as new
+            sent = len(model.requests)
+            fork = await agent.afork(parent.run_id, MORE, max_turns=20)
+            fork_request = model.requests[sent]["messages"]
+    assert fork.status == "completed" and fork.final_output == f"Read {turns + 10} chunks."
+    assert fork.run_id is not None
+    n = len(parent.events)
+    # the parent's whole log, across its executions, then the marker, then the fork's own
+    assert _dicts(fork.events[:n]) == _dicts(parent.events)
+    assert fork.events[n].type == "fork" and fork.events[n].forked_from == parent.run_id
+    assert fork.events[n + 1].type == "run_start"
+    # the model heard the parent's whole conversation, then the new message
+    assert fork_request == [*parent.messages, {"role": "user", "content": MORE}]
+    assert fork.messages == replay_messages(fork.events)
+    # which did not travel whole: the fork's input names a parent event as its base
+    first = (await TemporalStore(client).segments(fork.run_id))[0]
+    assert first.input["input"] == [] and first.input["conversation"]["base"]["position"] < n
+    assert first.fork is not None and first.fork.execution == parent_segments[-1].execution_run_id
+    # one log everywhere: the result, the mirror, the projection
+    projected = await TemporalStore(client).aload(fork.run_id)
+    assert _dicts(fork.events) == _dicts(FileStore(runs).load(fork.run_id)) == _dicts(projected)
+    # every tool ran once: the parent's forty, the fork's ten more
+    assert set(_calls(ledger, parent.run_id).values()) == {1}
+    assert sorted(_calls(ledger, fork.run_id)) == sorted(
+        f"call_{k}" for k in range(turns + 1, turns + 11)
+    )
+    # usage and AgentTokens count the forked history plus the continuation
+    assert fork.usage == total_usage(fork.events) == parent.usage + total_usage(fork.events[n:])
+    attributes = await _attributes(client, fork.run_id)
+    assert attributes.get(AGENT_STATUS) == "completed"
+    assert attributes.get(AGENT_TOKENS) == fork.usage.total_tokens
+    assert attributes.get(FORKED_FROM) == parent.run_id
+    # the parent is untouched
+    assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
+
+
+async def test_a_fork_that_continues_as_new_keeps_its_parent(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fork's later executions read as the parent's events plus its own; ForkedFrom stays."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    ledger, runs = str(tmp_path / "ledger"), tmp_path / "runs"
+    with ScriptedModelServer(scripted(2)) as model:
+        agent = coder(model, client, task_queue, ledger)
+        async with build_worker(
+            client, [agent], task_queue=task_queue, store=FileStore(runs), max_cached_workflows=0
+        ):
+            parent = await agent.arun("Read the repository.")
+            assert parent.run_id is not None
+            # four times MORE: forty more chunks, enough to continue as new
+            fork = await agent.afork(
+                parent.run_id,
+                [{"role": "user", "content": MORE} for _ in range(4)],
+                max_turns=50,
+            )
+            assert fork.run_id is not None
+            resumed = await agent.aresume(fork.run_id)
+    assert fork.status == "completed" and fork.final_output == "Read 42 chunks."
+    segments = await TemporalStore(client).segments(fork.run_id)
+    assert len(segments) >= 3
+    assert [s.status for s in segments[:-1]] == ["continued_as_new"] * (len(segments) - 1)
+    # the first execution holds the parent reference; the log reads whole from any reader
+    assert segments[0].fork is not None and segments[0].fork.run_id == parent.run_id
+    n = len(parent.events)
+    projected = await TemporalStore(client).aload(fork.run_id)
+    assert _dicts(projected[:n]) == _dicts(parent.events)
+    assert projected[n].type == "fork" and projected[n].forked_from == parent.run_id
+    assert _dicts(projected) == _dicts(fork.events) == _dicts(FileStore(runs).load(fork.run_id))
+    assert _dicts(resumed.events) == _dicts(fork.events)  # resume returns it as it is
+    assert sorted(_calls(ledger, fork.run_id)) == sorted(f"call_{k}" for k in range(3, 43))
+    # the last execution still has ForkedFrom, and tokens count the whole fork
+    attributes = await _attributes(client, fork.run_id)
+    assert attributes.get(FORKED_FROM) == parent.run_id
+    assert attributes.get(AGENT_TOKENS) == fork.usage.total_tokens == 15 * (3 + 41)
+    latest = segments[-1].execution_run_id
+
+    def listed() -> bool:
+        return fork.run_id in _listed(
+            temporal_address, f"ForkedFrom='{parent.run_id}' AND RunId='{latest}'"
+        )
+
+    await asyncio.to_thread(wait_until, listed, "the fork's last execution by ForkedFrom", 60)
+
+
+async def test_an_encrypted_run_is_forked_given_the_key(
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """The fork is encrypted like its parent; a client without the key is told which it needs."""
+    keys = make_keys("F")
+    runs = tmp_path / "runs"
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(runs),
+        ledger=ledger,
+        encryption_keys=keys_of(keys["F"]),
+    )
+    parent = await agent.arun(SECRET_PROMPT)
+    assert parent.run_id is not None and parent.final_output == SECRET_ANSWER
+
+    fork = await agent.afork(parent.run_id, PARIS, fork_id=f"private-fork-{uuid.uuid4().hex}")
+
+    assert fork.status == "completed" and fork.final_output == PARIS_ANSWER
+    assert fork.run_id is not None
+    assert _dicts(fork.events[: len(parent.events)]) == _dicts(parent.events)
+    # the parent's conversation is in the fork's input: encrypted there too
+    history = history_json(temporal_address, fork.run_id)
+    assert "binary/encrypted" in " ".join(leaks(history, ["binary/encrypted"]))
+    assert leaks(history) == []
+    readable = await connect(client, encryption_keys=keys_of(keys["F"]))
+    assert _dicts(await TemporalStore(readable).aload(fork.run_id)) == _dicts(fork.events)
+    assert _dicts(FileStore(runs).load(fork.run_id)) == _dicts(fork.events)
+    # without the key (a client connect() made, with no keys), forking names it, makes nothing
+    keyless = weather_agent(
+        base_url=model.base_url, task_queue=f"{task_queue}-keyless", temporal=temporal_address
+    )
+    with pytest.raises(EncryptionKeyError, match="key 'F'"):
+        await keyless.afork(parent.run_id, PARIS, fork_id="never-made")
+    assert FileStore(runs).load("never-made") == []
