@@ -1,14 +1,22 @@
 """The `generate` activity: one chat-completions request through `openai`.
 
-Temporal owns retries, so the client's own are off and provider errors are
-sorted here: 408/409/429/5xx, connection errors and timeouts are retryable
-(honouring `Retry-After`); any other 4xx is the caller's mistake and fails the
-run at once with the provider's own message.
+Temporal owns retries, so the client's own are off and every failure is
+sorted here by whose it is. The provider's: 408/409/429/5xx, connection errors
+and timeouts are retried (honouring `Retry-After`) for MODEL_RETRY_BUDGET,
+any other 4xx fails the run at once with the provider's own message, and a
+malformed reply (no choices, a call without a name) is retried briefly, then
+fails the run saying what was wrong. Our machinery's (a stopping worker): the
+task goes back to Temporal. Our own code's: fails at once, never retried as
+if the provider were down. Text is made encodable before it is sent (a lone
+surrogate in a tool result must not poison every request of a run), and
+every message is redacted: URL credentials, query values, the API key.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import json
 import logging
 import time
 from datetime import timedelta
@@ -17,15 +25,33 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentor_temporal.activities._private import clip, heartbeating
-from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
+from agentor_temporal.activities import _redact
+from agentor_temporal.activities._definition import definition_for
+from agentor_temporal.activities._errors import (
+    instead_of_cancel,
+    internal_error,
+    is_machinery,
+    safe_str,
+    worker_stopping,
+)
+from agentor_temporal.activities._private import clip, heartbeating, waited
+from agentor_temporal.activities.registry import AgentRegistry
+from agentor_temporal.store.encoding import encodable
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.redaction import redact_url
 
 logger = logging.getLogger(__name__)
 
 #: Retry-After values above this are capped: a provider asking for an hour
-#: should not silently park a run; the retry policy's attempts bound the rest.
+#: should not silently park a run; the retry budget bounds the rest.
 MAX_RETRY_AFTER = timedelta(minutes=5)
+#: Error type of a reply the client could not read as a chat completion.
+MALFORMED_REPLY = "ModelReplyMalformed"
+
+
+class MalformedReply(Exception):
+    """The provider answered, but not with a usable chat completion."""
 
 
 def _retry_after(headers: Any) -> timedelta | None:
@@ -64,17 +90,19 @@ def _provider_message(exc: Any) -> str:
 
 
 def model_error(exc: Exception) -> ApplicationError | None:
-    """Map an `openai` exception to the error Temporal should see (None: not ours)."""
+    """Map an `openai` exception to the error Temporal should see (None: not the provider's).
+
+    Every message is redacted (URL credentials and query values, known keys).
+    """
     import openai
 
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        message = clip(_provider_message(exc))
+        message = clip(_redact.clean(_provider_message(exc)))
         if status in (408, 409, 429) or status >= 500:
-            return ApplicationError(
+            return _unavailable(
                 f"Model endpoint answered {status}: {message}",
-                type="ModelUnavailable",
-                next_retry_delay=_retry_after(exc.response.headers),
+                _retry_after(exc.response.headers),
             )
         return ApplicationError(
             f"Model request failed with {status}: {message}",
@@ -84,21 +112,57 @@ def model_error(exc: Exception) -> ApplicationError | None:
     if isinstance(exc, openai.APIConnectionError):
         url = getattr(getattr(exc, "request", None), "url", None)
         kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
-        return ApplicationError(
-            f"Model endpoint {kind}{f' at {url}' if url else ''}: {exc}",
-            type="ModelUnavailable",
-        )
+        where = f" at {redact_url(str(url))}" if url else ""
+        return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}"))
+    if isinstance(exc, (openai.APIResponseValidationError, MalformedReply)):
+        return malformed(_redact.clean(str(exc)))
+    if isinstance(exc, json.JSONDecodeError):
+        # the body (or a streamed chunk) is not JSON: an HTML error page, a proxy
+        return malformed(f"not JSON: {exc}")
     return None
+
+
+def _unavailable(message: str, delay: timedelta | None = None) -> ApplicationError:
+    """A provider failure: retried until the budget is spent, then final."""
+    spent = waited() > policies.MODEL_RETRY_BUDGET.total_seconds()
+    if spent:
+        message += (
+            f" (still failing after {policies.MODEL_RETRY_BUDGET.total_seconds() / 60:g} "
+            "minutes of retries)"
+        )
+    return ApplicationError(
+        message, type="ModelUnavailable", next_retry_delay=delay, non_retryable=spent
+    )
+
+
+def malformed(detail: str) -> ApplicationError:
+    """A reply that is not a usable completion: retried a few times, then final."""
+    final = waited() > policies.MALFORMED_REPLY_BUDGET.total_seconds()
+    return ApplicationError(
+        f"The model endpoint's reply is malformed ({detail})"
+        + ("; it kept answering so, so the run fails" if final else ""),
+        type=MALFORMED_REPLY,
+        non_retryable=final,
+        next_retry_delay=policies.MALFORMED_REPLY_RETRY_DELAY,
+    )
 
 
 def _usage(raw: Any) -> dict[str, int]:
     usage = getattr(raw, "usage", None)
     if usage is None:
         return {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+
+    def count(name: str) -> int:
+        value = getattr(usage, name, 0)
+        try:
+            return int(value or 0)
+        except (TypeError, ValueError):
+            return 0
+
     return {
-        "input_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-        "output_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
-        "total_tokens": int(getattr(usage, "total_tokens", 0) or 0),
+        "input_tokens": count("prompt_tokens"),
+        "output_tokens": count("completion_tokens"),
+        "total_tokens": count("total_tokens"),
     }
 
 
@@ -111,64 +175,119 @@ def _reasoning(message: Any) -> str | None:
     return None
 
 
-def _request(inp: GenerateInput) -> dict[str, Any]:
-    request: dict[str, Any] = {"model": inp.model, "messages": inp.messages, **inp.model_settings}
+def prepared_request(inp: GenerateInput) -> dict[str, Any]:
+    """The request as sent: every text encodable (lone surrogates become U+FFFD)."""
+    request: dict[str, Any] = {
+        "model": inp.model,
+        "messages": encodable(inp.messages),
+        **encodable(inp.model_settings),
+    }
     if inp.tools:
-        request["tools"] = inp.tools
+        request["tools"] = encodable(inp.tools)
     return request
 
 
 async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResult:
     """Ask the model once; heartbeat while waiting (and stream deltas if asked)."""
+    agent = await definition_for(registry, inp.agent, inp.fingerprint, f"turn {inp.turn}")
     try:
-        agent = registry.get(inp.agent)
         client = registry.openai_client(agent)
-    except (UnknownAgentError, ValueError) as exc:
+    except ValueError as exc:
         raise ApplicationError(str(exc), type="ModelRequestError", non_retryable=True) from None
+    try:
+        request = prepared_request(inp)
+    except Exception as exc:
+        raise internal_error("building the model request", exc, _redact.clean) from None
     started = time.time()
     try:
         async with heartbeating():
             if inp.stream_text:
                 from agentor_temporal.activities.streaming import stream_with_deltas
 
-                result = await stream_with_deltas(client, _request(inp), inp)
+                result = await stream_with_deltas(client, request, inp)
             else:
-                raw = await client.chat.completions.create(**_request(inp))
-                result = _result(raw)
+                raw = await client.chat.completions.create(**request)
+                result = parse_reply(raw)
     except ApplicationError:
         raise
-    except Exception as exc:
-        mapped = model_error(exc)
-        if mapped is None:
+    except asyncio.CancelledError:
+        replaced = instead_of_cancel(f"turn {inp.turn}'s model request")
+        if replaced is None:
             raise
-        if activity.in_activity():
-            logger.warning(
-                "generate %s turn %d attempt %d: %s",
-                inp.run_id,
-                inp.turn,
-                activity.info().attempt,
-                mapped.message,
-            )
-        raise mapped from None
+        raise replaced from None
+    except Exception as exc:
+        raise _classified(exc, inp) from None
     result.started_at, result.ended_at = started, time.time()
+    # a model told a key must not store it either
+    result.text = _redact.mask_secrets(result.text) if result.text else result.text
+    result.reasoning = _redact.mask_secrets(result.reasoning) if result.reasoning else None
     return result
 
 
-def _result(raw: Any) -> GenerateResult:
+def _classified(exc: Exception, inp: GenerateInput) -> ApplicationError:
+    """The error Temporal should see for a failed request, logged when it is the provider's."""
+    mapped = model_error(exc)
+    if mapped is None:
+        if is_machinery(exc):
+            return worker_stopping(f"turn {inp.turn}'s model request", exc)
+        if isinstance(exc, TypeError):
+            # create() refused an argument: a model setting the client does not know
+            return ApplicationError(
+                _redact.clean(f"The model request was refused by the client: {safe_str(exc)}"),
+                type="ModelRequestError",
+                non_retryable=True,
+            )
+        return internal_error("sending the model request", exc, _redact.clean)
+    if activity.in_activity():
+        logger.warning(
+            "generate %s turn %d attempt %d: %s",
+            inp.run_id,
+            inp.turn,
+            activity.info().attempt,
+            mapped.message,
+        )
+    return mapped
+
+
+def parse_reply(raw: Any) -> GenerateResult:
+    """A chat completion as a `GenerateResult`.
+
+    Raises:
+        MalformedReply: saying what is missing or wrong.
+    """
     choices = getattr(raw, "choices", None)
-    if not choices:
-        raise ApplicationError("Model answered with no choices", type="ModelUnavailable")
-    message = choices[0].message
-    calls = [
-        {
-            "id": tc.id,
-            "type": "function",
-            "function": {"name": tc.function.name, "arguments": tc.function.arguments or ""},
-        }
-        for tc in (message.tool_calls or [])
-    ]
+    if not isinstance(choices, list) or not choices:
+        raise MalformedReply(
+            "no choices"
+            if isinstance(choices, list)
+            else f"not a chat completion: {clip(str(raw), 200)}"
+        )
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        raise MalformedReply("the first choice has no message")
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        raise MalformedReply(f"the message content is {type(content).__name__}, not text")
+    calls = []
+    for index, tc in enumerate(getattr(message, "tool_calls", None) or []):
+        function = getattr(tc, "function", None)
+        name = getattr(function, "name", None)
+        if not isinstance(name, str) or not name:
+            raise MalformedReply(f"tool call {index} has no function name")
+        arguments = getattr(function, "arguments", None) or ""
+        if not isinstance(arguments, str):
+            raise MalformedReply(f"the arguments of tool call {index} are not a string")
+        call_id = getattr(tc, "id", None)
+        calls.append(
+            {
+                # a call needs an id to be answered; some servers leave it out
+                "id": call_id if isinstance(call_id, str) and call_id else f"call_{index}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+        )
     return GenerateResult(
-        text=message.content,
+        text=content,
         reasoning=_reasoning(message),
         calls=calls,
         usage=_usage(raw),

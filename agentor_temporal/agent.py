@@ -21,7 +21,13 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDReusePolicy
 
-from agentor_temporal._results import await_result, check_input, check_owner, result_from
+from agentor_temporal._results import (
+    await_result,
+    check_input,
+    check_owner,
+    check_size,
+    result_from,
+)
 from agentor_temporal._runs import check_waiting, run_events, send_decision
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_segment
@@ -225,9 +231,14 @@ class Agentor:
             max_turns: override the agent's budget for this run.
         """
         check_input(input)
+        check_size(self.definition, input)
         run_id = new_run_id() if run_id is None else validate_run_id(run_id)
         inp = AgentRunInput(
-            agent=self.name, input=input, max_turns=max_turns, stream_text=stream_text
+            agent=self.name,
+            input=input,
+            max_turns=max_turns,
+            stream_text=stream_text,
+            fingerprint=self.definition.fingerprint(),
         )
 
         async def produce() -> AsyncIterator[Event]:
@@ -393,10 +404,16 @@ class Agentor:
         check_input(input)
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        check_size(self.definition, input)
         run_id = new_run_id() if run_id is None else validate_run_id(run_id)
         client = await self._client()
         async with self._serving(client):
-            inp = AgentRunInput(agent=self.name, input=input, max_turns=max_turns)
+            inp = AgentRunInput(
+                agent=self.name,
+                input=input,
+                max_turns=max_turns,
+                fingerprint=self.definition.fingerprint(),
+            )
             await start_segment(
                 client,
                 self.definition,
@@ -449,6 +466,7 @@ class Agentor:
         messages = replay_messages(events)
         if not messages:
             raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
+        check_size(self.definition, messages)
         inp = AgentRunInput(
             agent=self.name,
             input=messages,
@@ -456,6 +474,7 @@ class Agentor:
             event_offset=len(events),
             prior_usage=asdict(total_usage(events)),
             previous_execution=previous,
+            fingerprint=self.definition.fingerprint(),
         )
         async with self._serving(client):
             # ALLOW_DUPLICATE: the previous execution is closed; a concurrent

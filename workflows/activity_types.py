@@ -16,6 +16,8 @@ class DescribeAgentInput:
     """Ask the worker for the registered agent's spec."""
 
     agent: str
+    #: the definition the run's starter expects ("": whatever the worker has)
+    fingerprint: str = ""
 
 
 @dataclass
@@ -33,6 +35,8 @@ class GenerateInput:
     turn: int = 1
     #: stream the response and publish text deltas to the run's stream
     stream_text: bool = False
+    #: the run's recorded agent fingerprint: only a worker built the same way runs it
+    fingerprint: str = ""
 
 
 @dataclass
@@ -58,6 +62,8 @@ class CallToolInput:
     name: str
     args: dict[str, Any]
     turn: int = 1
+    #: the run's recorded agent fingerprint: only a worker built the same way runs it
+    fingerprint: str = ""
 
 
 @dataclass
@@ -79,6 +85,8 @@ class ApprovalCheckInput:
     agent: str
     name: str
     args: dict[str, Any]
+    #: the run's recorded agent fingerprint: only a worker built the same way decides
+    fingerprint: str = ""
 
 
 @dataclass

@@ -28,7 +28,6 @@ with workflow.unsafe.imports_passed_through():
     # Dataclasses, constants and pure functions with no I/O or module state:
     # sharing the host's copies with the sandbox cannot leak nondeterminism,
     # and re-importing them for every run would only cost time.
-    from agentor_temporal.store.base import validate_run_id
     from agentor_temporal.store.events import Event, Usage
     from agentor_temporal.store.replay import assistant_message, initial_messages, tool_message
     from agentor_temporal.workflows import policies
@@ -42,7 +41,8 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.payloads import encoded_size
-    from agentor_temporal.workflows.tool_calls import ToolCalls
+    from agentor_temporal.workflows.run_ids import refuse_invalid_run_id
+    from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls
     from agentor_temporal.workflows.types import (
         AgentRunInput,
         AgentSpec,
@@ -178,7 +178,7 @@ class AgentRunWorkflow:
                 return await self._end("completed", seg, turn=turn, text=text)
             try:
                 results = await self._run_tools(seg, gen.calls, turn, failures.disabled)
-            except ApprovalExpired as exc:
+            except (ApprovalExpired, CallFailed) as exc:
                 return await self._end("failed", seg, turn=turn, error=str(exc))
             for event in results:
                 event.turn = turn
@@ -214,21 +214,15 @@ class AgentRunWorkflow:
             raise ApplicationError(
                 f"Invalid AgentRun input: {detail}", type="InvalidInput", non_retryable=True
             ) from None
-        try:
-            validate_run_id(workflow.info().workflow_id)
-        except ValueError as exc:
-            # the run id is a file name in every store and what resume() takes;
-            # an id the facade refuses would give a run nothing can mirror or
-            # resume. Patched: runs started before this check carry on as before.
-            if workflow.patched(policies.PATCH_REFUSE_INVALID_RUN_ID):
-                raise ApplicationError(str(exc), type="InvalidRunId", non_retryable=True) from None
+        # the run id is a file name in every store and what resume() takes
+        refuse_invalid_run_id(workflow.info().workflow_id)
         return inp
 
     async def _begin(self, inp: AgentRunInput) -> _Segment:
         """Record the agent's spec and where this segment starts."""
         self._agent, self._journal.offset = inp.agent, inp.event_offset
         self._prior = Usage.from_dict(inp.prior_usage)
-        spec = self._spec = await self._describe(inp.agent)
+        spec = self._spec = await self._describe(inp.agent, inp.fingerprint)
         if spec.search_attributes:
             workflow.upsert_search_attributes(
                 [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
@@ -240,11 +234,11 @@ class AgentRunWorkflow:
             stream_text=inp.stream_text,
         )
 
-    async def _describe(self, agent: str) -> AgentSpec:
+    async def _describe(self, agent: str, fingerprint: str | None) -> AgentSpec:
         try:
             spec: AgentSpec = await workflow.execute_local_activity(
                 policies.DESCRIBE_AGENT,
-                DescribeAgentInput(agent=agent),
+                DescribeAgentInput(agent=agent, fingerprint=fingerprint or ""),
                 result_type=AgentSpec,
                 start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
                 retry_policy=policies.LOCAL_RETRY_POLICY,
@@ -255,9 +249,8 @@ class AgentRunWorkflow:
             # ApplicationError naming the known agents), not as ActivityError
             await self._release_handlers()
             # the workflow fails (not its task, which would retry forever)
-            raise ApplicationError(
-                failure_message(exc), type="UnknownAgent", non_retryable=True
-            ) from None
+            kind = exc.type if isinstance(exc, ApplicationError) and exc.type else "UnknownAgent"
+            raise ApplicationError(failure_message(exc), type=kind, non_retryable=True) from None
         return spec
 
     async def _generate(
@@ -287,6 +280,7 @@ class AgentRunWorkflow:
                     model_settings=spec.model_settings,
                     turn=turn,
                     stream_text=seg.stream_text,
+                    fingerprint=spec.fingerprint,
                 ),
                 result_type=GenerateResult,
                 start_to_close_timeout=policies.MODEL_START_TO_CLOSE,

@@ -23,6 +23,7 @@ _INPUT_KEYS = frozenset(
         "prior_usage",
         "previous_execution",
         "stream_text",
+        "fingerprint",
     }
 )
 
@@ -46,6 +47,9 @@ class AgentRunInput:
     previous_execution: str | None = None
     #: publish text deltas while the model generates
     stream_text: bool = False
+    #: the agent definition the starter expects (`AgentDefinition.fingerprint()`):
+    #: a worker whose agent is built differently does not start the segment
+    fingerprint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -104,6 +108,9 @@ def parse_run_input(raw: Any) -> AgentRunInput:
     previous = raw.get("previous_execution")
     if previous is not None and not isinstance(previous, str):
         raise ValueError('"previous_execution" must be a string')
+    fingerprint = raw.get("fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise ValueError('"fingerprint" must be a string')
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -112,6 +119,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         prior_usage=prior,
         previous_execution=previous,
         stream_text=bool(raw.get("stream_text", False)),
+        fingerprint=fingerprint or None,
     )
 
 
