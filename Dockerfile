@@ -12,7 +12,7 @@ COPY agentor_temporal ./agentor_temporal
 COPY activities ./activities
 COPY workflows ./workflows
 COPY store ./store
-RUN pip install /src && useradd --create-home --uid 10001 agent \
+RUN pip install "/src[encryption]" && useradd --create-home --uid 10001 agent \
     && mkdir -p /app/runs && chown agent /app/runs
 
 WORKDIR /app

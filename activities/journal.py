@@ -14,11 +14,13 @@ what this process last wrote is first checked against the run's record
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agentor_temporal.activities.conversations import full_messages, long_run_settings
 from agentor_temporal.activities.mirror import (
     mirror_into,
     reconcile,
@@ -85,10 +87,16 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
             type="AgentDefinitionMismatch",
             non_retryable=True,
         )
-    return agent.spec(
+    spec = agent.spec(
         mirror=registry.store_for(inp.agent) is not None,
         search_attributes=registry.search_attributes,
+        status_attributes=registry.status_attributes,
     )
+    try:
+        spec.history_budget, spec.inline_bytes = long_run_settings()
+    except ValueError as exc:
+        raise ApplicationError(str(exc), type="BadWorkerSetting", non_retryable=True) from None
+    return spec
 
 
 async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
@@ -109,12 +117,24 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
     start = inp.start
     lock = registry.run_lock(store, inp.run_id)
     try:
+        for key, request in inp.requests.items():
+            # a generation sent by reference: the store gets its whole request
+            index = int(key) - start
+            if 0 <= index < len(events) and events[index].messages is None:
+                known = await full_messages(
+                    inp.run_id, request["conversation"], request["messages"], int(key)
+                )
+                events[index].messages = known.messages
         have = await asyncio.to_thread(store_count, store, inp.run_id)
         if have != start or not await asyncio.to_thread(unchanged, store, inp.run_id):
             # a gap, an overlap, or a copy someone else touched: check it first
             record = await _record(inp.run_id, store, start)
             if record is not None:
-                kept = await asyncio.to_thread(reconcile, store, inp.run_id, record + events, lock)
+                kept = await asyncio.to_thread(
+                    functools.partial(
+                        reconcile, store, inp.run_id, record + events, lock, confirmed=start
+                    )
+                )
                 if kept is None:
                     result.error = "the store's copy does not match the run"
                     return result

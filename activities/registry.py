@@ -104,7 +104,13 @@ class AgentDefinition:
             found.append(f"tools changed: {', '.join(changed)}")
         return found or ["definition differs"]
 
-    def spec(self, *, mirror: bool = False, search_attributes: bool = False) -> AgentSpec:
+    def spec(
+        self,
+        *,
+        mirror: bool = False,
+        search_attributes: bool = False,
+        status_attributes: bool = False,
+    ) -> AgentSpec:
         """The spec a run records at the start of each segment."""
         return AgentSpec(
             name=self.name,
@@ -116,6 +122,7 @@ class AgentDefinition:
             max_tool_failures=self.max_tool_failures,
             mirror=mirror,
             search_attributes=search_attributes,
+            status_attributes=status_attributes,
             fingerprint=self.fingerprint(),
         )
 
@@ -133,6 +140,8 @@ class AgentRegistry:
         self.default_store = default_store
         #: set once the namespace is known to have AgentName/AgentModel
         self.search_attributes = False
+        #: set once it is known to have AgentStatus/AgentTokens too
+        self.status_attributes = False
         #: openai clients per event loop (a client is bound to the loop it first
         #: ran on), then per endpoint and key; a closed loop's are dropped
         self._clients: dict[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = {}

@@ -17,14 +17,25 @@ from agentor_temporal.workflows.policies import DELTA_BATCH_INTERVAL, DELTAS_TOP
 
 #: Called with each text delta as it arrives (e.g. to publish it to the run).
 DeltaSink = Callable[[str], Awaitable[None]]
+#: Sends a chat-completions request (its keyword arguments) and returns the response.
+Create = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 async def stream_completion(
-    client: Any, request: dict[str, Any], on_delta: DeltaSink | None = None
+    client: Any,
+    request: dict[str, Any],
+    on_delta: DeltaSink | None = None,
+    create: Create | None = None,
 ) -> GenerateResult:
-    """Run a streamed chat completion; hand each text delta to `on_delta`."""
+    """Run a streamed chat completion; hand each text delta to `on_delta`.
+
+    `create` sends the request (default: `client.chat.completions.create`).
+    """
     request = {**request, "stream": True, "stream_options": {"include_usage": True}}
-    stream = await client.chat.completions.create(**request)
+    if create is None:
+        stream = await client.chat.completions.create(**request)
+    else:
+        stream = await create(request)
     text: list[str] = []
     reasoning: list[str] = []
     partial: dict[int, dict[str, str]] = {}
@@ -75,7 +86,7 @@ async def stream_completion(
 
 
 async def stream_with_deltas(
-    client: Any, request: dict[str, Any], inp: GenerateInput
+    client: Any, request: dict[str, Any], inp: GenerateInput, create: Create | None = None
 ) -> GenerateResult:
     """Stream a completion, publishing text deltas to the run's workflow stream.
 
@@ -86,7 +97,7 @@ async def stream_with_deltas(
     """
     temporal = _temporal_client()
     if temporal is None:
-        return await stream_completion(client, request)
+        return await stream_completion(client, request, create=create)
     from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
     attempt = activity.info().attempt if activity.in_activity() else 1
@@ -101,7 +112,7 @@ async def stream_with_deltas(
     async with publisher:
         if attempt > 1:
             topic.publish({"turn": inp.turn, "attempt": attempt, "reset": True})
-        return await stream_completion(client, request, publish)
+        return await stream_completion(client, request, publish, create)
 
 
 def _temporal_client() -> Any:

@@ -18,6 +18,7 @@ from agentor_temporal._cli_common import (
 )
 from agentor_temporal._runs import send_decision, waiting_calls
 from agentor_temporal._runtime import Runtime
+from agentor_temporal.codec import keys_from_file
 from agentor_temporal.workflows import Decision
 from agentor_temporal.workflows.formatting import call_summary
 
@@ -76,7 +77,9 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
             agent = load_agent(args.agent)
             if args.temporal:
                 agent.temporal = args.temporal
-            client = await Runtime.get().client(agent.temporal)
+            if args.encryption_keys_file:
+                agent.encryption_keys = keys_from_file(args.encryption_keys_file)
+            client = await agent._client()
             await asyncio.wait_for(
                 agent.aapprove(run_id, decision.call_id, decision.reason, by=by)
                 if approved

@@ -15,6 +15,7 @@ from temporalio.client import Client
 from agentor_temporal import worker
 from agentor_temporal._runs import run_events
 from agentor_temporal.agent import Agentor
+from agentor_temporal.codec import KeysSetting, keys_from_file
 from agentor_temporal.connection import connect
 from agentor_temporal.store import Event, FileStore, validate_run_id
 from agentor_temporal.workflows import Segment, TemporalStore
@@ -52,10 +53,18 @@ def load_agent(path: str) -> Agentor:
     return obj
 
 
+def keys_arg(args: argparse.Namespace) -> KeysSetting:
+    """--encryption-keys-file as a key file's path; None: the environment's keys."""
+    path = getattr(args, "encryption_keys_file", None)
+    return Path(path) if path else None
+
+
 def configure(agent: Agentor, args: argparse.Namespace) -> None:
-    """Apply --temporal, --task-queue and --no-worker to a loaded agent."""
+    """Apply --temporal, --encryption-keys-file, --task-queue and --no-worker to an agent."""
     if args.temporal:
         agent.temporal = args.temporal
+    if getattr(args, "encryption_keys_file", None):
+        agent.encryption_keys = keys_from_file(args.encryption_keys_file)
     if args.task_queue:
         agent.task_queue = args.task_queue
     if args.no_worker:
@@ -64,7 +73,7 @@ def configure(agent: Agentor, args: argparse.Namespace) -> None:
 
 async def connect_for_reading(args: argparse.Namespace) -> Client:
     """Temporal for commands that only read: never starts a dev server."""
-    return await connect(args.temporal, start_dev=False)
+    return await connect(args.temporal, start_dev=False, encryption_keys=keys_arg(args))
 
 
 def address(client: Client) -> str:

@@ -23,6 +23,7 @@ from agentor_temporal._cli_common import (
     arun,
     connect_for_reading,
     history_events,
+    keys_arg,
     run_id_arg,
     store_dir,
 )
@@ -35,6 +36,7 @@ from agentor_temporal._inspect import (
     summarize_segments,
 )
 from agentor_temporal._prune import Verdict, apply, plan
+from agentor_temporal._timeline import Timeline
 from agentor_temporal.connection import ConnectionFailed, connect
 from agentor_temporal.store import Event, FileStore
 from agentor_temporal.workflows import Segment
@@ -45,6 +47,8 @@ from agentor_temporal.workflows import Segment
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a run's events, readably or as the documented JSONL."""
     run_id = run_id_arg(args.run_id)
+    if args.timeline:
+        return _timeline(args, run_id)
     note = None
     if args.store:
         directory = store_dir(args.store)
@@ -77,6 +81,43 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(line)
     if note:
         print(note)
+    return EXIT_OK
+
+
+def _timeline(args: argparse.Namespace, run_id: str) -> int:
+    """`show --timeline PNG`: the run drawn from Temporal history."""
+    if args.store or args.jsonl:
+        raise CliError(
+            "--timeline reads Temporal history; it goes with neither --store nor --jsonl",
+            EXIT_USAGE,
+        )
+    try:
+        import matplotlib  # noqa: F401
+
+        from agentor_temporal._timeline import draw, read_timeline
+    except ImportError:
+        raise CliError(
+            "drawing a timeline needs matplotlib: pip install 'agentor-temporal[timeline]'",
+            EXIT_USAGE,
+        ) from None
+
+    async def read() -> tuple[Timeline | None, str]:
+        client = await connect_for_reading(args)
+        return await read_timeline(client, run_id), address(client)
+
+    timeline, where = arun(read)
+    if timeline is None:
+        raise CliError(f"no run with id {run_id!r} in Temporal at {where}")
+    try:
+        path = draw(timeline, args.timeline)
+    except OSError as exc:
+        raise CliError(f"cannot write {args.timeline!r}: {exc}") from None
+    counts = timeline.summary()
+    print(
+        f"drew run {run_id} to {path}: {counts['generations']} generations, "
+        f"{counts['tool_calls']} tool calls, {counts['approvals']} approvals, "
+        f"{counts['retried']} retried, {counts['workers']} worker(s)"
+    )
     return EXIT_OK
 
 
@@ -140,8 +181,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_OK
     target = Path(args.output)
     partial = target.with_name(f".{target.name}.partial")
-    # written aside and renamed: a crash never leaves half a log under the name
-    with partial.open("w") as f:
+    # written aside and renamed: a crash never leaves half a log under the name;
+    # owner-only, as FileStore's logs are (they hold prompts and tool results)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    with os.fdopen(os.open(partial, flags, 0o600), "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -161,7 +204,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     async def decide() -> list[Verdict]:
         client: Client | None
         try:
-            client = await connect(args.temporal, start_dev=False)
+            client = await connect(args.temporal, start_dev=False, encryption_keys=keys_arg(args))
         except ConnectionFailed as exc:
             print(
                 f"warning: {exc}\nwarning: deciding from the logs alone: a log whose last "

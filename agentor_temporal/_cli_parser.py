@@ -13,6 +13,8 @@ import argparse
 from agentor_temporal import worker
 from agentor_temporal._inspect import STATUSES
 from agentor_temporal._prune import Age, parse_age
+from agentor_temporal.codec_server import DEFAULT_PORT as DEFAULT_CODEC_PORT
+from agentor_temporal.serve import _cli as serve_cli
 
 
 def _age(text: str) -> Age:
@@ -38,6 +40,16 @@ def _temporal_option(parser: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="Temporal frontend host:port (default: TEMPORAL_ADDRESS or the Temporal client "
         "config, else the embedded dev server on localhost:7233)",
+    )
+    _keys_option(parser)
+
+
+def _keys_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--encryption-keys-file",
+        metavar="FILE",
+        help="the payload encryption keys (key_id:base64 entries, the first current) "
+        "for encrypted runs (default: AGENTOR_ENCRYPTION_KEYS or AGENTOR_ENCRYPTION_KEYS_FILE)",
     )
 
 
@@ -108,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  agentor-temporal dev                # start on localhost:7233, UI on :8233\n"
         "  agentor-temporal dev status\n"
         "  agentor-temporal dev stop\n"
-        "  agentor-temporal dev --port 7300 --ui-port 8300 --data-dir /tmp/t",
+        "  agentor-temporal dev --port 7300 --ui-port 8300 --data-dir /tmp/t\n"
+        "  AGENTOR_ENCRYPTION_KEYS_FILE=keys.txt agentor-temporal dev   # + codec server on :8234",
         formatter_class=formatter,
     )
     dev.add_argument(
@@ -123,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--data-dir", default=".temporal", help="database, log and pid file (default .temporal)"
     )
+    dev.add_argument(
+        "--codec-port",
+        type=_positive,
+        default=DEFAULT_CODEC_PORT,
+        help="with encryption keys set: the codec server the UI decrypts through "
+        f"(default {DEFAULT_CODEC_PORT})",
+    )
+    _keys_option(dev)
 
     worker_command = commands.add_parser(
         "worker",
@@ -178,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
         "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7\n"
         "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --jsonl | jq .type\n"
-        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --store runs",
+        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --store runs\n"
+        "  agentor-temporal show 4d13c80832f6422eb09b1238116093b7 --timeline run.png",
         formatter_class=formatter,
     )
     show.add_argument("run_id", help="the run to show")
@@ -186,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--jsonl", action="store_true", help="print the documented JSONL lines instead"
     )
     show.add_argument("--store", metavar="DIR", help="read a FileStore directory, not Temporal")
+    show.add_argument(
+        "--timeline",
+        metavar="PNG",
+        help="draw the run as a timeline picture instead (generations, tool calls in parallel "
+        "lanes, retries, approval waits, worker changes); needs the timeline extra",
+    )
     _temporal_option(show)
 
     listing = commands.add_parser(
@@ -254,6 +282,52 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     _temporal_option(prune)
 
+    codec = commands.add_parser(
+        "codec-server",
+        help="serve /encode and /decode so the Temporal UI shows encrypted runs",
+        description="Serve Temporal's remote codec endpoints (POST /encode, POST /decode) "
+        "with the payload encryption keys, for the Temporal UI (its codec endpoint setting, "
+        "or `temporal server start-dev --ui-codec-endpoint`) and the temporal CLI "
+        "(--codec-endpoint). Answers carry CORS headers for the given UI origins; with a "
+        "token (--token-file or AGENTOR_CODEC_TOKEN) requests must send "
+        "`Authorization: Bearer <token>`. Keys come from AGENTOR_ENCRYPTION_KEYS, "
+        "AGENTOR_ENCRYPTION_KEYS_FILE or --encryption-keys-file.",
+        epilog="examples:\n"
+        "  agentor-temporal codec-server --port 8234\n"
+        "  agentor-temporal codec-server --host 0.0.0.0 --port 8081 "
+        "--cors-origin https://temporal-ui.internal --token-file /run/secrets/codec-token\n"
+        "  temporal workflow show -w RUN_ID --codec-endpoint http://localhost:8234",
+        formatter_class=formatter,
+    )
+    codec.add_argument("--port", type=_positive, default=DEFAULT_CODEC_PORT)
+    codec.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    codec.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a browser origin allowed to call it, e.g. http://localhost:8080 (repeatable; "
+        "default: the dev server's UI, http://localhost:8233 and http://127.0.0.1:8233)",
+    )
+    codec.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="require this bearer token (default env AGENTOR_CODEC_TOKEN; none: no check)",
+    )
+    _keys_option(codec)
+
+    keygen = commands.add_parser(
+        "keygen",
+        help="print a new payload encryption key entry",
+        description="Print a new random AES-256 key as a `key_id:base64` entry for "
+        "AGENTOR_ENCRYPTION_KEYS or a key file. Put it first to make it current; keep the "
+        "old entries after it while runs encrypted with them are still read.",
+        epilog="examples:\n"
+        "  agentor-temporal keygen 2025-06 >> keys.txt\n"
+        "  (agentor-temporal keygen 2025-07; cat keys.txt) > keys.new && mv keys.new keys.txt",
+        formatter_class=formatter,
+    )
+    keygen.add_argument("key_id", nargs="?", help="the key's id (default: k<today's date>)")
+
     pending = commands.add_parser(
         "pending",
         help="list runs waiting for a person to approve a tool call",
@@ -307,4 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="how long to wait for a worker to take the decision (default 30)",
         )
         _temporal_option(decide)
+    serve = commands.add_parser(
+        "serve",
+        help="serve agents over HTTP and A2A (runs, live events, approvals, a page)",
+        description=serve_cli.DESCRIPTION,
+        epilog=serve_cli.EPILOG,
+        formatter_class=formatter,
+    )
+    serve_cli.add_arguments(serve)
     return parser

@@ -16,6 +16,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import Event, Usage, final_event, total_usage
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
@@ -76,7 +77,8 @@ class RunSummary:
     run_id: str
     agent: str | None = None
     model: str | None = None
-    #: see `STATUSES`; "unfinished" for a store log with no `run_end`
+    #: see `STATUSES`; "unfinished" for a store log with no `run_end`;
+    #: "unreadable" for a run encrypted with a key the reader lacks (`error` says which)
     status: str = "running"
     started: float | None = None
     ended: float | None = None
@@ -85,6 +87,14 @@ class RunSummary:
     usage: Usage = field(default_factory=Usage)
     final_output: str | None = None
     error: str | None = None
+    #: Temporal executions of the run (resumes and continue-as-new), 0 for a store log
+    executions: int = 0
+    #: the latest execution's history bytes and events, and whether the
+    #: server suggests it continue as new; the largest execution's bytes
+    history_bytes: int | None = None
+    history_events: int | None = None
+    continue_as_new_suggested: bool | None = None
+    largest_history_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (`list --json`)."""
@@ -129,6 +139,10 @@ def summarize_segments(run_id: str, segments: list[Segment]) -> RunSummary:
         started=segments[0].start_time,
         ended=latest.close_time,
     )
+    summary.executions = len(segments)
+    summary.history_bytes, summary.history_events = latest.history_bytes, latest.history_events
+    summary.continue_as_new_suggested = latest.continue_as_new_suggested
+    summary.largest_history_bytes = max(s.history_bytes for s in segments)
     result = latest.result or {}
     summary.final_output = result.get("final_output")
     summary.error = result.get("error") or latest.failure
@@ -203,6 +217,8 @@ def render_run(summary: RunSummary, events: list[Event], *, source: str) -> list
         lines.append(f"output   {preview(summary.final_output, 200)}")
     if summary.error:
         lines.append(f"error    {preview(summary.error, 200)}")
+    if summary.history_bytes is not None:
+        lines.append(f"history  {history_line(summary)}")
     lines.append(f"source   {source}")
     lines.append("")
     lines.append(f"{'#':>4}  {'turn':>4}  {'event':<12} detail")
@@ -210,6 +226,19 @@ def render_run(summary: RunSummary, events: list[Event], *, source: str) -> list
         turn = str(event.turn) if event.turn is not None else ""
         lines.append(f"{index:>4}  {turn:>4}  {event.type:<12} {event_detail(event)}")
     return lines
+
+
+def history_line(summary: RunSummary) -> str:
+    """How big the run's history is, and whether the server wants it to continue as new."""
+    text = (
+        f"{(summary.history_bytes or 0) / 1e6:.2f} MB, {summary.history_events or 0:,} events "
+        f"in the latest of {summary.executions} execution{'s' if summary.executions != 1 else ''}"
+    )
+    if summary.executions > 1:
+        text += f" (largest {(summary.largest_history_bytes or 0) / 1e6:.2f} MB)"
+    if summary.continue_as_new_suggested and summary.status == "running":
+        text += "; the server suggests continue-as-new (the run does so after this turn)"
+    return text
 
 
 def render_table(summaries: list[RunSummary]) -> list[str]:
@@ -271,7 +300,11 @@ async def list_runs(
 
     async def summarize(run_id: str) -> RunSummary | None:
         async with gate:
-            segments = await store.segments(run_id)
+            try:
+                segments = await store.segments(run_id)
+            except EncryptionKeyError as exc:
+                # a run this reader cannot decrypt must not hide the others
+                return RunSummary(run_id, agent=agent, status="unreadable", error=str(exc))
         return summarize_segments(run_id, segments) if segments else None
 
     found: list[RunSummary] = []

@@ -166,15 +166,18 @@ async def await_result(
     failure: str | None = None
     paused: PausedState | None = None
     finished = asyncio.ensure_future(handle.result())
-    if pauses:
+    while pauses:
         pause = asyncio.ensure_future(_wait_paused(handle))
         await asyncio.wait({finished, pause}, return_when=asyncio.FIRST_COMPLETED)
         state = pause.result() if pause.done() else None
+        if state is not None and state.status == "continued_as_new" and not finished.done():
+            continue  # the next execution may pause: ask it
         if state is not None and state.status == "awaiting_approval":
             paused = state
             finished.cancel()
         else:
             pause.cancel()
+        break
     if paused is None:
         try:
             value = await finished

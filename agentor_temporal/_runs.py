@@ -10,6 +10,7 @@ goes to the run through its `decide` update, so delivering one does.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,13 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
+from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import Event, Store, pending_approvals, validate_run_id
 from agentor_temporal.workflows import Decision, Segment, TemporalStore
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.status import AWAITING_APPROVAL
+
+logger = logging.getLogger("agentor_temporal")
 
 
 def seeded_prefix(segments: list[Segment]) -> int:
@@ -73,26 +78,57 @@ class Waiting:
         }
 
 
+async def paused_runs(
+    client: Client, *, agent: str | None = None, limit: int | None = None
+) -> list[str]:
+    """Ids of running runs that may wait for a person, found by their AgentStatus.
+
+    Runs say `AgentStatus='awaiting_approval'` while a call waits; runs that
+    never set it (started before it existed, or on a namespace without it)
+    are candidates too, so nothing that waits is missed. Without the
+    attribute in the namespace, every running run is a candidate.
+    """
+    running = list_query(agent, "running")
+    queries = [
+        f"{running} AND AgentStatus = '{AWAITING_APPROVAL}'",
+        f"{running} AND AgentStatus IS NULL",
+    ]
+    ids: list[str] = []
+    try:
+        for query in queries:
+            async for execution in client.list_workflows(query, limit=limit):
+                if execution.id not in ids:
+                    ids.append(execution.id)
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.INVALID_ARGUMENT:
+            raise
+        ids = []
+        async for execution in client.list_workflows(running, limit=limit):
+            if execution.id not in ids:
+                ids.append(execution.id)
+    return ids[:limit] if limit is not None else ids
+
+
 async def waiting_calls(
     client: Client, *, agent: str | None = None, limit: int | None = None
 ) -> list[Waiting]:
     """Every tool call waiting for approval, across running runs (no worker needed)."""
-    query = list_query(agent, "running")
     store = TemporalStore(client)
     rows: list[Waiting] = []
-    seen: set[str] = set()
-    async for execution in client.list_workflows(query, limit=limit):
-        if execution.id in seen:
+    for run_id in await paused_runs(client, agent=agent, limit=limit):
+        try:
+            latest = await store.latest(run_id)
+        except EncryptionKeyError as exc:
+            # a run this reader cannot decrypt must not hide the others
+            logger.warning("Skipping run %s: %s", run_id, exc)
             continue
-        seen.add(execution.id)
-        latest = await store.latest(execution.id)
         if latest is None or latest.status != "running":
             continue
         name = str((latest.spec or {}).get("name", ""))
         for request in pending_approvals(latest.events):
             rows.append(
                 Waiting(
-                    execution.id,
+                    run_id,
                     name,
                     str(request.call_id),
                     request.name,

@@ -24,6 +24,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.codec import EncryptionKeys
+from agentor_temporal.telemetry import with_caller_context
 
 T = TypeVar("T")
 logger = logging.getLogger("agentor_temporal")
@@ -85,10 +87,13 @@ class _EmbeddedWorker:
 
                 # registered before the first run starts: runs started now set them
                 await ensure_search_attributes(self.client, self.registry)
+                from agentor_temporal.telemetry import client_traces
+
                 self.worker = Worker(
                     self.client,
                     task_queue=self.task_queue,
-                    plugins=[AgentorPlugin(self.registry)],
+                    # the worker traces runs exactly when its client traces starts
+                    plugins=[AgentorPlugin(self.registry, tracing=client_traces(self.client))],
                 )
                 self.task = asyncio.create_task(self.worker.run())
 
@@ -132,7 +137,7 @@ class Runtime:
             target=self.loop.run_forever, name="agentor-temporal", daemon=True
         )
         self.thread.start()
-        self._clients: dict[str, Client] = {}
+        self._clients: dict[tuple[str, bool, EncryptionKeys | None], Client] = {}
         self._client_lock: asyncio.Lock | None = None
         self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
         self._closed = False
@@ -156,7 +161,7 @@ class Runtime:
                 "sync agent methods cannot be called from a tool or worker; "
                 "await the async variant instead"
             )
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
             return future.result()
         except KeyboardInterrupt:
@@ -172,24 +177,62 @@ class Runtime:
             running = None
         if running is self.loop:
             return await coro
-        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
+            with_caller_context(coro), self.loop
+        )
         return await asyncio.wrap_future(future)
 
     # -- clients and workers (call on the background loop) -----------------------
 
-    async def client(self, target: str | Client | None) -> Client:
-        """A connected client for `target`, made once per target."""
-        from agentor_temporal.connection import connect
+    async def client(
+        self,
+        target: str | Client | None,
+        tracing: bool | None = False,
+        encryption_keys: EncryptionKeys | None = None,
+    ) -> Client:
+        """A connected client for `target`, made once per target, tracing and keys.
 
-        if isinstance(target, Client):
+        With `tracing` (None: as the OTEL_* environment says), the client
+        carries the caller's trace context into the runs it starts. A
+        `Client` given as the target is used as it is, or copied (sharing its
+        connection) with Temporal's tracing interceptor and the keys' codec
+        added, never changed; the copy is made once, because the embedded
+        worker is keyed by its client.
+        """
+        from agentor_temporal import telemetry
+        from agentor_temporal.connection import connect, with_encryption
+
+        traced = tracing is not False and telemetry.worker_tracing(tracing) is not None
+        add_tracing = traced and not (
+            isinstance(target, Client) and telemetry.client_traces(target)
+        )
+        if isinstance(target, Client) and not add_tracing and encryption_keys is None:
             return target
         if self._client_lock is None:
             self._client_lock = asyncio.Lock()
-        key = target or ""
+        key = (
+            f"{id(target)}" if isinstance(target, Client) else target or "",
+            traced,
+            encryption_keys,
+        )
         async with self._client_lock:
             client = self._clients.get(key)
             if client is None:
-                client = await connect(target)
+                if isinstance(target, Client):
+                    config = target.config()
+                    if add_tracing:
+                        config["interceptors"] = [
+                            *config["interceptors"],
+                            telemetry.otel_interceptor(),
+                        ]
+                    client = Client(**config)
+                    if encryption_keys is not None:
+                        client = with_encryption(client, encryption_keys)
+                else:
+                    interceptors = [telemetry.otel_interceptor()] if traced else []
+                    client = await connect(
+                        target, interceptors=interceptors, encryption_keys=encryption_keys
+                    )
                 self._clients[key] = client
             return client
 

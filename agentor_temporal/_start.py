@@ -18,14 +18,19 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from temporalio.api.common.v1 import Payload, WorkflowExecution
 from temporalio.api.enums.v1 import WorkflowIdConflictPolicy, WorkflowIdReusePolicy
-from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
+from temporalio.api.workflowservice.v1 import (
+    GetWorkflowExecutionHistoryRequest,
+    StartWorkflowExecutionRequest,
+)
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal.activities import AgentDefinition
+from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.policies import WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from agentor_temporal.workflows.types import AgentRunInput
@@ -61,8 +66,14 @@ async def start_once(
     task_timeout: timedelta,
     static_summary: str | None = None,
     static_details: str | None = None,
+    previous_execution: str | None = None,
 ) -> None:
     """`client.start_workflow` for the fields the facade uses, with a chosen request id.
+
+    A segment that continues `previous_execution` is started with that
+    execution's trace context (the header Temporal's tracing interceptor
+    wrote, if any), so the run stays one trace: this call passes no client
+    interceptor that could carry it.
 
     Raises:
         WorkflowAlreadyStartedError: as `start_workflow` does.
@@ -87,12 +98,34 @@ async def start_once(
         req.user_metadata.details.CopyFrom(
             (await client.data_converter.encode([static_details]))[0]
         )
+    header = await _trace_header(client, id, previous_execution)
+    if header is not None:
+        req.header.fields[TRACE_HEADER].CopyFrom(header)
     try:
         await client.workflow_service.start_workflow_execution(req, retry=True)
     except RPCError as err:
         if err.status == RPCStatusCode.ALREADY_EXISTS:
             raise WorkflowAlreadyStartedError(id, workflow) from None
         raise
+
+
+async def _trace_header(client: Client, run_id: str, execution: str | None) -> Payload | None:
+    """The trace-context header `execution` of `run_id` was started with, if any."""
+    if execution is None:
+        return None
+    request = GetWorkflowExecutionHistoryRequest(
+        namespace=client.namespace,
+        execution=WorkflowExecution(workflow_id=run_id, run_id=execution),
+        maximum_page_size=1,  # the started event: not the whole conversation
+    )
+    try:
+        page = await client.workflow_service.get_workflow_execution_history(request, retry=True)
+    except RPCError:
+        return None  # retention took it: the run's own trace id still joins them
+    for event in page.history.events:
+        fields = event.workflow_execution_started_event_attributes.header.fields
+        return fields[TRACE_HEADER] if TRACE_HEADER in fields else None
+    return None
 
 
 async def start_segment(
@@ -125,6 +158,7 @@ async def start_segment(
                 static_details=(
                     f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
                 ),
+                previous_execution=inp.previous_execution,
             )
             return client.get_workflow_handle(run_id)
         return await client.start_workflow(

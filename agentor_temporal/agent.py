@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import asdict
 from typing import Any
 
 from temporalio.client import (
@@ -21,6 +20,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDReusePolicy
 
+from agentor_temporal._continuing import continuation_input
 from agentor_temporal._results import (
     await_result,
     check_input,
@@ -28,22 +28,22 @@ from agentor_temporal._results import (
     check_size,
     result_from,
 )
-from agentor_temporal._runs import check_waiting, run_events, send_decision
+from agentor_temporal._runs import check_waiting, run_events, seeded_prefix, send_decision
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
 from agentor_temporal.activities.journal import catch_up
+from agentor_temporal.codec import KeysSetting, keys_from_env, resolve_keys
 from agentor_temporal.store import (
     Event,
     RunResult,
     Store,
     is_complete,
     new_run_id,
-    replay_messages,
-    total_usage,
     validate_run_id,
 )
 from agentor_temporal.streaming import follow, on_runtime
+from agentor_temporal.telemetry import enable_tracing
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.policies import TASK_QUEUE
 from agentor_temporal.workflows.types import AgentRunInput, Decision
@@ -74,6 +74,13 @@ class Agentor:
         max_tool_failures: failures after which a tool is withdrawn.
         embedded_worker: run a worker for this agent in-process while a call
             is active; False when a worker fleet serves the agent.
+        tracing: OpenTelemetry traces of this agent's runs, exported as the
+            OTEL_* environment says (None: on when that environment asks for
+            traces). Needs the `otel` extra.
+        encryption_keys: encrypt the runs' payloads (`EncryptionKeys`,
+            `key_id:base64,...` text read from somewhere private, or a key
+            file's `pathlib.Path`); default `AGENTOR_ENCRYPTION_KEYS`. See
+            `agentor_temporal.codec`.
         **model_settings: extra chat-completions parameters (temperature, ...).
     """
 
@@ -92,6 +99,8 @@ class Agentor:
         max_turns: int = 20,
         max_tool_failures: int = 2,
         embedded_worker: bool = True,
+        tracing: bool | None = None,
+        encryption_keys: KeysSetting = None,
         **model_settings: Any,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -128,6 +137,11 @@ class Agentor:
         self.temporal = temporal
         self.task_queue = task_queue
         self.embedded_worker = embedded_worker
+        self.tracing = tracing
+        if tracing:
+            enable_tracing()  # a missing extra is a mistake to hear about now
+        #: None: the environment's keys (read when a client is made)
+        self.encryption_keys = None if encryption_keys is None else resolve_keys(encryption_keys)
 
     def __repr__(self) -> str:
         tools = [t.name for t in self.tools]
@@ -204,6 +218,37 @@ class Agentor:
     async def aresume(self, run_id: str, max_turns: int | None = None) -> RunResult:
         """Async `resume`."""
         return await Runtime.get().run_async(self._aresume(run_id, max_turns))
+
+    async def astart(
+        self,
+        input: MessageInput,
+        run_id: str | None = None,
+        *,
+        max_turns: int | None = None,
+        stream_text: bool = False,
+    ) -> str:
+        """Start a run and return its id at once; follow it with `stream`, collect it with `resume`.
+
+        Idempotent as `run()`'s start: an id that exists is attached to. With
+        `stream_text`, `stream(run_id, text=True)` also gets text deltas.
+
+        Raises:
+            ValueError: for bad input or a hostile run id.
+        """
+        check_input(input)
+        if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        run_id = new_run_id() if run_id is None else validate_run_id(run_id)
+        inp = AgentRunInput(self.name, input, max_turns=max_turns, stream_text=stream_text)
+
+        async def start() -> str:
+            client = await self._client()
+            reuse = WorkflowIDReusePolicy.REJECT_DUPLICATE
+            await start_segment(client, self.definition, self.task_queue, run_id, inp, reuse)
+            await self._serve_until_done(client, run_id)  # the embedded worker, if any
+            return run_id
+
+        return await Runtime.get().run_async(start())
 
     async def stream_chat(
         self,
@@ -344,6 +389,15 @@ class Agentor:
             self._decide(run_id, Decision(call_id, False, reason, by))
         )
 
+    def serve(self, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
+        """Serve this agent over HTTP and A2A until stopped: `agentor_temporal.serve.serve`.
+
+        Needs the `serve` extra (`pip install 'agentor-temporal[serve]'`).
+        """
+        from agentor_temporal.serve import serve
+
+        serve([self], host=host, port=port, **options)
+
     def ui_url(self, run_id: str) -> str:
         """The Temporal UI page of a run on the embedded dev server."""
         from agentor_temporal.connection import DEV_UI_PORT
@@ -353,7 +407,8 @@ class Agentor:
     # -- internals (on the runtime loop) ---------------------------------------------------
 
     async def _client(self) -> Client:
-        return await Runtime.get().client(self.temporal)
+        keys = self.encryption_keys if self.encryption_keys is not None else keys_from_env()
+        return await Runtime.get().client(self.temporal, self.tracing, keys)
 
     @contextlib.asynccontextmanager
     async def _serving(self, client: Client) -> AsyncIterator[None]:
@@ -453,7 +508,14 @@ class Agentor:
         if latest.status == "running":
             async with self._serving(client):
                 return await self._result(client, run_id)
-        return await self._continue(client, run_id, events, latest.execution_run_id, max_turns)
+        return await self._continue(
+            client,
+            run_id,
+            events,
+            latest.execution_run_id,
+            max_turns,
+            in_temporal_from=seeded_prefix(segments),
+        )
 
     async def _continue(
         self,
@@ -462,20 +524,18 @@ class Agentor:
         events: list[Event],
         previous: str | None,
         max_turns: int | None,
+        in_temporal_from: int = 0,
     ) -> RunResult:
-        messages = replay_messages(events)
-        if not messages:
-            raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
-        check_size(self.definition, messages)
-        inp = AgentRunInput(
-            agent=self.name,
-            input=messages,
+        inp = continuation_input(
+            self.name,
+            run_id,
+            events,
+            previous=previous,
+            in_temporal_from=in_temporal_from,
             max_turns=max_turns,
-            event_offset=len(events),
-            prior_usage=asdict(total_usage(events)),
-            previous_execution=previous,
-            fingerprint=self.definition.fingerprint(),
         )
+        # only a worker built as this agent may continue it
+        inp.fingerprint = self.definition.fingerprint()
         async with self._serving(client):
             # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
             # resumer that started first is attached to (USE_EXISTING), or, if

@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 
 from agentor_temporal import worker
 from agentor_temporal._cli_approvals import cmd_approve, cmd_deny, cmd_pending
+from agentor_temporal._cli_codec import cmd_codec_server, cmd_keygen, dev_codec, report_codec
 from agentor_temporal._cli_common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -37,6 +38,8 @@ from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._progress import Progress, follow, latest_execution
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.agent import Agentor
+from agentor_temporal.codec import EncryptionConfigError, EncryptionKeyError
+from agentor_temporal.codec_server import stop_codec_server
 from agentor_temporal.connection import (
     ConnectionFailed,
     DevServer,
@@ -45,6 +48,7 @@ from agentor_temporal.connection import (
     start_dev_server,
     stop_dev_server,
 )
+from agentor_temporal.serve._cli import cmd_serve
 from agentor_temporal.store import RunResult, new_run_id
 from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
@@ -63,6 +67,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     """Start, report or stop the embedded dev server."""
     data = Path(args.data_dir)
     if args.action == "stop":
+        if stop_codec_server(data):
+            print(f"stopped the codec server started from {data.resolve()}")
         if stop_dev_server(data):
             print(f"stopped the Temporal dev server started from {data.resolve()}")
             return EXIT_OK
@@ -79,9 +85,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
         if running is None:
             raise CliError(f"no Temporal server answers on localhost:{args.port}")
         _print_server(_server_headline(running, data), running)
+        report_codec(args, running)
         return EXIT_OK
-    server = start_dev_server(data, args.port, args.ui_port)
+    codec = dev_codec(args, data)
+    server = start_dev_server(data, args.port, args.ui_port, codec_endpoint=codec)
     _print_server(_server_headline(server, data), server)
+    report_codec(args, server)
     return EXIT_OK
 
 
@@ -153,7 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"run_id: {run_id}", file=sys.stderr if args.json else sys.stdout, flush=True)
 
     async def go() -> RunResult:
-        client = await Runtime.get().client(agent.temporal)
+        client = await agent._client()
         _ui_hint(agent, run_id)
         work = agent.arun(args.prompt, run_id=run_id, max_turns=args.max_turns)
         return await follow(client, run_id, work, Progress(sys.stderr))
@@ -175,7 +184,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     print(f"run_id: {run_id}", file=sys.stderr if args.json else sys.stdout, flush=True)
 
     async def go() -> tuple[RunResult, Progress]:
-        client = await Runtime.get().client(agent.temporal)
+        client = await agent._client()
         progress = Progress(
             sys.stderr, latest_execution(await TemporalStore(client).latest(run_id))
         )
@@ -208,6 +217,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "list": cmd_list,
     "export": cmd_export,
     "prune": cmd_prune,
+    "serve": cmd_serve,
+    "codec-server": cmd_codec_server,
+    "keygen": cmd_keygen,
 }
 
 
@@ -271,8 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _known_failure(exc: Exception) -> int | None:
     """The exit status of an expected failure, or None for a bug (traceback)."""
-    if isinstance(exc, worker.ConfigError):
+    if isinstance(exc, (worker.ConfigError, EncryptionConfigError)):
         return EXIT_USAGE
-    if isinstance(exc, (ConnectionFailed, RPCError, OSError)):
+    if isinstance(exc, (ConnectionFailed, RPCError, OSError, EncryptionKeyError)):
         return EXIT_FAILED
     return None

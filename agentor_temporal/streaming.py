@@ -8,7 +8,10 @@ it needs nothing but a Temporal client and picks up exactly where it left off:
 events before `after` are skipped by their index, and deltas are passed on
 only once the follower has reached that point. A finished run is read from
 history instead (no worker needed). Deltas are not persisted; the
-`generation` and `message` events are the record.
+`generation` and `message` events are the record. A run that continues as
+new keeps its stream offsets (the next execution starts where the last one
+ended), so a follower goes on polling; one that was behind when it happened
+reads the events it missed from history.
 """
 
 from __future__ import annotations
@@ -116,6 +119,15 @@ async def follow_timed(
                         if index == after - 1:
                             passed = True
                         continue
+                    if index > next_index:
+                        # the run continued as new while this follower was
+                        # behind: the events in between are in history
+                        segments = await store.segments(run_id)
+                        for missed in (await history_events(segments))[next_index:index]:
+                            yield missed, None
+                            next_index += 1
+                        if index > next_index:
+                            break  # history does not have them: read it all below
                     event = Event.from_dict(data["event"])
                     next_index, passed = index + 1, True
                     yield event, data.get("published_at")
@@ -136,9 +148,8 @@ async def follow_timed(
             await asyncio.sleep(RESUBSCRIBE_BACKOFF[retries])
             retries += 1
             latest_now = await store.latest(run_id)
-            if latest_now is None or latest_now.execution_run_id != latest.execution_run_id:
-                break
-            if latest_now.status != "running":
+            # a newer execution (continue-as-new) is the same run: follow it
+            if latest_now is None or latest_now.status != "running":
                 break
     # closed without a run_end seen live: read what history has
     segments = await store.segments(run_id)

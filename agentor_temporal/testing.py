@@ -124,6 +124,8 @@ class ScriptedModelServer:
         latency: seconds every response waits before it is sent.
         chunk_delay: seconds between the chunks of a streamed response.
         host, port: where to listen (port 0 picks a free one).
+        keep_requests: keep only this many recent request bodies in
+            `requests` (a long run's requests add up to gigabytes).
     """
 
     def __init__(
@@ -134,8 +136,11 @@ class ScriptedModelServer:
         chunk_delay: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
+        keep_requests: int | None = None,
     ) -> None:
         self.latency = latency
+        self.keep_requests = keep_requests
+        self._received = 0
         self.chunk_delay = chunk_delay
         self.host = host
         self.port = port
@@ -170,7 +175,7 @@ class ScriptedModelServer:
     def request_count(self) -> int:
         """How many chat-completions requests arrived."""
         with self._lock:
-            return len(self.requests)
+            return self._received
 
     def wait_for_requests(self, count: int, timeout: float = 30.0) -> None:
         """Block until `count` requests arrived.
@@ -187,6 +192,9 @@ class ScriptedModelServer:
     def _next_step(self, request: dict[str, Any]) -> Step:
         with self._lock:
             self.requests.append(request)
+            self._received += 1
+            if self.keep_requests is not None and len(self.requests) > self.keep_requests:
+                del self.requests[: len(self.requests) - self.keep_requests]
             if self._responder is not None:
                 return self._responder(request)
             if self._queue:

@@ -1,9 +1,9 @@
 """The worker process: `python worker.py --agents module:attr[,module:attr...]`.
 
 Runs `AgentRun` workflows and their activities for the named agents. Settings
-come from flags or `AGENTOR_AGENTS`, `AGENTOR_TASK_QUEUE`, `AGENTOR_STORE`; the
-connection follows the standard Temporal client environment (see
-`agentor_temporal.connection`). On SIGTERM or SIGINT it stops polling and
+come from flags or `AGENTOR_AGENTS`, `AGENTOR_TASK_QUEUE`, `AGENTOR_STORE`,
+`AGENTOR_ENCRYPTION_KEYS(_FILE)`; the connection follows the standard Temporal
+client environment (see `agentor_temporal.connection`). On SIGTERM or SIGINT it stops polling and
 finishes in-flight work before exiting, so a rolling deploy loses nothing.
 `build_worker(...)` builds the same worker for embedding.
 """
@@ -23,7 +23,14 @@ from typing import Any, NoReturn
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from agentor_temporal import telemetry
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.codec import (
+    EncryptionConfigError,
+    EncryptionKeys,
+    keys_from_env,
+    keys_from_file,
+)
 from agentor_temporal.connection import environment_configured
 from agentor_temporal.plugin import (
     AgentorPlugin,
@@ -32,6 +39,7 @@ from agentor_temporal.plugin import (
     ensure_search_attributes,
 )
 from agentor_temporal.store import FileStore, Store
+from agentor_temporal.telemetry import TelemetryError
 from agentor_temporal.workflows.policies import TASK_QUEUE
 
 __all__ = [
@@ -46,6 +54,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agentor_temporal.worker")
+
+#: Settings that are wrong: exit status 2, as for any usage error.
+_USAGE_ERRORS = (ConfigError, TelemetryError, EncryptionConfigError)
 
 
 class WorkerDied(RuntimeError):
@@ -157,6 +168,39 @@ def agents_target(agents: Sequence[Any]) -> str | Client | None:
     return target.service_client.config.target_host if isinstance(target, Client) else target
 
 
+def agents_keys(agents: Sequence[Any]) -> EncryptionKeys | None:
+    """The encryption keys the agents were built with (`Agentor(encryption_keys=...)`).
+
+    Raises:
+        ConfigError: when agents have different keys (one worker has one codec).
+    """
+    keys: dict[EncryptionKeys, list[str]] = {}
+    for agent in agents:
+        own = getattr(agent, "encryption_keys", None)
+        if isinstance(own, EncryptionKeys):
+            keys.setdefault(own, []).append(definition_of(agent).name)
+    if len(keys) > 1:
+        places = "; ".join(f"{', '.join(names)} -> {k!r}" for k, names in keys.items())
+        raise ConfigError(
+            f"the agents have different encryption keys ({places}); run one worker per "
+            "key set, or pass --encryption-keys-file to choose"
+        )
+    return next(iter(keys), None)
+
+
+def worker_keys(args: argparse.Namespace, agents: Sequence[Any]) -> EncryptionKeys | None:
+    """The worker's keys: --encryption-keys-file, else the environment, else the agents'.
+
+    Raises:
+        EncryptionConfigError: for a malformed or unreadable key file.
+        ConfigError: when agents disagree.
+    """
+    path = getattr(args, "encryption_keys_file", None)
+    if path:
+        return keys_from_file(path)
+    return keys_from_env() or agents_keys(agents)
+
+
 def build_worker(
     client: Client,
     agents: Sequence[Any] | AgentRegistry,
@@ -207,10 +251,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "else the embedded dev server)",
     )
     parser.add_argument(
+        "--encryption-keys-file",
+        metavar="FILE",
+        default=None,
+        help="encrypt payloads with the keys in FILE: key_id:base64-of-32-bytes entries, "
+        "comma- or line-separated, the first one current (env AGENTOR_ENCRYPTION_KEYS_FILE, "
+        "or the keys themselves in AGENTOR_ENCRYPTION_KEYS)",
+    )
+    parser.add_argument(
         "--max-cached-workflows",
         type=int,
         default=None,
         help="workflow cache size (0 replays every task; for tests)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        default=os.environ.get("AGENTOR_METRICS_PORT"),
+        help="serve Prometheus metrics (Temporal's worker metrics and the agents') on "
+        "http://HOST:PORT/metrics; a bare port listens on every interface "
+        "(env AGENTOR_METRICS_PORT)",
+    )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        default=None,
+        help="export OpenTelemetry traces of every run, as the OTEL_* environment says "
+        "(default exporter: OTLP over HTTP to localhost:4318); on by itself when "
+        "OTEL_TRACES_EXPORTER or OTEL_EXPORTER_OTLP_ENDPOINT is set. Needs the otel extra",
     )
     parser.add_argument("--log-level", default=os.environ.get("AGENTOR_LOG_LEVEL", "INFO"))
 
@@ -242,12 +310,14 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     target = args.temporal
     if not target and not environment_configured():
         target = agents_target(objects)
-    client = await connect(target)
+    plugin = AgentorPlugin(agents, store=store, tracing=args.otel)
+    runtime = telemetry.metrics_runtime(args.metrics_port) if args.metrics_port else None
+    keys = worker_keys(args, objects)
+    client = await connect(target, runtime=runtime, encryption_keys=keys)
     task_queue = args.task_queue or agents_task_queue(objects)
     options: dict[str, Any] = {}
     if args.max_cached_workflows is not None:
         options["max_cached_workflows"] = args.max_cached_workflows
-    plugin = AgentorPlugin(agents, store=store)
     worker = Worker(client, task_queue=task_queue, plugins=[plugin], **options)
     await ensure_search_attributes(client, plugin.registry)
     stop = asyncio.Event()
@@ -264,6 +334,18 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
         names,
         f", mirroring into {args.store}/" if store else "",
     )
+    if runtime is not None:
+        logger.info(
+            "Serving metrics on http://%s/metrics", telemetry.metrics_address(args.metrics_port)
+        )
+    if plugin.trace is not None:
+        logger.info("Exporting OpenTelemetry traces of runs")
+    if keys is not None:
+        logger.info(
+            "Payloads are encrypted with key %r (keys configured: %s)",
+            keys.current_id,
+            ", ".join(keys.ids),
+        )
     print(f"worker ready: task queue {task_queue!r}, agents: {names}", flush=True)
     stopping = asyncio.create_task(stop.wait())
     # a worker whose pollers failed must not linger as a process that looks
@@ -292,9 +374,19 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(serve(args))
-    except (ConfigError, ConnectionFailed, WorkerDied) as exc:
+    except (
+        ConfigError,
+        TelemetryError,
+        EncryptionConfigError,
+        ConnectionFailed,
+        WorkerDied,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if isinstance(exc, (ConfigError, TelemetryError, EncryptionConfigError)) else 1
+    finally:
+        # the process leaves without atexit (see `launch`): spans still
+        # buffered would be lost
+        telemetry.flush()
     return 0
 
 

@@ -141,6 +141,9 @@ def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
     if jsonl:
         lines.append(f"\nThe seed's 2-generation run writes {jsonl:,.0f} bytes of JSONL.")
     lines.append("")
+    long_runs = ROOT / "docs" / "benchmarks-long-runs.md"  # bench/long_runs.py writes it
+    if long_runs.exists() and not smoke:
+        lines.append(long_runs.read_text())
     notes = ROOT / "docs" / "benchmarks-notes.md"
     if notes.exists():
         lines.append(notes.read_text())

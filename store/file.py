@@ -3,11 +3,13 @@
 A crash is the case this exists for, so every line is flushed and fsynced,
 a torn final line is skipped on load and cut off before the next append
 (appending onto it would glue a good event to the fragment), and a run id
-that could escape the directory or hide a file is refused. The store writes
-only inside its directory, whatever that directory holds: a run's file is
-opened without following links, and one that is a symbolic link, a hard link,
-a FIFO or anything but a regular file is refused. A log whose content does
-not match its run is never deleted: `set_aside` renames it beside the others.
+that could escape the directory or hide a file is refused. The logs hold
+prompts and tool results in the clear, so files and the directory are
+created readable by their owner only. The store writes only inside its
+directory, whatever that directory holds: a run's file is opened without
+following links, and one that is a symbolic link, a hard link, a FIFO or
+anything but a regular file is refused. A log whose content does not match
+its run is never deleted: `set_aside` renames it beside the others.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class FileStore:
 
     def __init__(self, directory: str | os.PathLike[str] = "runs") -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         # (file size, event count) per run: counting is on the mirror's hot
         # path, and re-parsing a long log on every step is quadratic. Keyed by
         # size, so a write by another process invalidates it.
@@ -322,7 +324,8 @@ def _open_safely(path: Path, flags: int) -> Iterator[BinaryIO]:
     if not _NO_FOLLOW & getattr(os, "O_NOFOLLOW", 0) and path.is_symlink():
         raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link"))
     try:
-        fd = os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o644)
+        # owner only: the logs hold prompts and tool results in the clear
+        fd = os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
             raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link")) from None

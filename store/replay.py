@@ -86,6 +86,22 @@ def replay_messages(events: list[Event]) -> list[dict[str, Any]]:
     return messages
 
 
+def replay_base(events: list[Event]) -> int | None:
+    """Index of the event whose messages `replay_messages` starts from, or None.
+
+    The last `generation` of the latest segment (its request), else that
+    segment's `run_start`: the replayed conversation is its messages, then
+    whatever `replay_messages` adds after them.
+    """
+    base: int | None = None
+    for index, event in enumerate(events):
+        if event.type in ("run_start", "generation"):
+            base = index
+    if base is None or events[base].messages is None:
+        return None
+    return base
+
+
 def segment_events(events: list[Event]) -> list[Event]:
     """The events of the latest segment (from its `run_start` on)."""
     for index in range(len(events) - 1, -1, -1):

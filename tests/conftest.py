@@ -28,6 +28,10 @@ SEARCH_ATTRIBUTE_ARGS = [
     "AgentName=Keyword",
     "--search-attribute",
     "AgentModel=Keyword",
+    "--search-attribute",
+    "AgentStatus=Keyword",
+    "--search-attribute",
+    "AgentTokens=Int",
 ]
 
 

@@ -245,6 +245,10 @@ class DevServerProcess:
             "AgentName=Keyword",
             "--search-attribute",
             "AgentModel=Keyword",
+            "--search-attribute",
+            "AgentStatus=Keyword",
+            "--search-attribute",
+            "AgentTokens=Int",
         ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(

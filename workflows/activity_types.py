@@ -27,7 +27,8 @@ class GenerateInput:
     run_id: str
     agent: str
     model: str
-    #: the exact request messages (recorded on the `generation` event)
+    #: the exact request messages (recorded on the `generation` event); with
+    #: `conversation` set, only those after its base
     messages: list[dict[str, Any]]
     #: chat-completions tool schemas; None offers no tools
     tools: list[dict[str, Any]] | None = None
@@ -35,6 +36,12 @@ class GenerateInput:
     turn: int = 1
     #: stream the response and publish text deltas to the run's stream
     stream_text: bool = False
+    #: the conversation's base in the run's history (a `ConversationRef` as
+    #: JSON): the request is those messages followed by `messages`
+    conversation: dict[str, Any] | None = None
+    #: whole-run position the `generation` event will take (the worker keeps
+    #: it with the request, to rebuild a later one from there)
+    position: int | None = None
     #: the run's recorded agent fingerprint: only a worker built the same way runs it
     fingerprint: str = ""
 
@@ -50,6 +57,9 @@ class GenerateResult:
     usage: dict[str, int] = field(default_factory=dict)
     started_at: float | None = None
     ended_at: float | None = None
+    #: the activity attempt that answered (set by the worker's telemetry
+    #: interceptor; 1 from workers without it)
+    attempt: int = 1
 
 
 @dataclass
@@ -76,6 +86,8 @@ class CallToolResult:
     ended_at: float | None = None
     #: set when the result was cut to fit Temporal's payload limit
     truncated: bool = False
+    #: the activity attempt that answered (see `GenerateResult.attempt`)
+    attempt: int = 1
 
 
 @dataclass
@@ -112,6 +124,9 @@ class JournalInput:
     refs: dict[str, str] = field(default_factory=dict)
     #: raise when the store fails, so the local activity's retries apply
     strict: bool = False
+    #: position -> {"conversation": ref, "messages": tail} for `generation`
+    #: events sent by reference: the mirror writes their full request
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

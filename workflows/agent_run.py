@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from temporalio import workflow
@@ -38,8 +38,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
     from agentor_temporal.workflows.budget import FailureBudget
+    from agentor_temporal.workflows.carry import Carry, HistoryGauge, emptied, stream_state
+    from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
     from agentor_temporal.workflows.journaling import Journal
+    from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
     from agentor_temporal.workflows.run_ids import refuse_invalid_run_id
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls
@@ -63,6 +66,16 @@ CANCELLED = "The run was cancelled; resume(run_id) continues it."
 _NO_INPUT = RawValue(Payload())
 
 
+def _decoded(raw: RawValue) -> Any:
+    """The workflow input as JSON values, or None when it cannot be read (never raises)."""
+    if raw is _NO_INPUT:
+        return None
+    try:
+        return workflow.payload_converter().from_payload(raw.payload)
+    except Exception:
+        return None
+
+
 @dataclass
 class _Segment:
     """What one execution of the run works with once it has started."""
@@ -71,6 +84,16 @@ class _Segment:
     budget: int
     started: float
     stream_text: bool
+    #: what a continued execution took over (None in a segment's first execution)
+    carry: Carry | None = None
+
+    @property
+    def history_budget(self) -> int:
+        return self.spec.history_budget or policies.HISTORY_BUDGET_BYTES
+
+    @property
+    def inline_bytes(self) -> int:
+        return self.spec.inline_bytes or policies.INLINE_CONVERSATION_BYTES
 
 
 @workflow.defn(name=policies.WORKFLOW_TYPE)
@@ -81,10 +104,13 @@ class AgentRunWorkflow:
     def __init__(self, raw: RawValue = _NO_INPUT) -> None:
         # every recorded event is also published here, so clients can follow a
         # run live (and the worker's activities can add text deltas)
-        self._stream = WorkflowStream()
+        self._stream = WorkflowStream(stream_state(_decoded(raw)))
         self._journal = Journal(self._stream.topic(policies.EVENTS_TOPIC))
         self._approvals = Approvals()
-        self._tools = ToolCalls(self._journal, self._approvals)
+        # spans, search attributes and metrics follow the recorded events
+        self._observer = RunObserver()
+        self._journal.listeners.append(self._observer.on_event)
+        self._tools = ToolCalls(self._journal, self._approvals, self._observer.trace)
         self._spec: AgentSpec | None = None
         self._agent = ""
         self._status = "running"
@@ -94,6 +120,10 @@ class AgentRunWorkflow:
         self._usage = Usage()
         #: set when the run is about to close; releases waiting handlers
         self._closing = False
+        #: whether requests may go by reference (workflow.patched, asked once)
+        self._refs: bool | None = None
+        self._history: HistoryGauge | None = None
+        self._executions = 1
 
     # -- queries and updates -----------------------------------------------------
 
@@ -112,6 +142,10 @@ class AgentRunWorkflow:
             "model": self._spec.model if self._spec else None,
             "offset": self._journal.offset,
             "events": self._journal.position,
+            "execution": self._executions,
+            "history_bytes": self._history.bytes if self._history else None,
+            "history_events": self._history.events if self._history else None,
+            "continue_as_new_suggested": self._history.suggested if self._history else None,
         }
 
     def _paused(self) -> bool:
@@ -123,6 +157,7 @@ class AgentRunWorkflow:
         await workflow.wait_condition(lambda: self._closing or self._paused())
         if self._paused() and not self._closing:
             return PausedState("awaiting_approval", list(self._approvals.awaiting.values()))
+        # "continued_as_new": ask the next execution
         return PausedState(self._status)
 
     @workflow.update(name="decide")
@@ -141,36 +176,38 @@ class AgentRunWorkflow:
         """Run the agent loop to a final answer, a budget, or a failure."""
         inp = self._input(raw)
         seg = await self._begin(inp)
-        try:
-            return await self._loop(inp, seg)
-        except asyncio.CancelledError:
-            # a cancelled run says so in its log, then closes as cancelled;
-            # `resume` continues it like any run that did not complete.
-            # Patched: runs cancelled before this closed as completed.
-            if not workflow.patched(policies.PATCH_CLOSE_CANCELLED):
+        spent = self._prior + self._usage  # the usage carried over, after continue-as-new
+        with self._observer.begin(seg.spec, inp, workflow.info().workflow_id, spent):
+            try:
+                return await self._loop(inp, seg)
+            except asyncio.CancelledError:
+                # a cancelled run says so in its log, then closes as cancelled;
+                # `resume` continues it like any run that did not complete.
+                # Patched: runs cancelled before this closed as completed.
+                if not workflow.patched(policies.PATCH_CLOSE_CANCELLED):
+                    raise
+                await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
                 raise
-            await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
-            raise
 
     async def _loop(self, inp: AgentRunInput, seg: _Segment) -> dict[str, Any]:
         spec = seg.spec
-        messages = initial_messages(spec.instructions, inp.input)
-        self._journal.record(
-            Event(
-                type="run_start",
-                agent=spec.name,
-                model=spec.model,
-                messages=copy.deepcopy(messages),
-                started_at=seg.started,
-            )
-        )
-        failures = FailureBudget(spec.max_tool_failures)
-        for turn in range(1, seg.budget + 1):
+        if seg.carry is None:
+            conversation = self._opening(inp, seg)
+            failures = FailureBudget(spec.max_tool_failures)
+            first = 1
+        else:
+            conversation = Conversation.from_dict(seg.carry.conversation)
+            failures = FailureBudget(spec.max_tool_failures)
+            failures.failures, failures.disabled = seg.carry.failures, seg.carry.disabled
+            first = seg.carry.turn + 1
+        for turn in range(first, seg.budget + 1):
+            if turn > first:
+                await self._maybe_continue(inp, seg, conversation, failures, turn - 1)
             self._turn = turn
-            gen = await self._generate(seg, messages, failures.disabled, turn)
+            gen = await self._generate(seg, conversation, failures.disabled, turn)
             if isinstance(gen, str):
                 return await self._end("failed", seg, turn=turn, error=gen)
-            messages.append(assistant_message(gen.text, gen.calls))
+            conversation.append(assistant_message(gen.text, gen.calls))
             if not gen.calls:
                 text = gen.text or ""
                 usage = Usage.from_dict(gen.usage)
@@ -183,16 +220,106 @@ class AgentRunWorkflow:
             for event in results:
                 event.turn = turn
                 self._journal.record(event)
-                messages.append(tool_message(event))
+                conversation.append(tool_message(event))
             withdrawn = failures.count(results)
             # after every result of the turn: a notice between tool messages
             # would split the answers to one assistant turn, which providers
             # reject; and none on the last turn, where no model reads it
             if turn < seg.budget:
-                messages.extend(failures.notice(name) for name in withdrawn)
+                conversation.extend([failures.notice(name) for name in withdrawn])
         error = f"Reached max_turns ({seg.budget}) without a final answer."
         # no turn on this run_end, as Agentor writes it
         return await self._end("max_turns", seg, error=error)
+
+    def _opening(self, inp: AgentRunInput, seg: _Segment) -> Conversation:
+        """Record the segment's `run_start`; return the conversation it opens."""
+        spec, position = seg.spec, self._journal.position
+        if inp.conversation is not None and self._refs_allowed():
+            # a resumed conversation too large to send: history has its base
+            conversation = Conversation.from_dict(inp.conversation)
+            assert conversation.base is not None
+            request = {
+                "conversation": conversation.base.to_dict(),
+                "messages": conversation.request(),
+            }
+            messages = None
+        else:
+            conversation = Conversation(initial_messages(spec.instructions, inp.input))
+            request, messages = None, copy.deepcopy(conversation.tail)
+        self._journal.record(
+            Event(
+                type="run_start",
+                agent=spec.name,
+                model=spec.model,
+                messages=messages,
+                started_at=seg.started,
+            ),
+            request=request,
+        )
+        conversation.recorded(position)
+        return conversation
+
+    async def _maybe_continue(
+        self,
+        inp: AgentRunInput,
+        seg: _Segment,
+        conversation: Conversation,
+        failures: FailureBudget,
+        turn: int,
+    ) -> None:
+        """Continue as new if history is due for it; called between turns only.
+
+        Between turns no tool is in flight and no approval waits; every event
+        must also be in history (a journal step that failed is retried first)
+        and requests must be able to go by reference. Otherwise the run goes
+        on and asks again after the next turn.
+        """
+        self._history = gauge = HistoryGauge.now()
+        if not gauge.due(seg.history_budget) or self._tools.running or self._approvals.awaiting:
+            return
+        # patched before any new command: runs recorded before this replay as they were
+        if not workflow.patched(policies.PATCH_CONTINUE_AS_NEW):
+            return
+        await self._journal.flush(seg.spec.name, seg.spec.mirror)
+        if not self._journal.settled:
+            return
+        if not self._refs_allowed() or not conversation.switch():
+            return
+        workflow.set_current_details(
+            f"Turn {turn} of {seg.budget}: continuing as new ({gauge.describe()})"
+        )
+        self._status = "continued_as_new"
+        await self._release_handlers()
+        carry = Carry(
+            turn=turn,
+            budget=seg.budget,
+            started=seg.started,
+            conversation=conversation.to_dict(),
+            usage=asdict(self._usage),
+            failures=dict(failures.failures),
+            disabled=list(failures.disabled),
+            decisions={k: asdict(v) for k, v in self._approvals.decisions.items()},
+            stream=emptied(self._stream.get_state()),
+            executions=self._executions + 1,
+        )
+        following = AgentRunInput(
+            agent=inp.agent,
+            input=[],
+            max_turns=inp.max_turns,
+            event_offset=self._journal.position,
+            prior_usage=asdict(self._prior),
+            stream_text=seg.stream_text,
+            carry=carry.to_dict(),
+            # the next execution is described again: only by the same definition
+            fingerprint=seg.spec.fingerprint or None,
+        )
+        workflow.continue_as_new(following.to_dict())
+
+    def _refs_allowed(self) -> bool:
+        """Whether requests may go by reference (runs recorded before could not)."""
+        if self._refs is None:
+            self._refs = workflow.patched(policies.PATCH_CONVERSATION_REFS)
+        return self._refs
 
     # -- steps -------------------------------------------------------------------
 
@@ -206,6 +333,10 @@ class AgentRunWorkflow:
                 None if raw is _NO_INPUT else workflow.payload_converter().from_payload(raw.payload)
             )
             inp = parse_run_input(value)
+            if inp.carry is not None:
+                Carry.from_dict(inp.carry)
+            if inp.conversation is not None:
+                Conversation.from_dict(inp.conversation)
         except Exception as exc:
             root: BaseException = exc
             while root.__cause__ is not None:
@@ -222,11 +353,17 @@ class AgentRunWorkflow:
         """Record the agent's spec and where this segment starts."""
         self._agent, self._journal.offset = inp.agent, inp.event_offset
         self._prior = Usage.from_dict(inp.prior_usage)
+        carry = Carry.from_dict(inp.carry) if inp.carry is not None else None
         spec = self._spec = await self._describe(inp.agent, inp.fingerprint)
         if spec.search_attributes:
             workflow.upsert_search_attributes(
                 [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
             )
+        if carry is not None:
+            self._turn, self._usage = carry.turn, Usage.from_dict(carry.usage)
+            self._approvals.decisions = carry.decision_objects()
+            self._executions = carry.executions
+            return _Segment(spec, carry.budget, carry.started, inp.stream_text, carry)
         return _Segment(
             spec=spec,
             budget=inp.max_turns or spec.max_turns,
@@ -254,22 +391,37 @@ class AgentRunWorkflow:
         return spec
 
     async def _generate(
-        self, seg: _Segment, messages: list[dict[str, Any]], disabled: list[str], turn: int
+        self, seg: _Segment, conversation: Conversation, disabled: list[str], turn: int
     ) -> GenerateResult | str:
         """Ask the model once and record the `generation`; a str is why the run fails."""
         spec = seg.spec
-        request = copy.deepcopy(messages)
         schemas = [t.openai_schema() for t in spec.tools if t.name not in disabled]
+        if self._history is None or turn == 1:
+            self._history = HistoryGauge.now()
         workflow.set_current_details(
             f"Turn {turn} of {seg.budget}: asking {spec.model} · {self._tokens()} tokens so far"
+            f" · {self._history.describe()}"
         )
         await self._journal.flush(spec.name, spec.mirror)
-        oversized = self._oversized(request, schemas)
+        if (
+            not conversation.by_reference
+            and conversation.size > seg.inline_bytes
+            and self._refs_allowed()
+        ):
+            conversation.switch()
+        request = conversation.request()
+        base = conversation.base
+        oversized = (
+            self._oversized(request, schemas)
+            if base is None
+            else self._too_big(conversation.size + encoded_size(schemas))
+        )
         if oversized is not None:
             return oversized
         activity_id = f"generate-{turn}"
         try:
-            gen: GenerateResult = await workflow.execute_activity(
+            # not yet awaited: the activity is scheduled inside the generation's span
+            call = workflow.execute_activity(
                 policies.GENERATE,
                 GenerateInput(
                     run_id=workflow.info().workflow_id,
@@ -280,6 +432,8 @@ class AgentRunWorkflow:
                     model_settings=spec.model_settings,
                     turn=turn,
                     stream_text=seg.stream_text,
+                    conversation=base.to_dict() if base is not None else None,
+                    position=self._journal.position if base is not None else None,
                     fingerprint=spec.fingerprint,
                 ),
                 result_type=GenerateResult,
@@ -289,6 +443,9 @@ class AgentRunWorkflow:
                 activity_id=activity_id,
                 summary=f"{spec.model}, turn {turn}",
             )
+            gen: GenerateResult = await self._observer.trace.generation(
+                spec.model, turn, request, call
+            )
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError) and workflow.patched(
                 policies.PATCH_CLOSE_CANCELLED
@@ -297,12 +454,15 @@ class AgentRunWorkflow:
             return failure_message(exc)
         usage = Usage.from_dict(gen.usage)
         self._usage = self._usage + usage
+        position = self._journal.position
         self._journal.record(
             Event(
                 type="generation",
                 turn=turn,
                 model=spec.model,
-                messages=request,
+                # sent by reference, the request is in history once: events
+                # held and streamed here do not repeat it (the store gets it whole)
+                messages=request if base is None else None,
                 text=gen.text,
                 reasoning=gen.reasoning,
                 calls=copy.deepcopy(gen.calls) or None,
@@ -311,7 +471,9 @@ class AgentRunWorkflow:
                 ended_at=gen.ended_at,
             ),
             ref=activity_id,
+            request=None if base is None else {"conversation": base.to_dict(), "messages": request},
         )
+        conversation.recorded(position)
         return gen
 
     async def _run_tools(
@@ -361,6 +523,17 @@ class AgentRunWorkflow:
             "Have tools return less, or start a new run from a summary."
         )
 
+    def _too_big(self, size: int) -> str | None:
+        """Why a request sent by reference cannot be made: no model endpoint takes it."""
+        if size <= policies.MAX_MODEL_REQUEST_BYTES:
+            return None
+        return (
+            f"The conversation has grown to {size / 1e6:.1f} MB, more than a model endpoint "
+            f"accepts in one request (runs stop at {policies.MAX_MODEL_REQUEST_BYTES / 1e6:.0f} "
+            "MB, far past any model's context window). Have tools return less, or start a "
+            "new run from a summary."
+        )
+
     def _tokens(self) -> int:
         return (self._prior + self._usage).total_tokens
 
@@ -396,8 +569,10 @@ class AgentRunWorkflow:
             )
         )
         self._status = status
+        self._history = HistoryGauge.now()
         workflow.set_current_details(
             f"Finished: {status} after {plural(self._turn, 'turn')} · {self._tokens()} tokens"
+            f" · {self._history.describe()}"
         )
         await self._journal.flush(spec.name, spec.mirror)
         await self._release_handlers()

@@ -7,12 +7,14 @@ events into history through the `journal` local activity before the run takes
 its next step; that activity also mirrors into the worker's store whatever the
 store has not confirmed yet, so a store that failed is caught up later. A
 generation's request is not journaled twice: `refs` names the `generate`
-activity whose input already holds it.
+activity whose input already holds it; one sent by reference has no
+messages here at all, and `requests` lets the mirror rebuild them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -40,6 +42,8 @@ class Journal:
         self._topic = topic
         #: local event index -> id of the generate activity holding its request
         self._refs: dict[int, str] = {}
+        #: local event index -> a request sent by reference, until the store has it
+        self._requests: dict[int, dict[str, Any]] = {}
         #: events[:_journaled] are in history
         self._journaled = 0
         #: whole-run position the store has confirmed
@@ -47,6 +51,8 @@ class Journal:
         # concurrent tool calls may journal at once (approval requests); one
         # journal at a time keeps every event in history exactly once
         self._lock = asyncio.Lock()
+        #: called with each event as it is recorded (spans, search attributes, metrics)
+        self.listeners: list[Callable[[Event], None]] = []
 
     @property
     def position(self) -> int:
@@ -57,14 +63,29 @@ class Journal:
         """This segment's events from whole-run `position` on, as dicts."""
         return [e.to_dict() for e in self.events[max(position - self.offset, 0) :]]
 
+    @property
+    def settled(self) -> bool:
+        """Whether every event recorded so far is in history."""
+        return self._journaled == len(self.events)
+
     def last(self, count: int) -> list[Event]:
         """The `count` most recent events."""
         return self.events[len(self.events) - count :] if count else []
 
-    def record(self, event: Event, *, ref: str | None = None) -> None:
-        """Append an event and publish it to the run's followers."""
+    def record(
+        self, event: Event, *, ref: str | None = None, request: dict[str, Any] | None = None
+    ) -> None:
+        """Append an event and publish it to the run's followers.
+
+        Args:
+            event: the event.
+            ref: id of the generate activity whose input holds its request.
+            request: {"conversation", "messages"} of a request sent by reference.
+        """
         if ref is not None:
             self._refs[len(self.events)] = ref
+        if request is not None:
+            self._requests[len(self.events)] = request
         self._topic.publish(
             {
                 "index": self.position,
@@ -73,6 +94,8 @@ class Journal:
             }
         )
         self.events.append(event)
+        for listener in self.listeners:
+            listener(event)
 
     def unmirrored(self, mirror: bool) -> int:
         """Events of this segment the store has not confirmed (0 when not mirroring)."""
@@ -110,6 +133,9 @@ class Journal:
                 str(self.offset + i): ref for i, ref in self._refs.items() if i >= self._journaled
             },
             strict=strict,
+            requests={str(self.offset + i): r for i, r in self._requests.items() if i >= first}
+            if mirror
+            else {},
         )
         try:
             res: JournalResult = await workflow.execute_local_activity(
@@ -134,3 +160,7 @@ class Journal:
         self._journaled = total
         if res.error is None and res.mirrored is not None:
             self._mirrored = res.mirrored
+        # requests the store has now (or never needs) are not kept
+        done = total if not mirror else (self._mirrored or self.offset) - self.offset
+        for index in [i for i in self._requests if i < done]:
+            del self._requests[index]

@@ -116,6 +116,13 @@ PATCH_CLOSE_CANCELLED = "close-cancelled"
 #: definition nowhere to be found, a call lost for good) ends the run instead
 #: of answering the model with our machinery's failure.
 PATCH_MACHINERY_NOT_AN_ANSWER = "machinery-not-an-answer"
+#: Runs keep the AgentStatus / AgentTokens search attributes current.
+PATCH_AGENT_STATUS = "agent-status-search-attributes"
+#: A long run continues as new between turns (see `workflows/carry.py`).
+PATCH_CONTINUE_AS_NEW = "continue-as-new"
+#: A conversation past INLINE_CONVERSATION_BYTES is sent by reference (see
+#: `workflows/conversation.py`).
+PATCH_CONVERSATION_REFS = "conversation-refs"
 
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.
@@ -158,10 +165,32 @@ WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 MAX_TOOL_RESULT_BYTES = 256_000
 #: All the results of one turn together (parallel calls), cut in the workflow.
 MAX_TURN_RESULT_BYTES = 1_000_000
-#: A generation's request (conversation and tool schemas). A run whose
-#: conversation outgrows it fails, saying so, rather than wedge at the 2 MB
-#: limit; it is far past most models' context windows anyway.
+#: A generation's request sent whole (runs recorded before conversations went
+#: by reference): one whose conversation outgrew it failed, saying so, rather
+#: than wedge at the 2 MB limit.
 MAX_REQUEST_BYTES = 1_500_000
+#: What a model endpoint takes in one request. With the conversation sent by
+#: reference no Temporal limit applies to it; this guards the endpoint only.
+#: The largest context windows (about 2 M tokens) hold roughly 8 MB of text,
+#: and endpoints refuse far larger bodies outright, so a conversation past
+#: this is over every model's window: the run ends saying so instead of
+#: sending a request no endpoint would take.
+MAX_MODEL_REQUEST_BYTES = 16_000_000
+
+# Long runs. History grows by about a turn's messages per turn once the
+# conversation goes by reference; continue-as-new keeps each execution small.
+#: A conversation up to this size is sent whole with every request (the
+#: Temporal UI then shows it on each `generate`); past it, by reference. At
+#: 1 KB a turn that is ~30 turns of inline requests, ~0.5 MB of history.
+INLINE_CONVERSATION_BYTES = 32_000
+#: An execution continues as new at the first safe point after its history
+#: passes this (or the server suggests it: 4 MB or 4,096 events by default).
+#: A turn adds at most MAX_TURN_RESULT_BYTES of results and one answer, so
+#: no execution's history passes HISTORY_LIMIT_BYTES (the documented bound).
+HISTORY_BUDGET_BYTES = 8_000_000
+HISTORY_LIMIT_BYTES = 10_000_000
+#: The same for events (Temporal terminates at 51,200).
+HISTORY_EVENTS_BUDGET = 20_000
 
 #: Stream topics: recorded events (published by the workflow) and text
 #: deltas (published by the generate activity while the model streams).
@@ -187,6 +216,9 @@ MAX_CACHED_WORKFLOWS = 2000
 #: How long a stopping worker waits for in-flight activities to finish: a
 #: rolling deploy then loses no tool call that was about to complete.
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
+#: How often a worker serving metrics counts the runs awaiting approval
+#: (a visibility query per agent): a gauge for dashboards, not for paging.
+WAITING_GAUGE_INTERVAL = timedelta(seconds=15)
 #: Sync tools run in this many threads (asyncio's default pool is only
 #: cpu+4 threads, which would serialise slow sync tools across runs).
 SYNC_TOOL_THREADS = 64

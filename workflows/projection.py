@@ -4,7 +4,9 @@ Read-only, and needs no worker: the workflow journals every event through a
 local activity whose recorded result *is* the new events, so projecting a run
 is reading those markers in order. A `generation` event's request messages
 are not journaled twice; they are taken back from the `generate` activity's
-scheduled input, which history already holds. A resumed run spans several
+scheduled input, which history already holds; a request sent by reference
+(see `conversation`) is its base, an earlier event's messages, followed by
+the messages that input carries. A resumed or continued run spans several
 executions of one workflow id; each segment names the one before it, so the
 projection walks that chain rather than trusting eventually-consistent
 visibility.
@@ -24,6 +26,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store.base import validate_run_id
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.policies import DESCRIBE_AGENT, JOURNAL, WORKFLOW_TYPE
@@ -54,6 +57,50 @@ class Segment:
     failure: str | None = None
     start_time: float | None = None
     close_time: float | None = None
+    #: the execution's history: bytes (as the server counts them at its
+    #: latest workflow task), events, and whether the server suggested
+    #: continue-as-new at that task
+    history_bytes: int = 0
+    history_events: int = 0
+    continue_as_new_suggested: bool = False
+    #: index in `events` -> (conversation reference, tail) of a request sent
+    #: by reference, until `resolve_requests` fills in its messages
+    pending: dict[int, tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
+
+    @property
+    def event_offset(self) -> int:
+        """Whole-run position of this execution's first event."""
+        value = self.input.get("event_offset") if isinstance(self.input, dict) else None
+        return value if isinstance(value, int) and value >= 0 else 0
+
+
+def resolve_requests(
+    chain: list[Segment],
+    known: dict[int, list[dict[str, Any]]] | None = None,
+    digests: dict[int, str] | None = None,
+) -> None:
+    """Give each event sent by reference its whole messages (oldest segment first).
+
+    `known` has the messages of events not in `chain` (or known already), by
+    whole-run position. A base found nowhere (history gone, or only the
+    latest execution read) leaves that event's messages None.
+    """
+    known = dict(known or {})
+    for segment in chain:
+        start = segment.event_offset
+        for index, event in enumerate(segment.events):
+            pending = segment.pending.pop(index, None)
+            if pending is not None:
+                conversation, tail = pending
+                at = int(conversation.get("position", -1))
+                base = known.get(at)
+                expected = (digests or {}).get(at)
+                if expected is not None and conversation.get("digest") != expected:
+                    base = None  # `known` holds another conversation than this names
+                if base is not None:
+                    event.messages = base + tail
+            if event.messages is not None and event.type in ("run_start", "generation"):
+                known[start + index] = event.messages
 
 
 def _run_sync(factory: Callable[[], Awaitable[T]]) -> T:
@@ -121,11 +168,27 @@ class TemporalStore:
             ids.add(execution.id)
         return sorted(ids)
 
-    async def segments(self, run_id: str) -> list[Segment]:
+    async def segments(
+        self,
+        run_id: str,
+        *,
+        since: int | None = None,
+        known: dict[int, list[dict[str, Any]]] | None = None,
+        digests: dict[int, str] | None = None,
+    ) -> list[Segment]:
         """The run's executions, oldest first ([] when Temporal has none).
 
         Walks back from the latest execution through each segment's
         predecessor; stops where retention has already removed history.
+
+        Args:
+            run_id: the run.
+            since: stop at the execution holding this whole-run position (a
+                worker rebuilding a conversation from one it already has).
+            known: messages of events at those positions, for requests sent
+                by reference whose base is not read.
+            digests: the chain digests of `known`: a request naming another
+                digest for that base is left unresolved.
         """
         validate_run_id(run_id)
         chain: list[Segment] = []
@@ -145,8 +208,11 @@ class TemporalStore:
             seen.add(segment.execution_run_id)
             if not segment.previous or segment.previous in seen:
                 break
+            if since is not None and segment.event_offset <= since:
+                break
             execution = segment.previous
         chain.reverse()
+        resolve_requests(chain, known, digests)
         return chain
 
     async def latest(self, run_id: str) -> Segment | None:
@@ -158,7 +224,9 @@ class TemporalStore:
             if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 return None
             raise
-        return await self.parse(history)
+        segment = await self.parse(history)
+        resolve_requests([segment])
+        return segment
 
     async def parse(self, history: WorkflowHistory) -> Segment:
         """Project one execution's history into a `Segment`."""
@@ -167,13 +235,20 @@ class TemporalStore:
         journal: list[tuple[int, list[dict[str, Any]], dict[str, str]]] = []
         for event in history.events:
             kind = event.event_type
-            if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            segment.history_events += 1
+            if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                task = event.workflow_task_started_event_attributes
+                segment.history_bytes = max(segment.history_bytes, task.history_size_bytes)
+                segment.continue_as_new_suggested = task.suggest_continue_as_new
+            elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
                 attrs = event.workflow_execution_started_event_attributes
                 segment.execution_run_id = attrs.original_execution_run_id or history.run_id
                 segment.start_time = event.event_time.ToDatetime().timestamp()
                 if attrs.input.payloads:
                     try:
                         segment.input = await self._decode(attrs.input.payloads[0])
+                    except EncryptionKeyError:
+                        raise  # a missing key is the reader's problem, not bad input
                     except Exception:
                         # any client may start a run with bytes that are not
                         # JSON; the workflow failed it, and reading it must not
@@ -215,8 +290,21 @@ class TemporalStore:
                 ref = refs.get(str(start + index))
                 if ref is not None and "messages" not in data and ref in scheduled:
                     request = await self._decode(scheduled[ref])
-                    if isinstance(request, dict):
+                    if isinstance(request, dict) and isinstance(request.get("conversation"), dict):
+                        tail = list(request.get("messages") or [])
+                        segment.pending[len(segment.events)] = (request["conversation"], tail)
+                    elif isinstance(request, dict):
                         data = {**data, "messages": request.get("messages")}
+                if data.get("type") == "run_start" and "messages" not in data:
+                    # a resumed conversation sent by reference: the input has it
+                    sent = (
+                        segment.input.get("conversation")
+                        if isinstance(segment.input, dict)
+                        else None
+                    )
+                    if isinstance(sent, dict) and isinstance(sent.get("base"), dict):
+                        tail = list(sent.get("tail") or [])
+                        segment.pending[len(segment.events)] = (sent["base"], tail)
                 segment.events.append(Event.from_dict(data))
         return segment
 

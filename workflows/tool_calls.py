@@ -29,6 +29,7 @@ from agentor_temporal.workflows.approvals import Approvals
 from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.types import AgentSpec
 
 
@@ -45,9 +46,12 @@ def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> E
 class ToolCalls:
     """Runs a turn's tool calls for one segment of a run."""
 
-    def __init__(self, journal: Journal, approvals: Approvals) -> None:
+    def __init__(
+        self, journal: Journal, approvals: Approvals, trace: RunTrace | None = None
+    ) -> None:
         self.journal = journal
         self.approvals = approvals
+        self.trace = trace or RunTrace()
         #: tool activities in flight that need no approval
         self.running = 0
 
@@ -121,7 +125,8 @@ class ToolCalls:
                 return answered
         self.running += 1
         try:
-            res = await workflow.execute_activity(
+            # not yet awaited: the activity is scheduled inside the call's span
+            call_tool = workflow.execute_activity(
                 policies.CALL_TOOL,
                 CallToolInput(
                     run_id=workflow.info().workflow_id,
@@ -146,6 +151,7 @@ class ToolCalls:
                 activity_id=f"tool-{turn}-{index}",
                 summary=call_summary(name, args),
             )
+            res = await self.trace.tool_call(name, str(call_id), args, turn, call_tool)
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError) and workflow.patched(
                 policies.PATCH_CLOSE_CANCELLED

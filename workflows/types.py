@@ -23,6 +23,8 @@ _INPUT_KEYS = frozenset(
         "prior_usage",
         "previous_execution",
         "stream_text",
+        "carry",
+        "conversation",
         "fingerprint",
     }
 )
@@ -47,6 +49,14 @@ class AgentRunInput:
     previous_execution: str | None = None
     #: publish text deltas while the model generates
     stream_text: bool = False
+    #: set by continue-as-new: the state the segment carries on with (`Carry`
+    #: as JSON); `input` is then unused and may be empty
+    carry: dict[str, Any] | None = None
+    #: the input messages by reference, for a resumed conversation too large
+    #: to send: {"base": {"position", "count", "digest", "size"}, "tail": [...]}
+    #: means the messages of the run's event at `position`, then `tail`;
+    #: `input` is then unused and may be empty
+    conversation: dict[str, Any] | None = None
     #: the agent definition the starter expects (`AgentDefinition.fingerprint()`):
     #: a worker whose agent is built differently does not start the segment
     fingerprint: str | None = None
@@ -82,8 +92,16 @@ def parse_run_input(raw: Any) -> AgentRunInput:
     agent = raw.get("agent")
     if not isinstance(agent, str) or not agent.strip():
         raise ValueError(f'"agent" must be a non-empty string; {expected}')
+    carry = raw.get("carry")
+    if carry is not None and not isinstance(carry, dict):
+        raise ValueError('"carry" must be an object (it is set by continue-as-new)')
+    conversation = raw.get("conversation")
+    if conversation is not None and not isinstance(conversation, dict):
+        raise ValueError('"conversation" must be an object {"base": {...}, "tail": [...]}')
     prompt = raw.get("input")
-    if isinstance(prompt, str):
+    if (carry is not None or conversation is not None) and prompt in (None, "", []):
+        prompt = []
+    elif isinstance(prompt, str):
         if not prompt.strip():
             raise ValueError('"input" is an empty prompt')
     elif isinstance(prompt, list):
@@ -119,6 +137,8 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         prior_usage=prior,
         previous_execution=previous,
         stream_text=bool(raw.get("stream_text", False)),
+        carry=carry,
+        conversation=conversation,
         fingerprint=fingerprint or None,
     )
 
@@ -205,8 +225,15 @@ class AgentSpec:
     mirror: bool = False
     #: whether the namespace has the AgentName / AgentModel search attributes
     search_attributes: bool = False
+    #: whether it has AgentStatus / AgentTokens too (registered apart: a
+    #: namespace may have the first two and refuse new ones)
+    status_attributes: bool = False
     #: hash of instructions, model and tool schemas: what "built the same way" means
     fingerprint: str = ""
+    #: history bytes after which an execution continues as new (0: the default)
+    history_budget: int = 0
+    #: conversation bytes sent whole with each request (0: the default)
+    inline_bytes: int = 0
 
     def tool(self, name: str) -> ToolSpec | None:
         """The tool called `name`, if the agent has one."""

@@ -4,7 +4,10 @@ Each golden is a real run's history, recorded by an earlier build: a change
 to the workflow's commands that is not behind `workflow.patched` fails here.
 Recording a new one: `UPDATE_GOLDEN=1 scripts/test tests/integration/test_goldens.py`
 re-records the scenarios below (the other goldens come from `test_replay.py`,
-and hostile_run_id_history.json from a build before the run-id check).
+`test_long_runs.py` (continued_first/continued_last: a run that continues as
+new), hostile_run_id_history.json from a build before the run-id check, and
+limit_terminated_history.json.gz from `bench/long_runs.py --record-golden` on
+a build before continue-as-new, whose run the 50 MB history limit terminated).
 """
 
 from __future__ import annotations
@@ -104,6 +107,20 @@ SCENARIOS: dict[
     str, tuple[list[object], Callable[[], list[object]], Callable[..., Awaitable[str]], int]
 ] = {
     "approval_history": (
+        [
+            [
+                CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
+                CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
+            ],
+            Reply("Paid bob; alice was refused."),
+        ],
+        lambda: [transfer_tool()],
+        _approval,
+        20,
+    ),
+    # the approval run again, recorded once runs kept AgentStatus/AgentTokens
+    # current: its upserts (behind PATCH_AGENT_STATUS) must keep replaying
+    "agent_status_history": (
         [
             [
                 CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),

@@ -60,7 +60,7 @@ async def test_our_own_error_fails_at_once_and_resume_continues(
     """A bug of ours is not retried as a provider outage; once it is gone, resume finishes."""
     from agentor_temporal.activities import model as model_module
 
-    def broken(inp: Any) -> dict[str, Any]:
+    def broken(*args: Any) -> Any:
         raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
 
     with ScriptedModelServer() as model:

@@ -58,6 +58,8 @@ def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
     assert top == {"agentor_temporal"}
     for module in ("workflows/agent_run.py", "activities/model.py", "store/file.py", "worker.py"):
         assert f"agentor_temporal/{module}" in names
+    # the HTTP server's page is a package file, not code: it must ship too
+    assert {"agentor_temporal/serve/app.py", "agentor_temporal/serve/page.html"} <= set(names)
     assert "agentor_temporal/py.typed" in names
 
 

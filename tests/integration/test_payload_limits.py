@@ -94,24 +94,37 @@ async def test_a_turn_of_many_big_results_is_cut_to_fit_together(
     await _replays(client, result.run_id)
 
 
-async def test_a_conversation_outgrowing_a_payload_fails_the_run_clearly(
-    client: Client, task_queue: str
+async def test_a_conversation_past_a_payload_goes_on_until_no_model_would_take_it(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Big results turn after turn end the run as failed, naming the limit, before it wedges."""
-    with ScriptedModelServer(lambda request: CallTool("dump", {"kind": "ascii"})) as model:
+    """Past Temporal's 2 MB the run goes on (by reference); past what an endpoint takes it fails."""
+    # 3 MB instead of 16 MB keeps the test short (unsandboxed: the workflow
+    # sees the patched module)
+    monkeypatch.setattr(policies, "MAX_MODEL_REQUEST_BYTES", 3 * MB)
+    with ScriptedModelServer(
+        lambda request: CallTool("dump", {"kind": "ascii"}), keep_requests=1
+    ) as model:
         agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[dump]
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[dump],
+            embedded_worker=False,
         )
-        result = await asyncio.wait_for(agent.arun("Dump forever."), 30)
+        runner = UnsandboxedWorkflowRunner()
+        async with build_worker(client, [agent], task_queue=task_queue, workflow_runner=runner):
+            result = await asyncio.wait_for(agent.arun("Dump forever."), 60)
         requests = model.request_count
     assert result.status == "failed"
     assert result.error is not None
-    assert "over the 2 MB Temporal accepts in one payload" in result.error
+    assert "more than a model endpoint accepts in one request" in result.error
     assert result.events[-1].type == "run_end" and result.events[-1].error == result.error
-    # it stopped at the first request that would not fit, not later
+    # past the 1.5 MB that runs used to stop at, and stopped at the first
+    # request over the limit, not later
     per_turn = MAX_TOOL_RESULT_BYTES
-    assert requests <= MAX_REQUEST_BYTES // per_turn + 1
-    await _replays(client, result.run_id)
+    assert MAX_REQUEST_BYTES // per_turn + 1 < requests <= 3 * MB // per_turn + 1
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow], workflow_runner=runner).replay_workflow(history)
 
 
 async def _replays(client: Client, run_id: str) -> None:

@@ -179,3 +179,41 @@ async def test_a_parent_that_goes_away_cancels_its_agent_run_which_resumes_later
             result = await agent.aresume(child)
     assert result.status == "completed" and result.final_output == "NO REFUND\nWorn twice."
     assert [e.type for e in store.load(child)].count("run_start") == 2
+
+
+async def test_the_plugin_encrypts_a_users_app_when_given_keys(
+    client: Client, task_queue: str, tmp_path: Path, temporal_address: str
+) -> None:
+    """`AgentorPlugin(encryption_keys=...)` on the client: the whole app's history is ciphertext."""
+    pytest.importorskip("cryptography")
+    from temporalio.worker import Worker as _Worker
+
+    from agentor_temporal.codec import is_encrypted, new_key
+    from agentor_temporal.plugin import ConfigError
+
+    keys = f"app:{new_key()}"
+    with ScriptedModelServer(REFUND_SCRIPT) as model:
+        agent = support(model)
+        plugin = AgentorPlugin(agents=[agent], store=FileStore(tmp_path), encryption_keys=keys)
+        plugged = await Client.connect(temporal_address, plugins=[plugin])
+        order_id = uuid.uuid4().hex
+        async with _Worker(
+            plugged, task_queue=task_queue, workflows=[OrderWorkflow], activities=[issue_refund]
+        ):
+            decision = await plugged.execute_workflow(
+                OrderWorkflow.run, "A-1001", id=order_id, task_queue=task_queue
+            )
+        assert decision.refunded
+        # a client without the key sees ciphertext, in the parent's history and the agent's
+        for run_id in (order_id, decision.agent_run_id):
+            history = await client.get_workflow_handle(run_id).fetch_history()
+            started = history.events[0].workflow_execution_started_event_attributes
+            assert is_encrypted(started.input.payloads[0])
+            assert b"A-1001" not in started.input.payloads[0].data
+        with pytest.raises(ConfigError, match="needs the plugin on the client"):
+            _Worker(
+                client,
+                task_queue=task_queue,
+                workflows=[OrderWorkflow],
+                plugins=[AgentorPlugin(agents=[agent], encryption_keys=keys)],
+            )

@@ -216,7 +216,8 @@ async def test_finished_run_page_shows_its_summary_and_activity_summaries(
                 "**Agent** Weather Agent  \n**Model** gpt-4o-mini  \n**Tools** get_weather"
                 in rendered
             )
-            assert "Finished: completed after 2 turns · 30 tokens" in rendered
+            finished = "Finished: completed after 2 turns · 30 tokens · history "
+            assert any(line.startswith(finished) for line in rendered), rendered
 
             query = urllib.parse.quote(f'AgentName="Weather Agent" AND TaskQueue="{task_queue}"')
             listing = f"{ui_server.ui}/namespaces/default/workflows?query={query}"

@@ -3,9 +3,10 @@
 Configured through the environment: TEMPORAL_ADDRESS, AGENT_TASK_QUEUE,
 MODEL_BASE_URL, AGENT_STORE (a directory), AGENT_LEDGER, BLOCK_AFTER and
 BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY,
-AGENT_INSTRUCTIONS. Prints the RunResult as one JSON line. `--go-file` makes
-it print "waiting", then start only once that file exists, so a test can
-release several processes at the same moment.
+AGENT_INSTRUCTIONS, PARENT_SPAN (run inside a span of that name). Prints
+the RunResult as one JSON line. `--go-file` makes it print "waiting", then
+start only once that file exists, so a test can release several processes
+at the same moment.
 """
 
 from __future__ import annotations
@@ -93,7 +94,16 @@ def main() -> int:
         result = agent.resume(args.run_id)  # type: ignore[attr-defined]
         print(json.dumps(result.to_dict()), flush=True)
         return 0
-    if args.command == "run":
+    if args.command == "run" and os.environ.get("PARENT_SPAN"):
+        # a traced caller (a request handler, say): the run is its span's child
+        from opentelemetry import trace
+
+        from agentor_temporal.telemetry import enable_tracing
+
+        enable_tracing()
+        with trace.get_tracer("test").start_as_current_span(os.environ["PARENT_SPAN"]):
+            result = agent.run(args.prompt, run_id=args.run_id)  # type: ignore[attr-defined]
+    elif args.command == "run":
         result = agent.run(args.prompt, run_id=args.run_id)  # type: ignore[attr-defined]
     else:
         result = agent.resume(args.run_id)  # type: ignore[attr-defined]
@@ -112,6 +122,9 @@ if __name__ == "__main__":
 
     if Runtime._instance is not None:
         Runtime._instance.close()
+    from agentor_temporal import telemetry
+
+    telemetry.flush()  # spans still buffered, when the OTEL_* environment traces
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -251,7 +251,7 @@ async def test_an_error_of_our_own_code_is_not_retried(monkeypatch: pytest.Monke
     """A bug building the request fails at once, saying so, instead of five minutes of retries."""
     from agentor_temporal.activities import model as model_module
 
-    def broken(inp: GenerateInput) -> dict[str, Any]:
+    def broken(*args: Any) -> Any:
         raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
 
     monkeypatch.setattr(model_module, "prepared_request", broken)

@@ -205,13 +205,15 @@ async def test_parallel_results_are_cut_to_fit_one_payload_together(
 
 
 async def test_an_oversized_request_fails_the_run_saying_why(
-    skipping: tuple[Client, Stubs, str],
+    skipping: tuple[Client, Stubs, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A conversation past the request limit ends the run with the reason, never wedges it."""
-    prompt = "y" * (policies.MAX_REQUEST_BYTES + 10)
+    """A conversation past what a model endpoint takes ends the run with the reason."""
+    monkeypatch.setattr(policies, "MAX_MODEL_REQUEST_BYTES", 200_000)
+    prompt = "y" * 300_000
     script = Script(spec(), [GenerateResult(text="unreachable")])
     result, events = await run(skipping, script, prompt)
-    assert result["status"] == "failed" and "MB" in result["error"]
+    assert result["status"] == "failed"
+    assert "more than a model endpoint accepts in one request" in result["error"]
     assert script.requests == []
 
 

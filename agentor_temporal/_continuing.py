@@ -1,0 +1,68 @@
+"""The input of a resumed run's next segment: the replayed conversation, whole or by reference.
+
+A run resumed after a failure starts a new segment whose input is the
+conversation replayed from its events. A long run's conversation can be
+larger than Temporal takes in one payload (2 MB), so past a small size the
+input names the event it replays from (a `generation` or `run_start` that
+Temporal's history holds) and carries only the messages after it; the
+worker rebuilds the rest from the run's history, as for every request of a
+long run (see `agentor_temporal.workflows.conversation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from agentor_temporal.store import Event, replay_messages, total_usage
+from agentor_temporal.store.replay import replay_base
+from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
+from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.policies import INLINE_CONVERSATION_BYTES
+from agentor_temporal.workflows.types import AgentRunInput
+
+
+def continuation_input(
+    agent: str,
+    run_id: str,
+    events: list[Event],
+    *,
+    previous: str | None,
+    in_temporal_from: int,
+    max_turns: int | None,
+) -> AgentRunInput:
+    """The next segment's input for a run that did not complete.
+
+    Args:
+        agent: the agent's name.
+        run_id: the run.
+        events: the run's whole log.
+        previous: the closed execution continued (None when only a store has the run).
+        in_temporal_from: position of the first event Temporal's history has.
+        max_turns: the new segment's turn budget (None: the agent's).
+
+    Raises:
+        ValueError: when the events hold no conversation to continue.
+    """
+    messages = replay_messages(events)
+    if not messages:
+        raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
+    inp = AgentRunInput(
+        agent=agent,
+        input=messages,
+        max_turns=max_turns,
+        event_offset=len(events),
+        prior_usage=asdict(total_usage(events)),
+        previous_execution=previous,
+    )
+    base = replay_base(events)
+    if previous is None or base is None or base < in_temporal_from:
+        return inp
+    head = events[base].messages or []
+    if encoded_size(messages) <= INLINE_CONVERSATION_BYTES or len(head) > len(messages):
+        return inp
+    ref = ConversationRef(
+        position=base, count=len(head), digest=chain_digest("", head), size=encoded_size(head)
+    )
+    inp.input = []
+    inp.conversation = {"base": ref.to_dict(), "tail": messages[len(head) :]}
+    return inp

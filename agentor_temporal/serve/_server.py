@@ -1,0 +1,82 @@
+"""Running the app under uvicorn on the facade's runtime loop.
+
+uvicorn's own `run()` makes a loop of its own; here `Server.serve()` runs on
+the `Runtime` loop instead, where the Temporal clients and embedded workers
+the routes use already live (no hop between loops per event streamed).
+Signals reach only the main thread, so the main thread waits for the server
+and turns SIGINT / SIGTERM into uvicorn's graceful exit. The socket is bound
+first, so "address in use" is a clear error before anything starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import signal
+import socket
+import threading
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from agentor_temporal._runtime import Runtime
+
+#: Seconds open streams get to end on shutdown before they are cut (clients reconnect).
+GRACEFUL_SHUTDOWN = 3
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port.
+
+    Raises:
+        OSError: naming the address, e.g. when it is in use.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def run(app: Any, host: str, port: int, **options: Any) -> None:
+    """Serve `app` on host:port until SIGINT/SIGTERM; returns after a graceful stop."""
+    sock = listen(host, port)
+    config = uvicorn.Config(
+        app, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN, lifespan="on", **options
+    )
+    server = uvicorn.Server(config)
+    shown = host if ":" not in host else f"[{host}]"
+    print(
+        f"Serving at http://{shown}:{sock.getsockname()[1]} (page /, agent card "
+        "/.well-known/agent-card.json)",
+        flush=True,
+    )
+
+    async def main() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        except SystemExit as exc:  # uvicorn exits on a failed startup; not the loop's to end
+            raise RuntimeError("the server failed to start (see the log above)") from exc
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        server.handle_exit(signum, frame)
+
+    runtime = Runtime.get()
+    future = asyncio.run_coroutine_threadsafe(main(), runtime.loop)
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                future.result(timeout=0.5)
+                break
+            except concurrent.futures.TimeoutError:
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+    if not server.started:
+        raise RuntimeError("the server stopped before it started (see the log above)")

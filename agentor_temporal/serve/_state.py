@@ -1,0 +1,177 @@
+"""The agents a server answers for, and a run's state as routes report it.
+
+A run is found by id in Temporal and belongs to the agent its history names,
+so any server process serving that agent can answer for it: nothing about a
+run lives in the web tier. `snapshot` reads a run's state from history
+without waiting and without a worker (a finished run needs none, a running
+one is reported as it stands), unlike `resume`, which waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client
+
+from agentor_temporal._runs import run_events
+from agentor_temporal.agent import Agentor
+from agentor_temporal.store import (
+    PendingApproval,
+    RunResult,
+    final_event,
+    pending_approvals,
+    replay_messages,
+    total_usage,
+    validate_run_id,
+)
+from agentor_temporal.worker import ConfigError, agents_keys, agents_target
+from agentor_temporal.workflows import Segment, TemporalStore
+
+
+class ApiError(Exception):
+    """A request the server refuses: answered as `{"error": message}` with `status`."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+def check_run_id(run_id: str) -> str:
+    """`run_id` if it is a valid id; a 400 otherwise."""
+    try:
+        return validate_run_id(run_id)
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
+
+
+@dataclass
+class RunView:
+    """A run as it stands: its `RunResult` (status "running" while it works)."""
+
+    agent: Agentor
+    result: RunResult
+    #: the latest execution's Temporal status: "running", "completed",
+    #: "failed", "terminated", "canceled", "timed_out" or "continued_as_new"
+    execution: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of `GET /runs/{run_id}`: `RunResult.to_dict()` plus the agent's name."""
+        return {**self.result.to_dict(), "agent": self.agent.name}
+
+
+class Agents:
+    """The agents one server answers for; the first is the default.
+
+    Raises:
+        ValueError: for no agents, something that is not an `Agentor`, two
+            agents with one name, or agents that name different Temporal servers
+            or encryption keys.
+    """
+
+    def __init__(self, agents: Sequence[Agentor]) -> None:
+        agents = list(agents)
+        if not agents:
+            raise ValueError("serve needs at least one agent")
+        for agent in agents:
+            if not isinstance(agent, Agentor):
+                raise ValueError(f"{agent!r} is not an agentor_temporal.Agentor")
+        names = [a.name for a in agents]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"two agents are named {', '.join(map(repr, twice))}")
+        try:
+            agents_target(agents)  # one Temporal for all: a run id names one run
+            agents_keys(agents)  # and one codec: the default agent's client reads them all
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        self.all = agents
+        self.default = agents[0]
+        self.by_name = {a.name: a for a in agents}
+
+    def get(self, name: str | None) -> Agentor:
+        """The agent called `name` (the default for None); a 400 naming the choices."""
+        if name is None:
+            return self.default
+        agent = self.by_name.get(name)
+        if agent is None:
+            known = ", ".join(repr(n) for n in self.by_name)
+            raise ApiError(400, f"no agent named {name!r} here; this server serves {known}")
+        return agent
+
+    async def client(self) -> Client:
+        """The Temporal client every agent here uses (on the runtime loop), with its keys."""
+        return await self.default._client()
+
+    async def find(self, run_id: str) -> tuple[Agentor, list[Segment]]:
+        """The agent that owns `run_id` and the run's segments.
+
+        Raises:
+            ApiError: 400 for a bad id, 404 for a run Temporal does not know
+                or one of an agent this server does not serve.
+        """
+        check_run_id(run_id)
+        segments = await TemporalStore(await self.client()).segments(run_id)
+        if not segments:
+            raise ApiError(404, f"no run with id {run_id!r}")
+        name = owner_name(segments)
+        if name is None:
+            return self.default, segments
+        agent = self.by_name.get(name)
+        if agent is None:
+            raise ApiError(
+                404, f"run {run_id!r} belongs to agent {name!r}, which this server does not serve"
+            )
+        return agent, segments
+
+
+def owner_name(segments: list[Segment]) -> str | None:
+    """The agent a run's history names (its recorded spec, else its input)."""
+    for segment in reversed(segments):
+        if segment.spec and segment.spec.get("name"):
+            return str(segment.spec["name"])
+        if isinstance(segment.input, dict) and segment.input.get("agent"):
+            return str(segment.input["agent"])
+    return None
+
+
+async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunView:
+    """The run's state from history, without waiting for it."""
+    events, _ = await run_events(run_id, segments, agent.store)
+    latest = segments[-1]
+    usage, messages = total_usage(events), replay_messages(events)
+    if latest.status == "running":
+        waiting = pending_approvals(events)
+        pending = [PendingApproval(str(e.call_id), str(e.name), e.args, e.turn) for e in waiting]
+        result = RunResult(
+            status="awaiting_approval" if pending else "running",
+            run_id=run_id,
+            events=events,
+            usage=usage,
+            messages=messages,
+            pending_approvals=pending,
+        )
+        return RunView(agent, result, latest.status)
+    end = final_event(events)
+    outcome = latest.result if latest.status == "completed" else None
+    if outcome is not None:
+        status = str(outcome.get("status") or "completed")
+        output, error = outcome.get("final_output"), outcome.get("error")
+    elif end is not None:
+        status, output, error = end.status or "completed", end.text, end.error
+    else:
+        status, output = "failed", None
+        error = latest.failure or f"the run's workflow ended {latest.status}"
+    result = RunResult(
+        final_output=output,
+        status=status,
+        run_id=run_id,
+        events=events,
+        usage=usage,
+        messages=messages,
+        error=error,
+    )
+    return RunView(agent, result, latest.status)

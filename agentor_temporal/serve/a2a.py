@@ -1,0 +1,323 @@
+"""A2A on durable runs: an A2A task is a run, and its id is the run id.
+
+JSON-RPC on `POST /` (where Agentor 0.1.1 takes it), protocol 0.3 with the
+`a2a-sdk` package's types: `message/send`, `message/stream`, `tasks/get`,
+`tasks/cancel` and `tasks/resubscribe`. Because the task is the run, any
+server process answers for any task, `tasks/get` reads history (no worker
+needed), and a stream that dropped is picked up by `tasks/resubscribe`, the
+A2A counterpart of `Last-Event-ID`: every frame that comes from a recorded
+event carries `id:` = its position, and `metadata: {"after": N}` (or the
+`Last-Event-ID` header) resumes exactly after it; without either, the
+resubscriber gets the task as it stands, then what happens next. A run
+waiting for approval is `input-required`; a message to that task with a
+DataPart `{"call_id": ..., "approve": true|false, "reason": ...}` (or the
+text "approve" / "deny <reason>" when one call waits) decides it. Streams
+stay open through `input-required` and end at the run's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from a2a.types import (
+    CancelTaskRequest,
+    DataPart,
+    GetTaskRequest,
+    InvalidParamsError,
+    InvalidRequestError,
+    JSONParseError,
+    Message,
+    MessageSendParams,
+    MethodNotFoundError,
+    PushNotificationNotSupportedError,
+    SendMessageRequest,
+    SendStreamingMessageRequest,
+    Task,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    TaskResubscriptionRequest,
+    TaskState,
+    TextPart,
+    UnsupportedOperationError,
+)
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+
+from agentor_temporal.agent import Agentor
+from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, positioned
+from agentor_temporal.serve._state import Agents, ApiError, RunView, snapshot
+from agentor_temporal.serve._tasks import (
+    agent_card,
+    answer_update,
+    event_update,
+    state_of,
+    status_update,
+    task_of,
+)
+from agentor_temporal.streaming import RunFailedError
+
+#: How long `tasks/cancel` waits for the run to close before answering.
+CANCEL_WAIT = 10.0
+
+_METHODS: dict[str, type[BaseModel]] = {
+    "message/send": SendMessageRequest,
+    "message/stream": SendStreamingMessageRequest,
+    "tasks/get": GetTaskRequest,
+    "tasks/cancel": CancelTaskRequest,
+    "tasks/resubscribe": TaskResubscriptionRequest,
+}
+_APPROVE = {"approve", "approved", "yes", "y"}
+_DENY = {"deny", "denied", "no", "n"}
+
+
+class RpcError(Exception):
+    """A JSON-RPC error to answer with."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+# -- JSON-RPC ------------------------------------------------------------------------
+
+
+def _error(rpc_id: Any, error: Any) -> JSONResponse:
+    body = {"jsonrpc": "2.0", "id": rpc_id, "error": error.model_dump(exclude_none=True)}
+    return JSONResponse(body)
+
+
+def _result(rpc_id: Any, result: BaseModel) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": rpc_id,
+        "result": result.model_dump(mode="json", exclude_none=True),
+    }
+
+
+async def handle(served: Agents, request: Request) -> Response:
+    """Answer one JSON-RPC request (a JSON answer, or SSE for the streaming methods)."""
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        return _error(None, JSONParseError())
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or "method" not in body:
+        rpc_id = body.get("id") if isinstance(body, dict) else None
+        return _error(rpc_id, InvalidRequestError())
+    rpc_id, method = body.get("id"), body["method"]
+    model = _METHODS.get(method) if isinstance(method, str) else None
+    if model is None:
+        if isinstance(method, str) and method.startswith("tasks/pushNotificationConfig/"):
+            return _error(rpc_id, PushNotificationNotSupportedError())
+        if method == "agent/getAuthenticatedExtendedCard":
+            return _error(rpc_id, UnsupportedOperationError())
+        return _error(rpc_id, MethodNotFoundError(message=f"Method not found: {method}"))
+    try:
+        req: Any = model.model_validate(body)
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return _error(rpc_id, InvalidParamsError(message=f"Invalid parameters: {details}"))
+    try:
+        if method == "message/send":
+            return JSONResponse(_result(rpc_id, await send(served, req.params)))
+        if method == "tasks/get":
+            view = await _view(served, req.params.id)
+            return JSONResponse(_result(rpc_id, task_of(view, req.params.history_length)))
+        if method == "tasks/cancel":
+            return JSONResponse(_result(rpc_id, await cancel(served, req.params.id)))
+        if method == "message/stream":
+            _, run_id, start = await _begin(served, req.params, stream=True)
+            frames = stream(served, run_id, rpc_id, start)
+        else:
+            after = _after(request, req.params.metadata)
+            await served.find(_task_id(req.params.id))
+            frames = stream(served, req.params.id, rpc_id, after)
+        return StreamingResponse(
+            keepalive(frames, KEEPALIVE_INTERVAL),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    except RpcError as exc:
+        return _error(rpc_id, exc.error)
+    except ApiError as exc:
+        if exc.status == 404:
+            return _error(rpc_id, TaskNotFoundError(message=exc.message))
+        return _error(rpc_id, InvalidParamsError(message=exc.message))
+
+
+def _task_id(task_id: str) -> str:
+    if not task_id:
+        raise RpcError(InvalidParamsError(message="the task id is empty"))
+    return task_id
+
+
+def _after(request: Request, metadata: dict[str, Any] | None) -> int | None:
+    """Where a resubscriber resumes: `metadata.after`, else `Last-Event-ID`, else now."""
+    raw = (metadata or {}).get("after", request.headers.get("last-event-id"))
+    if raw is None:
+        return None
+    try:
+        after = int(raw)
+    except (TypeError, ValueError):
+        after = -1
+    if after < 0:
+        raise RpcError(InvalidParamsError(message=f"after must be an event position, got {raw!r}"))
+    return after
+
+
+async def _view(served: Agents, task_id: str) -> RunView:
+    agent, segments = await served.find(_task_id(task_id))
+    return await snapshot(agent, task_id, segments)
+
+
+# -- methods ---------------------------------------------------------------------------
+
+
+async def send(served: Agents, params: MessageSendParams) -> Task:
+    """`message/send`: start a task (or decide a waiting one) and return it."""
+    agent, run_id, start = await _begin(served, params, stream=False)
+    configuration = params.configuration
+    if configuration is None or configuration.blocking is not False:
+        await _settle(agent, run_id, start)
+    view = await _view(served, run_id)
+    history = configuration.history_length if configuration is not None else None
+    return task_of(view, history)
+
+
+async def _begin(
+    served: Agents, params: MessageSendParams, stream: bool
+) -> tuple[Agentor, str, int]:
+    """Start the run a message asks for, or deliver its decision to the task it names.
+
+    Returns the agent, the run id, and the position after which the run's
+    events answer this message (0 for a new run).
+    """
+    message = params.message
+    if message.task_id:
+        view = await _view(served, message.task_id)
+        await _decide(view, message)
+        return view.agent, message.task_id, len(view.result.events)
+    text = "\n".join(p.root.text for p in message.parts if isinstance(p.root, TextPart)).strip()
+    if not text:
+        raise RpcError(InvalidParamsError(message="the message has no text to start a task with"))
+    meta = {**(params.metadata or {}), **(message.metadata or {})}
+    agent = served.get(meta.get("agent"))
+    return agent, await agent.astart(text, stream_text=stream), 0
+
+
+async def _decide(view: RunView, message: Message) -> None:
+    """Deliver the approval decision a message to an input-required task carries."""
+    run_id = str(view.result.run_id)
+    pending = [p.call_id for p in view.result.pending_approvals]
+    if not pending:
+        state = state_of(view)[0].value
+        raise RpcError(
+            InvalidParamsError(message=f"task {run_id} is {state}, not waiting for input")
+        )
+    for part in message.parts:
+        root = part.root
+        if isinstance(root, DataPart) and isinstance(root.data.get("approve"), bool):
+            call_id, approve = root.data.get("call_id"), bool(root.data["approve"])
+            reason = root.data.get("reason")
+        elif isinstance(root, TextPart) and root.text.split()[:1]:
+            word, _, rest = root.text.strip().partition(" ")
+            if word.lower() not in _APPROVE | _DENY:
+                continue
+            call_id, approve, reason = None, word.lower() in _APPROVE, rest.strip() or None
+        else:
+            continue
+        if call_id is None and len(pending) == 1:
+            call_id = pending[0]
+        if call_id not in pending:
+            raise RpcError(
+                InvalidParamsError(
+                    message=f"say which call to decide: task {run_id} waits for "
+                    f"{', '.join(pending)} (DataPart {{'call_id': ..., 'approve': bool}})"
+                )
+            )
+        decide = view.agent.aapprove if approve else view.agent.adeny
+        try:
+            await asyncio.wait_for(decide(run_id, str(call_id), reason, by="a2a"), 30)
+        except (KeyError, ValueError) as exc:
+            raise RpcError(InvalidParamsError(message=str(exc))) from None
+        except asyncio.TimeoutError:
+            raise RpcError(
+                UnsupportedOperationError(message="no worker took the decision within 30 s")
+            ) from None
+        return
+    raise RpcError(
+        InvalidParamsError(
+            message=f"task {run_id} waits for approval of {', '.join(pending)}: reply with a "
+            "DataPart {'call_id': ..., 'approve': true|false, 'reason': ...}"
+        )
+    )
+
+
+async def _settle(agent: Agentor, run_id: str, after: int) -> None:
+    """Wait until the run ends or asks for approval (what a blocking send waits for)."""
+    try:
+        async for _, event in positioned(agent, run_id, after, False):
+            if event.type in ("run_end", "approval_request"):
+                return
+    except RunFailedError:
+        return
+
+
+async def cancel(served: Agents, task_id: str) -> Task:
+    """`tasks/cancel`: ask the run's workflow to cancel; wait (briefly) for it to close."""
+    view = await _view(served, task_id)
+    if view.execution != "running":
+        raise RpcError(
+            TaskNotCancelableError(message=f"task {task_id} is {state_of(view)[0].value}")
+        )
+    client = await served.client()
+    await client.get_workflow_handle(task_id).cancel()
+    deadline = asyncio.get_running_loop().time() + CANCEL_WAIT
+    while view.execution == "running" and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+        view = await _view(served, task_id)
+    return task_of(view)
+
+
+async def stream(
+    served: Agents, run_id: str, rpc_id: Any, after: int | None
+) -> AsyncIterator[bytes]:
+    """SSE frames of a task: the task as it stands, then its updates to the run's end."""
+    view = await _view(served, run_id)
+    agent = view.agent
+    start = len(view.result.events) if after is None else after
+    yield frame(_result(rpc_id, task_of(view)))
+    streaming = False  # whether the response artifact has text of this turn
+    try:
+        async for position, event in positioned(agent, run_id, start, True):
+            update: BaseModel | None
+            if event.type == "text_delta":
+                update = answer_update(run_id, event.text or "", append=streaming, last=False)
+                streaming = True
+            elif event.type in ("error", "generation"):
+                streaming, update = False, None  # the next turn's text replaces this one's
+            elif event.type == "message":
+                update = answer_update(run_id, event.text or "", append=False, last=True)
+            elif event.type == "run_end":
+                done = event.status == "completed"
+                text = None if done else event.error or f"the run ended {event.status}"
+                state = TaskState.completed if done else TaskState.failed
+                yield frame(_result(rpc_id, status_update(run_id, state, text, True)), id=position)
+                return
+            else:
+                update = event_update(event, run_id)
+            if update is not None:
+                yield frame(_result(rpc_id, update), id=position)
+    except RunFailedError:
+        pass
+    # the workflow closed without a run_end (cancelled, terminated), or had closed already
+    state, text = state_of(await _view(served, run_id))
+    yield frame(_result(rpc_id, status_update(run_id, state, text, True)))
+
+
+__all__ = ["agent_card", "cancel", "handle", "send", "stream", "task_of"]

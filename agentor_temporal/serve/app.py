@@ -1,0 +1,337 @@
+"""The HTTP app: Agentor's routes, durable run routes, A2A, the page, and access control.
+
+Routes are thin: each validates its request (pydantic models, run ids),
+calls the facade (`astart`, `aresume`, `stream`, `aapprove` / `adeny`,
+`arun`, `stream_chat`) or reads history, and maps the facade's outcomes to
+status codes: a bad request 400, an unknown run 404, a run not in a state
+to do it 409, Temporal unreachable 503; every error is `{"error": message}`,
+never a stack trace. With a token (`AGENTOR_SERVE_TOKEN`), every route but
+`/health` and the agent card needs `Authorization: Bearer <token>` or the
+cookie the page sets once it was opened as `/?token=<token>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentor_temporal._runs import run_events
+from agentor_temporal._runtime import Runtime
+from agentor_temporal.agent import Agentor
+from agentor_temporal.connection import ConnectionFailed
+from agentor_temporal.serve import a2a, page
+from agentor_temporal.serve._compat import chat_chunks
+from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, keepalive, run_frames
+from agentor_temporal.serve._state import Agents, ApiError, check_run_id, snapshot
+from agentor_temporal.store import new_run_id
+
+logger = logging.getLogger("agentor_temporal.serve")
+
+#: The cookie the page authenticates with once opened as `/?token=...`.
+COOKIE = "agentor_serve_token"
+#: The response header that names the durable run behind a `/chat` answer.
+RUN_HEADER = "X-Agentor-Run-Id"
+#: Seconds a decision waits for a worker to take it before the route gives up (504).
+DECISION_TIMEOUT = 30.0
+
+Input = str | list[dict[str, Any]]
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class StartRun(BaseModel):
+    """`POST /runs`."""
+
+    model_config = ConfigDict(extra="forbid")
+    input: Input
+    run_id: str | None = None
+    agent: str | None = None
+    max_turns: int | None = Field(default=None, ge=1)
+    #: publish text deltas, for `GET /runs/{run_id}/events?text=1`
+    stream_text: bool = False
+
+
+class ChatRequest(BaseModel):
+    """`POST /chat`, Agentor 0.1.1's `APIInputRequest` (plus an optional agent name)."""
+
+    input: Input
+    stream: bool = False
+    agent: str | None = None
+
+
+class ResumeRequest(BaseModel):
+    """`POST /runs/{run_id}/resume` (the body is optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_turns: int | None = Field(default=None, ge=1)
+
+
+class DecisionRequest(BaseModel):
+    """`POST /runs/{run_id}/approvals/{call_id}`."""
+
+    model_config = ConfigDict(extra="forbid")
+    approve: bool
+    reason: str | None = None
+    by: str | None = None
+
+
+def _token_matches(supplied: str | None, token: str) -> bool:
+    return supplied is not None and hmac.compare_digest(supplied.encode(), token.encode())
+
+
+def _authorized(request: Request, token: str | None) -> bool:
+    if token is None:
+        return True
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    bearer = value.strip() if scheme.lower() == "bearer" else None
+    return _token_matches(bearer, token) or _token_matches(request.cookies.get(COOKIE), token)
+
+
+def _guard(token: str | None) -> Callable[[Request], Awaitable[None]]:
+    async def check(request: Request) -> None:
+        if not _authorized(request, token):
+            raise ApiError(
+                401,
+                "this server needs a token: send 'Authorization: Bearer <token>' "
+                "(the value of AGENTOR_SERVE_TOKEN it was started with)",
+                {"WWW-Authenticate": "Bearer"},
+            )
+
+    return check
+
+
+def _invalid(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(x) for x in error.get("loc", ()) if x != "body")
+        parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+    return "invalid request: " + "; ".join(parts)
+
+
+def _check_input(input: Input) -> None:
+    if (isinstance(input, str) and not input.strip()) or not input:
+        raise ApiError(400, "input is empty: send a prompt or a list of chat messages")
+
+
+def _resume_point(last_event_id: str | None, after: int | None) -> int:
+    raw: Any = last_event_id if last_event_id is not None else after
+    if raw is None:
+        return 0
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0:
+        raise ApiError(
+            400, f"Last-Event-ID / after must be an event position (0 or more), got {raw!r}"
+        )
+    return value
+
+
+def _lifespan(served: Agents) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """Connect before taking requests; keep embedded workers for the server's life."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = await served.client()
+        async with contextlib.AsyncExitStack() as stack:
+            for agent in served.all:
+                if agent.embedded_worker:
+                    serving = Runtime.get().worker_for(client, agent.task_queue, agent.definition)
+                    await stack.enter_async_context(serving)
+            yield
+
+    return lifespan
+
+
+def create_app(agents: Sequence[Agentor], *, token: str | None = None) -> FastAPI:
+    """The app serving `agents` (the first answers `/chat`, A2A and runs naming no agent).
+
+    Args:
+        agents: the agents; they must share one Temporal.
+        token: a bearer token every route but `/health` and the agent card
+            requires (None: no check).
+
+    Raises:
+        ValueError: for no agents, duplicate names, or different Temporal servers.
+    """
+    served = Agents(agents)
+    token = token or None
+    app = FastAPI(
+        title="agentor-temporal",
+        lifespan=_lifespan(served),
+        # with a token only /health and the card are open: the API docs too are not
+        docs_url=None if token else "/docs",
+        redoc_url=None,
+        openapi_url=None if token else "/openapi.json",
+    )
+    _errors(app)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200, content="OK")
+
+    @app.api_route("/.well-known/agent-card.json", methods=["GET", "HEAD", "OPTIONS"])
+    async def agent_card(request: Request) -> JSONResponse:
+        url = str(request.base_url).rstrip("/")
+        return JSONResponse(a2a.agent_card(served.default, url, token is not None).model_dump())
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index(request: Request) -> Response:
+        supplied = request.query_params.get("token")
+        if token is not None and supplied is not None:
+            if not _token_matches(supplied, token):
+                return HTMLResponse(page.UNAUTHORIZED, status_code=401)
+            # the token leaves the address bar (and history) for a cookie
+            response = RedirectResponse("/", status_code=303)
+            response.set_cookie(COOKIE, supplied, httponly=True, samesite="strict")
+            return response
+        if not _authorized(request, token):
+            return HTMLResponse(page.UNAUTHORIZED, status_code=401)
+        return HTMLResponse(page.render([a.name for a in served.all]))
+
+    app.include_router(_routes(served), dependencies=[Depends(_guard(token))])
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": _invalid(exc)}, status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    @app.exception_handler(ConnectionFailed)
+    async def unreachable(request: Request, exc: ConnectionFailed) -> JSONResponse:
+        return JSONResponse({"error": f"Temporal is unreachable: {exc}"}, status_code=503)
+
+    @app.exception_handler(RPCError)
+    async def rpc_error(request: Request, exc: RPCError) -> JSONResponse:
+        logger.warning("Temporal failed a request: %s", exc)
+        if exc.status == RPCStatusCode.UNAVAILABLE:
+            return JSONResponse(
+                {"error": f"Temporal is unreachable: {exc.message}"}, status_code=503
+            )
+        return JSONResponse({"error": f"Temporal refused the request: {exc.message}"}, 502)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("error serving %s %s", request.method, request.url.path)
+        return JSONResponse(
+            {"error": f"internal error ({type(exc).__name__}); the server's log has the details"},
+            status_code=500,
+        )
+
+
+def _routes(served: Agents) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/")
+    async def jsonrpc(request: Request) -> Response:
+        return await a2a.handle(served, request)
+
+    @router.post("/chat")
+    async def chat(body: ChatRequest) -> Response:
+        agent = served.get(body.agent)
+        _check_input(body.input)
+        run_id = new_run_id()
+        headers = {RUN_HEADER: run_id}
+        if body.stream:
+            chunks = chat_chunks(agent, body.input, run_id)
+            return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
+        try:
+            result = await agent.arun(body.input, run_id=run_id)
+        except (ValueError, TypeError) as exc:
+            raise ApiError(400, str(exc)) from None
+        return JSONResponse(result.final_output, headers=headers)
+
+    @router.post("/runs", status_code=202)
+    async def start(body: StartRun) -> JSONResponse:
+        agent = served.get(body.agent)
+        try:
+            run_id = await agent.astart(
+                body.input, body.run_id, max_turns=body.max_turns, stream_text=body.stream_text
+            )
+        except (ValueError, TypeError) as exc:
+            raise ApiError(400, str(exc)) from None
+        return JSONResponse(
+            {"run_id": run_id}, status_code=202, headers={"Location": f"/runs/{run_id}"}
+        )
+
+    @router.get("/runs/{run_id}")
+    async def get_run(run_id: str) -> dict[str, Any]:
+        agent, segments = await served.find(run_id)
+        return (await snapshot(agent, run_id, segments)).to_dict()
+
+    @router.post("/runs/{run_id}/resume")
+    async def resume(run_id: str, body: ResumeRequest | None = None) -> dict[str, Any]:
+        agent, _ = await served.find(run_id)
+        try:
+            result = await agent.aresume(run_id, body.max_turns if body else None)
+        except KeyError as exc:
+            raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
+        except ValueError as exc:
+            raise ApiError(409, str(exc)) from None
+        return {**result.to_dict(), "agent": agent.name}
+
+    @router.get("/runs/{run_id}/events")
+    async def events(
+        run_id: str, request: Request, after: int | None = None, text: bool = False
+    ) -> Response:
+        start = _resume_point(request.headers.get("last-event-id"), after)
+        agent, segments = await served.find(run_id)
+        if segments[-1].status != "running":
+            recorded, _ = await run_events(run_id, segments, agent.store)
+            if start >= len(recorded):
+                # nothing more will come: 204 tells an EventSource to stop reconnecting
+                return Response(status_code=204)
+        body = keepalive(run_frames(agent, run_id, start, text), KEEPALIVE_INTERVAL)
+        return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
+
+    @router.post("/runs/{run_id}/approvals/{call_id}")
+    async def decide(run_id: str, call_id: str, body: DecisionRequest) -> dict[str, Any]:
+        check_run_id(run_id)
+        agent, segments = await served.find(run_id)
+        recorded, _ = await run_events(run_id, segments, agent.store)
+        if not any(e.type == "approval_request" and e.call_id == call_id for e in recorded):
+            raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
+        method = agent.aapprove if body.approve else agent.adeny
+        try:
+            decided = await asyncio.wait_for(
+                method(run_id, call_id, body.reason, by=body.by), DECISION_TIMEOUT
+            )
+        except KeyError as exc:
+            raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
+        except ValueError as exc:
+            raise ApiError(409, str(exc)) from None
+        except asyncio.TimeoutError:
+            raise ApiError(
+                504,
+                f"no worker took the decision within {DECISION_TIMEOUT:g} s: is a worker for "
+                f"agent {agent.name!r} polling task queue {agent.task_queue!r}?",
+            ) from None
+        return {"run_id": run_id, **decided}
+
+    return router

@@ -1,0 +1,259 @@
+"""The HTTP routes against a real server process, a real worker process and real HTTP.
+
+Each route with its error cases: Agentor's (`/health`, `/chat`, the agent
+card), the run routes, the token, and the page's own route.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import httpx
+
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES
+from serve_http import TOKEN, Server, ledger_for, read_sse, settle
+
+APPROVED_TYPES = [
+    "run_start",
+    "generation",
+    "tool_call",
+    "approval_request",
+    "approval_decision",
+    "tool_result",
+    "generation",
+    "message",
+    "run_end",
+]
+
+
+def test_health_and_agent_card_need_no_token_everything_else_does(server: Server) -> None:
+    """/health and the agent card are open; every other route wants the bearer token."""
+    with httpx.Client(base_url=server.url, timeout=10) as anonymous:
+        health = anonymous.get("/health")
+        assert (health.status_code, health.text) == (200, "OK")
+        card = anonymous.get("/.well-known/agent-card.json")
+        assert card.status_code == 200 and card.json()["name"] == "Weather Agent"
+        assert card.json()["security"] == [{"bearer": []}]
+        for method, path in [
+            ("POST", "/runs"),
+            ("GET", "/runs/x"),
+            ("GET", "/runs/x/events"),
+            ("POST", "/runs/x/resume"),
+            ("POST", "/runs/x/approvals/c"),
+            ("POST", "/chat"),
+            ("POST", "/"),
+        ]:
+            refused = anonymous.request(method, path, json={})
+            assert refused.status_code == 401, (method, path, refused.text)
+            assert "Bearer" in refused.json()["error"]
+            assert refused.headers["www-authenticate"] == "Bearer"
+        wrong = anonymous.get("/runs/x", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert anonymous.get("/").status_code == 401
+        assert anonymous.get("/?token=nope").status_code == 401
+        # the page's way in: the token once in the address, then a cookie
+        entered = anonymous.get(f"/?token={TOKEN}", follow_redirects=True)
+        assert entered.status_code == 200 and "<title>agentor-temporal</title>" in entered.text
+        assert entered.history[0].status_code == 303
+        assert anonymous.get("/runs/x").status_code == 404  # past the token now
+        # with a token, no interactive docs to walk around it
+        assert anonymous.get("/docs").status_code == 404
+        assert anonymous.get("/openapi.json").status_code == 404
+
+
+def test_start_returns_at_once_and_get_reports_the_result(
+    http: httpx.Client, serve_env: dict[str, str]
+) -> None:
+    """POST /runs answers 202 at once; GET shows the RunResult; one id never runs twice."""
+    run_id = uuid.uuid4().hex
+    started = http.post("/runs", json={"input": PROMPT, "run_id": run_id})
+    assert started.status_code == 202
+    assert started.json() == {"run_id": run_id}
+    assert started.headers["location"] == f"/runs/{run_id}"
+    done = settle(http, run_id, "completed")
+    assert done["final_output"] == ANSWER and done["agent"] == "Weather Agent"
+    assert [e["type"] for e in done["events"]] == SEED_EVENT_TYPES
+    assert done["usage"]["total_tokens"] == 30 and done["pending_approvals"] == []
+    again = http.post("/runs", json={"input": "something else", "run_id": run_id})
+    assert again.status_code == 202 and again.json() == {"run_id": run_id}
+    assert http.get(f"/runs/{run_id}").json()["events"] == done["events"]
+    assert len(ledger_for(serve_env, run_id)) == 1
+    fresh = http.post("/runs", json={"input": PROMPT}).json()["run_id"]
+    assert len(fresh) == 32 and fresh != run_id
+
+
+def test_run_route_errors(http: httpx.Client) -> None:
+    """Bad bodies, bad ids, unknown agents and unknown runs are clear JSON errors."""
+    cases = [
+        ({}, "input: Field required"),
+        ({"input": ""}, "input is an empty prompt"),
+        ({"input": []}, "input is an empty message list"),
+        ({"input": PROMPT, "agent": "Nobody"}, "no agent named 'Nobody'"),
+        ({"input": PROMPT, "run_id": "../etc"}, "Invalid run id"),
+        ({"input": PROMPT, "max_turns": 0}, "max_turns"),
+        ({"input": PROMPT, "colour": "red"}, "colour"),
+        ({"input": [{"content": "hi"}]}, "not a chat message"),
+    ]
+    for body, message in cases:
+        answer = http.post("/runs", json=body)
+        assert answer.status_code == 400, (body, answer.text)
+        assert message in answer.json()["error"], (body, answer.json())
+    broken = http.post("/runs", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert broken.status_code == 400 and "JSON" in broken.json()["error"]
+    assert http.get("/runs/.hidden").status_code == 400
+    assert "Invalid run id" in http.get("/runs/a:b").json()["error"]
+    missing = http.get(f"/runs/{uuid.uuid4().hex}")
+    assert missing.status_code == 404 and "no run with id" in missing.json()["error"]
+    assert http.get("/no/such/route").status_code == 404
+    assert "Traceback" not in http.post("/runs", json={"input": 5}).text
+
+
+def test_events_stream_whole_run_positions_and_resume_points(http: httpx.Client) -> None:
+    """SSE ids are whole-run positions; Last-Event-ID or ?after=N resumes after N; 204 at end."""
+    run_id = http.post("/runs", json={"input": PROMPT, "stream_text": True}).json()["run_id"]
+    with http.stream("GET", f"/runs/{run_id}/events?text=1") as live:
+        assert live.status_code == 200
+        assert live.headers["content-type"].startswith("text/event-stream")
+        messages = list(read_sse(live))
+    assert messages[0] == {"retry": "500", "data": ""}
+    recorded = [m for m in messages if "id" in m]
+    deltas = [json.loads(m["data"]) for m in messages if "id" not in m and m["data"]]
+    assert [int(m["id"]) for m in recorded] == list(range(1, 8))
+    assert [json.loads(m["data"])["type"] for m in recorded] == SEED_EVENT_TYPES
+    assert deltas and {d["type"] for d in deltas} == {"text_delta"}
+    assert "".join(d["text"] for d in deltas) == ANSWER
+    whole = http.get(f"/runs/{run_id}").json()["events"]
+    assert [json.loads(m["data"]) for m in recorded] == whole
+
+    with http.stream("GET", f"/runs/{run_id}/events", headers={"Last-Event-ID": "4"}) as rest:
+        tail = [m for m in read_sse(rest) if "id" in m]
+    assert [int(m["id"]) for m in tail] == [5, 6, 7]
+    with http.stream("GET", f"/runs/{run_id}/events?after=6") as rest:
+        assert [m["id"] for m in read_sse(rest) if "id" in m] == ["7"]
+    # the header is what a reconnecting browser sends: it wins over the URL's after
+    with http.stream(
+        "GET", f"/runs/{run_id}/events?after=1", headers={"Last-Event-ID": "5"}
+    ) as rest:
+        assert [m["id"] for m in read_sse(rest) if "id" in m] == ["6", "7"]
+    finished = http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": "7"})
+    assert finished.status_code == 204
+
+    assert http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": "x"}).status_code == 400
+    assert http.get(f"/runs/{run_id}/events?after=-1").status_code == 400
+    assert http.get(f"/runs/{uuid.uuid4().hex}/events").status_code == 404
+    assert http.get("/runs/.x/events").status_code == 400
+
+
+def test_approvals_map_outcomes_to_200_404_409(
+    http: httpx.Client, serve_env: dict[str, str], gates: Path
+) -> None:
+    """A waiting call is approved once (200); unknown run or call 404; decided or finished 409."""
+    run_id = uuid.uuid4().hex
+    (gates / run_id).touch()  # the approved transfer waits here, so the run is still running
+    http.post("/runs", json={"input": "Pay bob", "run_id": run_id, "agent": "Treasurer"})
+    waiting = settle(http, run_id, "awaiting_approval")
+    [pending] = waiting["pending_approvals"]
+    assert pending["tool"] == "transfer" and pending["args"] == {"amount": 1, "to": "bob"}
+    call_id = pending["call_id"]
+    route = f"/runs/{run_id}/approvals/{call_id}"
+
+    unknown_run = http.post(f"/runs/{uuid.uuid4().hex}/approvals/{call_id}", json={"approve": True})
+    assert unknown_run.status_code == 404 and "no run" in unknown_run.json()["error"]
+    unknown_call = http.post(f"/runs/{run_id}/approvals/call_nope", json={"approve": True})
+    assert unknown_call.status_code == 404 and "call_nope" in unknown_call.json()["error"]
+    assert http.post(route, json={"approve": "maybe"}).status_code == 400
+    assert http.post(route, json={}).status_code == 400
+    assert ledger_for(serve_env, run_id) == []
+
+    approved = http.post(route, json={"approve": True, "reason": "invoice 42", "by": "alice"})
+    assert approved.status_code == 200, approved.text
+    assert approved.json() == {
+        "run_id": run_id,
+        "call_id": call_id,
+        "tool": "transfer",
+        "args": {"amount": 1, "to": "bob"},
+        "turn": 1,
+        "approved": True,
+    }
+    again = http.post(route, json={"approve": False, "reason": "changed my mind"})
+    assert again.status_code == 409 and "already approved" in again.json()["error"]
+    (gates / run_id).unlink()
+    done = settle(http, run_id, "completed")
+    assert [e["type"] for e in done["events"]] == APPROVED_TYPES
+    decision = done["events"][4]
+    assert (decision["status"], decision["result"], decision["text"]) == (
+        "approved",
+        "alice",
+        "invoice 42",
+    )
+    late = http.post(route, json={"approve": True})
+    assert late.status_code == 409 and "not waiting" in late.json()["error"]
+    assert len(ledger_for(serve_env, run_id)) == 1
+
+
+def test_deny_tells_the_model_and_resume_returns_the_result(http: httpx.Client) -> None:
+    """Deny with a reason; POST /resume returns the finished RunResult; resume errors are JSON."""
+    run_id = uuid.uuid4().hex
+    http.post("/runs", json={"input": "Pay carol", "run_id": run_id, "agent": "Treasurer"})
+    [pending] = settle(http, run_id, "awaiting_approval")["pending_approvals"]
+    denied = http.post(
+        f"/runs/{run_id}/approvals/{pending['call_id']}",
+        json={"approve": False, "reason": "over the limit"},
+    )
+    assert denied.status_code == 200 and denied.json()["approved"] is False
+    resumed = http.post(f"/runs/{run_id}/resume")
+    assert resumed.status_code == 200, resumed.text
+    body = resumed.json()
+    assert body["status"] == "completed" and "over the limit" in body["final_output"]
+    assert body["agent"] == "Treasurer"
+    with_body = http.post(f"/runs/{run_id}/resume", json={"max_turns": 3})
+    assert with_body.json()["events"] == body["events"]  # finished: nothing runs again
+    assert http.post(f"/runs/{run_id}/resume", json={"max_turns": 0}).status_code == 400
+    assert http.post(f"/runs/{uuid.uuid4().hex}/resume").status_code == 404
+    assert http.post("/runs/a'b/resume").status_code == 400
+
+
+def test_chat_answers_as_agentor_does(http: httpx.Client) -> None:
+    """POST /chat: the answer as a JSON string, or Agentor's streamed AgentOutput chunks."""
+    answer = http.post("/chat", json={"input": PROMPT})
+    assert answer.status_code == 200
+    assert answer.json() == ANSWER
+    run_id = answer.headers["x-agentor-run-id"]
+    assert http.get(f"/runs/{run_id}").json()["status"] == "completed"
+
+    with http.stream("POST", "/chat", json={"input": PROMPT, "stream": True}) as streamed:
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        body = streamed.read().decode()
+    decoder, chunks, at = json.JSONDecoder(), [], 0
+    while at < len(body):
+        chunk, end = decoder.raw_decode(body, at)
+        chunks.append(chunk)
+        assert body[end] == "\n"
+        at = end + 1
+    assert body.startswith('{\n  "type": "run_item_stream_event",\n  "message": null,')
+    assert [list(c) for c in chunks] == [
+        ["type", "message", "chunk", "tool_action", "reasoning", "raw_event"]
+    ] * 3
+    assert [c["tool_action"] for c in chunks] == [
+        {"name": "get_weather", "type": "tool_called"},
+        {"name": "get_weather", "type": "tool_output"},
+        None,
+    ]
+    assert chunks[1]["message"] == "The weather in London is sunny and 22C."
+    assert chunks[2]["message"] == ANSWER
+
+    assert http.post("/chat", json={"input": ""}).status_code == 400
+    assert http.post("/chat", json={"stream": True}).status_code == 400
+    assert http.post("/chat", json={"input": PROMPT, "agent": "Nobody"}).status_code == 400
+
+
+def test_page_is_one_self_contained_file(http: httpx.Client) -> None:
+    """GET / is one HTML document with inline script and style, fetching nothing elsewhere."""
+    page = http.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    assert 'const AGENTS = ["Weather Agent","Treasurer"]' in html.replace(", ", ",")
+    for external in ("<script src", "<link", "http://", "https://", "@import"):
+        assert external not in html, external

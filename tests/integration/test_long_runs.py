@@ -1,0 +1,466 @@
+"""Long runs: continue-as-new between turns, conversations by reference, bounded history.
+
+Small versions of the benchmark's runs (`bench/long_runs.py`): a lowered
+history budget (`AGENTOR_HISTORY_BUDGET`, recorded in each segment's spec)
+makes a run of a few dozen turns cross several continuations, so the suite
+covers what a 1,000-turn run does in a few seconds per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from agentor_temporal import Agentor, Event, FileStore, MemoryStore, TemporalStore, function_tool
+from agentor_temporal.activities import tool_context
+from agentor_temporal.streaming import follow
+from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import AgentRunWorkflow
+from agentor_temporal.workflows.policies import HISTORY_LIMIT_BYTES, MAX_REQUEST_BYTES
+
+import agentor_ref
+from helpers import ledger_lines, stop_process, transfer_tool, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+GOLDEN = Path(__file__).parent / "golden" / "limit_terminated_history.json.gz"
+NAME = "Long Coder"
+#: Small enough that a 40-turn run of 2 KB results continues as new 3+ times.
+BUDGET = 60_000
+
+
+def scripted(turns: int) -> Any:
+    """The model: call `read_chunk` until `turns` results are in, then answer."""
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done < turns:
+            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+        return Reply(f"Read {done} chunks.")
+
+    return respond
+
+
+def chunk_tool(ledger: str, size: int) -> Any:
+    @function_tool
+    def read_chunk(n: int) -> str:
+        """Read chunk `n`.
+
+        Args:
+            n: Which chunk.
+        """
+        with open(ledger, "a", encoding="utf-8") as f:
+            f.write(f"{tool_context().call_id}\n")
+        return f"chunk {n}: " + "x" * size
+
+    return read_chunk
+
+
+def coder(model: ScriptedModelServer, client: Client, task_queue: str, **kwargs: Any) -> Agentor:
+    return Agentor(
+        name=NAME,
+        model="gpt-4o-mini",
+        instructions="You are a coding agent.",
+        base_url=model.base_url,
+        api_key="test-key",
+        temporal=client,
+        task_queue=task_queue,
+        embedded_worker=False,
+        **kwargs,
+    )
+
+
+def bare(event: Event) -> dict[str, Any]:
+    """An event without the request messages (streamed generations sent by reference omit them)."""
+    data = event.to_dict()
+    if data["type"] == "generation":
+        data.pop("messages", None)
+    return data
+
+
+async def history_sizes(client: Client, run_id: str) -> list[int]:
+    sizes = []
+    for segment in await TemporalStore(client).segments(run_id):
+        handle = client.get_workflow_handle(run_id, run_id=segment.execution_run_id)
+        info = (await handle.describe()).raw_description.workflow_execution_info
+        sizes.append(int(info.history_size_bytes))
+    return sizes
+
+
+async def test_a_long_run_continues_as_new_and_reads_as_one_run(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Across several continuations: one log, every tool once, turns and positions keep counting."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    turns, ledger, address = 40, str(tmp_path / "ledger"), temporal_address
+    runs = tmp_path / "runs"
+    with ScriptedModelServer(scripted(turns)) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
+        run_id = uuid.uuid4().hex
+        # every workflow task replays from history: continuations must be deterministic
+        async with build_worker(
+            client, [agent], task_queue=task_queue, store=FileStore(runs), max_cached_workflows=0
+        ):
+            result = await agent.arun("Read the repository.", run_id=run_id, max_turns=turns + 1)
+            last_request = model.requests[-1]["messages"]
+            handle = client.get_workflow_handle(run_id)
+            metadata = await handle.query(
+                "__temporal_workflow_metadata", result_type=WorkflowMetadata
+            )
+            state = await handle.query("state")
+    assert result.status == "completed" and result.final_output == f"Read {turns} chunks."
+    # the run's current details and state say how big its history is
+    assert re.search(r" · history [\d.]+ [kM]B, [\d,]+ events$", metadata.current_details)
+    assert state["execution"] >= 3 and 0 < state["history_bytes"] < BUDGET + 60_000
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "show", run_id, "--temporal", address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    history_line = next(line for line in shown.stdout.splitlines() if line.startswith("history"))
+    assert re.search(r"MB, [\d,]+ events in the latest of \d+ executions \(largest", history_line)
+    segments = await TemporalStore(client).segments(run_id)
+    assert len(segments) >= 3
+    assert [s.status for s in segments] == ["continued_as_new"] * (len(segments) - 1) + [
+        "completed"
+    ]
+    sizes = await history_sizes(client, run_id)
+    assert max(sizes) < BUDGET + 60_000, sizes  # the budget, plus at most one turn past it
+    # every tool ran once, every turn once, and the model saw the whole conversation
+    calls = Counter(ledger_lines(ledger))
+    assert sorted(calls) == sorted(f"call_{n}" for n in range(1, turns + 1))
+    assert set(calls.values()) == {1}
+    events = result.events
+    assert [e.turn for e in events if e.type == "generation"] == list(range(1, turns + 2))
+    assert [e.type for e in events].count("run_start") == 1
+    assert [e.type for e in events].count("run_end") == 1
+    assert result.usage.total_tokens == 15 * (turns + 1)
+    # the search attributes of the last execution count the whole run
+    attributes = (await client.get_workflow_handle(run_id).describe()).typed_search_attributes
+    from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
+
+    assert attributes.get(AGENT_STATUS) == "completed"
+    assert attributes.get(AGENT_TOKENS) == result.usage.total_tokens
+    assert sum(1 for m in last_request if m["role"] == "tool") == turns
+    assert result.messages[: len(last_request)] == last_request
+    # the JSONL mirror is one log, equal to history, and Agentor 0.1.1 replays it the same
+    mirrored = FileStore(runs).load(run_id)
+    assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in events]
+    ref = agentor_ref.load()
+    if ref is not None:
+        theirs = ref.FileStore(runs).load(run_id)
+        assert len(theirs) == len(events)
+        assert ref.replay_messages(theirs) == result.messages
+    # each execution's history replays with the current code
+    for index, segment in enumerate(segments):
+        history = await client.get_workflow_handle(
+            run_id, run_id=segment.execution_run_id
+        ).fetch_history()
+        await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+        # goldens: the first execution (it continues as new) and the last (it carries on)
+        name = {0: "continued_first", len(segments) - 1: "continued_last"}.get(index)
+        if os.environ.get("UPDATE_GOLDEN") and name:
+            golden = GOLDEN.parent / f"{name}_history.json.gz"
+            golden.write_bytes(gzip.compress(history.to_json().encode(), 9))
+
+
+async def test_a_follower_gets_every_event_once_across_continuations(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One follower keeps up, one falls behind over two continuations: both get each event once."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    turns, ledger = 40, str(tmp_path / "ledger")
+    with ScriptedModelServer(scripted(turns)) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
+        run_id = uuid.uuid4().hex
+        store = TemporalStore(client)
+
+        async def history(segments: Any) -> list[Event]:
+            return [e for s in segments for e in s.events]
+
+        async def keep_up() -> list[Event]:
+            return [e async for e in follow(client, run_id, history_events=history)]
+
+        async def fall_behind() -> list[Event]:
+            got: list[Event] = []
+            async for event in follow(client, run_id, after=3, history_events=history):
+                got.append(event)
+                if len(got) == 1:
+                    # stop reading until the run has continued as new twice
+                    for _ in range(600):
+                        if len(await store.segments(run_id)) >= 3:
+                            break
+                        await asyncio.sleep(0.05)
+                    else:
+                        raise AssertionError("the run did not continue as new twice")
+            return got
+
+        async with build_worker(client, [agent], task_queue=task_queue):
+            handle = await client.start_workflow(
+                "AgentRun",
+                {"agent": NAME, "input": "Read the repository.", "max_turns": turns + 1},
+                id=run_id,
+                task_queue=task_queue,
+            )
+            fast, slow = await asyncio.gather(keep_up(), fall_behind())
+            outcome = await handle.result()
+    assert outcome["status"] == "completed"
+    recorded = await store.aload(run_id)
+    assert len(await store.segments(run_id)) >= 3
+    assert [bare(e) for e in fast] == [bare(e) for e in recorded]
+    assert [bare(e) for e in slow] == [bare(e) for e in recorded[3:]]
+
+
+async def test_large_tool_results_past_the_old_request_guard(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A conversation well past the 1.5 MB that runs used to stop at completes."""
+    turns, ledger = 20, str(tmp_path / "ledger")
+    with ScriptedModelServer(scripted(turns), keep_requests=1) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 100_000)])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            result = await agent.arun("Read the repository.", max_turns=turns + 1)
+            last_request = model.requests[-1]["messages"]
+    assert result.status == "completed", result.error
+    assert len(json.dumps(last_request)) > 2 * MAX_REQUEST_BYTES / 1.5
+    assert Counter(ledger_lines(ledger)) == Counter(f"call_{n}" for n in range(1, turns + 1))
+    assert max(await history_sizes(client, result.run_id)) < HISTORY_LIMIT_BYTES
+
+
+def _worker(address: str, task_queue: str, model: ScriptedModelServer, env: dict[str, str]) -> Any:
+    full = {
+        **os.environ,
+        **env,
+        "TEMPORAL_ADDRESS": address,
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")]),
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "worker.py"),
+            "--agents",
+            "long_agents:coder",
+            "--task-queue",
+            task_queue,
+            "--store",
+            env["RUNS_DIR"],
+            "--log-level",
+            "ERROR",
+        ],
+        env=full,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_worker_killed_around_a_continue_as_new(
+    when: str, client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """A worker SIGKILLed as the run continues as new: another finishes it, no event lost."""
+    turns, ledger, runs = 30, str(tmp_path / "ledger"), tmp_path / "runs"
+    env = {
+        "AGENTOR_HISTORY_BUDGET": str(BUDGET),
+        "LONG_RUN_RESULT_BYTES": "2000",
+        "LONG_RUN_LEDGER": ledger,
+        "RUNS_DIR": str(runs),
+    }
+    run_id = uuid.uuid4().hex
+    with ScriptedModelServer(scripted(turns)) as model:
+        first = _worker(temporal_address, task_queue, model, env)
+        second = None
+        try:
+            handle = await client.start_workflow(
+                "AgentRun",
+                {"agent": NAME, "input": "Read the repository.", "max_turns": turns + 1},
+                id=run_id,
+                task_queue=task_queue,
+            )
+            started = (await handle.describe()).run_id
+
+            async def there() -> bool:
+                described = await handle.describe()
+                if when == "after":
+                    return described.run_id != started
+                # the first execution's history is about to pass the budget
+                info = described.raw_description.workflow_execution_info
+                return described.run_id != started or info.history_size_bytes > BUDGET - 8_000
+
+            for _ in range(1200):
+                if await there():
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError(f"the run never got {when} its continue-as-new")
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+            second = _worker(temporal_address, task_queue, model, env)
+            outcome = await asyncio.wait_for(handle.result(), 240)
+        finally:
+            stop_process(first)
+            stop_process(second)
+    assert outcome["status"] == "completed"
+    events = await TemporalStore(client).aload(run_id)
+    assert [e.turn for e in events if e.type == "generation"] == list(range(1, turns + 2))
+    results = [e.call_id for e in events if e.type == "tool_result"]
+    assert sorted(results) == sorted(f"call_{n}" for n in range(1, turns + 1))
+    # a tool in flight when the worker died runs again (same call id); no other twice
+    runs_of = Counter(line.split()[1] for line in ledger_lines(ledger))
+    assert set(runs_of) == set(results) and sum(runs_of.values()) <= turns + 1
+    wait_until(lambda: len(FileStore(runs).load(run_id)) == len(events), "the mirror", 30)
+    assert [e.to_dict() for e in FileStore(runs).load(run_id)] == [e.to_dict() for e in events]
+
+
+async def test_a_run_the_old_50mb_limit_terminated_replays_and_resumes(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The golden history (recorded before continue-as-new) replays, and its run resumes."""
+    history = WorkflowHistory.from_json(
+        "limit-terminated", json.loads(gzip.decompress(GOLDEN.read_bytes()))
+    )
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+    segment = await TemporalStore(client).parse(history)
+    assert segment.status == "terminated"
+    recorded = segment.events
+    assert len(recorded) > 290 and recorded[-1].type == "tool_result"
+    # Temporal's copy is gone (another server); the store has the log: resume continues it
+    run_id = uuid.uuid4().hex
+    store = MemoryStore()
+    for event in recorded:
+        store.append(run_id, event)
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer([Reply("Done reading.")], keep_requests=1) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 10_000)], store=store)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            result = await agent.aresume(run_id)
+            request = model.requests[-1]["messages"]
+    assert result.status == "completed" and result.final_output == "Done reading."
+    assert ledger_lines(ledger) == []  # no tool ran again
+    tools = [e for e in recorded if e.type == "tool_result"]
+    assert sum(1 for m in request if m["role"] == "tool") == len(tools)
+    assert result.events[: len(recorded)] == recorded
+    assert [e.type for e in result.events[len(recorded) :]] == [
+        "run_start",
+        "generation",
+        "message",
+        "run_end",
+    ]
+
+
+async def test_resuming_a_conversation_too_large_to_send_whole(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A failed run whose conversation is past the 2 MB payload limit resumes by reference."""
+    turns, ledger, runs = 22, str(tmp_path / "ledger"), tmp_path / "runs"
+    refused: list[int] = []
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done < turns:
+            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+        if not refused:
+            refused.append(done)
+            return Fail(400, "context too long today")
+        return Reply(f"Read {done} chunks.")
+
+    with ScriptedModelServer(respond, keep_requests=1) as model:
+        agent = coder(
+            model,
+            client,
+            task_queue,
+            tools=[chunk_tool(ledger, 100_000)],
+            store=FileStore(runs),
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            failed = await agent.arun("Read the repository.", max_turns=turns + 5)
+            assert failed.status == "failed" and "context too long" in (failed.error or "")
+            result = await agent.aresume(failed.run_id)
+            last_request = model.requests[-1]["messages"]
+    assert result.status == "completed" and result.final_output == f"Read {turns} chunks."
+    assert len(json.dumps(last_request)) > 2_200_000
+    assert len(ledger_lines(ledger)) == turns  # no tool ran again
+    starts = [e for e in result.events if e.type == "run_start"]
+    assert len(starts) == 2 and starts[1].messages == last_request
+    assert [e.to_dict() for e in FileStore(runs).load(failed.run_id)] == [
+        e.to_dict() for e in result.events
+    ]
+    ref = agentor_ref.load()
+    if ref is not None:
+        assert ref.replay_messages(ref.FileStore(runs).load(failed.run_id)) == result.messages
+
+
+async def test_an_approval_after_several_continuations_pauses_the_run(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run() returns the pause of a later execution, and the decision reaches that execution."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    turns, ledger = 30, str(tmp_path / "ledger")
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done < turns:
+            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+        if done == turns:
+            return CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay")
+        return Reply("Paid bob.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(
+            model,
+            client,
+            task_queue,
+            tools=[chunk_tool(ledger, 2000), transfer_tool(ledger)],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await agent.arun("Read, then pay bob.", max_turns=turns + 5)
+            assert paused.status == "awaiting_approval"
+            assert [p.call_id for p in paused.pending_approvals] == ["call_pay"]
+            assert len(await TemporalStore(client).segments(paused.run_id)) >= 3
+            await agent.aapprove(paused.run_id, "call_pay", by="carol")
+            result = await agent.aresume(paused.run_id)
+    assert result.status == "completed" and result.final_output == "Paid bob."
+    assert sum(1 for line in ledger_lines(ledger) if line.startswith("transfer ")) == 1
+    decision = next(e for e in result.events if e.type == "approval_decision")
+    assert decision.status == "approved" and decision.result == "carol"
+
+
+async def test_text_deltas_stream_when_the_conversation_goes_by_reference(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A streamed answer to a conversation sent by reference arrives as deltas and whole."""
+    turns, ledger = 3, str(tmp_path / "ledger")
+    with ScriptedModelServer(scripted(turns), keep_requests=1) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 50_000)])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            received = [
+                e async for e in agent.stream_chat("Read.", stream_text=True, max_turns=turns + 1)
+            ]
+            last_request = model.requests[-1]["messages"]
+    deltas = [e for e in received if e.type == "text_delta"]
+    assert "".join(e.text or "" for e in deltas) == f"Read {turns} chunks."
+    assert received[-1].type == "run_end" and received[-1].status == "completed"
+    assert sum(1 for m in last_request if m["role"] == "tool") == turns

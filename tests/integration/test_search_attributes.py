@@ -1,0 +1,115 @@
+"""Search attributes: paused runs found by `AgentStatus`, costly ones by `AgentTokens`.
+
+Asked the way an operator asks, with the `temporal` CLI against the server;
+and `pending` (`waiting_calls`) finds exactly the same runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import uuid
+from typing import Any
+
+from temporalio.client import Client
+
+from agentor_temporal import Agentor
+from agentor_temporal._runs import waiting_calls
+from agentor_temporal.connection import temporal_binary
+from agentor_temporal.testing import USAGE, CallTool, Fail, Reply, ScriptedModelServer, Step
+
+from helpers import transfer_tool, wait_until, weather_tool
+
+TOKENS = USAGE["total_tokens"]
+
+
+def script(request: dict[str, Any]) -> Step:
+    """Pay -> a transfer (waits for a person); Weather -> the weather tool; Break -> a 400."""
+    messages = request["messages"]
+    if messages[-1]["role"] == "tool":
+        return Reply("Done.")
+    prompt = messages[-1]["content"]
+    if prompt.startswith("Pay"):
+        _, to, amount = prompt.split()
+        return CallTool("transfer", {"amount": int(amount), "to": to}, id=f"call_{to}")
+    if prompt.startswith("Weather"):
+        return CallTool("get_weather", {"city": "Oslo"})
+    return Fail(400, "bad request")
+
+
+def temporal_list(address: str, query: str) -> dict[str, dict[str, Any]]:
+    """`temporal workflow list --query ...` as an operator runs it: id -> search attributes."""
+    listed = subprocess.run(
+        [temporal_binary(), "workflow", "list", "--address", address, "-o", "json",
+         "--query", query],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    rows = json.loads(listed.stdout or "[]")
+    found = {}
+    for row in rows:
+        fields = (row.get("searchAttributes") or {}).get("indexedFields") or {}
+        found[row["execution"]["workflowId"]] = {
+            name: json.loads(base64.b64decode(payload["data"])) for name, payload in fields.items()
+        }
+    return found
+
+
+async def test_agent_status_and_tokens(
+    client: Client, temporal_address: str, task_queue: str
+) -> None:
+    """AgentStatus='awaiting_approval' lists exactly the paused runs; AgentTokens is their usage."""
+    name = f"Payer-{uuid.uuid4().hex[:6]}"
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name=name,
+            tools=[transfer_tool(), weather_tool()],
+            base_url=model.base_url,
+            api_key="test-key",
+            temporal=client,
+            task_queue=task_queue,
+        )
+        paused = [await agent.arun(f"Pay {to} {n}") for to, n in (("alice", 5), ("bob", 7))]
+        assert [r.status for r in paused] == ["awaiting_approval"] * 2
+        done = await agent.arun("Weather in Oslo?")
+        approved = await agent.arun("Pay carol 9")
+        await agent.aapprove(approved.run_id, "call_carol", by="dana")
+        approved = await agent.aresume(approved.run_id)
+        failed = await agent.arun("Break.")
+    assert [done.status, approved.status, failed.status] == ["completed", "completed", "failed"]
+
+    mine = f"AgentName = '{name}'"
+    waiting = wait_until(
+        lambda: temporal_list(temporal_address, f"{mine} AND AgentStatus = 'awaiting_approval'"),
+        "the paused runs in visibility",
+    )
+    assert set(waiting) == {r.run_id for r in paused}
+
+    everything = wait_until(
+        lambda: (
+            (rows := temporal_list(temporal_address, mine))
+            and all(r.get("AgentStatus") not in (None, "running") for r in rows.values())
+            and rows
+        ),
+        "every run's final status in visibility",
+    )
+    expected = {
+        paused[0].run_id: ("awaiting_approval", TOKENS),
+        paused[1].run_id: ("awaiting_approval", TOKENS),
+        done.run_id: ("completed", 2 * TOKENS),
+        approved.run_id: ("completed", 2 * TOKENS),
+        failed.run_id: ("failed", 0),
+    }
+    assert {k: (v["AgentStatus"], v["AgentTokens"]) for k, v in everything.items()} == expected
+    for result in (*paused, done, approved):
+        assert everything[result.run_id]["AgentTokens"] == result.usage.total_tokens
+    costly = temporal_list(temporal_address, f"{mine} AND AgentTokens >= {2 * TOKENS}")
+    assert set(costly) == {done.run_id, approved.run_id}
+
+    # `pending` reads the same attribute
+    calls = await waiting_calls(client, agent=name)
+    assert sorted((c.run_id, c.call_id) for c in calls) == sorted(
+        [(paused[0].run_id, "call_alice"), (paused[1].run_id, "call_bob")]
+    )
+    for result in paused:
+        await client.get_workflow_handle(result.run_id).terminate("test over")

@@ -1,0 +1,158 @@
+"""Continue-as-new: when a run starts a fresh execution, and what it carries over.
+
+A long run would outgrow Temporal's history limits (50 MB or 51,200 events,
+then the server terminates it). So between two turns, at a point where no
+tool is in flight, no approval is waiting and every event is in history, the
+run continues as new when the server suggests it
+(`is_continue_as_new_suggested`, from 4 MB or 4,096 events by default) or
+when its history passes the agent's budget (`AgentSpec.history_budget`,
+default 8 MB). A turn adds at most about 1 MB of tool results plus the
+model's answer, so no execution's history passes 10 MB.
+
+The new execution takes over everything that defines the run: the
+conversation (by reference, see `conversation`), the turn it is at and the
+segment's turn budget, the usage so far, the failure budget and withdrawn
+tools, the decisions people took, and the stream's offset. The whole-run
+event position is the input's `event_offset`; spend before the segment is
+`prior_usage`. Nothing is recorded for the continuation itself: the JSONL
+log reads as one segment, as Agentor writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowStreamState
+
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.conversation import Conversation
+from agentor_temporal.workflows.types import Decision
+
+
+@dataclass
+class Carry:
+    """What one execution of a segment hands to the next (`AgentRunInput.carry`)."""
+
+    #: turns done in the segment so far (turn numbers keep counting)
+    turn: int
+    #: the segment's turn budget (max_turns)
+    budget: int
+    #: when the segment started (its `run_end` reports it)
+    started: float
+    #: the conversation: a base in history and the messages after it
+    conversation: dict[str, Any]
+    #: tokens spent in the segment so far
+    usage: dict[str, int] = field(default_factory=dict)
+    #: failures per tool, and the tools withdrawn (in order)
+    failures: dict[str, int] = field(default_factory=dict)
+    disabled: list[str] = field(default_factory=list)
+    #: call_id -> the decision a person took (a repeated decision stays refused)
+    decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the run's stream, emptied (offsets and publisher dedup state only)
+    stream: dict[str, Any] | None = None
+    #: how many executions the segment has had before this one
+    executions: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Carry:
+        """Read the JSON form.
+
+        Raises:
+            ValueError: naming what is malformed.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f'"carry" must be an object, got {type(data).__name__}')
+        try:
+            carry = cls(
+                turn=int(data["turn"]),
+                budget=int(data["budget"]),
+                started=float(data["started"]),
+                conversation=dict(data["conversation"]),
+                usage={str(k): int(v) for k, v in (data.get("usage") or {}).items()},
+                failures={str(k): int(v) for k, v in (data.get("failures") or {}).items()},
+                disabled=[str(n) for n in data.get("disabled") or []],
+                decisions={str(k): dict(v) for k, v in (data.get("decisions") or {}).items()},
+                stream=data.get("stream"),
+                executions=int(data.get("executions") or 1),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f'"carry" is malformed: {exc}') from None
+        Conversation.from_dict(carry.conversation)
+        return carry
+
+    def decision_objects(self) -> dict[str, Decision]:
+        """The carried decisions as `Decision`s."""
+        return {k: Decision(**v) for k, v in self.decisions.items()}
+
+
+def stream_state(raw: Any) -> WorkflowStreamState | None:
+    """The stream state carried in a decoded workflow input, if any (never raises).
+
+    Read in the workflow's `__init__`, before the input is validated: a bad
+    input must still get a stream, and fail later with its own error.
+    """
+    if not isinstance(raw, dict) or not isinstance(raw.get("carry"), dict):
+        return None
+    state = raw["carry"].get("stream")
+    if not isinstance(state, dict):
+        return None
+    try:
+        converter = workflow.payload_converter()
+        result: WorkflowStreamState = converter.from_payload(
+            converter.to_payload(state), WorkflowStreamState
+        )
+    except Exception:
+        return None
+    return result
+
+
+def emptied(state: WorkflowStreamState) -> dict[str, Any]:
+    """A stream state without its items: the next execution starts past them.
+
+    The items are in history already (as journaled events); carrying them
+    would copy the whole execution's stream into the next one's input. A
+    follower still behind reads the missing events from history.
+    """
+    return {
+        "log": [],
+        "base_offset": state.base_offset + len(state.log),
+        "publishers": {
+            pid: {"sequence": p.sequence, "last_seen": p.last_seen.isoformat()}
+            for pid, p in state.publishers.items()
+        },
+    }
+
+
+@dataclass
+class HistoryGauge:
+    """How big the execution's history is, as of the current workflow task."""
+
+    bytes: int
+    events: int
+    suggested: bool
+
+    @classmethod
+    def now(cls) -> HistoryGauge:
+        """Read it from the workflow info (deterministic: the server sends it)."""
+        info = workflow.info()
+        return cls(
+            bytes=info.get_current_history_size(),
+            events=info.get_current_history_length(),
+            suggested=info.is_continue_as_new_suggested(),
+        )
+
+    def due(self, budget: int) -> bool:
+        """Whether the execution should continue as new at the next safe point."""
+        return self.suggested or self.bytes > budget or self.events > policies.HISTORY_EVENTS_BUDGET
+
+    def describe(self) -> str:
+        """For the run's current details."""
+        hint = " · continue-as-new suggested" if self.suggested else ""
+        size = f"{self.bytes / 1e6:.1f} MB" if self.bytes >= 1e6 else f"{self.bytes / 1e3:.0f} kB"
+        return f"history {size}, {self.events:,} events{hint}"
