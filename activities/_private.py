@@ -24,7 +24,10 @@ async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> 
     after the short heartbeat timeout. Calls shorter than `interval` never
     heartbeat at all, which keeps the server's load flat at high concurrency.
     """
-    if not activity.in_activity():
+    from agentor_temporal.activities._joining import IN_SHARED_CALL
+
+    # a shared call (see LiveCalls) is beaten for by the attempts awaiting it
+    if not activity.in_activity() or IN_SHARED_CALL.get():
         yield
         return
     # The heartbeat timeout runs from when the server handed the task out;

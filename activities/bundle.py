@@ -14,6 +14,8 @@ from temporalio import activity
 from agentor_temporal.activities import journal as _journal
 from agentor_temporal.activities import model as _model
 from agentor_temporal.activities import tools as _tools
+from agentor_temporal.activities._joining import LiveCalls
+from agentor_temporal.activities._private import heartbeating
 from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (
@@ -40,6 +42,9 @@ class AgentActivities:
 
     def __init__(self, registry: AgentRegistry) -> None:
         self.registry = registry
+        #: a retry of a model request or tool call that is still live (or just
+        #: finished) in this worker joins it instead of running it again
+        self.calls = LiveCalls()
 
     @activity.defn(name=policies.DESCRIBE_AGENT)
     async def describe_agent(self, inp: DescribeAgentInput) -> AgentSpec:
@@ -48,13 +53,17 @@ class AgentActivities:
 
     @activity.defn(name=policies.GENERATE)
     async def generate(self, inp: GenerateInput) -> GenerateResult:
-        """One model request."""
-        return await _model.generate(self.registry, inp)
+        """One model request (a retry joins the request still live in this worker)."""
+        if inp.stream_text:  # deltas belong to their own attempt
+            return await _model.generate(self.registry, inp)
+        async with heartbeating():
+            return await self.calls.run(lambda: _model.generate(self.registry, inp))
 
     @activity.defn(name=policies.CALL_TOOL)
     async def call_tool(self, inp: CallToolInput) -> CallToolResult:
-        """One tool call."""
-        return await _tools.call_tool(self.registry, inp)
+        """One tool call (a retry joins the call still live in this worker)."""
+        async with heartbeating():
+            return await self.calls.run(lambda: _tools.call_tool(self.registry, inp))
 
     @activity.defn(name=policies.JOURNAL)
     async def journal(self, inp: JournalInput) -> JournalResult:

@@ -47,6 +47,29 @@ DEV_DATA_DIR = ".temporal"
 #: A cold dev server is up in well under a second here; this bounds a slow disk.
 DEV_START_TIMEOUT = 30.0
 
+#: Dynamic config the embedded dev server starts with, each for a measured reason.
+#: `history.transferProcessorMaxPollRPS` (default 20) caps how often a history
+#: shard reads its transfer queue, the step that hands a new workflow task to
+#: matching. The dev server has one shard, so every run on it shares those 20
+#: reads a second: once their burst is spent, each workflow task after an
+#: activity waits for the next 50 ms tick, and a 3-step run settles on ~200 ms
+#: however fast the worker is (measured: 4-8 runs at 70-130 ms, then ~200 ms
+#: flat, for Agentor's runs and Temporal's OpenAI Agents integration alike; at
+#: 1,000 the same runs take ~100 ms). A real cluster has hundreds of shards,
+#: so there a single run rarely meets this cap; see docs/benchmarks.md.
+DEV_DYNAMIC_CONFIG: dict[str, int] = {
+    "history.transferProcessorMaxPollRPS": 1000,
+}
+
+
+def dev_server_args() -> list[str]:
+    """`temporal server start-dev` flags for `DEV_DYNAMIC_CONFIG`."""
+    args: list[str] = []
+    for key, value in DEV_DYNAMIC_CONFIG.items():
+        args += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
+    return args
+
+
 _ENV_KEYS = (
     "TEMPORAL_ADDRESS",
     "TEMPORAL_NAMESPACE",
@@ -227,6 +250,7 @@ def start_dev_server(
             "AgentTokens=Int",
             "--log-level",
             "warn",
+            *dev_server_args(),
         ]
         if codec_endpoint:
             command += ["--ui-codec-endpoint", codec_endpoint]

@@ -36,6 +36,7 @@ from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentor_temporal import telemetry
+from agentor_temporal._admission import admission
 from agentor_temporal._instrument import TelemetryInterceptor, watch_waiting
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
 from agentor_temporal.codec import (
@@ -49,8 +50,6 @@ from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.policies import (
     GRACEFUL_SHUTDOWN,
     MAX_CACHED_WORKFLOWS,
-    MAX_CONCURRENT_ACTIVITIES,
-    MAX_CONCURRENT_LOCAL_ACTIVITIES,
     STICKY_QUEUE_TIMEOUT,
 )
 
@@ -86,6 +85,13 @@ SEARCH_ATTRIBUTES = {**NAME_ATTRIBUTES, **STATUS_ATTRIBUTES}
 #: set is left alone).
 _SDK_STICKY_TIMEOUT = timedelta(seconds=10)
 _SDK_CACHE_SIZE = 1000
+#: Worker options that size slots; any of them set means the user sized the worker.
+_SLOT_OPTIONS = (
+    "max_concurrent_workflow_tasks",
+    "max_concurrent_activities",
+    "max_concurrent_local_activities",
+    "max_concurrent_nexus_tasks",
+)
 
 
 class ConfigError(Exception):
@@ -129,16 +135,18 @@ def tune(config: WorkerConfig) -> WorkerConfig:
 
     See `workflows/policies.py` for each value's reason: a short sticky
     timeout is what moves a dead worker's runs within the recovery budget,
-    and activity slots bound how far a busy worker accepts calls ahead of
-    starting them.
+    and activity slots are granted only while the calls a worker already
+    accepted are starting promptly (`agentor_temporal._admission`), so a busy
+    worker never holds a call long enough for its heartbeat to time out.
     """
     if config.get("sticky_queue_schedule_to_start_timeout") in (None, _SDK_STICKY_TIMEOUT):
         config["sticky_queue_schedule_to_start_timeout"] = STICKY_QUEUE_TIMEOUT
-    if config.get("tuner") is None:
-        if config.get("max_concurrent_activities") is None:
-            config["max_concurrent_activities"] = MAX_CONCURRENT_ACTIVITIES
-        if config.get("max_concurrent_local_activities") is None:
-            config["max_concurrent_local_activities"] = MAX_CONCURRENT_LOCAL_ACTIVITIES
+    sized = ("tuner", *_SLOT_OPTIONS)
+    if all(config.get(key) is None for key in sized):
+        # slots are granted only while accepted calls start promptly
+        tuner, interceptor, _ = admission()
+        config["tuner"] = tuner
+        config["interceptors"] = [*config.get("interceptors", []), interceptor]
     if config.get("max_cached_workflows") in (None, _SDK_CACHE_SIZE):
         config["max_cached_workflows"] = MAX_CACHED_WORKFLOWS
     if not config.get("graceful_shutdown_timeout"):

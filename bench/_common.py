@@ -61,10 +61,36 @@ def save(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
+async def dev_server(*, stock: bool = False) -> Any:
+    """An in-memory dev server: as the embedded launcher starts it, or `stock` as shipped.
+
+    The launcher's dynamic config (`agentor_temporal.connection.DEV_DYNAMIC_CONFIG`)
+    is what every user of the embedded server gets, so the benchmarks measure
+    that; `stock=True` is `temporal server start-dev` as other quickstarts run it.
+    """
+    from temporalio.testing import WorkflowEnvironment
+
+    from agentor_temporal.connection import dev_server_args, temporal_binary
+
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        ui=False,
+        dev_server_extra_args=["--log-level", "error", *([] if stock else dev_server_args())],
+    )
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory in MB (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def spawn_worker(
     address: str, task_queue: str, model_url: str, **env: str
 ) -> subprocess.Popen[str]:
-    """A worker process serving the benchmark weather agent (bench/agents.py)."""
+    """A worker process serving the benchmark weather agent (bench/weather_agent.py)."""
     full = dict(os.environ)
     full.update(env)
     full.update(
@@ -78,7 +104,7 @@ def spawn_worker(
             sys.executable,
             str(ROOT / "worker.py"),
             "--agents",
-            "agents:weather",
+            "weather_agent:weather",
             "--task-queue",
             task_queue,
             "--log-level",

@@ -17,11 +17,9 @@ import json
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -33,29 +31,11 @@ from agentor_temporal.store.replay import assistant_message, initial_messages
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows.activity_types import CallToolInput, GenerateInput
 
-from agents import get_weather
+from floor_workflow import BareThreeWorkflow, empty_activity
+from weather_agent import get_weather
 
 PROMPT = "What is the weather in London?"
 INSTRUCTIONS = "You are a helpful weather assistant."
-
-
-@activity.defn(name="bench_empty")
-async def empty_activity(n: int) -> int:
-    """Floor A's activity: does nothing."""
-    return n
-
-
-@workflow.defn(name="BareThree")
-class BareThreeWorkflow:
-    """Floor A: 3 empty activities in sequence (the agent does 3: gen, tool, gen)."""
-
-    @workflow.run
-    async def run(self, n: int) -> int:
-        for i in range(3):
-            await workflow.execute_activity(
-                empty_activity, i, start_to_close_timeout=timedelta(seconds=30)
-            )
-        return n
 
 
 Runner = Callable[[int], Awaitable[Any]]
@@ -77,7 +57,7 @@ class Scenario:
 
 
 def worker_options() -> dict[str, Any]:
-    """One worker sizing for every scenario: the one `build_worker` uses."""
+    """Floor A's worker sizing: the fixed sizes of `build_worker`'s policies."""
     from agentor_temporal.workflows.policies import (
         MAX_CACHED_WORKFLOWS,
         MAX_CONCURRENT_ACTIVITIES,
@@ -201,9 +181,8 @@ class Ours(Scenario):
         )
 
     async def __aenter__(self) -> Ours:
-        self.worker = build_worker(
-            self.client, [self.agent], task_queue=self.queue, **worker_options()
-        )
+        # sized by the plugin, as every user's worker is
+        self.worker = build_worker(self.client, [self.agent], task_queue=self.queue)
         await self.worker.__aenter__()
         return self
 

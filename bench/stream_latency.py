@@ -20,23 +20,18 @@ import uuid
 from typing import Any
 
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.testing import WorkflowEnvironment
 
-from agentor_temporal.connection import temporal_binary
+from agentor_temporal._start import start_segment
 from agentor_temporal.streaming import follow_timed
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.workflows.types import AgentRunInput
 
-from _common import machine, save, spawn_worker, summary, wait_ready
-from agents import weather
+from _common import dev_server, machine, save, spawn_worker, summary, wait_ready
+from weather_agent import weather
 
 
 async def main(runs: int, latency: float) -> dict[str, Any]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        ui=False,
-        dev_server_extra_args=["--log-level", "error"],
-    )
+    env = await dev_server()
     address = env.client.service_client.config.target_host
     task_queue = f"bench-stream-{uuid.uuid4().hex[:6]}"
     by_type: dict[str, list[float]] = {}
@@ -54,8 +49,13 @@ async def main(runs: int, latency: float) -> dict[str, Any]:
                 inp = AgentRunInput(
                     agent=weather.name, input="What is the weather in London?", stream_text=True
                 )
-                await weather._start(
-                    env.client, run_id, inp, WorkflowIDReusePolicy.REJECT_DUPLICATE
+                await start_segment(
+                    env.client,
+                    weather.definition,
+                    task_queue,
+                    run_id,
+                    inp,
+                    WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 )
                 sent_final = None
                 async for event, recorded in follow_timed(

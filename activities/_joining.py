@@ -1,0 +1,143 @@
+"""`LiveCalls`: a retried activity joins its earlier attempt when that is still in this worker.
+
+The server times an activity out by its clocks alone: a call that a busy
+worker started late, or whose completion reached the server late, is retried
+although the worker is alive and the model answered (or is answering). A new
+attempt would ask the model again, a paid request for an answer the worker
+already has. So each model request and tool call runs as a task of its own,
+keyed by (run, execution, activity id): a retry (attempt 2 on) that finds
+that task running awaits it, and one that finds it finished takes its
+result; a first attempt always calls. A call
+keeps running when its attempt is cancelled because the server gave up on it
+(so the retry can join it), and is cancelled with it otherwise (the run was
+cancelled, or the worker is shutting down). Finished calls are forgotten
+after `KEEP`, by which time any retry has long started. And an attempt that
+reaches Python only after its heartbeat timeout has passed does not call at
+all: the server has already given up on it and scheduled another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a finished call's result stays joinable. A retry starts after the
+#: heartbeat timeout plus a backoff of about a second; under load its start
+#: can lag a few seconds more.
+KEEP = 30.0
+
+#: Set inside a shared call: heartbeats belong to the attempts awaiting it.
+IN_SHARED_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "agentor_in_shared_call", default=False
+)
+
+#: Seconds of clock difference between server and worker tolerated before a
+#: late attempt is taken for one the server has already timed out. Measured
+#: at 500 runs in flight on an overloaded worker, 1 s let through retries
+#: that Python started before their own (5-6 s late) first attempt, each a
+#: second model request.
+CLOCK_SLACK = 0.5
+#: Attempts from this one on always call: a worker whose clock runs far
+#: ahead of the server's would otherwise take every attempt for a late one
+#: and never call at all. Refusing one costs only its retry backoff.
+ALWAYS_CALL_FROM = 3
+
+_Key = tuple[str, str, str]
+
+
+def _expired(info: activity.Info) -> bool:
+    """Whether the server has surely timed this attempt out (no beat of it can have arrived)."""
+    if info.heartbeat_timeout is None or info.started_time is None:
+        return False
+    if info.attempt >= ALWAYS_CALL_FROM:
+        return False
+    late = time.time() - info.started_time.timestamp()
+    return late > info.heartbeat_timeout.total_seconds() + CLOCK_SLACK
+
+
+class LiveCalls:
+    """This worker's model requests and tool calls, by activity."""
+
+    def __init__(self, keep: float = KEEP) -> None:
+        self.keep = keep
+        self._calls: dict[_Key, asyncio.Task[Any]] = {}
+        #: attempts that joined a live or finished call instead of running again
+        self.joined = 0
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    async def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        """`await make()` once per activity, however many attempts ask.
+
+        Outside an activity (tests, the in-process floor) it just awaits.
+        """
+        if not activity.in_activity():
+            return await make()
+        info = activity.info()
+        key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
+        task = self._calls.get(key) if info.attempt > 1 else None
+        if task is None or task.cancelled() or (task.done() and task.exception() is not None):
+            if _expired(info):
+                # started after the server gave up on it: its answer could never
+                # be recorded, and the attempt the server made instead will ask
+                logger.warning(
+                    "%s attempt %d of run %s reached this worker %.1f s after it started, "
+                    "past its heartbeat timeout; not calling",
+                    info.activity_type,
+                    info.attempt,
+                    info.workflow_id,
+                    time.time() - info.started_time.timestamp(),
+                )
+                raise ApplicationError(
+                    "the attempt started after its heartbeat timeout",
+                    type="AttemptExpired",
+                    # expected under overload; the warning above says it once
+                    category=ApplicationErrorCategory.BENIGN,
+                )
+            task = asyncio.get_running_loop().create_task(self._shared(make))
+            self._calls[key] = task
+            task.add_done_callback(lambda done: self._finished(key, done))
+        else:
+            self.joined += 1
+            logger.info(
+                "%s attempt %d of run %s joins the call its attempt before started",
+                info.activity_type,
+                info.attempt,
+                info.workflow_id,
+            )
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            details = activity.cancellation_details()
+            if details is None or not (details.timed_out or details.not_found):
+                task.cancel()
+            raise
+
+    @staticmethod
+    async def _shared(make: Callable[[], Awaitable[T]]) -> T:
+        IN_SHARED_CALL.set(True)
+        return await make()
+
+    def _finished(self, key: _Key, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled():
+            # retrieved here so an unjoined failure is not logged as never retrieved
+            with contextlib.suppress(BaseException):
+                task.exception()
+        asyncio.get_running_loop().call_later(self.keep, self._forget, key, task)
+
+    def _forget(self, key: _Key, task: asyncio.Task[Any]) -> None:
+        if self._calls.get(key) is task:
+            del self._calls[key]

@@ -1,0 +1,137 @@
+"""A retried activity joins its earlier attempt in the same worker instead of calling again."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from temporalio.activity import ActivityCancellationDetails
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from agentor_temporal.activities._joining import LiveCalls
+
+
+def _attempt(n: int) -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, workflow_id="run-1", workflow_run_id="exec-1", activity_id="generate-1", attempt=n
+    )
+    return env
+
+
+class _Model:
+    """Counts calls; each waits until released."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.release = asyncio.Event()
+
+    async def ask(self) -> str:
+        self.calls += 1
+        await self.release.wait()
+        return f"answer {self.calls}"
+
+
+async def test_a_retry_joins_the_call_its_timed_out_attempt_left_running() -> None:
+    """Attempt 1 timed out by the server while its call runs: attempt 2 waits for that call."""
+    calls, model = LiveCalls(), _Model()
+    first = _attempt(1)
+    one = asyncio.ensure_future(first.run(calls.run, model.ask))
+    await asyncio.sleep(0.01)
+    first.cancel(ActivityCancellationDetails(timed_out=True))
+    with pytest.raises(asyncio.CancelledError):
+        await one
+    two = asyncio.ensure_future(_attempt(2).run(calls.run, model.ask))
+    await asyncio.sleep(0.01)
+    model.release.set()
+    assert await asyncio.wait_for(two, 2) == "answer 1"
+    assert model.calls == 1 and calls.joined == 1
+
+
+async def test_a_retry_takes_the_result_of_a_call_that_already_finished() -> None:
+    """A completion that reached the server too late is not a reason to ask again."""
+    calls, model = LiveCalls(), _Model()
+    model.release.set()
+    assert await _attempt(1).run(calls.run, model.ask) == "answer 1"
+    assert await _attempt(2).run(calls.run, model.ask) == "answer 1"
+    assert model.calls == 1
+
+
+async def test_a_cancelled_run_cancels_the_call() -> None:
+    """A cancel the workflow asked for stops the call; a later attempt calls afresh."""
+    calls, model = LiveCalls(), _Model()
+    first = _attempt(1)
+    one = asyncio.ensure_future(first.run(calls.run, model.ask))
+    await asyncio.sleep(0.01)
+    first.cancel()  # cancel requested
+    with pytest.raises(asyncio.CancelledError):
+        await one
+    model.release.set()
+    assert await _attempt(2).run(calls.run, model.ask) == "answer 2"
+    assert model.calls == 2
+
+
+async def test_a_failed_call_is_made_again() -> None:
+    """Only a live or successful call is joined; a failure (a 503, say) is retried for real."""
+    calls = LiveCalls()
+    outcomes = [RuntimeError("503"), "ok"]
+
+    async def flaky() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    with pytest.raises(RuntimeError):
+        await _attempt(1).run(calls.run, flaky)
+    assert await _attempt(2).run(calls.run, flaky) == "ok"
+
+
+async def test_finished_calls_are_forgotten() -> None:
+    """Results are kept only long enough for a retry to find them."""
+    calls, model = LiveCalls(keep=0.05), _Model()
+    model.release.set()
+    await _attempt(1).run(calls.run, model.ask)
+    assert len(calls) == 1
+    deadline = asyncio.get_running_loop().time() + 2
+    while len(calls) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    assert len(calls) == 0
+
+
+async def test_an_attempt_that_arrives_after_its_heartbeat_timeout_does_not_call() -> None:
+    """The server gave up on it before Python started it: calling would be paid for nothing."""
+    calls, model = LiveCalls(), _Model()
+    model.release.set()
+    late = _attempt(1)
+    late.info = dataclasses.replace(
+        late.info,
+        heartbeat_timeout=timedelta(seconds=5),
+        started_time=datetime.now(timezone.utc) - timedelta(seconds=9),
+    )
+    with pytest.raises(ApplicationError, match="after its heartbeat timeout"):
+        await late.run(calls.run, model.ask)
+    on_time = _attempt(2)
+    on_time.info = dataclasses.replace(
+        on_time.info,
+        heartbeat_timeout=timedelta(seconds=5),
+        started_time=datetime.now(timezone.utc),
+    )
+    assert await on_time.run(calls.run, model.ask) == "answer 1"
+    assert model.calls == 1
+
+
+async def test_a_late_third_attempt_calls_all_the_same() -> None:
+    """A worker clock far ahead of the server's must not turn every attempt away."""
+    calls, model = LiveCalls(), _Model()
+    model.release.set()
+    skewed = _attempt(3)
+    skewed.info = dataclasses.replace(
+        skewed.info,
+        heartbeat_timeout=timedelta(seconds=5),
+        started_time=datetime.now(timezone.utc) - timedelta(seconds=60),
+    )
+    assert await skewed.run(calls.run, model.ask) == "answer 1"
