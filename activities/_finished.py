@@ -20,8 +20,8 @@ from agentor_temporal.workflows.activity_types import CallToolResult
 class FinishedCalls:
     """Answers of calls this process finished, by workflow execution and activity id."""
 
-    MAX_CALLS = 512
-    MAX_ANSWER_BYTES = 64_000
+    MAX_CALLS = 256
+    MAX_ANSWER_BYTES = 16_000
 
     def __init__(self) -> None:
         self._answers: OrderedDict[tuple[str, ...], CallToolResult] = OrderedDict()

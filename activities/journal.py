@@ -20,7 +20,7 @@ import logging
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentor_temporal.activities.conversations import full_messages, long_run_settings
+from agentor_temporal.activities.conversations import CACHE, full_messages, long_run_settings
 from agentor_temporal.activities.mirror import (
     mirror_into,
     reconcile,
@@ -108,6 +108,19 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
         # the request is already in history as the generate activity's input
         new[int(key) - inp.new_from].pop("messages", None)
     result = JournalResult(events=new, start=inp.new_from, refs=refs)
+    try:
+        return await _mirror(registry, inp, result)
+    finally:
+        if any(e.get("type") == "run_end" for e in inp.events):
+            # the segment ended: its conversation is never asked for again here
+            # (a resumed run reads its base from history once)
+            CACHE.forget(inp.run_id)
+
+
+async def _mirror(
+    registry: AgentRegistry, inp: JournalInput, result: JournalResult
+) -> JournalResult:
+    """Mirror everything unconfirmed into the agent's store; note an error in `result`."""
     if not inp.mirror:
         return result
     store = registry.store_for(inp.agent)

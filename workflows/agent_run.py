@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
     from agentor_temporal.workflows.run_ids import refuse_invalid_run_id
+    from agentor_temporal.workflows.stream_window import StreamWindow
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls
     from agentor_temporal.workflows.types import (
         AgentRunInput,
@@ -105,7 +106,9 @@ class AgentRunWorkflow:
         # every recorded event is also published here, so clients can follow a
         # run live (and the worker's activities can add text deltas)
         self._stream = WorkflowStream(stream_state(_decoded(raw)))
-        self._journal = Journal(self._stream.topic(policies.EVENTS_TOPIC))
+        self._journal = Journal(
+            self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
+        )
         self._approvals = Approvals()
         # spans, search attributes and metrics follow the recorded events
         self._observer = RunObserver()

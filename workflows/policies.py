@@ -196,6 +196,10 @@ HISTORY_EVENTS_BUDGET = 20_000
 #: deltas (published by the generate activity while the model streams).
 EVENTS_TOPIC = "events"
 DELTAS_TOPIC = "deltas"
+#: Encoded bytes of stream items a run keeps in memory beyond what history
+#: holds (see `stream_window`): a follower within it reads live; one further
+#: behind reads the events it missed from history.
+STREAM_WINDOW_BYTES = 1_000_000
 #: Deltas are batched into one signal per interval: each batch is a history
 #: event and a workflow task, so this trades delta latency for history size.
 DELTA_BATCH_INTERVAL = timedelta(milliseconds=100)
