@@ -124,6 +124,13 @@ class LiveCalls:
             details = activity.cancellation_details()
             if details is None or not (details.timed_out or details.not_found):
                 task.cancel()
+                # the call may answer its cancel with an error of its own: a
+                # stopping worker hands the task back (`WorkerStopping`), and
+                # that must reach Temporal rather than a bare cancel
+                await asyncio.wait([task])
+                error = None if task.cancelled() else task.exception()
+                if error is not None and not isinstance(error, asyncio.CancelledError):
+                    raise error from None
             raise
 
     @staticmethod

@@ -52,6 +52,19 @@ async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> 
             await task
 
 
+def waited() -> float:
+    """Seconds since the running activity was first scheduled (0 outside a worker).
+
+    Retries of one call share this clock, so budgets measured on it (how long
+    a provider may keep failing, how long a task waits for the right worker)
+    do not restart with each attempt.
+    """
+    if not activity.in_activity():
+        return 0.0
+    first = activity.info().scheduled_time.timestamp()
+    return max(0.0, time.time() - first) if first > 0 else 0.0
+
+
 def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """`text` cut to `limit` characters, saying so when it was cut."""
     if len(text) <= limit:

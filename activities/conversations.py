@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,11 @@ logger = logging.getLogger(__name__)
 #: entry per run: a worker serving 80 runs of 3 MB conversations at once
 #: keeps them all.
 DEFAULT_CACHE_BYTES = 256_000_000
+#: Seconds a run's conversation stays cached unused. A run's next turn comes
+#: within seconds; one that waits longer (for a person, or served by another
+#: worker since) reads its base from history once, instead of every run this
+#: worker ever served holding memory until the cache's byte bound evicts it.
+IDLE_SECONDS = 300.0
 
 
 def _env_int(name: str) -> int:
@@ -85,13 +91,20 @@ class Known:
 class ConversationCache:
     """Conversations by (run_id, digest), least recently used dropped first.
 
+    A run's entry goes when the run ends (`forget`) or has been idle for
+    `idle` seconds (`expire`), so a worker's memory returns once its runs end.
+
     Args:
         max_bytes: the sum of the cached conversations' encoded sizes.
+        idle: seconds after which an unused entry is dropped by `expire`.
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES, idle: float = IDLE_SECONDS) -> None:
         self.max_bytes = max_bytes
+        self.idle = idle
         self._items: OrderedDict[tuple[str, str], Known] = OrderedDict()
+        #: when each entry was last put or found (monotonic seconds)
+        self._used: dict[tuple[str, str], float] = {}
         self._bytes = 0
         self._lock = threading.Lock()
         #: lookups that found nothing (tests and the benchmark read it)
@@ -105,19 +118,37 @@ class ConversationCache:
                 self.misses += 1
                 return None
             self._items.move_to_end((run_id, digest))
+            self._used[(run_id, digest)] = time.monotonic()
             return item
 
     def put(self, run_id: str, digest: str, known: Known) -> None:
         """Keep a conversation; a run's older ones go (only the latest is asked for)."""
         with self._lock:
-            for key in [k for k in self._items if k[0] == run_id]:
-                self._bytes -= len(self._items.pop(key).encoded)
+            self._drop([k for k in self._items if k[0] == run_id])
             known.digest = digest
             self._items[(run_id, digest)] = known
+            self._used[(run_id, digest)] = time.monotonic()
             self._bytes += len(known.encoded)
             while self._bytes > self.max_bytes and len(self._items) > 1:
-                _, dropped = self._items.popitem(last=False)
-                self._bytes -= len(dropped.encoded)
+                self._drop([next(iter(self._items))])
+
+    def forget(self, run_id: str) -> None:
+        """Drop the run's conversations (it ended: nothing asks for them again)."""
+        with self._lock:
+            self._drop([k for k in self._items if k[0] == run_id])
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop entries unused for `idle` seconds; return how many went."""
+        cutoff = (time.monotonic() if now is None else now) - self.idle
+        with self._lock:
+            stale = [k for k, used in self._used.items() if used < cutoff]
+            self._drop(stale)
+            return len(stale)
+
+    def _drop(self, keys: list[tuple[str, str]]) -> None:
+        for key in keys:
+            self._bytes -= len(self._items.pop(key).encoded)
+            self._used.pop(key, None)
 
     def latest(self, run_id: str) -> Known | None:
         """The run's conversation this worker has, whatever its digest."""
@@ -131,6 +162,7 @@ class ConversationCache:
         """Forget everything."""
         with self._lock:
             self._items.clear()
+            self._used.clear()
             self._bytes = 0
 
 

@@ -6,20 +6,27 @@ journal's *result* is the new events, which is how `TemporalStore` reads a
 run's story out of history with no worker running; its *input* (never
 persisted) also carries events the store has not confirmed, so a store that
 failed is caught up on the next step. Mirroring is idempotent by position: the
-store is counted and only events past its end are written.
+store is counted and only events past its end are written; a copy that is not
+what this process last wrote is first checked against the run's record
+(`activities.mirror`), so a damaged or foreign log is set aside, never extended.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
-import threading
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentor_temporal.activities.conversations import full_messages, long_run_settings
+from agentor_temporal.activities.conversations import CACHE, full_messages, long_run_settings
+from agentor_temporal.activities.mirror import (
+    mirror_into,
+    reconcile,
+    store_count,
+    unchanged,
+)
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
 from agentor_temporal.store.base import Store
 from agentor_temporal.store.events import Event
@@ -33,53 +40,23 @@ from agentor_temporal.workflows.types import AgentSpec
 logger = logging.getLogger(__name__)
 
 
-def store_count(store: Store, run_id: str) -> int:
-    """Events the store holds for the run (fast when the store can count)."""
-    count = getattr(store, "count", None)
-    if callable(count):
-        return int(count(run_id))
-    return len(store.load(run_id))
-
-
-def mirror_into(
-    store: Store,
-    run_id: str,
-    start: int,
-    events: list[Event],
-    lock: threading.Lock | None = None,
-) -> int:
-    """Write the events whose position is past the store's end; return its new length.
-
-    `events[0]` belongs at position `start`. A store shorter than `start` is
-    left alone (the caller backfills the gap first). A store without
-    `append_from` is counted and appended to under `lock`, so two journal
-    steps of one run in this process cannot both append the same event.
-    """
-    append_from = getattr(store, "append_from", None)
-    if callable(append_from):
-        return int(append_from(run_id, start, events))
-    with lock or contextlib.nullcontext():
-        have = store_count(store, run_id)
-        if have < start:
-            return have
-        for event in events[have - start :]:
-            store.append(run_id, event)
-            have += 1
-        return max(have, start + len(events))
-
-
 def catch_up(store: Store, run_id: str, events: list[Event], agent: str) -> int | None:
-    """Append to `store` the events of a finished run that its copy lacks.
+    """Make the store's copy of a finished run complete and true to `events`.
 
-    For a mirror that fell behind (a store that failed until the run's end):
-    idempotent by position like every mirror write, and only for runs of
-    `agent`, so resuming someone else's finished run writes nothing. Logs
-    and returns None instead of raising: the run's result matters more.
+    For a mirror that fell behind (a store that failed until the run's end),
+    or one that was damaged meanwhile: a copy that matches is extended with
+    what it lacks; one that does not is set aside and rewritten (see
+    `activities.mirror`). Only for runs of `agent`, so resuming someone
+    else's finished run writes nothing. Logs and returns None instead of
+    raising: the run's result matters more.
     """
     starts = [e for e in events if e.type == "run_start"]
     if not starts or starts[-1].agent != agent:
         return None
     try:
+        have = reconcile(store, run_id, events)
+        if have is None:
+            return None
         return mirror_into(store, run_id, 0, events)
     except Exception as exc:
         logger.error(
@@ -99,6 +76,16 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
         agent = registry.get(inp.agent)
     except UnknownAgentError as exc:
         raise ApplicationError(str(exc), type="UnknownAgent", non_retryable=True) from None
+    if inp.fingerprint and agent.fingerprint() != inp.fingerprint:
+        # the segment has not started: failing it costs nothing, and a local
+        # activity cannot leave its task for another worker
+        raise ApplicationError(
+            f"The run was started for agent {inp.agent!r} built as {inp.fingerprint}, but "
+            f"this worker's is built differently ({agent.fingerprint()}); a worker with "
+            "the same definition (same model, instructions and tools) must run it.",
+            type="AgentDefinitionMismatch",
+            non_retryable=True,
+        )
     spec = agent.spec(
         mirror=registry.store_for(inp.agent) is not None,
         search_attributes=registry.search_attributes,
@@ -121,6 +108,19 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
         # the request is already in history as the generate activity's input
         new[int(key) - inp.new_from].pop("messages", None)
     result = JournalResult(events=new, start=inp.new_from, refs=refs)
+    try:
+        return await _mirror(registry, inp, result)
+    finally:
+        if any(e.get("type") == "run_end" for e in inp.events):
+            # the segment ended: its conversation is never asked for again here
+            # (a resumed run reads its base from history once)
+            CACHE.forget(inp.run_id)
+
+
+async def _mirror(
+    registry: AgentRegistry, inp: JournalInput, result: JournalResult
+) -> JournalResult:
+    """Mirror everything unconfirmed into the agent's store; note an error in `result`."""
     if not inp.mirror:
         return result
     store = registry.store_for(inp.agent)
@@ -128,6 +128,7 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
         return result
     events = [Event.from_dict(e) for e in inp.events]
     start = inp.start
+    lock = registry.run_lock(store, inp.run_id)
     try:
         for key, request in inp.requests.items():
             # a generation sent by reference: the store gets its whole request
@@ -138,11 +139,19 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
                 )
                 events[index].messages = known.messages
         have = await asyncio.to_thread(store_count, store, inp.run_id)
-        if have < start:
-            earlier = await _backfill(inp.run_id, have, start, store)
-            if earlier is not None:
-                events, start = earlier + events, have
-        lock = registry.run_lock(store, inp.run_id)
+        if have != start or not await asyncio.to_thread(unchanged, store, inp.run_id):
+            # a gap, an overlap, or a copy someone else touched: check it first
+            record = await _record(inp.run_id, store, start)
+            if record is not None:
+                kept = await asyncio.to_thread(
+                    functools.partial(
+                        reconcile, store, inp.run_id, record + events, lock, confirmed=start
+                    )
+                )
+                if kept is None:
+                    result.error = "the store's copy does not match the run"
+                    return result
+                events, start = record + events, 0
         result.mirrored = await asyncio.to_thread(
             mirror_into, store, inp.run_id, start, events, lock
         )
@@ -160,11 +169,11 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
     return result
 
 
-async def _backfill(run_id: str, have: int, start: int, store: Store) -> list[Event] | None:
-    """Events `have..start` of the run, read from Temporal, or None if unavailable.
+async def _record(run_id: str, store: Store, start: int) -> list[Event] | None:
+    """Events `0..start` of the run as recorded (Temporal; a fork's parent or a store-seeded prefix first).
 
-    A fork's first events are its parent's: read from the parent's history,
-    or from `store` when only the store has the parent.
+    None when they cannot be read now (outside a worker, Temporal unreachable,
+    or history does not hold them all yet): the check waits for a later step.
     """
     try:
         client = activity.client()
@@ -173,17 +182,10 @@ async def _backfill(run_id: str, have: int, start: int, store: Store) -> list[Ev
     from agentor_temporal.workflows.projection import TemporalStore
 
     try:
-        earlier, _ = await TemporalStore(client).whole(run_id, store=store)
+        recorded, missing = await TemporalStore(client).whole(run_id, store=store)
     except Exception as exc:
-        logger.error("Cannot backfill the mirror of run %s from Temporal: %s", run_id, exc)
+        logger.error("Cannot read run %s from Temporal to check its mirror: %s", run_id, exc)
         return None
-    if len(earlier) < start:
-        logger.error(
-            "The mirror of run %s has %d events; Temporal has %d of the %d before this step",
-            run_id,
-            have,
-            len(earlier),
-            start,
-        )
+    if missing or len(recorded) < start:
         return None
-    return earlier[have:start]
+    return recorded[:start]

@@ -1,17 +1,27 @@
 """The `generate` activity: one chat-completions request through `openai`.
 
-Temporal owns retries, so the client's own are off and provider errors are
-sorted here: 408/409/429/5xx, connection errors and timeouts are retryable
-(honouring `Retry-After`); any other 4xx is the caller's mistake and fails the
-run at once with the provider's own message.
+Temporal owns retries, so the client's own are off and every failure is
+sorted here by whose it is. The provider's: 408/409/429/5xx, connection errors
+and timeouts are retried (honouring `Retry-After`) for MODEL_RETRY_BUDGET,
+any other 4xx fails the run at once with the provider's own message, and a
+malformed reply (no choices, a call without a name) is retried briefly, then
+fails the run saying what was wrong. Our machinery's (a stopping worker): the
+task goes back to Temporal. Our own code's: fails at once, never retried as
+if the provider were down. Text is made encodable before it is sent (a lone
+surrogate in a tool result must not poison every request of a run), and
+every message is redacted: URL credentials, query values, the API key. A
+long conversation may come by reference (see `conversations`): the worker
+rebuilds it from its cache or the run's history before sending.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import inspect
 import json
 import logging
+import re
 import time
 from datetime import timedelta
 from typing import Any
@@ -19,16 +29,34 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentor_temporal.activities._private import clip, heartbeating
-from agentor_temporal.activities.conversations import full_messages, remember
-from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
+from agentor_temporal.activities import _redact
+from agentor_temporal.activities._definition import definition_for
+from agentor_temporal.activities._errors import (
+    instead_of_cancel,
+    internal_error,
+    is_machinery,
+    safe_str,
+    worker_stopping,
+)
+from agentor_temporal.activities._private import clip, heartbeating, waited
+from agentor_temporal.activities.conversations import encode, full_messages, remember
+from agentor_temporal.activities.registry import AgentRegistry
+from agentor_temporal.store.encoding import encodable
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.redaction import redact_url
 
 logger = logging.getLogger(__name__)
 
 #: Retry-After values above this are capped: a provider asking for an hour
-#: should not silently park a run; the retry policy's attempts bound the rest.
+#: should not silently park a run; the retry budget bounds the rest.
 MAX_RETRY_AFTER = timedelta(minutes=5)
+#: Error type of a reply the client could not read as a chat completion.
+MALFORMED_REPLY = "ModelReplyMalformed"
+
+
+class MalformedReply(Exception):
+    """The provider answered, but not with a usable chat completion."""
 
 
 def _retry_after(headers: Any) -> timedelta | None:
@@ -67,17 +95,19 @@ def _provider_message(exc: Any) -> str:
 
 
 def model_error(exc: Exception) -> ApplicationError | None:
-    """Map an `openai` exception to the error Temporal should see (None: not ours)."""
+    """Map an `openai` exception to the error Temporal should see (None: not the provider's).
+
+    Every message is redacted (URL credentials and query values, known keys).
+    """
     import openai
 
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        message = clip(_provider_message(exc))
+        message = clip(_redact.clean(_provider_message(exc)))
         if status in (408, 409, 429) or status >= 500:
-            return ApplicationError(
+            return _unavailable(
                 f"Model endpoint answered {status}: {message}",
-                type="ModelUnavailable",
-                next_retry_delay=_retry_after(exc.response.headers),
+                _retry_after(exc.response.headers),
             )
         return ApplicationError(
             f"Model request failed with {status}: {message}",
@@ -87,21 +117,57 @@ def model_error(exc: Exception) -> ApplicationError | None:
     if isinstance(exc, openai.APIConnectionError):
         url = getattr(getattr(exc, "request", None), "url", None)
         kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
-        return ApplicationError(
-            f"Model endpoint {kind}{f' at {url}' if url else ''}: {exc}",
-            type="ModelUnavailable",
-        )
+        where = f" at {redact_url(str(url))}" if url else ""
+        return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}"))
+    if isinstance(exc, (openai.APIResponseValidationError, MalformedReply)):
+        return malformed(_redact.clean(str(exc)))
+    if isinstance(exc, json.JSONDecodeError):
+        # the body (or a streamed chunk) is not JSON: an HTML error page, a proxy
+        return malformed(f"not JSON: {exc}")
     return None
+
+
+def _unavailable(message: str, delay: timedelta | None = None) -> ApplicationError:
+    """A provider failure: retried until the budget is spent, then final."""
+    spent = waited() > policies.MODEL_RETRY_BUDGET.total_seconds()
+    if spent:
+        message += (
+            f" (still failing after {policies.MODEL_RETRY_BUDGET.total_seconds() / 60:g} "
+            "minutes of retries)"
+        )
+    return ApplicationError(
+        message, type="ModelUnavailable", next_retry_delay=delay, non_retryable=spent
+    )
+
+
+def malformed(detail: str) -> ApplicationError:
+    """A reply that is not a usable completion: retried a few times, then final."""
+    final = waited() > policies.MALFORMED_REPLY_BUDGET.total_seconds()
+    return ApplicationError(
+        f"The model endpoint's reply is malformed ({detail})"
+        + ("; it kept answering so, so the run fails" if final else ""),
+        type=MALFORMED_REPLY,
+        non_retryable=final,
+        next_retry_delay=policies.MALFORMED_REPLY_RETRY_DELAY,
+    )
 
 
 def _usage(raw: Any) -> dict[str, int]:
     usage = getattr(raw, "usage", None)
     if usage is None:
         return {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+
+    def count(name: str) -> int:
+        value = getattr(usage, name, 0)
+        try:
+            return int(value or 0)
+        except (TypeError, ValueError):
+            return 0
+
     return {
-        "input_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-        "output_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
-        "total_tokens": int(getattr(usage, "total_tokens", 0) or 0),
+        "input_tokens": count("prompt_tokens"),
+        "output_tokens": count("completion_tokens"),
+        "total_tokens": count("total_tokens"),
     }
 
 
@@ -114,8 +180,25 @@ def _reasoning(message: Any) -> str | None:
     return None
 
 
-def _request(inp: GenerateInput, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    request: dict[str, Any] = {"model": inp.model, **inp.model_settings}
+#: A lone-surrogate escape in encoded JSON (`\\udcff`, `\\ud800`): the cheap test for
+#: a pre-encoded conversation that needs cleaning. Pairs match too (rarely: an
+#: emoji is escaped as one); cleaning joins them again.
+_SURROGATE_ESCAPE = re.compile(rb"\\ud[89a-f][0-9a-f]{2}")
+
+
+def prepared_request(
+    inp: GenerateInput, messages: list[dict[str, Any]], encoded: bytes | None = None
+) -> tuple[dict[str, Any], bytes | None]:
+    """The request as sent, and its pre-encoded messages, with every text encodable.
+
+    A lone surrogate (a file name decoded with surrogateescape) becomes
+    U+FFFD, in the messages and in a pre-encoded conversation alike: it
+    cannot be encoded as UTF-8, and escaped it is JSON strict parsers refuse.
+    """
+    messages = encodable(messages)
+    if encoded is not None and _SURROGATE_ESCAPE.search(encoded):
+        encoded = encode(messages)
+    request: dict[str, Any] = {"model": inp.model, **encodable(inp.model_settings)}
     # The openai client walks every message through its type-driven transform
     # before encoding: about 1 ms a message (measured: 570 ms for a 600-message
     # conversation, 35 ms for 20), so each turn of a long run would be slower
@@ -124,31 +207,45 @@ def _request(inp: GenerateInput, messages: list[dict[str, Any]]) -> dict[str, An
     request["messages"] = []
     request["extra_body"] = {**(request.get("extra_body") or {}), "messages": messages}
     if inp.tools:
-        request["tools"] = inp.tools
-    return request
+        request["tools"] = encodable(inp.tools)
+    return request, encoded
+
+
+async def _conversation(inp: GenerateInput) -> tuple[list[dict[str, Any]], bytes | None]:
+    """The request's messages (and their encoding, for a conversation the worker holds)."""
+    if inp.conversation is None:
+        # sent whole: the run's first request by reference will name it
+        remember(inp.run_id, inp.messages, inp.position)
+        return inp.messages, None
+    try:
+        # sent by reference: the base is in this worker's cache or the run's history
+        known = await full_messages(inp.run_id, inp.conversation, inp.messages, inp.position)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        # our own state, read from Temporal: worth another attempt, never the model's
+        raise ApplicationError(
+            _redact.clean(f"Could not rebuild the conversation: {safe_str(exc)}"),
+            type="ConversationUnavailable",
+        ) from None
+    return known.messages, known.encoded
 
 
 async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResult:
     """Ask the model once; heartbeat while waiting (and stream deltas if asked)."""
+    agent = await definition_for(registry, inp.agent, inp.fingerprint, f"turn {inp.turn}")
     try:
-        agent = registry.get(inp.agent)
         client = registry.openai_client(agent)
-    except (UnknownAgentError, ValueError) as exc:
+    except ValueError as exc:
         raise ApplicationError(str(exc), type="ModelRequestError", non_retryable=True) from None
     started = time.time()
     try:
         async with heartbeating():
-            messages, encoded = inp.messages, None
-            if inp.conversation is not None:
-                # sent by reference: the base is in this worker's cache or the run's history
-                known = await full_messages(
-                    inp.run_id, inp.conversation, inp.messages, inp.position
-                )
-                messages, encoded = known.messages, known.encoded
-            else:
-                # sent whole: the run's first request by reference will name it
-                remember(inp.run_id, messages, inp.position)
-            request = _request(inp, messages)
+            messages, encoded = await _conversation(inp)
+            try:
+                request, encoded = prepared_request(inp, messages, encoded)
+            except Exception as exc:
+                raise internal_error("building the model request", exc, _redact.clean) from None
             if inp.stream_text:
                 from agentor_temporal.activities.streaming import stream_with_deltas
 
@@ -156,23 +253,20 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
                     client, request, inp, create=lambda r: create(client, r, encoded)
                 )
             else:
-                result = _result(await create(client, request, encoded))
+                result = parse_reply(await create(client, request, encoded))
     except ApplicationError:
         raise
-    except Exception as exc:
-        mapped = model_error(exc)
-        if mapped is None:
+    except asyncio.CancelledError:
+        replaced = instead_of_cancel(f"turn {inp.turn}'s model request")
+        if replaced is None:
             raise
-        if activity.in_activity():
-            logger.warning(
-                "generate %s turn %d attempt %d: %s",
-                inp.run_id,
-                inp.turn,
-                activity.info().attempt,
-                mapped.message,
-            )
-        raise mapped from None
+        raise replaced from None
+    except Exception as exc:
+        raise _classified(exc, inp) from None
     result.started_at, result.ended_at = started, time.time()
+    # a model told a key must not store it either
+    result.text = _redact.mask_secrets(result.text) if result.text else result.text
+    result.reasoning = _redact.mask_secrets(result.reasoning) if result.reasoning else None
     return result
 
 
@@ -207,21 +301,70 @@ async def create(client: Any, request: dict[str, Any], encoded: bytes | None = N
     )
 
 
-def _result(raw: Any) -> GenerateResult:
+def _classified(exc: Exception, inp: GenerateInput) -> ApplicationError:
+    """The error Temporal should see for a failed request, logged when it is the provider's."""
+    mapped = model_error(exc)
+    if mapped is None:
+        if is_machinery(exc):
+            return worker_stopping(f"turn {inp.turn}'s model request", exc)
+        if isinstance(exc, TypeError):
+            # create() refused an argument: a model setting the client does not know
+            return ApplicationError(
+                _redact.clean(f"The model request was refused by the client: {safe_str(exc)}"),
+                type="ModelRequestError",
+                non_retryable=True,
+            )
+        return internal_error("sending the model request", exc, _redact.clean)
+    if activity.in_activity():
+        logger.warning(
+            "generate %s turn %d attempt %d: %s",
+            inp.run_id,
+            inp.turn,
+            activity.info().attempt,
+            mapped.message,
+        )
+    return mapped
+
+
+def parse_reply(raw: Any) -> GenerateResult:
+    """A chat completion as a `GenerateResult`.
+
+    Raises:
+        MalformedReply: saying what is missing or wrong.
+    """
     choices = getattr(raw, "choices", None)
-    if not choices:
-        raise ApplicationError("Model answered with no choices", type="ModelUnavailable")
-    message = choices[0].message
-    calls = [
-        {
-            "id": tc.id,
-            "type": "function",
-            "function": {"name": tc.function.name, "arguments": tc.function.arguments or ""},
-        }
-        for tc in (message.tool_calls or [])
-    ]
+    if not isinstance(choices, list) or not choices:
+        raise MalformedReply(
+            "no choices"
+            if isinstance(choices, list)
+            else f"not a chat completion: {clip(str(raw), 200)}"
+        )
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        raise MalformedReply("the first choice has no message")
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        raise MalformedReply(f"the message content is {type(content).__name__}, not text")
+    calls = []
+    for index, tc in enumerate(getattr(message, "tool_calls", None) or []):
+        function = getattr(tc, "function", None)
+        name = getattr(function, "name", None)
+        if not isinstance(name, str) or not name:
+            raise MalformedReply(f"tool call {index} has no function name")
+        arguments = getattr(function, "arguments", None) or ""
+        if not isinstance(arguments, str):
+            raise MalformedReply(f"the arguments of tool call {index} are not a string")
+        call_id = getattr(tc, "id", None)
+        calls.append(
+            {
+                # a call needs an id to be answered; some servers leave it out
+                "id": call_id if isinstance(call_id, str) and call_id else f"call_{index}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+        )
     return GenerateResult(
-        text=message.content,
+        text=content,
         reasoning=_reasoning(message),
         calls=calls,
         usage=_usage(raw),

@@ -17,9 +17,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentor_temporal.activities import _redact
+from agentor_temporal.activities._finished import FinishedCalls
 from agentor_temporal.activities.tooldef import Tool
 from agentor_temporal.store.base import Store
 from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
+from agentor_temporal.workflows.redaction import url_secrets
 from agentor_temporal.workflows.types import AgentSpec
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
@@ -42,9 +45,16 @@ class AgentDefinition:
     model_settings: dict[str, Any] = field(default_factory=dict)
     max_turns: int = 20
     max_tool_failures: int = 2
-    base_url: str | None = None
-    api_key: str | None = None
+    #: may carry credentials (`http://user:pw@host/v1?key=...`): never shown
+    base_url: str | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
     store: Store | None = None
+
+    def __post_init__(self) -> None:
+        # error text and log lines of this process mask these from now on
+        _redact.remember(self.api_key)
+        for secret in url_secrets(self.base_url):
+            _redact.remember(secret)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if any."""
@@ -136,8 +146,12 @@ class AgentRegistry:
         self.status_attributes = False
         #: set once it is known to have ForkedFrom
         self.fork_attribute = False
-        self._clients: dict[tuple[str, str, int], Any] = {}
+        #: openai clients per event loop (a client is bound to the loop it first
+        #: ran on), then per endpoint and key; a closed loop's are dropped
+        self._clients: dict[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = {}
         self._lock = threading.Lock()
+        #: answers of tool calls this process finished (see FinishedCalls)
+        self.finished_calls = FinishedCalls()
         # striped: bounded however many runs this worker serves
         self._run_locks = [threading.Lock() for _ in range(_RUN_LOCK_STRIPES)]
         self._tool_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -210,9 +224,16 @@ class AgentRegistry:
                 "No API key for the model: set OPENAI_API_KEY in the worker's environment "
                 "or pass api_key= to Agentor."
             )
-        key = (base_url, api_key, id(asyncio.get_running_loop()))
+        _redact.remember(api_key)
+        for secret in url_secrets(base_url):
+            _redact.remember(secret)
+        loop = asyncio.get_running_loop()
         with self._lock:
-            client = self._clients.get(key)
+            for stale in [other for other in self._clients if other.is_closed()]:
+                # bound to a loop that is gone: unusable, and holding its pool
+                del self._clients[stale]
+            clients = self._clients.setdefault(loop, {})
+            client = clients.get((base_url, api_key))
             if client is None:
                 client = AsyncOpenAI(
                     base_url=base_url,
@@ -220,5 +241,16 @@ class AgentRegistry:
                     max_retries=0,
                     timeout=570.0,  # under the activity's 10-minute start-to-close
                 )
-                self._clients[key] = client
+                clients[(base_url, api_key)] = client
         return client
+
+    async def close_clients(self) -> None:
+        """Close the openai clients made on the running loop (a stopping worker's)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            clients = list(self._clients.pop(loop, {}).values())
+        for client in clients:
+            try:
+                await client.close()
+            except Exception:  # closing is best effort: the process is stopping
+                pass

@@ -7,6 +7,13 @@ descriptions). A tool body runs inside the `call_tool` activity, where
 `tool_context()` exposes a stable idempotency key (run_id + call_id): a tool
 in flight when its worker dies runs again elsewhere, and that key is how a
 side-effecting tool makes the second attempt safe.
+
+A tool's own outcome is final: what it returns, what it raises, and running
+past its `timeout` all answer the model, and it runs again only when its
+worker was lost (or when it opts in with `retries=N`). A sync tool runs in a
+thread, which Python cannot stop: when it times out, the model is answered at
+once and the thread runs on to its end in the background (its result is
+discarded, and it holds one of the SYNC_TOOL_THREADS until it returns).
 """
 
 from __future__ import annotations
@@ -123,6 +130,14 @@ def tool_context() -> ToolContext:
     return ctx
 
 
+class ToolTimedOut(Exception):
+    """The tool ran past its timeout (its own outcome: the model is told)."""
+
+
+class PoolUnavailable(Exception):
+    """The thread pool refused the call (its worker is shutting down): not the tool's outcome."""
+
+
 class Tool:
     """A callable the model can ask for, with its schema and policies."""
 
@@ -136,11 +151,18 @@ class Tool:
         approval_timeout: float | None = None,
         on_approval_timeout: str = "deny",
         timeout: float | None = None,
+        retries: int = 0,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"a tool must be callable, got {type(fn).__name__}")
         if on_approval_timeout not in ("deny", "fail"):
             raise ValueError('on_approval_timeout must be "deny" or "fail"')
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", "tool"))
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
@@ -154,6 +176,9 @@ class Tool:
         self.approval_timeout = approval_timeout
         self.on_approval_timeout = on_approval_timeout
         self.timeout = timeout
+        #: times a raise or timeout is retried (by Temporal, with backoff)
+        #: before it answers the model; 0: the first outcome is final
+        self.retries = retries
         self._model = self._args_model(fn)
         schema = _strip_titles(self._model.model_json_schema())
         schema.setdefault("properties", {})
@@ -234,24 +259,58 @@ class Tool:
         args: dict[str, Any],
         context: ToolContext | None = None,
         executor: concurrent.futures.Executor | None = None,
+        *,
+        timeout: float | None = None,
     ) -> str:
-        """Run the tool; sync functions run in `executor`'s threads so the worker stays live."""
+        """Run the tool; sync functions run in `executor`'s threads so the worker stays live.
+
+        Raises:
+            ToolTimedOut: when it ran longer than `timeout` seconds (a sync
+                tool's thread runs on in the background).
+            PoolUnavailable: when the thread pool refused the call.
+            Exception: whatever the tool raised.
+        """
         kwargs = self.validate(args)
         token = _context.set(context)
         try:
             if inspect.iscoroutinefunction(self.fn):
-                value = await self.fn(**kwargs)
+                value = await _bounded(self.fn(**kwargs), timeout)
             else:
-                # the copied context carries tool_context() into the thread
-                context_copy = contextvars.copy_context()
-                value = await asyncio.get_running_loop().run_in_executor(
-                    executor, functools.partial(context_copy.run, self.fn, **kwargs)
-                )
+                value = await _bounded(self._in_thread(executor, kwargs), timeout)
                 if inspect.isawaitable(value):
-                    value = await value
+                    value = await _bounded(value, timeout)
         finally:
             _context.reset(token)
         return stringify(value)
+
+    def _in_thread(
+        self, executor: concurrent.futures.Executor | None, kwargs: dict[str, Any]
+    ) -> asyncio.Future[Any]:
+        # the copied context carries tool_context() into the thread
+        context_copy = contextvars.copy_context()
+        call = functools.partial(context_copy.run, self.fn, **kwargs)
+        try:
+            if executor is None:
+                return asyncio.get_running_loop().run_in_executor(None, call)
+            return asyncio.wrap_future(executor.submit(call))
+        except RuntimeError as exc:
+            # "cannot schedule new futures after (interpreter) shutdown": the
+            # tool never started, and this is no answer of the tool's
+            raise PoolUnavailable(str(exc)) from exc
+
+
+async def _bounded(awaitable: Any, timeout: float | None) -> Any:
+    """Await `awaitable`, giving up after `timeout` seconds (None: no limit)."""
+    future = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+    except BaseException:
+        future.cancel()
+        raise
+    if not done:
+        future.cancel()
+        raise ToolTimedOut(f"timed out after {timeout:g} s")
+    return future.result()
 
 
 @overload
@@ -269,6 +328,7 @@ def function_tool(
     approval_timeout: float | None = None,
     on_approval_timeout: str = "deny",
     timeout: float | None = None,
+    retries: int = 0,
     **compat: Any,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
@@ -283,6 +343,7 @@ def function_tool(
     approval_timeout: float | None = None,
     on_approval_timeout: str = "deny",
     timeout: float | None = None,
+    retries: int = 0,
     **compat: Any,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a function into a tool, with or without arguments.
@@ -296,7 +357,12 @@ def function_tool(
         approval_timeout: seconds a person has to decide; None waits forever.
         on_approval_timeout: "deny" (answer the model with a denial) or
             "fail" (end the run) when the approval timeout expires.
-        timeout: start-to-close seconds for one call (default 30 minutes).
+        timeout: seconds one call may run (default 30 minutes). A call that
+            runs longer answers the model "timed out" and is not run again;
+            a sync tool's thread runs on to its end in the background.
+        retries: how many times a call that raised or timed out is run again
+            (by Temporal, with backoff, same idempotency key) before its error
+            answers the model. Default 0: a tool's own outcome is final.
         **compat: Agentor's `name_override` / `description_override` are
             honoured; its other legacy options are accepted and ignored.
 
@@ -317,6 +383,7 @@ def function_tool(
             approval_timeout=approval_timeout,
             on_approval_timeout=on_approval_timeout,
             timeout=timeout,
+            retries=retries,
         )
 
     return decorate(func) if func is not None else decorate

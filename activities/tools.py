@@ -1,45 +1,63 @@
 """The `call_tool` activity: one tool call, one activity execution.
 
-A tool that raises answers the model with the error (Agentor's behaviour)
-and the activity succeeds, so Temporal never retries a tool's own failure.
-Only a lost worker or a timeout makes Temporal run the call again, and then
-the tool sees the same idempotency key through `tool_context()`.
+A tool's own outcome is final and answers the model: what it returns, what it
+raises (even an exception that cannot be printed), and running past its
+timeout. The activity succeeds with that answer, so Temporal never runs the
+tool again for it; a tool opts into retries with `@function_tool(retries=N)`.
+What is not the tool's outcome is never recorded as one: a worker that is
+stopping (its thread pool refuses work, or its shutdown cancels the call)
+hands the task back to Temporal, and a worker whose agent differs from the
+run's leaves it for one that matches. So only a lost or stopping worker makes
+a call run again, and then the tool sees the same idempotency key through
+`tool_context()`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agentor_temporal.activities import _redact
+from agentor_temporal.activities._definition import definition_for
+from agentor_temporal.activities._errors import (
+    being_cancelled,
+    instead_of_cancel,
+    safe_str,
+    worker_stopping,
+)
 from agentor_temporal.activities._private import clip, heartbeating
-from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
-from agentor_temporal.activities.tooldef import ToolContext
+from agentor_temporal.activities.registry import AgentRegistry
+from agentor_temporal.activities.tooldef import PoolUnavailable, ToolContext, ToolTimedOut
+from agentor_temporal.store.encoding import encodable_text
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (
     ApprovalCheckInput,
     CallToolInput,
     CallToolResult,
 )
+from agentor_temporal.workflows.formatting import call_summary
 from agentor_temporal.workflows.payloads import clip_to_size
-from agentor_temporal.workflows.policies import MAX_TOOL_RESULT_BYTES
 
 logger = logging.getLogger(__name__)
+
+#: Error type of a tool failure retried because the tool asked for retries.
+TOOL_FAILED = "ToolFailed"
 
 
 def error_result(error: str, **extra: float | None) -> CallToolResult:
     """The result a failed call answers the model with (`result` = "Error: ...")."""
-    error = clip(error)
+    error = clip(_redact.clean(encodable_text(error)))
     return CallToolResult(result=f"Error: {error}", error=error, **extra)  # type: ignore[arg-type]
 
 
 async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResult:
-    """Run one tool call with heartbeats; never raise for the tool's own errors."""
-    try:
-        agent = registry.get(inp.agent)
-    except UnknownAgentError as exc:
-        raise ApplicationError(str(exc), type="UnknownAgent", non_retryable=True) from None
+    """Run one tool call with heartbeats; the tool's own outcome is the answer."""
+    summary = call_summary(inp.name, inp.args)
+    agent = await definition_for(registry, inp.agent, inp.fingerprint, summary)
     tool = agent.tool(inp.name)
     if tool is None:
         known = ", ".join(sorted(t.name for t in agent.tools)) or "none"
@@ -47,28 +65,60 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             result=f"Error: unknown tool {inp.name!r}. Available tools: {known}.",
             error="unknown tool",
         )
+    finished = registry.finished_calls.get(inp.call_id)
+    if finished is not None:
+        logger.info("Tool %s in run %s already ran here; answering from that", summary, inp.run_id)
+        return finished
     attempt = activity.info().attempt if activity.in_activity() else 1
     context = ToolContext(
         run_id=inp.run_id, call_id=inp.call_id, agent=inp.agent, turn=inp.turn, attempt=attempt
     )
+    limit = tool.timeout or policies.TOOL_START_TO_CLOSE.total_seconds()
     started = time.time()
     try:
         async with heartbeating():
-            text = await tool.call(inp.args, context, registry.tool_pool())
-    except Exception as exc:
-        logger.warning("Tool %s failed in run %s: %s", inp.name, inp.run_id, exc)
-        return error_result(
-            f"{type(exc).__name__}: {exc}", started_at=started, ended_at=time.time()
+            text = await tool.call(inp.args, context, registry.tool_pool(), timeout=limit)
+    except PoolUnavailable as exc:
+        raise worker_stopping(summary, exc) from None
+    except asyncio.CancelledError:
+        replaced = instead_of_cancel(summary)
+        if replaced is not None:
+            raise replaced from None
+        if being_cancelled():
+            raise  # the run is being cancelled: not the tool's answer either
+        answer = error_result(
+            "CancelledError: the tool cancelled itself", started_at=started, ended_at=time.time()
         )
+    except ToolTimedOut as exc:
+        answer = error_result(f"{tool.name} {exc}", started_at=started, ended_at=time.time())
+    except BaseException as exc:  # noqa: B036 - whatever the tool raised is its answer
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)) and being_cancelled():
+            raise
+        answer = error_result(safe_str(exc), started_at=started, ended_at=time.time())
+    else:
+        answer = _result(text, inp, started)
+    if answer.error is not None:
+        logger.warning("Tool %s failed in run %s: %s", summary, inp.run_id, answer.error)
+        if attempt <= tool.retries:
+            # the tool opted into retries: Temporal runs it again, with backoff
+            raise ApplicationError(
+                f"{answer.error} (attempt {attempt} of {tool.retries + 1})", type=TOOL_FAILED
+            )
+    registry.finished_calls.put(inp.call_id, answer)
+    return answer
+
+
+def _result(text: str, inp: CallToolInput, started: float) -> CallToolResult:
     ended = time.time()
-    clipped = clip_to_size(text, MAX_TOOL_RESULT_BYTES)
+    text = _redact.mask_secrets(encodable_text(text))
+    clipped = clip_to_size(text, policies.MAX_TOOL_RESULT_BYTES)
     if clipped != text:
         logger.warning(
             "Tool %s returned %d characters in run %s; cut to %d bytes as encoded",
             inp.name,
             len(text),
             inp.run_id,
-            MAX_TOOL_RESULT_BYTES,
+            policies.MAX_TOOL_RESULT_BYTES,
         )
     return CallToolResult(
         result=clipped, started_at=started, ended_at=ended, truncated=clipped != text
@@ -78,14 +128,25 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
 async def needs_approval(registry: AgentRegistry, inp: ApprovalCheckInput) -> bool:
     """Whether this call of the tool waits for a person.
 
-    A predicate that raises, or a tool this worker does not know, asks a
-    person: failing safe is the point of an approval gate.
+    A predicate that raises, a tool this worker does not know, or an agent
+    built differently from the run's asks a person: failing safe is the point
+    of an approval gate (and another definition's predicate is never used).
     """
     try:
-        tool = registry.get(inp.agent).tool(inp.name)
+        agent = registry.get(inp.agent)
+        if inp.fingerprint and agent.fingerprint() != inp.fingerprint:
+            logger.warning(
+                "Agent %r here differs from the run's; asking a person about %s",
+                inp.agent,
+                inp.name,
+            )
+            return True
+        tool = agent.tool(inp.name)
         if tool is None:
             return True
         return tool.needs_approval(tool.validate(inp.args))
     except Exception as exc:
-        logger.warning("Approval predicate of %s failed (%s); asking a person", inp.name, exc)
+        logger.warning(
+            "Approval predicate of %s failed (%s); asking a person", inp.name, safe_str(exc)
+        )
         return True

@@ -50,6 +50,7 @@ from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.policies import (
+    MAX_REQUEST_BYTES,
     MAX_TURN_RESULT_BYTES,
     WORKFLOW_TASK_TIMEOUT,
     WORKFLOW_TYPE,
@@ -325,9 +326,21 @@ async def start_fork(
     """Start the fork's workflow; refuse an id in use, overwriting nothing.
 
     Raises:
-        ValueError: when Temporal or the store already has a run `fork_id`.
+        ValueError: when Temporal or the store already has a run `fork_id`
+            (`ForkIdInUse`), or the fork's input is too large to start it.
     """
     taken = ForkIdInUse(f"Run {fork_id!r} already exists; choose an unused id.")
+    # the fork runs as this agent is built: a worker built otherwise leaves it alone
+    inp.fingerprint = agent.fingerprint()
+    size = encoded_size(inp.to_dict())
+    if size > MAX_REQUEST_BYTES:
+        # refused here, naming the limit, not by Temporal's raw "Blob data size exceeds limit"
+        raise ValueError(
+            f"The fork's input would be {size / 1e6:.2f} MB as Temporal encodes it, over the "
+            f"{MAX_REQUEST_BYTES / 1e6:.1f} MB limit of one request (Temporal accepts at most "
+            "2 MB in one payload). Send less input, or fork from a run Temporal holds (its "
+            "conversation then goes by reference)."
+        )
     if store is not None:
         existing: list[Event] = await asyncio.to_thread(store.load, fork_id)
         if existing:

@@ -8,7 +8,7 @@ workflow (refused input, terminated) reports the failure instead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from temporalio.client import (
@@ -16,20 +16,26 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.service import RPCError
 
 from agentor_temporal.activities import AgentDefinition
+from agentor_temporal.activities._redact import secrets as known_secrets
 from agentor_temporal.store import (
     Event,
     PendingApproval,
     RunResult,
     final_event,
+    initial_messages,
     replay_messages,
     total_usage,
 )
 from agentor_temporal.workflows import PausedState, Segment, TemporalStore
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.policies import MAX_REQUEST_BYTES
+from agentor_temporal.workflows.redaction import redact
 
 
 def check_input(input: Any) -> None:
@@ -55,13 +61,40 @@ def check_input(input: Any) -> None:
     )
 
 
+def check_size(agent: AgentDefinition, input: Any) -> None:
+    """Refuse an input whose first model request would not fit one Temporal payload.
+
+    Checked before anything starts: Temporal refuses a start over 2 MB with a
+    raw `Blob data size exceeds limit`, and a run whose first request is over
+    MAX_REQUEST_BYTES could only fail at its first turn.
+
+    Raises:
+        ValueError: naming the size and the limit.
+    """
+    first = initial_messages(agent.instructions, input)
+    schemas = [t.spec().openai_schema() for t in agent.tools]
+    size = encoded_size(first) + encoded_size(schemas)
+    if size > MAX_REQUEST_BYTES:
+        raise ValueError(
+            f"The input is too large: the first model request would be {size / 1e6:.2f} MB "
+            f"as Temporal encodes it, over the {MAX_REQUEST_BYTES / 1e6:.1f} MB limit of one "
+            "request (Temporal accepts at most 2 MB in one payload). Send less, or pass a "
+            "reference (a file name, a URL) and let a tool read it."
+        )
+
+
 def result_from(
     run_id: str,
     events: list[Event],
     outcome: dict[str, Any] | None,
     failure: str | None,
+    secrets: Sequence[str | None] = (),
 ) -> RunResult:
-    """The `RunResult` of a run that ended (or whose record is all there is)."""
+    """The `RunResult` of a run that ended (or whose record is all there is).
+
+    Its error is redacted: URL credentials, query values and `secrets` (and
+    every API key this process knows) are masked.
+    """
     end = final_event(events)
     if outcome is not None:
         status = str(outcome.get("status") or "completed")
@@ -70,6 +103,9 @@ def result_from(
         status, output, error = end.status or "completed", end.text, end.error
     else:
         status, output, error = "failed", None, failure or "the run ended without a result"
+    if error:
+        # redacted where it was made; again here, for runs recorded before that
+        error = redact(str(error), [*secrets, *known_secrets()])
     return RunResult(
         final_output=output,
         status=status,
@@ -169,6 +205,8 @@ async def _wait_paused(handle: WorkflowHandle[Any, Any]) -> PausedState | None:
     """The run's pause, or None when it ended (or cannot say) instead."""
     try:
         state: PausedState = await handle.execute_update("wait_paused", result_type=PausedState)
-    except (WorkflowUpdateFailedError, RPCError):
+    except (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
+        # the SDK turns this task's own cancellation (the run ended first)
+        # into a timeout error: nothing for anyone to retrieve
         return None
     return state

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import contextlib
 import logging
 import threading
@@ -28,6 +29,31 @@ from agentor_temporal.telemetry import with_caller_context
 
 T = TypeVar("T")
 logger = logging.getLogger("agentor_temporal")
+
+#: How long the exit hook waits for embedded workers to finish in-flight work
+#: (the SDK's graceful shutdown, then cancellation, which hands the task back).
+EXIT_DRAIN = 40.0
+
+
+def at_interpreter_exit(callback: Any) -> None:
+    """Call `callback` as the interpreter starts to exit, before thread pools shut down.
+
+    `threading._register_atexit` callbacks run (latest first) when the main
+    thread ends, before non-daemon threads are joined and before `atexit`
+    handlers. `concurrent.futures.thread` registers there too, when it is
+    first imported (lazily, by the first thread pool made): imported at the
+    top of this module, its hook is registered before ours and so runs after
+    it. Falls back to `atexit` where the hook is missing.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        try:
+            register(callback)
+            return
+        except RuntimeError:  # the interpreter is already shutting down
+            pass
+    atexit.register(callback)
+
 
 #: An embedded worker stays up this long after its last call ends, so a
 #: script making calls in a row does not pay a worker start for each.
@@ -84,6 +110,9 @@ class _EmbeddedWorker:
             await self.stop()
 
     async def stop(self) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
         async with self.lock:
             worker, task = self.worker, self.task
             self.worker, self.task = None, None
@@ -93,6 +122,7 @@ class _EmbeddedWorker:
             if task is not None:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await task
+            await self.registry.close_clients()
 
 
 class Runtime:
@@ -110,7 +140,8 @@ class Runtime:
         self._clients: dict[tuple[str, bool, EncryptionKeys | None], Client] = {}
         self._client_lock: asyncio.Lock | None = None
         self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
-        atexit.register(self.close)
+        self._closed = False
+        at_interpreter_exit(self.close)
 
     @classmethod
     def get(cls) -> Runtime:
@@ -238,8 +269,17 @@ class Runtime:
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(timeout)
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop embedded workers, then the loop and its thread (runs at exit)."""
+    def close(self, timeout: float = EXIT_DRAIN) -> None:
+        """Stop embedded workers, then the loop and its thread (runs at exit).
+
+        Safe to call more than once and from any thread but the loop's.
+        """
+        if self._closed or threading.current_thread() is self.thread:
+            return
+        self._closed = True
+        with Runtime._guard:
+            if Runtime._instance is self:
+                Runtime._instance = None
         if not self.loop.is_running():
             return
         self.stop_workers(timeout)
@@ -250,11 +290,14 @@ class Runtime:
             for task in rest:
                 task.cancel()
             await asyncio.gather(*rest, return_exceptions=True)
+            # let the SDK's cancelled RPCs hear of it before the loop stops
+            await asyncio.sleep(0)
+            self._clients.clear()
 
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result(timeout)
+            asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result(10.0)
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout)
-        with Runtime._guard:
-            if Runtime._instance is self:
-                Runtime._instance = None
+        self.thread.join(10.0)
+        if not self.thread.is_alive():
+            with contextlib.suppress(Exception):
+                self.loop.close()

@@ -23,7 +23,13 @@ from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input
 from agentor_temporal._fork import run_fork
-from agentor_temporal._results import await_result, check_input, check_owner, result_from
+from agentor_temporal._results import (
+    await_result,
+    check_input,
+    check_owner,
+    check_size,
+    result_from,
+)
 from agentor_temporal._runs import check_waiting, run_events, seeded_prefix, send_decision
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import segment_request_id, start_segment
@@ -319,9 +325,14 @@ class Agentor:
             max_turns: override the agent's budget for this run.
         """
         check_input(input)
+        check_size(self.definition, input)
         run_id = new_run_id() if run_id is None else validate_run_id(run_id)
         inp = AgentRunInput(
-            agent=self.name, input=input, max_turns=max_turns, stream_text=stream_text
+            agent=self.name,
+            input=input,
+            max_turns=max_turns,
+            stream_text=stream_text,
+            fingerprint=self.definition.fingerprint(),
         )
 
         async def produce() -> AsyncIterator[Event]:
@@ -497,10 +508,16 @@ class Agentor:
         check_input(input)
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        check_size(self.definition, input)
         run_id = new_run_id() if run_id is None else validate_run_id(run_id)
         client = await self._client()
         async with self._serving(client):
-            inp = AgentRunInput(agent=self.name, input=input, max_turns=max_turns)
+            inp = AgentRunInput(
+                agent=self.name,
+                input=input,
+                max_turns=max_turns,
+                fingerprint=self.definition.fingerprint(),
+            )
             await start_segment(
                 client,
                 self.definition,
@@ -566,6 +583,8 @@ class Agentor:
             in_temporal_from=in_temporal_from,
             max_turns=max_turns,
         )
+        # only a worker built as this agent may continue it
+        inp.fingerprint = self.definition.fingerprint()
         async with self._serving(client):
             # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
             # resumer that started first is attached to (USE_EXISTING), or, if

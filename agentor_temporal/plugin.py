@@ -39,6 +39,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from agentor_temporal import telemetry
 from agentor_temporal._admission import admission
 from agentor_temporal._instrument import TelemetryInterceptor, watch_waiting
+from agentor_temporal._memory import keep_memory_trimmed, preload, tune_allocator
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
 from agentor_temporal.codec import (
     KeysSetting,
@@ -322,9 +323,15 @@ class AgentorPlugin(SimplePlugin):
         return tune(config) if self.tune_worker else config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        """Register the search attributes runs set, then run the worker."""
+        """Register the search attributes runs set, then run the worker.
+
+        While it runs, freed memory is handed back to the OS (see `_memory`).
+        """
         if not self.registry.search_attributes:
             await ensure_search_attributes(worker.client, self.registry)
+        tune_allocator(arenas=False)
+        preload()
+        trimming = asyncio.create_task(keep_memory_trimmed())
         meter = telemetry.runtime_meter(worker.client)
         watching = None
         if meter is not None and self.registry.status_attributes:
@@ -332,5 +339,6 @@ class AgentorPlugin(SimplePlugin):
         try:
             await super().run_worker(worker, next)
         finally:
+            trimming.cancel()
             if watching is not None:
                 watching.cancel()

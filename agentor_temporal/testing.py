@@ -3,9 +3,10 @@
 A real HTTP server on localhost (the real `openai` client talks to it), run on
 its own thread and event loop so hundreds of concurrent requests cost little.
 Script it with steps: `Reply`, `CallTool`, `Fail` (an HTTP error, optionally
-with Retry-After), `Drop` (close the connection), `Hang` (answer late), or a
-function of the request. Without a script it plays the default agent: call
-the first tool offered, then answer with its result.
+with Retry-After), `Drop` (close the connection), `Hang` (answer late), `Raw`
+(any body at all: a malformed reply), or a function of the request. Without a
+script it plays the default agent: call the first tool offered, then answer
+with its result.
 
     with ScriptedModelServer([CallTool("get_weather", {"city": "London"}),
                               Reply("Sunny in London.")]) as server:
@@ -23,6 +24,7 @@ import contextlib
 import itertools
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -60,6 +62,15 @@ class Fail:
 
 
 @dataclass
+class Raw:
+    """Answer with exactly this body (a dict is sent as JSON): for malformed replies."""
+
+    body: Any
+    status: int = 200
+    content_type: str = "application/json"
+
+
+@dataclass
 class Drop:
     """Close the connection without answering (a connection error)."""
 
@@ -72,7 +83,9 @@ class Hang:
     then: Step | None = None
 
 
-Step = Union[Reply, CallTool, Fail, Drop, Hang, "list[CallTool]", Callable[[dict[str, Any]], Any]]
+Step = Union[
+    Reply, CallTool, Fail, Drop, Hang, Raw, "list[CallTool]", Callable[[dict[str, Any]], Any]
+]
 
 
 def _guess_args(tool: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -239,6 +252,12 @@ class ScriptedModelServer:
     # -- HTTP ------------------------------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            # asyncio sets it on TCP transports already; said here, since a
+            # reply held back by Nagle's algorithm adds 40 ms to every turn
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             while True:
                 line = await reader.readline()
@@ -293,13 +312,24 @@ class ScriptedModelServer:
             if isinstance(step, Hang):
                 await asyncio.sleep(step.seconds)
                 step = step.then if step.then is not None else tool_then_answer(request)
-            elif callable(step) and not isinstance(step, (Reply, CallTool, Fail, Drop)):
+            elif callable(step) and not isinstance(step, (Reply, CallTool, Fail, Drop, Raw)):
                 step = step(request)
             else:
                 break
         if isinstance(step, Drop):
             writer.transport.abort()
             return False
+        if isinstance(step, Raw):
+            body = step.body
+            if not isinstance(body, (str, bytes)):
+                body = json.dumps(body)
+            data = body.encode() if isinstance(body, str) else body
+            writer.write(
+                f"HTTP/1.1 {step.status} Scripted\r\nContent-Type: {step.content_type}\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n".encode()
+                + data
+            )
+            return True
         if isinstance(step, Fail):
             extra = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
             kind = "rate_limit_error" if step.status == 429 else "invalid_request_error"

@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal import telemetry
+from agentor_temporal._memory import preload, tune_allocator
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import (
     EncryptionConfigError,
@@ -325,6 +326,8 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     names = ", ".join(a.name for a in agents)
+    # before "ready": the idle baseline includes what the first run imports
+    preload()
     running = asyncio.create_task(worker.run())
     logger.info(
         "Worker polling %r on %s (namespace %s) for %s%s",
@@ -397,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def launch(argv: Sequence[str] | None = None) -> NoReturn:
     """Run `main` and leave the process with its exit code (`python worker.py`)."""
+    # before the SDK's runtime starts its threads (each would take an arena)
+    tune_allocator()
     code = main(argv)
     # Everything is drained and reported by now. Leave without interpreter
     # finalization, which temporalio's Rust threads can race, turning exit 0 or

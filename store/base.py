@@ -7,13 +7,24 @@ become file names and Temporal workflow ids, so one validator guards both.
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from typing import Protocol, runtime_checkable
 
 from agentor_temporal.store.events import Event
 
-#: Longest run id accepted: a file name and a workflow id must both hold it.
-MAX_RUN_ID_LENGTH = 200
+#: Longest run id accepted, in bytes of UTF-8: `<id>.jsonl` and the name a
+#: damaged log is set aside under (`<id>.jsonl.damaged-<time>`, 40 bytes more)
+#: must fit the 255-byte file-name limit of common file systems, and a
+#: Temporal workflow id (1,000 bytes by default) must hold it.
+MAX_RUN_ID_BYTES = 200
+#: Kept for callers that read the old name; the limit is in bytes now.
+MAX_RUN_ID_LENGTH = MAX_RUN_ID_BYTES
+#: Unicode categories refused anywhere in a run id: controls (C0, DEL, C1 such
+#: as U+0085), format characters (bidi overrides like U+202E, zero-width
+#: joiners), lone surrogates (no file system can name them) and the line and
+#: paragraph separators, which break terminals, logs and visibility queries.
+_REFUSED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 
 
 @runtime_checkable
@@ -41,25 +52,45 @@ def validate_run_id(run_id: object) -> str:
     """Return `run_id` if it is safe as a file name and a workflow id.
 
     Refuses what could land a file outside a runs directory (`../x`,
-    `/tmp/x`, `a\\b`, `C:x`), hide it (`.x`), or break a terminal or a
-    visibility query (control characters, quotes). Real ids are uuid hex, so
-    this refuses nothing legitimate.
+    `/tmp/x`, `a\\b`, `C:x`), hide it (`.x`), name no file at all (longer
+    than MAX_RUN_ID_BYTES as UTF-8, or only whitespace), or break a terminal,
+    a log or a visibility query (quotes, and Unicode control, format and
+    separator characters: C0/C1 controls, bidi overrides, zero-width
+    characters). Real ids are uuid hex, so this refuses nothing legitimate.
+    Every entry point (facade, CLI, stores, the workflow itself) uses it.
 
     Raises:
         ValueError: naming the id and the rule it breaks.
     """
     if not isinstance(run_id, str) or not run_id:
         raise ValueError(f"Invalid run id {run_id!r}: it must be a non-empty string.")
+    if not run_id.strip():
+        raise ValueError(f"Invalid run id {run_id!r}: it is only whitespace.")
     if run_id.startswith("."):
         raise ValueError(f"Invalid run id {run_id!r}: it must not start with '.'.")
-    bad = [c for c in run_id if c in "/\\:'\"" or ord(c) < 32 or ord(c) == 127]
+    bad = sorted({c for c in run_id if c in "/\\:'\"" or _refused(c)})
     if bad:
+        shown = ", ".join(f"U+{ord(c):04X}" if _refused(c) else repr(c) for c in bad)
         raise ValueError(
-            f"Invalid run id {run_id!r}: it must not contain {''.join(sorted(set(bad)))!r} "
-            "(path separators, ':', quotes and control characters are refused)."
+            f"Invalid run id {_preview(run_id)}: it must not contain {shown} (path "
+            "separators, ':', quotes, and Unicode control, format and separator "
+            "characters are refused)."
         )
-    if len(run_id) > MAX_RUN_ID_LENGTH:
+    size = len(run_id.encode("utf-8"))
+    if size > MAX_RUN_ID_BYTES:
         raise ValueError(
-            f"Invalid run id {run_id[:20]!r}...: longer than {MAX_RUN_ID_LENGTH} characters."
+            f"Invalid run id {_preview(run_id)}: {size} bytes as UTF-8, over the "
+            f"{MAX_RUN_ID_BYTES} a run id may have (it names a file, and file names "
+            "are limited to 255 bytes)."
         )
     return run_id
+
+
+def _refused(char: str) -> bool:
+    return unicodedata.category(char) in _REFUSED_CATEGORIES
+
+
+def _preview(run_id: str) -> str:
+    """The id as it can be shown safely: escaped, and cut when long."""
+    text = run_id if len(run_id) <= 40 else run_id[:40] + "..."
+    return ascii(text)

@@ -8,9 +8,10 @@ worker, facade and tests all share this one definition.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
+
+from agentor_temporal.store.encoding import standard_json
 
 EventType = Literal[
     "run_start",
@@ -154,8 +155,13 @@ class Event:
         return data
 
     def to_json(self) -> str:
-        """One JSONL line (without the newline)."""
-        return json.dumps(self.to_dict(), default=str)
+        """One JSONL line (without the newline), in standard JSON any parser reads.
+
+        A lone surrogate (a file name decoded with surrogateescape) is written
+        as U+FFFD and a non-finite number as null: `json.dumps` would write
+        `\\udcff` and `NaN`, which strict parsers refuse.
+        """
+        return standard_json(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Event:

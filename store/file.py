@@ -5,19 +5,26 @@ a torn final line is skipped on load and cut off before the next append
 (appending onto it would glue a good event to the fragment), and a run id
 that could escape the directory or hide a file is refused. The logs hold
 prompts and tool results in the clear, so files and the directory are
-created readable by their owner only.
+created readable by their owner only. The store writes only inside its
+directory, whatever that directory holds: a run's file is opened without
+following links, and one that is a symbolic link, a hard link, a FIFO or
+anything but a regular file is refused. A log whose content does not match
+its run is never deleted: `set_aside` renames it beside the others.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 try:  # POSIX: lets two worker processes share one runs directory safely
     import fcntl
@@ -28,6 +35,15 @@ from agentor_temporal.store.base import validate_run_id
 from agentor_temporal.store.events import Event
 
 logger = logging.getLogger(__name__)
+
+#: Opened without following a symbolic link in the last component (where the
+#: platform can), and without blocking on a FIFO planted under a run's name.
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafeLogFile(OSError):
+    """A run's file is a link or not a regular file: the store refuses to use it."""
 
 
 class FileStore:
@@ -48,6 +64,10 @@ class FileStore:
         # fsync of one must not queue behind another's
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # the identity (inode, size, mtime) of each run's file as this store
+        # last wrote it: a file that no longer matches was touched by someone
+        # else, and must be checked before it is extended
+        self._written: dict[str, tuple[int, int, int]] = {}
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.directory)!r})"
@@ -87,21 +107,17 @@ class FileStore:
     @contextlib.contextmanager
     def _locked(self, run_id: str) -> Iterator[BinaryIO]:
         path = self.path(run_id)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with self._run_lock(run_id), os.fdopen(fd, "ab") as f:
+        with self._run_lock(run_id), _open_safely(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as f:
             if fcntl is not None:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             yield f
 
     def _write(self, run_id: str, f: BinaryIO, events: list[Event]) -> None:
-        path = self.path(run_id)
         size = f.seek(0, os.SEEK_END)
         if size > 0:
-            with path.open("rb") as tail:
-                tail.seek(-1, os.SEEK_END)
-                torn = tail.read(1) != b"\n"
-            if torn:
-                size = self._cut_torn_tail(path)
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                size = self._cut_torn_tail(f, self.path(run_id))
         data = b"".join((e.to_json() + "\n").encode("utf-8") for e in events)
         f.write(data)
         f.flush()
@@ -112,28 +128,117 @@ class FileStore:
             self._counts[run_id] = (size + len(data), cached[1] + len(events))
         else:
             self._counts.pop(run_id, None)
+        self._written[run_id] = _identity(os.fstat(f.fileno()))
 
     @staticmethod
-    def _cut_torn_tail(path: Path) -> int:
+    def _cut_torn_tail(f: BinaryIO, path: Path) -> int:
         """Drop a torn final fragment (a hard kill mid-write); return the new size."""
-        with path.open("rb+") as g:
-            data = g.read()
-            keep = data.rfind(b"\n") + 1
-            logger.warning(
-                "Removing a torn final line (%d bytes) from %s before appending",
-                len(data) - keep,
-                path,
-            )
-            g.truncate(keep)
-            g.flush()
-            os.fsync(g.fileno())
+        f.seek(0)
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        logger.warning(
+            "Removing a torn final line (%d bytes) from %s before appending",
+            len(data) - keep,
+            path,
+        )
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
         return keep
 
+    def unchanged(self, run_id: str) -> bool:
+        """Whether the run's file is exactly as this store last wrote or vouched for it.
+
+        True for a run without a file. False once anything else touched it
+        (another process, a person, a copy over it): its content must then be
+        checked against the run's record before it is extended.
+        """
+        try:
+            st = os.stat(self.path(run_id), follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        return self._written.get(run_id) == _identity(st)
+
+    def vouch(self, run_id: str) -> None:
+        """Record the run's file as checked: `unchanged` is True until it changes."""
+        with contextlib.suppress(FileNotFoundError):
+            self._written[run_id] = _identity(os.stat(self.path(run_id), follow_symlinks=False))
+
+    def set_aside(self, run_id: str) -> str | None:
+        """Rename the run's file out of the way (never delete it); return its new name.
+
+        The new name (`<id>.jsonl.damaged-<UTC time>`) is not a run's file, so
+        `list_runs` and `load` ignore it; None when there was no file.
+        """
+        path = self.path(run_id)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        with self._run_lock(run_id):
+            for n in range(1000):
+                target = path.with_name(f"{path.name}.damaged-{stamp}{f'-{n}' if n else ''}")
+                if target.exists() or target.is_symlink():
+                    continue
+                try:
+                    # link + unlink: never replaces a file that appeared meanwhile
+                    os.link(path, target, follow_symlinks=False)
+                    os.unlink(path)
+                except FileNotFoundError:
+                    return None
+                except FileExistsError:
+                    continue
+                except OSError as exc:  # no hard links here (some FUSE, FAT)
+                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                        raise
+                    os.rename(path, target)
+                self._counts.pop(run_id, None)
+                self._written.pop(run_id, None)
+                return target.name
+        raise OSError(errno.EEXIST, f"no free name to set {path} aside")
+
+    def retract(self, run_id: str, keep: int) -> str | None:
+        """Move the run's events from position `keep` on into a side file; return its name.
+
+        For events written ahead of the run's record that the record then did
+        not keep (a workflow task whose worker was lost after mirroring): they
+        are moved, never deleted, to `<id>.jsonl.unconfirmed-<UTC time>`.
+        None when there was nothing past `keep`.
+        """
+        path = self.path(run_id)
+        with self._locked(run_id) as f:
+            f.seek(0)
+            data = f.read()
+            cut, seen, position = None, 0, 0
+            for line in data.split(b"\n"):
+                if line.strip():
+                    if seen == keep:
+                        cut = position
+                        break
+                    seen += _readable(line)
+                position += len(line) + 1
+            if cut is None:
+                return None
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+            side = path.with_name(f"{path.name}.unconfirmed-{stamp}-{time.time_ns() % 10**6}")
+            with _open_safely(side, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
+                g.write(data[cut:])
+                g.flush()
+                os.fsync(g.fileno())
+            f.truncate(cut)
+            f.flush()
+            os.fsync(f.fileno())
+            self._counts.pop(run_id, None)
+            self._written[run_id] = _identity(os.fstat(f.fileno()))
+            return side.name
+
     def load(self, run_id: str) -> list[Event]:
-        """Every readable event of the run, in order ([] for an unknown run)."""
+        """Every readable event of the run, in order ([] for an unknown run).
+
+        Raises:
+            UnsafeLogFile: when the run's file is a link or not a regular file.
+        """
         path = self.path(run_id)
         try:
-            raw = path.read_bytes()
+            with _open_safely(path, os.O_RDONLY) as f:
+                raw = f.read()
         except FileNotFoundError:
             return []
         events: list[Event] = []
@@ -164,7 +269,7 @@ class FileStore:
     def _count_unlocked(self, run_id: str) -> int:
         path = self.path(run_id)
         try:
-            size = path.stat().st_size
+            size = os.stat(path, follow_symlinks=False).st_size
         except FileNotFoundError:
             return 0
         cached = self._counts.get(run_id)
@@ -188,3 +293,68 @@ class FileStore:
         """Remove a run's file (used by `prune`)."""
         self.path(run_id).unlink(missing_ok=True)
         self._counts.pop(run_id, None)
+        self._written.pop(run_id, None)
+
+
+def _readable(line: bytes) -> int:
+    """1 when `load` would read an event from this line, else 0."""
+    try:
+        data = json.loads(line)
+        if isinstance(data, dict):
+            Event.from_dict(data)
+            return 1
+    except (ValueError, TypeError):
+        pass
+    return 0
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@contextlib.contextmanager
+def _open_safely(path: Path, flags: int) -> Iterator[BinaryIO]:
+    """Open a run's file without following a link out of the store's directory.
+
+    Raises:
+        UnsafeLogFile: for a symbolic link, a hard link (the same file also
+            lives elsewhere), or anything but a regular file.
+        FileNotFoundError: when it does not exist (and `flags` do not create it).
+    """
+    if not _NO_FOLLOW & getattr(os, "O_NOFOLLOW", 0) and path.is_symlink():
+        raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link"))
+    try:
+        # owner only: the logs hold prompts and tool results in the clear
+        fd = os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
+            raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link")) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):
+            raise UnsafeLogFile(exc.errno, _refusal(path, "it is not a regular file")) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeLogFile(errno.EINVAL, _refusal(path, "it is not a regular file"))
+        if st.st_nlink > 1:
+            raise UnsafeLogFile(
+                errno.EMLINK,
+                _refusal(path, f"it has {st.st_nlink} hard links (writes would land elsewhere)"),
+            )
+        # regular files ignore O_NONBLOCK; cleared anyway so writes block as usual
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        mode = "rb" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "rb+"
+        f = cast(BinaryIO, os.fdopen(fd, mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
+
+
+def _refusal(path: Path, why: str) -> str:
+    return (
+        f"Refusing to use {path}: {why}. A FileStore reads and writes only regular "
+        "files inside its own directory; move it away to continue."
+    )

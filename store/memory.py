@@ -18,6 +18,8 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.runs: dict[str, list[Event]] = {}
+        #: logs set aside because they did not match their run, by new name
+        self.set_aside_runs: dict[str, list[Event]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -42,6 +44,27 @@ class MemoryStore:
         """Every run id, sorted."""
         with self._lock:
             return sorted(self.runs)
+
+    def set_aside(self, run_id: str) -> str | None:
+        """Move a run's log out of the way (never drop it); return its new name."""
+        with self._lock:
+            events = self.runs.pop(run_id, None)
+            if events is None:
+                return None
+            name = f"{run_id}.damaged-{len(self.set_aside_runs) + 1}"
+            self.set_aside_runs[name] = events
+            return name
+
+    def retract(self, run_id: str, keep: int) -> str | None:
+        """Move the run's events from position `keep` on aside; return their new name."""
+        with self._lock:
+            events = self.runs.get(run_id, [])
+            if len(events) <= keep:
+                return None
+            name = f"{run_id}.unconfirmed-{len(self.set_aside_runs) + 1}"
+            self.set_aside_runs[name] = events[keep:]
+            del events[keep:]
+            return name
 
     def delete(self, run_id: str) -> None:
         """Forget a run."""

@@ -340,3 +340,43 @@ async def until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+def weather_or_transfer(request: dict[str, Any]) -> Any:
+    """A model for agents with both tools: weather questions ask for the weather,
+    anything else for a transfer (which waits for approval); a tool result is answered."""
+    from agentor_temporal.testing import CallTool, Reply
+
+    messages = request.get("messages") or []
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        return Reply(f"Done: {last.get('content')}")
+    users = [m for m in messages if m.get("role") == "user"]
+    prompt = str(users[-1].get("content") or "") if users else ""
+    if "weather" in prompt.lower():
+        return CallTool("get_weather", {"city": "Paris"})
+    return CallTool("transfer", {"amount": 5, "to": "bob"})
+
+
+def plain_agent(ledger: str | None = None, **overrides: Any) -> Agentor:
+    """The agent of `procs/plain_script.py`: a transfer needing approval, and the weather.
+
+    Built from the environment (as the script is) unless `overrides` say otherwise.
+    """
+    ledger = ledger if ledger is not None else os.environ.get("AGENT_LEDGER")
+    options: dict[str, Any] = {
+        "tools": [transfer_tool(ledger), weather_tool(ledger)],
+        "name": "Plain Agent",
+    }
+    for key, env in (
+        ("base_url", "MODEL_BASE_URL"),
+        ("task_queue", "AGENT_TASK_QUEUE"),
+        ("temporal", "TEMPORAL_ADDRESS"),
+    ):
+        if key not in overrides:
+            options[key] = os.environ[env]
+    if "store" not in overrides:
+        store_dir = os.environ.get("AGENT_STORE")
+        options["store"] = FileStore(store_dir) if store_dir else None
+    options.update(overrides)
+    return weather_agent(**options)

@@ -16,6 +16,8 @@ class DescribeAgentInput:
     """Ask the worker for the registered agent's spec."""
 
     agent: str
+    #: the definition the run's starter expects ("": whatever the worker has)
+    fingerprint: str = ""
 
 
 @dataclass
@@ -40,6 +42,8 @@ class GenerateInput:
     #: whole-run position the `generation` event will take (the worker keeps
     #: it with the request, to rebuild a later one from there)
     position: int | None = None
+    #: the run's recorded agent fingerprint: only a worker built the same way runs it
+    fingerprint: str = ""
 
 
 @dataclass
@@ -68,6 +72,8 @@ class CallToolInput:
     name: str
     args: dict[str, Any]
     turn: int = 1
+    #: the run's recorded agent fingerprint: only a worker built the same way runs it
+    fingerprint: str = ""
 
 
 @dataclass
@@ -91,6 +97,8 @@ class ApprovalCheckInput:
     agent: str
     name: str
     args: dict[str, Any]
+    #: the run's recorded agent fingerprint: only a worker built the same way decides
+    fingerprint: str = ""
 
 
 @dataclass

@@ -28,7 +28,6 @@ with workflow.unsafe.imports_passed_through():
     # Dataclasses, constants and pure functions with no I/O or module state:
     # sharing the host's copies with the sandbox cannot leak nondeterminism,
     # and re-importing them for every run would only cost time.
-    from agentor_temporal.store.base import validate_run_id
     from agentor_temporal.store.events import Event, Usage
     from agentor_temporal.store.replay import assistant_message, initial_messages, tool_message
     from agentor_temporal.workflows import policies
@@ -45,7 +44,9 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
-    from agentor_temporal.workflows.tool_calls import ToolCalls
+    from agentor_temporal.workflows.run_ids import refuse_invalid_run_id
+    from agentor_temporal.workflows.stream_window import StreamWindow
+    from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls
     from agentor_temporal.workflows.types import (
         AgentRunInput,
         AgentSpec,
@@ -108,7 +109,9 @@ class AgentRunWorkflow:
         # every recorded event is also published here, so clients can follow a
         # run live (and the worker's activities can add text deltas)
         self._stream = WorkflowStream(stream_state(_decoded(raw)))
-        self._journal = Journal(self._stream.topic(policies.EVENTS_TOPIC))
+        self._journal = Journal(
+            self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
+        )
         self._approvals = Approvals()
         # spans, search attributes and metrics follow the recorded events
         self._observer = RunObserver()
@@ -230,7 +233,7 @@ class AgentRunWorkflow:
                 return await self._end("completed", seg, turn=turn, text=text)
             try:
                 results = await self._run_tools(seg, gen.calls, turn, failures.disabled)
-            except ApprovalExpired as exc:
+            except (ApprovalExpired, CallFailed) as exc:
                 return await self._end("failed", seg, turn=turn, error=str(exc))
             for event in results:
                 event.turn = turn
@@ -325,6 +328,8 @@ class AgentRunWorkflow:
             prior_usage=asdict(self._prior),
             stream_text=seg.stream_text,
             carry=carry.to_dict(),
+            # the next execution is described again: only by the same definition
+            fingerprint=seg.spec.fingerprint or None,
         )
         workflow.continue_as_new(following.to_dict())
 
@@ -358,14 +363,8 @@ class AgentRunWorkflow:
             raise ApplicationError(
                 f"Invalid AgentRun input: {detail}", type="InvalidInput", non_retryable=True
             ) from None
-        try:
-            validate_run_id(workflow.info().workflow_id)
-        except ValueError as exc:
-            # the run id is a file name in every store and what resume() takes;
-            # an id the facade refuses would give a run nothing can mirror or
-            # resume. Patched: runs started before this check carry on as before.
-            if workflow.patched(policies.PATCH_REFUSE_INVALID_RUN_ID):
-                raise ApplicationError(str(exc), type="InvalidRunId", non_retryable=True) from None
+        # the run id is a file name in every store and what resume() takes
+        refuse_invalid_run_id(workflow.info().workflow_id)
         return inp
 
     async def _begin(self, inp: AgentRunInput) -> _Segment:
@@ -373,7 +372,7 @@ class AgentRunWorkflow:
         self._agent, self._journal.offset = inp.agent, inp.event_offset
         self._prior = Usage.from_dict(inp.prior_usage)
         carry = Carry.from_dict(inp.carry) if inp.carry is not None else None
-        spec = self._spec = await self._describe(inp.agent)
+        spec = self._spec = await self._describe(inp.agent, inp.fingerprint)
         attributes = []
         if spec.search_attributes:
             attributes += [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
@@ -409,11 +408,11 @@ class AgentRunWorkflow:
             f"Forked from {origin.run_id} at event {origin.at + len(origin.events)}"
         )
 
-    async def _describe(self, agent: str) -> AgentSpec:
+    async def _describe(self, agent: str, fingerprint: str | None) -> AgentSpec:
         try:
             spec: AgentSpec = await workflow.execute_local_activity(
                 policies.DESCRIBE_AGENT,
-                DescribeAgentInput(agent=agent),
+                DescribeAgentInput(agent=agent, fingerprint=fingerprint or ""),
                 result_type=AgentSpec,
                 start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
                 retry_policy=policies.LOCAL_RETRY_POLICY,
@@ -424,9 +423,8 @@ class AgentRunWorkflow:
             # ApplicationError naming the known agents), not as ActivityError
             await self._release_handlers()
             # the workflow fails (not its task, which would retry forever)
-            raise ApplicationError(
-                failure_message(exc), type="UnknownAgent", non_retryable=True
-            ) from None
+            kind = exc.type if isinstance(exc, ApplicationError) and exc.type else "UnknownAgent"
+            raise ApplicationError(failure_message(exc), type=kind, non_retryable=True) from None
         return spec
 
     async def _generate(
@@ -473,6 +471,7 @@ class AgentRunWorkflow:
                     stream_text=seg.stream_text,
                     conversation=base.to_dict() if base is not None else None,
                     position=self._journal.position if base is not None else None,
+                    fingerprint=spec.fingerprint,
                 ),
                 result_type=GenerateResult,
                 start_to_close_timeout=policies.MODEL_START_TO_CLOSE,

@@ -79,6 +79,7 @@ class Approvals:
         args: dict[str, Any],
         call_id: str,
         turn: int,
+        fingerprint: str = "",
     ) -> Event | None:
         """Wait durably for a person; None means approved (run the tool).
 
@@ -89,7 +90,7 @@ class Approvals:
             ApprovalExpired: when the approval expired and the tool says "fail".
         """
         name = tool.name
-        if tool.approval == "predicate" and not await self._needed(agent, name, args):
+        if tool.approval == "predicate" and not await self._needed(agent, name, args, fingerprint):
             return None
         requested = workflow.now().timestamp()
         journal.record(
@@ -146,12 +147,14 @@ class Approvals:
             "for the same purpose; answer without it or explain what you cannot do.",
         )
 
-    async def _needed(self, agent: str, name: str, args: dict[str, Any]) -> bool:
+    async def _needed(
+        self, agent: str, name: str, args: dict[str, Any], fingerprint: str = ""
+    ) -> bool:
         """Ask the worker whether the tool's predicate wants a person for this call."""
         try:
             needed: bool = await workflow.execute_local_activity(
                 policies.NEEDS_APPROVAL,
-                ApprovalCheckInput(agent=agent, name=name, args=args),
+                ApprovalCheckInput(agent=agent, name=name, args=args, fingerprint=fingerprint),
                 result_type=bool,
                 start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
                 retry_policy=policies.LOCAL_RETRY_POLICY,

@@ -31,10 +31,15 @@ from agentor_temporal.workflows.payloads import encoded_size
 
 
 def canonical(value: Any) -> bytes:
-    """The bytes a digest is taken over (key order and spacing fixed)."""
+    """The bytes a digest is taken over (key order and spacing fixed).
+
+    `surrogatepass`: a lone surrogate (a file name decoded with
+    surrogateescape, in a tool result) must not fail the workflow task that
+    takes a digest; no history has such a digest, since it used to raise.
+    """
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    ).encode()
+    ).encode("utf-8", "surrogatepass")
 
 
 def chain_digest(base: str, tail: list[dict[str, Any]], encoded: bytes | None = None) -> str:

@@ -26,6 +26,7 @@ from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import JournalInput, JournalResult
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.stream_window import StreamWindow
 
 
 class Journal:
@@ -33,9 +34,10 @@ class Journal:
 
     Args:
         topic: the run's stream topic that followers read events from.
+        window: the stream's retained part; items of journaled events may go.
     """
 
-    def __init__(self, topic: WorkflowTopicHandle[Any]) -> None:
+    def __init__(self, topic: WorkflowTopicHandle[Any], window: StreamWindow | None = None) -> None:
         self.events: list[Event] = []
         #: events recorded before this segment (earlier segments, or a store)
         self.offset = 0
@@ -53,6 +55,9 @@ class Journal:
         self._lock = asyncio.Lock()
         #: called with each event as it is recorded (spans, search attributes, metrics)
         self.listeners: list[Callable[[Event], None]] = []
+        self._window = window
+        #: local event index -> the stream offset it was published at, until journaled
+        self._offsets: dict[int, int] = {}
 
     @property
     def position(self) -> int:
@@ -86,6 +91,8 @@ class Journal:
             self._refs[len(self.events)] = ref
         if request is not None:
             self._requests[len(self.events)] = request
+        if self._window is not None:
+            self._offsets[len(self.events)] = self._window.end()
         self._topic.publish(
             {
                 "index": self.position,
@@ -158,6 +165,11 @@ class Journal:
             )
             return
         self._journaled = total
+        if self._window is not None:
+            # stream items before the first event not in history may go
+            recorded = self._offsets.get(total, self._window.end())
+            self._offsets = {i: o for i, o in self._offsets.items() if i >= total}
+            self._window.release(recorded)
         if res.error is None and res.mirrored is not None:
             self._mirrored = res.mirrored
         # requests the store has now (or never needs) are not kept

@@ -36,32 +36,59 @@ MODEL_START_TO_CLOSE = timedelta(minutes=10)
 #: a worker that runs late; 4 s lost live calls under load (each costs a
 #: second model request), and 6 s bought nothing more in the same benchmark.
 MODEL_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
-#: Provider hiccups (429, 5xx, connection resets) are retried with backoff
-#: for about five minutes, then the run fails and `resume` can continue it.
+#: Provider hiccups (429, 5xx, connection resets) are retried with backoff.
+#: No attempt limit here: a lost worker or a worker stopping must never use
+#: up a run's budget (that would record our machinery's failure as the
+#: model's). The activity itself makes a provider failure final once
+#: MODEL_RETRY_BUDGET has passed since the call was first scheduled.
 MODEL_RETRY_POLICY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
-    maximum_attempts=15,
+    maximum_attempts=0,
     non_retryable_error_types=["ModelRequestError"],
 )
+#: How long a provider may keep failing (429, 5xx, unreachable) before the
+#: run fails and `resume` can continue it: about what 15 attempts with this
+#: backoff took when attempts were the limit.
+MODEL_RETRY_BUDGET = timedelta(minutes=5)
+#: A reply that is not a usable completion (`choices: []`, a call without a
+#: name) is retried this long, 1 s apart, then the run fails saying what was
+#: wrong: a garbled proxy answer gets a second chance, a model that always
+#: answers so does not hold the run for minutes.
+MALFORMED_REPLY_BUDGET = timedelta(seconds=5)
+MALFORMED_REPLY_RETRY_DELAY = timedelta(seconds=1)
+#: A worker whose agent is built differently from a run's (or lacks it)
+#: hands the run's tasks back this often, for a worker with the run's
+#: definition to take (see activities/_definition.py); after the patience
+#: the run fails naming what differs. Five minutes covers a rolling deploy's
+#: overlap; runs are never mixed meanwhile.
+DEFINITION_RETRY_DELAY = timedelta(seconds=1)
+DEFINITION_PATIENCE = timedelta(minutes=5)
 
-#: Default for one tool call; a tool may set its own with `timeout=`.
+#: Default for one tool call; a tool may set its own with `timeout=`. The
+#: activity enforces it and answers the model "timed out" (a tool's own
+#: outcome, never retried); the activity's start-to-close is that plus
+#: TOOL_TIMEOUT_GRACE, so it fires only for a worker that stopped answering.
 TOOL_START_TO_CLOSE = timedelta(minutes=30)
+TOOL_TIMEOUT_GRACE = timedelta(seconds=30)
 #: As for the model: a killed worker's tool call reruns elsewhere in seconds.
 #: A false alarm here is worse than for the model (an in-flight tool runs
 #: twice, though with the same idempotency key), so no shorter than the model's.
 TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
-#: A tool that raises answers the model inside the activity and is never
-#: retried; only lost workers and timeouts reach this policy. The first retry
-#: is almost immediate: the heartbeat timeout has already waited for the dead
-#: worker, and waiting again only adds to recovery (1 s here was 1 s of the
-#: measured recovery time; see bench/recovery.py).
+#: A tool's own outcome (return, raise, timeout) answers the model inside
+#: the activity and is never retried (unless the tool opts in with
+#: `retries=N`); only lost workers, stopping workers and a worker with a
+#: different definition reach this policy, and none of those is the tool's
+#: answer, so there is no attempt limit. The first retry is almost immediate:
+#: the heartbeat timeout has already waited for the dead worker, and waiting
+#: again only adds to recovery (1 s here was 1 s of the measured recovery
+#: time; see bench/recovery.py).
 TOOL_RETRY_POLICY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10),
-    maximum_attempts=5,
+    maximum_attempts=0,
 )
 
 #: Heartbeat cadence of long activities, on the server's clock. Every
@@ -75,6 +102,9 @@ HEARTBEAT_INTERVAL = timedelta(seconds=2)
 # recorded before it replay unchanged. Never reuse or rename one.
 #: A run whose workflow id is not a valid run id fails at its start.
 PATCH_REFUSE_INVALID_RUN_ID = "refuse-invalid-run-id"
+#: Run ids are also refused by encoded length and for Unicode control,
+#: format and separator characters (store.base.validate_run_id).
+PATCH_STRICT_RUN_ID = "strict-run-id"
 #: A turn whose results together exceed MAX_TURN_RESULT_BYTES has them cut.
 PATCH_TURN_RESULT_BUDGET = "turn-result-budget"
 #: A request over MAX_REQUEST_BYTES fails the run instead of being scheduled.
@@ -82,6 +112,10 @@ PATCH_REQUEST_SIZE_LIMIT = "request-size-limit"
 #: A cancelled run records its run_end, then closes as cancelled (before: it
 #: recorded a failure and closed as completed).
 PATCH_CLOSE_CANCELLED = "close-cancelled"
+#: A tool call that failed for a reason that is not the tool's (the run's
+#: definition nowhere to be found, a call lost for good) ends the run instead
+#: of answering the model with our machinery's failure.
+PATCH_MACHINERY_NOT_AN_ANSWER = "machinery-not-an-answer"
 #: Runs keep the AgentStatus / AgentTokens search attributes current.
 PATCH_AGENT_STATUS = "agent-status-search-attributes"
 #: A long run continues as new between turns (see `workflows/carry.py`).
@@ -162,6 +196,10 @@ HISTORY_EVENTS_BUDGET = 20_000
 #: deltas (published by the generate activity while the model streams).
 EVENTS_TOPIC = "events"
 DELTAS_TOPIC = "deltas"
+#: Encoded bytes of stream items a run keeps in memory beyond what history
+#: holds (see `stream_window`): a follower within it reads live; one further
+#: behind reads the events it missed from history.
+STREAM_WINDOW_BYTES = 1_000_000
 #: Deltas are batched into one signal per interval: each batch is a history
 #: event and a workflow task, so this trades delta latency for history size.
 DELTA_BATCH_INTERVAL = timedelta(milliseconds=100)

@@ -4,8 +4,12 @@ A call the model got wrong (arguments that are not a JSON object, a tool
 that does not exist or was withdrawn) is answered at once, without an
 activity. A call of a tool that needs approval passes the `Approvals` gate
 first. The rest run as `call_tool` activities, concurrently; the tool's own
-errors come back as results, so Temporal only retries lost workers and
-timeouts. Finally the turn's results are cut to fit one payload together.
+outcome (a return, a raise, a timeout) comes back as its result, so Temporal
+only retries what is not the tool's: lost or stopping workers, and workers
+whose agent differs from the run's. A call that fails for such a reason for
+good ends the run (`CallFailed`) rather than answer the model with our
+machinery's failure. Finally the turn's results are cut to fit one payload
+together.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.types import AgentSpec
+
+
+class CallFailed(Exception):
+    """A tool call failed for a reason that is not the tool's: the run ends, saying so."""
 
 
 def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
@@ -104,7 +112,14 @@ class ToolCalls:
             )
         if tool.approval != "never":
             answered = await self.approvals.gate(
-                self.journal, spec.name, spec.mirror, tool, args, str(call_id), turn
+                self.journal,
+                spec.name,
+                spec.mirror,
+                tool,
+                args,
+                str(call_id),
+                turn,
+                fingerprint=spec.fingerprint,
             )
             if answered is not None:
                 return answered
@@ -120,13 +135,17 @@ class ToolCalls:
                     name=name,
                     args=args,
                     turn=turn,
+                    fingerprint=spec.fingerprint,
                 ),
                 result_type=CallToolResult,
+                # the activity answers "timed out" at the tool's limit; this
+                # fires only for a worker that stopped answering altogether
                 start_to_close_timeout=(
                     timedelta(seconds=tool.timeout)
                     if tool.timeout
                     else policies.TOOL_START_TO_CLOSE
-                ),
+                )
+                + policies.TOOL_TIMEOUT_GRACE,
                 heartbeat_timeout=policies.TOOL_HEARTBEAT_TIMEOUT,
                 retry_policy=policies.TOOL_RETRY_POLICY,
                 activity_id=f"tool-{turn}-{index}",
@@ -139,7 +158,12 @@ class ToolCalls:
             ):
                 # the run is being cancelled: not the tool's answer
                 raise asyncio.CancelledError(failure_message(exc)) from None
-            # retries exhausted (timeouts, lost workers): the model hears it
+            if workflow.patched(policies.PATCH_MACHINERY_NOT_AN_ANSWER):
+                # not the tool's outcome (its own errors come back as results):
+                # the run stops rather than tell the model something untrue
+                raise CallFailed(
+                    f"The call {call_summary(name, args)} could not run: {failure_message(exc)}"
+                ) from None
             error = f"Tool call failed: {failure_message(exc)}"
             return _answer(name, call_id, error, f"Error: {error}", args=args)
         finally:

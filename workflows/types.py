@@ -26,6 +26,7 @@ _INPUT_KEYS = frozenset(
         "carry",
         "conversation",
         "fork",
+        "fingerprint",
     }
 )
 
@@ -141,6 +142,9 @@ class AgentRunInput:
     conversation: dict[str, Any] | None = None
     #: set on a fork's first segment: the parent events its log begins with
     fork: ForkOrigin | None = None
+    #: the agent definition the starter expects (`AgentDefinition.fingerprint()`):
+    #: a worker whose agent is built differently does not start the segment
+    fingerprint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -215,6 +219,9 @@ def parse_run_input(raw: Any) -> AgentRunInput:
             f'"event_offset" ({offset}) must equal "fork"."at" ({fork.at}): '
             "a fork's log begins with that many of its parent's events"
         )
+    fingerprint = raw.get("fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise ValueError('"fingerprint" must be a string')
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -226,6 +233,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         carry=carry,
         conversation=conversation,
         fork=fork,
+        fingerprint=fingerprint or None,
     )
 
 

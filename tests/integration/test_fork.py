@@ -238,6 +238,24 @@ async def test_an_empty_input_list_is_refused_and_nothing_is_made(
     assert FileStore(tmp_path / "runs").load(fork_id) == []
 
 
+async def test_an_oversize_input_is_refused_before_the_fork_starts(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """3 MB of new input: a ValueError naming the limit, not Temporal's raw refusal; no fork."""
+    agent = _agent(model, client, task_queue, tmp_path, ledger)
+    parent = await agent.arun(PROMPT)
+    assert parent.run_id is not None
+    fork_id = f"huge-{task_queue}"
+    requests = model.request_count
+
+    with pytest.raises(ValueError, match=r"fork's input would be 3\.\d+ MB .* over the 1\.5 MB"):
+        await agent.afork(parent.run_id, "x" * 3_000_000, fork_id=fork_id)
+
+    assert await TemporalStore(client).segments(fork_id) == []
+    assert FileStore(tmp_path / "runs").load(fork_id) == []
+    assert model.request_count == requests
+
+
 async def test_a_fork_id_in_use_is_refused_and_nothing_is_overwritten(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:

@@ -1,0 +1,121 @@
+"""Whose failure is it: the tool's or model's own answer, or our machinery's.
+
+The rule the activities follow: a tool's own outcome (a return, a raise, a
+timeout) and a model's own answer are final and recorded; a failure of our
+own machinery (the sync-tool pool already shut down, the worker stopping,
+the interpreter exiting) is never recorded as either. It is raised as a
+retryable `WorkerStopping`, so the task goes back to Temporal and another
+worker runs it. An error of our own code (not the provider's) is not retried
+as if the provider were down: it fails at once, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+#: Error types the activities raise (written into history; the UI shows them).
+WORKER_STOPPING = "WorkerStopping"
+INTERNAL_ERROR = "AgentorInternalError"
+
+#: Messages of the RuntimeErrors that say a pool or loop refuses work because
+#: its process or worker is shutting down (concurrent.futures and asyncio).
+_SHUTDOWN_MESSAGES = (
+    "cannot schedule new futures after",
+    "Event loop is closed",
+    "Executor shutdown has been called",
+    "interpreter shutdown",
+)
+
+
+def safe_str(exc: BaseException) -> str:
+    """`"Type: message"` for any exception, even one whose `__str__` raises."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:
+        try:
+            text = repr(exc)
+        except Exception:
+            text = f"<unprintable {name}>"
+    return f"{name}: {text}" if text else name
+
+
+def is_machinery(exc: BaseException | None) -> bool:
+    """Whether `exc` (or what it wraps) says our pool or loop is shutting down."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, RuntimeError):
+            try:
+                text = str(exc)
+            except Exception:
+                text = ""
+            if any(m in text for m in _SHUTDOWN_MESSAGES):
+                return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def worker_stopping(what: str, exc: BaseException | None = None) -> ApplicationError:
+    """The retryable error that hands a task back to Temporal from a stopping worker."""
+    detail = f" ({safe_str(exc)})" if exc is not None else ""
+    return ApplicationError(
+        f"This worker is stopping and could not run {what}{detail}; Temporal gives the "
+        "task to another worker. Nothing was recorded as its result.",
+        type=WORKER_STOPPING,
+        # expected during deploys and exits: logged by the SDK at debug level
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+def instead_of_cancel(what: str) -> ApplicationError | None:
+    """What to raise instead of a CancelledError our worker caused (None: re-raise it).
+
+    A worker stopping cancels its activities: that is not the call's outcome,
+    so the task goes back to Temporal (`WorkerStopping`). The server having
+    given up on this attempt (a heartbeat timeout while the worker was busy)
+    makes the completion moot: a quiet error, rather than a warning. A cancel
+    the run asked for stays a cancel.
+    """
+    if not activity.in_activity():
+        return None
+    details = activity.cancellation_details()
+    if details is None or details.cancel_requested:
+        return None
+    if details.worker_shutdown:
+        return worker_stopping(what)
+    if details.timed_out or details.not_found:
+        return ApplicationError(
+            f"The server gave up on this attempt of {what} (it timed out while this "
+            "worker was busy); another attempt runs it",
+            type=WORKER_STOPPING,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+    return None
+
+
+def being_cancelled() -> bool:
+    """Whether the current task is being cancelled (not just seeing a CancelledError)."""
+    if activity.in_activity() and activity.is_cancelled():
+        return True
+    task = asyncio.current_task()
+    cancelling: Any = getattr(task, "cancelling", None)
+    return bool(callable(cancelling) and cancelling())
+
+
+def internal_error(what: str, exc: BaseException, redact: Any = None) -> ApplicationError:
+    """A non-retryable error for a bug of ours: retrying would only repeat it."""
+    detail = safe_str(exc)
+    if redact is not None:
+        detail = redact(detail)
+    return ApplicationError(
+        f"agentor-temporal failed while {what} ({detail}). This is an error in "
+        "agentor-temporal or its configuration, not a provider outage, so it is not "
+        "retried; the run fails here and resume(run_id) continues it.",
+        type=INTERNAL_ERROR,
+        non_retryable=True,
+    )

@@ -1,0 +1,106 @@
+"""The secrets this process knows, and the loggers that must never print them.
+
+Every API key a worker is configured with (an agent's `api_key`, or
+`OPENAI_API_KEY`) is remembered here, so that error text and log lines mask
+it wherever it appears (a provider that echoes the key in its error body);
+URL credentials and query values are masked by their shape
+(`workflows.redaction`). The filters go on the loggers that can print an
+endpoint's URL or a provider's error: ours, `httpx`'s request lines, the
+openai client's, and the Temporal SDK's activity and worker loggers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+
+from agentor_temporal.workflows.redaction import (
+    MASK,
+    MIN_SECRET_CHARS,
+    RedactingFilter,
+    redact,
+)
+
+_known: set[str] = set()
+_guard = threading.Lock()
+_installed = False
+
+#: Loggers whose records may carry an endpoint URL or a provider's message.
+LOGGERS = (
+    "agentor_temporal",
+    "agentor_temporal.activities.model",
+    "agentor_temporal.activities.tools",
+    "agentor_temporal.activities.journal",
+    "agentor_temporal.activities.mirror",
+    "agentor_temporal.worker",
+    "httpx",
+    "httpcore",
+    "openai",
+    "openai._base_client",
+    "temporalio.activity",
+    "temporalio.workflow",
+    "temporalio.worker._activity",
+    "temporalio.worker._workflow_instance",
+)
+
+
+class _ExceptionRedactingFilter(RedactingFilter):
+    """Also redacts the formatted traceback a record carries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        super().filter(record)
+        if record.exc_info and not record.exc_text:
+            text = logging.Formatter().formatException(record.exc_info)
+            cleaned = redact(text, secrets())
+            if cleaned != text:
+                record.exc_text = cleaned
+        return True
+
+
+def remember(secret: str | None) -> None:
+    """Mask `secret` in every error and log line of this process from now on."""
+    if secret and len(secret) >= MIN_SECRET_CHARS:
+        with _guard:
+            _known.add(secret)
+    install()
+
+
+def secrets() -> list[str]:
+    """The secrets known so far (longest first, so a key containing another masks whole)."""
+    with _guard:
+        return sorted(_known, key=len, reverse=True)
+
+
+def clean(text: str) -> str:
+    """`text` with URL credentials, query values and every known secret masked."""
+    return redact(text, secrets())
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with every known secret masked (URLs left as they are: this is content)."""
+    for secret in secrets():
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+class _Known:
+    """A live view of the known secrets, for the log filter."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(secrets())
+
+
+def install() -> None:
+    """Put the redacting filter on `LOGGERS` (once per process)."""
+    global _installed
+    with _guard:
+        if _installed:
+            return
+        _installed = True
+    remember(os.environ.get("OPENAI_API_KEY"))
+    log_filter = _ExceptionRedactingFilter(_Known())
+    for name in LOGGERS:
+        logging.getLogger(name).addFilter(log_filter)

@@ -1,0 +1,173 @@
+"""Keeping a store's copy of a run true to Temporal's record.
+
+Mirroring appends by position: the store is counted and only events past its
+end are written. Counting alone is not enough: a log with a damaged middle
+line loads one event short, and extending it would write its last event a
+second time; a log copied from another run, or with lines moved or repeated,
+has a plausible length and the wrong story. So before a copy is extended
+whenever it is not exactly what this process last wrote (it was touched by
+someone else, or its length is not the expected one), and whenever a finished
+run is caught up, its content is compared with the run's record. A copy that
+differs is never deleted: it is set aside under a new name, with a warning,
+and a complete log is written in its place from Temporal's record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from agentor_temporal.store.base import Store
+from agentor_temporal.store.encoding import encodable
+from agentor_temporal.store.events import Event
+
+logger = logging.getLogger(__name__)
+
+
+def store_count(store: Store, run_id: str) -> int:
+    """Events the store holds for the run (fast when the store can count)."""
+    count = getattr(store, "count", None)
+    if callable(count):
+        return int(count(run_id))
+    return len(store.load(run_id))
+
+
+def mirror_into(
+    store: Store,
+    run_id: str,
+    start: int,
+    events: list[Event],
+    lock: threading.Lock | None = None,
+) -> int:
+    """Write the events whose position is past the store's end; return its new length.
+
+    `events[0]` belongs at position `start`. A store shorter than `start` is
+    left alone (the caller backfills the gap first). A store without
+    `append_from` is counted and appended to under `lock`, so two journal
+    steps of one run in this process cannot both append the same event.
+    """
+    append_from = getattr(store, "append_from", None)
+    if callable(append_from):
+        return int(append_from(run_id, start, events))
+    with lock or contextlib.nullcontext():
+        have = store_count(store, run_id)
+        if have < start:
+            return have
+        for event in events[have - start :]:
+            store.append(run_id, event)
+            have += 1
+        return max(have, start + len(events))
+
+
+def unchanged(store: Store, run_id: str) -> bool:
+    """Whether the store vouches that its copy is what it last wrote (True if it cannot say)."""
+    check = getattr(store, "unchanged", None)
+    return bool(check(run_id)) if callable(check) else True
+
+
+def _same(a: Event, b: Event) -> bool:
+    # as written to JSONL: lone surrogates and non-finite numbers normalised
+    return bool(encodable(a.to_dict()) == encodable(b.to_dict()))
+
+
+def matches(stored: list[Event], expected: list[Event]) -> bool:
+    """Whether `stored` is `expected` or a prefix of it, event for event."""
+    return len(stored) <= len(expected) and all(
+        _same(a, b) for a, b in zip(stored, expected, strict=False)
+    )
+
+
+def reconcile(
+    store: Store,
+    run_id: str,
+    expected: list[Event],
+    lock: threading.Lock | None = None,
+    *,
+    confirmed: int | None = None,
+) -> int | None:
+    """Make the store's copy of the run a prefix of `expected` (the run's record).
+
+    Args:
+        store: the mirror.
+        run_id: the run.
+        expected: the run's events as recorded, from position 0.
+        lock: serialises this process's writes to the run's copy.
+        confirmed: how many of `expected` history holds for certain (the rest
+            are this step's, not yet committed); None: all of them (a finished
+            run), and then any difference means a damaged or foreign copy.
+
+    A copy that differs from the record within its confirmed part is damaged
+    or foreign: it is set aside (never deleted) and replaced by all of
+    `expected`, with a warning naming both files. A copy that differs only
+    past the confirmed part holds events a lost workflow task wrote before
+    its worker died, which the record did not keep as written (a replay
+    stamps them anew): those are moved to a side file and the copy goes on.
+
+    Returns:
+        The copy's length when it can be extended from there, or None when
+        it cannot be trusted and the store cannot set it aside (then nothing
+        more is written to it, and an error says so).
+    """
+    stored = store.load(run_id)
+    if matches(stored, expected):
+        vouch = getattr(store, "vouch", None)
+        if callable(vouch):
+            vouch(run_id)
+        return len(stored)
+    first = _first_difference_at(stored, expected)
+    retract = getattr(store, "retract", None)
+    if confirmed is not None and first >= confirmed and callable(retract):
+        with lock or contextlib.nullcontext():
+            moved = retract(run_id, first)
+        logger.info(
+            "Run %s: events %d.. of its log in %r were written by a workflow task that did "
+            "not complete and were recorded differently; moved to %s",
+            run_id,
+            first,
+            store,
+            moved,
+        )
+        return first
+    where = _first_difference(stored, expected)
+    set_aside = getattr(store, "set_aside", None)
+    if not callable(set_aside):
+        logger.error(
+            "The log of run %s in %r does not match the run (%s); this store cannot set it "
+            "aside, so nothing more is written to it. Temporal has every event.",
+            run_id,
+            store,
+            where,
+        )
+        return None
+    with lock or contextlib.nullcontext():
+        moved = set_aside(run_id)
+        written = mirror_into(store, run_id, 0, expected)
+    logger.warning(
+        "The log of run %s in %r did not match the run (%s); it was set aside as %s and a "
+        "complete log of %d events was written from Temporal's record",
+        run_id,
+        store,
+        where,
+        moved,
+        written,
+    )
+    return written
+
+
+def _first_difference_at(stored: list[Event], expected: list[Event]) -> int:
+    """The first position where the copy differs from the record."""
+    for index, (a, b) in enumerate(zip(stored, expected, strict=False)):
+        if not _same(a, b):
+            return index
+    return min(len(stored), len(expected))
+
+
+def _first_difference(stored: list[Event], expected: list[Event]) -> str:
+    for index, (a, b) in enumerate(zip(stored, expected, strict=False)):
+        if not _same(a, b):
+            return f"event {index} is {a.type!r} there, {b.type!r} in the run"
+    if len(stored) > len(expected):
+        return f"{len(stored)} events there, {len(expected)} in the run"
+    return "it differs"

@@ -1,0 +1,69 @@
+"""Text and JSON that every encoder and parser accepts.
+
+Python strings may hold lone surrogates (a file name decoded with
+`surrogateescape`, a byte string read as UTF-16 halves): `json.dumps` writes
+them as `\\udcff` escapes that strict parsers refuse, and encoding them as
+UTF-8 (an HTTP request body) raises `UnicodeEncodeError`. `float('nan')` and
+infinities become the non-standard tokens `NaN` / `Infinity`. Text crossing a
+boundary (into a model request, into a log line) goes through `encodable`, and
+JSON this project writes through `standard_json`: lone surrogates become
+U+FFFD (a valid surrogate pair is joined into its character), and non-finite
+numbers become `null`, as JavaScript's `JSON.stringify` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+#: A `\\uD800`-`\\uDFFF` escape in `json.dumps` output (ensure_ascii): the
+#: cheap test for whether a value needs the slow, exact walk.
+_SURROGATE_ESCAPE = re.compile(r"\\ud[89a-f][0-9a-f]{2}")
+
+
+def encodable_text(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD (pairs joined); encodable as UTF-8."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # UTF-16 round trip: a high+low pair becomes its character, a lone
+        # half becomes the replacement character
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def encodable(value: Any) -> Any:
+    """`value` with every string (keys too) made encodable and non-finite floats as None."""
+    if isinstance(value, str):
+        return encodable_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {
+            (encodable_text(k) if isinstance(k, str) else k): encodable(v) for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [encodable(v) for v in value]
+    return value
+
+
+def standard_json(value: Any, **options: Any) -> str:
+    """`json.dumps(value)` as standard JSON: no NaN/Infinity, no lone-surrogate escapes.
+
+    Args:
+        value: any JSON-serialisable value (`default=str` covers the rest).
+        **options: passed to `json.dumps` (e.g. `indent`).
+    """
+    options.setdefault("default", str)
+    try:
+        text = json.dumps(value, allow_nan=False, **options)
+    except ValueError:  # a non-finite float somewhere
+        return json.dumps(encodable(value), allow_nan=False, **options)
+    if _SURROGATE_ESCAPE.search(text) is None:
+        return text
+    # surrogate escapes: maybe only pairs (an emoji is one), maybe a lone half
+    return json.dumps(encodable(value), allow_nan=False, **options)

@@ -1,0 +1,149 @@
+"""Plain scripts end cleanly, and what their embedded worker held is never lost.
+
+A script builds an agent, makes one call (run, approve, deny, resume, stream)
+and ends; its embedded worker is still polling as the interpreter shuts down.
+The runtime stops that worker at the very start of shutdown, before thread
+pools refuse work: a task it already holds finishes (or goes back to
+Temporal), and a failure of our own machinery is never recorded as the
+tool's result. Every script exits 0 with nothing on stderr. Real processes,
+no `os._exit`: `procs/plain_script.py` ends as a user's script does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.worker import build_worker
+
+from helpers import PROCS, ROOT, ledger_lines, plain_agent, weather_or_transfer
+
+pytestmark = pytest.mark.slow
+
+
+def script(env: dict[str, str], *args: str, timeout: float = 120) -> dict[str, Any]:
+    """Run `plain_script.py` to its end; fail naming its exit code and stderr unless clean."""
+    full = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": str(ROOT / "tests"),  # the package as this interpreter has it installed,
+    }
+    proc = subprocess.run(
+        [sys.executable, str(PROCS / "plain_script.py"), *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", (
+        f"{args[0]} exited {proc.returncode} with stderr:\n{proc.stderr[-3000:]}"
+    )
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def env_for(
+    address: str, model: ScriptedModelServer, queue: str, tmp_path: Path, ledger: str
+) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": address,
+        "MODEL_BASE_URL": model.base_url,
+        "AGENT_TASK_QUEUE": queue,
+        "AGENT_STORE": str(tmp_path / "runs"),
+        "AGENT_LEDGER": ledger,
+    }
+
+
+async def test_a_decision_then_exit_never_loses_the_tool_call(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Approve and exit, six times: each approved tool runs once and answers with its result."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_ids = []
+        for _ in range(6):
+            run_id = uuid.uuid4().hex
+            started = await asyncio.to_thread(script, env, "run", run_id)
+            assert started["status"] == "awaiting_approval"
+            # the approving script's embedded worker is the only one polling
+            # as it exits: the tool call is scheduled for it right then
+            await asyncio.to_thread(script, env, "approve", run_id, started["pending"][0])
+            run_ids.append(run_id)
+        agent = plain_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=None,
+            ledger=ledger,
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            outcomes = [await client.get_workflow_handle(r).result() for r in run_ids]
+
+    assert [o["status"] for o in outcomes] == ["completed"] * 6
+    transfers = [line.split()[1] for line in ledger_lines(ledger) if line.startswith("transfer")]
+    for run_id in run_ids:
+        events = await TemporalStore(client).aload(run_id)
+        [result] = [e for e in events if e.type == "tool_result"]
+        assert result.error is None and result.result == "Sent 5 to bob.", result.result
+        assert [k for k in transfers if k.startswith(run_id)] == [f"{run_id}:{result.call_id}"]
+
+
+async def test_short_scripts_exit_cleanly_under_load(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Scripts (run, approve, deny, resume, stream) beside a busy worker: exit 0, stderr empty."""
+    cycles = int(os.environ.get("EXIT_SCRIPT_CYCLES", "4"))
+    with ScriptedModelServer(weather_or_transfer, latency=0.05) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        agent = plain_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path / "runs"),
+            ledger=ledger,
+            embedded_worker=False,
+        )
+        stop = asyncio.Event()
+
+        async def load() -> None:
+            # a steady stream of weather runs on the concurrent worker
+            while not stop.is_set():
+                await asyncio.gather(
+                    *(agent.arun("What is the weather in Oslo?") for _ in range(3))
+                )
+
+        async with build_worker(client, [agent], task_queue=task_queue):
+            busy = asyncio.create_task(load())
+            try:
+                count = 0
+                for i in range(cycles):
+                    run_id = uuid.uuid4().hex
+                    started = await asyncio.to_thread(script, env, "run", run_id)
+                    decision = "approve" if i % 2 == 0 else "deny"
+                    if started["status"] == "awaiting_approval":
+                        await asyncio.to_thread(
+                            script, env, decision, run_id, started["pending"][0]
+                        )
+                    resumed = await asyncio.to_thread(script, env, "resume", run_id)
+                    assert resumed["status"] == "completed"
+                    streamed = await asyncio.to_thread(script, env, "stream", uuid.uuid4().hex)
+                    assert streamed["events"][-1] == "run_end"
+                    count += 4
+            finally:
+                stop.set()
+                await busy
+    assert count == 4 * cycles
+    # every approved transfer ran once
+    keys = [line.split()[1] for line in ledger_lines(ledger) if line.startswith("transfer")]
+    assert len(keys) == len(set(keys)) == (cycles + 1) // 2

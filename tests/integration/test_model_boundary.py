@@ -1,0 +1,181 @@
+"""What crosses into a model request, and what comes back, never poisons or slows a run.
+
+Real dev server, embedded worker, the real `openai` client. A tool result
+with a lone surrogate is sent as U+FFFD (not retried for minutes as an
+outage); an error of our own code fails at once and `resume` continues the
+run; a malformed reply fails clearly within seconds; an input too big for one
+payload is refused before anything starts; and no failure text anywhere (the
+UI's last failure, history, the JSONL, `RunResult.error`, worker logs) shows
+URL credentials, query values or the API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from agentor_temporal import FileStore, TemporalStore, function_tool
+from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
+
+from helpers import free_port, weather_agent
+
+
+@function_tool
+def list_files() -> str:
+    """Names in a directory, decoded as the OS gave them."""
+    return b"report-\xff.txt".decode("utf-8", "surrogateescape")
+
+
+async def test_a_lone_surrogate_never_poisons_the_run(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    with ScriptedModelServer([CallTool("list_files"), Reply("One report.")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[list_files],
+            store=FileStore(tmp_path),
+        )
+        result = await asyncio.wait_for(agent.arun("What files are there?"), 30)
+        sent = model.requests[1]["messages"][-1]["content"]
+    assert result.status == "completed" and result.final_output == "One report."
+    assert sent == "report-\ufffd.txt"
+    mirrored = (tmp_path / f"{result.run_id}.jsonl").read_text(encoding="utf-8")
+    assert "\\udcff" not in mirrored
+    assert "report-\\ufffd.txt" in mirrored  # the replacement character, escaped
+
+
+async def test_our_own_error_fails_at_once_and_resume_continues(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of ours is not retried as a provider outage; once it is gone, resume finishes."""
+    from agentor_temporal.activities import model as model_module
+
+    def broken(*args: Any) -> Any:
+        raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+
+    with ScriptedModelServer() as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        monkeypatch.setattr(model_module, "prepared_request", broken)
+        started = time.monotonic()
+        failed = await asyncio.wait_for(agent.arun("What is the weather in Rome?"), 30)
+        assert time.monotonic() - started < 10
+        assert failed.status == "failed" and failed.error is not None
+        assert "not a provider outage" in failed.error and "UnicodeEncodeError" in failed.error
+        assert model.request_count == 0
+        monkeypatch.undo()
+        resumed = await asyncio.wait_for(agent.aresume(failed.run_id), 30)
+    assert resumed.status == "completed", resumed.error
+    assert "Rome" in (resumed.final_output or "")
+
+
+@pytest.mark.parametrize(
+    "body, what",
+    [
+        ({"id": "x", "object": "chat.completion", "choices": []}, "no choices"),
+        ("<html><body>502 Bad Gateway</body></html>", "not JSON"),
+        ({"choices": [{"message": {"tool_calls": [{"id": "c"}]}}]}, "no function name"),
+    ],
+    ids=["choices-empty", "html", "call-without-name"],
+)
+async def test_a_malformed_reply_fails_clearly_within_seconds(
+    body: Any, what: str, client: Client, task_queue: str
+) -> None:
+    from agentor_temporal.testing import Raw
+
+    with ScriptedModelServer(lambda request: Raw(body)) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        started = time.monotonic()
+        result = await asyncio.wait_for(agent.arun("What is the weather in Rome?"), 30)
+        took = time.monotonic() - started
+        requests = model.request_count
+    assert result.status == "failed" and result.error is not None
+    assert "malformed" in result.error and what in result.error
+    assert took < 30 and 2 <= requests <= 10
+
+
+@pytest.mark.parametrize("how", ["run", "stream"])
+async def test_an_oversize_input_is_refused_before_anything_starts(
+    how: str, client: Client, task_queue: str
+) -> None:
+    """A 3 MB prompt: ValueError naming the limit, no raw RPCError, and no workflow."""
+    agent = weather_agent(base_url="http://unused", task_queue=task_queue, temporal=client)
+    run_id = uuid.uuid4().hex
+    prompt = "x" * (3 * 1024 * 1024)
+    with pytest.raises(ValueError, match=r"too large: .* over the 1\.5 MB limit") as info:
+        if how == "run":
+            await agent.arun(prompt, run_id=run_id)
+        else:
+            async for _ in agent.stream_chat(prompt, run_id=run_id):
+                pass
+    assert "Blob data size" not in str(info.value)
+    with pytest.raises(RPCError):
+        await client.get_workflow_handle(run_id).describe()
+
+
+async def test_secrets_never_reach_the_ui_history_log_or_result(
+    client: Client, task_queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Credentials in base_url and a key echoed by the provider are masked everywhere."""
+    key = "sk-test-0123456789abcdefSECRET"
+    port = free_port()
+    unreachable = f"http://alice:hunter22pw@127.0.0.1:{port}/v1?api-key=QUERYSECRET42"
+    agent = weather_agent(
+        base_url=unreachable, task_queue=task_queue, temporal=client, store=FileStore(tmp_path)
+    )
+    agent.definition.api_key = key
+    run_id = uuid.uuid4().hex
+    caplog.set_level(logging.INFO)
+    pending = asyncio.ensure_future(agent.arun("What is the weather in Rome?", run_id=run_id))
+    try:
+
+        async def last_failure() -> str | None:
+            try:
+                desc = await client.get_workflow_handle(run_id).describe()
+            except RPCError:  # not started yet
+                return None
+            for act in desc.raw_description.pending_activities:
+                if act.attempt >= 2 and act.last_failure.message:
+                    return str(act.last_failure.message)
+            return None
+
+        shown: list[str] = []
+
+        async def poll() -> bool:
+            message = await last_failure()
+            if message:
+                shown.append(message)
+            return bool(message)
+
+        deadline = time.monotonic() + 30
+        while not await poll():
+            assert time.monotonic() < deadline, "the generation was not retried"
+            await asyncio.sleep(0.1)
+    finally:
+        pending.cancel()
+        await client.get_workflow_handle(run_id).terminate("test done")
+    # what the Temporal UI shows as the activity's last failure
+    assert f"unreachable at http://***@127.0.0.1:{port}/v1" in shown[0]
+    # a provider that echoes the key: the run fails with a masked error
+    with ScriptedModelServer([Fail(401, f"Incorrect API key provided: {key}")]) as model:
+        agent.definition.base_url = model.base_url
+        result = await agent.arun("What is the weather in Rome?")
+    assert result.status == "failed" and "Incorrect API key provided: ***" in (result.error or "")
+    stored = (tmp_path / f"{result.run_id}.jsonl").read_text()
+    histories = [
+        (await client.get_workflow_handle(r).fetch_history()).to_json()
+        for r in (run_id, result.run_id)
+    ]
+    projected = [e.to_json() for e in await TemporalStore(client).aload(result.run_id)]
+    for text in [*shown, result.error or "", stored, caplog.text, *histories, *projected]:
+        for secret in (key, "hunter22pw", "QUERYSECRET42", "alice:"):
+            assert secret not in text

@@ -1,0 +1,158 @@
+"""A tool's own outcome is final; only a lost or stopping worker runs a call again.
+
+Real dev server, real workers. A tool that times out, raises, or raises an
+exception that cannot even be printed answers the model once and runs once;
+`retries=N` opts into N more runs. A worker that stops while a call is in
+flight hands it back to Temporal (never recording the stop as the tool's
+answer), and another worker runs it again with the same idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import Agentor, TemporalStore, function_tool, tool_context
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+
+from helpers import ledger_lines, ledger_write, until
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no string for you")
+
+
+def tools(ledger: str) -> list[Any]:
+    @function_tool(timeout=1)
+    def slow(seconds: float) -> str:
+        """Sleeps.
+
+        Args:
+            seconds: how long.
+        """
+        ledger_write(ledger, "slow")
+        time.sleep(seconds)
+        return "slept"
+
+    @function_tool(timeout=1)
+    async def slow_async(seconds: float) -> str:
+        """Sleeps on the loop.
+
+        Args:
+            seconds: how long.
+        """
+        ledger_write(ledger, "slow_async")
+        await asyncio.sleep(seconds)
+        return "slept"
+
+    @function_tool
+    def unprintable() -> str:
+        """Raises what cannot be printed."""
+        ledger_write(ledger, "unprintable")
+        raise Unprintable()
+
+    @function_tool(retries=2)
+    def flaky() -> str:
+        """Fails every time, asking for two retries."""
+        ledger_write(ledger, "flaky")
+        raise ConnectionError("backend down")
+
+    @function_tool
+    async def long_job(seconds: float) -> str:
+        """A long job.
+
+        Args:
+            seconds: how long.
+        """
+        ledger_write(ledger, "long_job", f"attempt={tool_context().attempt}")
+        await asyncio.sleep(seconds)
+        return "finished"
+
+    return [slow, slow_async, unprintable, flaky, long_job]
+
+
+def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -> Agentor:
+    return Agentor(
+        name="Outcomes",
+        model="m",
+        tools=tools(ledger),
+        base_url=model.base_url,
+        api_key="k",
+        temporal=client,
+        task_queue=queue,
+        embedded_worker=False,
+        max_tool_failures=10,
+    )
+
+
+@pytest.mark.parametrize(
+    "call, error, runs",
+    [
+        (CallTool("slow", {"seconds": 4}), "slow timed out after 1 s", 1),
+        (CallTool("slow_async", {"seconds": 4}), "slow_async timed out after 1 s", 1),
+        (CallTool("unprintable"), "Unprintable: Unprintable()", 1),
+        (CallTool("flaky"), "ConnectionError: backend down", 3),
+    ],
+    ids=["sync-timeout", "async-timeout", "unprintable", "retries=2"],
+)
+async def test_a_tools_own_outcome_answers_the_model_and_is_not_rerun(
+    call: CallTool,
+    error: str,
+    runs: int,
+    client: Client,
+    task_queue: str,
+    ledger: str,
+) -> None:
+    with ScriptedModelServer([call, Reply("Understood.")]) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            started = time.monotonic()
+            result = await asyncio.wait_for(outcomes.arun("go"), 60)
+            took = time.monotonic() - started
+        answered = model.requests[1]["messages"][-1]
+    assert result.status == "completed" and result.final_output == "Understood."
+    [tool_result] = [e for e in result.events if e.type == "tool_result"]
+    assert tool_result.error == error and answered["content"] == f"Error: {error}"
+    assert len(ledger_lines(ledger)) == runs
+    if runs == 1:
+        assert took < 15  # the timeout answered at once, not after retries
+
+
+async def test_a_stopping_worker_hands_its_call_back(
+    client: Client, temporal_address: str, task_queue: str, ledger: str
+) -> None:
+    """Worker stops mid-call: the call is not answered with the stop; another worker reruns it."""
+    with ScriptedModelServer([CallTool("long_job", {"seconds": 3}), Reply("All done.")]) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        # its own client: the SDK allows one worker per client and queue
+        first_client = await Client.connect(temporal_address)
+        first = build_worker(
+            first_client,
+            [outcomes],
+            task_queue=task_queue,
+            graceful_shutdown_timeout=timedelta(milliseconds=200),
+        )
+        run = asyncio.ensure_future(first.run())
+        pending = asyncio.ensure_future(outcomes.arun("go"))
+        await until(lambda: ledger_lines(ledger), "the call to start", 30)
+        await first.shutdown()
+        await run
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            result = await asyncio.wait_for(pending, 60)
+    assert result.status == "completed" and result.final_output == "All done."
+    [tool_result] = [e for e in result.events if e.type == "tool_result"]
+    assert tool_result.error is None and tool_result.result == "finished"
+    starts = [line.split() for line in ledger_lines(ledger)]
+    key = f"{result.run_id}:{tool_result.call_id}"
+    assert [s[1] for s in starts] == [key, key]
+    assert [s[3] for s in starts] == ["attempt=1", "attempt=2"]
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    assert "WorkerStopping" in history.to_json()
+    assert len(await TemporalStore(client).aload(result.run_id)) == 7

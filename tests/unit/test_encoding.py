@@ -1,0 +1,70 @@
+"""Text and JSON any encoder and parser accepts: lone surrogates, NaN, infinities."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from agentor_temporal.store import Event
+from agentor_temporal.store.encoding import encodable, encodable_text, standard_json
+
+
+def _strict_loads(text: str) -> object:
+    """json.loads as a strict parser reads: no NaN/Infinity, no lone surrogate escapes."""
+
+    def refuse(token: str) -> object:
+        raise ValueError(f"non-standard token {token}")
+
+    value = json.loads(text, parse_constant=refuse)
+
+    def walk(v: object) -> None:
+        if isinstance(v, str):
+            v.encode("utf-8")  # a lone surrogate raises here
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(k)
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(value)
+    return value
+
+
+def test_lone_surrogates_become_replacement_characters_and_pairs_are_joined() -> None:
+    assert encodable_text("file-\udcff.txt") == "file-\ufffd.txt"
+    assert encodable_text("\ud83d\ude00") == "\U0001f600"  # a pair as two code points
+    assert encodable_text("\ude00\ud83d") == "\ufffd\ufffd"
+    assert encodable_text("plain") == "plain"
+    assert encodable_text("caf\u00e9 \U0001f600") == "caf\u00e9 \U0001f600"
+
+
+def test_encodable_walks_keys_values_and_numbers() -> None:
+    value = {"k\udcff": ["\udcff", 1.5, math.nan, -math.inf, {"x": math.inf}], "n": 3}
+    assert encodable(value) == {"k\ufffd": ["\ufffd", 1.5, None, None, {"x": None}], "n": 3}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        Event(type="tool_result", result="name: \udcff\udcfe", call_id="c"),
+        Event(type="tool_call", name="t", args={"x": math.nan, "y": math.inf, "z": -math.inf}),
+        Event(type="generation", messages=[{"role": "user", "content": "\ud800"}]),
+        Event(type="message", text="emoji \U0001f600 and \ud83d\ude00"),
+    ],
+)
+def test_every_jsonl_line_is_standard_json(event: Event) -> None:
+    """`Event.to_json` writes what strict parsers (and Agentor's FileStore) accept."""
+    line = event.to_json()
+    assert "NaN" not in line and "Infinity" not in line
+    data = _strict_loads(line)
+    assert isinstance(data, dict) and Event.from_dict(data).type == event.type
+
+
+def test_standard_json_keeps_ordinary_values_exactly() -> None:
+    value = {"a": [1, 2.5, "x", None, True], "b": "caf\u00e9"}
+    assert json.loads(standard_json(value)) == value
+    assert standard_json(value) == json.dumps(value)

@@ -1,0 +1,66 @@
+"""What a run holds in a worker is bounded while it runs and released when it ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.api.common.v1 import Payload
+
+from agentor_temporal._memory import release_free_memory, tune_allocator
+from agentor_temporal.activities.conversations import ConversationCache, Known
+from agentor_temporal.workflows.stream_window import StreamWindow
+
+
+class Item:
+    def __init__(self, size: int) -> None:
+        self.data = Payload(data=b"x" * size)
+
+
+class FakeStream:
+    """The parts of WorkflowStream the window reads."""
+
+    def __init__(self) -> None:
+        self._log: list[Any] = []
+        self._base_offset = 0
+
+    def publish(self, size: int) -> None:
+        self._log.append(Item(size))
+
+    def truncate(self, up_to: int) -> None:
+        self._log = self._log[up_to - self._base_offset :]
+        self._base_offset = up_to
+
+
+def test_the_stream_keeps_a_bounded_tail_of_items_history_has() -> None:
+    """Items go only once history has their events, and only past the bound."""
+    stream = FakeStream()
+    window = StreamWindow(stream, max_bytes=10_000)  # type: ignore[arg-type]
+    for _ in range(8):
+        stream.publish(1_000)
+    assert window.release(recorded_before=8) == 0  # under the bound: all kept
+    for _ in range(8):
+        stream.publish(1_000)
+    # over the bound, but only the first 4 items are in history
+    assert window.release(recorded_before=4) == 4
+    assert stream._base_offset == 4 and window.end() == 16
+    assert window.release(recorded_before=16) == 8  # down to half the bound
+    assert sum(i.data.ByteSize() for i in stream._log) <= 5_000 and window.end() == 16
+
+
+def known(size: int) -> Known:
+    return Known([{"role": "user", "content": "x" * size}], b"x" * size)
+
+
+def test_an_ended_or_idle_runs_conversation_leaves_the_cache() -> None:
+    cache = ConversationCache(idle=60)
+    cache.put("a", "d1", known(100))
+    cache.put("b", "d2", known(100))
+    cache.forget("a")
+    assert cache.get("a", "d1") is None and cache.get("b", "d2") is not None
+    assert cache.expire(now=1e12) == 1  # long unused
+    assert cache.get("b", "d2") is None and cache._bytes == 0
+
+
+def test_the_allocator_can_be_tuned_and_trimmed_here() -> None:
+    assert tune_allocator(arenas=False) is True
+    assert release_free_memory() is True

@@ -1,0 +1,122 @@
+"""Secrets out of every text that is stored, shown or logged.
+
+A model endpoint may carry credentials in its URL (`http://user:pw@host/v1`,
+`...?api-key=...`), and a provider's error body may echo the API key it was
+sent. Error text travels far: into history (the Temporal UI shows an
+activity's last failure), worker logs, the JSONL `run_end` and
+`RunResult.error`. So it is redacted where it is made: URL userinfo and query
+values become `***`, and any known secret (the configured API keys) is masked
+wherever it appears. Pure functions over strings: the worker, the facade and
+the CLI use the same rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from urllib.parse import urlsplit, urlunsplit
+
+#: What replaces a secret.
+MASK = "***"
+#: Secrets shorter than this are not masked: masking "a" everywhere would
+#: garble every message, and a key that short protects nothing anyway.
+MIN_SECRET_CHARS = 6
+
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
+#: A query parameter outside a full URL ("no route POST /v1/?api-key=..."):
+#: servers echo paths, and paths carry the query.
+_QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.\-\[\]]+=)([^&\s#'\"<>]+)")
+#: Punctuation that ends a sentence rather than the URL it follows.
+_TRAILING = ".,;:!?)]}"
+
+
+def _redact_url(url: str) -> str:
+    tail = ""
+    while url and url[-1] in _TRAILING:
+        url, tail = url[:-1], url[-1] + tail
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK + tail
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
+    query = parts.query
+    if query:
+        query = "&".join(
+            f"{pair.split('=', 1)[0]}={MASK}" if "=" in pair else pair for pair in query.split("&")
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)) + tail
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """`text` with URL userinfo and query values, and every given secret, masked."""
+    if not text:
+        return text
+    for secret in secrets:
+        if secret and len(secret) >= MIN_SECRET_CHARS and secret in text:
+            text = text.replace(secret, MASK)
+    if "://" in text:
+        text = _URL.sub(lambda m: _redact_url(m.group(0)), text)
+    if "=" in text:
+        text = _QUERY_VALUE.sub(_mask_value, text)
+    return text
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    value, tail = match.group(2), ""
+    while value and value[-1] in _TRAILING:
+        value, tail = value[:-1], value[-1] + tail
+    return match.group(1) + MASK + tail
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """The credentials a URL carries: its userinfo and its query values.
+
+    Remembered as secrets, they are masked wherever they turn up, even in a
+    form no URL pattern matches (a client that glued the query into a path).
+    """
+    if not url:
+        return []
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found: list[str] = []
+    if parts.username:
+        found.append(parts.username)
+    if parts.password:
+        found.append(parts.password)
+    for pair in parts.query.split("&"):
+        if "=" in pair:
+            found.append(pair.split("=", 1)[1])
+    return [s for s in found if len(s) >= MIN_SECRET_CHARS]
+
+
+def redact_url(url: str) -> str:
+    """A URL safe to show: userinfo and query values masked."""
+    return _redact_url(url)
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts each record's message (URLs and `secrets()`).
+
+    Attached to the loggers that may print an endpoint's URL (ours, `httpx`'s
+    request lines, `openai`'s); the record's message is formatted once here
+    and replaced by its redacted form.
+    """
+
+    def __init__(self, secrets: Iterable[str] | None = None) -> None:
+        super().__init__()
+        self._secrets = secrets if secrets is not None else ()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string is logging's to report
+            return True
+        cleaned = redact(message, list(self._secrets))
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True

@@ -1,0 +1,81 @@
+"""`StreamWindow`: a run's stream keeps a bounded tail, not every item it ever published.
+
+`WorkflowStream` is an append-only log held in the workflow's memory: every
+recorded event (a tool result of up to 256 KB, a generation's request) and
+every text delta stays there until the execution ends. A long run cached in
+a worker therefore held each event twice (the journal's list and the
+stream's serialized copy), and a worker serving long runs grew by the sum of
+their streams. The window drops the oldest items once the retained ones pass
+`STREAM_WINDOW_BYTES`, but only items whose events are already in history:
+a follower that was behind gets "truncated" from its poll, starts again from
+the window's base, and reads the events it missed from history, exactly as
+after a continue-as-new (see `carry.emptied`). Deltas are never persisted,
+so a follower that far behind skips those of finished generations.
+Truncation changes no command, so replays are unaffected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.contrib.workflow_streams import WorkflowStream
+
+from agentor_temporal.workflows import policies
+
+
+class StreamWindow:
+    """The retained part of one execution's stream, by offset and encoded size.
+
+    Args:
+        stream: the run's stream.
+        max_bytes: encoded bytes kept before the oldest history-backed items go.
+    """
+
+    def __init__(self, stream: WorkflowStream, max_bytes: int = policies.STREAM_WINDOW_BYTES):
+        self._stream = stream
+        self.max_bytes = max_bytes
+        #: encoded size of each retained item, oldest first (filled lazily)
+        self._sizes: list[int] = []
+
+    def _log(self) -> tuple[list[Any], int] | None:
+        # the stream has no public size accessor; without these (a future SDK
+        # that renamed them) the window does nothing and the stream is whole
+        log = getattr(self._stream, "_log", None)
+        base = getattr(self._stream, "_base_offset", None)
+        if not isinstance(log, list) or not isinstance(base, int):
+            return None
+        return log, base
+
+    def end(self) -> int:
+        """The offset the next published item will take."""
+        found = self._log()
+        return found[1] + len(found[0]) if found is not None else 0
+
+    def release(self, recorded_before: int) -> int:
+        """Let items before offset `recorded_before` go while the window is over its bound.
+
+        Args:
+            recorded_before: items before this offset hold only events in history.
+
+        Returns:
+            the number of items dropped.
+        """
+        found = self._log()
+        if found is None:
+            return 0
+        log, base = found
+        if len(self._sizes) > len(log):  # not ours to explain: start counting afresh
+            self._sizes = []
+        self._sizes.extend(item.data.ByteSize() for item in log[len(self._sizes) :])
+        total = sum(self._sizes)
+        if total <= self.max_bytes:
+            return 0
+        # down to half the bound, so a long run truncates now and then, not every step
+        drop, limit = 0, min(recorded_before - base, len(self._sizes))
+        while drop < limit and total > self.max_bytes // 2:
+            total -= self._sizes[drop]
+            drop += 1
+        if drop:
+            self._stream.truncate(base + drop)
+            del self._sizes[:drop]
+        return drop
