@@ -170,7 +170,7 @@ async def _mirror(
 
 
 async def _record(run_id: str, store: Store, start: int) -> list[Event] | None:
-    """Events `0..start` of the run as recorded (Temporal; a fork's parent or a store-seeded prefix first).
+    """Events `0..start` of the run as recorded: a fork's parent or a store-seeded prefix first.
 
     None when they cannot be read now (outside a worker, Temporal unreachable,
     or history does not hold them all yet): the check waits for a later step.

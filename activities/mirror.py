@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any
 
 from agentor_temporal.store.base import Store
 from agentor_temporal.store.encoding import encodable
