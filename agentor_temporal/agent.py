@@ -3,10 +3,11 @@
 `run()` starts workflow `AgentRun` with id = run_id and waits for it;
 `resume(run_id)` looks the run up in Temporal (or, when history is gone, in the
 store) and returns it, waits for it, or continues it as a new segment under
-the same id, following the resume table in DESIGN.md; `fork(run_id)`
-continues a copy under a new id (see `_fork`). While a call is active the
-process runs an embedded worker for its own agent, so a single script needs
-no worker process; `embedded_worker=False` leaves the work to a fleet.
+the same id, following the resume table in DESIGN.md (see `_resume`);
+`fork(run_id)` continues a copy under a new id (see `_fork`). While a call is
+active the process runs an embedded worker for its own agent, so a single
+script needs no worker process; `embedded_worker=False` leaves the work to a
+fleet.
 """
 
 from __future__ import annotations
@@ -16,31 +17,21 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from temporalio.client import (
-    Client,
-)
+from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
-from agentor_temporal._continuing import continuation_input
 from agentor_temporal._fork import run_fork
-from agentor_temporal._results import (
-    await_result,
-    check_input,
-    check_owner,
-    check_size,
-    result_from,
-)
-from agentor_temporal._runs import check_waiting, run_events, seeded_prefix, send_decision
+from agentor_temporal._results import await_result, check_input, check_size
+from agentor_temporal._resume import resume_run, start_run
+from agentor_temporal._runs import check_waiting, run_events, send_decision
 from agentor_temporal._runtime import Runtime
-from agentor_temporal._start import segment_request_id, start_segment
+from agentor_temporal._start import start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
-from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.codec import KeysSetting, keys_from_env, resolve_keys
 from agentor_temporal.store import (
     Event,
     RunResult,
     Store,
-    is_complete,
     new_run_id,
     validate_run_id,
 )
@@ -194,13 +185,13 @@ class Agentor:
             ValueError: for bad input or a hostile run id.
             ConnectionFailed: when Temporal cannot be reached.
         """
-        return Runtime.get().run_sync(self._arun(input, run_id, max_turns))
+        return Runtime.get().run_sync(start_run(self, input, run_id, max_turns))
 
     async def arun(
         self, input: MessageInput, run_id: str | None = None, max_turns: int | None = None
     ) -> RunResult:
         """Async `run`."""
-        return await Runtime.get().run_async(self._arun(input, run_id, max_turns))
+        return await Runtime.get().run_async(start_run(self, input, run_id, max_turns))
 
     def resume(self, run_id: str, max_turns: int | None = None) -> RunResult:
         """Return, wait for, or continue the run `run_id` (blocking).
@@ -215,11 +206,11 @@ class Agentor:
             ValueError: when the run belongs to a different agent or was
                 started with different tools, model or instructions.
         """
-        return Runtime.get().run_sync(self._aresume(run_id, max_turns))
+        return Runtime.get().run_sync(resume_run(self, run_id, max_turns))
 
     async def aresume(self, run_id: str, max_turns: int | None = None) -> RunResult:
         """Async `resume`."""
-        return await Runtime.get().run_async(self._aresume(run_id, max_turns))
+        return await Runtime.get().run_async(resume_run(self, run_id, max_turns))
 
     def fork(
         self,
@@ -501,105 +492,6 @@ class Agentor:
         _background.add(task)
         task.add_done_callback(_background.discard)
         await ready.wait()
-
-    async def _arun(
-        self, input: MessageInput, run_id: str | None, max_turns: int | None
-    ) -> RunResult:
-        check_input(input)
-        if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-        check_size(self.definition, input)
-        run_id = new_run_id() if run_id is None else validate_run_id(run_id)
-        client = await self._client()
-        async with self._serving(client):
-            inp = AgentRunInput(
-                agent=self.name,
-                input=input,
-                max_turns=max_turns,
-                fingerprint=self.definition.fingerprint(),
-            )
-            await start_segment(
-                client,
-                self.definition,
-                self.task_queue,
-                run_id,
-                inp,
-                WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            )
-            return await self._result(client, run_id)
-
-    async def _aresume(self, run_id: str, max_turns: int | None) -> RunResult:
-        validate_run_id(run_id)
-        client = await self._client()
-        segments = await TemporalStore(client).segments(run_id)
-        if not segments:
-            events = await self._store_events(run_id)
-            if not events:
-                from agentor_temporal.connection import describe_target
-
-                where = f" or in {self.store!r}" if self.store is not None else ""
-                raise KeyError(
-                    f"No run with id {run_id!r} in Temporal at {describe_target(client)}{where}"
-                )
-            check_owner(self.definition, run_id, events, None)
-            if is_complete(events):
-                return result_from(run_id, events, None, None)
-            return await self._continue(client, run_id, events, None, max_turns)
-
-        latest = segments[-1]
-        events = await self._events(run_id, segments)
-        if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
-            if self.store is not None:
-                # a mirror that failed until the run's end is completed here
-                await asyncio.to_thread(catch_up, self.store, run_id, events, self.name)
-            return result_from(run_id, events, latest.result, None)
-        check_owner(self.definition, run_id, events, latest.spec)
-        if latest.status == "running":
-            async with self._serving(client):
-                return await self._result(client, run_id)
-        return await self._continue(
-            client,
-            run_id,
-            events,
-            latest.execution_run_id,
-            max_turns,
-            in_temporal_from=seeded_prefix(segments),
-        )
-
-    async def _continue(
-        self,
-        client: Client,
-        run_id: str,
-        events: list[Event],
-        previous: str | None,
-        max_turns: int | None,
-        in_temporal_from: int = 0,
-    ) -> RunResult:
-        inp = continuation_input(
-            self.name,
-            run_id,
-            events,
-            previous=previous,
-            in_temporal_from=in_temporal_from,
-            max_turns=max_turns,
-        )
-        # only a worker built as this agent may continue it
-        inp.fingerprint = self.definition.fingerprint()
-        async with self._serving(client):
-            # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
-            # resumer that started first is attached to (USE_EXISTING), or, if
-            # its segment already finished, deduplicated by the request id
-            request_id = segment_request_id(run_id, previous, len(events))
-            await start_segment(
-                client,
-                self.definition,
-                self.task_queue,
-                run_id,
-                inp,
-                WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                request_id,
-            )
-            return await self._result(client, run_id)
 
     async def _result(self, client: Client, run_id: str) -> RunResult:
         """Wait for the run's latest execution (or its pause) and build its `RunResult`."""

@@ -14,15 +14,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
-from temporalio.common import RawValue, SearchAttributeKey
+from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     # Dataclasses, constants and pure functions with no I/O or module state:
@@ -32,7 +30,6 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.store.replay import assistant_message, initial_messages, tool_message
     from agentor_temporal.workflows import policies
     from agentor_temporal.workflows.activity_types import (
-        DescribeAgentInput,
         GenerateInput,
         GenerateResult,
     )
@@ -44,60 +41,21 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
-    from agentor_temporal.workflows.run_ids import refuse_invalid_run_id
+    from agentor_temporal.workflows.request_size import oversized, too_big
+    from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
+    from agentor_temporal.workflows.segment import Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import StreamWindow
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls
     from agentor_temporal.workflows.types import (
         AgentRunInput,
         AgentSpec,
         Decision,
-        ForkOrigin,
         PausedState,
         RunOutcome,
-        parse_run_input,
     )
-
-#: Search attributes set on every run when the namespace has them.
-AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
-AGENT_MODEL = SearchAttributeKey.for_keyword("AgentModel")
-#: Set on a fork's first segment: the run it was forked from.
-FORKED_FROM = SearchAttributeKey.for_keyword("ForkedFrom")
 
 #: The `run_end` error of a run that was cancelled.
 CANCELLED = "The run was cancelled; resume(run_id) continues it."
-
-#: What `run` receives when a client starts the workflow with no argument.
-_NO_INPUT = RawValue(Payload())
-
-
-def _decoded(raw: RawValue) -> Any:
-    """The workflow input as JSON values, or None when it cannot be read (never raises)."""
-    if raw is _NO_INPUT:
-        return None
-    try:
-        return workflow.payload_converter().from_payload(raw.payload)
-    except Exception:
-        return None
-
-
-@dataclass
-class _Segment:
-    """What one execution of the run works with once it has started."""
-
-    spec: AgentSpec
-    budget: int
-    started: float
-    stream_text: bool
-    #: what a continued execution took over (None in a segment's first execution)
-    carry: Carry | None = None
-
-    @property
-    def history_budget(self) -> int:
-        return self.spec.history_budget or policies.HISTORY_BUDGET_BYTES
-
-    @property
-    def inline_bytes(self) -> int:
-        return self.spec.inline_bytes or policies.INLINE_CONVERSATION_BYTES
 
 
 @workflow.defn(name=policies.WORKFLOW_TYPE)
@@ -105,10 +63,10 @@ class AgentRunWorkflow:
     """One segment of an agent run; the workflow id is the run id."""
 
     @workflow.init
-    def __init__(self, raw: RawValue = _NO_INPUT) -> None:
+    def __init__(self, raw: RawValue = NO_INPUT) -> None:
         # every recorded event is also published here, so clients can follow a
         # run live (and the worker's activities can add text deltas)
-        self._stream = WorkflowStream(stream_state(_decoded(raw)))
+        self._stream = WorkflowStream(stream_state(decoded(raw)))
         self._journal = Journal(
             self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
         )
@@ -178,14 +136,14 @@ class AgentRunWorkflow:
     # -- the loop --------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: RawValue = _NO_INPUT) -> dict[str, Any]:
+    async def run(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """Run the agent loop to a final answer, a budget, or a failure."""
-        inp = self._input(raw)
+        inp = validated_input(raw)
         seg = await self._begin(inp)
         spent = self._prior + self._usage  # the usage carried over, after continue-as-new
         with self._observer.begin(seg.spec, inp, workflow.info().workflow_id, spent):
             if inp.fork is not None:
-                self._forked(inp.fork)
+                self._journal.record_fork(inp.fork)
                 if inp.fork.snapshot:
                     # a finished parent, forked without input: Agentor returns
                     # the copy as it is, with no model request
@@ -207,7 +165,7 @@ class AgentRunWorkflow:
                 await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
                 raise
 
-    async def _loop(self, inp: AgentRunInput, seg: _Segment) -> dict[str, Any]:
+    async def _loop(self, inp: AgentRunInput, seg: Setup) -> dict[str, Any]:
         spec = seg.spec
         if seg.carry is None:
             conversation = self._opening(inp, seg)
@@ -249,7 +207,7 @@ class AgentRunWorkflow:
         # no turn on this run_end, as Agentor writes it
         return await self._end("max_turns", seg, error=error)
 
-    def _opening(self, inp: AgentRunInput, seg: _Segment) -> Conversation:
+    def _opening(self, inp: AgentRunInput, seg: Setup) -> Conversation:
         """Record the segment's `run_start`; return the conversation it opens."""
         spec, position = seg.spec, self._journal.position
         if inp.conversation is not None and self._refs_allowed():
@@ -280,7 +238,7 @@ class AgentRunWorkflow:
     async def _maybe_continue(
         self,
         inp: AgentRunInput,
-        seg: _Segment,
+        seg: Setup,
         conversation: Conversation,
         failures: FailureBudget,
         turn: int,
@@ -341,94 +299,31 @@ class AgentRunWorkflow:
 
     # -- steps -------------------------------------------------------------------
 
-    def _input(self, raw: RawValue) -> AgentRunInput:
-        """The validated input; bad input fails the run, never its task."""
-        try:
-            # decoded here rather than by the SDK: input that is not JSON (or
-            # no input at all) would otherwise fail the workflow *task*
-            # ("Failed decoding arguments"), which Temporal retries forever
-            value = (
-                None if raw is _NO_INPUT else workflow.payload_converter().from_payload(raw.payload)
-            )
-            inp = parse_run_input(value)
-            if inp.carry is not None:
-                Carry.from_dict(inp.carry)
-            if inp.conversation is not None:
-                Conversation.from_dict(inp.conversation)
-        except Exception as exc:
-            root: BaseException = exc
-            while root.__cause__ is not None:
-                root = root.__cause__  # a decoding error names the JSON problem last
-            detail = str(exc) if root is exc else f"{exc} ({root})"
-            raise ApplicationError(
-                f"Invalid AgentRun input: {detail}", type="InvalidInput", non_retryable=True
-            ) from None
-        # the run id is a file name in every store and what resume() takes
-        refuse_invalid_run_id(workflow.info().workflow_id)
-        return inp
-
-    async def _begin(self, inp: AgentRunInput) -> _Segment:
+    async def _begin(self, inp: AgentRunInput) -> Setup:
         """Record the agent's spec and where this segment starts."""
         self._agent, self._journal.offset = inp.agent, inp.event_offset
         self._prior = Usage.from_dict(inp.prior_usage)
         carry = Carry.from_dict(inp.carry) if inp.carry is not None else None
-        spec = self._spec = await self._describe(inp.agent, inp.fingerprint)
-        attributes = []
-        if spec.search_attributes:
-            attributes += [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
-        # a spec recorded before `fork_attribute` had ForkedFrom with the names;
-        # continued executions keep it (continue-as-new carries attributes over)
-        forked_from = spec.search_attributes if spec.fork_attribute is None else spec.fork_attribute
-        if inp.fork is not None and forked_from:
-            attributes.append(FORKED_FROM.value_set(inp.fork.run_id))
-        if attributes:
-            workflow.upsert_search_attributes(attributes)
+        try:
+            spec = self._spec = await describe(inp.agent, inp.fingerprint)
+        except ApplicationError:
+            await self._release_handlers()
+            raise
+        set_names(spec, inp)
         if carry is not None:
             self._turn, self._usage = carry.turn, Usage.from_dict(carry.usage)
             self._approvals.decisions = carry.decision_objects()
             self._executions = carry.executions
-            return _Segment(spec, carry.budget, carry.started, inp.stream_text, carry)
-        return _Segment(
+            return Setup(spec, carry.budget, carry.started, inp.stream_text, carry)
+        return Setup(
             spec=spec,
             budget=inp.max_turns or spec.max_turns,
             started=workflow.now().timestamp(),
             stream_text=inp.stream_text,
         )
 
-    def _forked(self, origin: ForkOrigin) -> None:
-        """Record what a fork's log holds past its parent's events: copies, then the marker."""
-        for data in origin.events:
-            self._journal.record(Event.from_dict(data))
-        now = workflow.now().timestamp()
-        # Agentor's marker: a fork's own life starts here
-        self._journal.record(
-            Event(type="fork", forked_from=origin.run_id, started_at=now, ended_at=now)
-        )
-        workflow.set_current_details(
-            f"Forked from {origin.run_id} at event {origin.at + len(origin.events)}"
-        )
-
-    async def _describe(self, agent: str, fingerprint: str | None) -> AgentSpec:
-        try:
-            spec: AgentSpec = await workflow.execute_local_activity(
-                policies.DESCRIBE_AGENT,
-                DescribeAgentInput(agent=agent, fingerprint=fingerprint or ""),
-                result_type=AgentSpec,
-                start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
-                retry_policy=policies.LOCAL_RETRY_POLICY,
-                summary=f"describe {agent}",
-            )
-        except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
-            # a local activity's failure arrives unwrapped (its own
-            # ApplicationError naming the known agents), not as ActivityError
-            await self._release_handlers()
-            # the workflow fails (not its task, which would retry forever)
-            kind = exc.type if isinstance(exc, ApplicationError) and exc.type else "UnknownAgent"
-            raise ApplicationError(failure_message(exc), type=kind, non_retryable=True) from None
-        return spec
-
     async def _generate(
-        self, seg: _Segment, conversation: Conversation, disabled: list[str], turn: int
+        self, seg: Setup, conversation: Conversation, disabled: list[str], turn: int
     ) -> GenerateResult | str:
         """Ask the model once and record the `generation`; a str is why the run fails."""
         spec = seg.spec
@@ -448,13 +343,13 @@ class AgentRunWorkflow:
             conversation.switch()
         request = conversation.request()
         base = conversation.base
-        oversized = (
-            self._oversized(request, schemas)
+        refusal = (
+            oversized(request, schemas)
             if base is None
-            else self._too_big(conversation.size + encoded_size(schemas))
+            else too_big(conversation.size + encoded_size(schemas))
         )
-        if oversized is not None:
-            return oversized
+        if refusal is not None:
+            return refusal
         activity_id = f"generate-{turn}"
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
@@ -514,7 +409,7 @@ class AgentRunWorkflow:
         return gen
 
     async def _run_tools(
-        self, seg: _Segment, calls: list[dict[str, Any]], turn: int, disabled: list[str]
+        self, seg: Setup, calls: list[dict[str, Any]], turn: int, disabled: list[str]
     ) -> list[Event]:
         """Record the turn's `tool_call`s, then run them (see `ToolCalls`)."""
         for call in calls:
@@ -541,36 +436,6 @@ class AgentRunWorkflow:
         await self._journal.flush(seg.spec.name, seg.spec.mirror)
         return await self._tools.run_turn(seg.spec, calls, turn, disabled)
 
-    def _oversized(
-        self, request: list[dict[str, Any]], schemas: list[dict[str, Any]]
-    ) -> str | None:
-        """Why a request cannot be scheduled (too big for one payload), or None.
-
-        Scheduling it would wedge the run: Temporal refuses the payload and
-        retries the workflow task forever. Ending the run says why instead.
-        """
-        size = encoded_size(request) + encoded_size(schemas)
-        if size <= policies.MAX_REQUEST_BYTES or not workflow.patched(
-            policies.PATCH_REQUEST_SIZE_LIMIT
-        ):
-            return None
-        return (
-            f"The conversation has grown to {size / 1e6:.1f} MB, over the 2 MB Temporal "
-            f"accepts in one payload (runs stop at {policies.MAX_REQUEST_BYTES / 1e6:.1f} MB). "
-            "Have tools return less, or start a new run from a summary."
-        )
-
-    def _too_big(self, size: int) -> str | None:
-        """Why a request sent by reference cannot be made: no model endpoint takes it."""
-        if size <= policies.MAX_MODEL_REQUEST_BYTES:
-            return None
-        return (
-            f"The conversation has grown to {size / 1e6:.1f} MB, more than a model endpoint "
-            f"accepts in one request (runs stop at {policies.MAX_MODEL_REQUEST_BYTES / 1e6:.0f} "
-            "MB, far past any model's context window). Have tools return less, or start a "
-            "new run from a summary."
-        )
-
     def _tokens(self) -> int:
         return (self._prior + self._usage).total_tokens
 
@@ -585,7 +450,7 @@ class AgentRunWorkflow:
     async def _end(
         self,
         status: str,
-        seg: _Segment,
+        seg: Setup,
         *,
         turn: int | None = None,
         text: str | None = None,
@@ -609,7 +474,7 @@ class AgentRunWorkflow:
     async def _close(
         self,
         status: str,
-        seg: _Segment,
+        seg: Setup,
         *,
         text: str | None = None,
         error: str | None = None,

@@ -27,6 +27,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import JournalInput, JournalResult
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.stream_window import StreamWindow
+from agentor_temporal.workflows.types import ForkOrigin
 
 
 class Journal:
@@ -103,6 +104,17 @@ class Journal:
         self.events.append(event)
         for listener in self.listeners:
             listener(event)
+
+    def record_fork(self, origin: ForkOrigin) -> None:
+        """Record what a fork's log holds past its parent's events: copies, then the marker."""
+        for data in origin.events:
+            self.record(Event.from_dict(data))
+        now = workflow.now().timestamp()
+        # Agentor's marker: a fork's own life starts here
+        self.record(Event(type="fork", forked_from=origin.run_id, started_at=now, ended_at=now))
+        workflow.set_current_details(
+            f"Forked from {origin.run_id} at event {origin.at + len(origin.events)}"
+        )
 
     def unmirrored(self, mirror: bool) -> int:
         """Events of this segment the store has not confirmed (0 when not mirroring)."""

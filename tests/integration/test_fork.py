@@ -20,7 +20,7 @@ from agentor_temporal import Agentor, Event, FileStore, RunResult, TemporalStore
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.store import replay_messages, total_usage
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, tool_then_answer
-from agentor_temporal.workflows.agent_run import FORKED_FROM
+from agentor_temporal.workflows.segment import FORKED_FROM
 from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
 
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, ledger_lines, wait_until, weather_agent

@@ -26,7 +26,7 @@ from agentor_temporal.connection import connect
 from agentor_temporal.store import replay_messages, total_usage
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
-from agentor_temporal.workflows.agent_run import FORKED_FROM
+from agentor_temporal.workflows.segment import FORKED_FROM
 from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
 
 from helpers import ledger_lines, wait_until, weather_agent

@@ -1,0 +1,137 @@
+"""Starting and resuming a run for `Agentor`: `run()` and `resume()` on the runtime loop.
+
+`start_run` starts workflow `AgentRun` (id = run id) and waits for it.
+`resume_run` follows the resume table in DESIGN.md: a completed run is
+returned as it is (its mirror caught up), a running one is waited for, and
+any other continues as a new segment under the same id; a run Temporal no
+longer holds is read from the store. Only a worker built as the agent that
+resumes may continue it (the fingerprint travels with the segment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+
+from agentor_temporal._continuing import continuation_input
+from agentor_temporal._results import check_input, check_owner, check_size, result_from
+from agentor_temporal._runs import seeded_prefix
+from agentor_temporal._start import segment_request_id, start_segment
+from agentor_temporal.activities.journal import catch_up
+from agentor_temporal.store import Event, RunResult, is_complete, new_run_id, validate_run_id
+from agentor_temporal.workflows import TemporalStore
+from agentor_temporal.workflows.types import AgentRunInput
+
+if TYPE_CHECKING:
+    from agentor_temporal.agent import Agentor
+
+MessageInput = str | list[dict[str, Any]]
+
+
+async def start_run(
+    agent: Agentor, input: MessageInput, run_id: str | None, max_turns: int | None
+) -> RunResult:
+    """`Agentor.run`: check the input, start the run, wait for its result."""
+    check_input(input)
+    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
+        raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+    check_size(agent.definition, input)
+    run_id = new_run_id() if run_id is None else validate_run_id(run_id)
+    client = await agent._client()
+    async with agent._serving(client):
+        inp = AgentRunInput(
+            agent=agent.name,
+            input=input,
+            max_turns=max_turns,
+            fingerprint=agent.definition.fingerprint(),
+        )
+        await start_segment(
+            client,
+            agent.definition,
+            agent.task_queue,
+            run_id,
+            inp,
+            WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+        return await agent._result(client, run_id)
+
+
+async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunResult:
+    """`Agentor.resume`: return, wait for, or continue the run (see the module docstring)."""
+    validate_run_id(run_id)
+    client = await agent._client()
+    segments = await TemporalStore(client).segments(run_id)
+    if not segments:
+        events = await agent._store_events(run_id)
+        if not events:
+            from agentor_temporal.connection import describe_target
+
+            where = f" or in {agent.store!r}" if agent.store is not None else ""
+            raise KeyError(
+                f"No run with id {run_id!r} in Temporal at {describe_target(client)}{where}"
+            )
+        check_owner(agent.definition, run_id, events, None)
+        if is_complete(events):
+            return result_from(run_id, events, None, None)
+        return await _continue(agent, client, run_id, events, None, max_turns)
+
+    latest = segments[-1]
+    events = await agent._events(run_id, segments)
+    if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
+        if agent.store is not None:
+            # a mirror that failed until the run's end is completed here
+            await asyncio.to_thread(catch_up, agent.store, run_id, events, agent.name)
+        return result_from(run_id, events, latest.result, None)
+    check_owner(agent.definition, run_id, events, latest.spec)
+    if latest.status == "running":
+        async with agent._serving(client):
+            return await agent._result(client, run_id)
+    return await _continue(
+        agent,
+        client,
+        run_id,
+        events,
+        latest.execution_run_id,
+        max_turns,
+        in_temporal_from=seeded_prefix(segments),
+    )
+
+
+async def _continue(
+    agent: Agentor,
+    client: Client,
+    run_id: str,
+    events: list[Event],
+    previous: str | None,
+    max_turns: int | None,
+    in_temporal_from: int = 0,
+) -> RunResult:
+    """Start the run's next segment after `events` and wait for its result."""
+    inp = continuation_input(
+        agent.name,
+        run_id,
+        events,
+        previous=previous,
+        in_temporal_from=in_temporal_from,
+        max_turns=max_turns,
+    )
+    # only a worker built as this agent may continue it
+    inp.fingerprint = agent.definition.fingerprint()
+    async with agent._serving(client):
+        # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
+        # resumer that started first is attached to (USE_EXISTING), or, if
+        # its segment already finished, deduplicated by the request id
+        request_id = segment_request_id(run_id, previous, len(events))
+        await start_segment(
+            client,
+            agent.definition,
+            agent.task_queue,
+            run_id,
+            inp,
+            WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            request_id,
+        )
+        return await agent._result(client, run_id)
