@@ -33,6 +33,15 @@ logger = logging.getLogger("agentor_temporal")
 #: How long the exit hook waits for embedded workers to finish in-flight work
 #: (the SDK's graceful shutdown, then cancellation, which hands the task back).
 EXIT_DRAIN = 40.0
+#: How long the exit hook leaves the SDK's core threads, once everything is
+#: cancelled, to finish what they were running for Python. Each finished
+#: future takes the GIL once more on a core thread; if that happens after
+#: interpreter finalization began, the process aborts ("Fatal Python error:
+#: PyGILState_Release", temporalio/sdk-python#300): about 1 in 300 short
+#: scripts did, 0 in 1,200 since (`tests/integration/test_exit_scripts.py`
+#: six times). A core thread needs well under a millisecond for it; the
+#: margin is for a loaded machine.
+EXIT_SETTLE = 0.25
 
 
 def at_interpreter_exit(callback: Any) -> None:
@@ -290,8 +299,10 @@ class Runtime:
             for task in rest:
                 task.cancel()
             await asyncio.gather(*rest, return_exceptions=True)
-            # let the SDK's cancelled RPCs hear of it before the loop stops
-            await asyncio.sleep(0)
+            # the core threads finish the futures just dropped while the
+            # interpreter is whole (see EXIT_SETTLE); the loop runs meanwhile,
+            # so their results land on it rather than on a closed loop
+            await asyncio.sleep(EXIT_SETTLE)
             self._clients.clear()
 
         with contextlib.suppress(Exception):
