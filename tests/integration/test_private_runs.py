@@ -301,7 +301,7 @@ def test_cli_reads_encrypted_runs_given_the_key(
     shown = cli("show", run_id, *here, env=with_env)
     assert shown.returncode == 0, shown.stderr
     assert SECRET_PROMPT in shown.stdout and f"get_weather(city='{CITY}')" in shown.stdout
-    listed = cli("list", *here, "--json", env=with_env)
+    listed = cli("list", *here, "--json", "--limit", "100", env=with_env)
     assert listed.returncode == 0, listed.stderr
     assert run_id in listed.stdout
     out = tmp_path / "exported.jsonl"
