@@ -77,13 +77,7 @@ async def run_fork(
     at: int | None,
 ) -> RunResult:
     """`Agentor.fork`: check, read the parent, start the fork, wait for its result."""
-    check_fork_input(input)
-    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-        raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-    fork_id = new_run_id() if fork_id is None else validate_run_id(fork_id)
-    client = await agent._client()
-    point = await fork_point(client, run_id, at, agent.store)
-    inp = fork_input(agent.name, point, input, max_turns)
+    client, fork_id, point, inp = await _prepare(agent, run_id, input, fork_id, max_turns, at)
     async with agent._serving(client):
         await start_fork(
             client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input
@@ -115,16 +109,28 @@ async def start_fork_run(
     Raises:
         KeyError, ValueError, TypeError: as `Agentor.fork` (`ForkIdInUse` for a taken id).
     """
+    client, fork_id, point, inp = await _prepare(agent, run_id, input, fork_id, max_turns, at)
+    await start_fork(client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input)
+    await agent._serve_until_done(client, fork_id)  # the embedded worker, if any
+    return fork_id
+
+
+async def _prepare(
+    agent: Agentor,
+    run_id: str,
+    input: MessageInput | None,
+    fork_id: str | None,
+    max_turns: int | None,
+    at: int | None,
+) -> tuple[Client, str, ForkPoint, AgentRunInput]:
+    """Check the arguments, read the parent, and make the fork's id and input."""
     check_fork_input(input)
     if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
         raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
     fork_id = new_run_id() if fork_id is None else validate_run_id(fork_id)
     client = await agent._client()
     point = await fork_point(client, run_id, at, agent.store)
-    inp = fork_input(agent.name, point, input, max_turns)
-    await start_fork(client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input)
-    await agent._serve_until_done(client, fork_id)  # the embedded worker, if any
-    return fork_id
+    return client, fork_id, point, fork_input(agent.name, point, input, max_turns)
 
 
 async def _forked_log(point: ForkPoint, segments: list[Segment]) -> list[Event]:
