@@ -36,6 +36,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
 from agentor_temporal.codec import EncryptionCodec, EncryptionKeyError, EncryptionKeys
+from agentor_temporal.connection import process_running
 
 logger = logging.getLogger("agentor_temporal.codec_server")
 
@@ -238,19 +239,7 @@ def read_token(path: str | None) -> str | None:
 
 
 def _is_codec_server(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not cmdline.exists():  # not Linux: trust the pid file
-        return True
-    try:
-        return b"codec-server" in cmdline.read_bytes()
-    except OSError:
-        return False
+    return process_running(pid, b"codec-server")
 
 
 def _port_open(port: int) -> bool:

@@ -138,11 +138,11 @@ def _port_open(host: str, port: int, timeout: float = 0.3) -> bool:
     return False
 
 
-def _is_dev_server(pid: int) -> bool:
-    """Whether `pid` is alive and (where /proc tells) a `temporal server start-dev`.
+def process_running(pid: int, marker: bytes) -> bool:
+    """Whether `pid` is alive and (where /proc tells) its command line holds `marker`.
 
-    A pid file can outlive its server and the pid be reused by an unrelated
-    process; stopping must never signal that one.
+    A pid file can outlive its process and the pid be reused by an unrelated
+    one; stopping must never signal that one.
     """
     try:
         os.kill(pid, 0)
@@ -154,9 +154,14 @@ def _is_dev_server(pid: int) -> bool:
     if not cmdline.exists():  # not Linux: trust the pid file
         return True
     try:
-        return b"start-dev" in cmdline.read_bytes()
+        return marker in cmdline.read_bytes()
     except OSError:
         return False
+
+
+def _is_dev_server(pid: int) -> bool:
+    """Whether `pid` is alive and a `temporal server start-dev`."""
+    return process_running(pid, b"start-dev")
 
 
 def _recorded(data_dir: Path) -> dict[str, Any]:
