@@ -7,6 +7,7 @@ reaches the worker's agents, stores and client without module globals. The
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from temporalio import activity
@@ -14,6 +15,7 @@ from temporalio import activity
 from agentor_temporal.activities import journal as _journal
 from agentor_temporal.activities import model as _model
 from agentor_temporal.activities import tools as _tools
+from agentor_temporal.activities._definition import definition_for
 from agentor_temporal.activities._joining import LiveCalls
 from agentor_temporal.activities._private import heartbeating
 from agentor_temporal.activities.registry import AgentRegistry
@@ -28,6 +30,7 @@ from agentor_temporal.workflows.activity_types import (
     JournalInput,
     JournalResult,
 )
+from agentor_temporal.workflows.formatting import call_summary
 from agentor_temporal.workflows.types import AgentSpec
 
 
@@ -53,17 +56,37 @@ class AgentActivities:
 
     @activity.defn(name=policies.GENERATE)
     async def generate(self, inp: GenerateInput) -> GenerateResult:
-        """One model request (a retry joins the request still live in this worker)."""
+        """Mirror the events the request carries, then make one model request.
+
+        A retry joins the request still live in this worker.
+        """
+        mirrored = None
+        if inp.journal is not None:
+            # a worker built differently leaves the task, and writes nothing of the run
+            await definition_for(self.registry, inp.agent, inp.fingerprint, f"turn {inp.turn}")
+            async with heartbeating():
+                mirrored = await _journal.mirror_folded(self.registry, inp.journal)
         if inp.stream_text:  # deltas belong to their own attempt
-            return await _model.generate(self.registry, inp)
-        async with heartbeating():
-            return await self.calls.run(lambda: _model.generate(self.registry, inp))
+            result = await _model.generate(self.registry, inp)
+        else:
+            async with heartbeating():
+                result = await self.calls.run(lambda: _model.generate(self.registry, inp))
+        return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     @activity.defn(name=policies.CALL_TOOL)
     async def call_tool(self, inp: CallToolInput) -> CallToolResult:
-        """One tool call (a retry joins the call still live in this worker)."""
+        """Mirror the events the call carries, then make one tool call.
+
+        A retry joins the call still live in this worker.
+        """
+        mirrored = None
         async with heartbeating():
-            return await self.calls.run(lambda: _tools.call_tool(self.registry, inp))
+            if inp.journal is not None:
+                what = call_summary(inp.name, inp.args)
+                await definition_for(self.registry, inp.agent, inp.fingerprint, what)
+                mirrored = await _journal.mirror_folded(self.registry, inp.journal)
+            result = await self.calls.run(lambda: _tools.call_tool(self.registry, inp))
+        return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     @activity.defn(name=policies.JOURNAL)
     async def journal(self, inp: JournalInput) -> JournalResult:

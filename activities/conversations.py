@@ -197,6 +197,8 @@ async def full_messages(
     if base is None:
         messages = await _from_history(run_id, ref)
         base = Known(messages, encode(messages))
+    if not tail:  # the base itself (the mirror asking for a request sent whole)
+        return base
     encoded = b",".join(part for part in (base.encoded, encode(tail)) if part)
     known = Known(base.messages + tail, encoded, position)
     CACHE.put(run_id, digest, known)

@@ -117,6 +117,29 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
             CACHE.forget(inp.run_id)
 
 
+async def mirror_folded(registry: AgentRegistry, inp: JournalInput) -> int | None:
+    """Mirror the events a `generate` input carries; return how far the store got.
+
+    The events are in history already (the input is). A retry finds them
+    written by its earlier attempt and writes nothing. None when this agent
+    is not mirrored, or the store failed (logged; the run's next journal
+    step catches it up).
+    """
+    store = registry.store_for(inp.agent) if inp.mirror else None
+    if store is None:
+        return None
+    end = inp.start + len(inp.events)
+    try:
+        if await asyncio.to_thread(store_count, store, inp.run_id) == end and (
+            await asyncio.to_thread(unchanged, store, inp.run_id)
+        ):
+            return end
+    except Exception:  # counted again, and the failure reported, below
+        pass
+    result = await _mirror(registry, inp, JournalResult(start=inp.start))
+    return result.mirrored if result.error is None else None
+
+
 async def _mirror(
     registry: AgentRegistry, inp: JournalInput, result: JournalResult
 ) -> JournalResult:

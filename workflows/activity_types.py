@@ -44,6 +44,10 @@ class GenerateInput:
     position: int | None = None
     #: the run's recorded agent fingerprint: only a worker built the same way runs it
     fingerprint: str = ""
+    #: the run's events new since the last journal step: history holds them
+    #: here (no `journal` local activity before the request) and the worker
+    #: mirrors them before asking the model (see `Journal.fold`)
+    journal: JournalInput | None = None
 
 
 @dataclass
@@ -60,6 +64,8 @@ class GenerateResult:
     #: the activity attempt that answered (set by the worker's telemetry
     #: interceptor; 1 from workers without it)
     attempt: int = 1
+    #: with `GenerateInput.journal`: the position the store's log has reached
+    mirrored: int | None = None
 
 
 @dataclass
@@ -74,6 +80,8 @@ class CallToolInput:
     turn: int = 1
     #: the run's recorded agent fingerprint: only a worker built the same way runs it
     fingerprint: str = ""
+    #: as `GenerateInput.journal`: the events new since the last journal step
+    journal: JournalInput | None = None
 
 
 @dataclass
@@ -88,6 +96,8 @@ class CallToolResult:
     truncated: bool = False
     #: the activity attempt that answered (see `GenerateResult.attempt`)
     attempt: int = 1
+    #: with `CallToolInput.journal`: the position the store's log has reached
+    mirrored: int | None = None
 
 
 @dataclass
@@ -107,6 +117,8 @@ class JournalInput:
 
     Local-activity inputs never reach history, so `events` may repeat events
     the store has not confirmed yet at no cost; only the result is recorded.
+    Carried in a `GenerateInput` it is in history itself: then `events` are
+    exactly the new ones (`start == new_from`).
     """
 
     run_id: str

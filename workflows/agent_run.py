@@ -86,6 +86,8 @@ class AgentRunWorkflow:
         self._closing = False
         #: whether requests may go by reference (workflow.patched, asked once)
         self._refs: bool | None = None
+        #: whether new events go with the next request (workflow.patched, asked once)
+        self._fold: bool | None = None
         self._history: HistoryGauge | None = None
         self._executions = 1
 
@@ -291,6 +293,12 @@ class AgentRunWorkflow:
         )
         workflow.continue_as_new(following.to_dict())
 
+    def _journal_in_activities(self) -> bool:
+        """Whether new events go with the next activity (runs recorded before journaled first)."""
+        if self._fold is None:
+            self._fold = workflow.patched(policies.PATCH_JOURNAL_IN_ACTIVITIES)
+        return self._fold
+
     def _refs_allowed(self) -> bool:
         """Whether requests may go by reference (runs recorded before could not)."""
         if self._refs is None:
@@ -334,7 +342,8 @@ class AgentRunWorkflow:
             f"Turn {turn} of {seg.budget}: asking {spec.model} · {self._tokens()} tokens so far"
             f" · {self._history.describe()}"
         )
-        await self._journal.flush(spec.name, spec.mirror)
+        if not self._journal_in_activities():
+            await self._journal.flush(spec.name, spec.mirror)
         if (
             not conversation.by_reference
             and conversation.size > seg.inline_bytes
@@ -351,6 +360,12 @@ class AgentRunWorkflow:
         if refusal is not None:
             return refusal
         activity_id = f"generate-{turn}"
+        # the events since the last journal step go into history with the request
+        folded = (
+            self._journal.fold(spec.name, spec.mirror) if self._journal_in_activities() else None
+        )
+        if folded is None and self._journal_in_activities():
+            await self._journal.flush(spec.name, spec.mirror)
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
             call = workflow.execute_activity(
@@ -367,6 +382,7 @@ class AgentRunWorkflow:
                     conversation=base.to_dict() if base is not None else None,
                     position=self._journal.position if base is not None else None,
                     fingerprint=spec.fingerprint,
+                    journal=folded,
                 ),
                 result_type=GenerateResult,
                 start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
@@ -384,6 +400,8 @@ class AgentRunWorkflow:
             ):
                 raise asyncio.CancelledError(failure_message(exc)) from None
             return failure_message(exc)
+        if folded is not None:
+            self._journal.confirm(gen.mirrored, spec.mirror)
         usage = Usage.from_dict(gen.usage)
         self._usage = self._usage + usage
         position = self._journal.position
@@ -433,8 +451,11 @@ class AgentRunWorkflow:
         workflow.set_current_details(
             f"Turn {turn} of {seg.budget}: running {running} · {self._tokens()} tokens so far"
         )
-        await self._journal.flush(seg.spec.name, seg.spec.mirror)
-        return await self._tools.run_turn(seg.spec, calls, turn, disabled)
+        if not self._journal_in_activities():
+            await self._journal.flush(seg.spec.name, seg.spec.mirror)
+        return await self._tools.run_turn(
+            seg.spec, calls, turn, disabled, fold=self._journal_in_activities()
+        )
 
     def _tokens(self) -> int:
         return (self._prior + self._usage).total_tokens

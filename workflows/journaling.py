@@ -2,10 +2,14 @@
 
 Every step becomes an `Event` here, in order, numbered by its position in the
 run's whole log (earlier segments count). Recording publishes the event to
-the run's stream at once (followers see it live), and `flush` puts the new
-events into history through the `journal` local activity before the run takes
-its next step; that activity also mirrors into the worker's store whatever the
-store has not confirmed yet, so a store that failed is caught up later. A
+the run's stream at once (followers see it live). Before the run takes its
+next step the new events go into history: `fold` hands them to that step's
+activity (a `generate` or the turn's first `call_tool`), whose input history
+holds and whose worker mirrors them; `flush` runs the `journal` local
+activity instead where no such activity follows (the run's end, an approval,
+continuing as new) or the store is behind, and mirrors into the worker's
+store whatever the store has not confirmed yet, so a store that failed is
+caught up later. A
 generation's request is not journaled twice: `refs` names the `generate`
 activity whose input already holds it; one sent by reference has no
 messages here at all, and `requests` lets the mirror rebuild them.
@@ -25,6 +29,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import JournalInput, JournalResult
+from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.stream_window import StreamWindow
 from agentor_temporal.workflows.types import ForkOrigin
@@ -176,15 +181,74 @@ class Journal:
                 "Journaling run %s failed: %s", workflow.info().workflow_id, failure_message(exc)
             )
             return
+        self._recorded(total)
+        self.confirm(res.mirrored if res.error is None else None, mirror)
+
+    def fold(self, agent: str, mirror: bool) -> JournalInput | None:
+        """The new events, to go into history as part of the next activity's input.
+
+        That activity (`generate`, or a turn's first `call_tool`) mirrors them
+        too, so no journal step is needed before it. None when there is
+        nothing new, or when a journal step must run instead: one is under
+        way (concurrent approvals), or the store is behind (its catch-up
+        repeats events, which a local activity's input carries at no cost
+        and history must not). Once folded, the events count as in history:
+        the activity is scheduled in the same workflow task.
+
+        A generation's request is not in history twice: the event goes
+        without it (`refs` names the `generate` input that holds it), and the
+        mirror is told where to find it, the event itself as a conversation
+        base, which the worker that sent the request still holds.
+        """
+        total = len(self.events)
+        fresh = total - self._journaled
+        if not fresh or self._lock.locked() or self.unmirrored(mirror) > fresh:
+            return None
+        first = self._journaled
+        events: list[dict[str, Any]] = []
+        requests: dict[str, dict[str, Any]] = {}
+        for index in range(first, total):
+            data = self.events[index].to_dict()
+            position = self.offset + index
+            if index in self._refs:
+                sent = data.pop("messages", None)
+                if mirror and index not in self._requests and sent is not None:
+                    base = ConversationRef(
+                        position=position, count=len(sent), digest=chain_digest("", sent)
+                    )
+                    requests[str(position)] = {"conversation": base.to_dict(), "messages": []}
+            if mirror and index in self._requests:
+                requests[str(position)] = self._requests[index]
+            events.append(data)
+        inp = JournalInput(
+            run_id=workflow.info().workflow_id,
+            agent=agent,
+            mirror=mirror,
+            start=self.offset + first,
+            events=events,
+            new_from=self.offset + first,
+            refs={str(self.offset + i): ref for i, ref in self._refs.items() if i >= first},
+            requests=requests,
+        )
+        self._recorded(total)
+        if not mirror:
+            self.confirm(None, mirror)
+        return inp
+
+    def _recorded(self, total: int) -> None:
+        """events[:total] are in history now."""
         self._journaled = total
         if self._window is not None:
             # stream items before the first event not in history may go
             recorded = self._offsets.get(total, self._window.end())
             self._offsets = {i: o for i, o in self._offsets.items() if i >= total}
             self._window.release(recorded)
-        if res.error is None and res.mirrored is not None:
-            self._mirrored = res.mirrored
+
+    def confirm(self, mirrored: int | None, mirror: bool) -> None:
+        """Note how far the store got (None: unknown, or it failed)."""
+        if mirrored is not None:
+            self._mirrored = mirrored
         # requests the store has now (or never needs) are not kept
-        done = total if not mirror else (self._mirrored or self.offset) - self.offset
+        done = self._journaled if not mirror else (self._mirrored or self.offset) - self.offset
         for index in [i for i in self._requests if i < done]:
             del self._requests[index]

@@ -123,6 +123,10 @@ PATCH_CONTINUE_AS_NEW = "continue-as-new"
 #: A conversation past INLINE_CONVERSATION_BYTES is sent by reference (see
 #: `workflows/conversation.py`).
 PATCH_CONVERSATION_REFS = "conversation-refs"
+#: New events travel in the input of the next `generate` or first `call_tool`
+#: activity (the worker mirrors them there) instead of a `journal` local
+#: activity before it.
+PATCH_JOURNAL_IN_ACTIVITIES = "journal-in-activities"
 
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.

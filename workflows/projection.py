@@ -12,6 +12,9 @@ projection walks that chain rather than trusting eventually-consistent
 visibility. A fork's log begins with its parent's first events, which its
 first segment references rather than copies: `whole` prepends them (read from
 the parent's history, or from a store when only a store has them).
+Events new since the last journal step may instead travel in the input of
+a `generate` or `call_tool` activity (its `journal`), which history holds
+the same way.
 """
 
 from __future__ import annotations
@@ -31,7 +34,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store.base import Store, validate_run_id
 from agentor_temporal.store.events import Event
-from agentor_temporal.workflows.policies import CALL_TOOL, DESCRIBE_AGENT, JOURNAL, WORKFLOW_TYPE
+from agentor_temporal.workflows.policies import (
+    CALL_TOOL,
+    DESCRIBE_AGENT,
+    GENERATE,
+    JOURNAL,
+    WORKFLOW_TYPE,
+)
 from agentor_temporal.workflows.types import ForkOrigin, parse_fork_origin
 
 T = TypeVar("T")
@@ -363,6 +372,11 @@ class TemporalStore:
                     scheduled[attrs_s.activity_id] = attrs_s.input.payloads[0]
                 if attrs_s.activity_type.name == CALL_TOOL:
                     tools[event.event_id] = attrs_s.activity_id
+                if attrs_s.activity_type.name in (GENERATE, CALL_TOOL) and attrs_s.input.payloads:
+                    # it may carry the events new since the last journal step
+                    folded = await self._folded(attrs_s.input.payloads[0])
+                    if folded is not None:
+                        journal.append(folded)
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 attrs_c = event.activity_task_completed_event_attributes
                 activity_id = tools.get(attrs_c.scheduled_event_id)
@@ -415,6 +429,17 @@ class TemporalStore:
                         segment.pending[len(segment.events)] = (sent["base"], tail)
                 segment.events.append(Event.from_dict(data))
         return segment
+
+    async def _folded(
+        self, payload: Payload
+    ) -> tuple[int, list[dict[str, Any]], dict[str, str]] | None:
+        """The journal a `generate` or `call_tool` input carries, as (start, events, refs)."""
+        request = await self._decode(payload)
+        folded = request.get("journal") if isinstance(request, dict) else None
+        if not isinstance(folded, dict):
+            return None
+        refs = {str(k): str(v) for k, v in dict(folded.get("refs") or {}).items()}
+        return int(folded.get("new_from") or 0), list(folded.get("events") or []), refs
 
     @staticmethod
     def _marker_activity_type(details: Any) -> str | None:

@@ -54,15 +54,27 @@ class ToolCalls:
         self.trace = trace or RunTrace()
         #: tool activities in flight that need no approval
         self.running = 0
+        self._fold = False
 
     async def run_turn(
-        self, spec: AgentSpec, calls: list[dict[str, Any]], turn: int, disabled: list[str]
+        self,
+        spec: AgentSpec,
+        calls: list[dict[str, Any]],
+        turn: int,
+        disabled: list[str],
+        *,
+        fold: bool = False,
     ) -> list[Event]:
         """Every call's `tool_result`, in the order the model asked.
+
+        Args:
+            fold: new events go into history with the first call scheduled
+                (see `Journal.fold`), not through a journal step before.
 
         Raises:
             ApprovalExpired: when an approval expired on a tool that fails the run.
         """
+        self._fold = fold
         results = await asyncio.gather(
             *(self._one(spec, call, turn, index, disabled) for index, call in enumerate(calls))
         )
@@ -124,6 +136,7 @@ class ToolCalls:
             if answered is not None:
                 return answered
         self.running += 1
+        folded = self.journal.fold(spec.name, spec.mirror) if self._fold else None
         try:
             # not yet awaited: the activity is scheduled inside the call's span
             call_tool = workflow.execute_activity(
@@ -136,6 +149,7 @@ class ToolCalls:
                     args=args,
                     turn=turn,
                     fingerprint=spec.fingerprint,
+                    journal=folded,
                 ),
                 result_type=CallToolResult,
                 # the activity answers "timed out" at the tool's limit; this
@@ -168,6 +182,8 @@ class ToolCalls:
             return _answer(name, call_id, error, f"Error: {error}", args=args)
         finally:
             self.running -= 1
+        if folded is not None:
+            self.journal.confirm(res.mirrored, spec.mirror)
         return Event(
             type="tool_result",
             name=name,
