@@ -77,6 +77,12 @@ def chunk(n: int) -> str:
     return str(n) * 300_000
 
 
+async def _seed(agent: Agentor) -> str:
+    result = await agent.arun("What is the weather in London?")
+    assert result.status == "completed"
+    return str(result.run_id)
+
+
 async def _approval(agent: Agentor) -> str:
     paused = await agent.arun("Pay bob and alice.")
     assert paused.status == "awaiting_approval", paused
@@ -137,6 +143,26 @@ SCENARIOS: dict[
     # the approval run again, recorded once runs kept AgentStatus/AgentTokens
     # current: its upserts (behind PATCH_AGENT_STATUS) must keep replaying
     "agent_status_history": (
+        [
+            [
+                CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
+                CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
+            ],
+            Reply("Paid bob; alice was refused."),
+        ],
+        lambda: [transfer_tool()],
+        _approval,
+        20,
+    ),
+    # recorded once new events went with the next activity's input
+    # (PATCH_JOURNAL_IN_ACTIVITIES): a plain run, and one with approvals
+    "journal_fold_history": (
+        tool_then_answer,
+        lambda: [weather_tool()],
+        _seed,
+        20,
+    ),
+    "journal_fold_approval_history": (
         [
             [
                 CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
