@@ -337,6 +337,8 @@ class TemporalStore:
         """Project one execution's history into a `Segment`."""
         segment = Segment(execution_run_id="")
         scheduled: dict[str, Payload] = {}
+        #: activity id -> decoded input, of generate and call_tool activities
+        inputs: dict[str, Any] = {}
         #: scheduled event id -> activity id, of call_tool activities
         tools: dict[int, str] = {}
         journal: list[tuple[int, list[dict[str, Any]], dict[str, str]]] = []
@@ -374,7 +376,10 @@ class TemporalStore:
                     tools[event.event_id] = attrs_s.activity_id
                 if attrs_s.activity_type.name in (GENERATE, CALL_TOOL) and attrs_s.input.payloads:
                     # it may carry the events new since the last journal step
-                    folded = await self._folded(attrs_s.input.payloads[0])
+                    value = inputs[attrs_s.activity_id] = await self._decode(
+                        attrs_s.input.payloads[0]
+                    )
+                    folded = self._folded(value)
                     if folded is not None:
                         journal.append(folded)
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
@@ -411,7 +416,7 @@ class TemporalStore:
             for index, data in enumerate(events):
                 ref = refs.get(str(start + index))
                 if ref is not None and "messages" not in data and ref in scheduled:
-                    request = await self._decode(scheduled[ref])
+                    request = inputs[ref] if ref in inputs else await self._decode(scheduled[ref])
                     if isinstance(request, dict) and isinstance(request.get("conversation"), dict):
                         tail = list(request.get("messages") or [])
                         segment.pending[len(segment.events)] = (request["conversation"], tail)
@@ -430,11 +435,9 @@ class TemporalStore:
                 segment.events.append(Event.from_dict(data))
         return segment
 
-    async def _folded(
-        self, payload: Payload
-    ) -> tuple[int, list[dict[str, Any]], dict[str, str]] | None:
+    @staticmethod
+    def _folded(request: Any) -> tuple[int, list[dict[str, Any]], dict[str, str]] | None:
         """The journal a `generate` or `call_tool` input carries, as (start, events, refs)."""
-        request = await self._decode(payload)
         folded = request.get("journal") if isinstance(request, dict) else None
         if not isinstance(folded, dict):
             return None

@@ -132,7 +132,7 @@ async def test_fork_of_a_run_killed_mid_tool_reruns_only_the_open_call(
     assert parent.status == WorkflowExecutionStatus.RUNNING
 
 
-async def test_fork_of_a_run_killed_before_journaling_its_tool_result_keeps_the_result(
+async def test_fork_of_a_run_killed_while_mirroring_its_tool_result_keeps_the_result(
     client: Client,
     temporal_address: str,
     model: ScriptedModelServer,
@@ -140,7 +140,7 @@ async def test_fork_of_a_run_killed_before_journaling_its_tool_result_keeps_the_
     tmp_path: Path,
     ledger: str,
 ) -> None:
-    """Killed after the tool answered, before history journaled it: the fork runs no tool."""
+    """Killed after the tool answered, before the next model request: the fork runs no tool."""
     runs, marker, run_id = tmp_path / "runs", tmp_path / "blocked", uuid.uuid4().hex
     env = _env(temporal_address, model, task_queue, runs, ledger)
     child = spawn(
@@ -153,9 +153,10 @@ async def test_fork_of_a_run_killed_before_journaling_its_tool_result_keeps_the_
     finally:
         if child.poll() is None:
             child.kill()
-    # history has the tool's completed activity, but the journal stops before its result
+    # the result went into history with the next request, whose worker died
+    # mirroring it, before it asked the model
     journaled = await TemporalStore(client).aload(run_id)
-    assert [e.type for e in journaled] == ["run_start", "generation", "tool_call"]
+    assert [e.type for e in journaled] == ["run_start", "generation", "tool_call", "tool_result"]
     stored = FileStore(runs).load(run_id)
     assert [e.type for e in stored] == ["run_start", "generation", "tool_call", "tool_result"]
     assert model.request_count == 1 and len(ledger_lines(ledger)) == 1
