@@ -14,16 +14,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.worker import Worker
 
 from agentor_temporal import Agentor, Event, FileStore, RunResult, TemporalStore, function_tool
+from agentor_temporal.activities import AgentActivities, AgentRegistry
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.store import replay_messages, total_usage
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, tool_then_answer
+from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.segment import FORKED_FROM
 from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, ledger_lines, wait_until, weather_agent
+from helpers import (
+    ANSWER,
+    PROMPT,
+    SEED_EVENT_TYPES,
+    ledger_lines,
+    ledger_write,
+    until,
+    wait_until,
+    weather_agent,
+)
 
 #: What the model hears after a continuation message in the tests below.
 PARIS = "Now do the same for Paris."
@@ -381,6 +394,107 @@ async def test_fork_inside_a_tool_batch_rewinds_it(
     # rewound: the request that produced the batch, asked again
     assert model.requests[-1]["messages"] == parent.events[1].messages
     assert len(ledger_lines(ledger)) == 2
+    await _same_everywhere(client, tmp_path, fork)
+
+
+async def test_a_tool_result_history_holds_but_no_step_recorded_is_kept(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """The tool answered, then no workflow task ran: the fork copies the answer, runs no tool.
+
+    The parent's workflow worker stops while its tool runs on another worker;
+    the tool's completion reaches history, but no workflow task records its
+    `tool_result` (nor sends it on with the next request). The fork finds it
+    among the completed activities.
+    """
+    started, release = threading.Event(), threading.Event()
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        ledger_write(ledger, "get_weather", city)
+        started.set()
+        release.wait(30)
+        return f"The weather in {city} is sunny and 22C."
+
+    run_id = f"stopped-{task_queue}"
+    with ScriptedModelServer(tool_then_answer) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path / "runs"),
+            tools=[get_weather],
+            embedded_worker=False,
+        )
+        acts = AgentActivities(AgentRegistry([agent.definition]))
+        flow = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[AgentRunWorkflow],
+            activities=[acts.describe_agent, acts.generate, acts.journal],
+        )
+        # its own connection: one client may not have two workers on a queue
+        other = await Client.connect(client.service_client.config.target_host)
+        async with Worker(other, task_queue=task_queue, activities=[acts.call_tool]):
+            async with flow:
+                handle = await client.start_workflow(
+                    "AgentRun",
+                    {"agent": agent.name, "input": PROMPT},
+                    id=run_id,
+                    task_queue=task_queue,
+                )
+                await until(started.is_set, "the tool to start")
+            release.set()
+
+            async def answered() -> bool:
+                history = await handle.fetch_history()
+                return any(
+                    e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                    and e.activity_task_completed_event_attributes.scheduled_event_id
+                    in {
+                        s.event_id
+                        for s in history.events
+                        if s.activity_task_scheduled_event_attributes.activity_id == "tool-1-0"
+                    }
+                    for e in history.events
+                )
+
+            deadline = asyncio.get_running_loop().time() + 30
+            while not await answered():
+                assert asyncio.get_running_loop().time() < deadline, "the tool's answer"
+                await asyncio.sleep(0.05)
+        journaled = await TemporalStore(client).aload(run_id)
+        assert [e.type for e in journaled] == ["run_start", "generation", "tool_call"]
+
+        forker = weather_agent(
+            base_url=model.base_url,
+            task_queue=f"{task_queue}-forks",
+            temporal=client,
+            store=FileStore(tmp_path / "runs"),
+            tools=[get_weather],
+        )
+        fork = await forker.afork(run_id)
+
+    assert fork.status == "completed" and fork.final_output == ANSWER
+    assert len(ledger_lines(ledger)) == 1, "the answered call ran again"
+    assert model.request_count == 2
+    assert [e.type for e in fork.events] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "fork",
+        "run_start",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    assert fork.events[3].result == "The weather in London is sunny and 22C."
     await _same_everywhere(client, tmp_path, fork)
 
 
