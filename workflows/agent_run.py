@@ -342,7 +342,8 @@ class AgentRunWorkflow:
             f"Turn {turn} of {seg.budget}: asking {spec.model} · {self._tokens()} tokens so far"
             f" · {self._history.describe()}"
         )
-        if not self._journal_in_activities():
+        fold = self._journal_in_activities()
+        if not fold:
             await self._journal.flush(spec.name, spec.mirror)
         if (
             not conversation.by_reference
@@ -361,10 +362,8 @@ class AgentRunWorkflow:
             return refusal
         activity_id = f"generate-{turn}"
         # the events since the last journal step go into history with the request
-        folded = (
-            self._journal.fold(spec.name, spec.mirror) if self._journal_in_activities() else None
-        )
-        if folded is None and self._journal_in_activities():
+        folded = self._journal.fold(spec.name, spec.mirror) if fold else None
+        if fold and folded is None:
             await self._journal.flush(spec.name, spec.mirror)
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
@@ -451,11 +450,10 @@ class AgentRunWorkflow:
         workflow.set_current_details(
             f"Turn {turn} of {seg.budget}: running {running} · {self._tokens()} tokens so far"
         )
-        if not self._journal_in_activities():
+        fold = self._journal_in_activities()
+        if not fold:
             await self._journal.flush(seg.spec.name, seg.spec.mirror)
-        return await self._tools.run_turn(
-            seg.spec, calls, turn, disabled, fold=self._journal_in_activities()
-        )
+        return await self._tools.run_turn(seg.spec, calls, turn, disabled, fold=fold)
 
     def _tokens(self) -> int:
         return (self._prior + self._usage).total_tokens
