@@ -362,7 +362,13 @@ class AgentRunWorkflow:
             return refusal
         activity_id = f"generate-{turn}"
         # the events since the last journal step go into history with the request
-        folded = self._journal.fold(spec.name, spec.mirror) if fold else None
+        folded = (
+            self._journal.fold(
+                spec.name, spec.mirror, beside=encoded_size(request) + encoded_size(schemas)
+            )
+            if fold
+            else None
+        )
         if fold and folded is None:
             await self._journal.flush(spec.name, spec.mirror)
         try:

@@ -31,6 +31,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import JournalInput, JournalResult
 from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.stream_window import StreamWindow
 from agentor_temporal.workflows.types import ForkOrigin
 
@@ -184,7 +185,7 @@ class Journal:
         self._recorded(total)
         self.confirm(res.mirrored if res.error is None else None, mirror)
 
-    def fold(self, agent: str, mirror: bool) -> JournalInput | None:
+    def fold(self, agent: str, mirror: bool, beside: int = 0) -> JournalInput | None:
         """The new events, to go into history as part of the next activity's input.
 
         That activity (`generate`, or a turn's first `call_tool`) mirrors them
@@ -193,7 +194,9 @@ class Journal:
         way (concurrent approvals), or the store is behind (its catch-up
         repeats events, which a local activity's input carries at no cost
         and history must not). Once folded, the events count as in history:
-        the activity is scheduled in the same workflow task.
+        the activity is scheduled in the same workflow task. Large events
+        take a journal step too: the activity's input (`beside` bytes without
+        them) must stay one payload Temporal accepts.
 
         A generation's request is not in history twice: the event goes
         without it (`refs` names the `generate` input that holds it), and the
@@ -220,6 +223,9 @@ class Journal:
             if mirror and index in self._requests:
                 requests[str(position)] = self._requests[index]
             events.append(data)
+        size = encoded_size(events) + encoded_size(requests)
+        if size > min(policies.MAX_FOLD_BYTES, policies.MAX_REQUEST_BYTES - beside):
+            return None
         inp = JournalInput(
             run_id=workflow.info().workflow_id,
             agent=agent,

@@ -173,6 +173,12 @@ MAX_TURN_RESULT_BYTES = 1_000_000
 #: by reference): one whose conversation outgrew it failed, saying so, rather
 #: than wedge at the 2 MB limit.
 MAX_REQUEST_BYTES = 1_500_000
+#: Events new since the last journal step ride in the next activity's input
+#: only up to this size, and only while that input stays under
+#: MAX_REQUEST_BYTES (a turn's results are also in the request that follows
+#: them); larger ones take a journal step, whose result is a payload of its own.
+#: (Like the budgets above, it decides commands: change it only behind a patch.)
+MAX_FOLD_BYTES = 256_000
 #: What a model endpoint takes in one request. With the conversation sent by
 #: reference no Temporal limit applies to it; this guards the endpoint only.
 #: The largest context windows (about 2 M tokens) hold roughly 8 MB of text,

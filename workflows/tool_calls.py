@@ -136,7 +136,11 @@ class ToolCalls:
             if answered is not None:
                 return answered
         self.running += 1
-        folded = self.journal.fold(spec.name, spec.mirror) if self._fold else None
+        folded = (
+            self.journal.fold(spec.name, spec.mirror, beside=encoded_size(args))
+            if self._fold
+            else None
+        )
         try:
             # not yet awaited: the activity is scheduled inside the call's span
             call_tool = workflow.execute_activity(

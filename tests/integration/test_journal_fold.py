@@ -23,7 +23,7 @@ from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore, function_tool
 from agentor_temporal.activities.conversations import CACHE
-from agentor_temporal.testing import ScriptedModelServer, tool_then_answer
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_then_answer
 
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, weather_agent
 
@@ -129,3 +129,38 @@ async def test_a_worker_without_the_request_reads_it_from_history(
         {"role": "system", "content": agent.instructions},
         {"role": "user", "content": PROMPT},
     ]
+
+
+async def test_a_turn_too_large_to_ride_along_takes_a_journal_step(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Results past MAX_FOLD_BYTES are journaled on their own: no input nears the 2 MB limit."""
+
+    @function_tool
+    def dump(part: int) -> str:
+        """Return 200 kB of text.
+
+        Args:
+            part: Which part.
+        """
+        return str(part) * 200_000
+
+    script = [[CallTool("dump", {"part": 1}), CallTool("dump", {"part": 2})], Reply("Dumped.")]
+    store = FileStore(tmp_path)
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=store,
+            tools=[dump],
+        )
+        result = await agent.arun("Dump two parts.")
+    assert result.status == "completed" and result.final_output == "Dumped."
+    journals, carried = await _journals(client, result.run_id)
+    assert carried["generate-2"] == []  # 400 kB of results: a journal step of their own
+    assert carried["tool-1-0"] == ["generation", "tool_call", "tool_call"]
+    assert journals == 2
+    projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
+    assert [e["type"] for e in projected].count("tool_result") == 2
+    assert [e.to_dict() for e in store.load(result.run_id)] == projected
