@@ -102,6 +102,27 @@ async def test_finished_calls_are_forgotten() -> None:
     assert len(calls) == 0
 
 
+async def test_an_ended_execution_s_finished_calls_are_forgotten_at_once() -> None:
+    """Its end means no retry of its calls can come: their results go, running calls stay."""
+    calls, model = LiveCalls(), _Model()
+    model.release.set()
+    await _attempt(1).run(calls.run, model.ask)
+    other = _attempt(1)
+    other.info = dataclasses.replace(other.info, workflow_run_id="exec-2")
+    await other.run(calls.run, model.ask)
+    held = _Model()
+    running = _attempt(1)
+    running.info = dataclasses.replace(running.info, activity_id="generate-2")
+    live = asyncio.ensure_future(running.run(calls.run, held.ask))
+    while held.calls == 0:
+        await asyncio.sleep(0.01)
+    assert len(calls) == 3
+    assert calls.forget_execution("run-1", "exec-1") == 1
+    assert len(calls) == 2  # exec-2's result and the running call
+    held.release.set()
+    assert await asyncio.wait_for(live, 2) == "answer 1"
+
+
 async def test_an_attempt_that_arrives_after_its_heartbeat_timeout_does_not_call() -> None:
     """The server gave up on it before Python started it: calling would be paid for nothing."""
     calls, model = LiveCalls(), _Model()
