@@ -25,6 +25,7 @@ import contextlib
 import contextvars
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -145,7 +146,9 @@ class LiveCalls:
             # retrieved here so an unjoined failure is not logged as never retrieved
             with contextlib.suppress(BaseException):
                 task.exception()
-        asyncio.get_running_loop().call_later(self.keep, self._forget, key, task)
+        # by weak reference: a call forgotten with its execution is freed at
+        # once (its result, and the activity context its task copied)
+        asyncio.get_running_loop().call_later(self.keep, self._forget, key, weakref.ref(task))
 
     def forget_execution(self, workflow_id: str, run_id: str) -> int:
         """Forget the finished calls of a workflow execution that ended; return how many.
@@ -161,6 +164,7 @@ class LiveCalls:
             del self._calls[key]
         return len(done)
 
-    def _forget(self, key: _Key, task: asyncio.Task[Any]) -> None:
-        if self._calls.get(key) is task:
+    def _forget(self, key: _Key, ref: weakref.ref[asyncio.Task[Any]]) -> None:
+        task = ref()
+        if task is not None and self._calls.get(key) is task:
             del self._calls[key]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
+import weakref
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -121,6 +123,27 @@ async def test_an_ended_execution_s_finished_calls_are_forgotten_at_once() -> No
     assert len(calls) == 2  # exec-2's result and the running call
     held.release.set()
     assert await asyncio.wait_for(live, 2) == "answer 1"
+
+
+async def test_a_forgotten_call_s_result_is_freed_before_its_keep_ends() -> None:
+    """Nothing but the joinable entry holds a finished call (its keep timer neither)."""
+
+    class Answer:
+        pass
+
+    calls = LiveCalls(keep=3600)
+
+    async def ask() -> Answer:
+        return Answer()
+
+    answer = weakref.ref(await _attempt(1).run(calls.run, ask))
+    assert answer() is not None
+    deadline = asyncio.get_running_loop().time() + 2
+    while answer() is not None and asyncio.get_running_loop().time() < deadline:
+        calls.forget_execution("run-1", "exec-1")  # once its done callbacks ran
+        gc.collect()
+        await asyncio.sleep(0.01)
+    assert answer() is None
 
 
 async def test_an_attempt_that_arrives_after_its_heartbeat_timeout_does_not_call() -> None:
