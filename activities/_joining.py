@@ -11,7 +11,9 @@ result; a first attempt always calls. A call
 keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), and is cancelled with it otherwise (the run was
 cancelled, or the worker is shutting down). Finished calls are forgotten
-after `KEEP`, by which time any retry has long started. And an attempt that
+after `KEEP`, by which time any retry has long started, or as soon as their
+workflow execution ends (`forget_execution`: nothing of it is retried
+then, and a long run's results would otherwise outlive it). And an attempt that
 reaches Python only after its heartbeat timeout has passed does not call at
 all: the server has already given up on it and scheduled another.
 """
@@ -23,6 +25,7 @@ import contextlib
 import contextvars
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -143,8 +146,25 @@ class LiveCalls:
             # retrieved here so an unjoined failure is not logged as never retrieved
             with contextlib.suppress(BaseException):
                 task.exception()
-        asyncio.get_running_loop().call_later(self.keep, self._forget, key, task)
+        # by weak reference: a call forgotten with its execution is freed at
+        # once (its result, and the activity context its task copied)
+        asyncio.get_running_loop().call_later(self.keep, self._forget, key, weakref.ref(task))
 
-    def _forget(self, key: _Key, task: asyncio.Task[Any]) -> None:
-        if self._calls.get(key) is task:
+    def forget_execution(self, workflow_id: str, run_id: str) -> int:
+        """Forget the finished calls of a workflow execution that ended; return how many.
+
+        Calls still running stay (their attempts are awaiting them).
+        """
+        done = [
+            key
+            for key, task in self._calls.items()
+            if key[0] == workflow_id and key[1] == run_id and task.done()
+        ]
+        for key in done:
+            del self._calls[key]
+        return len(done)
+
+    def _forget(self, key: _Key, ref: weakref.ref[asyncio.Task[Any]]) -> None:
+        task = ref()
+        if task is not None and self._calls.get(key) is task:
             del self._calls[key]

@@ -91,7 +91,13 @@ class AgentActivities:
     @activity.defn(name=policies.JOURNAL)
     async def journal(self, inp: JournalInput) -> JournalResult:
         """New events into history, unconfirmed ones into the store."""
-        return await _journal.journal(self.registry, inp)
+        try:
+            return await _journal.journal(self.registry, inp)
+        finally:
+            if any(e.get("type") == "run_end" for e in inp.events):
+                # the execution ends: none of its calls is retried from here on
+                info = activity.info()
+                self.calls.forget_execution(info.workflow_id or "", info.workflow_run_id or "")
 
     @activity.defn(name=policies.NEEDS_APPROVAL)
     async def needs_approval(self, inp: ApprovalCheckInput) -> bool:

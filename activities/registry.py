@@ -244,6 +244,24 @@ class AgentRegistry:
                 clients[(base_url, api_key)] = client
         return client
 
+    def open_clients(self) -> int:
+        """Make, on the running loop, the openai clients this worker's agents will use.
+
+        Done at start so the worker's idle footprint includes them (each
+        loads its TLS trust store); agents without an API key are left to
+        fail their first request clearly. Returns how many clients exist.
+        """
+        with self._lock:
+            agents = list(self._agents.values())
+        for agent in agents:
+            try:
+                client = self.openai_client(agent)
+            except ValueError:
+                continue
+            client.chat.completions  # noqa: B018 - the resource the requests go through
+        with self._lock:
+            return len(self._clients.get(asyncio.get_running_loop(), {}))
+
     async def close_clients(self) -> None:
         """Close the openai clients made on the running loop (a stopping worker's)."""
         loop = asyncio.get_running_loop()

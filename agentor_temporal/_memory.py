@@ -10,8 +10,9 @@ in the heap, and each thread of the SDK's runtime gets an arena of its own,
 so a worker's RSS only ever grew. `tune_allocator` fixes the mmap threshold
 (large buffers are mapped and unmapped, never fragment the heap) and bounds
 the arenas, `keep_memory_trimmed` hands freed heap pages back
-(`malloc_trim`) whenever RSS has grown since the last time, and `preload`
-imports at start what the first model call would import anyway.
+(`malloc_trim`) whenever RSS has grown since the last time or memory was
+freed since (a run that ends frees what it held without RSS growing), and
+`preload` imports at start what the first model call would import anyway.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ logger = logging.getLogger(__name__)
 TRIM_INTERVAL = 5.0
 #: RSS growth since the last trim that makes the next one worth it.
 TRIM_GROWTH = 1.05
+#: Bytes freed into the allocator since the last trim that make the next one
+#: worth it (what a run held is freed when it ends, after its peak was trimmed).
+TRIM_FREED = 1024 * 1024
 #: Allocations from this size on are mapped alone and unmapped when freed
 #: (glibc's default starts here too, but rises up to 32 MB after each large
 #: free, after which a long run's buffers fragment the heap).
@@ -96,6 +100,34 @@ def rss_bytes() -> int | None:
         return None
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def free_heap_bytes() -> int | None:
+    """Bytes the allocator holds free in its arenas (glibc 2.33 on), trimmed or not."""
+    lib = _glibc()
+    info = getattr(lib, "mallinfo2", None) if lib is not None else None
+    if info is None:
+        return None
+    info.restype = _MallInfo2
+    return int(info().fordblks)
+
+
 def release_free_memory() -> bool:
     """Give memory the allocator holds but nobody uses back to the OS (glibc only)."""
     trim = _malloc_trim()
@@ -105,29 +137,58 @@ def release_free_memory() -> bool:
     return True
 
 
+#: What the first model request imports: the chat resource and its stream
+#: parser, and the HTTP transport's connection machinery (openai's httpx2).
+_FIRST_REQUEST_MODULES = (
+    "openai.types.chat",
+    "openai.resources.chat.completions",
+    "openai.lib.streaming.chat",
+    "openai.pagination",
+    "jiter",
+    "httpcore2",
+    "httpcore2._async.http11",
+    "httpcore2._backends.anyio",
+    "anyio._backends._asyncio",
+    "h11",
+)
+
+
 def preload() -> None:
     """Import what the first model request would, so the idle baseline includes it."""
-    try:
-        import openai.types.chat  # noqa: F401
-        from openai import AsyncOpenAI  # noqa: F401
-    except ImportError:  # pragma: no cover - a dependency; the call would fail clearly anyway
-        pass
+    import importlib
+
+    for name in _FIRST_REQUEST_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # pragma: no cover - a dependency's layout; harmless to skip
+            pass
 
 
 async def keep_memory_trimmed(interval: float = TRIM_INTERVAL) -> None:
-    """Trim freed memory whenever RSS grew since the last trim (one loop per process)."""
+    """Trim freed memory whenever RSS grew or memory was freed since the last trim.
+
+    One loop per process. Freed is measured from the least the allocator
+    held free since the last trim, so memory used and freed again counts.
+    """
     global _trimmers
     _trimmers += 1
     try:
         if _trimmers > 1 or _malloc_trim() is None:
             await asyncio.Event().wait()  # another loop trims, or nothing can
         floor = rss_bytes() or 0
+        least_free = free_heap_bytes()
         while True:
             await asyncio.sleep(interval)
             now = rss_bytes()
-            if now is None or now <= floor * TRIM_GROWTH:
+            free = free_heap_bytes()
+            if least_free is not None and free is not None:
+                least_free = min(least_free, free)
+            grew = now is not None and now > floor * TRIM_GROWTH
+            freed = free is not None and least_free is not None and free - least_free >= TRIM_FREED
+            if not (grew or freed):
                 continue
             await asyncio.to_thread(release_free_memory)
-            floor = rss_bytes() or now
+            floor = rss_bytes() or now or floor
+            least_free = free_heap_bytes()
     finally:
         _trimmers -= 1

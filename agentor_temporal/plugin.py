@@ -331,6 +331,7 @@ class AgentorPlugin(SimplePlugin):
             await ensure_search_attributes(worker.client, self.registry)
         tune_allocator(arenas=False)
         preload()
+        self.registry.open_clients()
         trimming = asyncio.create_task(keep_memory_trimmed())
         meter = telemetry.runtime_meter(worker.client)
         watching = None

@@ -328,6 +328,7 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     names = ", ".join(a.name for a in agents)
     # before "ready": the idle baseline includes what the first run imports
     preload()
+    plugin.registry.open_clients()
     running = asyncio.create_task(worker.run())
     logger.info(
         "Worker polling %r on %s (namespace %s) for %s%s",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
+import weakref
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -100,6 +102,48 @@ async def test_finished_calls_are_forgotten() -> None:
     while len(calls) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
     assert len(calls) == 0
+
+
+async def test_an_ended_execution_s_finished_calls_are_forgotten_at_once() -> None:
+    """Its end means no retry of its calls can come: their results go, running calls stay."""
+    calls, model = LiveCalls(), _Model()
+    model.release.set()
+    await _attempt(1).run(calls.run, model.ask)
+    other = _attempt(1)
+    other.info = dataclasses.replace(other.info, workflow_run_id="exec-2")
+    await other.run(calls.run, model.ask)
+    held = _Model()
+    running = _attempt(1)
+    running.info = dataclasses.replace(running.info, activity_id="generate-2")
+    live = asyncio.ensure_future(running.run(calls.run, held.ask))
+    while held.calls == 0:
+        await asyncio.sleep(0.01)
+    assert len(calls) == 3
+    assert calls.forget_execution("run-1", "exec-1") == 1
+    assert len(calls) == 2  # exec-2's result and the running call
+    held.release.set()
+    assert await asyncio.wait_for(live, 2) == "answer 1"
+
+
+async def test_a_forgotten_call_s_result_is_freed_before_its_keep_ends() -> None:
+    """Nothing but the joinable entry holds a finished call (its keep timer neither)."""
+
+    class Answer:
+        pass
+
+    calls = LiveCalls(keep=3600)
+
+    async def ask() -> Answer:
+        return Answer()
+
+    answer = weakref.ref(await _attempt(1).run(calls.run, ask))
+    assert answer() is not None
+    deadline = asyncio.get_running_loop().time() + 2
+    while answer() is not None and asyncio.get_running_loop().time() < deadline:
+        calls.forget_execution("run-1", "exec-1")  # once its done callbacks ran
+        gc.collect()
+        await asyncio.sleep(0.01)
+    assert answer() is None
 
 
 async def test_an_attempt_that_arrives_after_its_heartbeat_timeout_does_not_call() -> None:
