@@ -16,6 +16,7 @@ import gzip
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
@@ -125,35 +126,27 @@ async def _fork_snapshot(agent: Agentor) -> str:
     return str(fork.run_id)
 
 
-SCENARIOS: dict[
-    str, tuple[list[object], Callable[[], list[object]], Callable[..., Awaitable[str]], int]
-] = {
-    "approval_history": (
+Scenario = tuple[Any, Callable[[], list[object]], Callable[..., Awaitable[str]], int]
+
+#: Two transfers that need approval: one approved, one denied, then the answer.
+APPROVAL: Scenario = (
+    [
         [
-            [
-                CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
-                CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
-            ],
-            Reply("Paid bob; alice was refused."),
+            CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
+            CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
         ],
-        lambda: [transfer_tool()],
-        _approval,
-        20,
-    ),
+        Reply("Paid bob; alice was refused."),
+    ],
+    lambda: [transfer_tool()],
+    _approval,
+    20,
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    "approval_history": APPROVAL,
     # the approval run again, recorded once runs kept AgentStatus/AgentTokens
     # current: its upserts (behind PATCH_AGENT_STATUS) must keep replaying
-    "agent_status_history": (
-        [
-            [
-                CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
-                CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
-            ],
-            Reply("Paid bob; alice was refused."),
-        ],
-        lambda: [transfer_tool()],
-        _approval,
-        20,
-    ),
+    "agent_status_history": APPROVAL,
     # recorded once new events went with the next activity's input
     # (PATCH_JOURNAL_IN_ACTIVITIES): a plain run, and one with approvals
     "journal_fold_history": (
@@ -162,18 +155,7 @@ SCENARIOS: dict[
         _seed,
         20,
     ),
-    "journal_fold_approval_history": (
-        [
-            [
-                CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_bob"),
-                CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_alice"),
-            ],
-            Reply("Paid bob; alice was refused."),
-        ],
-        lambda: [transfer_tool()],
-        _approval,
-        20,
-    ),
+    "journal_fold_approval_history": APPROVAL,
     "budget_history": (
         lambda request: CallTool("fail_always", {"x": "a"}),
         lambda: [fail_always, weather_tool()],
