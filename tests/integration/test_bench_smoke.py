@@ -7,9 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import ROOT
 
 
+# bounded by the subprocess timeout below, not the suite's 180 s per test
+@pytest.mark.timeout(300)
 def test_bench_harness_runs_and_reports() -> None:
     """`bench/run.py --smoke` finishes and writes results, a report and a plot."""
     out = subprocess.run(
