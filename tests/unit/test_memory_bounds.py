@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 from temporalio.api.common.v1 import Payload
 
-from agentor_temporal._memory import free_heap_bytes, release_free_memory, tune_allocator
+from agentor_temporal._memory import release_free_memory, tune_allocator
 from agentor_temporal.activities.conversations import ConversationCache, Known
 from agentor_temporal.workflows.stream_window import StreamWindow
 
@@ -66,14 +68,25 @@ def test_the_allocator_can_be_tuned_and_trimmed_here() -> None:
     assert release_free_memory() is True
 
 
+#: Run alone: in a test process other threads (an earlier test's worker, its
+#: trim loop) allocate, free and trim the same heap while this one measures.
+FREED = """
+from agentor_temporal._memory import free_heap_bytes, tune_allocator
+tune_allocator(arenas=False)
+before = free_heap_bytes()
+assert before is not None  # glibc 2.33 on, as here
+blocks = [bytearray(8_000) for _ in range(1_000)]
+keep = blocks[-1]  # pins the top of the heap: the rest is freed below it
+del blocks
+after = free_heap_bytes()
+assert after is not None and after - before >= 4_000_000, (before, after)
+print("seen", after - before)
+"""
+
+
 def test_memory_freed_into_the_allocator_is_seen() -> None:
     """What the trim loop's `freed` test reads: free arena bytes grow when memory is freed."""
-    tune_allocator(arenas=False)
-    before = free_heap_bytes()
-    assert before is not None  # glibc 2.33 on, as here
-    blocks = [bytearray(8_000) for _ in range(1_000)]
-    keep = blocks[-1]  # pins the top of the heap: the rest is freed below it
-    del blocks
-    after = free_heap_bytes()
-    assert after is not None and after - before >= 4_000_000
-    del keep
+    done = subprocess.run(
+        [sys.executable, "-c", FREED], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and done.stdout.startswith("seen"), done.stderr
