@@ -9,6 +9,8 @@ failed is caught up on the next step. Mirroring is idempotent by position: the
 store is counted and only events past its end are written; a copy that is not
 what this process last wrote is first checked against the run's record
 (`activities.mirror`), so a damaged or foreign log is set aside, never extended.
+Most steps need no journal step: their events ride in the next `generate` or
+`call_tool` input, and `mirror_folded` writes them from there.
 """
 
 from __future__ import annotations
