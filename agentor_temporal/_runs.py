@@ -93,15 +93,18 @@ async def paused_runs(
     """Ids of running runs that may wait for a person, found by their AgentStatus.
 
     Runs say `AgentStatus='awaiting_approval'` while a call waits; runs that
-    never set it (started before it existed, or on a namespace without it)
-    are candidates too, so nothing that waits is missed. Without the
-    attribute in the namespace, every running run is a candidate.
+    never set it (started before it existed, on a namespace without it, or
+    on a worker that could not reach the server to check for it) are
+    candidates too, whatever their agent, since such a run may lack
+    `AgentName` as well (the caller checks each candidate's agent in its
+    history), so nothing that waits is missed. Without the attribute in the
+    namespace, every running run is a candidate.
     """
-    running = list_query(agent, "running")
     queries = [
-        f"{running} AND AgentStatus = '{AWAITING_APPROVAL}'",
-        f"{running} AND AgentStatus IS NULL",
+        f"{list_query(agent, 'running')} AND AgentStatus = '{AWAITING_APPROVAL}'",
+        f"{list_query(None, 'running')} AND AgentStatus IS NULL",
     ]
+    running = list_query(None, "running")
     ids: list[str] = []
     try:
         for query in queries:
@@ -134,6 +137,8 @@ async def waiting_calls(
         if latest is None or latest.status != "running":
             continue
         name = str((latest.spec or {}).get("name", ""))
+        if agent is not None and name != agent:
+            continue  # a candidate without AgentName (see `paused_runs`)
         for request in pending_approvals(latest.events):
             rows.append(
                 Waiting(

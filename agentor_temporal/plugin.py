@@ -32,7 +32,7 @@ from temporalio.client import Client, ClientConfig
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.runtime import Runtime
-from temporalio.service import ConnectConfig, ServiceClient
+from temporalio.service import ConnectConfig, RPCError, RPCStatusCode, ServiceClient
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -171,17 +171,7 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
     """
     have: set[str] = set()
     try:
-        listing = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
-        )
-        have = set(listing.custom_attributes) | set(listing.system_attributes)
-        missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in have}
-        if missing:
-            await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
-            )
-            logger.info("Registered search attributes %s", ", ".join(sorted(missing)))
-            have |= set(missing)
+        have = await _registered(client)
     except Exception as exc:  # e.g. no permission on a managed cluster
         absent = sorted(set(SEARCH_ATTRIBUTES) - have)
         logger.warning(
@@ -197,6 +187,44 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
         registry.status_attributes = set(STATUS_ATTRIBUTES) <= have
         registry.fork_attribute = set(FORK_ATTRIBUTES) <= have
     return names
+
+
+#: How long a starting worker waits for an unreachable server to say which
+#: search attributes it has (a worker can do nothing without it; a run
+#: described while they are unknown would never set them).
+ATTRIBUTES_PATIENCE = 60.0
+
+
+async def _registered(client: Client) -> set[str]:
+    """The namespace's search attributes, ours added where missing.
+
+    A server that is restarting is waited for (ATTRIBUTES_PATIENCE); any
+    other refusal is raised at once.
+    """
+    deadline = asyncio.get_running_loop().time() + ATTRIBUTES_PATIENCE
+    delay = 0.2
+    while True:
+        try:
+            listing = await client.operator_service.list_search_attributes(
+                ListSearchAttributesRequest(namespace=client.namespace)
+            )
+            have = set(listing.custom_attributes) | set(listing.system_attributes)
+            missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in have}
+            if missing:
+                await client.operator_service.add_search_attributes(
+                    AddSearchAttributesRequest(
+                        namespace=client.namespace, search_attributes=missing
+                    )
+                )
+                logger.info("Registered search attributes %s", ", ".join(sorted(missing)))
+            return have | set(missing)
+        except RPCError as exc:
+            transient = exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+            if not transient or asyncio.get_running_loop().time() + delay > deadline:
+                raise
+            logger.info("Waiting for Temporal to list search attributes: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 class AgentorPlugin(SimplePlugin):

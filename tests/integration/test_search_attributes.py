@@ -12,9 +12,11 @@ import subprocess
 import uuid
 from typing import Any
 
+import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal import Agentor
+from agentor_temporal import Agentor, plugin
 from agentor_temporal._runs import waiting_calls
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import USAGE, CallTool, Fail, Reply, ScriptedModelServer, Step
@@ -113,3 +115,39 @@ async def test_agent_status_and_tokens(
     )
     for result in paused:
         await client.get_workflow_handle(result.run_id).terminate("test over")
+
+
+async def test_a_run_without_attributes_is_still_found_waiting(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that could not learn the attributes (the server was down) runs without them.
+
+    Its runs set neither AgentName nor AgentStatus; `pending --agent` must
+    still find their waiting calls (the chaos soak once waited forever on one).
+    """
+
+    async def refused(client: Client) -> set[str]:
+        raise RPCError("the server is not reachable", RPCStatusCode.PERMISSION_DENIED, b"")
+
+    monkeypatch.setattr(plugin, "_registered", refused)
+    name = f"Payer-{uuid.uuid4().hex[:6]}"
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name=name,
+            tools=[transfer_tool()],
+            base_url=model.base_url,
+            api_key="test-key",
+            temporal=client,
+            task_queue=task_queue,
+        )
+        paused = await agent.arun("Pay erin 3")
+    assert paused.status == "awaiting_approval"
+    described = await client.get_workflow_handle(paused.run_id).describe()
+    assert not {"AgentName", "AgentStatus"} & set(described.search_attributes)
+
+    calls = await waiting_calls(client, agent=name)
+    assert [(c.run_id, c.call_id, c.agent) for c in calls] == [(paused.run_id, "call_erin", name)]
+    assert not [
+        c for c in await waiting_calls(client, agent="Someone Else") if c.run_id == paused.run_id
+    ]
+    await client.get_workflow_handle(paused.run_id).terminate("test over")
