@@ -62,10 +62,10 @@ class AgentActivities:
         """
         mirrored = None
         if inp.journal is not None:
-            # a worker built differently leaves the task, and writes nothing of the run
-            await definition_for(self.registry, inp.agent, inp.fingerprint, f"turn {inp.turn}")
             async with heartbeating():
-                mirrored = await _journal.mirror_folded(self.registry, inp.journal)
+                mirrored = await self._mirror_first(
+                    inp.journal, inp.fingerprint, f"turn {inp.turn}"
+                )
         if inp.stream_text:  # deltas belong to their own attempt
             result = await _model.generate(self.registry, inp)
         else:
@@ -83,10 +83,15 @@ class AgentActivities:
         async with heartbeating():
             if inp.journal is not None:
                 what = call_summary(inp.name, inp.args)
-                await definition_for(self.registry, inp.agent, inp.fingerprint, what)
-                mirrored = await _journal.mirror_folded(self.registry, inp.journal)
+                mirrored = await self._mirror_first(inp.journal, inp.fingerprint, what)
             result = await self.calls.run(lambda: _tools.call_tool(self.registry, inp))
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
+
+    async def _mirror_first(self, journal: JournalInput, fingerprint: str, what: str) -> int | None:
+        """Mirror the events a task carries, once its worker is known to run it."""
+        # a worker built differently leaves the task, and writes nothing of the run
+        await definition_for(self.registry, journal.agent, fingerprint, what)
+        return await _journal.mirror_folded(self.registry, journal)
 
     @activity.defn(name=policies.JOURNAL)
     async def journal(self, inp: JournalInput) -> JournalResult:

@@ -120,24 +120,13 @@ async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
 
 
 async def mirror_folded(registry: AgentRegistry, inp: JournalInput) -> int | None:
-    """Mirror the events a `generate` input carries; return how far the store got.
+    """Mirror the events a `generate` or `call_tool` input carries; return how far it got.
 
     The events are in history already (the input is). A retry finds them
     written by its earlier attempt and writes nothing. None when this agent
     is not mirrored, or the store failed (logged; the run's next journal
     step catches it up).
     """
-    store = registry.store_for(inp.agent) if inp.mirror else None
-    if store is None:
-        return None
-    end = inp.start + len(inp.events)
-    try:
-        if await asyncio.to_thread(store_count, store, inp.run_id) == end and (
-            await asyncio.to_thread(unchanged, store, inp.run_id)
-        ):
-            return end
-    except Exception:  # counted again, and the failure reported, below
-        pass
     result = await _mirror(registry, inp, JournalResult(start=inp.start))
     return result.mirrored if result.error is None else None
 
@@ -155,6 +144,12 @@ async def _mirror(
     start = inp.start
     lock = registry.run_lock(store, inp.run_id)
     try:
+        have = await asyncio.to_thread(store_count, store, inp.run_id)
+        same = await asyncio.to_thread(unchanged, store, inp.run_id)
+        if same and events and have == start + len(events):
+            # written already, by this process (a retried step)
+            result.mirrored = have
+            return result
         for key, request in inp.requests.items():
             # a generation sent by reference: the store gets its whole request
             index = int(key) - start
@@ -163,8 +158,7 @@ async def _mirror(
                     inp.run_id, request["conversation"], request["messages"], int(key)
                 )
                 events[index].messages = known.messages
-        have = await asyncio.to_thread(store_count, store, inp.run_id)
-        if have != start or not await asyncio.to_thread(unchanged, store, inp.run_id):
+        if have != start or not same:
             # a gap, an overlap, or a copy someone else touched: check it first
             record = await _record(inp.run_id, store, start)
             if record is not None:
