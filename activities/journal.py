@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -144,12 +145,6 @@ async def _mirror(
     start = inp.start
     lock = registry.run_lock(store, inp.run_id)
     try:
-        have = await asyncio.to_thread(store_count, store, inp.run_id)
-        same = await asyncio.to_thread(unchanged, store, inp.run_id)
-        if same and events and have == start + len(events):
-            # written already, by this process (a retried step)
-            result.mirrored = have
-            return result
         for key, request in inp.requests.items():
             # a generation sent by reference: the store gets its whole request
             index = int(key) - start
@@ -158,6 +153,14 @@ async def _mirror(
                     inp.run_id, request["conversation"], request["messages"], int(key)
                 )
                 events[index].messages = known.messages
+        # the usual case in one trip to a thread (each trip is a handoff of
+        # the GIL, which a busy worker pays for in latency)
+        have, same, written = await asyncio.to_thread(
+            _next_in_line, store, inp.run_id, start, events, lock
+        )
+        if written is not None:
+            result.mirrored = written
+            return result
         if have != start or not same:
             # a gap, an overlap, or a copy someone else touched: check it first
             record = await _record(inp.run_id, store, start)
@@ -186,6 +189,23 @@ async def _mirror(
         if inp.strict:
             raise ApplicationError(f"Mirror failed: {result.error}", type="MirrorFailed") from None
     return result
+
+
+def _next_in_line(
+    store: Store, run_id: str, start: int, events: list[Event], lock: threading.Lock
+) -> tuple[int, bool, int | None]:
+    """(count, unchanged, new length): written when the store ends where `events` begin.
+
+    The new length is None when the copy must be checked first: a gap, an
+    overlap, or a file someone else touched. A copy already holding exactly
+    these events (a retried step, written by this process) is left as it is.
+    """
+    have, same = store_count(store, run_id), unchanged(store, run_id)
+    if same and events and have == start + len(events):
+        return have, same, have
+    if same and have == start:
+        return have, same, mirror_into(store, run_id, start, events, lock)
+    return have, same, None
 
 
 async def _record(run_id: str, store: Store, start: int) -> list[Event] | None:

@@ -58,7 +58,15 @@ with workflow.unsafe.imports_passed_through():
 CANCELLED = "The run was cancelled; resume(run_id) continues it."
 
 
-@workflow.defn(name=policies.WORKFLOW_TYPE)
+# Outside the sandbox. Only this package's code runs in the workflow (a user's
+# tools, hooks and approvals run in activities and clients), and its modules
+# are passed through the sandbox anyway, so the sandbox isolated nothing here;
+# what it did cost was a quarter of the worker's Python CPU per run (it runs
+# code through `exec` for every activation and for every payload the SDK
+# encodes or decodes: 48 per seed run). Its determinism checks are kept by
+# tests that run and replay this workflow inside the sandbox
+# (tests/integration/test_goldens.py).
+@workflow.defn(name=policies.WORKFLOW_TYPE, sandboxed=False)
 class AgentRunWorkflow:
     """One segment of an agent run; the workflow id is the run id."""
 

@@ -8,6 +8,11 @@ re-records the scenarios below (the other goldens come from `test_replay.py`,
 new), hostile_run_id_history.json from a build before the run-id check, and
 limit_terminated_history.json.gz from `bench/long_runs.py --record-golden` on
 a build before continue-as-new, whose run the 50 MB history limit terminated).
+
+`AgentRun` runs outside the workflow sandbox in production (see its
+definition); here every history also replays inside it, and the scenarios run
+on a worker that puts it back in, so the sandbox's checks (no clock, I/O or
+randomness in workflow code) still guard the workflow's code.
 """
 
 from __future__ import annotations
@@ -20,16 +25,21 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentor_temporal import Agentor, AgentorPlugin, FileStore, function_tool
+from agentor_temporal.plugin import with_passthrough
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_then_answer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 
 from helpers import transfer_tool, weather_agent, weather_tool
+from sandbox_probe import SandboxProbe
 
 GOLDEN = Path(__file__).parent / "golden"
+#: What a worker runs `sandboxed=False` workflows with, to put `AgentRun` back in the sandbox.
+SANDBOXED = with_passthrough(SandboxedWorkflowRunner())
 #: Goldens recorded under a workflow id other than the default.
 IDS = {"hostile_run_id_history": "../escape"}
 
@@ -40,19 +50,35 @@ def _load(path: Path) -> WorkflowHistory:
     return WorkflowHistory.from_json(IDS.get(name, "golden-run"), text)
 
 
-async def _replay(history: WorkflowHistory) -> None:
+async def _replay(history: WorkflowHistory, runner: WorkflowRunner) -> None:
     async def histories() -> AsyncIterator[WorkflowHistory]:
         yield history
 
-    replayer = Replayer(workflows=[], plugins=[AgentorPlugin()])
+    replayer = Replayer(workflows=[], plugins=[AgentorPlugin()], unsandboxed_workflow_runner=runner)
     results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}
 
 
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["as-deployed", "in-sandbox"])
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.json*")), ids=lambda p: p.name.split(".")[0])
-async def test_golden_history_replays_with_the_plugin(path: Path) -> None:
+async def test_golden_history_replays_with_the_plugin(path: Path, sandboxed: bool) -> None:
     """A history recorded by an earlier build replays with today's code and plugin."""
-    await _replay(_load(path))
+    await _replay(_load(path), SANDBOXED if sandboxed else UnsandboxedWorkflowRunner())
+
+
+@pytest.mark.parametrize("sandboxed", [False, True])
+async def test_the_sandboxed_set_up_puts_an_opted_out_workflow_in_the_sandbox(
+    client: Client, task_queue: str, sandboxed: bool
+) -> None:
+    """The control for the checks above: `SANDBOXED` really sandboxes what opted out."""
+    runner = SANDBOXED if sandboxed else UnsandboxedWorkflowRunner()
+    async with Worker(
+        client, task_queue=task_queue, workflows=[SandboxProbe], unsandboxed_workflow_runner=runner
+    ):
+        ran_inside = await client.execute_workflow(
+            SandboxProbe.run, id=f"probe-{task_queue}-{sandboxed}", task_queue=task_queue
+        )
+    assert ran_inside is sandboxed
 
 
 # -- the scenarios behind the goldens this file records --------------------------------
@@ -199,9 +225,13 @@ async def test_scenario_history_replays(
             embedded_worker=False,
             max_turns=max_turns,
         )
-        async with build_worker(client, [agent], task_queue=task_queue):
+        # in the sandbox: the scenarios take the workflow down most of its paths
+        async with build_worker(
+            client, [agent], task_queue=task_queue, unsandboxed_workflow_runner=SANDBOXED
+        ):
             run_id = await drive(agent)
     history = await client.get_workflow_handle(run_id).fetch_history()
-    await _replay(history)
+    await _replay(history, SANDBOXED)
+    await _replay(history, UnsandboxedWorkflowRunner())
     if os.environ.get("UPDATE_GOLDEN"):
         (GOLDEN / f"{name}.json.gz").write_bytes(gzip.compress(history.to_json().encode()))
