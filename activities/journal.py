@@ -33,6 +33,7 @@ from agentor_temporal.activities.mirror import (
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
 from agentor_temporal.store.base import Store
 from agentor_temporal.store.events import Event
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (
     DescribeAgentInput,
     JournalInput,
@@ -99,6 +100,7 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
         spec.history_budget, spec.inline_bytes = long_run_settings()
     except ValueError as exc:
         raise ApplicationError(str(exc), type="BadWorkerSetting", non_retryable=True) from None
+    spec.behaviour = policies.BEHAVIOUR
     return spec
 
 

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         PausedState,
         RunOutcome,
     )
+    from agentor_temporal.workflows.versions import adopted
 
 #: The `run_end` error of a run that was cancelled.
 CANCELLED = "The run was cancelled; resume(run_id) continues it."
@@ -79,6 +80,8 @@ class AgentRunWorkflow:
             self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
         )
         self._approvals = Approvals()
+        #: the run's behaviour level (`versions`); 0 until its spec is recorded
+        self.behaviour = 0
         # spans, search attributes and metrics follow the recorded events
         self._observer = RunObserver()
         self._journal.listeners.append(self._observer.on_event)
@@ -92,9 +95,9 @@ class AgentRunWorkflow:
         self._usage = Usage()
         #: set when the run is about to close; releases waiting handlers
         self._closing = False
-        #: whether requests may go by reference (workflow.patched, asked once)
+        #: whether requests may go by reference (versions.adopted, asked once)
         self._refs: bool | None = None
-        #: whether new events go with the next request (workflow.patched, asked once)
+        #: whether new events go with the next request (versions.adopted, asked once)
         self._fold: bool | None = None
         self._history: HistoryGauge | None = None
         self._executions = 1
@@ -170,7 +173,7 @@ class AgentRunWorkflow:
                 # a cancelled run says so in its log, then closes as cancelled;
                 # `resume` continues it like any run that did not complete.
                 # Patched: runs cancelled before this closed as completed.
-                if not workflow.patched(policies.PATCH_CLOSE_CANCELLED):
+                if not adopted(policies.PATCH_CLOSE_CANCELLED):
                     raise
                 await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
                 raise
@@ -264,7 +267,7 @@ class AgentRunWorkflow:
         if not gauge.due(seg.history_budget) or self._tools.running or self._approvals.awaiting:
             return
         # patched before any new command: runs recorded before this replay as they were
-        if not workflow.patched(policies.PATCH_CONTINUE_AS_NEW):
+        if not adopted(policies.PATCH_CONTINUE_AS_NEW):
             return
         await self._journal.flush(seg.spec.name, seg.spec.mirror)
         if not self._journal.settled:
@@ -304,13 +307,13 @@ class AgentRunWorkflow:
     def _journal_in_activities(self) -> bool:
         """Whether new events go with the next activity (runs recorded before journaled first)."""
         if self._fold is None:
-            self._fold = workflow.patched(policies.PATCH_JOURNAL_IN_ACTIVITIES)
+            self._fold = adopted(policies.PATCH_JOURNAL_IN_ACTIVITIES)
         return self._fold
 
     def _refs_allowed(self) -> bool:
         """Whether requests may go by reference (runs recorded before could not)."""
         if self._refs is None:
-            self._refs = workflow.patched(policies.PATCH_CONVERSATION_REFS)
+            self._refs = adopted(policies.PATCH_CONVERSATION_REFS)
         return self._refs
 
     # -- steps -------------------------------------------------------------------
@@ -322,10 +325,12 @@ class AgentRunWorkflow:
         carry = Carry.from_dict(inp.carry) if inp.carry is not None else None
         try:
             spec = self._spec = await describe(inp.agent, inp.fingerprint)
+            # what `versions.adopted` reads: the level this run was begun at
+            self.behaviour = spec.behaviour
         except ApplicationError:
             await self._release_handlers()
             raise
-        set_names(spec, inp)
+        set_names(spec, inp, self._observer.status.attributes)
         if carry is not None:
             self._turn, self._usage = carry.turn, Usage.from_dict(carry.usage)
             self._approvals.decisions = carry.decision_objects()
@@ -408,9 +413,7 @@ class AgentRunWorkflow:
                 spec.model, turn, request, call
             )
         except ActivityError as exc:
-            if isinstance(exc.cause, CancelledError) and workflow.patched(
-                policies.PATCH_CLOSE_CANCELLED
-            ):
+            if isinstance(exc.cause, CancelledError) and adopted(policies.PATCH_CLOSE_CANCELLED):
                 raise asyncio.CancelledError(failure_message(exc)) from None
             return failure_message(exc)
         if folded is not None:

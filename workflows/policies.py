@@ -128,6 +128,32 @@ PATCH_CONVERSATION_REFS = "conversation-refs"
 #: activity before it.
 PATCH_JOURNAL_IN_ACTIVITIES = "journal-in-activities"
 
+#: The behaviour this build gives a new run, recorded in the run's spec by its
+#: describe step (a local activity, so a replay reads the level the run began
+#: with). A change of commands made after the describe step is adopted at a
+#: level: a run recorded at that level or later takes it without asking
+#: `workflow.patched`, whose marker and TemporalChangeVersion upsert cost two
+#: history events per patch per run; a run recorded before (level 0: every
+#: run before levels existed) asks `workflow.patched` exactly as it did, so
+#: its history replays unchanged. A new change: give it the next level here,
+#: raise BEHAVIOUR to it, and record a golden history at the new level.
+BEHAVIOUR = 1
+#: The level each patch became part of (`versions.adopted`). The run-id
+#: patches are decided before the describe step, so they stay patches.
+ADOPTED = {
+    PATCH_TURN_RESULT_BUDGET: 1,
+    PATCH_REQUEST_SIZE_LIMIT: 1,
+    PATCH_CLOSE_CANCELLED: 1,
+    PATCH_MACHINERY_NOT_AN_ANSWER: 1,
+    PATCH_AGENT_STATUS: 1,
+    PATCH_CONTINUE_AS_NEW: 1,
+    PATCH_CONVERSATION_REFS: 1,
+    PATCH_JOURNAL_IN_ACTIVITIES: 1,
+}
+#: From this level a run's search-attribute changes of one workflow task go
+#: in one upsert command (before: one per change, seven in the seed's run).
+COALESCED_ATTRIBUTES = 1
+
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.
 LOCAL_START_TO_CLOSE = timedelta(seconds=30)

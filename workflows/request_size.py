@@ -10,18 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio import workflow
-
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.versions import adopted
 
 
 def oversized(request: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> str | None:
     """Why a request sent whole cannot be scheduled (too big for one payload), or None."""
     size = encoded_size(request) + encoded_size(schemas)
-    if size <= policies.MAX_REQUEST_BYTES or not workflow.patched(
-        policies.PATCH_REQUEST_SIZE_LIMIT
-    ):
+    if size <= policies.MAX_REQUEST_BYTES or not adopted(policies.PATCH_REQUEST_SIZE_LIMIT):
         return None
     return (
         f"The conversation has grown to {size / 1e6:.1f} MB, over the 2 MB Temporal "

@@ -20,6 +20,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import DescribeAgentInput
 from agentor_temporal.workflows.carry import Carry
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.status import Attributes
 from agentor_temporal.workflows.types import AgentRunInput, AgentSpec
 
 #: Search attributes set on every run when the namespace has them.
@@ -74,15 +75,15 @@ async def describe(agent: str, fingerprint: str | None) -> AgentSpec:
     return spec
 
 
-def set_names(spec: AgentSpec, inp: AgentRunInput) -> None:
+def set_names(spec: AgentSpec, inp: AgentRunInput, attributes: Attributes) -> None:
     """Set the run's agent, model and (for a fork) parent where the namespace has them."""
-    attributes: list[SearchAttributeUpdate[Any]] = []
+    updates: list[SearchAttributeUpdate[Any]] = []
     if spec.search_attributes:
-        attributes += [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
+        updates += [AGENT_NAME.value_set(spec.name), AGENT_MODEL.value_set(spec.model)]
     # a spec recorded before `fork_attribute` had ForkedFrom with the names;
     # continued executions keep it (continue-as-new carries attributes over)
     forked_from = spec.search_attributes if spec.fork_attribute is None else spec.fork_attribute
     if inp.fork is not None and forked_from:
-        attributes.append(FORKED_FROM.value_set(inp.fork.run_id))
-    if attributes:
-        workflow.upsert_search_attributes(attributes)
+        updates.append(FORKED_FROM.value_set(inp.fork.run_id))
+    if updates:
+        attributes.upsert(updates)

@@ -16,14 +16,16 @@ counted once. Both follow the run through the events it records.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import MetricMeter, SearchAttributeKey
+from temporalio.common import MetricMeter, SearchAttributeKey, SearchAttributeUpdate
 
 from agentor_temporal.store.events import Event, Usage
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.types import AgentSpec
+from agentor_temporal.workflows.versions import adopted, level
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 AGENT_TOKENS = SearchAttributeKey.for_int("AgentTokens")
@@ -33,10 +35,41 @@ RUNNING = "running"
 AWAITING_APPROVAL = "awaiting_approval"
 
 
+class Attributes:
+    """A run's search-attribute changes, sent to Temporal as upsert commands.
+
+    Each upsert command is a history event, a visibility write on the server
+    and a payload the SDK converts: from `policies.COALESCED_ATTRIBUTES` on, the
+    changes a run makes while the workflow handles one activation go in one
+    command (issued when the activation's other work is done, latest value per
+    attribute); runs recorded at a lower level keep one command per change.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, SearchAttributeUpdate[Any]] = {}
+
+    def upsert(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
+        """Set `updates` (at once, or with the activation's other changes)."""
+        if level() < policies.COALESCED_ATTRIBUTES:
+            workflow.upsert_search_attributes(updates)
+            return
+        if not self._pending:
+            # the workflow's event loop runs this before the activation ends
+            asyncio.get_running_loop().call_soon(self._flush)
+        for update in updates:
+            self._pending[update.key.name] = update
+
+    def _flush(self) -> None:
+        pending, self._pending = list(self._pending.values()), {}
+        if pending:
+            workflow.upsert_search_attributes(pending)
+
+
 class RunStatus:
     """AgentStatus and AgentTokens of one run, upserted when they change."""
 
     def __init__(self) -> None:
+        self.attributes = Attributes()
         self.enabled = False
         self.status: str | None = None
         self.tokens = 0
@@ -49,7 +82,7 @@ class RunStatus:
         """Decide whether this run keeps the attributes (once, at its start)."""
         # the patch marker is recorded only where the attributes exist: a run
         # on a namespace without them has no command to version
-        self.enabled = spec.status_attributes and workflow.patched(policies.PATCH_AGENT_STATUS)
+        self.enabled = spec.status_attributes and adopted(policies.PATCH_AGENT_STATUS)
         self._prior = self.tokens = prior.total_tokens
 
     def on_event(self, event: Event) -> None:
@@ -79,9 +112,7 @@ class RunStatus:
         if status == self.status and tokens == self.tokens:
             return
         self.status, self.tokens = status, tokens
-        workflow.upsert_search_attributes(
-            [AGENT_STATUS.value_set(status), AGENT_TOKENS.value_set(tokens)]
-        )
+        self.attributes.upsert([AGENT_STATUS.value_set(status), AGENT_TOKENS.value_set(tokens)])
 
 
 class RunMetrics:

@@ -31,6 +31,7 @@ from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.types import AgentSpec
+from agentor_temporal.workflows.versions import adopted
 
 
 class CallFailed(Exception):
@@ -171,12 +172,10 @@ class ToolCalls:
             )
             res = await self.trace.tool_call(name, str(call_id), args, turn, call_tool)
         except ActivityError as exc:
-            if isinstance(exc.cause, CancelledError) and workflow.patched(
-                policies.PATCH_CLOSE_CANCELLED
-            ):
+            if isinstance(exc.cause, CancelledError) and adopted(policies.PATCH_CLOSE_CANCELLED):
                 # the run is being cancelled: not the tool's answer
                 raise asyncio.CancelledError(failure_message(exc)) from None
-            if workflow.patched(policies.PATCH_MACHINERY_NOT_AN_ANSWER):
+            if adopted(policies.PATCH_MACHINERY_NOT_AN_ANSWER):
                 # not the tool's outcome (its own errors come back as results):
                 # the run stops rather than tell the model something untrue
                 raise CallFailed(
@@ -208,7 +207,7 @@ class ToolCalls:
         to record, which wedges the run in workflow-task retries.
         """
         sizes = [encoded_size(e.result) for e in results]
-        if sum(sizes) <= policies.MAX_TURN_RESULT_BYTES or not workflow.patched(
+        if sum(sizes) <= policies.MAX_TURN_RESULT_BYTES or not adopted(
             policies.PATCH_TURN_RESULT_BUDGET
         ):
             return

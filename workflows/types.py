@@ -331,6 +331,9 @@ class AgentSpec:
     history_budget: int = 0
     #: conversation bytes sent whole with each request (0: the default)
     inline_bytes: int = 0
+    #: the behaviour level of the build that recorded this spec
+    #: (`policies.BEHAVIOUR`; 0 in specs recorded before levels existed)
+    behaviour: int = 0
 
     def tool(self, name: str) -> ToolSpec | None:
         """The tool called `name`, if the agent has one."""

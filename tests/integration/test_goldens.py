@@ -168,6 +168,23 @@ APPROVAL: Scenario = (
     20,
 )
 
+#: The seed's run: one tool call, then the answer.
+SEED: Scenario = (tool_then_answer, lambda: [weather_tool()], _seed, 20)
+#: A tool that always fails, until the failure budget withdraws it.
+BUDGET: Scenario = (
+    lambda request: CallTool("fail_always", {"x": "a"}),
+    lambda: [fail_always, weather_tool()],
+    _budget,
+    4,
+)
+#: A turn whose results together are cut to fit one payload.
+OVERSIZE: Scenario = (
+    [[CallTool("chunk", {"n": n}) for n in range(4)], Reply("Got them, cut.")],
+    lambda: [chunk],
+    _oversize,
+    20,
+)
+
 SCENARIOS: dict[str, Scenario] = {
     "approval_history": APPROVAL,
     # the approval run again, recorded once runs kept AgentStatus/AgentTokens
@@ -175,19 +192,9 @@ SCENARIOS: dict[str, Scenario] = {
     "agent_status_history": APPROVAL,
     # recorded once new events went with the next activity's input
     # (PATCH_JOURNAL_IN_ACTIVITIES): a plain run, and one with approvals
-    "journal_fold_history": (
-        tool_then_answer,
-        lambda: [weather_tool()],
-        _seed,
-        20,
-    ),
+    "journal_fold_history": SEED,
     "journal_fold_approval_history": APPROVAL,
-    "budget_history": (
-        lambda request: CallTool("fail_always", {"x": "a"}),
-        lambda: [fail_always, weather_tool()],
-        _budget,
-        4,
-    ),
+    "budget_history": BUDGET,
     "fork_history": (
         tool_then_answer,
         lambda: [weather_tool()],
@@ -200,12 +207,13 @@ SCENARIOS: dict[str, Scenario] = {
         _fork_snapshot,
         20,
     ),
-    "oversize_history": (
-        [[CallTool("chunk", {"n": n}) for n in range(4)], Reply("Got them, cut.")],
-        lambda: [chunk],
-        _oversize,
-        20,
-    ),
+    "oversize_history": OVERSIZE,
+    # recorded at behaviour level 1 (policies.BEHAVIOUR): the patches above
+    # taken without markers, and one upsert per workflow task
+    "behaviour_1_history": SEED,
+    "behaviour_1_approval_history": APPROVAL,
+    "behaviour_1_budget_history": BUDGET,
+    "behaviour_1_oversize_history": OVERSIZE,
 }
 
 
