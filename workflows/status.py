@@ -2,12 +2,14 @@
 
 `RunStatus` keeps two search attributes current, `AgentStatus` (running,
 awaiting_approval, completed, max_turns, failed) and `AgentTokens` (tokens
-spent by the whole run so far), so a fleet's paused or expensive runs are one
-visibility query away (`AgentStatus='awaiting_approval'`, `AgentTokens >
-100000`) in the UI, `temporal workflow list` and `agentor-temporal pending`.
-Each change is one upsert command, so they are set only on runs that began
-after this existed (`workflow.patched`) and only where the namespace has the
-attributes (the worker registers them; see `AgentSpec.status_attributes`).
+spent by the whole run so far; while the status stays the same, updated at
+most every `policies.TOKENS_INTERVAL`), so a fleet's paused or expensive runs
+are one visibility query away (`AgentStatus='awaiting_approval'`,
+`AgentTokens > 100000`) in the UI, `temporal workflow list` and
+`agentor-temporal pending`. Changes are upsert commands (`Attributes`), so
+they are set only on runs that began after this existed (`versions.adopted`)
+and only where the namespace has the attributes (the worker registers them;
+see `AgentSpec.status_attributes`).
 
 `RunMetrics` counts runs, pauses, approvals and tokens on the worker's
 runtime metric meter, which skips replays: a run a second worker finishes is
@@ -17,6 +19,7 @@ counted once. Both follow the run through the events it records.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -73,6 +76,8 @@ class RunStatus:
         self.enabled = False
         self.status: str | None = None
         self.tokens = 0
+        #: when AgentTokens was last sent (None: not yet in this execution)
+        self._sent_at: datetime | None = None
         #: tokens spent before this segment
         self._prior = 0
         #: call ids waiting for a person
@@ -111,7 +116,15 @@ class RunStatus:
     def _set(self, status: str, tokens: int) -> None:
         if status == self.status and tokens == self.tokens:
             return
+        same_status = status == self.status
         self.status, self.tokens = status, tokens
+        if same_status and level() >= policies.COALESCED_ATTRIBUTES:
+            # tokens alone are sent at most once per interval (a short run's
+            # count goes with its end); the next change of status takes them
+            now = workflow.now()
+            if self._sent_at is not None and now - self._sent_at < policies.TOKENS_INTERVAL:
+                return
+        self._sent_at = workflow.now()
         self.attributes.upsert([AGENT_STATUS.value_set(status), AGENT_TOKENS.value_set(tokens)])
 
 

@@ -4,8 +4,9 @@ Every history event is server work (persistence, a visibility write for an
 upsert) and worker work (the SDK converts each payload). A run recorded at
 `policies.BEHAVIOUR` 1 takes the changes that used to be patches without
 their markers and TemporalChangeVersion upserts, and sends the search
-attributes one workflow task changes as one upsert: the seed's run went from
-34 events to 28. Runs recorded before keep replaying as they were
+attributes one workflow task changes as one upsert (AgentTokens alone at most
+once per `policies.TOKENS_INTERVAL`): the seed's run went from 34 events to
+27, its upserts from 7 to 2. Runs recorded before keep replaying as they were
 (`test_goldens.py`: the older goldens and the `behaviour_1_*` ones).
 """
 
@@ -31,7 +32,7 @@ TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 async def test_a_new_run_records_no_patch_markers_and_one_upsert_per_task(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
 ) -> None:
-    """The seed's run: 28 events, no patch marker, 3 upserts, the attributes as before."""
+    """The seed's run: 27 events, no patch marker, 2 upserts, the attributes as before."""
     agent = weather_agent(
         base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(tmp_path)
     )
@@ -45,7 +46,7 @@ async def test_a_new_run_records_no_patch_markers_and_one_upsert_per_task(
     ]
     assert markers == ["core_local_activity", "core_local_activity"]  # describe, the run's end
     kinds = Counter(e.event_type for e in events)
-    assert kinds[UPSERT] == 3 and len(events) == 28
+    assert kinds[UPSERT] == 2 and len(events) == 27
     # no workflow task sends more than one upsert
     per_task, upserts = [], 0
     for event in events:

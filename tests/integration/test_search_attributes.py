@@ -6,9 +6,13 @@ and `pending` (`waiting_calls`) finds exactly the same runs.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import subprocess
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -16,10 +20,11 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal import Agentor, plugin
+from agentor_temporal import Agentor, function_tool, plugin
 from agentor_temporal._runs import waiting_calls
 from agentor_temporal.connection import temporal_binary
-from agentor_temporal.testing import USAGE, CallTool, Fail, Reply, ScriptedModelServer, Step
+from agentor_temporal.testing import USAGE, CallTool, Fail, Hang, Reply, ScriptedModelServer, Step
+from agentor_temporal.workflows import policies
 
 from helpers import transfer_tool, wait_until, weather_tool
 
@@ -151,3 +156,55 @@ async def test_a_run_without_attributes_is_still_found_waiting(
         c for c in await waiting_calls(client, agent="Someone Else") if c.run_id == paused.run_id
     ]
     await client.get_workflow_handle(paused.run_id).terminate("test over")
+
+
+async def test_tokens_alone_are_sent_once_the_interval_has_passed(
+    client: Client, task_queue: str
+) -> None:
+    """A run's AgentTokens follows its usage while it runs, at most once per TOKENS_INTERVAL.
+
+    The first generation ends past the interval, so its tokens are sent while
+    the run goes on (a short run sends them with its end instead:
+    `test_history_shape.py` counts its two upserts).
+    """
+    release = threading.Event()
+
+    @function_tool
+    def hold(city: str) -> str:
+        """Wait until the test has looked.
+
+        Args:
+            city: Any city.
+        """
+        release.wait(60)
+        return "held"
+
+    slow = policies.TOKENS_INTERVAL.total_seconds() + 0.5
+    run_id = f"tokens-{uuid.uuid4().hex[:8]}"
+    with ScriptedModelServer(
+        [Hang(slow, CallTool("hold", {"city": "Oslo"})), Reply("Done.")]
+    ) as model:
+        agent = Agentor(
+            name=f"Slow-{uuid.uuid4().hex[:6]}",
+            tools=[hold],
+            base_url=model.base_url,
+            api_key="test-key",
+            temporal=client,
+            task_queue=task_queue,
+        )
+        running = asyncio.ensure_future(agent.arun("Weather in Oslo?", run_id=run_id))
+        try:
+            handle = client.get_workflow_handle(run_id)
+            deadline = time.monotonic() + slow + 30
+            seen: dict[str, Any] = {}
+            while seen.get("AgentTokens") != [TOKENS] and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+                with contextlib.suppress(RPCError):
+                    seen = dict((await handle.describe()).search_attributes)
+            assert seen.get("AgentTokens") == [TOKENS] and seen.get("AgentStatus") == ["running"]
+        finally:
+            release.set()
+            result = await running
+    assert result.status == "completed"
+    final = (await client.get_workflow_handle(run_id).describe()).search_attributes
+    assert final["AgentStatus"] == ["completed"] and final["AgentTokens"] == [2 * TOKENS]
