@@ -116,15 +116,18 @@ class RunStatus:
     def _set(self, status: str, tokens: int) -> None:
         if status == self.status and tokens == self.tokens:
             return
-        same_status = status == self.status
-        self.status, self.tokens = status, tokens
-        if same_status and level() >= policies.COALESCED_ATTRIBUTES:
-            # tokens alone are sent at most once per interval (a short run's
-            # count goes with its end); the next change of status takes them
-            now = workflow.now()
-            if self._sent_at is not None and now - self._sent_at < policies.TOKENS_INTERVAL:
-                return
-        self._sent_at = workflow.now()
+        tokens_only = status == self.status
+        self.status, self.tokens, now = status, tokens, workflow.now()
+        # tokens alone are sent at most once per interval (a short run's count
+        # goes with its end); the next change of status takes them
+        if (
+            tokens_only
+            and level() >= policies.COALESCED_ATTRIBUTES
+            and self._sent_at is not None
+            and now - self._sent_at < policies.TOKENS_INTERVAL
+        ):
+            return
+        self._sent_at = now
         self.attributes.upsert([AGENT_STATUS.value_set(status), AGENT_TOKENS.value_set(tokens)])
 
 
