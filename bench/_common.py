@@ -64,9 +64,11 @@ def save(name: str, data: dict[str, Any]) -> Path:
 async def dev_server(*, stock: bool = False) -> Any:
     """An in-memory dev server: as the embedded launcher starts it, or `stock` as shipped.
 
-    The launcher's dynamic config (`agentor_temporal.connection.DEV_DYNAMIC_CONFIG`)
-    is what every user of the embedded server gets, so the benchmarks measure
-    that; `stock=True` is `temporal server start-dev` as other quickstarts run it.
+    The launcher's search attributes and dynamic config
+    (`agentor_temporal.connection.dev_server_args`) are what every user of the
+    embedded server gets, so the benchmarks measure that; `stock=True` is
+    `temporal server start-dev` as other quickstarts run it (our attributes
+    then registered through the API, as on any server).
     """
     from temporalio.testing import WorkflowEnvironment
 

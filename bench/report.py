@@ -44,9 +44,9 @@ Each scenario runs the same agent: the seed's weather agent, 2 generations and
 - **Ours**: `Agentor.arun` running the `AgentRun` workflow, with the
   FileStore mirror off and on, on a worker sized by `AgentorPlugin`.
 
-The server is an in-memory `temporal server start-dev` with the dynamic
-config our embedded launcher sets (`DEV_DYNAMIC_CONFIG` in
-`agentor_temporal/connection.py`); one table repeats single-run latency on
+The server is an in-memory `temporal server start-dev` with the search
+attributes and dynamic config our embedded launcher sets (`dev_server_args()`
+in `agentor_temporal/connection.py`); one table repeats single-run latency on
 the dev server as shipped, which is what the integration's quickstart runs.
 
 Machine: {cpus} CPUs, Python {python}, {platform}; load average at start

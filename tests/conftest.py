@@ -23,20 +23,13 @@ from temporalio.testing import WorkflowEnvironment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agentor_temporal.connection import temporal_binary  # noqa: E402
+from agentor_temporal.connection import DEV_SEARCH_ATTRIBUTES, temporal_binary  # noqa: E402
 from agentor_temporal.testing import ScriptedModelServer  # noqa: E402
 
 SEARCH_ATTRIBUTE_ARGS = [
-    "--search-attribute",
-    "AgentName=Keyword",
-    "--search-attribute",
-    "AgentModel=Keyword",
-    "--search-attribute",
-    "ForkedFrom=Keyword",
-    "--search-attribute",
-    "AgentStatus=Keyword",
-    "--search-attribute",
-    "AgentTokens=Int",
+    arg
+    for name, kind in DEV_SEARCH_ATTRIBUTES.items()
+    for arg in ("--search-attribute", f"{name}={kind}")
 ]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agentor_temporal import Agentor, Event, FileStore, function_tool, tool_context
-from agentor_temporal.connection import temporal_binary
+from agentor_temporal.connection import DEV_SEARCH_ATTRIBUTES, temporal_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCS = Path(__file__).resolve().parent / "procs"
@@ -247,16 +247,11 @@ class DevServerProcess:
             self.db,
             "--log-level",
             "error",
-            "--search-attribute",
-            "AgentName=Keyword",
-            "--search-attribute",
-            "AgentModel=Keyword",
-            "--search-attribute",
-            "ForkedFrom=Keyword",
-            "--search-attribute",
-            "AgentStatus=Keyword",
-            "--search-attribute",
-            "AgentTokens=Int",
+            *(
+                arg
+                for name, kind in DEV_SEARCH_ATTRIBUTES.items()
+                for arg in ("--search-attribute", f"{name}={kind}")
+            ),
         ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(

@@ -14,19 +14,34 @@ import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType, IndexedValueType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal import Agentor, function_tool, plugin
 from agentor_temporal._runs import waiting_calls
-from agentor_temporal.connection import temporal_binary
+from agentor_temporal.connection import (
+    DEV_SEARCH_ATTRIBUTES,
+    start_dev_server,
+    stop_dev_server,
+    temporal_binary,
+)
 from agentor_temporal.testing import USAGE, CallTool, Fail, Hang, Reply, ScriptedModelServer, Step
 from agentor_temporal.workflows import policies
 
-from helpers import transfer_tool, wait_until, weather_tool
+from helpers import (
+    ANSWER,
+    PROMPT,
+    free_port,
+    transfer_tool,
+    wait_until,
+    weather_agent,
+    weather_tool,
+)
 
 TOKENS = USAGE["total_tokens"]
 
@@ -208,3 +223,37 @@ async def test_tokens_alone_are_sent_once_the_interval_has_passed(
     assert result.status == "completed"
     final = (await client.get_workflow_handle(run_id).describe()).search_attributes
     assert final["AgentStatus"] == ["completed"] and final["AgentTokens"] == [2 * TOKENS]
+
+
+async def test_the_embedded_server_knows_every_attribute_before_the_first_run(
+    tmp_path: Path,
+) -> None:
+    """The embedded dev server caches search attributes, so it registers ours at start.
+
+    Its cached check does not see an attribute added through the API for
+    seconds (the first run's workflow task would fail and retry); registered
+    at start, the first run sets all of them without a failed task.
+    """
+    names = {
+        name: IndexedValueType.Name(kind).removeprefix("INDEXED_VALUE_TYPE_").title()
+        for name, kind in plugin.SEARCH_ATTRIBUTES.items()
+    }
+    assert names == DEV_SEARCH_ATTRIBUTES
+    data = tmp_path / "temporal"
+    server = start_dev_server(data, free_port(), free_port())
+    try:
+        client = await Client.connect(server.address)
+        with ScriptedModelServer() as model:
+            agent = weather_agent(base_url=model.base_url, task_queue="first-run", temporal=client)
+            result = await asyncio.wait_for(agent.arun(PROMPT), 60)
+        assert (result.status, result.final_output) == ("completed", ANSWER)
+        handle = client.get_workflow_handle(result.run_id)
+        kinds = [event.event_type async for event in handle.fetch_history_events()]
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+        attributes = (await handle.describe()).typed_search_attributes
+        values = {pair.key.name: pair.value for pair in attributes}
+        assert values["AgentStatus"] == "completed"
+        assert values["AgentName"] == "Weather Agent"
+        assert values["AgentTokens"] == 2 * TOKENS
+    finally:
+        stop_dev_server(data)
