@@ -44,6 +44,12 @@ Each scenario runs the same agent: the seed's weather agent, 2 generations and
 - **Ours**: `Agentor.arun` running the `AgentRun` workflow, with the
   FileStore mirror off and on, on a worker sized by `AgentorPlugin`.
 
+Latency and throughput are measured in two passes, the systems in the order
+above and then in reverse (latency: half the runs in each pass; throughput:
+the mean of the two passes' rates): the dev server slows as finished runs
+pile up in its database, so in one fixed order whichever system ran later
+would be measured on a slower server.
+
 The server is an in-memory `temporal server start-dev` with the search
 attributes and dynamic config our embedded launcher sets (`dev_server_args()`
 in `agentor_temporal/connection.py`); one table repeats single-run latency on

@@ -1,6 +1,6 @@
 """The cost of durability, measured against three floors in one run.
 
-    python bench/run.py            # full sizes, ~8 minutes on quiet 2 cores (16 loaded)
+    python bench/run.py            # full sizes, ~12 minutes on quiet 2 cores
     python bench/run.py --smoke    # tiny sizes (the test suite runs this)
 
 Floors: the bare engine (floor A), the same agent loop with no durability
@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -34,6 +36,8 @@ A, B, PEER = "floor A (bare engine)", "floor B (no durability)", Peer.name
 OFF, ON = "ours, FileStore mirror off", "ours, FileStore mirror on"
 #: model requests one run needs (the seed's run: 2 generations)
 REQUESTS_PER_RUN = 2
+
+T = TypeVar("T")
 
 
 def log(text: str) -> None:
@@ -50,7 +54,8 @@ def scenarios(address: str, client: Any, model_url: str) -> list[Scenario]:
     ]
 
 
-async def latency(scenario: Scenario, runs: int, warmup: int = 2) -> dict[str, float]:
+async def latency_times(scenario: Scenario, runs: int, warmup: int = 2) -> list[float]:
+    """Milliseconds of `runs` sequential runs, after `warmup` unmeasured ones."""
     for i in range(warmup):
         await scenario.one(i)
     times = []
@@ -58,7 +63,30 @@ async def latency(scenario: Scenario, runs: int, warmup: int = 2) -> dict[str, f
         start = time.perf_counter()
         await scenario.one(i)
         times.append((time.perf_counter() - start) * 1000)
-    return summary(times)
+    return times
+
+
+async def latency(scenario: Scenario, runs: int, warmup: int = 2) -> dict[str, float]:
+    return summary(await latency_times(scenario, runs, warmup))
+
+
+async def interleaved(
+    systems: list[Scenario], measure: Callable[[Scenario], Awaitable[T]]
+) -> dict[str, list[T]]:
+    """Measure every system twice: in the order given, then in reverse.
+
+    The dev server slows as finished runs pile up in its database (measured:
+    the same system's throughput at 100 in flight fell from 18.2 to 15.2
+    runs/s over six rounds of 320 runs, server CPU per run 45 -> 61 ms), so
+    in a fixed order whichever system comes later is measured on a slower
+    server. Forward then reverse gives every system the same mean position.
+    """
+    out: dict[str, list[T]] = {}
+    for order in (systems, systems[::-1]):
+        for system in order:
+            async with system:
+                out.setdefault(system.name, []).append(await measure(system))
+    return out
 
 
 async def throughput(scenario: Scenario, concurrency: int, total: int) -> float:
@@ -73,6 +101,16 @@ async def throughput(scenario: Scenario, concurrency: int, total: int) -> float:
 
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     return total / (time.perf_counter() - start)
+
+
+async def rate_and_requests(
+    model: ScriptedModelServer, level: int, total: int, system: Scenario
+) -> tuple[float, float]:
+    """Runs per second at `level` in flight, and model requests per run."""
+    await throughput(system, 3, 6)  # warm up
+    before = model.request_count
+    rate = await throughput(system, level, total)
+    return rate, (model.request_count - before) / total
 
 
 async def history_growth(
@@ -199,13 +237,14 @@ async def main(smoke: bool) -> dict[str, Any]:
     try:
         address = env.client.service_client.config.target_host
         with ScriptedModelServer() as model:
-            for scenario in scenarios(address, env.client, model.base_url):
-                if scenario.name == B:
-                    continue
-                async with scenario:
-                    stats = await latency(scenario, sizes["latency_runs"])
-                out.setdefault("latency_stock", {})[scenario.name] = stats
-                log(f"  {scenario.name:36s} median {stats['median']:7.1f} ms")
+            systems = [s for s in scenarios(address, env.client, model.base_url) if s.name != B]
+            halves = await interleaved(
+                systems, lambda s: latency_times(s, sizes["latency_runs"] // 2)
+            )
+            for name, (first, second) in halves.items():
+                stats = summary(first + second)
+                out.setdefault("latency_stock", {})[name] = stats
+                log(f"  {name:36s} median {stats['median']:7.1f} ms")
     finally:
         await env.shutdown()
 
@@ -218,14 +257,17 @@ async def main(smoke: bool) -> dict[str, Any]:
             out["load"][f"latency {key}"] = os.getloadavg()[0]
             log(f"== single-run latency, model latency {key} (load {os.getloadavg()[0]:.2f})")
             with ScriptedModelServer(latency=model_latency) as model:
-                for scenario in scenarios(address, client, model.base_url):
-                    async with scenario:
-                        stats = await latency(scenario, sizes["latency_runs"])
-                    out.setdefault("latency", {}).setdefault(key, {})[scenario.name] = stats
+                systems = scenarios(address, client, model.base_url)
+                halves = await interleaved(
+                    systems, lambda s: latency_times(s, sizes["latency_runs"] // 2)
+                )
+                for name, (first, second) in halves.items():
+                    stats = summary(first + second)
+                    out.setdefault("latency", {}).setdefault(key, {})[name] = stats
                     log(
-                        f"  {scenario.name:36s} median {stats['median']:7.1f} ms  "
-                        f"p95 {stats['p95']:7.1f} ms"
+                        f"  {name:36s} median {stats['median']:7.1f} ms  p95 {stats['p95']:7.1f} ms"
                     )
+                for scenario in systems:
                     if isinstance(scenario, Ours) and scenario.mirror:
                         out["jsonl_bytes_per_run"] = scenario.jsonl_bytes()
 
@@ -235,24 +277,25 @@ async def main(smoke: bool) -> dict[str, Any]:
             f"(load {os.getloadavg()[0]:.2f})"
         )
         with ScriptedModelServer() as model:
-            for scenario in scenarios(address, client, model.base_url):
-                async with scenario:
-                    await throughput(scenario, 3, 6)  # warm up
-                    for level in sizes["concurrency"]:
-                        total = max(2 * level, 6 if smoke else 60)
-                        before = model.request_count
-                        rate = await throughput(scenario, level, total)
-                        per_run = (model.request_count - before) / total
-                        row = out.setdefault("throughput", {}).setdefault(scenario.name, {})
-                        row[str(level)] = rate
-                        if scenario.name != A:
-                            out.setdefault("requests_per_run", {}).setdefault(scenario.name, {})[
-                                str(level)
-                            ] = per_run
-                        log(
-                            f"  {scenario.name:36s} {level:4d} in flight: {rate:7.1f} runs/s, "
-                            f"{per_run:.2f} model requests per run"
+            systems = scenarios(address, client, model.base_url)
+            for level in sizes["concurrency"]:
+                total = max(2 * level, 6 if smoke else 60)
+                passes = await interleaved(
+                    systems, functools.partial(rate_and_requests, model, level, total)
+                )
+                for name, measured in passes.items():
+                    rate = sum(r for r, _ in measured) / len(measured)
+                    per_run = sum(n for _, n in measured) / len(measured)
+                    out.setdefault("throughput", {}).setdefault(name, {})[str(level)] = rate
+                    if name != A:
+                        out.setdefault("requests_per_run", {}).setdefault(name, {})[str(level)] = (
+                            per_run
                         )
+                    log(
+                        f"  {name:36s} {level:4d} in flight: {rate:7.1f} runs/s "
+                        f"({' and '.join(f'{r:.1f}' for r, _ in measured)}), "
+                        f"{per_run:.2f} model requests per run"
+                    )
 
         for runs in sizes["in_flight"]:
             out["load"][f"in flight {runs}"] = os.getloadavg()[0]
