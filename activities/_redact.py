@@ -27,14 +27,28 @@ _known: set[str] = set()
 _guard = threading.Lock()
 _installed = False
 
-#: Loggers whose records may carry an endpoint URL or a provider's message.
+#: Loggers whose records may carry an endpoint URL or a provider's message:
+#: every logger of this package, each by name (a logger's filter does not see
+#: the records of its children; `tests/unit/test_redaction.py` checks this
+#: list against every `getLogger` in the source), and the libraries' own.
 LOGGERS = (
     "agentor_temporal",
+    "agentor_temporal._memory",
+    "agentor_temporal.activities._definition",
+    "agentor_temporal.activities._joining",
+    "agentor_temporal.activities.conversations",
     "agentor_temporal.activities.model",
     "agentor_temporal.activities.tools",
     "agentor_temporal.activities.journal",
     "agentor_temporal.activities.mirror",
+    "agentor_temporal.codec",
+    "agentor_temporal.codec_server",
+    "agentor_temporal.serve",
+    "agentor_temporal.store.file",
     "agentor_temporal.worker",
+    "temporalio",
+    "temporalio.core",
+    "temporalio.worker._workflow",
     "httpx",
     "httpcore",
     "openai",

@@ -187,7 +187,10 @@ _SURROGATE_ESCAPE = re.compile(rb"\\ud[89a-f][0-9a-f]{2}")
 
 
 def prepared_request(
-    inp: GenerateInput, messages: list[dict[str, Any]], encoded: bytes | None = None
+    inp: GenerateInput,
+    messages: list[dict[str, Any]],
+    encoded: bytes | None = None,
+    client_options: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], bytes | None]:
     """The request as sent, and its pre-encoded messages, with every text encodable.
 
@@ -199,6 +202,9 @@ def prepared_request(
     if encoded is not None and _SURROGATE_ESCAPE.search(encoded):
         encoded = encode(messages)
     request: dict[str, Any] = {"model": inp.model, **encodable(inp.model_settings)}
+    # headers and query values may be credentials: they come from the worker's
+    # definition, never through history (runs recorded before may carry them)
+    request.update(client_options or {})
     # The openai client walks every message through its type-driven transform
     # before encoding: about 1 ms a message (measured: 570 ms for a 600-message
     # conversation, 35 ms for 20), so each turn of a long run would be slower
@@ -243,7 +249,7 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
         async with heartbeating():
             messages, encoded = await _conversation(inp)
             try:
-                request, encoded = prepared_request(inp, messages, encoded)
+                request, encoded = prepared_request(inp, messages, encoded, agent.client_options)
             except Exception as exc:
                 raise internal_error("building the model request", exc, _redact.clean) from None
             if inp.stream_text:
@@ -264,9 +270,15 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
     except Exception as exc:
         raise _classified(exc, inp) from None
     result.started_at, result.ended_at = started, time.time()
-    # a model told a key must not store it either
+    # a model told a key must not store it either: not in its text, and not
+    # in the calls it asks for (their arguments go into history and the tool)
     result.text = _redact.mask_secrets(result.text) if result.text else result.text
     result.reasoning = _redact.mask_secrets(result.reasoning) if result.reasoning else None
+    for call in result.calls:
+        function = call.get("function") or {}
+        for part in ("name", "arguments"):
+            if isinstance(function.get(part), str):
+                function[part] = _redact.mask_secrets(function[part])
     return result
 
 

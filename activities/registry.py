@@ -13,6 +13,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,13 @@ from agentor_temporal.workflows.types import AgentSpec
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 #: Locks guarding mirror writes into stores that cannot append by position.
 _RUN_LOCK_STRIPES = 64
+
+
+#: `model_settings` that are options of the HTTP request, not of the model:
+#: kept on the worker (`AgentDefinition.client_options`), out of history.
+CLIENT_OPTIONS = ("extra_headers", "extra_query")
+#: Header and query names whose values are credentials (masked like the key).
+_CREDENTIAL_NAME = re.compile(r"key|auth|token|secret|sig|pass|cred|cookie|session", re.I)
 
 
 class UnknownAgentError(LookupError):
@@ -49,12 +57,22 @@ class AgentDefinition:
     base_url: str | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
     store: Store | None = None
+    #: `extra_headers` / `extra_query` taken out of `model_settings`: they may
+    #: carry credentials, so they stay on the worker and never enter history
+    client_options: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        for option in CLIENT_OPTIONS:
+            if option in self.model_settings:
+                self.client_options[option] = self.model_settings.pop(option)
         # error text and log lines of this process mask these from now on
         _redact.remember(self.api_key)
         for secret in url_secrets(self.base_url):
             _redact.remember(secret)
+        for values in self.client_options.values():
+            for name, value in (values or {}).items():
+                if isinstance(value, str) and _CREDENTIAL_NAME.search(str(name)):
+                    _redact.remember(value)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if any."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from temporalio import activity
 
+from agentor_temporal.activities import _redact
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.policies import DELTA_BATCH_INTERVAL, DELTAS_TOPIC
 
@@ -85,6 +86,34 @@ async def stream_completion(
     )
 
 
+class MaskedDeltas:
+    """Text deltas with every known secret masked, even one split over several deltas.
+
+    The final text is masked as a whole (`generate`); deltas are published as
+    they come, so the last characters that could still be the start of a
+    secret (as many as the longest known one, less one) are held back until
+    the next delta or `flush` shows what they are.
+    """
+
+    def __init__(self, sink: DeltaSink) -> None:
+        self.sink = sink
+        self.held = ""
+
+    async def __call__(self, text: str) -> None:
+        masked = _redact.mask_secrets(self.held + text)
+        hold = max((len(secret) for secret in _redact.secrets()), default=1) - 1
+        cut = max(len(masked) - hold, 0)
+        self.held = masked[cut:]
+        if cut:
+            await self.sink(masked[:cut])
+
+    async def flush(self) -> None:
+        """Send what was held back (the reply ended: no secret can complete it)."""
+        held, self.held = self.held, ""
+        if held:
+            await self.sink(held)
+
+
 async def stream_with_deltas(
     client: Any, request: dict[str, Any], inp: GenerateInput, create: Create | None = None
 ) -> GenerateResult:
@@ -109,10 +138,13 @@ async def stream_with_deltas(
     async def publish(text: str) -> None:
         topic.publish({"turn": inp.turn, "attempt": attempt, "text": text})
 
+    masked = MaskedDeltas(publish)
     async with publisher:
         if attempt > 1:
             topic.publish({"turn": inp.turn, "attempt": attempt, "reset": True})
-        return await stream_completion(client, request, publish, create)
+        result = await stream_completion(client, request, masked, create)
+        await masked.flush()
+        return result
 
 
 def _temporal_client() -> Any:

@@ -147,6 +147,9 @@ class ScriptedModelServer:
         self.port = port
         #: every request body received, in order of arrival
         self.requests: list[dict[str, Any]] = []
+        #: the query string and headers (names lower-cased) of the last request
+        self.last_query = ""
+        self.last_headers: dict[str, str] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -272,7 +275,7 @@ class ScriptedModelServer:
                     key, _, value = h.decode("latin-1").partition(":")
                     headers[key.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
-                keep = await self._respond(method, path, body, writer)
+                keep = await self._respond(method, path, body, writer, headers)
                 if not keep:
                     return
         except (ConnectionError, asyncio.IncompleteReadError, ValueError, asyncio.CancelledError):
@@ -282,10 +285,16 @@ class ScriptedModelServer:
                 writer.close()
 
     async def _respond(
-        self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str] | None = None,
     ) -> bool:
-        if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
-            if path.rstrip("/").endswith("/models"):
+        route, _, query = path.partition("?")
+        if method != "POST" or not route.rstrip("/").endswith("/chat/completions"):
+            if route.rstrip("/").endswith("/models"):
                 self._send(
                     writer, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
                 )
@@ -305,6 +314,8 @@ class ScriptedModelServer:
                 {"error": {"message": "body is not JSON", "type": "invalid_request_error"}},
             )
             return True
+        with self._lock:
+            self.last_query, self.last_headers = query, dict(headers or {})
         step: Any = self._next_step(request)
         if self.latency:
             await asyncio.sleep(self.latency)

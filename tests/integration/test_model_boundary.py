@@ -12,7 +12,10 @@ URL credentials, query values or the API key.
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import logging
+import re
 import time
 import uuid
 from pathlib import Path
@@ -179,3 +182,100 @@ async def test_secrets_never_reach_the_ui_history_log_or_result(
     for text in [*shown, result.error or "", stored, caplog.text, *histories, *projected]:
         for secret in (key, "hunter22pw", "QUERYSECRET42", "alice:"):
             assert secret not in text
+
+
+async def test_keys_in_tool_calls_and_request_headers_never_reach_history(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A key the model puts in a tool call is masked; credential headers and query values
+    reach the model but stay out of history, the store and the result."""
+    key = "sk-test-toolcall-0123456789"
+    header, signature = "hdr-SECRET-77770000", "sig-SECRET-99990000"
+    seen: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        seen.append(city)
+        return f"The weather in {city} is sunny."
+
+    script = [CallTool("get_weather", {"city": f"London {key}"}), Reply(f"Done, {key}.")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            tools=[get_weather],
+            extra_headers={"api-key": header, "X-Title": "boundary test"},
+            extra_query={"sig": signature, "api-version": "2024-06-01"},
+        )
+        agent.definition.api_key = key
+        result = await agent.arun("What is the weather in London?")
+        # the options still reach the model, from the worker's definition
+        assert model.last_headers["api-key"] == header
+        assert model.last_headers["x-title"] == "boundary test"
+        assert (
+            f"sig={signature}" in model.last_query and "api-version=2024-06-01" in model.last_query
+        )
+    assert result.status == "completed"
+    assert result.final_output == "Done, ***."
+    assert seen == ["London ***"]  # the tool is given what history holds
+    history = (await client.get_workflow_handle(result.run_id).fetch_history()).to_json()
+    texts = [
+        history,
+        str(await client.get_workflow_handle(result.run_id).fetch_history()),
+        (tmp_path / f"{result.run_id}.jsonl").read_text(),
+        *(e.to_json() for e in result.events),
+    ]
+    for text in texts:
+        for secret in (key, header, signature):
+            assert secret not in text
+
+
+async def test_a_streamed_reply_never_shows_the_key(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Text deltas (signals in the run's history, events to followers) are masked too."""
+    key = "sk-test-streamed-0123456789"
+    with ScriptedModelServer([Reply(f"the key is {key} indeed")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            tools=[],
+        )
+        agent.definition.api_key = key
+        run_id = uuid.uuid4().hex
+        events = [e async for e in agent.stream_chat("Tell me.", run_id=run_id, stream_text=True)]
+    deltas = "".join(e.text or "" for e in events if e.type == "text_delta")
+    assert deltas == "the key is *** indeed"
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    # the deltas' batches are payloads inside the signals' payloads: decode
+    # base64 twice over, as the stream nests them
+    inner, layer = [], [history.to_json()]
+    for _ in range(2):
+        layer = [
+            decoded
+            for text in layer
+            for blob in re.findall(r"[A-Za-z0-9+/]{24,}={0,2}", text)
+            for decoded in _base64_text(blob)
+        ]
+        inner += layer
+    # the deltas were decoded and searched
+    assert any('{"attempt":1,"text":' in text for text in inner)
+    for text in [
+        history.to_json(),
+        str(history),
+        *inner,
+        (tmp_path / f"{run_id}.jsonl").read_text(),
+    ]:
+        assert key not in text
+
+
+def _base64_text(blob: str) -> list[str]:
+    """`blob` decoded, if it is base64 at all."""
+    with contextlib.suppress(ValueError):
+        return [base64.b64decode(blob, validate=True).decode("utf-8", "replace")]
+    return []

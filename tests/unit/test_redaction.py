@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
+from pathlib import Path
 
 import pytest
 
+import agentor_temporal
 from agentor_temporal.activities import AgentDefinition, _redact
-from agentor_temporal.workflows.redaction import redact, redact_url
+from agentor_temporal.telemetry import CORE_LOGGER
+from agentor_temporal.workflows.redaction import RedactingFilter, redact, redact_url
 
 
 @pytest.mark.parametrize(
@@ -64,3 +69,71 @@ def test_log_lines_and_tracebacks_are_redacted(caplog: pytest.LogCaptureFixture)
     text = caplog.text
     assert "pw@" not in text and "sk-logged-key-98765" not in text
     assert "http://***@h/v1/chat?api-key=***" in text
+
+
+def _package_loggers() -> set[str]:
+    """Every logger name this package's source asks for (`getLogger(...)`)."""
+    root = Path(agentor_temporal.__file__).resolve().parent
+    names = set()
+    for directory, _, files in os.walk(root, followlinks=True):
+        for file in files:
+            if not file.endswith(".py"):
+                continue
+            path = Path(directory) / file
+            module = ".".join(
+                ("agentor_temporal", *path.relative_to(root).with_suffix("").parts)
+            ).removesuffix(".__init__")
+            for literal in re.findall(r"getLogger\(([^)]*)\)", path.read_text()):
+                if literal == "__name__":
+                    names.add(module)
+                elif literal.startswith('"'):
+                    names.add(literal.strip('"'))
+    return names
+
+
+def test_every_logger_of_the_package_is_redacted() -> None:
+    """Each logger the source creates carries the filter: a parent's does not cover it."""
+    names = _package_loggers()
+    assert "agentor_temporal.serve" in names and "agentor_temporal.activities.model" in names
+    _redact.install()
+    uncovered = sorted(
+        name
+        for name in names | {CORE_LOGGER}
+        if not any(isinstance(f, RedactingFilter) for f in logging.getLogger(name).filters)
+    )
+    assert uncovered == []
+
+
+@pytest.mark.parametrize(
+    "name", ["agentor_temporal.serve", "agentor_temporal.codec_server", CORE_LOGGER]
+)
+def test_records_of_every_named_logger_lose_secrets(
+    caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    _redact.remember("sk-child-logger-key-4242")
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger(name).warning(
+            "failed at http://u:pw12345@h/v1 with %s", "sk-child-logger-key-4242"
+        )
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "sk-child-logger-key-4242" not in text and "pw12345" not in text
+
+
+async def test_streamed_deltas_never_spell_a_key_even_split_across_them() -> None:
+    """A key arriving in pieces is masked before any piece of it is sent on."""
+    from agentor_temporal.activities.streaming import MaskedDeltas
+
+    key = "sk-streamed-key-0123456789"
+    _redact.remember(key)
+    sent: list[str] = []
+
+    async def sink(text: str) -> None:
+        sent.append(text)
+
+    masked = MaskedDeltas(sink)
+    pieces = ["The key is sk-str", "eamed-key-01", "23456789", " and more text", " to end."]
+    for piece in pieces:
+        await masked(piece)
+    await masked.flush()
+    assert "".join(sent) == "The key is *** and more text to end."
+    assert len(sent) > 1  # sent as it comes, not all at the end
