@@ -90,9 +90,8 @@ class MaskedDeltas:
     """Text deltas with every known secret masked, even one split over several deltas.
 
     The final text is masked as a whole (`generate`); deltas are published as
-    they come, so the last characters that could still be the start of a
-    secret (as many as the longest known one, less one) are held back until
-    the next delta or `flush` shows what they are.
+    they come, so an end of the text that begins a known secret is held back
+    until the next delta or `flush` shows whether the secret follows.
     """
 
     def __init__(self, sink: DeltaSink) -> None:
@@ -101,8 +100,7 @@ class MaskedDeltas:
 
     async def __call__(self, text: str) -> None:
         masked = _redact.mask_secrets(self.held + text)
-        hold = max((len(secret) for secret in _redact.secrets()), default=1) - 1
-        cut = max(len(masked) - hold, 0)
+        cut = len(masked) - _secret_begun(masked)
         self.held = masked[cut:]
         if cut:
             await self.sink(masked[:cut])
@@ -112,6 +110,19 @@ class MaskedDeltas:
         held, self.held = self.held, ""
         if held:
             await self.sink(held)
+
+
+def _secret_begun(text: str) -> int:
+    """The length of the longest end of `text` that is the beginning of a known secret."""
+    longest = 0
+    for secret in _redact.secrets():
+        at = text.find(secret[0], max(len(text) - len(secret) + 1, 0))
+        while at != -1:
+            if secret.startswith(text[at:]):
+                longest = max(longest, len(text) - at)
+                break
+            at = text.find(secret[0], at + 1)
+    return longest
 
 
 async def stream_with_deltas(
