@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from temporalio import activity
 
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.policies import HEARTBEAT_INTERVAL
 
 #: Longest error text passed back to the model or into an event.
@@ -17,12 +22,15 @@ MAX_ERROR_CHARS = 4_000
 
 @contextlib.asynccontextmanager
 async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> AsyncIterator[None]:
-    """Heartbeat from a background task while the body awaits one long call.
+    """Heartbeat from a thread while the body awaits one long call.
 
     A model request or a tool is one long await; without this, a worker that
     dies mid-call is noticed only when start-to-close expires (minutes), not
     after the short heartbeat timeout. Calls shorter than `interval` never
     heartbeat at all, which keeps the server's load flat at high concurrency.
+    The beats do not wait for the event loop: a loop blocked for seconds (a
+    tool calling `time.sleep`) does not make a live call look dead and run
+    again elsewhere; one blocked past `STALLED_LOOP_LIMIT` does.
     """
     from agentor_temporal.activities._joining import IN_SHARED_CALL
 
@@ -36,7 +44,18 @@ async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> 
     # out while it runs, and costs nothing when the worker is idle.
     started = activity.info().started_time
     lag = max(0.0, time.time() - started.timestamp()) if started else 0.0
+    send = _core_heartbeat()
+    if send is not None:
+        pulse = _Pulse.of(asyncio.get_running_loop())
+        beating = _BEATER.add(send, interval, max(0.0, interval - lag), pulse)
+        try:
+            yield
+        finally:
+            _BEATER.remove(beating)
+            pulse.release()
+        return
 
+    # an SDK without the path `_core_heartbeat` takes: beat from the loop
     async def beat() -> None:
         await asyncio.sleep(max(0.0, interval - lag))
         while True:
@@ -50,6 +69,124 @@ async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> 
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _core_heartbeat() -> Callable[[], None] | None:
+    """Send the running activity a detail-less heartbeat from any thread (None if unsupported).
+
+    `activity.heartbeat()` only schedules a task on the worker's event loop,
+    so a blocked loop sends none. This reaches the SDK core the same way that
+    task ends (`record_activity_heartbeat` on the bridge worker), without the
+    loop; `tests/integration/test_live_retry.py` fails if an SDK release takes
+    the path away, rather than letting heartbeats fall back unnoticed.
+    """
+    try:
+        from temporalio.bridge.proto import ActivityHeartbeat
+
+        outbound: Any = activity._Context.current().heartbeat
+        outbound = getattr(outbound, "__self__", None)
+        while outbound is not None and not hasattr(outbound, "_worker"):
+            outbound = getattr(outbound, "next", None)
+        bridge: Callable[[], Any] = outbound._worker._bridge_worker
+        token = activity.info().task_token
+    except (AttributeError, ImportError, RuntimeError):
+        return None
+
+    def send() -> None:
+        bridge().record_activity_heartbeat(ActivityHeartbeat(task_token=token))
+
+    return send
+
+
+class _Pulse:
+    """Shows that one event loop runs: a task that notes the time every second.
+
+    Only while calls on that loop are beating; the heartbeat thread stops
+    beating for them once the loop has not run for `STALLED_LOOP_LIMIT`.
+    """
+
+    _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pulse] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.seen = time.monotonic()
+        self.users = 0
+        self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> _Pulse:
+        pulse = cls._of.get(loop)
+        if pulse is None:
+            pulse = cls._of[loop] = cls()
+        pulse.users += 1
+        pulse.seen = time.monotonic()
+        if pulse.task is None or pulse.task.done():
+            pulse.task = loop.create_task(pulse._run())
+        return pulse
+
+    def release(self) -> None:
+        self.users -= 1
+
+    async def _run(self) -> None:
+        while self.users > 0:
+            self.seen = time.monotonic()
+            await asyncio.sleep(1.0)
+
+
+@dataclass(eq=False)
+class _Beating:
+    send: Callable[[], None]
+    interval: float
+    due: float
+    pulse: _Pulse
+
+
+class _Beater:
+    """One daemon thread sending the heartbeats of every call that is beating."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: set[_Beating] = set()
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    def add(
+        self, send: Callable[[], None], interval: float, first: float, pulse: _Pulse
+    ) -> _Beating:
+        beating = _Beating(send, interval, time.monotonic() + first, pulse)
+        with self._lock:
+            self._calls.add(beating)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="agentor-heartbeats", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+        return beating
+
+    def remove(self, beating: _Beating) -> None:
+        with self._lock:
+            self._calls.discard(beating)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                calls = list(self._calls)
+            now = time.monotonic()
+            stalled = policies.STALLED_LOOP_LIMIT.total_seconds()
+            for beating in calls:
+                if now < beating.due:
+                    continue
+                beating.due = now + beating.interval
+                if now - beating.pulse.seen > stalled:
+                    continue  # a hung loop: let the server time the call out
+                with contextlib.suppress(Exception):  # a worker shutting down
+                    beating.send()
+            soonest = min((b.due for b in calls), default=now + 1.0)
+            self._wake.wait(max(0.05, min(soonest - time.monotonic(), 1.0)))
+            self._wake.clear()
+
+
+_BEATER = _Beater()
 
 
 def waited() -> float:

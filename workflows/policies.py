@@ -97,6 +97,12 @@ TOOL_RETRY_POLICY = RetryPolicy(
 #: the SDK sends the rest at most every 80% of the timeout. 2 s leaves 3 s
 #: of slack inside a 5 s timeout for a worker busy enough to beat late.
 HEARTBEAT_INTERVAL = timedelta(seconds=2)
+#: Heartbeats go out from a thread, so a worker whose event loop is blocked
+#: (an async tool calling `time.sleep`, a long CPU-bound step) still shows
+#: its calls alive and the server does not hand them to another worker to
+#: run again. A loop that has not run for this long is taken for hung: its
+#: calls stop beating, time out and are retried elsewhere.
+STALLED_LOOP_LIMIT = timedelta(seconds=60)
 
 # Patch ids (workflow.patched): each marks a change of commands, so histories
 # recorded before it replay unchanged. Never reuse or rename one.

@@ -1,9 +1,10 @@
-"""A call the server timed out while its worker was alive is not made twice.
+"""A live worker's call is not made twice, even when its event loop is blocked.
 
-The worker's event loop is blocked by a tool for longer than the tool's
-heartbeat timeout: the server gives up on the attempt and schedules another,
-while the first attempt is still running in the (live) worker. The retry
-must join it, so the tool runs once and the model is asked only what the
+A tool blocks the worker's event loop for longer than its heartbeat timeout.
+Heartbeats go out from a thread, so the server never gives up on the call.
+And when it does (the loop blocked past `STALLED_LOOP_LIMIT`, taken for
+hung), the retry it schedules joins the attempt still running in the live
+worker: either way the tool runs once and the model is asked only what the
 run needs.
 """
 
@@ -11,14 +12,16 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 
 from agentor_temporal import function_tool
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.policies import TOOL_HEARTBEAT_TIMEOUT
 
 from helpers import PROMPT, weather_agent
@@ -26,10 +29,43 @@ from helpers import PROMPT, weather_agent
 pytestmark = pytest.mark.slow
 
 
-async def test_a_retry_of_a_live_tool_call_joins_it(
+async def test_a_blocked_event_loop_does_not_stop_the_heartbeats(
     client: Client, model: ScriptedModelServer, task_queue: str
 ) -> None:
+    """Loop blocked past the heartbeat timeout: no retry at all, the tool runs once."""
+    history, runs = await _run_with_a_blocking_tool(client, model, task_queue)
+    attempts = _attempts(history)
+    assert attempts and max(attempts) == 1, f"the server retried a live call: {attempts}"
+    assert len(runs) == 1
+    assert model.request_count == 2
+
+
+async def test_a_retry_of_a_live_tool_call_joins_it(
+    client: Client, model: ScriptedModelServer, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Timed out on heartbeat while live: the tool runs once, the run completes, 2 model calls."""
+    # the blocked loop counts as hung: its call stops beating and is retried
+    monkeypatch.setattr(policies, "STALLED_LOOP_LIMIT", timedelta(seconds=0.5))
+    history, runs = await _run_with_a_blocking_tool(client, model, task_queue)
+    assert max(_attempts(history)) >= 2, (
+        "the server did not retry the tool: the test proved nothing"
+    )
+    assert len(runs) == 1
+    assert model.request_count == 2
+
+
+def _attempts(history: WorkflowHistory) -> list[int]:
+    return [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+
+
+async def _run_with_a_blocking_tool(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> tuple[WorkflowHistory, list[float]]:
+    """The seed's run, its tool blocking the worker's event loop past its heartbeat timeout."""
     runs: list[float] = []
 
     @function_tool
@@ -40,7 +76,7 @@ async def test_a_retry_of_a_live_tool_call_joins_it(
             city: The city to look up.
         """
         runs.append(time.time())
-        # a starved event loop, as on an overloaded worker: no heartbeat goes out
+        # the event loop blocked for longer than the heartbeat timeout
         time.sleep(TOOL_HEARTBEAT_TIMEOUT.total_seconds() + 1.5)
         return f"The weather in {city} is sunny and 22C."
 
@@ -55,12 +91,4 @@ async def test_a_retry_of_a_live_tool_call_joins_it(
     async with build_worker(client, [agent], task_queue=task_queue):
         result = await agent.arun(PROMPT, run_id=run_id)
     assert result.status == "completed", result.error
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-    ]
-    assert max(attempts) >= 2, "the server did not retry the tool: the test proved nothing"
-    assert len(runs) == 1
-    assert model.request_count == 2
+    return await client.get_workflow_handle(run_id).fetch_history(), runs
