@@ -9,8 +9,9 @@ keyed by (run, execution, activity id): a retry (attempt 2 on) that finds
 that task running awaits it, and one that finds it finished takes its
 result; a first attempt always calls. A call
 keeps running when its attempt is cancelled because the server gave up on it
-(so the retry can join it), and is cancelled with it otherwise (the run was
-cancelled, or the worker is shutting down). Finished calls are forgotten
+(so the retry can join it), unless its run turns out to have ended
+(terminated or reset: nothing will join it), and is cancelled with it
+otherwise (the run was cancelled, or the worker is shutting down). Finished calls are forgotten
 after `KEEP`, by which time any retry has long started, or as soon as their
 workflow execution ends (`forget_execution`: nothing of it is retried
 then, and a long run's results would otherwise outlive it). And an attempt that
@@ -30,7 +31,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.service import RPCError, RPCStatusCode
 
 T = TypeVar("T")
 
@@ -76,6 +79,8 @@ class LiveCalls:
     def __init__(self, keep: float = KEEP) -> None:
         self.keep = keep
         self._calls: dict[_Key, asyncio.Task[Any]] = {}
+        #: background checks whether a call's run has ended (kept referenced)
+        self._checks: set[asyncio.Task[None]] = set()
         #: attempts that joined a live or finished call instead of running again
         self.joined = 0
 
@@ -125,6 +130,10 @@ class LiveCalls:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             details = activity.cancellation_details()
+            if details is not None and details.not_found and not details.timed_out:
+                # not found: the server timed the attempt out (a retry may join
+                # the call) or the run ended (terminated, reset): nothing will
+                self._stop_if_ended(task, info)
             if details is None or not (details.timed_out or details.not_found):
                 task.cancel()
                 # the call may answer its cancel with an error of its own: a
@@ -135,6 +144,31 @@ class LiveCalls:
                 if error is not None and not isinstance(error, asyncio.CancelledError):
                     raise error from None
             raise
+
+    def _stop_if_ended(self, task: asyncio.Task[Any], info: activity.Info) -> None:
+        """Cancel the call once its workflow execution is found closed (asked in the background)."""
+        try:
+            client = activity.client()
+        except RuntimeError:
+            return
+
+        async def check() -> None:
+            handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+            try:
+                ended = (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+            except RPCError as exc:
+                ended = exc.status == RPCStatusCode.NOT_FOUND
+            if ended and not task.done():
+                logger.info(
+                    "%s of run %s stopped: the run ended while it was running",
+                    info.activity_type,
+                    info.workflow_id,
+                )
+                task.cancel()
+
+        checking = asyncio.get_running_loop().create_task(check())
+        self._checks.add(checking)
+        checking.add_done_callback(self._checks.discard)
 
     @staticmethod
     async def _shared(make: Callable[[], Awaitable[T]]) -> T:

@@ -10,13 +10,16 @@ run needs.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
+from temporalio.service import RPCError
 
 from agentor_temporal import function_tool
 from agentor_temporal.testing import ScriptedModelServer
@@ -92,3 +95,69 @@ async def _run_with_a_blocking_tool(
         result = await agent.arun(PROMPT, run_id=run_id)
     assert result.status == "completed", result.error
     return await client.get_workflow_handle(run_id).fetch_history(), runs
+
+
+async def test_a_call_of_a_terminated_run_stops(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """Terminated mid-tool: the tool's body is cancelled, not left running for nobody."""
+    progress: list[str] = []
+
+    @function_tool
+    async def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        progress.append("started")
+        try:
+            for _ in range(120):
+                await asyncio.sleep(0.25)
+        except asyncio.CancelledError:
+            progress.append("cancelled")
+            raise
+        progress.append("finished")
+        return f"The weather in {city} is sunny and 22C."
+
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        tools=[get_weather],
+        embedded_worker=False,
+    )
+    run_id = f"terminated-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, [agent], task_queue=task_queue):
+        running = asyncio.ensure_future(agent.arun(PROMPT, run_id=run_id))
+        try:
+            handle = client.get_workflow_handle(run_id)
+
+            async def beating() -> bool:
+                try:
+                    pending = (await handle.describe()).raw_description.pending_activities
+                except RPCError:  # not started yet
+                    return False
+                return any(p.HasField("last_heartbeat_time") for p in pending)
+
+            # the call has beaten: the server knows it live when the run ends
+            await _eventually(beating, "the tool's first heartbeat")
+            await handle.terminate("test: the run is over")
+
+            async def cancelled() -> bool:
+                return "cancelled" in progress
+
+            await _eventually(cancelled, "the tool to be cancelled", 20)
+        finally:
+            running.cancel()
+    assert progress == ["started", "cancelled"]
+
+
+async def _eventually(
+    check: Callable[[], Awaitable[bool]], what: str, timeout: float = 30.0
+) -> None:
+    """Wait (without blocking the loop the worker runs on) until `check` holds."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
