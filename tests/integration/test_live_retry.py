@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -83,13 +84,7 @@ async def _run_with_a_blocking_tool(
         time.sleep(TOOL_HEARTBEAT_TIMEOUT.total_seconds() + 1.5)
         return f"The weather in {city} is sunny and 22C."
 
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        tools=[get_weather],
-        embedded_worker=False,
-    )
+    agent = _served_agent(get_weather, client, model, task_queue)
     run_id = f"live-retry-{uuid.uuid4().hex[:8]}"
     async with build_worker(client, [agent], task_queue=task_queue):
         result = await agent.arun(PROMPT, run_id=run_id)
@@ -120,13 +115,7 @@ async def test_a_call_of_a_terminated_run_stops(
         progress.append("finished")
         return f"The weather in {city} is sunny and 22C."
 
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        tools=[get_weather],
-        embedded_worker=False,
-    )
+    agent = _served_agent(get_weather, client, model, task_queue)
     run_id = f"terminated-{uuid.uuid4().hex[:8]}"
     async with build_worker(client, [agent], task_queue=task_queue):
         running = asyncio.ensure_future(agent.arun(PROMPT, run_id=run_id))
@@ -161,3 +150,14 @@ async def _eventually(
     while not await check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
+
+
+def _served_agent(tool: Any, client: Client, model: ScriptedModelServer, task_queue: str) -> Any:
+    """The seed's agent with `tool`, served by a worker the test runs (not an embedded one)."""
+    return weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        tools=[tool],
+        embedded_worker=False,
+    )
