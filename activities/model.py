@@ -279,7 +279,44 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
         for part in ("name", "arguments"):
             if isinstance(function.get(part), str):
                 function[part] = _redact.mask_secrets(function[part])
+        depth = _nesting(function.get("arguments") or "")
+        if depth > MAX_ARGUMENT_DEPTH:
+            # not JSON: the run tells the model its arguments were invalid,
+            # instead of failing every workflow task on a recursion limit
+            function["arguments"] = (
+                f"<arguments nested {depth} levels deep, over the {MAX_ARGUMENT_DEPTH} accepted>"
+            )
     return result
+
+
+#: Deepest nesting of a tool call's arguments passed on. Far above any tool's
+#: schema; a model that nests deeper (seen: 500 to 3,000 levels) would make
+#: the run fail every workflow task on Python's recursion limit instead.
+MAX_ARGUMENT_DEPTH = 100
+
+
+def _nesting(text: str) -> int:
+    """How deeply JSON `text` nests arrays and objects (0 if too few to be too deep)."""
+    if text.count("[") + text.count("{") <= MAX_ARGUMENT_DEPTH:
+        return 0  # cannot be too deep: skip the scan
+    depth = deepest = 0
+    quoted = escaped = False
+    for char in text:
+        if quoted:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 #: create() arguments that are not fields of the request body.

@@ -92,8 +92,11 @@ def stringify(value: Any) -> str:
         return value.model_dump_json()
     try:
         return json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return str(value)
+        except RecursionError:
+            return f"<a {type(value).__name__} nested too deeply to show>"
 
 
 @dataclass(frozen=True)
@@ -274,11 +277,13 @@ class Tool:
         token = _context.set(context)
         try:
             if inspect.iscoroutinefunction(self.fn):
-                value = await _bounded(self.fn(**kwargs), timeout)
+                value = await _bounded(_contained(self.fn(**kwargs)), timeout)
             else:
                 value = await _bounded(self._in_thread(executor, kwargs), timeout)
                 if inspect.isawaitable(value):
-                    value = await _bounded(value, timeout)
+                    value = await _bounded(_contained(value), timeout)
+        except _Exited as exc:
+            raise exc.original from None  # here, in the caller's task, it is an answer
         finally:
             _context.reset(token)
         return stringify(value)
@@ -297,6 +302,28 @@ class Tool:
             # "cannot schedule new futures after (interpreter) shutdown": the
             # tool never started, and this is no answer of the tool's
             raise PoolUnavailable(str(exc)) from exc
+
+
+class _Exited(Exception):
+    """A `SystemExit` or `KeyboardInterrupt` an async tool raised, carried out of its task."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+async def _contained(awaitable: Any) -> Any:
+    """Await an async tool; what it raises stays an exception of its task.
+
+    asyncio re-raises a `SystemExit` or `KeyboardInterrupt` that ends a task
+    out of the event loop itself, which stopped the whole worker (every run
+    on it hung): carried as an ordinary exception, it becomes the tool's
+    answer like any other, as it is for a sync tool.
+    """
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Exited(exc) from None
 
 
 async def _bounded(awaitable: Any, timeout: float | None) -> Any:

@@ -75,7 +75,28 @@ def tools(ledger: str) -> list[Any]:
         await asyncio.sleep(seconds)
         return "finished"
 
-    return [slow, slow_async, unprintable, flaky, long_job]
+    @function_tool
+    async def exits() -> str:
+        """Asks the interpreter to exit (on the worker's event loop)."""
+        ledger_write(ledger, "exits")
+        raise SystemExit(3)
+
+    @function_tool
+    async def interrupts() -> str:
+        """Raises a keyboard interrupt (on the worker's event loop)."""
+        ledger_write(ledger, "interrupts")
+        raise KeyboardInterrupt
+
+    @function_tool
+    def deep() -> list[Any]:
+        """Answers with a list nested far deeper than JSON encoders recurse."""
+        ledger_write(ledger, "deep")
+        value: list[Any] = []
+        for _ in range(5000):
+            value = [value]
+        return value
+
+    return [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
 
 
 def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -> Agentor:
@@ -99,8 +120,11 @@ def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -
         (CallTool("slow_async", {"seconds": 4}), "slow_async timed out after 1 s", 1),
         (CallTool("unprintable"), "Unprintable: Unprintable()", 1),
         (CallTool("flaky"), "ConnectionError: backend down", 3),
+        # asyncio re-raises these out of the event loop when a task ends with them
+        (CallTool("exits"), "SystemExit: 3", 1),
+        (CallTool("interrupts"), "KeyboardInterrupt", 1),
     ],
-    ids=["sync-timeout", "async-timeout", "unprintable", "retries=2"],
+    ids=["sync-timeout", "async-timeout", "unprintable", "retries=2", "exit", "interrupt"],
 )
 async def test_a_tools_own_outcome_answers_the_model_and_is_not_rerun(
     call: CallTool,
@@ -123,6 +147,26 @@ async def test_a_tools_own_outcome_answers_the_model_and_is_not_rerun(
     assert len(ledger_lines(ledger)) == runs
     if runs == 1:
         assert took < 15  # the timeout answered at once, not after retries
+
+
+async def test_deep_arguments_and_answers_are_answers_not_failed_tasks(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Nesting past Python's recursion limit: the model is told, the run goes on."""
+    deep_args = '{"seconds": ' + "[" * 3000 + "]" * 3000 + "}"
+    script = [CallTool("slow", deep_args), CallTool("deep"), Reply("Understood.")]
+    with ScriptedModelServer(script) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            result = await asyncio.wait_for(outcomes.arun("go"), 60)
+    assert result.status == "completed" and result.final_output == "Understood."
+    invalid, answered = [e for e in result.events if e.type == "tool_result"]
+    assert (invalid.error or "").startswith("Invalid JSON arguments")
+    assert answered.error is None and answered.result.startswith("<a list nested too deeply")
+    # the call with invalid arguments never ran
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["deep"]
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    assert not [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
 
 
 async def test_a_stopping_worker_hands_its_call_back(
