@@ -16,7 +16,7 @@ from agentor_temporal._cli_common import (
     load_agent,
     run_id_arg,
 )
-from agentor_temporal._runs import send_decision, waiting_calls
+from agentor_temporal._runs import send_decision, undelivered, waiting_calls
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.codec import keys_from_file
 from agentor_temporal.workflows import Decision
@@ -97,10 +97,10 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         raise CliError(str(exc.args[0]) if exc.args else f"unknown run {run_id!r}") from None
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    except asyncio.TimeoutError:
+    except TimeoutError:  # asyncio's too
         raise CliError(
-            f"no worker took the decision within {args.wait} s: is a worker serving run "
-            f"{run_id}'s agent running? Pass --agent MODULE:ATTR to serve it from here"
+            f"{undelivered(run_id, decision.call_id, args.wait)}. Pass --agent MODULE:ATTR "
+            "to serve the run's agent from here"
         ) from None
     verb = "approved" if approved else "denied"
     print(f"{verb} {args.call_id} of run {run_id} (by {by})")

@@ -15,7 +15,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
@@ -193,6 +197,21 @@ async def send_decision(client: Client, run_id: str, decision: Decision) -> dict
         result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
     except WorkflowUpdateFailedError as exc:
         raise ValueError(failure_message(exc)) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        # the caller stopped waiting (or the call timed out): Temporal keeps the
+        # decision for the run's next workflow task, so it may still be taken
+        raise TimeoutError(undelivered(run_id, decision.call_id)) from None
     except RPCError as exc:
         raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
     return result
+
+
+def undelivered(run_id: str, call_id: str, waited: float | None = None) -> str:
+    """What to tell a person whose decision no worker took in time."""
+    within = f" within {waited:g} s" if waited is not None else ""
+    return (
+        f"No worker took the decision on {call_id} of run {run_id}{within}: is a worker "
+        "serving the run's agent running? Temporal holds the decision for the run, and a "
+        "worker that picks the run up before the server restarts applies it; look at the "
+        "run's events before deciding again"
+    )

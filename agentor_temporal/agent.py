@@ -23,7 +23,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from agentor_temporal._fork import run_fork
 from agentor_temporal._results import await_result, check_input, check_size
 from agentor_temporal._resume import resume_run, start_run
-from agentor_temporal._runs import check_waiting, run_events, send_decision
+from agentor_temporal._runs import check_waiting, run_events, send_decision, undelivered
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
@@ -37,7 +37,7 @@ from agentor_temporal.store import (
 )
 from agentor_temporal.streaming import follow, on_runtime
 from agentor_temporal.telemetry import enable_tracing
-from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows import Segment, TemporalStore, policies
 from agentor_temporal.workflows.policies import TASK_QUEUE
 from agentor_temporal.workflows.types import AgentRunInput, Decision
 
@@ -401,6 +401,10 @@ class Agentor:
             KeyError: when Temporal does not know the run.
             ValueError: when the run is not waiting for that call (unknown
                 call, already decided, or the run is finished); nothing changes.
+            TimeoutError: when no worker took the decision within
+                `DECISION_PATIENCE` (60 s; this agent's embedded worker serves
+                the run unless `embedded_worker=False`). Temporal holds the
+                decision for the run: a worker that picks the run up applies it.
         """
         return Runtime.get().run_sync(self._decide(run_id, Decision(call_id, True, reason, by)))
 
@@ -469,7 +473,11 @@ class Agentor:
         await check_waiting(client, run_id)
         # the decision is taken by the workflow, so a worker must be polling
         async with self._serving(client):
-            return await send_decision(client, run_id, decision)
+            patience = policies.DECISION_PATIENCE.total_seconds()
+            try:
+                return await asyncio.wait_for(send_decision(client, run_id, decision), patience)
+            except TimeoutError:
+                raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
 
     async def _serve_until_done(self, client: Client, run_id: str) -> None:
         """Keep the embedded worker serving until the run's execution closes.

@@ -97,6 +97,10 @@ TOOL_RETRY_POLICY = RetryPolicy(
 #: the SDK sends the rest at most every 80% of the timeout. 2 s leaves 3 s
 #: of slack inside a 5 s timeout for a worker busy enough to beat late.
 HEARTBEAT_INTERVAL = timedelta(seconds=2)
+#: How long `Agentor.approve`/`deny` wait for a worker to take the decision
+#: before raising `TimeoutError` (a worker that is up takes it in
+#: milliseconds; with none, the call would otherwise wait for ever).
+DECISION_PATIENCE = timedelta(seconds=60)
 #: Heartbeats go out from a thread, so a worker whose event loop is blocked
 #: (an async tool calling `time.sleep`, a long CPU-bound step) still shows
 #: its calls alive and the server does not hand them to another worker to

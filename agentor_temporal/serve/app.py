@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._fork import ForkIdInUse, start_fork_run
-from agentor_temporal._runs import run_events
+from agentor_temporal._runs import run_events, undelivered
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import ConnectionFailed
@@ -362,8 +362,8 @@ def _routes(served: Agents) -> APIRouter:
         except asyncio.TimeoutError:
             raise ApiError(
                 504,
-                f"no worker took the decision within {DECISION_TIMEOUT:g} s: is a worker for "
-                f"agent {agent.name!r} polling task queue {agent.task_queue!r}?",
+                f"{undelivered(run_id, call_id, DECISION_TIMEOUT)} (agent {agent.name!r}, "
+                f"task queue {agent.task_queue!r})",
             ) from None
         return {"run_id": run_id, **decided}
 

@@ -314,3 +314,26 @@ async def test_logs_with_approval_events_load_in_agentor(
     assert [e.to_dict() for e in ours] == [
         e.to_dict() for e in await TemporalStore(client).aload(result.run_id)
     ]
+
+
+async def test_a_decision_no_worker_takes_raises_instead_of_waiting_for_ever(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`approve` with no worker serving the run raises TimeoutError after DECISION_PATIENCE."""
+    from agentor_temporal.worker import build_worker
+    from agentor_temporal.workflows import policies
+
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(pay_script()) as model:
+        agent = approval_agent(model, client, task_queue, ledger, embedded_worker=False)
+        async with build_worker(client, [agent], task_queue=task_queue):  # type: ignore[list-item]
+            paused = await agent.arun("Pay bob 5000")  # type: ignore[attr-defined]
+        assert paused.status == "awaiting_approval"
+        # the worker is gone and this agent serves no runs itself
+        monkeypatch.setattr(policies, "DECISION_PATIENCE", timedelta(seconds=2))
+        with pytest.raises(TimeoutError, match="No worker took the decision on call_pay"):
+            await asyncio.wait_for(
+                agent.aapprove(paused.run_id, "call_pay"),  # type: ignore[attr-defined]
+                30,
+            )
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]

@@ -96,3 +96,41 @@ def test_pending_approve_deny_and_resume(
     decision = next(e for e in finished["events"] if e["type"] == "approval_decision")
     assert decision["status"] == "denied" and decision["text"] == "unknown payee"
     assert len(ledger_lines(ledger)) == 1
+
+
+def test_a_decision_no_worker_takes_is_told_plainly_and_applied_once_one_does(
+    temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """No worker serving the run: `approve` exits 1 saying so (no traceback); a worker that
+    picks the run up later applies the decision Temporal held, and the transfer runs once."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(pay_script()) as model:
+        env = {
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+        }
+        common = ["--temporal", temporal_address]
+        # the run's process (and its embedded worker) has exited
+        paused = json.loads(
+            cli("run", "--agent", AGENT, "Pay bob 5000", "--json", *common, env=env).stdout
+        )
+        assert paused["status"] == "awaiting_approval"
+        run_id = paused["run_id"]
+
+        unserved = cli(
+            "approve", run_id, "call_pay", "--by", "alice", "--wait", "2", *common, env=env
+        )
+        assert unserved.returncode == 1
+        assert f"No worker took the decision on call_pay of run {run_id} within 2 s" in (
+            unserved.stderr
+        )
+        assert "Traceback" not in unserved.stderr
+
+        done = cli("resume", run_id, "--agent", AGENT, "--json", *common, env=env)
+        assert done.returncode == 0, done.stderr
+    finished = json.loads(done.stdout)
+    assert finished["final_output"] == "Paid."
+    decision = next(e for e in finished["events"] if e["type"] == "approval_decision")
+    assert decision["status"] == "approved"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
