@@ -13,6 +13,15 @@ from integration.test_cli import cli
 AGENT = "procs.cli_agents:treasurer"
 
 
+def agent_env(model: ScriptedModelServer, task_queue: str, ledger: str) -> dict[str, str]:
+    """What `procs.cli_agents:treasurer` reads: its model, task queue and ledger."""
+    return {
+        "MODEL_BASE_URL": model.base_url,
+        "AGENT_TASK_QUEUE": task_queue,
+        "AGENT_LEDGER": ledger,
+    }
+
+
 def pay_script() -> list[object]:
     return [
         CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
@@ -28,11 +37,7 @@ def test_pending_approve_deny_and_resume(
     """A paused run shows in `pending`; approve/deny decide; resume finishes; mistakes exit 1/2."""
     ledger = str(tmp_path / "ledger")
     with ScriptedModelServer(pay_script()) as model:
-        env = {
-            "MODEL_BASE_URL": model.base_url,
-            "AGENT_TASK_QUEUE": task_queue,
-            "AGENT_LEDGER": ledger,
-        }
+        env = agent_env(model, task_queue, ledger)
         common = ["--temporal", temporal_address]
 
         started = cli("run", "--agent", AGENT, "Pay bob 5000", "--json", *common, env=env)
@@ -105,11 +110,7 @@ def test_a_decision_no_worker_takes_is_told_plainly_and_applied_once_one_does(
     picks the run up later applies the decision Temporal held, and the transfer runs once."""
     ledger = str(tmp_path / "ledger")
     with ScriptedModelServer(pay_script()) as model:
-        env = {
-            "MODEL_BASE_URL": model.base_url,
-            "AGENT_TASK_QUEUE": task_queue,
-            "AGENT_LEDGER": ledger,
-        }
+        env = agent_env(model, task_queue, ledger)
         common = ["--temporal", temporal_address]
         # the run's process (and its embedded worker) has exited
         paused = json.loads(
