@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentor_temporal.activities._private import waited
 from agentor_temporal.activities.registry import AgentDefinition, AgentRegistry, UnknownAgentError
@@ -90,6 +90,11 @@ def _refusal(problem: str, kind: str, what: str, fingerprint: str) -> Applicatio
         type=kind,
         non_retryable=final,
         next_retry_delay=None if final else policies.DEFINITION_RETRY_DELAY,
+        # a task left for another worker is expected, about once a second for
+        # DEFINITION_PATIENCE: said once above, not with a traceback each time
+        category=(
+            ApplicationErrorCategory.UNSPECIFIED if final else ApplicationErrorCategory.BENIGN
+        ),
     )
 
 

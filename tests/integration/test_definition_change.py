@@ -12,6 +12,7 @@ definition than the worker's fails at its start, before anything runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from datetime import timedelta
@@ -103,8 +104,10 @@ async def test_with_no_worker_built_as_the_run_it_fails_naming_what_differs(
     task_queue: str,
     tmp_path: Any,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(policies, "DEFINITION_PATIENCE", timedelta(seconds=3))
+    caplog.set_level(logging.WARNING)
     old_ledger, new_ledger = str(tmp_path / "old.txt"), str(tmp_path / "new.txt")
     with ScriptedModelServer(weather_or_transfer) as model:
         old = banker(model, task_queue, client, old_ledger)
@@ -122,6 +125,9 @@ async def test_with_no_worker_built_as_the_run_it_fails_naming_what_differs(
     assert ledger_lines(old_ledger) == [] and ledger_lines(new_ledger) == []
     events = await TemporalStore(client).aload(paused.run_id)
     assert events[-1].type == "run_end" and events[-1].error == error
+    # each refused attempt is expected: one warning for the run, one traceback at the end
+    refusals = [r for r in caplog.records if "Completing activity as failed" in r.getMessage()]
+    assert len(refusals) <= 1, [r.getMessage() for r in refusals]
 
 
 async def test_a_segment_started_for_another_definition_fails_at_its_start(
