@@ -97,7 +97,7 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         raise CliError(str(exc.args[0]) if exc.args else f"unknown run {run_id!r}") from None
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    except TimeoutError:  # asyncio's too
+    except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
         raise CliError(
             f"{undelivered(run_id, decision.call_id, args.wait)}. Pass --agent MODULE:ATTR "
             "to serve the run's agent from here"

@@ -476,7 +476,7 @@ class Agentor:
             patience = policies.DECISION_PATIENCE.total_seconds()
             try:
                 return await asyncio.wait_for(send_decision(client, run_id, decision), patience)
-            except TimeoutError:
+            except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
                 raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
 
     async def _serve_until_done(self, client: Client, run_id: str) -> None:

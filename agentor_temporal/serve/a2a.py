@@ -245,7 +245,7 @@ async def _decide(view: RunView, message: Message) -> None:
             await asyncio.wait_for(decide(run_id, str(call_id), reason, by="a2a"), 30)
         except (KeyError, ValueError) as exc:
             raise RpcError(InvalidParamsError(message=str(exc))) from None
-        except asyncio.TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
             raise RpcError(
                 UnsupportedOperationError(message="no worker took the decision within 30 s")
             ) from None

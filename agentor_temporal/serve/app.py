@@ -359,7 +359,7 @@ def _routes(served: Agents) -> APIRouter:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
         except ValueError as exc:
             raise ApiError(409, str(exc)) from None
-        except asyncio.TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
             raise ApiError(
                 504,
                 f"{undelivered(run_id, call_id, DECISION_TIMEOUT)} (agent {agent.name!r}, "
