@@ -34,8 +34,9 @@ async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> 
     """
     from agentor_temporal.activities._joining import IN_SHARED_CALL
 
-    # a shared call (see LiveCalls) is beaten for by the attempts awaiting it
-    if not activity.in_activity() or IN_SHARED_CALL.get():
+    # a shared call (see LiveCalls) is beaten for by the attempts awaiting it;
+    # a local activity has no heartbeat (its workflow task is kept alive)
+    if not activity.in_activity() or IN_SHARED_CALL.get() or activity.info().is_local:
         yield
         return
     # The heartbeat timeout runs from when the server handed the task out;

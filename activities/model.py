@@ -270,6 +270,9 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
     except Exception as exc:
         raise _classified(exc, inp) from None
     result.started_at, result.ended_at = started, time.time()
+    if activity.in_activity() and activity.info().is_local:
+        # history keeps a local activity's result only: the request rides in it
+        result.request = {"messages": inp.messages, "conversation": inp.conversation}
     # a model told a key must not store it either: not in its text, and not
     # in the calls it asks for (their arguments go into history and the tool)
     result.text = _redact.mask_secrets(result.text) if result.text else result.text

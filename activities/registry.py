@@ -60,6 +60,8 @@ class AgentDefinition:
     #: `extra_headers` / `extra_query` taken out of `model_settings`: they may
     #: carry credentials, so they stay on the worker and never enter history
     client_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: ask the model in local activities (`AgentSpec.local_model_calls`)
+    local_model_calls: bool = False
 
     def __post_init__(self) -> None:
         for option in CLIENT_OPTIONS:
@@ -144,6 +146,7 @@ class AgentDefinition:
             status_attributes=status_attributes,
             fork_attribute=fork_attribute,
             fingerprint=self.fingerprint(),
+            local_model_calls=self.local_model_calls,
         )
 
 

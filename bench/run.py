@@ -169,7 +169,9 @@ async def history_growth(
     return rows
 
 
-async def in_flight(address: str, client: Any, runs: int, latency_s: float) -> dict[str, Any]:
+async def in_flight(
+    address: str, client: Any, runs: int, latency_s: float, local: bool = False
+) -> dict[str, Any]:
     """`runs` runs at once on one worker process, model latency `latency_s`.
 
     Reports the outcome, the model requests made (a run needs 2; more means
@@ -180,7 +182,9 @@ async def in_flight(address: str, client: Any, runs: int, latency_s: float) -> d
 
     queue = f"bench-flight-{uuid.uuid4().hex[:6]}"
     with ScriptedModelServer(latency=latency_s) as model:
-        worker = spawn_worker(address, queue, model.base_url)
+        worker = spawn_worker(
+            address, queue, model.base_url, BENCH_LOCAL_MODEL_CALLS="1" if local else "0"
+        )
         try:
             wait_ready(worker)
             idle = rss_mb(worker.pid)
@@ -207,6 +211,7 @@ async def in_flight(address: str, client: Any, runs: int, latency_s: float) -> d
         statuses[r.status] = statuses.get(r.status, 0) + 1
     return {
         "runs": runs,
+        "local_model_calls": local,
         "model_latency_s": latency_s,
         "statuses": statuses,
         "elapsed_s": elapsed,

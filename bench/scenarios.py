@@ -159,13 +159,17 @@ class FloorB(Scenario):
 
 
 class Ours(Scenario):
-    """`Agentor.arun` on a worker in this process, mirror on or off."""
+    """`Agentor.arun` on a worker in this process, mirror on or off, model calls local or not."""
 
-    def __init__(self, client: Client, model_url: str, *, mirror: bool) -> None:
+    def __init__(
+        self, client: Client, model_url: str, *, mirror: bool, local: bool = False
+    ) -> None:
         self.client = client
         self.queue = f"bench-ours-{uuid.uuid4().hex[:6]}"
         self.mirror = mirror
         self.name = f"ours, FileStore mirror {'on' if mirror else 'off'}"
+        if local:
+            self.name += ", local model calls"
         self.dir = tempfile.mkdtemp(prefix="bench-runs-") if mirror else None
         self.agent = Agentor(
             name="Weather Agent",
@@ -178,6 +182,7 @@ class Ours(Scenario):
             task_queue=self.queue,
             embedded_worker=False,
             store=FileStore(self.dir) if self.dir else None,
+            local_model_calls=local,
         )
 
     async def __aenter__(self) -> Ours:

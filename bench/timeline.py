@@ -70,7 +70,7 @@ def make(name: str, env: Any, model_url: str, mirror: bool) -> Scenario:
         return Peer(address, model_url)
     if name == "floor-a":
         return FloorA(env.client)
-    return Ours(env.client, model_url, mirror=mirror)
+    return Ours(env.client, model_url, mirror=mirror, local=name == "ours-local")
 
 
 async def main(scenario: str, runs: int, latency: float, mirror: bool, stock: bool) -> None:
@@ -116,7 +116,9 @@ async def main(scenario: str, runs: int, latency: float, mirror: bool, stock: bo
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--scenario", choices=["ours", "peer", "floor-a"], default="ours")
+    parser.add_argument(
+        "--scenario", choices=["ours", "ours-local", "peer", "floor-a"], default="ours"
+    )
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--mirror", action="store_true", help="with the FileStore mirror")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from agentor_temporal import Agentor, function_tool
 
 
@@ -21,4 +23,6 @@ weather = Agentor(
     instructions="You are a helpful weather assistant.",
     tools=[get_weather],
     embedded_worker=False,
+    # a worker process of `bench/run.py`'s in-flight scenario may be asked for it
+    local_model_calls=os.environ.get("BENCH_LOCAL_MODEL_CALLS") == "1",
 )

@@ -66,6 +66,10 @@ class GenerateResult:
     attempt: int = 1
     #: with `GenerateInput.journal`: the position the store's log has reached
     mirrored: int | None = None
+    #: from a local activity (whose input history does not keep): the
+    #: request as sent, {"messages", "conversation"}, so history holds it
+    #: once, where `TemporalStore` finds a generation's messages
+    request: dict[str, Any] | None = None
 
 
 @dataclass

@@ -21,6 +21,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     # Dataclasses, constants and pure functions with no I/O or module state:
@@ -355,8 +356,12 @@ class AgentRunWorkflow:
             f"Turn {turn} of {seg.budget}: asking {spec.model} · {self._tokens()} tokens so far"
             f" · {self._history.describe()}"
         )
-        fold = self._journal_in_activities()
-        if not fold:
+        # a local request runs inside this workflow task: nothing recorded
+        # before it could reach history sooner, so events wait for the next
+        # step (a tool call, the run's end) instead of a journal step
+        local = spec.local_model_calls and not seg.stream_text
+        fold = self._journal_in_activities() and not local
+        if not fold and not local:
             await self._journal.flush(spec.name, spec.mirror)
         if (
             not conversation.by_reference
@@ -384,37 +389,58 @@ class AgentRunWorkflow:
         )
         if fold and folded is None:
             await self._journal.flush(spec.name, spec.mirror)
+        inp = GenerateInput(
+            run_id=workflow.info().workflow_id,
+            agent=spec.name,
+            model=spec.model,
+            messages=request,
+            tools=schemas or None,
+            model_settings=spec.model_settings,
+            turn=turn,
+            stream_text=seg.stream_text,
+            conversation=base.to_dict() if base is not None else None,
+            position=self._journal.position if base is not None else None,
+            fingerprint=spec.fingerprint,
+            journal=folded,
+        )
+        summary = f"{spec.model}, turn {turn}"
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
-            call = workflow.execute_activity(
-                policies.GENERATE,
-                GenerateInput(
-                    run_id=workflow.info().workflow_id,
-                    agent=spec.name,
-                    model=spec.model,
-                    messages=request,
-                    tools=schemas or None,
-                    model_settings=spec.model_settings,
-                    turn=turn,
-                    stream_text=seg.stream_text,
-                    conversation=base.to_dict() if base is not None else None,
-                    position=self._journal.position if base is not None else None,
-                    fingerprint=spec.fingerprint,
-                    journal=folded,
-                ),
-                result_type=GenerateResult,
-                start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
-                heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
-                retry_policy=policies.MODEL_RETRY_POLICY,
-                activity_id=activity_id,
-                summary=f"{spec.model}, turn {turn}",
+            call = (
+                workflow.execute_local_activity(
+                    policies.GENERATE,
+                    inp,
+                    result_type=GenerateResult,
+                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+                    retry_policy=policies.MODEL_RETRY_POLICY,
+                    activity_id=activity_id,
+                    summary=summary,
+                )
+                if local
+                else workflow.execute_activity(
+                    policies.GENERATE,
+                    inp,
+                    result_type=GenerateResult,
+                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+                    heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
+                    retry_policy=policies.MODEL_RETRY_POLICY,
+                    activity_id=activity_id,
+                    summary=summary,
+                )
             )
             gen: GenerateResult = await self._observer.trace.generation(
                 spec.model, turn, request, call
             )
-        except ActivityError as exc:
-            if isinstance(exc.cause, CancelledError) and adopted(policies.PATCH_CLOSE_CANCELLED):
+        except (ActivityError, ApplicationError, TemporalTimeoutError, CancelledError) as exc:
+            if not local and not isinstance(exc, ActivityError):
+                raise
+            # a local activity's failure arrives unwrapped: its own error, a
+            # timeout, or the cancel
+            cancelled = isinstance(exc, CancelledError) or isinstance(exc.cause, CancelledError)
+            if cancelled and adopted(policies.PATCH_CLOSE_CANCELLED):
                 raise asyncio.CancelledError(failure_message(exc)) from None
+            if isinstance(exc, CancelledError):
+                raise
             return failure_message(exc)
         if folded is not None:
             self._journal.confirm(gen.mirrored, spec.mirror)

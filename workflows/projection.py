@@ -14,7 +14,8 @@ first segment references rather than copies: `whole` prepends them (read from
 the parent's history, or from a store when only a store has them).
 Events new since the last journal step may instead travel in the input of
 a `generate` or `call_tool` activity (its `journal`), which history holds
-the same way.
+the same way. A model request made as a local activity (`local_model_calls`)
+has no scheduled input in history: its marker's result carries the request.
 """
 
 from __future__ import annotations
@@ -394,13 +395,21 @@ class TemporalStore:
                 marker = event.marker_recorded_event_attributes
                 if marker.marker_name != _LOCAL_ACTIVITY_MARKER or "result" not in marker.details:
                     continue
-                activity_type = self._marker_activity_type(marker.details)
-                if activity_type not in (JOURNAL, DESCRIBE_AGENT):
+                info = self._marker_info(marker.details)
+                activity_type = info.get("activity_type")
+                if activity_type not in (JOURNAL, DESCRIBE_AGENT, GENERATE):
                     continue
-                result = await self._decode(marker.details["result"].payloads[0])
+                payload = marker.details["result"].payloads[0]
+                result = await self._decode(payload)
                 if not isinstance(result, dict):
                     continue
-                if activity_type == DESCRIBE_AGENT:
+                if activity_type == GENERATE:
+                    # a local model request: its result carries the request
+                    if isinstance(result.get("request"), dict):
+                        activity_id = str(info.get("activity_id") or "")
+                        scheduled[activity_id] = payload
+                        inputs[activity_id] = result["request"]
+                elif activity_type == DESCRIBE_AGENT:
                     segment.spec = result
                 else:
                     journal.append(
@@ -445,15 +454,16 @@ class TemporalStore:
         return int(folded.get("new_from") or 0), list(folded.get("events") or []), refs
 
     @staticmethod
-    def _marker_activity_type(details: Any) -> str | None:
+    def _marker_info(details: Any) -> dict[str, Any]:
+        """A local activity marker's data: its activity_type, activity_id, attempt, ..."""
         data = details.get("data") if hasattr(details, "get") else None
         if data is None or not data.payloads:
-            return None
+            return {}
         try:
             info = json.loads(data.payloads[0].data)
         except ValueError:
-            return None
-        return info.get("activity_type") if isinstance(info, dict) else None
+            return {}
+        return info if isinstance(info, dict) else {}
 
     async def decode(self, payload: Payload) -> Any:
         """A payload of the run's history, through the client's data converter."""

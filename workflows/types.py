@@ -334,6 +334,9 @@ class AgentSpec:
     #: the behaviour level of the build that recorded this spec
     #: (`policies.BEHAVIOUR`; 0 in specs recorded before levels existed)
     behaviour: int = 0
+    #: ask the model in local activities, inside the workflow task (fewer
+    #: server round trips); False in specs recorded before this field
+    local_model_calls: bool = False
 
     def tool(self, name: str) -> ToolSpec | None:
         """The tool called `name`, if the agent has one."""

@@ -214,6 +214,14 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_1_approval_history": APPROVAL,
     "behaviour_1_budget_history": BUDGET,
     "behaviour_1_oversize_history": OVERSIZE,
+    # model requests as local activities (`local_model_calls=True`)
+    "local_model_calls_history": SEED,
+    "local_model_calls_approval_history": APPROVAL,
+}
+#: Agent options of the scenarios that need them.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "local_model_calls_history": {"local_model_calls": True},
+    "local_model_calls_approval_history": {"local_model_calls": True},
 }
 
 
@@ -232,6 +240,7 @@ async def test_scenario_history_replays(
             store=FileStore(tmp_path),
             embedded_worker=False,
             max_turns=max_turns,
+            **OPTIONS.get(name, {}),
         )
         # in the sandbox: the scenarios take the workflow down most of its paths
         async with build_worker(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
@@ -48,7 +49,11 @@ class KillPoint:
     tool_starts: int = 1
     #: model requests in all (3 when the first one was in flight)
     requests: int = 2
+    #: extra environment for the worker that finishes the run
+    second_env: dict[str, str] = field(default_factory=dict)
 
+
+LOCAL = {"LOCAL_MODEL_CALLS": "1"}
 
 KILL_POINTS = {
     # the generate activity is awaiting the model
@@ -62,6 +67,15 @@ KILL_POINTS = {
     "during_mirror": KillPoint(env={"BLOCK_AFTER": "generation"}),
     # mid-mirror of the last step: `message` written, `run_end` not
     "during_final_mirror": KillPoint(env={"BLOCK_AFTER": "message"}),
+    # the same with `local_model_calls=True`: the request is a local activity
+    # inside the dead worker's workflow task, which times out (5 s)
+    "local_during_generation": KillPoint(
+        env=LOCAL, hang_first_request=True, requests=3, second_env=LOCAL
+    ),
+    # the run recorded the option: a worker built without it follows the run
+    "local_during_tool_call": KillPoint(env={**LOCAL, "TOOL_DELAY": "60"}, tool_starts=2),
+    # the generation's event goes into history with the tool call here
+    "local_during_mirror": KillPoint(env={**LOCAL, "BLOCK_AFTER": "generation"}, second_env=LOCAL),
 }
 
 
@@ -113,7 +127,7 @@ async def test_run_survives_a_sigkill(
         else:
             _killed_at(first, marker.exists, f"{kill.env['BLOCK_AFTER']} to reach the JSONL file")
 
-        second = spawn(["worker"], env, stderr=subprocess.DEVNULL)
+        second = spawn(["worker"], {**env, **kill.second_env}, stderr=subprocess.DEVNULL)
         outcome = await client.get_workflow_handle(run_id).result()
         pids = [f"pid={first.pid}", f"pid={second.pid}"]
     finally:
@@ -122,6 +136,14 @@ async def test_run_survives_a_sigkill(
 
     assert outcome["status"] == "completed" and outcome["final_output"] == ANSWER
     assert model.request_count == kill.requests
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    local = "LOCAL_MODEL_CALLS" in kill.env
+    assert ("generate" in scheduled) != local, scheduled
     projected = await TemporalStore(client).aload(run_id)
     call_id = next(e.call_id for e in projected if e.type == "tool_call")
     # "get_weather <run_id>:<call_id> pid=<pid> attempt=<n> London", one line per start

@@ -4,7 +4,8 @@ Configured through the environment: TEMPORAL_ADDRESS, AGENT_TASK_QUEUE,
 MODEL_BASE_URL, AGENT_STORE (a directory), AGENT_LEDGER, BLOCK_AFTER and
 BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY (and
 TOOL_DELAY_CITY: only for that city), AGENT_INSTRUCTIONS, PARENT_SPAN (run
-inside a span of that name). Prints the RunResult as one JSON line.
+inside a span of that name), LOCAL_MODEL_CALLS=1 (`local_model_calls=True`).
+Prints the RunResult as one JSON line.
 `--go-file` makes it print "waiting", then start only once that file exists,
 so a test can release several processes at the same moment.
 """
@@ -48,6 +49,7 @@ def build() -> object:
         ],
         embedded_worker=os.environ.get("EMBEDDED_WORKER", "1") == "1",
         instructions=os.environ.get("AGENT_INSTRUCTIONS", INSTRUCTIONS),
+        local_model_calls=os.environ.get("LOCAL_MODEL_CALLS") == "1",
     )
 
 
