@@ -12,13 +12,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.testing import (
+    CallTool,
+    Fail,
+    Hang,
+    Reply,
+    ScriptedModelServer,
+)
+from agentor_temporal.workflows.agent_run import CANCELLED
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, weather_agent
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, until, weather_agent
 
 
 async def _shape(client: Client, run_id: str) -> tuple[list[str], list[str], int]:
@@ -78,3 +86,87 @@ async def test_the_seed_run_asks_the_model_in_local_activities(
         return [{k: v for k, v in e.items() if k not in skip} for e in json.loads(text)]
 
     assert comparable(mine) == comparable(default)
+
+
+async def _mode(client: Client, run_id: str) -> tuple[list[str], list[str]]:
+    scheduled, local, _ = await _shape(client, run_id)
+    return scheduled, local
+
+
+async def test_model_faults_in_local_requests(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A 500 is retried and the run completes; a 400 fails the run clearly, as with activities."""
+    script: list[Any] = [
+        Fail(500, "The server had an error"),
+        CallTool("get_weather", {"city": "London"}),
+        Reply(ANSWER),
+        Fail(400, "Invalid request"),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            local_model_calls=True,
+        )
+        done = await agent.arun(PROMPT)
+        assert done.status == "completed" and done.final_output == ANSWER
+        assert model.request_count == 3
+        _, markers = await _mode(client, done.run_id)
+        assert markers.count("generate") == 2
+
+        refused = await agent.arun(PROMPT)
+        assert model.request_count == 4  # not retried
+        # the same words as from an activity
+        model.push(Fail(400, "Invalid request"))
+        plain = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, name="Plain"
+        )
+        expected = await plain.arun(PROMPT)
+    assert refused.status == expected.status == "failed"
+    assert refused.error == expected.error == "Model request failed with 400: Invalid request"
+    end = refused.events[-1]
+    assert end.type == "run_end" and end.status == "failed" and end.error == refused.error
+    for result in (done, refused):
+        assert [e.to_dict() for e in FileStore(tmp_path).load(result.run_id)] == [
+            e.to_dict() for e in await TemporalStore(client).aload(result.run_id)
+        ]
+
+
+async def test_a_run_cancelled_during_a_local_request_says_so_and_resumes(
+    client: Client, task_queue: str
+) -> None:
+    """Cancelled mid-request: its log ends as a cancelled run does, and `resume` finishes it."""
+    # then the default agent (`tool_then_answer`)
+    with ScriptedModelServer([Hang(30)]) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, local_model_calls=True
+        )
+        run_id = await agent.astart(PROMPT)
+        await until(lambda: model.request_count >= 1, "the first model request")
+        await client.get_workflow_handle(run_id).cancel()
+        with pytest.raises(WorkflowFailureError):
+            await client.get_workflow_handle(run_id).result()
+        events = await TemporalStore(client).aload(run_id)
+        assert [e.type for e in events] == ["run_start", "run_end"]
+        assert events[-1].error == CANCELLED
+        resumed = await agent.aresume(run_id)
+    assert resumed.status == "completed" and resumed.final_output == ANSWER
+
+
+async def test_streamed_runs_keep_their_text_deltas(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """`stream_text` needs the request's deltas live: such runs ask in activities."""
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, local_model_calls=True
+    )
+    deltas, run_id = [], f"streamed-{task_queue}"
+    async for event in agent.stream_chat(PROMPT, run_id=run_id, stream_text=True):
+        if event.type == "text_delta":
+            deltas.append(event.text)
+    assert "".join(str(d) for d in deltas) == ANSWER
+    scheduled, markers = await _mode(client, run_id)
+    assert scheduled.count("generate") == 2 and "generate" not in markers

@@ -102,19 +102,29 @@ async def history_sizes(client: Client, run_id: str) -> list[int]:
     return sizes
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
 async def test_a_long_run_continues_as_new_and_reads_as_one_run(
+    local: bool,
     client: Client,
     temporal_address: str,
     task_queue: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Across several continuations: one log, every tool once, turns and positions keep counting."""
+    """Across several continuations: one log, every tool once, turns and positions keep counting.
+
+    With local model requests, the conversation also goes by reference (a
+    small inline limit), so its requests are read back from the markers.
+    """
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    if local:
+        monkeypatch.setenv("AGENTOR_INLINE_CONVERSATION_BYTES", "8000")
     turns, ledger, address = 40, str(tmp_path / "ledger"), temporal_address
     runs = tmp_path / "runs"
     with ScriptedModelServer(scripted(turns)) as model:
-        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
+        agent = coder(
+            model, client, task_queue, tools=[chunk_tool(ledger, 2000)], local_model_calls=local
+        )
         run_id = uuid.uuid4().hex
         # every workflow task replays from history: continuations must be deterministic
         async with build_worker(
@@ -163,6 +173,9 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
     assert attributes.get(AGENT_TOKENS) == result.usage.total_tokens
     assert sum(1 for m in last_request if m["role"] == "tool") == turns
     assert result.messages[: len(last_request)] == last_request
+    # every generation's request is whole in the log, as the model received it
+    requests = [e.messages for e in events if e.type == "generation"]
+    assert requests == [r["messages"] for r in model.requests]
     # the JSONL mirror is one log, equal to history, and Agentor 0.1.1 replays it the same
     mirrored = FileStore(runs).load(run_id)
     assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in events]
@@ -172,16 +185,31 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
         assert len(theirs) == len(events)
         assert ref.replay_messages(theirs) == result.messages
     # each execution's history replays with the current code
+    by_reference = 0
     for index, segment in enumerate(segments):
         history = await client.get_workflow_handle(
             run_id, run_id=segment.execution_run_id
         ).fetch_history()
         await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+        by_reference += sum(1 for r in _local_requests(history) if r.get("conversation"))
         # goldens: the first execution (it continues as new) and the last (it carries on)
         name = {0: "continued_first", len(segments) - 1: "continued_last"}.get(index)
+        name = None if local else name
         if os.environ.get("UPDATE_GOLDEN") and name:
             golden = GOLDEN.parent / f"{name}_history.json.gz"
             golden.write_bytes(gzip.compress(history.to_json().encode(), 9))
+    # with local requests, those sent by reference are in their markers' results
+    assert (by_reference > 0) == local
+
+
+def _local_requests(history: WorkflowHistory) -> list[dict[str, Any]]:
+    """The requests that local `generate` activities' markers carry."""
+    found = []
+    for event in history.events:
+        details = event.marker_recorded_event_attributes.details
+        if "data" in details and b'"generate"' in details["data"].payloads[0].data:
+            found.append(json.loads(details["result"].payloads[0].data)["request"])
+    return found
 
 
 async def test_a_follower_gets_every_event_once_across_continuations(
