@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
     from agentor_temporal.workflows.budget import FailureBudget
+    from agentor_temporal.workflows.call_uses import CallUses
     from agentor_temporal.workflows.carry import Carry, HistoryGauge, emptied, stream_state
     from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
@@ -189,6 +190,9 @@ class AgentRunWorkflow:
             failures = FailureBudget(spec.max_tool_failures)
             failures.failures, failures.disabled = seg.carry.failures, seg.carry.disabled
             first = seg.carry.turn + 1
+            self._tools.uses = CallUses(seg.carry.uses)
+            # a carry from a build that kept no counts: its decisions name uses
+            self._tools.uses.seed_keys(seg.carry.decisions)
         for turn in range(first, seg.budget + 1):
             if turn > first:
                 await self._maybe_continue(inp, seg, conversation, failures, turn - 1)
@@ -235,6 +239,8 @@ class AgentRunWorkflow:
         else:
             conversation = Conversation(initial_messages(spec.instructions, inp.input))
             request, messages = None, copy.deepcopy(conversation.tail)
+        # a resumed run's calls so far: a call reusing one of their ids is a new use
+        self._tools.uses.seed_messages(conversation.tail)
         self._journal.record(
             Event(
                 type="run_start",
@@ -288,6 +294,7 @@ class AgentRunWorkflow:
             failures=dict(failures.failures),
             disabled=list(failures.disabled),
             decisions={k: asdict(v) for k, v in self._approvals.decisions.items()},
+            uses=dict(self._tools.uses.counts),
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,
         )
@@ -333,7 +340,7 @@ class AgentRunWorkflow:
         set_names(spec, inp, self._observer.status.attributes)
         if carry is not None:
             self._turn, self._usage = carry.turn, Usage.from_dict(carry.usage)
-            self._approvals.decisions = carry.decision_objects()
+            self._approvals.restore(carry.decision_objects())
             self._executions = carry.executions
             return Setup(spec, carry.budget, carry.started, inp.stream_text, carry)
         return Setup(

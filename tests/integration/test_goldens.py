@@ -121,15 +121,15 @@ async def _approval(agent: Agentor) -> str:
 
 
 async def _reused_ids(agent: Agentor) -> str:
-    paused = await agent.arun("Pay bob, then alice, then check the weather.")
-    run_id = str(paused.run_id)
-    result = paused
+    result = await agent.arun("Pay bob, then alice, then check the weather.")
+    run_id = str(result.run_id)
     # each pause is a call waiting for a person (builds before behaviour level
     # 2 ran the reused id's second transfer on the first decision)
-    for by in ("carol", "dave"):
+    for by in ("carol", "dave", "erin", "frank"):
         if result.status != "awaiting_approval":
             break
-        await agent.aapprove(run_id, "call_0", by=by)
+        for pending in result.pending_approvals:
+            await agent.aapprove(run_id, pending.call_id, by=by)
         result = await agent.aresume(run_id)
     assert result.status == "completed", result
     return run_id
@@ -220,6 +220,22 @@ REUSED_IDS: Scenario = (
     20,
 )
 
+#: As REUSED_IDS, then two calls sharing an id in one turn of a tool that needs
+#: approval: the first waits for a person, the second is refused (level 2).
+REUSED_IDS_IN_TURN: Scenario = (
+    [
+        *REUSED_IDS[0][:-1],
+        [
+            CallTool("transfer", {"amount": 80, "to": "eve"}, id="call_2"),
+            CallTool("transfer", {"amount": 90, "to": "eve"}, id="call_2"),
+        ],
+        Reply("Paid everyone once; sunny everywhere."),
+    ],
+    REUSED_IDS[1],
+    _reused_ids,
+    20,
+)
+
 SCENARIOS: dict[str, Scenario] = {
     "approval_history": APPROVAL,
     # the approval run again, recorded once runs kept AgentStatus/AgentTokens
@@ -252,6 +268,8 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 1, before calls were told apart by use: its second
     # transfer ran on the decision taken for the first (it must replay so)
     "behaviour_1_reused_ids_history": REUSED_IDS,
+    # recorded at level 2: every call with a reused id waits for its own decision
+    "behaviour_2_reused_ids_history": REUSED_IDS_IN_TURN,
 }
 
 
