@@ -112,18 +112,30 @@ class AgentRunWorkflow:
 
     @workflow.query(name="state")
     def state(self) -> dict[str, Any]:
-        """Where the run stands: status, turn, agent, model and event count."""
+        """Where the run stands: status, turn, agent, model and event count.
+
+        The status is "awaiting_approval" while a call waits for a person (as
+        the run's AgentStatus says), and the history numbers are those of the
+        workflow task the run last took.
+        """
+        status = self._status
+        if status == "running" and self._approvals.awaiting:
+            status = "awaiting_approval"
+        # reading the workflow info is no command; a query changes no state
+        history = (
+            HistoryGauge.now() if status in ("running", "awaiting_approval") else self._history
+        )
         return {
-            "status": self._status,
+            "status": status,
             "turn": self._turn,
             "agent": self._agent,
             "model": self._spec.model if self._spec else None,
             "offset": self._journal.offset,
             "events": self._journal.position,
             "execution": self._executions,
-            "history_bytes": self._history.bytes if self._history else None,
-            "history_events": self._history.events if self._history else None,
-            "continue_as_new_suggested": self._history.suggested if self._history else None,
+            "history_bytes": history.bytes if history else None,
+            "history_events": history.events if history else None,
+            "continue_as_new_suggested": history.suggested if history else None,
         }
 
     def _paused(self) -> bool:

@@ -16,6 +16,7 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, TemporalStore, function_tool, tool_context
+from agentor_temporal._inspect import summarize_segments
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
 from agentor_temporal.worker import build_worker
 
@@ -220,3 +221,35 @@ async def test_decisions_and_keys_hold_across_continue_as_new(
     assert keys == [f"{run_id}:call_0#{n}" for n in range(2, reads + 2)]
     transfer_keys = [line.split()[1] for line in ledger_lines(ledger)]
     assert transfer_keys == [f"{run_id}:call_0", f"{run_id}:call_0#{reads + 2}"]
+
+
+async def test_the_state_query_of_a_paused_run_says_it_awaits_approval(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """`state` of a run waiting for a person says so, with its current history size, as
+    `list`/`show` do."""
+    script: list[Step] = [
+        [
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"),
+            CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        ],
+        Reply("Paid."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, ledger)
+        paused = await asyncio.wait_for(agent.arun("Pay bob."), STEP)
+        assert paused.status == "awaiting_approval"
+        handle = client.get_workflow_handle(paused.run_id)
+        state = await handle.query("state", result_type=dict)
+        history = await handle.fetch_history()
+        assert state["status"] == "awaiting_approval", state
+        # the numbers of the workflow task that paused: history after it has at
+        # most that task's completion and the query's own events
+        assert state["history_events"] >= len(history.events) - 3, (state, len(history.events))
+        # and `list`/`show`, which read history
+        segments = await TemporalStore(client).segments(paused.run_id)
+        assert summarize_segments(paused.run_id, segments).status == "awaiting_approval"
+        await agent.aapprove(paused.run_id, "call_pay")
+        result = await asyncio.wait_for(agent.aresume(paused.run_id), STEP)
+        assert result.status == "completed"
+        assert (await handle.query("state", result_type=dict))["status"] == "completed"
