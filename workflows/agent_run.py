@@ -253,6 +253,8 @@ class AgentRunWorkflow:
             request, messages = None, copy.deepcopy(conversation.tail)
         # a resumed run's calls so far: a call reusing one of their ids is a new use
         self._tools.uses.seed_messages(conversation.tail)
+        for call_id, count in (inp.call_uses or {}).items():
+            self._tools.uses.at_least(call_id, count)
         self._journal.record(
             Event(
                 type="run_start",

@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from agentor_temporal import Agentor, TemporalStore, function_tool, tool_context
 from agentor_temporal._inspect import summarize_segments
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
+from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, Step
 from agentor_temporal.worker import build_worker
 
 from helpers import ledger_lines, transfer_tool, weather_agent, weather_tool
@@ -253,3 +253,45 @@ async def test_the_state_query_of_a_paused_run_says_it_awaits_approval(
         result = await asyncio.wait_for(agent.aresume(paused.run_id), STEP)
         assert result.status == "completed"
         assert (await handle.query("state", result_type=dict))["status"] == "completed"
+
+
+@pytest.mark.parametrize("size", [100, 10_000], ids=["whole", "by-reference"])
+async def test_keys_stay_distinct_when_a_failed_run_is_resumed(
+    client: Client, task_queue: str, size: int
+) -> None:
+    """A resumed run counts the calls of the conversation it continues (sent whole, or by
+    reference to history when large), so a call reusing an id gets a key of its own."""
+    keys: list[str] = []
+    refused: list[int] = []
+    reads = 4
+
+    @function_tool
+    def read_chunk(n: int) -> str:
+        """Read chunk `n`.
+
+        Args:
+            n: Which chunk.
+        """
+        keys.append(tool_context().idempotency_key)
+        return f"chunk {n}: " + "x" * size
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done < reads or (refused and done == reads):
+            return CallTool("read_chunk", {"n": done}, id="call_0")
+        if not refused:
+            refused.append(done)
+            return Fail(400, "not today")
+        return Reply("Read them all.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(model, client, task_queue, tools=[read_chunk])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            failed = await asyncio.wait_for(agent.arun("Read.", max_turns=20), STEP)
+            assert failed.status == "failed", failed.error
+            result = await asyncio.wait_for(agent.aresume(failed.run_id), STEP)
+    assert result.status == "completed" and result.final_output == "Read them all."
+    resumed = (await TemporalStore(client).segments(failed.run_id))[-1].input
+    assert (resumed.get("conversation") is not None) == (size > 1000)
+    run = failed.run_id
+    assert keys == [f"{run}:call_0"] + [f"{run}:call_0#{n}" for n in range(2, reads + 2)]

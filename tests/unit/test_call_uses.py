@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentor_temporal.activities import ToolContext
 from agentor_temporal.workflows.call_uses import CallUses, parse_key, use_key
+from agentor_temporal.workflows.types import parse_run_input
 
 
 def test_first_use_keeps_the_id_and_repeats_are_numbered() -> None:
@@ -37,3 +40,11 @@ def test_idempotency_key_names_the_use() -> None:
     ctx = ToolContext(run_id="r", call_id="call_0", agent="A", turn=3, attempt=1, use=2)
     assert ctx.idempotency_key == "r:call_0#2"
     assert ToolContext("r", "call_0", "A", 1, 1).idempotency_key == "r:call_0"
+
+
+def test_a_run_input_may_carry_call_counts_and_bad_ones_are_refused() -> None:
+    inp = parse_run_input({"agent": "A", "input": "hi", "call_uses": {"call_0": 3}})
+    assert inp.call_uses == {"call_0": 3} and inp.to_dict()["call_uses"] == {"call_0": 3}
+    for bad in ([1], {"call_0": -1}, {"call_0": "3"}, {"call_0": True}):
+        with pytest.raises(ValueError, match="call_uses"):
+            parse_run_input({"agent": "A", "input": "hi", "call_uses": bad})
