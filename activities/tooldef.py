@@ -4,9 +4,10 @@ The schema comes from type hints (through a pydantic model, which also
 validates and coerces the model's arguments before the function sees them)
 and from a Google-style docstring (`Args:` lines become parameter
 descriptions). A tool body runs inside the `call_tool` activity, where
-`tool_context()` exposes a stable idempotency key (run_id + call_id): a tool
-in flight when its worker dies runs again elsewhere, and that key is how a
-side-effecting tool makes the second attempt safe.
+`tool_context()` exposes a stable idempotency key (run_id + call_id, numbered
+when the model reused the call id): a tool in flight when its worker dies runs
+again elsewhere, and that key is how a side-effecting tool makes the second
+attempt safe.
 
 A tool's own outcome is final: what it returns, what it raises, and running
 past its `timeout` all answer the model, and it runs again only when its
@@ -31,6 +32,7 @@ from typing import Any, overload
 
 import pydantic
 
+from agentor_temporal.workflows.call_uses import use_key
 from agentor_temporal.workflows.types import ToolSpec
 
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -109,11 +111,19 @@ class ToolContext:
     turn: int
     #: 1 for the first execution, higher when a lost worker's call is retried
     attempt: int
+    #: which call with this `call_id` in the run this is: models reuse ids
+    #: (`call_0` in every turn), so the id alone does not name one call
+    use: int = 1
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across retries of this call: `"<run_id>:<call_id>"`."""
-        return f"{self.run_id}:{self.call_id}"
+        """Stable across retries of this call, and distinct for every call of the run.
+
+        `"<run_id>:<call_id>"` for the first call with an id, and
+        `"<run_id>:<call_id>#<n>"` for the n-th (an id containing `#` is
+        numbered from its first call, so no two calls share a key).
+        """
+        return f"{self.run_id}:{use_key(self.call_id, self.use)}"
 
 
 _context: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(

@@ -71,7 +71,12 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         return finished
     attempt = activity.info().attempt if activity.in_activity() else 1
     context = ToolContext(
-        run_id=inp.run_id, call_id=inp.call_id, agent=inp.agent, turn=inp.turn, attempt=attempt
+        run_id=inp.run_id,
+        call_id=inp.call_id,
+        agent=inp.agent,
+        turn=inp.turn,
+        attempt=attempt,
+        use=inp.use,
     )
     limit = tool.timeout or policies.TOOL_START_TO_CLOSE.total_seconds()
     started = time.time()

@@ -15,6 +15,7 @@ from dataclasses import asdict
 
 from agentor_temporal.store import Event, replay_messages, total_usage
 from agentor_temporal.store.replay import replay_base
+from agentor_temporal.workflows.call_uses import CallUses
 from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import INLINE_CONVERSATION_BYTES
@@ -77,4 +78,9 @@ def by_reference(inp: AgentRunInput, events: list[Event], in_temporal_from: int)
     )
     inp.input = []
     inp.conversation = {"base": ref.to_dict(), "tail": messages[len(head) :]}
+    # the workflow sees the tail only: it needs the whole conversation's count
+    # of each call id, so a later call reusing one gets an idempotency key of its own
+    uses = CallUses()
+    uses.seed_messages(messages)
+    inp.call_uses = uses.counts or None
     return inp

@@ -17,7 +17,7 @@ from typing import Any
 from temporalio.client import Client
 
 from agentor_temporal.codec import EncryptionKeyError
-from agentor_temporal.store import Event, Usage, final_event, total_usage
+from agentor_temporal.store import Event, Usage, final_event, pending_approvals, total_usage
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
 from agentor_temporal.workflows.policies import WORKFLOW_TYPE
@@ -145,6 +145,9 @@ def summarize_segments(
         started=segments[0].start_time,
         ended=latest.close_time,
     )
+    if summary.status == "running" and pending_approvals(latest.events):
+        # as the run's AgentStatus and its `state` query say
+        summary.status = "awaiting_approval"
     summary.executions = len(segments)
     summary.history_bytes, summary.history_events = latest.history_bytes, latest.history_events
     summary.continue_as_new_suggested = latest.continue_as_new_suggested

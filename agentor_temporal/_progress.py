@@ -45,7 +45,9 @@ class Progress:
         self._execution: str | None = None
         self._printed = 0
         self._usage = Usage()
-        self._pending: set[str] = set()
+        #: the call ids of the turn still unanswered, one entry per call
+        #: (a model may give two calls of a turn the same id)
+        self._pending: list[str] = []
         self._model = "the model"
 
     @property
@@ -61,7 +63,7 @@ class Progress:
             self._execution, self._printed = segment.execution_run_id, 0
             prior = segment.input.get("prior_usage") if isinstance(segment.input, dict) else None
             self._usage = Usage.from_dict(prior)
-            self._pending = set()
+            self._pending = []
         budget = _budget(segment)
         for event in segment.events[self._printed :]:
             for line in self._lines(event, budget):
@@ -79,7 +81,7 @@ class Progress:
             tokens = f"{event.usage.total_tokens if event.usage else 0} tokens"
             counts = f"[{tokens}, {self._usage.total_tokens} so far]"
             calls = event.calls or []
-            self._pending = {str(c.get("id")) for c in calls}
+            self._pending = [str(c.get("id")) for c in calls]
             if calls:
                 names = ", ".join(str((c.get("function") or {}).get("name")) for c in calls)
                 return [f"turn {turn}: {event.model} asked for {names} {counts}"]
@@ -87,7 +89,8 @@ class Progress:
         if kind == "tool_call":
             return [f"turn {turn}: calling {call_summary(str(event.name), event.args)}"]
         if kind == "tool_result":
-            self._pending.discard(str(event.call_id))
+            if str(event.call_id) in self._pending:
+                self._pending.remove(str(event.call_id))
             if event.error is not None:
                 line = f"turn {turn}: {event.name} failed: {preview(event.error, 60)}"
             else:

@@ -11,6 +11,7 @@ and the live run cannot disagree.
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any
 
 from agentor_temporal.store.events import Event, Usage
@@ -73,16 +74,24 @@ def replay_messages(events: list[Event]) -> list[dict[str, Any]]:
         return [dict(m) for m in (start.messages or [])] if start else []
 
     messages = [dict(m) for m in (last.messages or [])]
-    requested = {c.get("id") for c in (last.calls or []) if c.get("id")}
-    answered = {e.call_id for e in trailing if e.call_id}
-    if requested - answered:
+    # the results of each call id in the order they were recorded: a model may
+    # give two calls of one turn the same id, answered in the order it asked
+    by_id: dict[Any, list[Event]] = {}
+    for event in trailing:
+        by_id.setdefault(event.call_id, []).append(event)
+    asked = Counter(c.get("id") for c in (last.calls or []) if c.get("id"))
+    if any(len(by_id.get(cid, [])) < n for cid, n in asked.items()):
         return messages
     messages.append(assistant_message(last.text, last.calls))
     # one answer per call, in the order the model asked: a duplicate result
     # (a log written twice by a buggy store) must not send two answers
-    by_id = {e.call_id: e for e in trailing}
-    order = [c.get("id") for c in (last.calls or [])]
-    messages.extend(tool_message(by_id[cid]) for cid in order if cid in by_id)
+    taken: Counter[Any] = Counter()
+    for call in last.calls or []:
+        cid = call.get("id")
+        answers = by_id.get(cid, [])
+        if taken[cid] < len(answers):
+            messages.append(tool_message(answers[taken[cid]]))
+            taken[cid] += 1
     return messages
 
 
@@ -141,6 +150,12 @@ def total_usage(events: list[Event]) -> Usage:
 
 def pending_approvals(events: list[Event]) -> list[Event]:
     """`approval_request` events of the latest segment that have no decision yet."""
-    segment = segment_events(events)
-    decided = {e.call_id for e in segment if e.type == "approval_decision"}
-    return [e for e in segment if e.type == "approval_request" and e.call_id not in decided]
+    # a decision answers the request of its call id before it: models reuse
+    # ids, so an id decided in one turn may be waiting again in a later one
+    waiting: dict[Any, Event] = {}
+    for event in segment_events(events):
+        if event.type == "approval_request":
+            waiting[event.call_id] = event
+        elif event.type == "approval_decision":
+            waiting.pop(event.call_id, None)
+    return list(waiting.values())

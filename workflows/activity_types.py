@@ -86,6 +86,9 @@ class CallToolInput:
     fingerprint: str = ""
     #: as `GenerateInput.journal`: the events new since the last journal step
     journal: JournalInput | None = None
+    #: which call with `call_id` in the run this is (1: the first; models
+    #: reuse ids): names its idempotency key (`call_uses.use_key`)
+    use: int = 1
 
 
 @dataclass

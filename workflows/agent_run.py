@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
     from agentor_temporal.workflows.budget import FailureBudget
+    from agentor_temporal.workflows.call_uses import CallUses
     from agentor_temporal.workflows.carry import Carry, HistoryGauge, emptied, stream_state
     from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
@@ -112,18 +113,30 @@ class AgentRunWorkflow:
 
     @workflow.query(name="state")
     def state(self) -> dict[str, Any]:
-        """Where the run stands: status, turn, agent, model and event count."""
+        """Where the run stands: status, turn, agent, model and event count.
+
+        The status is "awaiting_approval" while a call waits for a person (as
+        the run's AgentStatus says), and the history numbers are those of the
+        workflow task the run last took.
+        """
+        status = self._status
+        if status == "running" and self._approvals.awaiting:
+            status = "awaiting_approval"
+        # reading the workflow info is no command; a query changes no state
+        history = (
+            HistoryGauge.now() if status in ("running", "awaiting_approval") else self._history
+        )
         return {
-            "status": self._status,
+            "status": status,
             "turn": self._turn,
             "agent": self._agent,
             "model": self._spec.model if self._spec else None,
             "offset": self._journal.offset,
             "events": self._journal.position,
             "execution": self._executions,
-            "history_bytes": self._history.bytes if self._history else None,
-            "history_events": self._history.events if self._history else None,
-            "continue_as_new_suggested": self._history.suggested if self._history else None,
+            "history_bytes": history.bytes if history else None,
+            "history_events": history.events if history else None,
+            "continue_as_new_suggested": history.suggested if history else None,
         }
 
     def _paused(self) -> bool:
@@ -190,6 +203,9 @@ class AgentRunWorkflow:
             failures = FailureBudget(spec.max_tool_failures)
             failures.failures, failures.disabled = seg.carry.failures, seg.carry.disabled
             first = seg.carry.turn + 1
+            self._tools.uses = CallUses(seg.carry.uses)
+            # a carry from a build that kept no counts: its decisions name uses
+            self._tools.uses.seed_keys(seg.carry.decisions)
         for turn in range(first, seg.budget + 1):
             if turn > first:
                 await self._maybe_continue(inp, seg, conversation, failures, turn - 1)
@@ -236,6 +252,10 @@ class AgentRunWorkflow:
         else:
             conversation = Conversation(initial_messages(spec.instructions, inp.input))
             request, messages = None, copy.deepcopy(conversation.tail)
+        # a resumed run's calls so far: a call reusing one of their ids is a new use
+        self._tools.uses.seed_messages(conversation.tail)
+        for call_id, count in (inp.call_uses or {}).items():
+            self._tools.uses.at_least(call_id, count)
         self._journal.record(
             Event(
                 type="run_start",
@@ -289,6 +309,7 @@ class AgentRunWorkflow:
             failures=dict(failures.failures),
             disabled=list(failures.disabled),
             decisions={k: asdict(v) for k, v in self._approvals.decisions.items()},
+            uses=dict(self._tools.uses.counts),
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,
         )
@@ -334,7 +355,7 @@ class AgentRunWorkflow:
         set_names(spec, inp, self._observer.status.attributes)
         if carry is not None:
             self._turn, self._usage = carry.turn, Usage.from_dict(carry.usage)
-            self._approvals.decisions = carry.decision_objects()
+            self._approvals.restore(carry.decision_objects())
             self._executions = carry.executions
             return Setup(spec, carry.budget, carry.started, inp.stream_text, carry)
         return Setup(

@@ -5,6 +5,13 @@ then waits durably (a workflow condition, optionally with a timeout) until
 the `decide` update brings a `Decision`. The first decision on a call wins;
 a second one, or one for a call that is not waiting, is refused with a
 typed error the facade turns into `ValueError`.
+
+A decision is addressed by call id, but a call id is not a call: models
+reuse ids (see `call_uses`). So a decision is kept under the key of the use
+of the id that was waiting when it was taken, and a call waits for a
+decision under its own key: a later call reusing an id is never approved
+or denied by the decision on an earlier one. (Runs recorded before this,
+`policies.PATCH_CALL_USES`, keep deciding by call id as they did.)
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import ApprovalCheckInput
+from agentor_temporal.workflows.call_uses import parse_key
 from agentor_temporal.workflows.formatting import call_summary
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.types import Decision, ToolSpec
@@ -35,13 +43,27 @@ class Approvals:
     def __init__(self) -> None:
         #: call_id -> the approval request waiting for a person
         self.awaiting: dict[str, dict[str, Any]] = {}
-        #: call_id -> the decision taken (first one wins)
+        #: use key (`call_uses.use_key`) -> the decision taken on that use (first one wins)
         self.decisions: dict[str, Decision] = {}
+        #: call_id -> the use key of its call waiting now, or of the latest that waited
+        self.keys: dict[str, str] = {}
+
+    def restore(self, decisions: dict[str, Decision]) -> None:
+        """Take the decisions an earlier execution of the run carried over."""
+        self.decisions = dict(decisions)
+        latest: dict[str, int] = {}
+        for key in decisions:
+            call_id, use = parse_key(key)
+            if use >= latest.get(call_id, 0):
+                latest[call_id], self.keys[call_id] = use, key
+
+    def _key(self, call_id: str) -> str:
+        return self.keys.get(call_id, call_id)
 
     def check(self, decision: Decision) -> None:
         """Refuse a decision the run cannot take (typed `ApplicationError`)."""
         run_id = workflow.info().workflow_id
-        taken = self.decisions.get(decision.call_id)
+        taken = self.decisions.get(self._key(decision.call_id))
         if taken is not None:
             verdict = "approved" if taken.approved else "denied"
             raise ApplicationError(
@@ -60,7 +82,7 @@ class Approvals:
     def take(self, decision: Decision) -> dict[str, Any]:
         """Record a decision (checked again: two updates in one task both pass the validator)."""
         self.check(decision)
-        self.decisions[decision.call_id] = decision
+        self.decisions[self._key(decision.call_id)] = decision
         return {**self.awaiting[decision.call_id], "approved": decision.approved}
 
     def details(self) -> str:
@@ -80,11 +102,17 @@ class Approvals:
         call_id: str,
         turn: int,
         fingerprint: str = "",
+        key: str | None = None,
     ) -> Event | None:
         """Wait durably for a person; None means approved (run the tool).
 
         Returns the `tool_result` that answers the model when the call is
         denied or its approval expired (on_approval_timeout="deny").
+
+        Args:
+            key: the call's use key: only a decision taken while this call
+                waits decides it. None: decided by call id (runs recorded
+                before `PATCH_CALL_USES`).
 
         Raises:
             ApprovalExpired: when the approval expired and the tool says "fail".
@@ -104,21 +132,28 @@ class Approvals:
             )
         )
         self.awaiting[call_id] = {"call_id": call_id, "tool": name, "args": args, "turn": turn}
+        if key is not None:
+            self.keys[call_id] = key
+            # no decision under this key can be this call's: it was not waiting yet
+            self.decisions.pop(key, None)
+        decided_by = key if key is not None else call_id
         workflow.set_current_details(self.details())
         await journal.flush(agent, mirror)
         timeout = timedelta(seconds=tool.approval_timeout) if tool.approval_timeout else None
         try:
-            await workflow.wait_condition(lambda: call_id in self.decisions, timeout=timeout)
-            decision: Decision | None = self.decisions[call_id]
+            await workflow.wait_condition(lambda: decided_by in self.decisions, timeout=timeout)
+            decision: Decision | None = self.decisions[decided_by]
         except asyncio.TimeoutError:
             decision = None
-        del self.awaiting[call_id]
+        # pop, not del: two calls sharing an id in one turn (runs recorded
+        # before PATCH_CALL_USES) both waited under it
+        self.awaiting.pop(call_id, None)
         workflow.set_current_details(
             self.details() if self.awaiting else f"Turn {turn}: running tools"
         )
         decided = workflow.now().timestamp()
         if decision is None:
-            return self._expired(journal, tool, args, call_id, turn, requested, decided)
+            return self._expired(journal, tool, args, call_id, decided_by, turn, requested, decided)
         journal.record(
             Event(
                 type="approval_decision",
@@ -172,6 +207,7 @@ class Approvals:
         tool: ToolSpec,
         args: dict[str, Any],
         call_id: str,
+        key: str,
         turn: int,
         requested: float,
         decided: float,
@@ -179,7 +215,7 @@ class Approvals:
         assert tool.approval_timeout is not None
         message = f"no decision within {tool.approval_timeout:g} s"
         # a decision arriving now is refused: the timeout already decided
-        self.decisions[call_id] = Decision(call_id, False, message, "timeout")
+        self.decisions[key] = Decision(call_id, False, message, "timeout")
         journal.record(
             Event(
                 type="approval_decision",

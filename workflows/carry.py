@@ -12,7 +12,8 @@ model's answer, so no execution's history passes 10 MB.
 The new execution takes over everything that defines the run: the
 conversation (by reference, see `conversation`), the turn it is at and the
 segment's turn budget, the usage so far, the failure budget and withdrawn
-tools, the decisions people took, and the stream's offset. The whole-run
+tools, the decisions people took and how often each call id was used (see
+`call_uses`), and the stream's offset. The whole-run
 event position is the input's `event_offset`; spend before the segment is
 `prior_usage`. Nothing is recorded for the continuation itself: the JSONL
 log reads as one segment, as Agentor writes it.
@@ -48,8 +49,12 @@ class Carry:
     #: failures per tool, and the tools withdrawn (in order)
     failures: dict[str, int] = field(default_factory=dict)
     disabled: list[str] = field(default_factory=list)
-    #: call_id -> the decision a person took (a repeated decision stays refused)
+    #: use key (`call_uses.use_key`; the call id for an id's first use) ->
+    #: the decision a person took (a repeated decision stays refused)
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: call id -> calls of the run that used it (absent from carries of
+    #: builds before `PATCH_CALL_USES`)
+    uses: dict[str, int] = field(default_factory=dict)
     #: the run's stream, emptied (offsets and publisher dedup state only)
     stream: dict[str, Any] | None = None
     #: how many executions the segment has had before this one
@@ -78,6 +83,7 @@ class Carry:
                 failures={str(k): int(v) for k, v in (data.get("failures") or {}).items()},
                 disabled=[str(n) for n in data.get("disabled") or []],
                 decisions={str(k): dict(v) for k, v in (data.get("decisions") or {}).items()},
+                uses={str(k): int(v) for k, v in (data.get("uses") or {}).items()},
                 stream=data.get("stream"),
                 executions=int(data.get("executions") or 1),
             )

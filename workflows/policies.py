@@ -137,6 +137,12 @@ PATCH_CONVERSATION_REFS = "conversation-refs"
 #: activity (the worker mirrors them there) instead of a `journal` local
 #: activity before it.
 PATCH_JOURNAL_IN_ACTIVITIES = "journal-in-activities"
+#: Tool calls are told apart by which use of their call id they are (see
+#: `workflows/call_uses.py`): a decision a person took on one call never
+#: decides a later call reusing its id, and in one turn a second call with an
+#: id another call of a tool that may need approval uses is refused (before:
+#: a reused id's call ran, or was denied, on the earlier call's decision).
+PATCH_CALL_USES = "call-uses"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, so a replay reads the level the run began
@@ -147,7 +153,7 @@ PATCH_JOURNAL_IN_ACTIVITIES = "journal-in-activities"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 1
+BEHAVIOUR = 2
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -159,6 +165,7 @@ ADOPTED = {
     PATCH_CONTINUE_AS_NEW: 1,
     PATCH_CONVERSATION_REFS: 1,
     PATCH_JOURNAL_IN_ACTIVITIES: 1,
+    PATCH_CALL_USES: 2,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most

@@ -10,6 +10,12 @@ whose agent differs from the run's. A call that fails for such a reason for
 good ends the run (`CallFailed`) rather than answer the model with our
 machinery's failure. Finally the turn's results are cut to fit one payload
 together.
+
+Models reuse call ids, so each call is also counted as a use of its id
+(`call_uses`): its use names its idempotency key and the decision it waits
+for. People decide by call id, so in one turn only the first call with an
+id that may ask a person is gated; a later one with the same id is answered
+as invalid (it cannot be told apart from the first), and runs nothing.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import CallToolInput, CallToolResult
 from agentor_temporal.workflows.approvals import Approvals
+from agentor_temporal.workflows.call_uses import CallUses, use_key
 from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.tracing import RunTrace
-from agentor_temporal.workflows.types import AgentSpec
+from agentor_temporal.workflows.types import AgentSpec, ToolSpec
 from agentor_temporal.workflows.versions import adopted
 
 
@@ -55,6 +62,8 @@ class ToolCalls:
         self.trace = trace or RunTrace()
         #: tool activities in flight that need no approval
         self.running = 0
+        #: calls per call id so far in the run (carried over continue-as-new)
+        self.uses = CallUses()
         self._fold = False
 
     async def run_turn(
@@ -76,15 +85,24 @@ class ToolCalls:
             ApprovalExpired: when an approval expired on a tool that fails the run.
         """
         self._fold = fold
+        screened = [self._screen(spec, call, disabled) for call in calls]
+        uses = [self.uses.next(str(call.get("id"))) for call in calls]
         results = await asyncio.gather(
-            *(self._one(spec, call, turn, index, disabled) for index, call in enumerate(calls))
+            *(
+                self._one(spec, call, answer, turn, index, use)
+                for index, (call, answer, use) in enumerate(
+                    zip(calls, self._shared(calls, screened), uses, strict=True)
+                )
+            )
         )
         self._fit(results)
         return list(results)
 
-    async def _one(
-        self, spec: AgentSpec, call: dict[str, Any], turn: int, index: int, disabled: list[str]
-    ) -> Event:
+    @staticmethod
+    def _screen(
+        spec: AgentSpec, call: dict[str, Any], disabled: list[str]
+    ) -> Event | tuple[str, dict[str, Any], ToolSpec]:
+        """The call's name, arguments and tool; or the answer to a call the model got wrong."""
         function = call.get("function") or {}
         name = str(function.get("name") or "")
         call_id = call.get("id")
@@ -123,6 +141,54 @@ class ToolCalls:
                 f"Error: unknown tool {name!r}. Available tools: {known}.",
                 args=args,
             )
+        return name, args, tool
+
+    @staticmethod
+    def _shared(
+        calls: list[dict[str, Any]],
+        screened: list[Event | tuple[str, dict[str, Any], ToolSpec]],
+    ) -> list[Event | tuple[str, dict[str, Any], ToolSpec]]:
+        """Answer a call whose id an earlier call of the turn that may ask a person uses.
+
+        A person decides by call id: two such calls could not be told apart.
+        """
+        gated: set[str] = set()
+        out = list(screened)
+        for index, (call, item) in enumerate(zip(calls, screened, strict=True)):
+            if isinstance(item, Event) or item[2].approval == "never":
+                continue
+            call_id = str(call.get("id"))
+            if call_id not in gated:
+                gated.add(call_id)
+                continue
+            if not adopted(policies.PATCH_CALL_USES):
+                continue  # runs recorded before gated both, under one id
+            name, args, _ = item
+            out[index] = _answer(
+                name,
+                call.get("id"),
+                "duplicate call id",
+                f"Error: another call in this turn has the same id {call_id!r}, and calls "
+                "that may need a person's approval are approved by id, so this one did not "
+                "run. Call it again with an id of its own.",
+                args=args,
+            )
+        return out
+
+    async def _one(
+        self,
+        spec: AgentSpec,
+        call: dict[str, Any],
+        screened: Event | tuple[str, dict[str, Any], ToolSpec],
+        turn: int,
+        index: int,
+        use: int,
+    ) -> Event:
+        if isinstance(screened, Event):
+            return screened
+        name, args, tool = screened
+        call_id = call.get("id")
+        key = use_key(str(call_id), use)
         if tool.approval != "never":
             answered = await self.approvals.gate(
                 self.journal,
@@ -133,6 +199,9 @@ class ToolCalls:
                 str(call_id),
                 turn,
                 fingerprint=spec.fingerprint,
+                # a use after the id's first is decided by its own key; runs
+                # recorded before that decided (and still replay) by call id
+                key=key if key == str(call_id) or adopted(policies.PATCH_CALL_USES) else None,
             )
             if answered is not None:
                 return answered
@@ -153,6 +222,7 @@ class ToolCalls:
                     name=name,
                     args=args,
                     turn=turn,
+                    use=use,
                     fingerprint=spec.fingerprint,
                     journal=folded,
                 ),

@@ -27,6 +27,7 @@ _INPUT_KEYS = frozenset(
         "conversation",
         "fork",
         "fingerprint",
+        "call_uses",
     }
 )
 
@@ -145,6 +146,10 @@ class AgentRunInput:
     #: the agent definition the starter expects (`AgentDefinition.fingerprint()`):
     #: a worker whose agent is built differently does not start the segment
     fingerprint: str | None = None
+    #: with `conversation`: how many calls of the whole conversation used each
+    #: call id (the workflow counts the calls of messages it is given itself),
+    #: so later calls reusing an id get keys of their own (`call_uses`)
+    call_uses: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -222,6 +227,15 @@ def parse_run_input(raw: Any) -> AgentRunInput:
     fingerprint = raw.get("fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise ValueError('"fingerprint" must be a string')
+    uses = raw.get("call_uses")
+    if uses is not None and not (
+        isinstance(uses, dict)
+        and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for k, v in uses.items()
+        )
+    ):
+        raise ValueError('"call_uses" must be an object of call id -> number of calls')
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -234,6 +248,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         conversation=conversation,
         fork=fork,
         fingerprint=fingerprint or None,
+        call_uses=uses,
     )
 
 

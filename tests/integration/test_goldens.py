@@ -120,6 +120,21 @@ async def _approval(agent: Agentor) -> str:
     return result.run_id
 
 
+async def _reused_ids(agent: Agentor) -> str:
+    result = await agent.arun("Pay bob, then alice, then check the weather.")
+    run_id = str(result.run_id)
+    # each pause is a call waiting for a person (builds before behaviour level
+    # 2 ran the reused id's second transfer on the first decision)
+    for by in ("carol", "dave", "erin", "frank"):
+        if result.status != "awaiting_approval":
+            break
+        for pending in result.pending_approvals:
+            await agent.aapprove(run_id, pending.call_id, by=by)
+        result = await agent.aresume(run_id)
+    assert result.status == "completed", result
+    return run_id
+
+
 async def _budget(agent: Agentor) -> str:
     result = await agent.arun("Keep trying.")
     assert result.status == "max_turns"
@@ -185,6 +200,42 @@ OVERSIZE: Scenario = (
     20,
 )
 
+#: Models that reuse call ids: an approved id asked again in a later turn, and
+#: one id twice in a turn of calls that need no approval.
+REUSED_IDS: Scenario = (
+    [
+        CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_0"),
+        [
+            CallTool("transfer", {"amount": 70, "to": "alice"}, id="call_0"),
+            CallTool("get_weather", {"city": "Oslo"}, id="call_1"),
+        ],
+        [
+            CallTool("get_weather", {"city": "Paris"}, id="call_1"),
+            CallTool("get_weather", {"city": "Rome"}, id="call_1"),
+        ],
+        Reply("Paid both; sunny everywhere."),
+    ],
+    lambda: [transfer_tool(), weather_tool()],
+    _reused_ids,
+    20,
+)
+
+#: As REUSED_IDS, then two calls sharing an id in one turn of a tool that needs
+#: approval: the first waits for a person, the second is refused (level 2).
+REUSED_IDS_IN_TURN: Scenario = (
+    [
+        *REUSED_IDS[0][:-1],
+        [
+            CallTool("transfer", {"amount": 80, "to": "eve"}, id="call_2"),
+            CallTool("transfer", {"amount": 90, "to": "eve"}, id="call_2"),
+        ],
+        Reply("Paid everyone once; sunny everywhere."),
+    ],
+    REUSED_IDS[1],
+    _reused_ids,
+    20,
+)
+
 SCENARIOS: dict[str, Scenario] = {
     "approval_history": APPROVAL,
     # the approval run again, recorded once runs kept AgentStatus/AgentTokens
@@ -214,6 +265,11 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_1_approval_history": APPROVAL,
     "behaviour_1_budget_history": BUDGET,
     "behaviour_1_oversize_history": OVERSIZE,
+    # recorded at level 1, before calls were told apart by use: its second
+    # transfer ran on the decision taken for the first (it must replay so)
+    "behaviour_1_reused_ids_history": REUSED_IDS,
+    # recorded at level 2: every call with a reused id waits for its own decision
+    "behaviour_2_reused_ids_history": REUSED_IDS_IN_TURN,
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,

@@ -184,10 +184,14 @@ async def test_worker_registers_missing_search_attributes() -> None:
 
 
 @needs_chromium
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
 async def test_finished_run_page_shows_its_summary_and_activity_summaries(
-    ui_server: UiServer, tmp_path: Path
+    local: bool, ui_server: UiServer, tmp_path: Path
 ) -> None:
-    """A finished run's UI page shows its summary and each activity's summary; the list finds it."""
+    """A finished run's UI page shows its summary and each activity's summary; the list finds it.
+
+    Local model requests show as markers, with the same summaries.
+    """
     task_queue = f"tq-{uuid.uuid4().hex[:10]}"
     with ScriptedModelServer() as model:
         agent = weather_agent(
@@ -195,6 +199,7 @@ async def test_finished_run_page_shows_its_summary_and_activity_summaries(
             task_queue=task_queue,
             temporal=ui_server.client,
             embedded_worker=False,
+            local_model_calls=local,
         )
         # a worker stays up while the pages load: the UI asks one for the
         # current details (without one, that page waits out a query timeout)
@@ -228,7 +233,7 @@ async def test_finished_run_page_shows_its_summary_and_activity_summaries(
                 60,
             )
 
-            shot = ARTIFACTS / "ui-run.png"
+            shot = ARTIFACTS / ("ui-run-local.png" if local else "ui-run.png")
             timeline = await ui_server.page_url(result.run_id, "timeline")
             await asyncio.to_thread(screenshot, timeline, shot, tmp_path / "profile")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

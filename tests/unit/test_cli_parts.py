@@ -14,7 +14,7 @@ import pytest
 from agentor_temporal._inspect import list_query, summarize_events
 from agentor_temporal._progress import Progress
 from agentor_temporal._prune import apply, parse_age, plan
-from agentor_temporal.store import FileStore
+from agentor_temporal.store import Event, FileStore
 from agentor_temporal.workflows import Segment
 
 from helpers import ROOT
@@ -91,6 +91,23 @@ def test_progress_prints_each_event_once_and_skips_a_finished_execution() -> Non
     skipping = Progress(quiet, skip_execution="e1")
     skipping.feed(Segment(execution_run_id="e1", events=events))
     assert quiet.getvalue() == "" and not skipping.narrated
+
+
+def test_progress_waits_for_every_call_of_a_turn_sharing_an_id() -> None:
+    """Two calls of a turn with one id: the next turn is announced after both answers."""
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    events = [
+        Event(type="generation", turn=1, model="m", calls=[call, call]),
+        Event(type="tool_result", turn=1, name="f", call_id="c", result="one"),
+        Event(type="tool_result", turn=1, name="f", call_id="c", result="two"),
+    ]
+    out = io.StringIO()
+    Progress(out).feed(Segment(execution_run_id="e1", events=events))
+    assert out.getvalue().splitlines()[1:] == [
+        "  turn 1: f -> one",
+        "  turn 1: f -> two",
+        "  turn 2: asking the model",
+    ]
 
 
 def test_store_logs_summarize_like_runs() -> None:

@@ -11,6 +11,7 @@ from agentor_temporal.store import (
     Usage,
     initial_messages,
     is_complete,
+    pending_approvals,
     replay_messages,
     total_usage,
 )
@@ -69,3 +70,34 @@ def test_initial_messages() -> None:
     history = [{"role": "system", "content": "old"}, {"role": "user", "content": "x"}]
     assert initial_messages("sys", history) == history
     assert initial_messages(None, "hi") == [{"role": "user", "content": "hi"}]
+
+
+def _call(call_id: str) -> dict[str, object]:
+    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+def test_calls_sharing_an_id_in_one_turn_get_their_own_answers_in_order() -> None:
+    """Two calls of a turn with one id are each answered by their own result, as the run did."""
+    hi = [{"role": "user", "content": "hi"}]
+    events = [
+        Event(type="run_start", messages=hi),
+        Event(type="generation", messages=hi, calls=[_call("c"), _call("c")]),
+        Event(type="tool_result", call_id="c", result="first"),
+        Event(type="tool_result", call_id="c", result="second"),
+    ]
+    assert [m["content"] for m in replay_messages(events)[2:]] == ["first", "second"]
+    # one of them unanswered: the batch is rewound, as any half-finished one
+    assert replay_messages(events[:3]) == hi
+
+
+def test_a_call_id_decided_in_one_turn_can_wait_again_in_a_later_one() -> None:
+    """A request reusing a decided call's id is pending until its own decision."""
+    events = [
+        Event(type="run_start"),
+        Event(type="approval_request", call_id="call_0", turn=1, name="pay"),
+        Event(type="approval_decision", call_id="call_0", turn=1, status="approved"),
+        Event(type="approval_request", call_id="call_0", turn=2, name="pay"),
+    ]
+    assert [(e.call_id, e.turn) for e in pending_approvals(events)] == [("call_0", 2)]
+    events.append(Event(type="approval_decision", call_id="call_0", turn=2, status="denied"))
+    assert pending_approvals(events) == []

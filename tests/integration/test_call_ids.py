@@ -1,0 +1,297 @@
+"""Tool-call ids that models reuse: every call is its own, for approvals and idempotency keys.
+
+Models reuse call ids (`call_0` in every turn, or twice in one turn). A
+decision a person took on one call must never approve or deny a later call
+that happens to share its id, and each call gets its own idempotency key
+(the id's first use keeps `<run_id>:<call_id>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import Agentor, TemporalStore, function_tool, tool_context
+from agentor_temporal._inspect import summarize_segments
+from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, Step
+from agentor_temporal.worker import build_worker
+
+from helpers import ledger_lines, transfer_tool, weather_agent, weather_tool
+from integration.test_long_runs import BUDGET, coder
+
+#: How long one step of a run may take before a test gives up on it.
+STEP = 60
+
+
+def _agent(
+    model: ScriptedModelServer, client: Client, task_queue: str, ledger: str, *tools: Any
+) -> Agentor:
+    return weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        tools=[weather_tool(ledger), transfer_tool(ledger), *tools],
+    )
+
+
+def _transfers(ledger: str) -> list[str]:
+    """The executed transfers as `amount to` (the ledger line's last two words)."""
+    return [
+        " ".join(line.split()[-2:]) for line in ledger_lines(ledger) if line.startswith("transfer")
+    ]
+
+
+def _pending(result: Any) -> list[tuple[str, Any]]:
+    return [(p.call_id, p.args) for p in result.pending_approvals]
+
+
+async def test_an_approved_call_id_reused_in_a_later_turn_waits_for_its_own_decision(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A second call reusing an approved call's id waits for a person, whose decision is taken."""
+    script: list[Step] = [
+        CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_0"),
+        CallTool("transfer", {"amount": 7000, "to": "eve"}, id="call_0"),
+        Reply("Paid both."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, ledger)
+        paused = await asyncio.wait_for(agent.arun("Pay bob, then eve."), STEP)
+        run_id = paused.run_id
+        assert paused.status == "awaiting_approval"
+        assert _pending(paused) == [("call_0", {"amount": 5, "to": "bob"})]
+        await agent.aapprove(run_id, "call_0", by="alice")
+
+        again = await asyncio.wait_for(agent.aresume(run_id), STEP)
+        assert again.status == "awaiting_approval", again.final_output
+        assert _pending(again) == [("call_0", {"amount": 7000, "to": "eve"})]
+        assert _transfers(ledger) == ["5.0 bob"]
+
+        decided = await agent.aapprove(run_id, "call_0", by="bob")
+        assert decided["args"] == {"amount": 7000, "to": "eve"} and decided["approved"]
+        result = await asyncio.wait_for(agent.aresume(run_id), STEP)
+    assert result.status == "completed" and result.final_output == "Paid both."
+    assert _transfers(ledger) == ["5.0 bob", "7000.0 eve"]
+    decisions = [(e.status, e.result) for e in result.events if e.type == "approval_decision"]
+    assert decisions == [("approved", "alice"), ("approved", "bob")]
+
+
+async def test_a_denial_does_not_carry_over_to_a_later_call_with_the_same_id(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A call reusing a denied call's id is not denied by that decision: it waits for its own."""
+    script: list[Step] = [
+        CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_0"),
+        CallTool("transfer", {"amount": 50, "to": "bob"}, id="call_0"),
+        Reply("Sent the smaller one."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, ledger)
+        paused = await asyncio.wait_for(agent.arun("Pay bob."), STEP)
+        run_id = paused.run_id
+        await agent.adeny(run_id, "call_0", "too much", by="carol")
+
+        again = await asyncio.wait_for(agent.aresume(run_id), STEP)
+        assert again.status == "awaiting_approval", again.final_output
+        assert _pending(again) == [("call_0", {"amount": 50, "to": "bob"})]
+        await agent.aapprove(run_id, "call_0", by="carol")
+        result = await asyncio.wait_for(agent.aresume(run_id), STEP)
+    assert result.status == "completed"
+    assert _transfers(ledger) == ["50.0 bob"]
+    decisions = [e.status for e in result.events if e.type == "approval_decision"]
+    assert decisions == ["denied", "approved"]
+
+
+async def test_two_calls_sharing_an_id_in_one_turn_only_the_first_waits_for_approval(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """In one turn, a second call with the same id of a tool that may need approval is refused
+    to the model without running or asking anyone; the first is decided as usual."""
+    script: list[Step] = [
+        [
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_0"),
+            CallTool("transfer", {"amount": 9000, "to": "eve"}, id="call_0"),
+        ],
+        Reply("Paid bob."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, ledger)
+        paused = await asyncio.wait_for(agent.arun("Pay bob and eve."), STEP)
+        run_id = paused.run_id
+        assert paused.status == "awaiting_approval"
+        assert _pending(paused) == [("call_0", {"amount": 5, "to": "bob"})]
+        await agent.aapprove(run_id, "call_0", by="alice")
+        result = await asyncio.wait_for(agent.aresume(run_id), STEP)
+        answers = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+    assert result.status == "completed" and result.final_output == "Paid bob."
+    assert _transfers(ledger) == ["5.0 bob"]
+    assert [m["tool_call_id"] for m in answers] == ["call_0", "call_0"]
+    assert answers[0]["content"] == "Sent 5 to bob."
+    assert answers[1]["content"].startswith("Error:") and "same id" in answers[1]["content"]
+    results = [e for e in result.events if e.type == "tool_result"]
+    assert [e.error for e in results] == [None, "duplicate call id"]
+    assert [e.type for e in result.events].count("approval_request") == 1
+
+
+async def test_calls_sharing_an_id_get_distinct_idempotency_keys(
+    client: Client, task_queue: str
+) -> None:
+    """Every call has its own key: an id's first use keeps `<run_id>:<call_id>`, repeats are
+    numbered (`#2`, `#3`), in one turn and across turns; calls that need no approval all run."""
+    keys: dict[int, str] = {}
+
+    @function_tool
+    def charge(cents: int) -> str:
+        """Charge a card.
+
+        Args:
+            cents: How much.
+        """
+        keys[cents] = tool_context().idempotency_key
+        return "charged"
+
+    script: list[Step] = [
+        [
+            CallTool("charge", {"cents": 5}, id="call_0"),
+            CallTool("charge", {"cents": 7}, id="call_0"),
+        ],
+        [CallTool("charge", {"cents": 10}, id="call_0"), CallTool("charge", {"cents": 11}, id="x")],
+        Reply("Charged."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[charge]
+        )
+        result = await asyncio.wait_for(agent.arun("Charge."), STEP)
+    assert result.status == "completed"
+    run = result.run_id
+    assert keys == {5: f"{run}:call_0", 7: f"{run}:call_0#2", 10: f"{run}:call_0#3", 11: f"{run}:x"}
+
+
+async def test_decisions_and_keys_hold_across_continue_as_new(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After continue-as-new, a call reusing an approved call's id still waits for a person,
+    and repeats of an id keep getting new keys."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    ledger, reads = str(tmp_path / "ledger"), 20
+    keys: list[str] = []
+
+    @function_tool
+    def read_chunk(n: int) -> str:
+        """Read chunk `n`.
+
+        Args:
+            n: Which chunk.
+        """
+        keys.append(tool_context().idempotency_key)
+        return f"chunk {n}: " + "x" * 2000
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done == 0:
+            return CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_0")
+        if done <= reads:
+            return CallTool("read_chunk", {"n": done}, id="call_0")
+        if done == reads + 1:
+            return CallTool("transfer", {"amount": 6, "to": "bob"}, id="call_0")
+        return Reply("Read and paid twice.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(model, client, task_queue, tools=[read_chunk, transfer_tool(ledger)])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay, read, pay.", max_turns=40), STEP)
+            run_id = paused.run_id
+            assert _pending(paused) == [("call_0", {"amount": 5, "to": "bob"})]
+            await agent.aapprove(run_id, "call_0", by="alice")
+
+            again = await asyncio.wait_for(agent.aresume(run_id), STEP)
+            assert again.status == "awaiting_approval", again.final_output
+            assert _pending(again) == [("call_0", {"amount": 6, "to": "bob"})]
+            assert len(await TemporalStore(client).segments(run_id)) >= 2
+            assert _transfers(ledger) == ["5.0 bob"]
+            await agent.aapprove(run_id, "call_0", by="bob")
+            result = await asyncio.wait_for(agent.aresume(run_id), STEP)
+    assert result.status == "completed" and result.final_output == "Read and paid twice."
+    assert _transfers(ledger) == ["5.0 bob", "6.0 bob"]
+    assert keys == [f"{run_id}:call_0#{n}" for n in range(2, reads + 2)]
+    transfer_keys = [line.split()[1] for line in ledger_lines(ledger)]
+    assert transfer_keys == [f"{run_id}:call_0", f"{run_id}:call_0#{reads + 2}"]
+
+
+async def test_the_state_query_of_a_paused_run_says_it_awaits_approval(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """`state` of a run waiting for a person says so, with its current history size, as
+    `list`/`show` do."""
+    script: list[Step] = [
+        [
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"),
+            CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        ],
+        Reply("Paid."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, ledger)
+        paused = await asyncio.wait_for(agent.arun("Pay bob."), STEP)
+        assert paused.status == "awaiting_approval"
+        handle = client.get_workflow_handle(paused.run_id)
+        state = await handle.query("state", result_type=dict)
+        history = await handle.fetch_history()
+        assert state["status"] == "awaiting_approval", state
+        # the numbers of the workflow task that paused: history after it has at
+        # most that task's completion and the query's own events
+        assert state["history_events"] >= len(history.events) - 3, (state, len(history.events))
+        # and `list`/`show`, which read history
+        segments = await TemporalStore(client).segments(paused.run_id)
+        assert summarize_segments(paused.run_id, segments).status == "awaiting_approval"
+        await agent.aapprove(paused.run_id, "call_pay")
+        result = await asyncio.wait_for(agent.aresume(paused.run_id), STEP)
+        assert result.status == "completed"
+        assert (await handle.query("state", result_type=dict))["status"] == "completed"
+
+
+@pytest.mark.parametrize("size", [100, 10_000], ids=["whole", "by-reference"])
+async def test_keys_stay_distinct_when_a_failed_run_is_resumed(
+    client: Client, task_queue: str, size: int
+) -> None:
+    """A resumed run counts the calls of the conversation it continues (sent whole, or by
+    reference to history when large), so a call reusing an id gets a key of its own."""
+    keys: list[str] = []
+    refused: list[int] = []
+    reads = 4
+
+    @function_tool
+    def read_chunk(n: int) -> str:
+        """Read chunk `n`.
+
+        Args:
+            n: Which chunk.
+        """
+        keys.append(tool_context().idempotency_key)
+        return f"chunk {n}: " + "x" * size
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done < reads or (refused and done == reads):
+            return CallTool("read_chunk", {"n": done}, id="call_0")
+        if not refused:
+            refused.append(done)
+            return Fail(400, "not today")
+        return Reply("Read them all.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(model, client, task_queue, tools=[read_chunk])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            failed = await asyncio.wait_for(agent.arun("Read.", max_turns=20), STEP)
+            assert failed.status == "failed", failed.error
+            result = await asyncio.wait_for(agent.aresume(failed.run_id), STEP)
+    assert result.status == "completed" and result.final_output == "Read them all."
+    resumed = (await TemporalStore(client).segments(failed.run_id))[-1].input
+    assert (resumed.get("conversation") is not None) == (size > 1000)
+    run = failed.run_id
+    assert keys == [f"{run}:call_0"] + [f"{run}:call_0#{n}" for n in range(2, reads + 2)]

@@ -1,0 +1,65 @@
+"""Call ids as models use them: which use of its id a tool call is, and the key naming it.
+
+A model's call id does not identify a call: models reuse `call_0` in every
+turn, and some send one id twice in a turn. So a call is known by its id and
+by which use of that id in the run it is. The run counts the uses of each id
+in the order the model asked (deterministically, from its own turns), carries
+the counts over continue-as-new, and names each use by a key: the first use
+of an id keeps the id itself (so idempotency keys and decisions recorded
+before uses were counted, and calls in flight across an upgrade, keep theirs);
+later uses are `<id>#<n>`. An id that itself contains `#` is numbered from
+its first use, so no two uses of any ids ever share a key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def use_key(call_id: str, use: int = 1) -> str:
+    """The key of the `use`-th call with this id in a run (1: its first)."""
+    if use <= 1 and "#" not in call_id:
+        return call_id
+    return f"{call_id}#{max(use, 1)}"
+
+
+def parse_key(key: str) -> tuple[str, int]:
+    """(call id, use) of a key made by `use_key`; a plain id is its own first use."""
+    head, mark, tail = key.rpartition("#")
+    if mark and tail.isdigit():
+        return head, int(tail)
+    return key, 1
+
+
+class CallUses:
+    """How many calls of a run used each call id so far."""
+
+    def __init__(self, counts: dict[str, int] | None = None) -> None:
+        #: call id -> calls that used it
+        self.counts: dict[str, int] = dict(counts or {})
+
+    def next(self, call_id: str) -> int:
+        """Count one more call with this id; return which use it is."""
+        use = self.counts.get(call_id, 0) + 1
+        self.counts[call_id] = use
+        return use
+
+    def at_least(self, call_id: str, uses: int) -> None:
+        """Record that the id was used at least `uses` times."""
+        if uses > self.counts.get(call_id, 0):
+            self.counts[call_id] = uses
+
+    def seed_keys(self, keys: Iterable[str]) -> None:
+        """Count the uses that keys name (decisions carried from a build that kept no counts)."""
+        for key in keys:
+            self.at_least(*parse_key(key))
+
+    def seed_messages(self, messages: Iterable[dict[str, Any]]) -> None:
+        """Count the calls of a conversation a segment opens with (a resumed run's)."""
+        for message in messages:
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict) and call.get("id") is not None:
+                    self.next(str(call["id"]))
