@@ -13,13 +13,17 @@ REQUESTS = 2
 A, B = "floor A (bare engine)", "floor B (no durability)"
 PEER = "Temporal OpenAI Agents integration"
 OFF, ON = "ours, FileStore mirror off", "ours, FileStore mirror on"
-ORDER = [A, B, PEER, OFF, ON]
+LOCAL = "ours, FileStore mirror off, local model calls"
+ORDER = [A, B, PEER, OFF, ON, LOCAL]
+#: how the targets name each of our set-ups (the ratios' keys)
+SETUPS = {"off": "ours (mirror off)", "on": "ours (mirror on)", "local": "ours (local model calls)"}
 SHORT = {
     A: "floor A",
     B: "floor B",
     PEER: "OpenAI Agents\n(Temporal)",
     OFF: "ours\n(no mirror)",
     ON: "ours\n(FileStore)",
+    LOCAL: "ours\n(local model\ncalls)",
 }
 
 INTRO = """# Benchmarks: the cost of durability
@@ -42,7 +46,9 @@ Each scenario runs the same agent: the seed's weather agent, 2 generations and
   default options, chat-completions model, tracing off, the tool an
   activity (`activity_as_tool`); `bench/peer.py`.
 - **Ours**: `Agentor.arun` running the `AgentRun` workflow, with the
-  FileStore mirror off and on, on a worker sized by `AgentorPlugin`.
+  FileStore mirror off and on, on a worker sized by `AgentorPlugin`; and
+  with `local_model_calls=True` (mirror off), which asks the model in local
+  activities inside the run's workflow tasks (README, "Local model calls").
 
 Latency and throughput are measured in two passes, the systems in the order
 above and then in reverse (latency: half the runs in each pass; throughput:
@@ -100,33 +106,33 @@ def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
         done = row["statuses"].get("completed", 0)
         extra = row["repeated_model_requests"]
         ok = done == row["runs"] and extra == 0
+        mode = ", local model calls" if row.get("local_model_calls") else ""
         lines.append(
-            f"| {row['runs']} runs in flight on one worker: all complete, no model call asked "
-            f"twice | {done}/{row['runs']} completed, {row['model_requests']} model requests "
-            f"for {REQUESTS * row['runs']} generations | {'yes' if ok else '**no**'} |"
+            f"| {row['runs']} runs in flight on one worker{mode}: all complete, no model call "
+            f"asked twice | {done}/{row['runs']} completed, {row['model_requests']} model "
+            f"requests for {REQUESTS * row['runs']} generations | {'yes' if ok else '**no**'} |"
         )
     per_run = results.get("requests_per_run", {})
-    for name in (ON, OFF):
+    for name in (ON, OFF, LOCAL):
         if level in per_run.get(name, {}):
             value = per_run[name][level]
             lines.append(
                 f"| {name}: model requests per run at {level} in flight = {REQUESTS} | "
                 f"{value:.2f} | {'yes' if abs(value - REQUESTS) < 1e-9 else '**no**'} |"
             )
-    for mirror in ("on", "off"):
+    for mirror in SETUPS:
         lines.append(
             _check(
-                f"throughput at {level} in flight, ours (mirror {mirror}) >= 1.2 x the integration",
+                f"throughput at {level} in flight, {SETUPS[mirror]} >= 1.2 x the integration",
                 r[f"throughput vs peer ({mirror})"],
                 1.2,
                 "ge",
             )
         )
-    for mirror in ("on", "off"):
+    for mirror in SETUPS:
         lines.append(
             _check(
-                f"latency at model 0 ms, ours (mirror {mirror}) <= 0.6 x the integration, "
-                "same server",
+                f"latency at model 0 ms, {SETUPS[mirror]} <= 0.6 x the integration, same server",
                 r[f"latency 0ms vs peer ({mirror})"],
                 0.6,
                 "le",
@@ -134,17 +140,17 @@ def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
         )
         lines.append(
             _check(
-                f"latency at model 0 ms, ours (mirror {mirror}) <= 0.6 x the integration on "
+                f"latency at model 0 ms, {SETUPS[mirror]} <= 0.6 x the integration on "
                 "the stock dev server (what each quickstart runs)",
                 r[f"latency 0ms vs stock peer ({mirror})"],
                 0.6,
                 "le",
             )
         )
-    for mirror in ("on", "off"):
+    for mirror in SETUPS:
         lines.append(
             _check(
-                f"latency at model 200 ms, ours (mirror {mirror}) <= 1.15 x floor B",
+                f"latency at model 200 ms, {SETUPS[mirror]} <= 1.15 x floor B",
                 r[f"latency 200ms vs floor B ({mirror})"],
                 1.15,
                 "le",
@@ -192,14 +198,16 @@ def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
     latency_s = results["in_flight"][0]["model_latency_s"]
     lines.append(f"## Runs in flight on one worker process (model latency {latency_s:g} s)\n")
     lines.append(
-        "| runs | completed | elapsed | model requests | worker RSS idle | peak | "
+        "| runs | model calls | completed | elapsed | model requests | worker RSS idle | peak | "
         "per run in flight | after the runs end |"
     )
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in results["in_flight"]:
         per = (row["worker_rss_peak_mb"] - row["worker_rss_idle_mb"]) / row["runs"] * 1024
+        how = "local" if row.get("local_model_calls") else "activities"
         lines.append(
-            f"| {row['runs']} | {row['statuses'].get('completed', 0)} | {row['elapsed_s']:.1f} s | "
+            f"| {row['runs']} | {how} | {row['statuses'].get('completed', 0)} | "
+            f"{row['elapsed_s']:.1f} s | "
             f"{row['model_requests']} | {row['worker_rss_idle_mb']:.0f} MB | "
             f"{row['worker_rss_peak_mb']:.0f} MB | {per:.0f} KB | "
             f"{row['worker_rss_after_mb']:.0f} MB |"

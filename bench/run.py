@@ -34,6 +34,7 @@ from scenarios import FloorA, FloorB, Ours, Scenario  # noqa: E402
 
 A, B, PEER = "floor A (bare engine)", "floor B (no durability)", Peer.name
 OFF, ON = "ours, FileStore mirror off", "ours, FileStore mirror on"
+LOCAL = "ours, FileStore mirror off, local model calls"
 #: model requests one run needs (the seed's run: 2 generations)
 REQUESTS_PER_RUN = 2
 
@@ -51,6 +52,7 @@ def scenarios(address: str, client: Any, model_url: str) -> list[Scenario]:
         Peer(address, model_url),
         Ours(client, model_url, mirror=False),
         Ours(client, model_url, mirror=True),
+        Ours(client, model_url, mirror=False, local=True),
     ]
 
 
@@ -305,9 +307,10 @@ async def main(smoke: bool) -> dict[str, Any]:
         for runs in sizes["in_flight"]:
             out["load"][f"in flight {runs}"] = os.getloadavg()[0]
             log(f"== {runs} runs in flight on one worker process (load {os.getloadavg()[0]:.2f})")
-            row = await in_flight(address, client, runs, 0.5 if smoke else 2.0)
-            out.setdefault("in_flight", []).append(row)
-            log(f"  {row}")
+            for local in (False, True):
+                row = await in_flight(address, client, runs, 0.5 if smoke else 2.0, local)
+                out.setdefault("in_flight", []).append(row)
+                log(f"  {row}")
 
         log("== history growth with 10 KB tool results")
         out["history"] = await history_growth(client, None, sizes["turns"], 10)
@@ -327,7 +330,7 @@ def ratios(out: dict[str, Any]) -> dict[str, Any]:
     tp = out["throughput"]
     level = "100" if "100" in tp[A] else max(tp[A], key=int)
     result: dict[str, Any] = {"throughput_level": level}
-    for mirror, ours in (("off", OFF), ("on", ON)):
+    for mirror, ours in (("off", OFF), ("on", ON), ("local", LOCAL)):
         result[f"throughput vs peer ({mirror})"] = tp[ours][level] / tp[PEER][level]
         result[f"latency 0ms vs peer ({mirror})"] = lat0[ours]["median"] / lat0[PEER]["median"]
         result[f"latency 0ms vs stock peer ({mirror})"] = (

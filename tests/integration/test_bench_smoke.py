@@ -30,8 +30,13 @@ def test_bench_harness_runs_and_reports() -> None:
     # the peer floor ran beside ours, on the launcher's server and the stock one
     assert "Temporal OpenAI Agents integration" in results["latency"]["0ms"]
     assert "Temporal OpenAI Agents integration" in results["latency_stock"]
-    [flight] = results["in_flight"]
-    assert flight["statuses"] == {"completed": results["sizes"]["in_flight"][0]}
+    # and the local-model-calls set-up beside the default, in each part
+    local = "ours, FileStore mirror off, local model calls"
+    assert local in results["latency"]["0ms"] and local in results["throughput"]
+    flights = results["in_flight"]
+    assert [f["local_model_calls"] for f in flights] == [False, True]
+    for flight in flights:
+        assert flight["statuses"] == {"completed": results["sizes"]["in_flight"][0]}
     assert [row["status"] for row in results["history"]] == ["completed", "completed"]
     report = (ROOT / "bench" / "results" / "bench-smoke.md").read_text()
     assert "## Targets" in report and "floor A" in report
