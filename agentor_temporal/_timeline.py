@@ -151,6 +151,8 @@ class _Reader:
                     attrs_s.identity,
                     failure,
                 )
+            elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+                await self.local_generation(event)
             else:
                 closed = _closed(event)
                 if closed is not None and closed[0] in scheduled:
@@ -205,6 +207,29 @@ class _Reader:
         self.timeline.bars.append(
             Bar(lane, bar_kind, begin if attempt > 1 else at, end, label, worker, attempt, failed)
         )
+
+    async def local_generation(self, event: Any) -> None:
+        """A model request made as a local activity (`local_model_calls`): its marker."""
+        details = event.marker_recorded_event_attributes.details
+        if "data" not in details or "result" not in details:
+            return
+        try:
+            info = json.loads(details["data"].payloads[0].data)
+        except (ValueError, IndexError):
+            return
+        if not isinstance(info, dict) or info.get("activity_type") != GENERATE:
+            return
+        result = await self._decode(details["result"].payloads[0])
+        if not isinstance(result, dict) or result.get("started_at") is None:
+            return
+        match = _GENERATE_ID.match(str(info.get("activity_id") or ""))
+        label = f"turn {match.group(1) if match else '?'} (local)"
+        attempt = int(info.get("attempt") or 1)
+        worker = self.worker(self._last_identity) if self._last_identity else None
+        self.timeline.bars.append(
+            Bar("model", "generation", float(result["started_at"]), float(result["ended_at"]),
+                label, worker, attempt)
+        )  # fmt: skip
 
     def approvals(self, events: list[Event]) -> None:
         lanes: dict[str, str] = {}

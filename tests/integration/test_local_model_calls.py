@@ -17,6 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 
 from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal._timeline import read_timeline
 from agentor_temporal.testing import (
     CallTool,
     Fail,
@@ -170,3 +171,20 @@ async def test_streamed_runs_keep_their_text_deltas(
     assert "".join(str(d) for d in deltas) == ANSWER
     scheduled, markers = await _mode(client, run_id)
     assert scheduled.count("generate") == 2 and "generate" not in markers
+
+
+async def test_the_timeline_draws_local_requests(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """`show --timeline` reads a local request's bar from its marker, like an activity's."""
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, local_model_calls=True
+    )
+    result = await agent.arun(PROMPT)
+    timeline = await read_timeline(client, result.run_id)
+    assert timeline is not None
+    generations = [b for b in timeline.bars if b.kind == "generation"]
+    assert [b.label for b in generations] == ["turn 1 (local)", "turn 2 (local)"]
+    recorded = [e for e in result.events if e.type == "generation"]
+    assert [(b.start, b.end) for b in generations] == [(e.started_at, e.ended_at) for e in recorded]
+    assert [b.kind for b in timeline.bars].count("tool") == 1
