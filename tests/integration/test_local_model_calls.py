@@ -188,3 +188,31 @@ async def test_the_timeline_draws_local_requests(
     recorded = [e for e in result.events if e.type == "generation"]
     assert [(b.start, b.end) for b in generations] == [(e.started_at, e.ended_at) for e in recorded]
     assert [b.kind for b in timeline.bars].count("tool") == 1
+
+
+async def test_a_request_longer_than_the_workflow_task_timeout_is_asked_once(
+    client: Client, task_queue: str
+) -> None:
+    """A local request outliving the 5 s workflow task timeout is not asked again.
+
+    The SDK keeps the workflow task alive while its local activity runs (it
+    completes the task and takes the next one every ~4 s), so a live worker's
+    long request is neither timed out nor repeated.
+    """
+    script: list[Any] = [
+        Hang(9, CallTool("get_weather", {"city": "London"})),
+        Reply(ANSWER),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, local_model_calls=True
+        )
+        result = await agent.arun(PROMPT)
+        assert model.request_count == 2
+    assert result.status == "completed" and result.final_output == ANSWER
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT not in kinds
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+    # the task was kept alive: more than the two a run without waiting takes
+    assert kinds.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) >= 4
