@@ -44,6 +44,7 @@ from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.redaction import redact_url
 
 logger = logging.getLogger(__name__)
@@ -289,6 +290,17 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             function["arguments"] = (
                 f"<arguments nested {depth} levels deep, over the {MAX_ARGUMENT_DEPTH} accepted>"
             )
+    size = encoded_size([result.text, result.reasoning, result.calls])
+    if size > policies.MAX_REPLY_BYTES:
+        # asking again would be paid for again, and answered as large
+        raise ApplicationError(
+            f"The model's reply to turn {inp.turn} is {size / 1e6:.1f} MB, over the "
+            f"{policies.MAX_REPLY_BYTES / 1e6:.1f} MB a run records of one reply in Temporal "
+            "history; the run failed without retrying (lower max_tokens, or ask for the output "
+            "in parts)",
+            type="ModelReplyTooLarge",
+            non_retryable=True,
+        )
     return result
 
 

@@ -377,13 +377,6 @@ class AgentRunWorkflow:
             f"Turn {turn} of {seg.budget}: asking {spec.model} · {self._tokens()} tokens so far"
             f" · {self._history.describe()}"
         )
-        # a local request runs inside this workflow task: nothing recorded
-        # before it could reach history sooner, so events wait for the next
-        # step (a tool call, the run's end) instead of a journal step
-        local = spec.local_model_calls and not seg.stream_text
-        fold = self._journal_in_activities() and not local
-        if not fold and not local:
-            await self._journal.flush(spec.name, spec.mirror)
         if (
             not conversation.by_reference
             and conversation.size > seg.inline_bytes
@@ -392,6 +385,20 @@ class AgentRunWorkflow:
             conversation.switch()
         request = conversation.request()
         base = conversation.base
+        # a local request runs inside this workflow task: nothing recorded
+        # before it could reach history sooner, so events wait for the next
+        # step (a tool call, the run's end) instead of a journal step. Its
+        # marker carries the request, in the completion that also records
+        # what follows: a large one goes as an activity.
+        local = (
+            spec.local_model_calls
+            and not seg.stream_text
+            and encoded_size(request) + self._journal.pending_bytes()
+            <= policies.MAX_LOCAL_REQUEST_BYTES
+        )
+        fold = self._journal_in_activities() and not local
+        if not fold and not local:
+            await self._journal.flush(spec.name, spec.mirror)
         refusal = (
             oversized(request, schemas)
             if base is None

@@ -185,6 +185,16 @@ class Journal:
         self._recorded(total)
         self.confirm(res.mirrored if res.error is None else None, mirror)
 
+    def pending_bytes(self) -> int:
+        """Encoded size of the events not in history yet, as a journal step records them."""
+        size = 0
+        for index in range(self._journaled, len(self.events)):
+            data = self.events[index].to_dict()
+            if index in self._refs:
+                data.pop("messages", None)  # history has it elsewhere
+            size += encoded_size(data)
+        return size
+
     def fold(self, agent: str, mirror: bool, beside: int = 0) -> JournalInput | None:
         """The new events, to go into history as part of the next activity's input.
 

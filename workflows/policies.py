@@ -226,6 +226,17 @@ MAX_REQUEST_BYTES = 1_500_000
 #: them); larger ones take a journal step, whose result is a payload of its own.
 #: (Like the budgets above, it decides commands: change it only behind a patch.)
 MAX_FOLD_BYTES = 256_000
+#: A model reply (text, reasoning and tool calls) larger than this fails the
+#: run at once, saying so, with one request paid: a final answer is recorded
+#: three times (generation, message, run_end) in the journal step that ends
+#: the run, one payload (before: a reply over 2 MB was asked for again and
+#: again, one over ~700 KB failed the run's last workflow task for ever).
+MAX_REPLY_BYTES = 512_000
+#: `local_model_calls`: a request whose messages and unjournaled events come to
+#: more than this goes as an activity, as it would without the option (a
+#: local activity's marker carries its request, in the same workflow task
+#: completion as the reply and the events recorded after it).
+MAX_LOCAL_REQUEST_BYTES = 256_000
 #: What a model endpoint takes in one request. With the conversation sent by
 #: reference no Temporal limit applies to it; this guards the endpoint only.
 #: The largest context windows (about 2 M tokens) hold roughly 8 MB of text,

@@ -160,3 +160,79 @@ async def test_histories_from_before_the_limits_still_replay(
     monkeypatch.undo()
     assert result.status == "completed", result.error
     await _replays(client, result.run_id)
+
+
+def _local(local: bool) -> dict[str, object]:
+    return {"local_model_calls": True} if local else {}
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
+@pytest.mark.parametrize(
+    "kind, size", [("text", 2_500_000), ("text", 800_000), ("arguments", 2_500_000)]
+)
+async def test_a_reply_over_its_budget_fails_the_run_once(
+    kind: str, size: int, local: bool, client: Client, task_queue: str
+) -> None:
+    """A reply over its budget fails the run at once, saying why: one request paid, no wedge.
+
+    Before: a reply over 2 MB was refused by the SDK on upload and asked for
+    again, and again (each request paid for), and the run never ended; a final
+    answer of 800 KB (three copies in the run's last journal step) failed the
+    run's last workflow task for ever.
+    """
+    big = "x" * size
+    step: Step = Reply(big) if kind == "text" else CallTool("dump", {"kind": big})
+    with ScriptedModelServer([step] * 5) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[dump],
+            **_local(local),  # type: ignore[arg-type]
+        )
+        result = await asyncio.wait_for(agent.arun("Say a lot."), 60)
+        assert model.request_count == 1
+    assert result.status == "failed"
+    assert result.error is not None and "over the 0.5 MB a run records of one reply" in result.error
+    assert [e.type for e in result.events] == ["run_start", "run_end"]
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
+async def test_a_long_final_answer_after_a_turn_of_big_results_is_recorded(
+    local: bool, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """An answer just under the reply budget, after ~1 MB of results: the run ends, its log whole.
+
+    Its three copies (generation, message, run_end) fit the run's last
+    journal step; with `local_model_calls`, the request after the results is
+    over the local budget and goes as an activity.
+    """
+    answer = "z" * (policies.MAX_REPLY_BYTES - 1000)
+    script: list[Step] = [
+        [CallTool("dump", {"kind": "ascii"}, id=f"call_{n}") for n in range(4)],
+        Reply(answer),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[dump],
+            store=FileStore(tmp_path),
+            **_local(local),  # type: ignore[arg-type]
+        )
+        result = await asyncio.wait_for(agent.arun("Dump four times, then answer."), 60)
+    assert result.status == "completed" and result.final_output == answer
+    projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
+    assert [e["type"] for e in projected][-3:] == ["generation", "message", "run_end"]
+    assert [e.to_dict() for e in FileStore(tmp_path).load(result.run_id)] == projected
+    assert [e.to_dict() for e in result.events] == projected
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_id
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_id
+    ]
+    # the first request is small: local when asked; the second carries ~1 MB
+    assert ("generate-1" in scheduled) != local and "generate-2" in scheduled
