@@ -332,26 +332,28 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
     wait = SYNC_TOOL_THREAD_WAIT.total_seconds()
     try:
         done, _ = await asyncio.wait({started}, timeout=wait)
-    except BaseException:
-        if not threads.cancel(call):
-            threads.abandon(call)
-        raise
-    if not done and threads.cancel(call):
-        raise NoThreadFree(
-            f"no thread came free for it within {wait:g} s ({threads.limit} sync tool "
-            "calls were running); it did not start"
-        )
-    try:
+        if not done and threads.cancel(call):
+            raise NoThreadFree(
+                f"no thread came free for it within {wait:g} s ({threads.limit} sync tool "
+                "calls were running); it did not start"
+            )
         await started  # done, or a thread took it just now
     except RuntimeError as exc:  # the pool shut down before a thread took it
         raise PoolUnavailable(str(exc)) from exc
+    except BaseException:
+        started.cancel()
+        if not threads.cancel(call):
+            threads.abandon(call)  # cancelled as it started: nobody waits for it
+        raise
     outcome = asyncio.wrap_future(call.outcome)
     try:
         done, _ = await asyncio.wait({outcome}, timeout=timeout)
     except BaseException:
+        outcome.cancel()
         threads.abandon(call)  # cancelled: nobody waits for it any more
         raise
     if not done and threads.abandon(call):
+        outcome.cancel()  # what it returns or raises later is dropped unseen
         raise ToolTimedOut(
             f"timed out after {timeout:g} s; its thread is still running and was "
             "abandoned (it may still have effects; its result will be discarded)"
