@@ -109,8 +109,8 @@ class ToolThreads:
                 call.state = "running"
                 self._idle.pop().put(call)
             elif self._counted < self.limit:
+                self._start(call)  # RuntimeError: not started, handed back
                 call.state = "running"
-                self._start(call)
             else:
                 self._backlog.append(call)
         return call
@@ -142,7 +142,11 @@ class ToolThreads:
             if self._backlog:
                 nxt = self._backlog.popleft()
                 nxt.state = "running"
-                self._start(nxt)
+                try:
+                    self._start(nxt)
+                except RuntimeError:  # it waits on for a thread that ends
+                    nxt.state = "queued"
+                    self._backlog.appendleft(nxt)
         return True
 
     def shutdown(self) -> None:
@@ -167,7 +171,7 @@ class ToolThreads:
     # -- the threads ------------------------------------------------------------
 
     def _start(self, call: ToolCall) -> None:
-        # under the lock
+        # under the lock; raises RuntimeError (the call's state is the caller's to undo)
         self._counted += 1
         self._made += 1
         thread = threading.Thread(
@@ -179,7 +183,11 @@ class ToolThreads:
             # graceful shutdown (see agentor_temporal._runtime), not by this
             daemon=True,
         )
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (limits, or the interpreter exiting)
+            self._counted -= 1
+            raise
 
     def _work(self, call: ToolCall | None) -> None:
         while call is not None:
