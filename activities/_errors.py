@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 #: Error types the activities raise (written into history; the UI shows them).
 WORKER_STOPPING = "WorkerStopping"
+WORKER_BUSY = "WorkerBusy"
 INTERNAL_ERROR = "AgentorInternalError"
 
 #: Messages of the RuntimeErrors that say a pool or loop refuses work because
@@ -68,6 +69,16 @@ def worker_stopping(what: str, exc: BaseException | None = None) -> ApplicationE
         "task to another worker. Nothing was recorded as its result.",
         type=WORKER_STOPPING,
         # expected during deploys and exits: logged by the SDK at debug level
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+def worker_busy(what: str, exc: BaseException) -> ApplicationError:
+    """The retryable error that hands back a call this worker had no thread for."""
+    return ApplicationError(
+        f"This worker was too busy to start {what}: {exc}. Temporal gives the task "
+        "back (to this worker later, or another). Nothing was recorded as its result.",
+        type=WORKER_BUSY,
         category=ApplicationErrorCategory.BENIGN,
     )
 

@@ -9,7 +9,6 @@ input, activity input or history.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import hashlib
 import json
 import os
@@ -20,6 +19,7 @@ from typing import Any
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.activities._finished import FinishedCalls
+from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities.tooldef import Tool
 from agentor_temporal.store.base import Store
 from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
@@ -175,7 +175,7 @@ class AgentRegistry:
         self.finished_calls = FinishedCalls()
         # striped: bounded however many runs this worker serves
         self._run_locks = [threading.Lock() for _ in range(_RUN_LOCK_STRIPES)]
-        self._tool_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._tool_pool: ToolThreads | None = None
         for agent in agents or []:
             self.register(agent)
 
@@ -217,14 +217,12 @@ class AgentRegistry:
         """The lock serialising mirror writes of one run into one store."""
         return self._run_locks[hash((id(store), run_id)) % _RUN_LOCK_STRIPES]
 
-    def tool_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+    def tool_pool(self) -> ToolThreads:
         """The threads sync tools run in (asyncio's default pool is only
         cpu+4 threads, which would serialise slow sync tools across runs)."""
         with self._lock:
             if self._tool_pool is None:
-                self._tool_pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=SYNC_TOOL_THREADS, thread_name_prefix="agentor-tool"
-                )
+                self._tool_pool = ToolThreads(SYNC_TOOL_THREADS)
             return self._tool_pool
 
     def openai_client(self, agent: AgentDefinition) -> Any:

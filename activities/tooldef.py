@@ -12,27 +12,31 @@ attempt safe.
 A tool's own outcome is final: what it returns, what it raises, and running
 past its `timeout` all answer the model, and it runs again only when its
 worker was lost (or when it opts in with `retries=N`). A sync tool runs in a
-thread, which Python cannot stop: when it times out, the model is answered at
-once and the thread runs on to its end in the background (its result is
-discarded, and it holds one of the SYNC_TOOL_THREADS until it returns).
+thread, which Python cannot stop: when it times out, the model is told so,
+and that the call may still be running, and the thread is abandoned (see
+`_threads`): it runs on in the background, its result discarded, without
+taking a place from later calls or holding up the process's exit. Its
+timeout counts from when a thread starts it, never while it waits for one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import functools
 import inspect
 import json
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, overload
 
 import pydantic
 
+from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.workflows.call_uses import use_key
+from agentor_temporal.workflows.policies import SYNC_TOOL_THREAD_WAIT, SYNC_TOOL_THREADS
 from agentor_temporal.workflows.types import ToolSpec
 
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -149,6 +153,10 @@ class ToolTimedOut(Exception):
 
 class PoolUnavailable(Exception):
     """The thread pool refused the call (its worker is shutting down): not the tool's outcome."""
+
+
+class NoThreadFree(Exception):
+    """No sync-tool thread came free in time; the call never started: not the tool's outcome."""
 
 
 class Tool:
@@ -271,16 +279,18 @@ class Tool:
         self,
         args: dict[str, Any],
         context: ToolContext | None = None,
-        executor: concurrent.futures.Executor | None = None,
+        threads: ToolThreads | None = None,
         *,
         timeout: float | None = None,
     ) -> str:
-        """Run the tool; sync functions run in `executor`'s threads so the worker stays live.
+        """Run the tool; sync functions run in `threads` so the worker stays live.
 
         Raises:
             ToolTimedOut: when it ran longer than `timeout` seconds (a sync
-                tool's thread runs on in the background).
+                tool's thread is abandoned, still running).
             PoolUnavailable: when the thread pool refused the call.
+            NoThreadFree: when a sync tool waited too long for a thread
+                (it never started).
             Exception: whatever the tool raised.
         """
         kwargs = self.validate(args)
@@ -289,7 +299,9 @@ class Tool:
             if inspect.iscoroutinefunction(self.fn):
                 value = await _bounded(_contained(self.fn(**kwargs)), timeout)
             else:
-                value = await _bounded(self._in_thread(executor, kwargs), timeout)
+                # the copied context carries tool_context() into the thread
+                call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
+                value = await _in_thread(threads or _default_threads(), call, timeout)
                 if inspect.isawaitable(value):
                     value = await _bounded(_contained(value), timeout)
         except _Exited as exc:
@@ -298,20 +310,65 @@ class Tool:
             _context.reset(token)
         return stringify(value)
 
-    def _in_thread(
-        self, executor: concurrent.futures.Executor | None, kwargs: dict[str, Any]
-    ) -> asyncio.Future[Any]:
-        # the copied context carries tool_context() into the thread
-        context_copy = contextvars.copy_context()
-        call = functools.partial(context_copy.run, self.fn, **kwargs)
-        try:
-            if executor is None:
-                return asyncio.get_running_loop().run_in_executor(None, call)
-            return asyncio.wrap_future(executor.submit(call))
-        except RuntimeError as exc:
-            # "cannot schedule new futures after (interpreter) shutdown": the
-            # tool never started, and this is no answer of the tool's
-            raise PoolUnavailable(str(exc)) from exc
+
+_default: ToolThreads | None = None
+_default_lock = threading.Lock()
+
+
+def _default_threads() -> ToolThreads:
+    """The process's sync-tool threads for calls made without a registry's."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = ToolThreads(SYNC_TOOL_THREADS)
+        return _default
+
+
+async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float | None) -> Any:
+    """Run a sync tool in one of `threads`; its timeout runs from when a thread starts it.
+
+    Waiting for a thread is bounded apart (SYNC_TOOL_THREAD_WAIT): a call
+    that never started is handed back (`NoThreadFree`), never answered
+    "timed out". A call that times out, or whose caller is cancelled, is
+    abandoned: its thread runs on but no longer counts against the pool.
+    """
+    try:
+        call = threads.submit(fn)
+    except RuntimeError as exc:
+        # "cannot schedule new futures after shutdown": the tool never
+        # started, and this is no answer of the tool's
+        raise PoolUnavailable(str(exc)) from exc
+    started = asyncio.wrap_future(call.started)
+    wait = SYNC_TOOL_THREAD_WAIT.total_seconds()
+    try:
+        done, _ = await asyncio.wait({started}, timeout=wait)
+        if not done and threads.cancel(call):
+            raise NoThreadFree(
+                f"no thread came free for it within {wait:g} s ({threads.limit} sync tool "
+                "calls were running); it did not start"
+            )
+        await started  # done, or a thread took it just now
+    except RuntimeError as exc:  # the pool shut down before a thread took it
+        raise PoolUnavailable(str(exc)) from exc
+    except BaseException:
+        started.cancel()
+        if not threads.cancel(call):
+            threads.abandon(call)  # cancelled as it started: nobody waits for it
+        raise
+    outcome = asyncio.wrap_future(call.outcome)
+    try:
+        done, _ = await asyncio.wait({outcome}, timeout=timeout)
+    except BaseException:
+        outcome.cancel()
+        threads.abandon(call)  # cancelled: nobody waits for it any more
+        raise
+    if not done and threads.abandon(call):
+        outcome.cancel()  # what it returns or raises later is dropped unseen
+        raise ToolTimedOut(
+            f"timed out after {timeout:g} s; its thread is still running and was "
+            "abandoned (it may still have effects; its result will be discarded)"
+        )
+    return await outcome  # done, or it ended just as it timed out
 
 
 class _Exited(Exception):
@@ -396,7 +453,9 @@ def function_tool(
             "fail" (end the run) when the approval timeout expires.
         timeout: seconds one call may run (default 30 minutes). A call that
             runs longer answers the model "timed out" and is not run again;
-            a sync tool's thread runs on to its end in the background.
+            a sync tool's thread cannot be stopped: it is abandoned, running
+            on in the background (its result discarded) until it returns or
+            the process exits, and the model is told it may still be running.
         retries: how many times a call that raised or timed out is run again
             (by Temporal, with backoff, same idempotency key) before its error
             answers the model. Default 0: a tool's own outcome is final.

@@ -6,8 +6,9 @@ timeout. The activity succeeds with that answer, so Temporal never runs the
 tool again for it; a tool opts into retries with `@function_tool(retries=N)`.
 What is not the tool's outcome is never recorded as one: a worker that is
 stopping (its thread pool refuses work, or its shutdown cancels the call)
-hands the task back to Temporal, and a worker whose agent differs from the
-run's leaves it for one that matches. So only a lost or stopping worker makes
+or too busy to start a sync tool (no thread came free in
+SYNC_TOOL_THREAD_WAIT) hands the task back to Temporal, and a worker whose
+agent differs from the run's leaves it for one that matches. So only a lost or stopping worker makes
 a call run again, and then the tool sees the same idempotency key through
 `tool_context()`.
 """
@@ -27,11 +28,17 @@ from agentor_temporal.activities._errors import (
     being_cancelled,
     instead_of_cancel,
     safe_str,
+    worker_busy,
     worker_stopping,
 )
 from agentor_temporal.activities._private import clip, heartbeating
 from agentor_temporal.activities.registry import AgentRegistry
-from agentor_temporal.activities.tooldef import PoolUnavailable, ToolContext, ToolTimedOut
+from agentor_temporal.activities.tooldef import (
+    NoThreadFree,
+    PoolUnavailable,
+    ToolContext,
+    ToolTimedOut,
+)
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (
@@ -85,6 +92,9 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             text = await tool.call(inp.args, context, registry.tool_pool(), timeout=limit)
     except PoolUnavailable as exc:
         raise worker_stopping(summary, exc) from None
+    except NoThreadFree as exc:
+        logger.warning("Tool %s in run %s handed back: %s", summary, inp.run_id, exc)
+        raise worker_busy(summary, exc) from None
     except asyncio.CancelledError:
         replaced = instead_of_cancel(summary)
         if replaced is not None:
@@ -96,6 +106,12 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         )
     except ToolTimedOut as exc:
         answer = error_result(f"{tool.name} {exc}", started_at=started, ended_at=time.time())
+        abandoned = registry.tool_pool().abandoned
+        if abandoned:
+            logger.warning(
+                "%d sync tool thread(s) abandoned by timeouts still running in this process",
+                abandoned,
+            )
     except BaseException as exc:  # noqa: B036 - whatever the tool raised is its answer
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and being_cancelled():
             raise

@@ -52,7 +52,10 @@ def at_interpreter_exit(callback: Any) -> None:
     handlers. `concurrent.futures.thread` registers there too, when it is
     first imported (lazily, by the first thread pool made): imported at the
     top of this module, its hook is registered before ours and so runs after
-    it. Falls back to `atexit` where the hook is missing.
+    it. So is the sync-tool threads' hook (`activities._threads`, imported
+    with the activities), which refuses new tool calls: the embedded
+    workers' in-flight calls are drained first. Falls back to `atexit` where
+    the hook is missing.
     """
     register = getattr(threading, "_register_atexit", None)
     if register is not None:

@@ -302,6 +302,14 @@ GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 #: How often a worker serving metrics counts the runs awaiting approval
 #: (a visibility query per agent): a gauge for dashboards, not for paging.
 WAITING_GAUGE_INTERVAL = timedelta(seconds=15)
-#: Sync tools run in this many threads (asyncio's default pool is only
-#: cpu+4 threads, which would serialise slow sync tools across runs).
+#: Sync tool calls running at once per registry (asyncio's default pool is
+#: only cpu+4 threads, which would serialise slow sync tools across runs). A
+#: call abandoned by its timeout no longer counts (activities/_threads.py).
 SYNC_TOOL_THREADS = 64
+#: How long a sync tool call waits for a thread when SYNC_TOOL_THREADS calls
+#: are running; its own timeout starts only once it runs. Past this it is
+#: handed back to Temporal unstarted (for this worker later, or another):
+#: well inside TOOL_TIMEOUT_GRACE, so waiting plus the tool's full timeout
+#: stays under the activity's start-to-close, which would otherwise run a
+#: live call a second time.
+SYNC_TOOL_THREAD_WAIT = timedelta(seconds=10)
