@@ -208,3 +208,11 @@ def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"... [truncated {len(text) - limit} characters]"
+
+
+def token_count(value: Any) -> int:
+    """A provider's token count as a search attribute can hold it (0 when it is no count)."""
+    try:
+        return min(max(int(value or 0), 0), policies.MAX_TOKEN_COUNT)
+    except (TypeError, ValueError, OverflowError):
+        return 0

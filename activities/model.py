@@ -38,7 +38,7 @@ from agentor_temporal.activities._errors import (
     safe_str,
     worker_stopping,
 )
-from agentor_temporal.activities._private import clip, heartbeating, waited
+from agentor_temporal.activities._private import clip, heartbeating, token_count, waited
 from agentor_temporal.activities.conversations import encode, full_messages, remember
 from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.store.encoding import encodable
@@ -159,11 +159,7 @@ def _usage(raw: Any) -> dict[str, int]:
         return {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
 
     def count(name: str) -> int:
-        value = getattr(usage, name, 0)
-        try:
-            return int(value or 0)
-        except (TypeError, ValueError):
-            return 0
+        return token_count(getattr(usage, name, 0))
 
     return {
         "input_tokens": count("prompt_tokens"),
@@ -290,6 +286,14 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             function["arguments"] = (
                 f"<arguments nested {depth} levels deep, over the {MAX_ARGUMENT_DEPTH} accepted>"
             )
+    if len(result.calls) > policies.MAX_CALLS_PER_REPLY:
+        raise ApplicationError(
+            f"The model asked for {len(result.calls)} tool calls in turn {inp.turn}, over the "
+            f"{policies.MAX_CALLS_PER_REPLY} one reply may ask for; the run failed without "
+            "retrying",
+            type="ModelReplyTooLarge",
+            non_retryable=True,
+        )
     size = encoded_size([result.text, result.reasoning, result.calls])
     if size > policies.MAX_REPLY_BYTES:
         # asking again would be paid for again, and answered as large

@@ -13,8 +13,13 @@ from typing import Any
 from temporalio import activity
 
 from agentor_temporal.activities import _redact
+from agentor_temporal.activities._private import token_count
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
-from agentor_temporal.workflows.policies import DELTA_BATCH_INTERVAL, DELTAS_TOPIC
+from agentor_temporal.workflows.policies import (
+    DELTA_BATCH_INTERVAL,
+    DELTAS_TOPIC,
+    MAX_REPLY_BYTES,
+)
 
 #: Called with each text delta as it arrives (e.g. to publish it to the run).
 DeltaSink = Callable[[str], Awaitable[None]]
@@ -41,13 +46,14 @@ async def stream_completion(
     reasoning: list[str] = []
     partial: dict[int, dict[str, str]] = {}
     usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    streamed = 0
     async for chunk in stream:
         raw_usage = getattr(chunk, "usage", None)
         if raw_usage is not None:
             usage = {
-                "input_tokens": int(getattr(raw_usage, "prompt_tokens", 0) or 0),
-                "output_tokens": int(getattr(raw_usage, "completion_tokens", 0) or 0),
-                "total_tokens": int(getattr(raw_usage, "total_tokens", 0) or 0),
+                "input_tokens": token_count(getattr(raw_usage, "prompt_tokens", 0)),
+                "output_tokens": token_count(getattr(raw_usage, "completion_tokens", 0)),
+                "total_tokens": token_count(getattr(raw_usage, "total_tokens", 0)),
             }
         if not chunk.choices:
             continue
@@ -56,6 +62,14 @@ async def stream_completion(
             continue
         if delta.content:
             text.append(delta.content)
+            streamed += len(delta.content)
+            if streamed > MAX_REPLY_BYTES:
+                # past what a run records of one reply: `generate` refuses it;
+                # publishing the rest would only fill the run's history
+                close = getattr(stream, "close", None)
+                if close is not None:
+                    await close()
+                break
             if on_delta is not None:
                 await on_delta(delta.content)
         for attr in ("reasoning_content", "reasoning"):

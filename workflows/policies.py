@@ -232,6 +232,13 @@ MAX_FOLD_BYTES = 256_000
 #: the run, one payload (before: a reply over 2 MB was asked for again and
 #: again, one over ~700 KB failed the run's last workflow task for ever).
 MAX_REPLY_BYTES = 512_000
+#: Tool calls one reply may ask for: more fails the run at once, saying so
+#: (Temporal refuses a workflow task that would leave over 2,000 activities
+#: pending, and would refuse it again on every retry).
+MAX_CALLS_PER_REPLY = 500
+#: Token counts a provider reports are taken up to this (AgentTokens is a
+#: 64-bit search attribute; a count past it would fail every workflow task).
+MAX_TOKEN_COUNT = 2**53
 #: `local_model_calls`: a request whose messages and unjournaled events come to
 #: more than this goes as an activity, as it would without the option (a
 #: local activity's marker carries its request, in the same workflow task

@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from agentor_temporal import FileStore, TemporalStore, function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
+from agentor_temporal.testing import CallTool, Raw, Reply, ScriptedModelServer, Step
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow, policies
 from agentor_temporal.workflows.policies import (
@@ -25,6 +25,7 @@ from agentor_temporal.workflows.policies import (
     MAX_TOOL_RESULT_BYTES,
     MAX_TURN_RESULT_BYTES,
 )
+from agentor_temporal.workflows.status import AGENT_TOKENS
 
 from helpers import weather_agent
 
@@ -236,3 +237,67 @@ async def test_a_long_final_answer_after_a_turn_of_big_results_is_recorded(
     ]
     # the first request is small: local when asked; the second carries ~1 MB
     assert ("generate-1" in scheduled) != local and "generate-2" in scheduled
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
+async def test_a_reply_asking_for_too_many_calls_fails_the_run_once(
+    local: bool, client: Client, task_queue: str
+) -> None:
+    """2,001 calls in one reply: Temporal would refuse the task scheduling them, forever.
+
+    The run fails at once instead, saying why, with one request paid.
+    """
+    calls = [CallTool("dump", {"kind": "ascii"}, id=f"c{n}") for n in range(2001)]
+    with ScriptedModelServer([calls] * 3) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[dump],
+            **_local(local),  # type: ignore[arg-type]
+        )
+        result = await asyncio.wait_for(agent.arun("Dump a lot."), 60)
+        assert model.request_count == 1
+    assert result.status == "failed"
+    assert result.error is not None and "asked for 2001 tool calls in turn 1" in result.error
+
+
+async def test_token_counts_past_a_search_attribute_are_clamped(
+    client: Client, task_queue: str
+) -> None:
+    """A provider reporting 1e20 tokens: the run completes, its counts held at 2**53."""
+    body = {
+        "id": "chatcmpl-huge",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}
+        ],
+        "usage": {"prompt_tokens": 1e20, "completion_tokens": -5, "total_tokens": 1e20},
+    }
+    with ScriptedModelServer([Raw(body)]) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        result = await asyncio.wait_for(agent.arun("Count."), 60)
+    assert result.status == "completed" and result.final_output == "ok"
+    assert result.usage.input_tokens == result.usage.total_tokens == policies.MAX_TOKEN_COUNT
+    assert result.usage.output_tokens == 0
+    attributes = (
+        await client.get_workflow_handle(result.run_id).describe()
+    ).typed_search_attributes
+    assert attributes.get(AGENT_TOKENS) == policies.MAX_TOKEN_COUNT
+
+
+async def test_a_streamed_reply_over_its_budget_stops_streaming(
+    client: Client, task_queue: str
+) -> None:
+    """A 3 MB streamed reply: deltas stop at the budget, the run fails once, history stays small."""
+    with ScriptedModelServer([Reply("x" * 3_000_000)] * 3) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        events = [e async for e in agent.stream_chat("Say a lot.", stream_text=True)]
+        assert model.request_count == 1
+    deltas = sum(len(e.text or "") for e in events if e.type == "text_delta")
+    assert deltas <= policies.MAX_REPLY_BYTES  # the scripted server sends it in one delta
+    end = events[-1]
+    assert end.type == "run_end" and end.status == "failed"
+    assert "over the 0.5 MB a run records of one reply" in str(end.error)
