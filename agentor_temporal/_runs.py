@@ -191,6 +191,9 @@ async def send_decision(client: Client, run_id: str, decision: Decision) -> dict
     validate_run_id(run_id)
     if not isinstance(decision.call_id, str) or not decision.call_id:
         raise ValueError("call_id must be a non-empty string")
+    problem = decision.problem()
+    if problem is not None:
+        raise ValueError(problem)
     await check_waiting(client, run_id)
     handle = client.get_workflow_handle(run_id)
     try:

@@ -63,6 +63,12 @@ class Approvals:
     def check(self, decision: Decision) -> None:
         """Refuse a decision the run cannot take (typed `ApplicationError`)."""
         run_id = workflow.info().workflow_id
+        problem = decision.problem()
+        if problem is not None:
+            # refused by the validator: nothing of it reaches history
+            raise ApplicationError(
+                f"Run {run_id!r} refused the decision: {problem}.", type="BadDecision"
+            )
         taken = self.decisions.get(self._key(decision.call_id))
         if taken is not None:
             verdict = "approved" if taken.approved else "denied"

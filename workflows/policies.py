@@ -236,6 +236,10 @@ MAX_REPLY_BYTES = 512_000
 #: (Temporal refuses a workflow task that would leave over 2,000 activities
 #: pending, and would refuse it again on every retry).
 MAX_CALLS_PER_REPLY = 500
+#: Characters of a decision's reason, and of who decided: the reason is
+#: recorded in the run's log (and told the model on a denial), and carried over
+#: continue-as-new with the decision; a megabyte of it wedged the run.
+MAX_DECISION_TEXT = 4_000
 #: Token counts a provider reports are taken up to this (AgentTokens is a
 #: 64-bit search attribute; a count past it would fail every workflow task).
 MAX_TOKEN_COUNT = 2**53

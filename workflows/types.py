@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentor_temporal.store.events import Event, Usage
+from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
 
 #: Input keys a plain client may send; anything else is refused by name.
 _INPUT_KEYS = frozenset(
@@ -370,6 +371,19 @@ class Decision:
     reason: str | None = None
     #: who decided, when the caller says
     by: str | None = None
+
+    def problem(self) -> str | None:
+        """Why the decision cannot be taken as given (None when it can)."""
+        for name in ("reason", "by"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                return f"{name} must be text, got {type(value).__name__}"
+            if value is not None and len(value) > MAX_DECISION_TEXT:
+                return (
+                    f"{name} is {len(value):,} characters; a decision's {name} may have at "
+                    f"most {MAX_DECISION_TEXT:,}"
+                )
+        return None
 
 
 @dataclass

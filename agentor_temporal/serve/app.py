@@ -42,6 +42,7 @@ from agentor_temporal.serve._compat import chat_chunks
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, keepalive, run_frames
 from agentor_temporal.serve._state import Agents, ApiError, check_run_id, snapshot
 from agentor_temporal.store import new_run_id
+from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
 
 logger = logging.getLogger("agentor_temporal.serve")
 
@@ -98,8 +99,8 @@ class DecisionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     approve: bool
-    reason: str | None = None
-    by: str | None = None
+    reason: str | None = Field(default=None, max_length=MAX_DECISION_TEXT)
+    by: str | None = Field(default=None, max_length=MAX_DECISION_TEXT)
 
 
 def _token_matches(supplied: str | None, token: str) -> bool:

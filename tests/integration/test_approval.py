@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.workflows import Decision
 
 import agentor_ref
 from helpers import finish, ledger_lines, spawn, transfer_tool, weather_agent, weather_tool
@@ -337,3 +338,36 @@ async def test_a_decision_no_worker_takes_raises_instead_of_waiting_for_ever(
                 30,
             )
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+async def test_a_decision_with_a_huge_reason_is_refused_and_the_run_goes_on(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A megabyte of reason, from the facade or a plain Temporal client: refused, nothing kept.
+
+    Before: the run took it, recorded it in its log, told the model, carried it
+    over continue-as-new, and its next journal step went past Temporal's 2 MB
+    payload limit, failing every workflow task from then on.
+    """
+    huge = "r" * 1_200_000
+    with ScriptedModelServer(pay_script()) as model:
+        agent = approval_agent(model, client, task_queue, ledger)
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        run_id = paused.run_id
+        with pytest.raises(ValueError, match="reason is 1,200,000 characters"):
+            await agent.adeny(run_id, "call_pay", huge)  # type: ignore[attr-defined]
+        # a plain client skips the facade: the run's own validator refuses it
+        async with agent._serving(client):  # type: ignore[attr-defined]
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await client.get_workflow_handle(run_id).execute_update(
+                    "decide", Decision("call_pay", False, None, by=huge), result_type=dict
+                )
+        assert "by is 1,200,000 characters" in str(refused.value.cause)
+        await agent.adeny(run_id, "call_pay", "over the limit", by="alice")  # type: ignore[attr-defined]
+        result = await agent.aresume(run_id)  # type: ignore[attr-defined]
+    assert result.status == "completed"
+    decided = [e for e in result.events if e.type == "approval_decision"]
+    assert [(e.status, e.text, e.result) for e in decided] == [
+        ("denied", "over the limit", "alice")
+    ]
+    assert ledger_lines(ledger) and not any("transfer" in line for line in ledger_lines(ledger))
