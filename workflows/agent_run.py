@@ -522,7 +522,12 @@ class AgentRunWorkflow:
             f"Turn {turn} of {seg.budget}: running {running} · {self._tokens()} tokens so far"
         )
         fold = self._journal_in_activities()
-        if not fold:
+        if not fold or (
+            # too large to ride with the first call: in history now, not with
+            # the results (asked only then: older runs replay unchanged)
+            self._journal.pending_bytes() > policies.MAX_FOLD_BYTES
+            and adopted(policies.PATCH_TURN_ARGS_BUDGET)
+        ):
             await self._journal.flush(seg.spec.name, seg.spec.mirror)
         return await self._tools.run_turn(seg.spec, calls, turn, disabled, fold=fold)
 

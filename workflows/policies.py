@@ -143,6 +143,13 @@ PATCH_JOURNAL_IN_ACTIVITIES = "journal-in-activities"
 #: id another call of a tool that may need approval uses is refused (before:
 #: a reused id's call ran, or was denied, on the earlier call's decision).
 PATCH_CALL_USES = "call-uses"
+#: A turn whose calls' arguments are large: its events go into history before
+#: the tools run (they were left for the next step, with the results), and its
+#: results are cut to MAX_TURN_RESULT_BYTES less those arguments (each result
+#: repeats its call's arguments). Before, four calls of 115 KB arguments
+#: returning 300 KB each made one journal step of 2.4 MB: every workflow task
+#: failed from then on.
+PATCH_TURN_ARGS_BUDGET = "turn-args-budget"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, so a replay reads the level the run began
@@ -153,7 +160,7 @@ PATCH_CALL_USES = "call-uses"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 2
+BEHAVIOUR = 3
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -166,6 +173,7 @@ ADOPTED = {
     PATCH_CONVERSATION_REFS: 1,
     PATCH_JOURNAL_IN_ACTIVITIES: 1,
     PATCH_CALL_USES: 2,
+    PATCH_TURN_ARGS_BUDGET: 3,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most

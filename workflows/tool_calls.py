@@ -277,12 +277,13 @@ class ToolCalls:
         to record, which wedges the run in workflow-task retries.
         """
         sizes = [encoded_size(e.result) for e in results]
-        if sum(sizes) <= policies.MAX_TURN_RESULT_BYTES or not adopted(
-            policies.PATCH_TURN_RESULT_BUDGET
-        ):
+        budget = policies.MAX_TURN_RESULT_BYTES
+        args = sum(encoded_size(e.args) for e in results if e.args)
+        # asked only when the arguments matter: older runs replay unchanged
+        if sum(sizes) + args > budget and args and adopted(policies.PATCH_TURN_ARGS_BUDGET):
+            budget = max(budget - args, budget // 4)
+        if sum(sizes) <= budget or not adopted(policies.PATCH_TURN_RESULT_BUDGET):
             return
-        for event, limit in zip(
-            results, share_budget(sizes, policies.MAX_TURN_RESULT_BYTES), strict=True
-        ):
+        for event, limit in zip(results, share_budget(sizes, budget), strict=True):
             if limit is not None and event.result is not None:
                 event.result = clip_to_size(event.result, limit)

@@ -236,6 +236,35 @@ REUSED_IDS_IN_TURN: Scenario = (
     20,
 )
 
+
+async def _big_args(agent: Agentor) -> str:
+    result = await agent.arun("Pad four times.")
+    assert result.status == "completed" and result.final_output == "done"
+    return str(result.run_id)
+
+
+@function_tool
+def pad(data: str, n: int) -> str:
+    """Take a lot, give back a lot.
+
+    Args:
+        data: Anything.
+        n: How many characters to return.
+    """
+    return "y" * n
+
+
+#: Large arguments and results in one turn (PATCH_TURN_ARGS_BUDGET).
+BIG_ARGS: Scenario = (
+    [
+        [CallTool("pad", {"data": "x" * 115_000, "n": 300_000}, id=f"c{i}") for i in range(4)],
+        Reply("done"),
+    ],
+    lambda: [pad],
+    _big_args,
+    20,
+)
+
 SCENARIOS: dict[str, Scenario] = {
     "approval_history": APPROVAL,
     # the approval run again, recorded once runs kept AgentStatus/AgentTokens
@@ -270,6 +299,9 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_1_reused_ids_history": REUSED_IDS,
     # recorded at level 2: every call with a reused id waits for its own decision
     "behaviour_2_reused_ids_history": REUSED_IDS_IN_TURN,
+    # recorded at level 3: a turn's large arguments go into history before its
+    # tools run, and its results are cut to leave them room
+    "behaviour_3_big_args_history": BIG_ARGS,
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,

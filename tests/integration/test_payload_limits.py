@@ -301,3 +301,53 @@ async def test_a_streamed_reply_over_its_budget_stops_streaming(
     end = events[-1]
     assert end.type == "run_end" and end.status == "failed"
     assert "over the 0.5 MB a run records of one reply" in str(end.error)
+
+
+@function_tool
+def pad(data: str, n: int) -> str:
+    """Take a lot, give back a lot.
+
+    Args:
+        data: Anything.
+        n: How many characters to return.
+    """
+    return "y" * n
+
+
+#: Four calls of 115 KB arguments, each returning 300 KB: with the arguments
+#: repeated in each call's events, one journal step would hold 2.4 MB.
+BIG_ARGS: list[Step] = [
+    [CallTool("pad", {"data": "x" * 115_000, "n": 300_000}, id=f"c{i}") for i in range(4)],
+    Reply("done"),
+]
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
+async def test_a_turn_of_large_arguments_and_results_is_recorded(
+    local: bool, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Large arguments and results in one turn: the run ends, its log whole and replayable.
+
+    Before: the turn's events waited for the next step together with its
+    results, 2.4 MB in one journal step, and every workflow task failed.
+    """
+    with ScriptedModelServer(BIG_ARGS) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[pad],
+            store=FileStore(tmp_path),
+            **_local(local),  # type: ignore[arg-type]
+        )
+        result = await asyncio.wait_for(agent.arun("Pad four times."), 60)
+        assert model.request_count == 2
+    assert result.status == "completed" and result.final_output == "done"
+    results = [e for e in result.events if e.type == "tool_result"]
+    # the results were cut to leave room for the arguments they repeat
+    args = sum(len(json.dumps(e.args)) for e in results)
+    assert sum(_encoded(e.result) for e in results) <= MAX_TURN_RESULT_BYTES - args + 4_000
+    projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
+    assert [e.to_dict() for e in FileStore(tmp_path).load(result.run_id)] == projected
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
