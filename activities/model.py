@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.activities._definition import definition_for
@@ -237,6 +237,18 @@ async def _conversation(inp: GenerateInput) -> tuple[list[dict[str, Any]], bytes
 async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResult:
     """Ask the model once; heartbeat while waiting (and stream deltas if asked)."""
     agent = await definition_for(registry, inp.agent, inp.fingerprint, f"turn {inp.turn}")
+    if inp.task_started is not None:
+        late = time.time() - inp.task_started
+        if late > policies.LOCAL_START_LIMIT.total_seconds():
+            # its workflow task may time out before the answer is recorded,
+            # and the answer would be lost with it: not asked here
+            raise ApplicationError(
+                f"turn {inp.turn}'s local request would begin {late:.1f} s into its workflow "
+                "task; the run asks in an activity instead",
+                type=policies.LOCAL_CALL_LATE,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            )
     try:
         client = registry.openai_client(agent)
     except ValueError as exc:

@@ -48,6 +48,10 @@ class GenerateInput:
     #: here (no `journal` local activity before the request) and the worker
     #: mirrors them before asking the model (see `Journal.fold`)
     journal: JournalInput | None = None
+    #: a local request: when its workflow task started (`workflow.now()`); a
+    #: request that would begin past `policies.LOCAL_START_LIMIT` of it is
+    #: refused before the model is asked, and the run asks in an activity
+    task_started: float | None = None
 
 
 @dataclass

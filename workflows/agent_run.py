@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 from dataclasses import asdict
 from typing import Any
@@ -430,32 +431,11 @@ class AgentRunWorkflow:
             position=self._journal.position if base is not None else None,
             fingerprint=spec.fingerprint,
             journal=folded,
+            task_started=workflow.now().timestamp() if local else None,
         )
-        summary = f"{spec.model}, turn {turn}"
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
-            call = (
-                workflow.execute_local_activity(
-                    policies.GENERATE,
-                    inp,
-                    result_type=GenerateResult,
-                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
-                    retry_policy=policies.MODEL_RETRY_POLICY,
-                    activity_id=activity_id,
-                    summary=summary,
-                )
-                if local
-                else workflow.execute_activity(
-                    policies.GENERATE,
-                    inp,
-                    result_type=GenerateResult,
-                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
-                    heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
-                    retry_policy=policies.MODEL_RETRY_POLICY,
-                    activity_id=activity_id,
-                    summary=summary,
-                )
-            )
+            call = self._ask(inp, activity_id, f"{spec.model}, turn {turn}", local=local)
             gen: GenerateResult = await self._observer.trace.generation(
                 spec.model, turn, request, call
             )
@@ -495,6 +475,40 @@ class AgentRunWorkflow:
         )
         conversation.recorded(position)
         return gen
+
+    async def _ask(
+        self, inp: GenerateInput, activity_id: str, summary: str, *, local: bool
+    ) -> GenerateResult:
+        """The model's answer: from a local activity, or an activity (also when that came late)."""
+        if local:
+            try:
+                result: GenerateResult = await workflow.execute_local_activity(
+                    policies.GENERATE,
+                    inp,
+                    result_type=GenerateResult,
+                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+                    retry_policy=policies.MODEL_RETRY_POLICY,
+                    activity_id=activity_id,
+                    summary=summary,
+                )
+                return result
+            except (ActivityError, ApplicationError) as exc:
+                cause = exc.cause if isinstance(exc, ActivityError) else exc
+                if getattr(cause, "type", None) != policies.LOCAL_CALL_LATE:
+                    raise
+            # the worker was too busy to ask promptly: the model was not asked
+            inp = dataclasses.replace(inp, task_started=None)
+        result = await workflow.execute_activity(
+            policies.GENERATE,
+            inp,
+            result_type=GenerateResult,
+            start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+            heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
+            retry_policy=policies.MODEL_RETRY_POLICY,
+            activity_id=activity_id,
+            summary=summary,
+        )
+        return result
 
     async def _run_tools(
         self, seg: Setup, calls: list[dict[str, Any]], turn: int, disabled: list[str]

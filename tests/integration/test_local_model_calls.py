@@ -9,6 +9,7 @@ place history keeps it, and `TemporalStore` reads it from there.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from agentor_temporal.testing import (
     Reply,
     ScriptedModelServer,
 )
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.agent_run import CANCELLED
 
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, until, weather_agent
@@ -216,3 +218,37 @@ async def test_a_request_longer_than_the_workflow_task_timeout_is_asked_once(
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
     # the task was kept alive: more than the two a run without waiting takes
     assert kinds.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED) >= 4
+
+
+async def test_a_local_request_that_would_start_late_goes_as_an_activity(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker too busy to ask promptly does not ask inside its workflow task.
+
+    Such a task may time out before the answer is recorded, and the request
+    would be made (and paid for) again. The local request refuses before the
+    model is asked, and the run asks in an activity: each request made once.
+    """
+    # every local request counts as late here
+    monkeypatch.setattr(policies, "LOCAL_START_LIMIT", timedelta(0))
+    store = FileStore(tmp_path)
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=store,
+        local_model_calls=True,
+    )
+    result = await agent.arun(PROMPT)
+    assert result.status == "completed" and result.final_output == ANSWER
+    assert model.request_count == 2
+    scheduled, markers = await _mode(client, result.run_id)
+    assert scheduled == ["generate", "call_tool", "generate"]
+    assert markers.count("generate") == 2  # the refusals, recorded as failed markers
+    projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
+    assert [e["type"] for e in projected] == SEED_EVENT_TYPES
+    assert [e.to_dict() for e in store.load(result.run_id)] == projected
