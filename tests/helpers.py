@@ -375,3 +375,14 @@ def plain_agent(ledger: str | None = None, **overrides: Any) -> Agentor:
         options["store"] = FileStore(store_dir) if store_dir else None
     options.update(overrides)
     return weather_agent(**options)
+
+
+@function_tool
+def pad(data: str, n: int) -> str:
+    """Take a lot, give back a lot.
+
+    Args:
+        data: Anything.
+        n: How many characters to return.
+    """
+    return "y" * n

@@ -34,7 +34,7 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 
-from helpers import transfer_tool, weather_agent, weather_tool
+from helpers import pad, transfer_tool, weather_agent, weather_tool
 from sandbox_probe import SandboxProbe
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -241,17 +241,6 @@ async def _big_args(agent: Agentor) -> str:
     result = await agent.arun("Pad four times.")
     assert result.status == "completed" and result.final_output == "done"
     return str(result.run_id)
-
-
-@function_tool
-def pad(data: str, n: int) -> str:
-    """Take a lot, give back a lot.
-
-    Args:
-        data: Anything.
-        n: How many characters to return.
-    """
-    return "y" * n
 
 
 #: Large arguments and results in one turn (PATCH_TURN_ARGS_BUDGET).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -27,7 +28,7 @@ from agentor_temporal.workflows.policies import (
 )
 from agentor_temporal.workflows.status import AGENT_TOKENS
 
-from helpers import weather_agent
+from helpers import pad, weather_agent
 
 MB = 1024 * 1024
 
@@ -163,8 +164,27 @@ async def test_histories_from_before_the_limits_still_replay(
     await _replays(client, result.run_id)
 
 
-def _local(local: bool) -> dict[str, object]:
-    return {"local_model_calls": True} if local else {}
+def _agent(
+    model: ScriptedModelServer, client: Client, task_queue: str, local: bool, **kw: Any
+) -> Any:
+    """The weather agent with these tools, asking the model locally or not."""
+    return weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        local_model_calls=local,
+        **kw,
+    )
+
+
+async def _failed_at_once(script: list[Step], client: Client, task_queue: str, local: bool) -> Any:
+    """The run's result when the model plays `script`: failed, after one request."""
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, local, tools=[dump])
+        result = await asyncio.wait_for(agent.arun("Say a lot."), 60)
+        assert model.request_count == 1
+    assert result.status == "failed"
+    return result
 
 
 @pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
@@ -183,17 +203,7 @@ async def test_a_reply_over_its_budget_fails_the_run_once(
     """
     big = "x" * size
     step: Step = Reply(big) if kind == "text" else CallTool("dump", {"kind": big})
-    with ScriptedModelServer([step] * 5) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[dump],
-            **_local(local),  # type: ignore[arg-type]
-        )
-        result = await asyncio.wait_for(agent.arun("Say a lot."), 60)
-        assert model.request_count == 1
-    assert result.status == "failed"
+    result = await _failed_at_once([step] * 5, client, task_queue, local)
     assert result.error is not None and "over the 0.5 MB a run records of one reply" in result.error
     assert [e.type for e in result.events] == ["run_start", "run_end"]
 
@@ -214,13 +224,13 @@ async def test_a_long_final_answer_after_a_turn_of_big_results_is_recorded(
         Reply(answer),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = _agent(
+            model,
+            client,
+            task_queue,
+            local,
             tools=[dump],
             store=FileStore(tmp_path),
-            **_local(local),  # type: ignore[arg-type]
         )
         result = await asyncio.wait_for(agent.arun("Dump four times, then answer."), 60)
     assert result.status == "completed" and result.final_output == answer
@@ -248,17 +258,7 @@ async def test_a_reply_asking_for_too_many_calls_fails_the_run_once(
     The run fails at once instead, saying why, with one request paid.
     """
     calls = [CallTool("dump", {"kind": "ascii"}, id=f"c{n}") for n in range(2001)]
-    with ScriptedModelServer([calls] * 3) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[dump],
-            **_local(local),  # type: ignore[arg-type]
-        )
-        result = await asyncio.wait_for(agent.arun("Dump a lot."), 60)
-        assert model.request_count == 1
-    assert result.status == "failed"
+    result = await _failed_at_once([calls] * 3, client, task_queue, local)
     assert result.error is not None and "asked for 2001 tool calls in turn 1" in result.error
 
 
@@ -303,17 +303,6 @@ async def test_a_streamed_reply_over_its_budget_stops_streaming(
     assert "over the 0.5 MB a run records of one reply" in str(end.error)
 
 
-@function_tool
-def pad(data: str, n: int) -> str:
-    """Take a lot, give back a lot.
-
-    Args:
-        data: Anything.
-        n: How many characters to return.
-    """
-    return "y" * n
-
-
 #: Four calls of 115 KB arguments, each returning 300 KB: with the arguments
 #: repeated in each call's events, one journal step would hold 2.4 MB.
 BIG_ARGS: list[Step] = [
@@ -332,13 +321,13 @@ async def test_a_turn_of_large_arguments_and_results_is_recorded(
     results, 2.4 MB in one journal step, and every workflow task failed.
     """
     with ScriptedModelServer(BIG_ARGS) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = _agent(
+            model,
+            client,
+            task_queue,
+            local,
             tools=[pad],
             store=FileStore(tmp_path),
-            **_local(local),  # type: ignore[arg-type]
         )
         result = await asyncio.wait_for(agent.arun("Pad four times."), 60)
         assert model.request_count == 2
