@@ -224,6 +224,20 @@ def dev_server_status(
     )
 
 
+def _serving(port: int) -> bool:
+    """Whether the dev server on `port` reports its frontend healthy (SERVING)."""
+    try:
+        done = subprocess.run(
+            [temporal_binary(), "operator", "cluster", "health", "--address", f"{DEV_HOST}:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and done.stdout.split()[-1:] == ["SERVING"]
+
+
 def start_dev_server(
     data_dir: str | os.PathLike[str] = DEV_DATA_DIR,
     port: int = DEV_PORT,
@@ -303,7 +317,9 @@ def start_dev_server(
                     f"The embedded Temporal dev server exited with code {process.returncode} "
                     f"(is port {port} or {ui_port} taken?). Its log, {log_path}:\n{tail}"
                 )
-            if _port_open(DEV_HOST, port):
+            # an open port is not yet a server that answers: its frontend
+            # refuses clients ("not healthy yet") for a moment after
+            if _port_open(DEV_HOST, port) and _serving(port):
                 return DevServer(
                     address=f"localhost:{port}",
                     ui_url=f"http://localhost:{ui_port}",
