@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from agentor_temporal import FileStore, TemporalStore, function_tool
@@ -177,6 +177,17 @@ def _agent(
     )
 
 
+async def _recorded_whole(
+    client: Client, run_id: str, store: Path
+) -> tuple[WorkflowHistory, list[dict[str, Any]]]:
+    """(history, log) of a run whose JSONL mirror equals its log and whose history replays."""
+    projected = [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
+    assert [e.to_dict() for e in FileStore(store).load(run_id)] == projected
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+    return history, projected
+
+
 async def _failed_at_once(script: list[Step], client: Client, task_queue: str, local: bool) -> Any:
     """The run's result when the model plays `script`: failed, after one request."""
     with ScriptedModelServer(script) as model:
@@ -234,12 +245,9 @@ async def test_a_long_final_answer_after_a_turn_of_big_results_is_recorded(
         )
         result = await asyncio.wait_for(agent.arun("Dump four times, then answer."), 60)
     assert result.status == "completed" and result.final_output == answer
-    projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
+    history, projected = await _recorded_whole(client, result.run_id, tmp_path)
     assert [e["type"] for e in projected][-3:] == ["generation", "message", "run_end"]
-    assert [e.to_dict() for e in FileStore(tmp_path).load(result.run_id)] == projected
     assert [e.to_dict() for e in result.events] == projected
-    history = await client.get_workflow_handle(result.run_id).fetch_history()
-    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
     scheduled = [
         e.activity_task_scheduled_event_attributes.activity_id
         for e in history.events
@@ -336,7 +344,4 @@ async def test_a_turn_of_large_arguments_and_results_is_recorded(
     # the results were cut to leave room for the arguments they repeat
     args = sum(len(json.dumps(e.args)) for e in results)
     assert sum(_encoded(e.result) for e in results) <= MAX_TURN_RESULT_BYTES - args + 4_000
-    projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
-    assert [e.to_dict() for e in FileStore(tmp_path).load(result.run_id)] == projected
-    history = await client.get_workflow_handle(result.run_id).fetch_history()
-    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+    await _recorded_whole(client, result.run_id, tmp_path)
