@@ -21,6 +21,7 @@ from peer_workflow import PeerWeatherWorkflow, get_weather
 from scenarios import PROMPT, Scenario
 
 NAME = "Temporal OpenAI Agents integration"
+LOCAL_NAME = "Temporal OpenAI Agents integration, local model activities"
 
 
 class Peer(Scenario):
@@ -28,9 +29,14 @@ class Peer(Scenario):
 
     name = NAME
 
-    def __init__(self, address: str, model_url: str) -> None:
+    def __init__(self, address: str, model_url: str, local: bool = False) -> None:
         self.address = address
         self.model_url = model_url
+        #: the integration's own opt-in (`use_local_activity`): model calls as
+        #: local activities, the counterpart of our `local_model_calls`
+        self.local = local
+        if local:
+            self.name = LOCAL_NAME
         self.queue = f"bench-peer-{uuid.uuid4().hex[:6]}"
 
     async def __aenter__(self) -> Peer:
@@ -42,7 +48,9 @@ class Peer(Scenario):
         set_tracing_disabled(True)
         plugin = OpenAIAgentsPlugin(
             # the quickstart's model timeout
-            model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=30)),
+            model_params=ModelActivityParameters(
+                start_to_close_timeout=timedelta(seconds=30), use_local_activity=self.local
+            ),
             model_provider=OpenAIProvider(
                 openai_client=AsyncOpenAI(base_url=self.model_url, api_key="bench", max_retries=0),
                 use_responses=False,

@@ -12,15 +12,17 @@ REQUESTS = 2
 
 A, B = "floor A (bare engine)", "floor B (no durability)"
 PEER = "Temporal OpenAI Agents integration"
+PEER_LOCAL = "Temporal OpenAI Agents integration, local model activities"
 OFF, ON = "ours, FileStore mirror off", "ours, FileStore mirror on"
 LOCAL = "ours, FileStore mirror off, local model calls"
-ORDER = [A, B, PEER, OFF, ON, LOCAL]
+ORDER = [A, B, PEER, PEER_LOCAL, OFF, ON, LOCAL]
 #: how the targets name each of our set-ups (the ratios' keys)
 SETUPS = {"off": "ours (mirror off)", "on": "ours (mirror on)", "local": "ours (local model calls)"}
 SHORT = {
     A: "floor A",
     B: "floor B",
     PEER: "OpenAI Agents\n(Temporal)",
+    PEER_LOCAL: "OpenAI Agents\n(local model\nactivities)",
     OFF: "ours\n(no mirror)",
     ON: "ours\n(FileStore)",
     LOCAL: "ours\n(local model\ncalls)",
@@ -155,6 +157,15 @@ def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
                 1.15,
                 "le",
             )
+        )
+    like = "peer, local model activities (local)"
+    if f"throughput vs {like}" in r:
+        lines.append(
+            "| like for like, not a target: ours (local model calls) against the integration "
+            "with its own local model activities (`use_local_activity=True`): throughput at "
+            f"{level} in flight, latency at model 0 ms and at 200 ms | "
+            f"{r[f'throughput vs {like}']:.2f}x, {r[f'latency 0ms vs {like}']:.2f}x, "
+            f"{r[f'latency 200ms vs {like}']:.2f}x | reported |"
         )
     lines.append("")
 

@@ -33,6 +33,7 @@ from peer import Peer  # noqa: E402
 from scenarios import FloorA, FloorB, Ours, Scenario  # noqa: E402
 
 A, B, PEER = "floor A (bare engine)", "floor B (no durability)", Peer.name
+PEER_LOCAL = "Temporal OpenAI Agents integration, local model activities"
 OFF, ON = "ours, FileStore mirror off", "ours, FileStore mirror on"
 LOCAL = "ours, FileStore mirror off, local model calls"
 #: model requests one run needs (the seed's run: 2 generations)
@@ -50,6 +51,7 @@ def scenarios(address: str, client: Any, model_url: str) -> list[Scenario]:
         FloorA(client),
         FloorB(model_url),
         Peer(address, model_url),
+        Peer(address, model_url, local=True),
         Ours(client, model_url, mirror=False),
         Ours(client, model_url, mirror=True),
         Ours(client, model_url, mirror=False, local=True),
@@ -340,6 +342,16 @@ def ratios(out: dict[str, Any]) -> dict[str, Any]:
             lat200[ours]["median"] / lat200[B]["median"]
         )
         result[f"latency 0ms vs floor A ({mirror})"] = lat0[ours]["median"] / lat0[A]["median"]
+    # the like-for-like pair: model calls as local activities on both sides
+    result["throughput vs peer, local model activities (local)"] = (
+        tp[LOCAL][level] / tp[PEER_LOCAL][level]
+    )
+    result["latency 0ms vs peer, local model activities (local)"] = (
+        lat0[LOCAL]["median"] / lat0[PEER_LOCAL]["median"]
+    )
+    result["latency 200ms vs peer, local model activities (local)"] = (
+        lat200[LOCAL]["median"] / lat200[PEER_LOCAL]["median"]
+    )
     return result
 
 
