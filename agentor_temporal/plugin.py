@@ -348,6 +348,11 @@ class AgentorPlugin(SimplePlugin):
                 "Client.connect(..., plugins=[AgentorPlugin(..., metrics_port=...)]), or "
                 "Client.connect(..., runtime=agentor_temporal.telemetry.metrics_runtime(PORT))"
             )
+        # now, not when the worker starts: a run this process starts may hand
+        # its first workflow task to the worker at once (eager start), and that
+        # task's 5 s clock ran while the worker imported (3-4 s on a loaded
+        # machine, and once past the 5 s: a task timed out, a run 5 s late)
+        preload()
         return tune(config) if self.tune_worker else config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
@@ -358,7 +363,6 @@ class AgentorPlugin(SimplePlugin):
         if not self.registry.search_attributes:
             await ensure_search_attributes(worker.client, self.registry)
         tune_allocator(arenas=False)
-        preload()
         self.registry.open_clients()
         trimming = asyncio.create_task(keep_memory_trimmed())
         meter = telemetry.runtime_meter(worker.client)

@@ -217,3 +217,40 @@ async def test_the_plugin_encrypts_a_users_app_when_given_keys(
                 workflows=[OrderWorkflow],
                 plugins=[AgentorPlugin(agents=[agent], encryption_keys=keys)],
             )
+
+
+PRELOAD_PROBE = """
+import asyncio, sys
+from temporalio.client import Client
+from temporalio.worker import Worker
+from agentor_temporal import Agentor, AgentorPlugin
+
+async def main():
+    client = await Client.connect(sys.argv[1])
+    agent = Agentor(name="Probe", model="m", base_url="http://127.0.0.1:9", api_key="k",
+                    temporal=client, embedded_worker=False)
+    before = "openai.resources.chat.completions" in sys.modules
+    Worker(client, task_queue="probe", plugins=[AgentorPlugin([agent])])
+    print(before, "openai.resources.chat.completions" in sys.modules)
+
+asyncio.run(main())
+"""
+
+
+def test_a_worker_imports_what_a_model_call_needs_when_built_not_when_it_runs(
+    temporal_address: str,
+) -> None:
+    """A run this process starts may hand its first task to the worker at once (eager start).
+
+    That task's 5 s timeout runs from the start. Importing the model client
+    when the worker began to run took 3-4 s of it on a loaded machine, and
+    once all of it: the task timed out and the run came 5 s late.
+    """
+    probe = subprocess.run(
+        [sys.executable, "-c", PRELOAD_PROBE, temporal_address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == ["False", "True"]
