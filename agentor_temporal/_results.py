@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
     Client,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -36,6 +39,12 @@ from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import MAX_REQUEST_BYTES
 from agentor_temporal.workflows.redaction import redact
+
+#: how long a caller waits for a worker to answer whether a run is paused
+#: before asking it by update (which waits for a worker as long as it takes)
+PAUSED_QUERY_TIMEOUT = timedelta(seconds=5)
+#: how often a run that refuses more updates is asked again by query
+UPDATES_REFUSED_POLL = 1.0
 
 
 def check_input(input: Any) -> None:
@@ -202,11 +211,38 @@ async def await_result(
 
 
 async def _wait_paused(handle: WorkflowHandle[Any, Any]) -> PausedState | None:
-    """The run's pause, or None when it ended (or cannot say) instead."""
+    """The run's pause, or None when it ended (or cannot say) instead.
+
+    A run already paused answers a query, which leaves no trace in its
+    history; only a run still working is sent the `wait_paused` update. A run
+    that refuses it (Temporal caps an execution's updates) is asked by query
+    again each second, until it pauses or the caller sees it end.
+    """
+    while True:
+        now = await _paused_now(handle)
+        if now is not None:
+            return now
+        try:
+            state: PausedState = await handle.execute_update("wait_paused", result_type=PausedState)
+        except (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            # the SDK turns this task's own cancellation (the run ended first)
+            # into a timeout error: nothing for anyone to retrieve
+            return None
+        except RPCError:
+            # refused: Temporal caps an execution's updates (2,000 by
+            # default); the caller's wait for the run's end stops this one
+            await asyncio.sleep(UPDATES_REFUSED_POLL)
+            continue
+        return state
+
+
+async def _paused_now(handle: WorkflowHandle[Any, Any]) -> PausedState | None:
+    """The run's pause if it is paused now; None if not, or if it cannot answer."""
     try:
-        state: PausedState = await handle.execute_update("wait_paused", result_type=PausedState)
-    except (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
-        # the SDK turns this task's own cancellation (the run ended first)
-        # into a timeout error: nothing for anyone to retrieve
+        raw = await handle.query("paused", rpc_timeout=PAUSED_QUERY_TIMEOUT)
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError):
+        # a worker without the query (an older build), or none answering
         return None
-    return state
+    if not isinstance(raw, dict) or raw.get("status") != "awaiting_approval":
+        return None
+    return PausedState("awaiting_approval", list(raw.get("pending") or []))

@@ -147,10 +147,19 @@ class AgentRunWorkflow:
     async def wait_paused(self) -> PausedState:
         """Return once the run waits only for people (or has ended)."""
         await workflow.wait_condition(lambda: self._closing or self._paused())
+        return self.paused() or PausedState(self._status)  # "continued_as_new": ask the next
+
+    @workflow.query(name="paused")
+    def paused(self) -> PausedState | None:
+        """The run's pause if it waits only for people now, else None.
+
+        A caller asks this first: an update is two history events and a
+        workflow task, and a caller polling a paused run with `resume` once a
+        second would otherwise grow its history without end.
+        """
         if self._paused() and not self._closing:
             return PausedState("awaiting_approval", list(self._approvals.awaiting.values()))
-        # "continued_as_new": ask the next execution
-        return PausedState(self._status)
+        return None
 
     @workflow.update(name="decide")
     def decide(self, decision: Decision) -> dict[str, Any]:
