@@ -32,6 +32,8 @@ T = TypeVar("T")
 
 #: How long a follower keeps re-subscribing after unexpected poll errors.
 RESUBSCRIBE_BACKOFF = (0.1, 0.25, 0.5, 1.0, 2.0)
+#: How often a follower the stream refused reads the run's history instead.
+HISTORY_POLL = 1.0
 
 
 class RunFailedError(RuntimeError):
@@ -151,13 +153,20 @@ async def follow_timed(
             # a newer execution (continue-as-new) is the same run: follow it
             if latest_now is None or latest_now.status != "running":
                 break
-    # closed without a run_end seen live: read what history has
-    segments = await store.segments(run_id)
-    events = await history_events(segments)
+    # closed without a run_end seen live, or the stream refused this follower
+    # (Temporal caps an execution's updates, and each poll is one): read what
+    # history has, again each HISTORY_POLL, until the run's workflow closes
     ended = False
-    for event in events[next_index:]:
-        ended = ended or event.type == "run_end"
-        yield event, None
+    while True:
+        segments = await store.segments(run_id)
+        events = await history_events(segments)
+        for event in events[next_index:]:
+            ended = ended or event.type == "run_end"
+            yield event, None
+        next_index = max(next_index, len(events))
+        if not segments or segments[-1].status != "running":
+            break
+        await asyncio.sleep(HISTORY_POLL)
     if not ended and segments and segments[-1].status not in ("running", "completed"):
         raise RunFailedError(f"Run {run_id!r} {segments[-1].status}: {segments[-1].failure}")
 

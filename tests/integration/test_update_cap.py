@@ -1,11 +1,13 @@
-"""Callers asking after a paused run: no trace in its history, and no hang when updates run out.
+"""Callers and followers of a run past Temporal's cap on an execution's updates.
 
 A caller waiting for a run's pause (`run`, `resume`) used to send the
 `wait_paused` update every time: two history events and a workflow task per
 call, so a service polling a paused run with `resume` grew its history
 without end (towards Temporal's 51,200-event limit), and once the server
-refused more updates for the execution, the caller waited for the run's end
-and never returned the pause.
+refused more updates for the execution (2,000 by default), the caller waited
+for the run's end and never returned the pause. A follower's stream polls are
+updates too: one the server refused stopped following and ended its stream
+before the run's end, without an error.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
 from conftest import SEARCH_ATTRIBUTE_ARGS
-from helpers import transfer_tool, weather_agent
+from helpers import transfer_tool, weather_agent, weather_tool
 
 PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
 #: updates the server takes per execution in the second test (Temporal's default: 2,000)
@@ -116,3 +118,31 @@ async def test_callers_past_the_update_limit_still_get_the_pause(
                 results = await asyncio.gather(first, *callers)
     assert [r.status for r in results] == ["awaiting_approval"] * (UPDATES + 2)
     assert all([p.call_id for p in r.pending_approvals] == ["call_pay"] for r in results)
+
+
+async def test_a_follower_the_stream_refuses_reads_history_to_the_runs_end(
+    few_updates: Client, task_queue: str, ledger: str
+) -> None:
+    client = few_updates
+    # quick turns use up the updates; the last tool outlasts the follower's
+    # re-subscribing (~4 s), during which the run records nothing new
+    cities = ["Oslo", "Rome", "Lima", "slow"]
+    script = [CallTool("get_weather", {"city": city}) for city in cities]
+    with ScriptedModelServer([*script, Reply("All sunny.")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[weather_tool(ledger, delay=6.0, delay_city="slow")],
+            embedded_worker=False,
+            max_turns=len(cities) + 1,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Weather everywhere.")
+            async with asyncio.timeout(60):
+                followed = [e async for e in agent.stream(run_id)]
+            result = await agent.aresume(run_id)
+    assert result.status == "completed" and result.final_output == "All sunny."
+    # every event, in order, ending with the run's end
+    assert [(e.type, e.turn) for e in followed] == [(e.type, e.turn) for e in result.events]
+    assert followed[-1].type == "run_end"
