@@ -5,14 +5,17 @@ was seeded with: a store's (a run continued from a JSONL log that Temporal
 never had: Agentor's own, or one whose history retention removed), or a
 fork's parent events. Pending approvals are read from history, so listing
 them needs no worker; a decision goes to the run through its `decide`
-update, so delivering one does.
+update, so delivering one does. A decision names the turn of the call the
+person saw (read from the run's pending approvals when the sender does not
+say), so a decision delivered after the run moved on to another call with
+the same id is refused instead of deciding that call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from temporalio.client import (
@@ -24,7 +27,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
 from agentor_temporal.codec import EncryptionKeyError
-from agentor_temporal.store import Event, Store, pending_approvals, validate_run_id
+from agentor_temporal.store import (
+    Event,
+    PendingApproval,
+    Store,
+    pending_approvals,
+    validate_run_id,
+)
 from agentor_temporal.workflows import Decision, Segment, TemporalStore
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
@@ -78,6 +87,8 @@ class Waiting:
     args: dict[str, Any] | None
     #: when the run asked (epoch seconds)
     since: float | None
+    #: the turn that asked (what a decision names: models reuse call ids)
+    turn: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (`agentor-temporal pending --json`)."""
@@ -88,6 +99,7 @@ class Waiting:
             "tool": self.tool,
             "args": self.args,
             "waiting_since": self.since,
+            "turn": self.turn,
         }
 
 
@@ -152,9 +164,27 @@ async def waiting_calls(
                     request.name,
                     request.args,
                     request.started_at,
+                    request.turn,
                 )
             )
     return rows
+
+
+async def waiting_turn(client: Client, run_id: str, call_id: str) -> int | None:
+    """The turn of the run's call `call_id` waiting for approval, as its history says.
+
+    None when history shows no such call waiting (or cannot be read): the
+    run's own validator then says what it waits for.
+    """
+    try:
+        latest = await TemporalStore(client).latest(run_id)
+    except (EncryptionKeyError, RPCError) as exc:
+        logger.warning("Could not read the pending approvals of run %s: %s", run_id, exc)
+        return None
+    if latest is None or latest.status != "running":
+        return None
+    turns = [e.turn for e in pending_approvals(latest.events) if e.call_id == call_id]
+    return turns[-1] if turns else None
 
 
 async def check_waiting(client: Client, run_id: str) -> None:
@@ -177,11 +207,27 @@ async def check_waiting(client: Client, run_id: str) -> None:
         )
 
 
+def make_decision(
+    call: str | PendingApproval,
+    approved: bool,
+    reason: str | None = None,
+    by: str | None = None,
+    turn: int | None = None,
+) -> Decision:
+    """A person's decision on `call`: a call id, or a pending approval (whose turn it names)."""
+    if isinstance(call, PendingApproval):
+        return Decision(call.call_id, approved, reason, by, call.turn if turn is None else turn)
+    return Decision(call, approved, reason, by, turn)
+
+
 async def send_decision(client: Client, run_id: str, decision: Decision) -> dict[str, Any]:
     """Deliver a person's decision to a run, through its `decide` update.
 
     Returns the decided request. A worker must be serving the run's task
-    queue: the workflow itself validates and records the decision.
+    queue: the workflow itself validates and records the decision. A
+    decision that names no turn is sent naming the turn of the call with
+    its id that waits now (read from history): if no worker takes it until
+    the run has moved on to another call with that id, it is refused.
 
     Raises:
         KeyError: when Temporal does not know the run.
@@ -191,10 +237,12 @@ async def send_decision(client: Client, run_id: str, decision: Decision) -> dict
     validate_run_id(run_id)
     if not isinstance(decision.call_id, str) or not decision.call_id:
         raise ValueError("call_id must be a non-empty string")
-    problem = decision.problem()
+    problem = decision.problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)
     await check_waiting(client, run_id)
+    if decision.turn is None:
+        decision = replace(decision, turn=await waiting_turn(client, run_id, decision.call_id))
     handle = client.get_workflow_handle(run_id)
     try:
         result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
