@@ -170,8 +170,8 @@ async def waiting_calls(
     return rows
 
 
-async def waiting_turn(client: Client, run_id: str, call_id: str) -> int | None:
-    """The turn of the run's call `call_id` waiting for approval, as its history says.
+async def waiting_call(client: Client, run_id: str, call_id: str) -> PendingApproval | None:
+    """The run's call `call_id` waiting for approval now, as its history says.
 
     None when history shows no such call waiting (or cannot be read): the
     run's own validator then says what it waits for.
@@ -183,25 +183,35 @@ async def waiting_turn(client: Client, run_id: str, call_id: str) -> int | None:
         return None
     if latest is None or latest.status != "running":
         return None
-    turns = [e.turn for e in pending_approvals(latest.events) if e.call_id == call_id]
-    return turns[-1] if turns else None
+    waiting = [e for e in pending_approvals(latest.events) if e.call_id == call_id]
+    if not waiting:
+        return None
+    e = waiting[-1]
+    return PendingApproval(call_id, str(e.name), e.args, e.turn, latest.execution_run_id)
 
 
-async def check_waiting(client: Client, run_id: str) -> None:
-    """Raise unless the run exists and is running (so it can take a decision).
+async def check_waiting(client: Client, run_id: str, execution_run_id: str | None = None) -> None:
+    """Raise unless the run (that execution of it, when given) is running.
 
     Raises:
         KeyError: when Temporal does not know the run.
         ValueError: when it has closed.
     """
     try:
-        description = await client.get_workflow_handle(run_id).describe()
+        handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
+        description = await handle.describe()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise KeyError(f"No run with id {run_id!r} in Temporal") from None
         raise
     if description.status is None or description.status.name != "RUNNING":
         status = description.status.name.lower() if description.status else "unknown"
+        if execution_run_id is not None:
+            raise ValueError(
+                f"The call was asked in an execution of run {run_id!r} that has ended "
+                f"({status}): whatever the run waits for now is another call; read its "
+                "pending approvals again. Nothing changed."
+            )
         raise ValueError(
             f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
         )
@@ -213,21 +223,35 @@ def make_decision(
     reason: str | None = None,
     by: str | None = None,
     turn: int | None = None,
-) -> Decision:
-    """A person's decision on `call`: a call id, or a pending approval (whose turn it names)."""
+) -> tuple[Decision, str | None]:
+    """A person's decision on `call`, and the execution to send it to.
+
+    `call` is a call id, or a pending approval: then the decision names its
+    turn and goes to the execution that asked.
+    """
     if isinstance(call, PendingApproval):
-        return Decision(call.call_id, approved, reason, by, call.turn if turn is None else turn)
-    return Decision(call, approved, reason, by, turn)
+        decision = Decision(call.call_id, approved, reason, by, call.turn if turn is None else turn)
+        return decision, call.execution_run_id
+    return Decision(call, approved, reason, by, turn), None
 
 
-async def send_decision(client: Client, run_id: str, decision: Decision) -> dict[str, Any]:
+async def send_decision(
+    client: Client, run_id: str, decision: Decision, execution_run_id: str | None = None
+) -> dict[str, Any]:
     """Deliver a person's decision to a run, through its `decide` update.
 
     Returns the decided request. A worker must be serving the run's task
     queue: the workflow itself validates and records the decision. A
     decision that names no turn is sent naming the turn of the call with
-    its id that waits now (read from history): if no worker takes it until
-    the run has moved on to another call with that id, it is refused.
+    its id that waits now, to the execution waiting (both read from
+    history): if no worker takes it until the run has moved on to another
+    call with that id, it is refused.
+
+    Args:
+        execution_run_id: the execution the person saw the call waiting in
+            (`PendingApproval.execution_run_id`): a resumed run is a new
+            execution, whose turns count from 1 again, so the decision goes
+            to that execution only.
 
     Raises:
         KeyError: when Temporal does not know the run.
@@ -240,10 +264,13 @@ async def send_decision(client: Client, run_id: str, decision: Decision) -> dict
     problem = decision.problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)
-    await check_waiting(client, run_id)
+    await check_waiting(client, run_id, execution_run_id)
     if decision.turn is None:
-        decision = replace(decision, turn=await waiting_turn(client, run_id, decision.call_id))
-    handle = client.get_workflow_handle(run_id)
+        waiting = await waiting_call(client, run_id, decision.call_id)
+        if waiting is not None:
+            decision = replace(decision, turn=waiting.turn)
+            execution_run_id = execution_run_id or waiting.execution_run_id
+    handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     try:
         result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
     except WorkflowUpdateFailedError as exc:

@@ -437,7 +437,7 @@ class Agentor:
                 decision for the run: a worker that picks the run up applies it.
         """
         return Runtime.get().run_sync(
-            self._decide(run_id, make_decision(call_id, True, reason, by, turn))
+            self._decide(run_id, *make_decision(call_id, True, reason, by, turn))
         )
 
     def deny(
@@ -454,7 +454,7 @@ class Agentor:
         Same arguments, result and errors as `approve`.
         """
         return Runtime.get().run_sync(
-            self._decide(run_id, make_decision(call_id, False, reason, by, turn))
+            self._decide(run_id, *make_decision(call_id, False, reason, by, turn))
         )
 
     async def aapprove(
@@ -468,7 +468,7 @@ class Agentor:
     ) -> dict[str, Any]:
         """Async `approve`."""
         return await Runtime.get().run_async(
-            self._decide(run_id, make_decision(call_id, True, reason, by, turn))
+            self._decide(run_id, *make_decision(call_id, True, reason, by, turn))
         )
 
     async def adeny(
@@ -482,7 +482,7 @@ class Agentor:
     ) -> dict[str, Any]:
         """Async `deny`."""
         return await Runtime.get().run_async(
-            self._decide(run_id, make_decision(call_id, False, reason, by, turn))
+            self._decide(run_id, *make_decision(call_id, False, reason, by, turn))
         )
 
     def serve(self, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
@@ -519,7 +519,9 @@ class Agentor:
         """Whether runs of this agent can stop to wait for a person."""
         return any(t.requires_approval for t in self.tools)
 
-    async def _decide(self, run_id: str, decision: Decision) -> dict[str, Any]:
+    async def _decide(
+        self, run_id: str, decision: Decision, execution_run_id: str | None = None
+    ) -> dict[str, Any]:
         validate_run_id(run_id)
         client = await self._client()
         await check_waiting(client, run_id)
@@ -527,7 +529,9 @@ class Agentor:
         async with self._serving(client):
             patience = policies.DECISION_PATIENCE.total_seconds()
             try:
-                return await asyncio.wait_for(send_decision(client, run_id, decision), patience)
+                return await asyncio.wait_for(
+                    send_decision(client, run_id, decision, execution_run_id), patience
+                )
             except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
                 raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
 

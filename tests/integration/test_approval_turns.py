@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
 from agentor_temporal import Agentor, PendingApproval
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
@@ -197,3 +197,36 @@ async def test_a_decision_naming_a_turn_for_a_call_never_asked_is_refused_as_unk
         assert decided["turn"] == 1 and decided["approved"]
         with pytest.raises(ValueError, match="already approved"):
             await agent.aapprove(run_id, _pending_approval("call_0", 1))
+
+
+async def test_a_decision_read_before_a_resume_does_not_decide_the_resumed_runs_call(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A run cancelled while turn 1's call_0 waits is resumed, and the model asks again with
+    the same id and turn: approving the call read before the resume decides nothing."""
+    script: list[Step] = [
+        CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_0"),
+        CallTool("transfer", {"amount": 9000, "to": "eve"}, id="call_0"),
+        Reply("Done."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, ledger)
+        paused = await asyncio.wait_for(agent.arun("Pay bob."), STEP)
+        run_id = paused.run_id
+        [before] = paused.pending_approvals
+        handle = client.get_workflow_handle(run_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), STEP)
+
+        resumed = await asyncio.wait_for(agent.aresume(run_id), STEP)
+        assert _pending(resumed) == [("call_0", 1, {"amount": 9000, "to": "eve"})]
+        with pytest.raises(ValueError, match="asked in an execution of run .* that has ended"):
+            await agent.aapprove(run_id, before, by="dave")
+        still = await asyncio.wait_for(agent.aresume(run_id), STEP)
+        assert _pending(still) == [("call_0", 1, {"amount": 9000, "to": "eve"})]
+        assert ledger_lines(ledger) == []
+        [now] = still.pending_approvals
+        await agent.adeny(run_id, now, "not eve")
+        result = await asyncio.wait_for(agent.aresume(run_id), STEP)
+    assert result.status == "completed" and ledger_lines(ledger) == []
