@@ -41,7 +41,7 @@ from agentor_temporal.serve import a2a, page
 from agentor_temporal.serve._compat import chat_chunks
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, keepalive, run_frames
 from agentor_temporal.serve._state import Agents, ApiError, check_run_id, snapshot
-from agentor_temporal.store import new_run_id, pending_approvals
+from agentor_temporal.store import new_run_id
 from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
 
 logger = logging.getLogger("agentor_temporal.serve")
@@ -355,16 +355,11 @@ def _routes(served: Agents) -> APIRouter:
         recorded, _ = await run_events(run_id, segments, agent.store, client=await served.client())
         if not any(e.type == "approval_request" and e.call_id == call_id for e in recorded):
             raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
-        turn = body.turn
-        if turn is None:
-            # the call the request was read against: one the run moves on to
-            # before a worker takes the decision is not decided by it
-            waiting = [e.turn for e in pending_approvals(recorded) if e.call_id == call_id]
-            turn = waiting[-1] if waiting else None
         method = agent.aapprove if body.approve else agent.adeny
         try:
+            # without a turn: the facade sends the turn of the call waiting now
             decided = await asyncio.wait_for(
-                method(run_id, call_id, body.reason, by=body.by, turn=turn), DECISION_TIMEOUT
+                method(run_id, call_id, body.reason, by=body.by, turn=body.turn), DECISION_TIMEOUT
             )
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
