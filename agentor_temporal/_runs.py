@@ -256,7 +256,8 @@ async def send_decision(
     Raises:
         KeyError: when Temporal does not know the run.
         ValueError: when the run refuses the decision (unknown or decided
-            call, finished run); nothing changes.
+            call, another turn's call, finished run, or the execution that
+            asked has ended); nothing changes.
     """
     validate_run_id(run_id)
     if not isinstance(decision.call_id, str) or not decision.call_id:
