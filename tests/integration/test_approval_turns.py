@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.worker import Replayer
 
 from agentor_temporal import Agentor, PendingApproval
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
-from agentor_temporal.workflows import Decision
+from agentor_temporal.workflows import AgentRunWorkflow, Decision
 
 from helpers import ledger_lines, transfer_tool, weather_agent, weather_tool
 from integration.test_cli import cli
@@ -117,6 +118,8 @@ async def test_a_decision_on_an_earlier_turns_call_does_not_decide_the_call_wait
     # the refused decisions left nothing in history; the facade's names its turn
     accepted = await _accepted_decisions(client, run_id)
     assert [(d["by"], d.get("turn")) for d in accepted] == [("carol", 1), ("erin", None)]
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
 
 
 async def test_the_facade_names_the_turn_of_the_call_waiting_when_it_sends(
