@@ -44,13 +44,14 @@ def cmd_pending(args: argparse.Namespace) -> int:
         [
             r["run_id"],
             r["call_id"],
+            "?" if r["turn"] is None else r["turn"],
             call_summary(r["tool"] or "?", r["args"]),
             r["agent"],
             _since(r["waiting_since"]),
         ]
         for r in rows
     ]
-    header = ["RUN ID", "CALL ID", "WAITS FOR", "AGENT", "SINCE"]
+    header = ["RUN ID", "CALL ID", "TURN", "WAITS FOR", "AGENT", "SINCE"]
     widths = [max(len(str(row[i])) for row in [header, *table]) for i in range(len(header))]
     for row in [header, *table]:
         print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
@@ -70,7 +71,9 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
     import getpass
 
     by = args.by or getpass.getuser()
-    decision = Decision(call_id=args.call_id, approved=approved, reason=args.reason, by=by)
+    decision = Decision(
+        call_id=args.call_id, approved=approved, reason=args.reason, by=by, turn=args.turn
+    )
 
     async def go() -> dict[str, Any]:
         if args.agent:
@@ -80,19 +83,19 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
             if args.encryption_keys_file:
                 agent.encryption_keys = keys_from_file(args.encryption_keys_file)
             client = await agent._client()
-            await asyncio.wait_for(
-                agent.aapprove(run_id, decision.call_id, decision.reason, by=by)
+            decided = await asyncio.wait_for(
+                agent.aapprove(run_id, decision.call_id, decision.reason, by=by, turn=args.turn)
                 if approved
-                else agent.adeny(run_id, decision.call_id, decision.reason, by=by),
+                else agent.adeny(run_id, decision.call_id, decision.reason, by=by, turn=args.turn),
                 args.wait,
             )
-            return {"address": address(client)}
+            return {**decided, "address": address(client)}
         client = await connect_for_reading(args)
-        await asyncio.wait_for(send_decision(client, run_id, decision), args.wait)
-        return {"address": address(client)}
+        decided = await asyncio.wait_for(send_decision(client, run_id, decision), args.wait)
+        return {**decided, "address": address(client)}
 
     try:
-        Runtime.get().run_sync(go())
+        decided = Runtime.get().run_sync(go())
     except KeyError as exc:
         raise CliError(str(exc.args[0]) if exc.args else f"unknown run {run_id!r}") from None
     except ValueError as exc:
@@ -103,7 +106,8 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
             "to serve the run's agent from here"
         ) from None
     verb = "approved" if approved else "denied"
-    print(f"{verb} {args.call_id} of run {run_id} (by {by})")
+    turn = f" (turn {decided['turn']})" if decided.get("turn") is not None else ""
+    print(f"{verb} {args.call_id}{turn} of run {run_id} (by {by})")
     print(f"continue it with: agentor-temporal resume {run_id} --agent MODULE:ATTR")
     return EXIT_OK
 

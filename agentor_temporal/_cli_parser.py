@@ -360,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pending",
         help="list runs waiting for a person to approve a tool call",
         description="List running runs that wait for approval, with what each waits for "
-        "(call id, tool, arguments, since when). Read from Temporal history; no worker needed.",
+        "(call id, turn, tool, arguments, since when). Read from Temporal history; no worker "
+        "needed.",
         epilog="examples:\n"
         "  agentor-temporal pending\n"
         "  agentor-temporal pending --agent Treasurer --json",
@@ -396,6 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="why (recorded; a denial's reason is what the model reads)",
         )
         decide.add_argument("--by", help="who decides (recorded; default: your user name)")
+        decide.add_argument(
+            "--turn",
+            type=_positive,
+            metavar="N",
+            help="the turn of the call decided, as `pending` shows it: refused if the call "
+            "waiting with this id is another turn's (models reuse call ids; default: the turn "
+            "of the call waiting when you run this)",
+        )
         decide.add_argument(
             "--agent",
             metavar="MODULE:ATTR",

@@ -196,6 +196,8 @@ async def await_result(
     segments = await TemporalStore(client).segments(run_id)
     events = await events_of(segments)
     if paused is not None:
+        # the execution that paused: a pause ends no execution, so it is the latest
+        execution = segments[-1].execution_run_id if segments else None
         return RunResult(
             status="awaiting_approval",
             run_id=run_id,
@@ -203,7 +205,7 @@ async def await_result(
             usage=total_usage(events),
             messages=replay_messages(events),
             pending_approvals=[
-                PendingApproval(p["call_id"], p["tool"], p.get("args"), p.get("turn"))
+                PendingApproval(p["call_id"], p["tool"], p.get("args"), p.get("turn"), execution)
                 for p in paused.pending
             ],
         )

@@ -5,14 +5,17 @@ was seeded with: a store's (a run continued from a JSONL log that Temporal
 never had: Agentor's own, or one whose history retention removed), or a
 fork's parent events. Pending approvals are read from history, so listing
 them needs no worker; a decision goes to the run through its `decide`
-update, so delivering one does.
+update, so delivering one does. A decision names the turn of the call the
+person saw (read from the run's pending approvals when the sender does not
+say), so a decision delivered after the run moved on to another call with
+the same id is refused instead of deciding that call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from temporalio.client import (
@@ -24,7 +27,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
 from agentor_temporal.codec import EncryptionKeyError
-from agentor_temporal.store import Event, Store, pending_approvals, validate_run_id
+from agentor_temporal.store import (
+    Event,
+    PendingApproval,
+    Store,
+    pending_approvals,
+    validate_run_id,
+)
 from agentor_temporal.workflows import Decision, Segment, TemporalStore
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
@@ -78,6 +87,8 @@ class Waiting:
     args: dict[str, Any] | None
     #: when the run asked (epoch seconds)
     since: float | None
+    #: the turn that asked (what a decision names: models reuse call ids)
+    turn: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (`agentor-temporal pending --json`)."""
@@ -88,6 +99,7 @@ class Waiting:
             "tool": self.tool,
             "args": self.args,
             "waiting_since": self.since,
+            "turn": self.turn,
         }
 
 
@@ -152,50 +164,114 @@ async def waiting_calls(
                     request.name,
                     request.args,
                     request.started_at,
+                    request.turn,
                 )
             )
     return rows
 
 
-async def check_waiting(client: Client, run_id: str) -> None:
-    """Raise unless the run exists and is running (so it can take a decision).
+async def waiting_call(client: Client, run_id: str, call_id: str) -> PendingApproval | None:
+    """The run's call `call_id` waiting for approval now, as its history says.
+
+    None when history shows no such call waiting (or cannot be read): the
+    run's own validator then says what it waits for.
+    """
+    try:
+        latest = await TemporalStore(client).latest(run_id)
+    except (EncryptionKeyError, RPCError) as exc:
+        logger.warning("Could not read the pending approvals of run %s: %s", run_id, exc)
+        return None
+    if latest is None or latest.status != "running":
+        return None
+    waiting = [e for e in pending_approvals(latest.events) if e.call_id == call_id]
+    if not waiting:
+        return None
+    e = waiting[-1]
+    return PendingApproval(call_id, str(e.name), e.args, e.turn, latest.execution_run_id)
+
+
+async def check_waiting(client: Client, run_id: str, execution_run_id: str | None = None) -> None:
+    """Raise unless the run (that execution of it, when given) is running.
 
     Raises:
         KeyError: when Temporal does not know the run.
         ValueError: when it has closed.
     """
     try:
-        description = await client.get_workflow_handle(run_id).describe()
+        handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
+        description = await handle.describe()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise KeyError(f"No run with id {run_id!r} in Temporal") from None
         raise
     if description.status is None or description.status.name != "RUNNING":
         status = description.status.name.lower() if description.status else "unknown"
+        if execution_run_id is not None:
+            raise ValueError(
+                f"The call was asked in an execution of run {run_id!r} that has ended "
+                f"({status}): whatever the run waits for now is another call; read its "
+                "pending approvals again. Nothing changed."
+            )
         raise ValueError(
             f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
         )
 
 
-async def send_decision(client: Client, run_id: str, decision: Decision) -> dict[str, Any]:
+def make_decision(
+    call: str | PendingApproval,
+    approved: bool,
+    reason: str | None = None,
+    by: str | None = None,
+    turn: int | None = None,
+) -> tuple[Decision, str | None]:
+    """A person's decision on `call`, and the execution to send it to.
+
+    `call` is a call id, or a pending approval: then the decision names its
+    turn and goes to the execution that asked.
+    """
+    if isinstance(call, PendingApproval):
+        decision = Decision(call.call_id, approved, reason, by, call.turn if turn is None else turn)
+        return decision, call.execution_run_id
+    return Decision(call, approved, reason, by, turn), None
+
+
+async def send_decision(
+    client: Client, run_id: str, decision: Decision, execution_run_id: str | None = None
+) -> dict[str, Any]:
     """Deliver a person's decision to a run, through its `decide` update.
 
     Returns the decided request. A worker must be serving the run's task
-    queue: the workflow itself validates and records the decision.
+    queue: the workflow itself validates and records the decision. A
+    decision that names no turn is sent naming the turn of the call with
+    its id that waits now, to the execution waiting (both read from
+    history): if no worker takes it until the run has moved on to another
+    call with that id, it is refused.
+
+    Args:
+        execution_run_id: the execution the person saw the call waiting in
+            (`PendingApproval.execution_run_id`): a resumed run is a new
+            execution, whose turns count from 1 again, so the decision goes
+            to that execution only.
 
     Raises:
         KeyError: when Temporal does not know the run.
         ValueError: when the run refuses the decision (unknown or decided
-            call, finished run); nothing changes.
+            call, another turn's call, finished run, or the execution that
+            asked has ended); nothing changes.
     """
     validate_run_id(run_id)
     if not isinstance(decision.call_id, str) or not decision.call_id:
         raise ValueError("call_id must be a non-empty string")
-    problem = decision.problem()
+    problem = decision.problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)
-    await check_waiting(client, run_id)
-    handle = client.get_workflow_handle(run_id)
+    await check_waiting(client, run_id, execution_run_id)
+    if decision.turn is None:
+        waiting = await waiting_call(client, run_id, decision.call_id)
+        if waiting is not None:
+            decision = replace(decision, turn=waiting.turn)
+            execution_run_id = execution_run_id or waiting.execution_run_id
+    handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     try:
         result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
     except WorkflowUpdateFailedError as exc:

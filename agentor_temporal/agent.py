@@ -23,13 +23,20 @@ from temporalio.common import WorkflowIDReusePolicy
 from agentor_temporal._fork import run_fork
 from agentor_temporal._results import await_result, check_input, check_size
 from agentor_temporal._resume import resume_run, start_run
-from agentor_temporal._runs import check_waiting, run_events, send_decision, undelivered
+from agentor_temporal._runs import (
+    check_waiting,
+    make_decision,
+    run_events,
+    send_decision,
+    undelivered,
+)
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._start import start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
 from agentor_temporal.codec import KeysSetting, keys_from_env, resolve_keys
 from agentor_temporal.store import (
     Event,
+    PendingApproval,
     RunResult,
     Store,
     new_run_id,
@@ -390,7 +397,13 @@ class Agentor:
             yield event
 
     def approve(
-        self, run_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+        self,
+        run_id: str,
+        call_id: str | PendingApproval,
+        reason: str | None = None,
+        *,
+        by: str | None = None,
+        turn: int | None = None,
     ) -> dict[str, Any]:
         """Approve a tool call the run `run_id` is waiting on (blocking).
 
@@ -399,9 +412,16 @@ class Agentor:
 
         Args:
             run_id: the run.
-            call_id: the waiting call (see `RunResult.pending_approvals`).
+            call_id: the waiting call: its id, or the `PendingApproval` read
+                from `RunResult.pending_approvals` (which also names its turn).
             reason: optional, recorded with the decision.
             by: optional, who decided (recorded).
+            turn: the turn of the call decided (`PendingApproval.turn`).
+                Models reuse call ids: a decision naming a turn is refused
+                when the call waiting with that id is another turn's. None
+                (with a plain id): the turn of the call waiting now, read
+                from the run's history, so a decision that reaches the run
+                only after it moved on to another call is refused too.
 
         Returns:
             The request that was decided: call_id, tool, args, turn, approved.
@@ -409,37 +429,60 @@ class Agentor:
         Raises:
             KeyError: when Temporal does not know the run.
             ValueError: when the run is not waiting for that call (unknown
-                call, already decided, or the run is finished); nothing changes.
+                call, another turn's call, already decided, or the run is
+                finished); nothing changes.
             TimeoutError: when no worker took the decision within
                 `DECISION_PATIENCE` (60 s; this agent's embedded worker serves
                 the run unless `embedded_worker=False`). Temporal holds the
                 decision for the run: a worker that picks the run up applies it.
         """
-        return Runtime.get().run_sync(self._decide(run_id, Decision(call_id, True, reason, by)))
+        return Runtime.get().run_sync(
+            self._decide(run_id, *make_decision(call_id, True, reason, by, turn))
+        )
 
     def deny(
-        self, run_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+        self,
+        run_id: str,
+        call_id: str | PendingApproval,
+        reason: str | None = None,
+        *,
+        by: str | None = None,
+        turn: int | None = None,
     ) -> dict[str, Any]:
         """Deny a waiting tool call; the model is told, with the reason (blocking).
 
         Same arguments, result and errors as `approve`.
         """
-        return Runtime.get().run_sync(self._decide(run_id, Decision(call_id, False, reason, by)))
+        return Runtime.get().run_sync(
+            self._decide(run_id, *make_decision(call_id, False, reason, by, turn))
+        )
 
     async def aapprove(
-        self, run_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+        self,
+        run_id: str,
+        call_id: str | PendingApproval,
+        reason: str | None = None,
+        *,
+        by: str | None = None,
+        turn: int | None = None,
     ) -> dict[str, Any]:
         """Async `approve`."""
         return await Runtime.get().run_async(
-            self._decide(run_id, Decision(call_id, True, reason, by))
+            self._decide(run_id, *make_decision(call_id, True, reason, by, turn))
         )
 
     async def adeny(
-        self, run_id: str, call_id: str, reason: str | None = None, *, by: str | None = None
+        self,
+        run_id: str,
+        call_id: str | PendingApproval,
+        reason: str | None = None,
+        *,
+        by: str | None = None,
+        turn: int | None = None,
     ) -> dict[str, Any]:
         """Async `deny`."""
         return await Runtime.get().run_async(
-            self._decide(run_id, Decision(call_id, False, reason, by))
+            self._decide(run_id, *make_decision(call_id, False, reason, by, turn))
         )
 
     def serve(self, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
@@ -476,7 +519,9 @@ class Agentor:
         """Whether runs of this agent can stop to wait for a person."""
         return any(t.requires_approval for t in self.tools)
 
-    async def _decide(self, run_id: str, decision: Decision) -> dict[str, Any]:
+    async def _decide(
+        self, run_id: str, decision: Decision, execution_run_id: str | None = None
+    ) -> dict[str, Any]:
         validate_run_id(run_id)
         client = await self._client()
         await check_waiting(client, run_id)
@@ -484,7 +529,9 @@ class Agentor:
         async with self._serving(client):
             patience = policies.DECISION_PATIENCE.total_seconds()
             try:
-                return await asyncio.wait_for(send_decision(client, run_id, decision), patience)
+                return await asyncio.wait_for(
+                    send_decision(client, run_id, decision, execution_run_id), patience
+                )
             except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
                 raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
 

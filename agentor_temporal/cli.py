@@ -138,9 +138,10 @@ def _report(result: RunResult, args: argparse.Namespace) -> int:
     elif result.status == "awaiting_approval":
         print(f"awaiting approval ({len(result.pending_approvals)} call(s)):")
         for pending in result.pending_approvals:
-            print(f"  {pending.call_id}  {call_summary(pending.tool, pending.args)}")
+            turn = f"turn {pending.turn}" if pending.turn is not None else "turn ?"
+            print(f"  {pending.call_id}  {turn}  {call_summary(pending.tool, pending.args)}")
         print(
-            f"decide with: agentor-temporal approve {result.run_id} CALL_ID "
+            f"decide with: agentor-temporal approve {result.run_id} CALL_ID --turn N "
             f"(or deny ... --reason WHY), then: agentor-temporal resume {result.run_id} "
             f"--agent {args.agent}"
         )

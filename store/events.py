@@ -195,6 +195,10 @@ class PendingApproval:
     tool: str
     args: dict[str, Any] | None = None
     turn: int | None = None
+    #: the run's Temporal execution that asked: a decision made from this
+    #: pending approval goes to that execution only (a resumed run starts a
+    #: new one, whose turns count from 1 again)
+    execution_run_id: str | None = None
 
 
 @dataclass

@@ -38,7 +38,13 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
     from agentor_temporal.workflows.budget import FailureBudget
     from agentor_temporal.workflows.call_uses import CallUses
-    from agentor_temporal.workflows.carry import Carry, HistoryGauge, emptied, stream_state
+    from agentor_temporal.workflows.carry import (
+        Carry,
+        HistoryGauge,
+        carried_decisions,
+        emptied,
+        stream_state,
+    )
     from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
     from agentor_temporal.workflows.journaling import Journal
@@ -318,7 +324,7 @@ class AgentRunWorkflow:
             usage=asdict(self._usage),
             failures=dict(failures.failures),
             disabled=list(failures.disabled),
-            decisions={k: asdict(v) for k, v in self._approvals.decisions.items()},
+            decisions=carried_decisions(self._approvals.decisions),
             uses=dict(self._tools.uses.counts),
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,

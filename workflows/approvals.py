@@ -12,6 +12,15 @@ of the id that was waiting when it was taken, and a call waits for a
 decision under its own key: a later call reusing an id is never approved
 or denied by the decision on an earlier one. (Runs recorded before this,
 `policies.PATCH_CALL_USES`, keep deciding by call id as they did.)
+
+A decision taken while its call waited is still addressed by call id,
+though: one sent for turn 1's `call_0` but delivered after turn 3's `call_0`
+began to wait (a person acting on what they read earlier, a client sending
+again) would decide turn 3's call. So a decision may name the turn of the
+call the person saw, and the `decide` validator refuses it when the call
+with that id waiting is another turn's. Only the validator: a refused
+update leaves nothing in history, whereas a handler refusing a decision an
+older build took would make that build's histories replay differently.
 """
 
 from __future__ import annotations
@@ -47,6 +56,9 @@ class Approvals:
         self.decisions: dict[str, Decision] = {}
         #: call_id -> the use key of its call waiting now, or of the latest that waited
         self.keys: dict[str, str] = {}
+        #: call_id -> the turn of its call waiting now, or of the latest that waited
+        #: in this execution (what a decision naming a turn is checked against)
+        self.turns: dict[str, int] = {}
 
     def restore(self, decisions: dict[str, Decision]) -> None:
         """Take the decisions an earlier execution of the run carried over."""
@@ -61,7 +73,30 @@ class Approvals:
         return self.keys.get(call_id, call_id)
 
     def check(self, decision: Decision) -> None:
-        """Refuse a decision the run cannot take (typed `ApplicationError`)."""
+        """The `decide` validator: refuse a decision the run cannot take (`ApplicationError`)."""
+        run_id = workflow.info().workflow_id
+        problem = decision.turn_problem()
+        if problem is not None:
+            raise ApplicationError(
+                f"Run {run_id!r} refused the decision: {problem}.", type="BadDecision"
+            )
+        asked = self.turns.get(decision.call_id)
+        if decision.turn is not None and asked is not None and asked != decision.turn:
+            now = (
+                f"the call with that id waiting now is turn {asked}'s"
+                if decision.call_id in self.awaiting
+                else f"the latest call with that id (turn {asked}'s) was decided"
+            )
+            raise ApplicationError(
+                f"Run {run_id!r} is not waiting for turn {decision.turn}'s call "
+                f"{decision.call_id!r}: {now}; nothing changed. Read the run's pending "
+                "approvals and decide the call they show.",
+                type="OtherTurn",
+            )
+        self._admissible(decision)
+
+    def _admissible(self, decision: Decision) -> None:
+        """What the handler checks again: two updates in one task both pass the validator."""
         run_id = workflow.info().workflow_id
         problem = decision.problem()
         if problem is not None:
@@ -86,8 +121,14 @@ class Approvals:
             )
 
     def take(self, decision: Decision) -> dict[str, Any]:
-        """Record a decision (checked again: two updates in one task both pass the validator)."""
-        self.check(decision)
+        """Record a decision (checked again: two updates in one task both pass the validator).
+
+        Not its turn: the validator did, and no turn can begin between it and
+        this handler (that takes a model reply, so another workflow task). On
+        replay validators do not run, and a build that ignored `turn` may have
+        taken a decision naming another turn: it must replay as taken.
+        """
+        self._admissible(decision)
         self.decisions[self._key(decision.call_id)] = decision
         return {**self.awaiting[decision.call_id], "approved": decision.approved}
 
@@ -138,6 +179,7 @@ class Approvals:
             )
         )
         self.awaiting[call_id] = {"call_id": call_id, "tool": name, "args": args, "turn": turn}
+        self.turns[call_id] = turn
         if key is not None:
             self.keys[call_id] = key
             # no decision under this key can be this call's: it was not waiting yet

@@ -21,7 +21,7 @@ log reads as one segment, as Agentor writes it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from temporalio import workflow
@@ -93,8 +93,22 @@ class Carry:
         return carry
 
     def decision_objects(self) -> dict[str, Decision]:
-        """The carried decisions as `Decision`s."""
-        return {k: Decision(**v) for k, v in self.decisions.items()}
+        """The carried decisions as `Decision`s (fields this build does not know are left)."""
+        known = {f.name for f in fields(Decision)}
+        return {
+            k: Decision(**{n: x for n, x in v.items() if n in known})
+            for k, v in self.decisions.items()
+        }
+
+
+def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any]]:
+    """The decisions taken so far, as the next execution's input carries them.
+
+    Without `turn`: the next execution only needs to know they were taken,
+    and a worker of a build before `turn` existed may pick that execution
+    up (it builds each `Decision` from every carried field).
+    """
+    return {k: {n: x for n, x in asdict(d).items() if n != "turn"} for k, d in decisions.items()}
 
 
 def stream_state(raw: Any) -> WorkflowStreamState | None:

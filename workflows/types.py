@@ -371,6 +371,23 @@ class Decision:
     reason: str | None = None
     #: who decided, when the caller says
     by: str | None = None
+    #: the turn of the call the person saw (`PendingApproval.turn`, the
+    #: `approval_request` event's turn): models reuse call ids, so a decision
+    #: naming a turn decides only that turn's call, and is refused when the
+    #: call with this id waiting is another turn's. None: the call with this
+    #: id waiting now, whichever it is (plain clients, older senders)
+    turn: int | None = None
+
+    def turn_problem(self) -> str | None:
+        """Why the decision's `turn` is not one a call can have (None when it can).
+
+        Apart from `problem`: the `decide` validator checks it, the handler
+        does not (a build that ignored `turn` may have taken such a decision).
+        """
+        turn = self.turn
+        if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool) or turn < 1):
+            return f"turn must be a positive integer, got {turn!r}"
+        return None
 
     def problem(self) -> str | None:
         """Why the decision cannot be taken as given (None when it can)."""

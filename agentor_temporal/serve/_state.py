@@ -147,7 +147,10 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
     usage, messages = total_usage(events), replay_messages(events)
     if latest.status == "running":
         waiting = pending_approvals(events)
-        pending = [PendingApproval(str(e.call_id), str(e.name), e.args, e.turn) for e in waiting]
+        pending = [
+            PendingApproval(str(e.call_id), str(e.name), e.args, e.turn, latest.execution_run_id)
+            for e in waiting
+        ]
         result = RunResult(
             status="awaiting_approval" if pending else "running",
             run_id=run_id,

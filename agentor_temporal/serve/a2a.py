@@ -240,9 +240,15 @@ async def _decide(view: RunView, message: Message) -> None:
                     f"{', '.join(pending)} (DataPart {{'call_id': ..., 'approve': bool}})"
                 )
             )
+        # the call the task showed (its turn, the execution that asked): one
+        # the run moves on to before a worker takes the decision is not decided
+        shown = next(p for p in view.result.pending_approvals if p.call_id == call_id)
+        turn = root.data.get("turn") if isinstance(root, DataPart) else None
+        if not isinstance(turn, int) or isinstance(turn, bool):
+            turn = None
         decide = view.agent.aapprove if approve else view.agent.adeny
         try:
-            await asyncio.wait_for(decide(run_id, str(call_id), reason, by="a2a"), 30)
+            await asyncio.wait_for(decide(run_id, shown, reason, by="a2a", turn=turn), 30)
         except (KeyError, ValueError) as exc:
             raise RpcError(InvalidParamsError(message=str(exc))) from None
         except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11

@@ -101,6 +101,10 @@ class DecisionRequest(BaseModel):
     approve: bool
     reason: str | None = Field(default=None, max_length=MAX_DECISION_TEXT)
     by: str | None = Field(default=None, max_length=MAX_DECISION_TEXT)
+    #: the turn of the call decided, as the run's pending approvals show it: a
+    #: decision is refused (409) when the call waiting with this id is another
+    #: turn's; None: the turn of the call waiting when the request is read
+    turn: int | None = Field(default=None, ge=1)
 
 
 def _token_matches(supplied: str | None, token: str) -> bool:
@@ -353,8 +357,9 @@ def _routes(served: Agents) -> APIRouter:
             raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
         method = agent.aapprove if body.approve else agent.adeny
         try:
+            # without a turn: the facade sends the turn of the call waiting now
             decided = await asyncio.wait_for(
-                method(run_id, call_id, body.reason, by=body.by), DECISION_TIMEOUT
+                method(run_id, call_id, body.reason, by=body.by, turn=body.turn), DECISION_TIMEOUT
             )
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None

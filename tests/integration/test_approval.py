@@ -96,6 +96,10 @@ async def test_paused_run_is_approved_hours_later_by_another_process(
                     "tool": "transfer",
                     "args": {"amount": 5000, "to": "bob"},
                     "turn": 1,
+                    # the execution that asked: a decision made from this goes there only
+                    "execution_run_id": (
+                        await skipping_env.client.get_workflow_handle(run_id).describe()
+                    ).run_id,
                 }
             ]
             # the other call of the turn ran meanwhile; the transfer did not

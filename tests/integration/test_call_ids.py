@@ -214,6 +214,11 @@ async def test_decisions_and_keys_hold_across_continue_as_new(
             assert _pending(again) == [("call_0", {"amount": 6, "to": "bob"})]
             assert len(await TemporalStore(client).segments(run_id)) >= 2
             assert _transfers(ledger) == ["5.0 bob"]
+            # turn 1's call, read before the run continued as new, decides nothing now
+            with pytest.raises(ValueError, match="execution .* that has ended"):
+                await agent.aapprove(run_id, paused.pending_approvals[0], by="mallory")
+            with pytest.raises(ValueError, match="not waiting for turn 1's call 'call_0'"):
+                await agent.aapprove(run_id, "call_0", by="mallory", turn=1)
             await agent.aapprove(run_id, "call_0", by="bob")
             result = await asyncio.wait_for(agent.aresume(run_id), STEP)
     assert result.status == "completed" and result.final_output == "Read and paid twice."

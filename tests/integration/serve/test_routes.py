@@ -165,9 +165,16 @@ def test_approvals_map_outcomes_to_200_404_409(
     assert unknown_call.status_code == 404 and "call_nope" in unknown_call.json()["error"]
     assert http.post(route, json={"approve": "maybe"}).status_code == 400
     assert http.post(route, json={}).status_code == 400
+    assert http.post(route, json={"approve": True, "turn": 0}).status_code == 400
+    # a decision naming another turn's call with this id (models reuse ids) decides nothing
+    other_turn = http.post(route, json={"approve": True, "turn": 2})
+    assert other_turn.status_code == 409, other_turn.text
+    assert "not waiting for turn 2's call" in other_turn.json()["error"]
     assert ledger_for(serve_env, run_id) == []
 
-    approved = http.post(route, json={"approve": True, "reason": "invoice 42", "by": "alice"})
+    approved = http.post(
+        route, json={"approve": True, "reason": "invoice 42", "by": "alice", "turn": 1}
+    )
     assert approved.status_code == 200, approved.text
     assert approved.json() == {
         "run_id": run_id,
