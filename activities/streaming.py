@@ -7,6 +7,7 @@ index); usage arrives in a final chunk when `include_usage` is set.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from temporalio import activity
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.activities._private import token_count
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.policies import (
     DELTA_BATCH_INTERVAL,
@@ -126,6 +128,47 @@ class MaskedDeltas:
             await self.sink(held)
 
 
+class PacedDeltas:
+    """A streamed reply's deltas, at a pace its run's history can hold.
+
+    As they come for `policies.DELTAS_LIVE_FOR` seconds, then gathered into
+    one item per `DELTAS_SLOW_INTERVAL`, and none after `DELTAS_UNTIL` (see
+    `policies`). Text gathered in the slow phase goes out with the next
+    delta due, or at `flush`.
+    """
+
+    def __init__(self, sink: DeltaSink, clock: Callable[[], float] = time.monotonic) -> None:
+        self.sink = sink
+        self.clock = clock
+        self.started = clock()
+        self.sent_at = self.started
+        self.held = ""
+
+    async def __call__(self, text: str) -> None:
+        now = self.clock()
+        elapsed = now - self.started
+        if elapsed >= policies.DELTAS_UNTIL:
+            self.held = ""
+            return
+        self.held += text
+        if (
+            elapsed < policies.DELTAS_LIVE_FOR
+            or now - self.sent_at >= policies.DELTAS_SLOW_INTERVAL
+        ):
+            await self._send(now)
+
+    async def flush(self) -> None:
+        """Send what was gathered (the reply ended), unless deltas had stopped."""
+        if self.clock() - self.started < policies.DELTAS_UNTIL:
+            await self._send(self.clock())
+
+    async def _send(self, now: float) -> None:
+        held, self.held = self.held, ""
+        self.sent_at = now
+        if held:
+            await self.sink(held)
+
+
 def _secret_begun(text: str) -> int:
     """The length of the longest end of `text` that is the beginning of a known secret."""
     longest = 0
@@ -163,12 +206,14 @@ async def stream_with_deltas(
     async def publish(text: str) -> None:
         topic.publish({"turn": inp.turn, "attempt": attempt, "text": text})
 
-    masked = MaskedDeltas(publish)
+    paced = PacedDeltas(publish)
+    masked = MaskedDeltas(paced)
     async with publisher:
         if attempt > 1:
             topic.publish({"turn": inp.turn, "attempt": attempt, "reset": True})
         result = await stream_completion(client, request, masked, create)
         await masked.flush()
+        await paced.flush()
         return result
 
 

@@ -299,6 +299,16 @@ STREAM_WINDOW_BYTES = 1_000_000
 #: Deltas are batched into one signal per interval: each batch is a history
 #: event and a workflow task, so this trades delta latency for history size.
 DELTA_BATCH_INTERVAL = timedelta(milliseconds=100)
+#: One streamed reply's deltas go out as they come for this long, then
+#: gathered into one item per DELTAS_SLOW_INTERVAL, and after DELTAS_UNTIL not
+#: at all (the reply still arrives whole in its events). Each batch is a
+#: signal, four history events with its workflow task, and a follower's poll
+#: for it an update (Temporal takes 2,000 per execution): a reply streamed for
+#: 30 minutes at 10 batches a second would add 72,000 events, past the 51,200
+#: at which Temporal terminates the run. Bounded: ~1,140 batches a reply.
+DELTAS_LIVE_FOR = 60.0
+DELTAS_SLOW_INTERVAL = 1.0
+DELTAS_UNTIL = 600.0
 #: A follower polls again this soon after a batch; polls long-poll anyway,
 #: so this bounds added latency, not load.
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
