@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.carry import Carry, HistoryGauge, emptied, stream_state
     from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
+    from agentor_temporal.workflows.input_limits import input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
@@ -350,6 +351,12 @@ class AgentRunWorkflow:
             spec = self._spec = await describe(inp.agent, inp.fingerprint)
             # what `versions.adopted` reads: the level this run was begun at
             self.behaviour = spec.behaviour
+            # before any command: a name refused as a search attribute fails
+            # the task that sets it. Asked only for such an input, so other
+            # runs' histories replay unchanged.
+            problem = input_problem(inp, spec, opening=carry is None)
+            if problem is not None and adopted(policies.PATCH_INPUT_LIMITS):
+                raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
         except ApplicationError:
             await self._release_handlers()
             raise

@@ -22,6 +22,22 @@ def call_summary(name: str, args: dict[str, Any] | None) -> str:
     return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 4] + "...)"
 
 
+#: Characters of a caller's name or id quoted in an error message.
+QUOTED_CHARS = 100
+
+
+def quoted(value: str, limit: int = QUOTED_CHARS) -> str:
+    """`value` as an error message quotes it (`repr`), cut when long.
+
+    A name a client sent can be megabytes long; a failure quoting it whole is
+    recorded in history, and one over Temporal's limits fails every
+    workflow task after it.
+    """
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
 def failure_message(exc: BaseException) -> str:
     """The innermost failure's message: what actually went wrong."""
     cause: BaseException | None = exc
