@@ -38,7 +38,13 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
     from agentor_temporal.workflows.budget import FailureBudget
     from agentor_temporal.workflows.call_uses import CallUses
-    from agentor_temporal.workflows.carry import Carry, HistoryGauge, emptied, stream_state
+    from agentor_temporal.workflows.carry import (
+        Carry,
+        HistoryGauge,
+        carried_decisions,
+        emptied,
+        stream_state,
+    )
     from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
     from agentor_temporal.workflows.input_limits import input_problem
@@ -210,7 +216,9 @@ class AgentRunWorkflow:
             self._tools.uses.seed_keys(seg.carry.decisions)
         for turn in range(first, seg.budget + 1):
             if turn > first:
-                await self._maybe_continue(inp, seg, conversation, failures, turn - 1)
+                stop = await self._maybe_continue(inp, seg, conversation, failures, turn - 1)
+                if stop is not None:
+                    return await self._end("failed", seg, turn=turn - 1, error=stop)
             self._turn = turn
             gen = await self._generate(seg, conversation, failures.disabled, turn)
             if isinstance(gen, str):
@@ -278,30 +286,56 @@ class AgentRunWorkflow:
         conversation: Conversation,
         failures: FailureBudget,
         turn: int,
-    ) -> None:
+    ) -> str | None:
         """Continue as new if history is due for it; called between turns only.
 
         Between turns no tool is in flight and no approval waits; every event
         must also be in history (a journal step that failed is retried first)
         and requests must be able to go by reference. Otherwise the run goes
         on and asks again after the next turn.
+
+        Returns:
+            Why the run ends instead, when what it would carry over is more
+            than one payload holds.
         """
         self._history = gauge = HistoryGauge.now()
         if not gauge.due(seg.history_budget) or self._tools.running or self._approvals.awaiting:
-            return
+            return None
         # patched before any new command: runs recorded before this replay as they were
         if not adopted(policies.PATCH_CONTINUE_AS_NEW):
-            return
+            return None
         await self._journal.flush(seg.spec.name, seg.spec.mirror)
         if not self._journal.settled:
-            return
+            return None
         if not self._refs_allowed() or not conversation.switch():
-            return
+            return None
+        size = encoded_size(self._following(inp, seg, conversation, failures, turn))
+        # asked only for such a carry: other runs' histories replay unchanged
+        if size > policies.MAX_PAYLOAD_BYTES and adopted(policies.PATCH_CARRY_LIMIT):
+            return (
+                f"The run could not continue as new after turn {turn}: what it carries over "
+                f"(the last turn's messages, and the calls and decisions it keeps) is "
+                f"{size / 1e6:.1f} MB as Temporal encodes it, over the "
+                f"{policies.MAX_PAYLOAD_BYTES / 1e6:.1f} MB it can hand on (Temporal accepts at "
+                "most 2 MB in one payload). Have tools return less; a model reusing short "
+                "call ids keeps it small."
+            )
         workflow.set_current_details(
             f"Turn {turn} of {seg.budget}: continuing as new ({gauge.describe()})"
         )
         self._status = "continued_as_new"
         await self._release_handlers()
+        workflow.continue_as_new(self._following(inp, seg, conversation, failures, turn))
+
+    def _following(
+        self,
+        inp: AgentRunInput,
+        seg: Setup,
+        conversation: Conversation,
+        failures: FailureBudget,
+        turn: int,
+    ) -> dict[str, Any]:
+        """The next execution's input (JSON), carrying the run on after `turn`."""
         carry = Carry(
             turn=turn,
             budget=seg.budget,
@@ -310,12 +344,12 @@ class AgentRunWorkflow:
             usage=asdict(self._usage),
             failures=dict(failures.failures),
             disabled=list(failures.disabled),
-            decisions={k: asdict(v) for k, v in self._approvals.decisions.items()},
+            decisions=carried_decisions(self._approvals.decisions),
             uses=dict(self._tools.uses.counts),
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,
         )
-        following = AgentRunInput(
+        return AgentRunInput(
             agent=inp.agent,
             input=[],
             max_turns=inp.max_turns,
@@ -325,8 +359,7 @@ class AgentRunWorkflow:
             carry=carry.to_dict(),
             # the next execution is described again: only by the same definition
             fingerprint=seg.spec.fingerprint or None,
-        )
-        workflow.continue_as_new(following.to_dict())
+        ).to_dict()
 
     def _journal_in_activities(self) -> bool:
         """Whether new events go with the next activity (runs recorded before journaled first)."""

@@ -28,7 +28,9 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.call_uses import count_key, parse_key, use_key
 from agentor_temporal.workflows.conversation import Conversation
+from agentor_temporal.workflows.formatting import QUOTED_CHARS
 from agentor_temporal.workflows.types import Decision
 
 
@@ -95,6 +97,28 @@ class Carry:
     def decision_objects(self) -> dict[str, Decision]:
         """The carried decisions as `Decision`s."""
         return {k: Decision(**v) for k, v in self.decisions.items()}
+
+
+def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any]]:
+    """The decisions as the next execution needs them (`Carry.decisions`).
+
+    Between turns no call waits, so a carried decision only refuses a late
+    second decision on its call ("already approved by ..."): its reason
+    (recorded in the `approval_decision` event, up to MAX_DECISION_TEXT) is
+    never read again, and a long call id is kept by digest (`count_key`).
+    Carried whole, a run's decisions grew its continue-as-new input without
+    bound.
+    """
+    carried: dict[str, dict[str, Any]] = {}
+    for key, decision in decisions.items():
+        call_id, use = parse_key(key)
+        if len(call_id) > policies.LONG_CALL_ID_CHARS:
+            key = use_key(count_key(call_id), use)
+        by = decision.by
+        if by is not None and len(by) > QUOTED_CHARS:
+            by = by[:QUOTED_CHARS] + "..."
+        carried[key] = asdict(Decision(count_key(decision.call_id), decision.approved, None, by))
+    return carried
 
 
 def stream_state(raw: Any) -> WorkflowStreamState | None:

@@ -158,6 +158,11 @@ PATCH_TURN_ARGS_BUDGET = "turn-args-budget"
 #: client's start under 2 MB could still make the `run_start` journal step
 #: larger than 2 MB, and every workflow task failed from then on.
 PATCH_INPUT_LIMITS = "input-limits"
+#: A continue-as-new whose input would pass MAX_PAYLOAD_BYTES ends the run,
+#: saying why, instead of failing every workflow task on Temporal's 2 MB limit
+#: (long call ids are counted by digest, and decisions carry no reason, so
+#: only a run of very many distinct call ids gets there).
+PATCH_CARRY_LIMIT = "carry-limit"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, so a replay reads the level the run began
@@ -183,6 +188,7 @@ ADOPTED = {
     PATCH_CALL_USES: 2,
     PATCH_TURN_ARGS_BUDGET: 3,
     PATCH_INPUT_LIMITS: 4,
+    PATCH_CARRY_LIMIT: 4,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most
@@ -264,6 +270,10 @@ MAX_DECISION_TEXT = 4_000
 #: (2,097,152 bytes), and the margin covers the rest of the activity input or
 #: workflow input around it.
 MAX_PAYLOAD_BYTES = 1_900_000
+#: Call ids longer than this are counted (`call_uses`) and carried by a digest
+#: of this length: a model's 40 KB ids, carried whole across continue-as-new,
+#: passed 2 MB within a few turns.
+LONG_CALL_ID_CHARS = 64
 #: Token counts a provider reports are taken up to this (AgentTokens is a
 #: 64-bit search attribute; a count past it would fail every workflow task).
 MAX_TOKEN_COUNT = 2**53
