@@ -46,7 +46,13 @@ with workflow.unsafe.imports_passed_through():
         stream_state,
     )
     from agentor_temporal.workflows.conversation import Conversation
-    from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
+    from agentor_temporal.workflows.formatting import (
+        SUMMARY_BYTES,
+        call_summary,
+        failure_message,
+        fit,
+        plural,
+    )
     from agentor_temporal.workflows.input_limits import input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
@@ -475,7 +481,8 @@ class AgentRunWorkflow:
         )
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
-            call = self._ask(inp, activity_id, f"{spec.model}, turn {turn}", local=local)
+            summary = fit(f"{spec.model}, turn {turn}", SUMMARY_BYTES)
+            call = self._ask(inp, activity_id, summary, local=local)
             gen: GenerateResult = await self._observer.trace.generation(
                 spec.model, turn, request, call
             )

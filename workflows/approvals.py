@@ -28,7 +28,7 @@ from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import ApprovalCheckInput
 from agentor_temporal.workflows.call_uses import parse_key
-from agentor_temporal.workflows.formatting import call_summary
+from agentor_temporal.workflows.formatting import SUMMARY_BYTES, call_summary, fit
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.types import Decision, ToolSpec
 
@@ -199,7 +199,7 @@ class Approvals:
                 result_type=bool,
                 start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
                 retry_policy=policies.LOCAL_RETRY_POLICY,
-                summary=f"needs approval? {call_summary(name, args)}",
+                summary=fit(f"needs approval? {call_summary(name, args)}", SUMMARY_BYTES),
             )
         except (ActivityError, ApplicationError, TemporalTimeoutError):
             # local activity failures arrive unwrapped; a predicate that
