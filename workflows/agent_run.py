@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
-    from agentor_temporal.workflows.request_size import oversized, too_big
+    from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import StreamWindow
@@ -450,6 +450,7 @@ class AgentRunWorkflow:
             oversized(request, schemas)
             if base is None
             else too_big(conversation.size + encoded_size(schemas))
+            or tail_too_big(request, schemas)
         )
         if refusal is not None:
             return refusal

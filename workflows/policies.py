@@ -163,6 +163,13 @@ PATCH_INPUT_LIMITS = "input-limits"
 #: (long call ids are counted by digest, and decisions carry no reason, so
 #: only a run of very many distinct call ids gets there).
 PATCH_CARRY_LIMIT = "carry-limit"
+#: A turn's results are cut to leave room for the call ids each repeats (in
+#: its event and its tool message), and a request sent by reference whose
+#: messages and tool schemas pass MAX_PAYLOAD_BYTES ends the run instead of
+#: being scheduled. Before, 500 calls with 860-character ids returning 2 KB
+#: each, with 200 KB of tool schemas, made the next `generate` input 2.1 MB:
+#: every workflow task failed from then on.
+PATCH_TAIL_BUDGET = "tail-budget"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, so a replay reads the level the run began
@@ -189,6 +196,7 @@ ADOPTED = {
     PATCH_TURN_ARGS_BUDGET: 3,
     PATCH_INPUT_LIMITS: 4,
     PATCH_CARRY_LIMIT: 4,
+    PATCH_TAIL_BUDGET: 4,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most
@@ -265,7 +273,8 @@ MAX_CALLS_PER_REPLY = 500
 MAX_DECISION_TEXT = 4_000
 #: The most a run lets one payload hold where its size is not otherwise
 #: budgeted: a continue-as-new input (the conversation's tail, call-id counts,
-#: decisions), or a resumed conversation's tail sent with the first request.
+#: decisions), or the messages a request sent by reference carries (the
+#: turn's new ones, or a resumed conversation's tail) with the tool schemas.
 #: Past it the run ends, saying why: Temporal refuses a payload over 2 MB
 #: (2,097,152 bytes), and the margin covers the rest of the activity input or
 #: workflow input around it.
