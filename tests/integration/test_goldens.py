@@ -315,6 +315,8 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_3_big_args_history": BIG_ARGS,
     # recorded at level 4: an input the run cannot record fails it before any command
     "behaviour_4_input_refused_history": INPUT_REFUSED,
+    # and a turn's results cut to leave room for their call ids as well
+    "behaviour_4_oversize_history": OVERSIZE,
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,
