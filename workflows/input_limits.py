@@ -10,6 +10,9 @@ the workflow task, and every retry after it: the run wedges. So the first
 execution of a segment measures what its opening will record and send, as
 the facade does before starting (`_results.check_size`, `_fork.start_fork`),
 and the run fails at once, before recording anything, naming the problem.
+The limit is what one payload can hold (`policies.MAX_PAYLOAD_BYTES`), not
+the facade's stricter 1.5 MB for a new run's first request: a resumed run
+whose conversation grew past that still starts, as it did.
 """
 
 from __future__ import annotations
@@ -23,25 +26,23 @@ from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.types import AgentRunInput, AgentSpec
 
 
-def opening_size(inp: AgentRunInput, spec: AgentSpec) -> tuple[int, int]:
-    """(encoded bytes, their limit) of what the segment's opening records and sends.
+def opening_size(inp: AgentRunInput, spec: AgentSpec) -> int:
+    """Encoded bytes of what the segment's opening puts in one payload.
 
-    The messages after the agent's instructions (recorded in `run_start`, and
-    sent whole when small) with the tool schemas, limited as the facade and
-    `request_size.oversized` limit a request sent whole; or, for a resumed
-    conversation by reference, its tail, which the first `generate` input
-    holds with the schemas, limited as one payload. A fork's copied events
-    go into the same journal step as `run_start`, and the run carries the
-    call-id counts over every continue-as-new: they count too.
+    The messages after the agent's instructions, which `run_start` records
+    (a resumed conversation by reference: its tail, which the first
+    `generate` input holds), with a fork's copied events (journaled in the
+    same step), the tool schemas (sent with the first request) and the
+    call-id counts (carried over every continue-as-new).
     """
-    schemas = encoded_size([t.openai_schema() for t in spec.tools])
-    copied = encoded_size(inp.fork.events) if inp.fork is not None else 0
-    copied += encoded_size(inp.call_uses) if inp.call_uses else 0
     if inp.conversation is not None:
-        tail = Conversation.from_dict(inp.conversation).tail
-        return encoded_size(tail) + schemas + copied, policies.MAX_PAYLOAD_BYTES
-    messages = initial_messages(spec.instructions, inp.input)
-    return encoded_size(messages) + schemas + copied, policies.MAX_REQUEST_BYTES
+        messages = Conversation.from_dict(inp.conversation).tail
+    else:
+        messages = initial_messages(spec.instructions, inp.input)
+    size = encoded_size(messages) + encoded_size([t.openai_schema() for t in spec.tools])
+    if inp.fork is not None:
+        size += encoded_size(inp.fork.events)
+    return size + (encoded_size(inp.call_uses) if inp.call_uses else 0)
 
 
 def input_problem(inp: AgentRunInput, spec: AgentSpec, *, opening: bool) -> str | None:
@@ -67,13 +68,13 @@ def input_problem(inp: AgentRunInput, spec: AgentSpec, *, opening: bool) -> str 
                 )
     if not opening:
         return None
-    size, limit = opening_size(inp, spec)
-    if size <= limit:
+    size = opening_size(inp, spec)
+    if size <= policies.MAX_PAYLOAD_BYTES:
         return None
     return (
         f"The input is too large: the run's first model request would be {size / 1e6:.2f} MB "
         "as Temporal encodes it (with the agent's instructions and tool schemas, and what "
-        f"the run records with it), over the {limit / 1e6:.1f} MB limit of one request "
-        "(Temporal accepts at most 2 MB in one payload). Send less, or pass a reference (a "
-        "file name, a URL) and let a tool read it."
+        f"the run records with it), over the {policies.MAX_PAYLOAD_BYTES / 1e6:.1f} MB a run "
+        "records in one payload (Temporal accepts at most 2 MB). Send less, or pass a "
+        "reference (a file name, a URL) and let a tool read it."
     )

@@ -273,8 +273,9 @@ MAX_CALLS_PER_REPLY = 500
 MAX_DECISION_TEXT = 4_000
 #: The most a run lets one payload hold where its size is not otherwise
 #: budgeted: a continue-as-new input (the conversation's tail, call-id counts,
-#: decisions), or the messages a request sent by reference carries (the
-#: turn's new ones, or a resumed conversation's tail) with the tool schemas.
+#: decisions), the messages a request sent by reference carries (the turn's
+#: new ones, or a resumed conversation's tail) with the tool schemas, or a
+#: segment's opening input (what its `run_start` journal step records).
 #: Past it the run ends, saying why: Temporal refuses a payload over 2 MB
 #: (2,097,152 bytes), and the margin covers the rest of the activity input or
 #: workflow input around it.

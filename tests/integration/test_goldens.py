@@ -263,7 +263,7 @@ async def _input_refused(agent: Agentor) -> str:
     run_id = f"refused-{uuid.uuid4().hex[:10]}"
     handle = await client.start_workflow(
         policies.WORKFLOW_TYPE,
-        {"agent": agent.name, "input": "x" * 1_600_000},
+        {"agent": agent.name, "input": "x" * 2_000_000},
         id=run_id,
         task_queue=agent.task_queue,
     )
@@ -273,7 +273,7 @@ async def _input_refused(agent: Agentor) -> str:
     return run_id
 
 
-#: A plain client's 1.6 MB prompt: refused at the run's start, at level 4.
+#: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
 SCENARIOS: dict[str, Scenario] = {
