@@ -23,6 +23,7 @@ import threading
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agentor_temporal.activities._private import clip
 from agentor_temporal.activities.conversations import CACHE, full_messages, long_run_settings
 from agentor_temporal.activities.mirror import (
     mirror_into,
@@ -39,6 +40,7 @@ from agentor_temporal.workflows.activity_types import (
     JournalInput,
     JournalResult,
 )
+from agentor_temporal.workflows.formatting import QUOTED_CHARS, quoted
 from agentor_temporal.workflows.types import AgentSpec
 
 logger = logging.getLogger(__name__)
@@ -84,9 +86,10 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
         # the segment has not started: failing it costs nothing, and a local
         # activity cannot leave its task for another worker
         raise ApplicationError(
-            f"The run was started for agent {inp.agent!r} built as {inp.fingerprint}, but "
-            f"this worker's is built differently ({agent.fingerprint()}); a worker with "
-            "the same definition (same model, instructions and tools) must run it.",
+            f"The run was started for agent {quoted(inp.agent)} built as "
+            f"{clip(inp.fingerprint, QUOTED_CHARS)}, but this worker's is built differently "
+            f"({agent.fingerprint()}); a worker with the same definition (same model, "
+            "instructions and tools) must run it.",
             type="AgentDefinitionMismatch",
             non_retryable=True,
         )

@@ -22,6 +22,7 @@ from agentor_temporal.activities._finished import FinishedCalls
 from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities.tooldef import Tool
 from agentor_temporal.store.base import Store
+from agentor_temporal.workflows.formatting import quoted
 from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
 from agentor_temporal.workflows.redaction import url_secrets
 from agentor_temporal.workflows.types import AgentSpec
@@ -200,7 +201,7 @@ class AgentRegistry:
         if agent is None:
             known = ", ".join(repr(n) for n in self.names()) or "none"
             raise UnknownAgentError(
-                f"Unknown agent {name!r}: this worker knows {known}. Register it with "
+                f"Unknown agent {quoted(name)}: this worker knows {known}. Register it with "
                 "`python worker.py --agents module:attr` (or build the Agentor with that name)."
             )
         return agent

@@ -386,3 +386,35 @@ def pad(data: str, n: int) -> str:
         n: How many characters to return.
     """
     return "y" * n
+
+
+async def unwedged_history(client: Any, run_id: str, timeout: float = 30.0) -> Any:
+    """The history of run `run_id`'s latest execution once it has closed.
+
+    Fails the test at the first failed workflow task: a run that Temporal
+    refuses a workflow task of (a payload over 2 MB, a search attribute it
+    rejects) fails it again on every retry, and never closes.
+    """
+    import asyncio
+
+    from temporalio.api.enums.v1 import EventType
+
+    handle = client.get_workflow_handle(run_id)
+    deadline = time.monotonic() + timeout
+    while True:
+        # describing is cheap; the history of a run near the limits is megabytes
+        description = await handle.describe()
+        retried = description.raw_description.pending_workflow_task.attempt > 1
+        if retried or description.close_time is not None:
+            history = await handle.fetch_history()
+            for event in history.events:
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                    failure = event.workflow_task_failed_event_attributes.failure.message
+                    raise AssertionError(
+                        f"run {run_id} is wedged: a workflow task failed: {failure}"
+                    )
+            if description.close_time is not None:
+                return history
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} did not close within {timeout}s")
+        await asyncio.sleep(0.05)

@@ -46,11 +46,18 @@ with workflow.unsafe.imports_passed_through():
         stream_state,
     )
     from agentor_temporal.workflows.conversation import Conversation
-    from agentor_temporal.workflows.formatting import call_summary, failure_message, plural
+    from agentor_temporal.workflows.formatting import (
+        SUMMARY_BYTES,
+        call_summary,
+        failure_message,
+        fit,
+        plural,
+    )
+    from agentor_temporal.workflows.input_limits import input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
-    from agentor_temporal.workflows.request_size import oversized, too_big
+    from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import StreamWindow
@@ -224,7 +231,9 @@ class AgentRunWorkflow:
             self._tools.uses.seed_keys(seg.carry.decisions)
         for turn in range(first, seg.budget + 1):
             if turn > first:
-                await self._maybe_continue(inp, seg, conversation, failures, turn - 1)
+                stop = await self._maybe_continue(inp, seg, conversation, failures, turn - 1)
+                if stop is not None:
+                    return await self._end("failed", seg, turn=turn - 1, error=stop)
             self._turn = turn
             gen = await self._generate(seg, conversation, failures.disabled, turn)
             if isinstance(gen, str):
@@ -292,30 +301,56 @@ class AgentRunWorkflow:
         conversation: Conversation,
         failures: FailureBudget,
         turn: int,
-    ) -> None:
+    ) -> str | None:
         """Continue as new if history is due for it; called between turns only.
 
         Between turns no tool is in flight and no approval waits; every event
         must also be in history (a journal step that failed is retried first)
         and requests must be able to go by reference. Otherwise the run goes
         on and asks again after the next turn.
+
+        Returns:
+            Why the run ends instead, when what it would carry over is more
+            than one payload holds.
         """
         self._history = gauge = HistoryGauge.now()
         if not gauge.due(seg.history_budget) or self._tools.running or self._approvals.awaiting:
-            return
+            return None
         # patched before any new command: runs recorded before this replay as they were
         if not adopted(policies.PATCH_CONTINUE_AS_NEW):
-            return
+            return None
         await self._journal.flush(seg.spec.name, seg.spec.mirror)
         if not self._journal.settled:
-            return
+            return None
         if not self._refs_allowed() or not conversation.switch():
-            return
+            return None
+        size = encoded_size(self._following(inp, seg, conversation, failures, turn))
+        # asked only for such a carry: other runs' histories replay unchanged
+        if size > policies.MAX_PAYLOAD_BYTES and adopted(policies.PATCH_CARRY_LIMIT):
+            return (
+                f"The run could not continue as new after turn {turn}: what it carries over "
+                f"(the last turn's messages, and the calls and decisions it keeps) is "
+                f"{size / 1e6:.1f} MB as Temporal encodes it, over the "
+                f"{policies.MAX_PAYLOAD_BYTES / 1e6:.1f} MB it can hand on (Temporal accepts at "
+                "most 2 MB in one payload). Have tools return less; a model reusing short "
+                "call ids keeps it small."
+            )
         workflow.set_current_details(
             f"Turn {turn} of {seg.budget}: continuing as new ({gauge.describe()})"
         )
         self._status = "continued_as_new"
         await self._release_handlers()
+        workflow.continue_as_new(self._following(inp, seg, conversation, failures, turn))
+
+    def _following(
+        self,
+        inp: AgentRunInput,
+        seg: Setup,
+        conversation: Conversation,
+        failures: FailureBudget,
+        turn: int,
+    ) -> dict[str, Any]:
+        """The next execution's input (JSON), carrying the run on after `turn`."""
         carry = Carry(
             turn=turn,
             budget=seg.budget,
@@ -329,7 +364,7 @@ class AgentRunWorkflow:
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,
         )
-        following = AgentRunInput(
+        return AgentRunInput(
             agent=inp.agent,
             input=[],
             max_turns=inp.max_turns,
@@ -339,8 +374,7 @@ class AgentRunWorkflow:
             carry=carry.to_dict(),
             # the next execution is described again: only by the same definition
             fingerprint=seg.spec.fingerprint or None,
-        )
-        workflow.continue_as_new(following.to_dict())
+        ).to_dict()
 
     def _journal_in_activities(self) -> bool:
         """Whether new events go with the next activity (runs recorded before journaled first)."""
@@ -365,6 +399,12 @@ class AgentRunWorkflow:
             spec = self._spec = await describe(inp.agent, inp.fingerprint)
             # what `versions.adopted` reads: the level this run was begun at
             self.behaviour = spec.behaviour
+            # before any command: a name refused as a search attribute fails
+            # the task that sets it. Asked only for such an input, so other
+            # runs' histories replay unchanged.
+            problem = input_problem(inp, spec, opening=carry is None)
+            if problem is not None and adopted(policies.PATCH_INPUT_LIMITS):
+                raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
         except ApplicationError:
             await self._release_handlers()
             raise
@@ -419,6 +459,7 @@ class AgentRunWorkflow:
             oversized(request, schemas)
             if base is None
             else too_big(conversation.size + encoded_size(schemas))
+            or tail_too_big(request, schemas)
         )
         if refusal is not None:
             return refusal
@@ -450,7 +491,8 @@ class AgentRunWorkflow:
         )
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
-            call = self._ask(inp, activity_id, f"{spec.model}, turn {turn}", local=local)
+            summary = fit(f"{spec.model}, turn {turn}", SUMMARY_BYTES)
+            call = self._ask(inp, activity_id, summary, local=local)
             gen: GenerateResult = await self._observer.trace.generation(
                 spec.model, turn, request, call
             )

@@ -37,7 +37,13 @@ from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import ApprovalCheckInput
 from agentor_temporal.workflows.call_uses import parse_key
-from agentor_temporal.workflows.formatting import call_summary
+from agentor_temporal.workflows.formatting import (
+    QUOTED_CHARS,
+    SUMMARY_BYTES,
+    call_summary,
+    fit,
+    quoted,
+)
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.types import Decision, ToolSpec
 
@@ -108,14 +114,17 @@ class Approvals:
         if taken is not None:
             verdict = "approved" if taken.approved else "denied"
             raise ApplicationError(
-                f"Call {decision.call_id!r} of run {run_id!r} was already {verdict}"
+                f"Call {quoted(decision.call_id)} of run {run_id!r} was already {verdict}"
                 f"{' by ' + taken.by if taken.by else ''}; the decision stands.",
                 type="AlreadyDecided",
             )
         if decision.call_id not in self.awaiting:
-            waiting = ", ".join(sorted(self.awaiting)) or "none"
+            # quoted cut: the refusal goes back in the workflow task's completion,
+            # and a megabyte id quoted whole made Temporal refuse that, task after task
+            shown = [c if len(c) <= QUOTED_CHARS else quoted(c) for c in sorted(self.awaiting)]
+            waiting = ", ".join(shown) or "none"
             raise ApplicationError(
-                f"Run {run_id!r} has no tool call {decision.call_id!r} waiting for approval "
+                f"Run {run_id!r} has no tool call {quoted(decision.call_id)} waiting for approval "
                 f"(waiting: {waiting}).",
                 type="UnknownCall",
             )
@@ -241,7 +250,7 @@ class Approvals:
                 result_type=bool,
                 start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
                 retry_policy=policies.LOCAL_RETRY_POLICY,
-                summary=f"needs approval? {call_summary(name, args)}",
+                summary=fit(f"needs approval? {call_summary(name, args)}", SUMMARY_BYTES),
             )
         except (ActivityError, ApplicationError, TemporalTimeoutError):
             # local activity failures arrive unwrapped; a predicate that

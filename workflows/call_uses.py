@@ -9,12 +9,30 @@ of an id keeps the id itself (so idempotency keys and decisions recorded
 before uses were counted, and calls in flight across an upgrade, keep theirs);
 later uses are `<id>#<n>`. An id that itself contains `#` is numbered from
 its first use, so no two uses of any ids ever share a key.
+
+The counts are kept for the whole run (a later call may reuse any id), so an
+id longer than `policies.LONG_CALL_ID_CHARS` is counted under a digest of it
+(`count_key`): a model's 40 KB ids, counted whole, made the counts a run
+carries over continue-as-new pass Temporal's 2 MB limit within a few turns.
+The digest names only the count; keys and idempotency keys are made from the
+id itself, with the same use numbers.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any
+
+from agentor_temporal.workflows.policies import LONG_CALL_ID_CHARS
+
+
+def count_key(call_id: str) -> str:
+    """What an id is counted under: itself, or a digest of a long one (`#` and 32 hex digits)."""
+    if len(call_id) <= LONG_CALL_ID_CHARS:
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"#{digest[:32]}"
 
 
 def use_key(call_id: str, use: int = 1) -> str:
@@ -36,19 +54,24 @@ class CallUses:
     """How many calls of a run used each call id so far."""
 
     def __init__(self, counts: dict[str, int] | None = None) -> None:
-        #: call id -> calls that used it
-        self.counts: dict[str, int] = dict(counts or {})
+        #: `count_key(call id)` -> calls that used it
+        self.counts: dict[str, int] = {}
+        # counts carried by builds that kept long ids whole
+        for call_id, uses in (counts or {}).items():
+            self.at_least(call_id, uses)
 
     def next(self, call_id: str) -> int:
         """Count one more call with this id; return which use it is."""
-        use = self.counts.get(call_id, 0) + 1
-        self.counts[call_id] = use
+        key = count_key(call_id)
+        use = self.counts.get(key, 0) + 1
+        self.counts[key] = use
         return use
 
     def at_least(self, call_id: str, uses: int) -> None:
-        """Record that the id was used at least `uses` times."""
-        if uses > self.counts.get(call_id, 0):
-            self.counts[call_id] = uses
+        """Record that the id (or the `count_key` of one) was used at least `uses` times."""
+        key = count_key(call_id)
+        if uses > self.counts.get(key, 0):
+            self.counts[key] = uses
 
     def seed_keys(self, keys: Iterable[str]) -> None:
         """Count the uses that keys name (decisions carried from a build that kept no counts)."""

@@ -28,7 +28,9 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.call_uses import count_key, parse_key, use_key
 from agentor_temporal.workflows.conversation import Conversation
+from agentor_temporal.workflows.formatting import QUOTED_CHARS
 from agentor_temporal.workflows.types import Decision
 
 
@@ -102,13 +104,28 @@ class Carry:
 
 
 def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any]]:
-    """The decisions taken so far, as the next execution's input carries them.
+    """The decisions as the next execution needs them (`Carry.decisions`).
 
-    Without `turn`: the next execution only needs to know they were taken,
-    and a worker of a build before `turn` existed may pick that execution
-    up (it builds each `Decision` from every carried field).
+    Between turns no call waits, so a carried decision only refuses a late
+    second decision on its call ("already approved by ..."): its reason
+    (recorded in the `approval_decision` event, up to MAX_DECISION_TEXT) is
+    never read again, and a long call id is kept by digest (`count_key`).
+    Carried whole, a run's decisions grew its continue-as-new input without
+    bound. Nor is `turn` carried: a worker of a build before `turn` existed
+    may pick the next execution up (it builds each `Decision` from every
+    carried field).
     """
-    return {k: {n: x for n, x in asdict(d).items() if n != "turn"} for k, d in decisions.items()}
+    carried: dict[str, dict[str, Any]] = {}
+    for key, decision in decisions.items():
+        call_id, use = parse_key(key)
+        if len(call_id) > policies.LONG_CALL_ID_CHARS:
+            key = use_key(count_key(call_id), use)
+        by = decision.by
+        if by is not None and len(by) > QUOTED_CHARS:
+            by = by[:QUOTED_CHARS] + "..."
+        kept = Decision(count_key(decision.call_id), decision.approved, None, by)
+        carried[key] = {n: x for n, x in asdict(kept).items() if n != "turn"}
+    return carried
 
 
 def stream_state(raw: Any) -> WorkflowStreamState | None:

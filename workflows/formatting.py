@@ -11,15 +11,50 @@ from typing import Any
 
 from temporalio.exceptions import FailureError
 
-#: Longest call summary: the UI shows one line per activity.
-SUMMARY_CHARS = 200
+from agentor_temporal.workflows.payloads import encoded_size
+
+#: Longest activity summary, in bytes as Temporal encodes it (JSON, non-ASCII
+#: escaped: an emoji is 12 bytes): the UI shows one line per activity, and a
+#: summary is a payload of the command that schedules the activity, so a
+#: name or arguments of megabytes must not make it one.
+SUMMARY_BYTES = 200
+
+
+def fit(text: str, limit: int, end: str = "...") -> str:
+    """`text` cut to at most `limit` bytes as Temporal encodes it, ending with `end` if cut."""
+    if len(text) <= limit and encoded_size(text) - 2 <= limit:
+        return text
+    # every character costs at least one byte, so no longer prefix can fit
+    lo, hi = 0, min(len(text), limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if encoded_size(text[:mid] + end) - 2 <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo] + end
 
 
 def call_summary(name: str, args: dict[str, Any] | None) -> str:
     """How a tool call reads in the UI: `get_weather(city='London')`."""
     inner = ", ".join(f"{k}={v!r}" for k, v in (args or {}).items())
-    text = f"{name}({inner})"
-    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 4] + "...)"
+    return fit(f"{name}({inner})", SUMMARY_BYTES, "...)")
+
+
+#: Characters of a caller's name or id quoted in an error message.
+QUOTED_CHARS = 100
+
+
+def quoted(value: str, limit: int = QUOTED_CHARS) -> str:
+    """`value` as an error message quotes it (`repr`), cut when long.
+
+    A name a client sent can be megabytes long; a failure quoting it whole is
+    recorded in history, and one over Temporal's limits fails every
+    workflow task after it.
+    """
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
 
 
 def failure_message(exc: BaseException) -> str:

@@ -150,6 +150,26 @@ PATCH_CALL_USES = "call-uses"
 #: returning 300 KB each made one journal step of 2.4 MB: every workflow task
 #: failed from then on.
 PATCH_TURN_ARGS_BUDGET = "turn-args-budget"
+#: A segment's input that would make the run record or send more than one
+#: payload holds (its messages after the agent's instructions, a fork's copied
+#: events), name a fork parent that is not a run id (the ForkedFrom search
+#: attribute takes 2 KB), or carry token counts past MAX_TOKEN_COUNT fails the
+#: run at once, saying why (`workflows/input_limits.py`). Before, a plain
+#: client's start under 2 MB could still make the `run_start` journal step
+#: larger than 2 MB, and every workflow task failed from then on.
+PATCH_INPUT_LIMITS = "input-limits"
+#: A continue-as-new whose input would pass MAX_PAYLOAD_BYTES ends the run,
+#: saying why, instead of failing every workflow task on Temporal's 2 MB limit
+#: (long call ids are counted by digest, and decisions carry no reason, so
+#: only a run of very many distinct call ids gets there).
+PATCH_CARRY_LIMIT = "carry-limit"
+#: A turn's results are cut to leave room for the call ids each repeats (in
+#: its event and its tool message), and a request sent by reference whose
+#: messages and tool schemas pass MAX_PAYLOAD_BYTES ends the run instead of
+#: being scheduled. Before, 500 calls with 860-character ids returning 2 KB
+#: each, with 200 KB of tool schemas, made the next `generate` input 2.1 MB:
+#: every workflow task failed from then on.
+PATCH_TAIL_BUDGET = "tail-budget"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, so a replay reads the level the run began
@@ -160,7 +180,7 @@ PATCH_TURN_ARGS_BUDGET = "turn-args-budget"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 3
+BEHAVIOUR = 4
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -174,6 +194,9 @@ ADOPTED = {
     PATCH_JOURNAL_IN_ACTIVITIES: 1,
     PATCH_CALL_USES: 2,
     PATCH_TURN_ARGS_BUDGET: 3,
+    PATCH_INPUT_LIMITS: 4,
+    PATCH_CARRY_LIMIT: 4,
+    PATCH_TAIL_BUDGET: 4,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most
@@ -248,6 +271,19 @@ MAX_CALLS_PER_REPLY = 500
 #: recorded in the run's log (and told the model on a denial), and carried over
 #: continue-as-new with the decision; a megabyte of it wedged the run.
 MAX_DECISION_TEXT = 4_000
+#: The most a run lets one payload hold where its size is not otherwise
+#: budgeted: a continue-as-new input (the conversation's tail, call-id counts,
+#: decisions), the messages a request sent by reference carries (the turn's
+#: new ones, or a resumed conversation's tail) with the tool schemas, or a
+#: segment's opening input (what its `run_start` journal step records).
+#: Past it the run ends, saying why: Temporal refuses a payload over 2 MB
+#: (2,097,152 bytes), and the margin covers the rest of the activity input or
+#: workflow input around it.
+MAX_PAYLOAD_BYTES = 1_900_000
+#: Call ids longer than this are counted (`call_uses`) and carried by a digest
+#: of this length: a model's 40 KB ids, carried whole across continue-as-new,
+#: passed 2 MB within a few turns.
+LONG_CALL_ID_CHARS = 64
 #: Token counts a provider reports are taken up to this (AgentTokens is a
 #: 64-bit search attribute; a count past it would fail every workflow task).
 MAX_TOKEN_COUNT = 2**53

@@ -37,3 +37,20 @@ def too_big(size: int) -> str | None:
         "MB, far past any model's context window). Have tools return less, or start a "
         "new run from a summary."
     )
+
+
+def tail_too_big(request: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> str | None:
+    """Why a request sent by reference cannot be scheduled: its own messages are too big.
+
+    It carries the messages new since its base (a turn's answer and results)
+    and the tool schemas, in one activity input.
+    """
+    size = encoded_size(request) + encoded_size(schemas)
+    if size <= policies.MAX_PAYLOAD_BYTES or not adopted(policies.PATCH_TAIL_BUDGET):
+        return None
+    return (
+        f"The turn's new messages and the tool schemas come to {size / 1e6:.1f} MB as Temporal "
+        f"encodes them, over the {policies.MAX_PAYLOAD_BYTES / 1e6:.1f} MB one request may "
+        "carry (Temporal accepts at most 2 MB in one payload). Have tools return less, or "
+        "offer fewer tools."
+    )

@@ -19,7 +19,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import DescribeAgentInput
 from agentor_temporal.workflows.carry import Carry
-from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message, fit
 from agentor_temporal.workflows.status import Attributes
 from agentor_temporal.workflows.types import AgentRunInput, AgentSpec
 
@@ -65,7 +65,7 @@ async def describe(agent: str, fingerprint: str | None) -> AgentSpec:
             result_type=AgentSpec,
             start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
             retry_policy=policies.LOCAL_RETRY_POLICY,
-            summary=f"describe {agent}",
+            summary=fit(f"describe {agent}", SUMMARY_BYTES),
         )
     except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
         # a local activity's failure arrives unwrapped (its own

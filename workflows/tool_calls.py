@@ -282,6 +282,11 @@ class ToolCalls:
         # asked only when the arguments matter: older runs replay unchanged
         if sum(sizes) + args > budget and args and adopted(policies.PATCH_TURN_ARGS_BUDGET):
             budget = max(budget - args, budget // 4)
+        # so is its call id, in its event and in the tool message the next
+        # request carries: 500 ids of a few hundred bytes each are a lot
+        ids = sum(encoded_size(e.call_id) for e in results)
+        if sum(sizes) + ids > budget and adopted(policies.PATCH_TAIL_BUDGET):
+            budget = max(budget - ids, policies.MAX_TURN_RESULT_BYTES // 4)
         if sum(sizes) <= budget or not adopted(policies.PATCH_TURN_RESULT_BUDGET):
             return
         for event, limit in zip(results, share_budget(sizes, budget), strict=True):

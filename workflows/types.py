@@ -216,6 +216,11 @@ def parse_run_input(raw: Any) -> AgentRunInput:
     prior = raw.get("prior_usage")
     if prior is not None and not isinstance(prior, dict):
         raise ValueError('"prior_usage" must be an object of token counts')
+    try:
+        Usage.from_dict(prior)
+    except (TypeError, ValueError, OverflowError) as exc:
+        # read in the workflow's first task: raising there failed every task
+        raise ValueError(f'"prior_usage" must be an object of token counts ({exc})') from None
     previous = raw.get("previous_execution")
     if previous is not None and not isinstance(previous, str):
         raise ValueError('"previous_execution" must be a string')

@@ -375,3 +375,35 @@ async def test_a_decision_with_a_huge_reason_is_refused_and_the_run_goes_on(
         ("denied", "over the limit", "alice")
     ]
     assert ledger_lines(ledger) and not any("transfer" in line for line in ledger_lines(ledger))
+
+
+async def test_a_decision_naming_a_huge_call_id_is_refused_and_the_run_goes_on(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A plain client's decision on a 1.9 MB call id: refused with the id cut, the run unharmed.
+
+    Before: the refusal quoted the id whole, Temporal refused the workflow
+    task completion carrying it, and the run's tasks failed; the next
+    decision was refused with "Workflow Task in failed state".
+    """
+    huge = "c" * 1_900_000
+    with ScriptedModelServer(pay_script()) as model:
+        agent = approval_agent(model, client, task_queue, ledger)
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        run_id = paused.run_id
+        async with agent._serving(client):  # type: ignore[attr-defined]
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await asyncio.wait_for(
+                    client.get_workflow_handle(run_id).execute_update(
+                        "decide", Decision(huge, True), result_type=dict
+                    ),
+                    20,
+                )
+        message = str(refused.value.cause)
+        assert "(1,900,000 characters) waiting for approval (waiting: call_pay)" in message
+        assert len(message) < 1_000
+        await agent.adeny(run_id, "call_pay", "not now", by="alice")  # type: ignore[attr-defined]
+        result = await agent.aresume(run_id)  # type: ignore[attr-defined]
+    assert result.status == "completed"
+    decided = [e for e in result.events if e.type == "approval_decision"]
+    assert [(e.status, e.text, e.result) for e in decided] == [("denied", "not now", "alice")]

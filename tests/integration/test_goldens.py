@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import gzip
 import os
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -33,6 +34,7 @@ from agentor_temporal.plugin import with_passthrough
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_then_answer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.formatting import failure_message
 
 from helpers import pad, transfer_tool, weather_agent, weather_tool
 from sandbox_probe import SandboxProbe
@@ -254,6 +256,26 @@ BIG_ARGS: Scenario = (
     20,
 )
 
+
+async def _input_refused(agent: Agentor) -> str:
+    """A plain client's start whose prompt the run cannot record (PATCH_INPUT_LIMITS)."""
+    client = await agent._client()
+    run_id = f"refused-{uuid.uuid4().hex[:10]}"
+    handle = await client.start_workflow(
+        policies.WORKFLOW_TYPE,
+        {"agent": agent.name, "input": "x" * 2_000_000},
+        id=run_id,
+        task_queue=agent.task_queue,
+    )
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert failure_message(info.value).startswith("The input is too large")
+    return run_id
+
+
+#: A plain client's 2 MB prompt: refused at the run's start, at level 4.
+INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
+
 SCENARIOS: dict[str, Scenario] = {
     "approval_history": APPROVAL,
     # the approval run again, recorded once runs kept AgentStatus/AgentTokens
@@ -291,6 +313,10 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 3: a turn's large arguments go into history before its
     # tools run, and its results are cut to leave them room
     "behaviour_3_big_args_history": BIG_ARGS,
+    # recorded at level 4: an input the run cannot record fails it before any command
+    "behaviour_4_input_refused_history": INPUT_REFUSED,
+    # and a turn's results cut to leave room for their call ids as well
+    "behaviour_4_oversize_history": OVERSIZE,
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,

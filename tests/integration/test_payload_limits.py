@@ -28,7 +28,7 @@ from agentor_temporal.workflows.policies import (
 )
 from agentor_temporal.workflows.status import AGENT_TOKENS
 
-from helpers import pad, weather_agent
+from helpers import pad, unwedged_history, weather_agent
 
 MB = 1024 * 1024
 
@@ -345,3 +345,69 @@ async def test_a_turn_of_large_arguments_and_results_is_recorded(
     args = sum(len(json.dumps(e.args)) for e in results)
     assert sum(_encoded(e.result) for e in results) <= MAX_TURN_RESULT_BYTES - args + 4_000
     await _recorded_whole(client, result.run_id, tmp_path)
+
+
+@function_tool
+def fetch(n: int) -> str:
+    """Fetch a record.
+
+    Args:
+        n: Which record.
+    """
+    return "r" * 1990
+
+
+async def test_a_turn_of_many_long_call_ids_leaves_them_room(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """500 calls with 860-character ids, 2 KB results, 200 KB of tool schemas: the run ends.
+
+    Each result's call id is repeated in its event and in the tool message
+    the next request carries. Before, the results were cut to 1 MB without
+    them, and the next `generate` input was 2.1 MB: every workflow task failed.
+    """
+    monkeypatch.setattr(fetch, "description", "d" * 200_000)
+    calls = [CallTool("fetch", {"n": n}, id=f"{n:04}" + "i" * 860) for n in range(500)]
+    with ScriptedModelServer([calls, Reply("Fetched.")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            tools=[fetch],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            handle = await client.start_workflow(
+                policies.WORKFLOW_TYPE,
+                {"agent": agent.name, "input": "Fetch 500 records."},
+                id=f"ids-{task_queue}",
+                task_queue=task_queue,
+            )
+            history = await unwedged_history(client, handle.id)
+            outcome = await asyncio.wait_for(handle.result(), 10)
+    assert outcome["status"] == "completed" and outcome["final_output"] == "Fetched."
+    inputs = [
+        sum(len(p.data) for p in e.activity_task_scheduled_event_attributes.input.payloads)
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == policies.GENERATE
+    ]
+    assert len(inputs) == 2 and max(inputs) < policies.MAX_PAYLOAD_BYTES
+
+
+async def test_a_request_whose_new_messages_pass_a_payload_ends_the_run(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request by reference carrying more than one payload may hold ends the run, saying why.
+
+    (The limit is lowered to 100 KB here; one turn's 200 KB result passes it.)
+    """
+    monkeypatch.setattr(policies, "MAX_PAYLOAD_BYTES", 100_000)
+    script: list[Step] = [CallTool("pad", {"data": "x", "n": 200_000}), Reply("never asked")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, False, tools=[pad])
+        result = await asyncio.wait_for(agent.arun("Pad once."), 30)
+        assert model.request_count == 1
+    assert result.status == "failed"
+    assert (result.error or "").startswith("The turn's new messages and the tool schemas come to")
+    assert [e.type for e in result.events][-3:] == ["tool_call", "tool_result", "run_end"]
+    await _replays(client, result.run_id)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentor_temporal.activities import ToolContext
-from agentor_temporal.workflows.call_uses import CallUses, parse_key, use_key
-from agentor_temporal.workflows.types import parse_run_input
+from agentor_temporal.workflows.call_uses import CallUses, count_key, parse_key, use_key
+from agentor_temporal.workflows.carry import Carry, carried_decisions
+from agentor_temporal.workflows.policies import LONG_CALL_ID_CHARS, MAX_DECISION_TEXT
+from agentor_temporal.workflows.types import Decision, parse_run_input
 
 
 def test_first_use_keeps_the_id_and_repeats_are_numbered() -> None:
@@ -48,3 +52,41 @@ def test_a_run_input_may_carry_call_counts_and_bad_ones_are_refused() -> None:
     for bad in ([1], {"call_0": -1}, {"call_0": "3"}, {"call_0": True}):
         with pytest.raises(ValueError, match="call_uses"):
             parse_run_input({"agent": "A", "input": "hi", "call_uses": bad})
+
+
+def test_long_ids_are_counted_by_digest_with_the_same_uses() -> None:
+    """A 40 KB id is counted under a short digest; its uses number as a short id's do."""
+    long = "c" * 40_000
+    uses = CallUses()
+    assert [uses.next(long), uses.next("call_0"), uses.next(long)] == [1, 1, 2]
+    assert max(len(key) for key in uses.counts) <= LONG_CALL_ID_CHARS
+    assert count_key("call_0") == "call_0" and count_key(long) != count_key(long + "d")
+    # counts carried by a build that kept ids whole, and counts carried by digest
+    assert CallUses({long: 2}).counts == {count_key(long): 2}
+    assert CallUses(uses.counts).counts == {count_key(long): 2, "call_0": 1}
+    again = CallUses(uses.counts)
+    assert again.next(long) == 3 and again.next("call_0") == 2
+    assert use_key(long, 3) == f"{long}#3"  # keys are made from the id itself
+
+
+def test_carried_decisions_keep_the_verdict_and_drop_what_is_never_read() -> None:
+    """Between turns a decision only refuses a second one: no reason, a short name, short keys."""
+    long = "c" * 40_000
+    big = "\U0001f600" * MAX_DECISION_TEXT
+    decisions = {
+        "call_0": Decision("call_0", True, big, big),
+        "call_0#2": Decision("call_0", False, "no", "carol"),
+        use_key(long, 2): Decision(long, True, big, None),
+    }
+    carried = carried_decisions(decisions)
+    assert carried["call_0#2"] == {
+        "call_id": "call_0",
+        "approved": False,
+        "reason": None,
+        "by": "carol",
+    }
+    assert carried["call_0"]["reason"] is None and len(carried["call_0"]["by"]) <= 103
+    assert carried[f"{count_key(long)}#2"]["call_id"] == count_key(long)
+    assert len(json.dumps(carried)) < 2_000
+    # read back as the next execution restores them
+    assert Carry(1, 2, 0.0, {}, decisions=carried).decision_objects()["call_0"].approved

@@ -94,3 +94,10 @@ def test_malformed_inputs(raw: object, fragment: str) -> None:
     with pytest.raises(ValueError) as info:
         parse_run_input(raw)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("usage", [{"total_tokens": "many"}, {"input_tokens": [1]}])
+def test_prior_usage_that_is_not_token_counts_is_refused(usage: object) -> None:
+    """Read in the run's first task: before, a bad count failed every task after it."""
+    with pytest.raises(ValueError, match="prior_usage"):
+        parse_run_input({"agent": "A", "input": "hi", "prior_usage": usage})

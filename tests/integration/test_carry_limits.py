@@ -1,0 +1,180 @@
+"""What a run carries over continue-as-new stays one payload Temporal accepts, or the run ends.
+
+The next execution's input holds the last turn's messages, how often each
+call id was used (counted for the whole run: a later call may reuse any id)
+and the decisions people took. Kept whole, a model's 40 KB call ids or a
+batch of decisions with long reasons made that input pass Temporal's 2 MB
+limit, and every workflow task failed from then on. Long ids are counted by
+digest, decisions carry no reason, and a carry still too large ends the run
+saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from agentor_temporal import TemporalStore, function_tool, tool_context
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import AgentRunWorkflow, policies
+
+from helpers import pad, transfer_tool, unwedged_history, weather_agent
+
+#: Every turn's history passes this: each turn continues as new.
+BUDGET = "200000"
+
+
+async def _executions(client: Client, run_id: str) -> list[WorkflowHistory]:
+    """The histories of the run's executions, first to last."""
+    segments = await TemporalStore(client).segments(run_id)
+    return [
+        await client.get_workflow_handle(run_id, run_id=s.execution_run_id).fetch_history()
+        for s in segments
+    ]
+
+
+def _carry_sizes(histories: list[WorkflowHistory]) -> list[int]:
+    """Encoded bytes of each continued execution's input."""
+    sizes = []
+    for history in histories:
+        start = history.events[0].workflow_execution_started_event_attributes
+        data = json.loads(start.input.payloads[0].data)
+        if "carry" in data:
+            sizes.append(len(start.input.payloads[0].data))
+    return sizes
+
+
+async def test_long_call_ids_are_counted_by_digest_across_continue_as_new(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three turns of twelve 40 KB call ids, then one reused: the run continues, keys stay apart.
+
+    Before: the ids were carried whole (480 KB a turn) and the third
+    continue-as-new passed 2 MB.
+    """
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", BUDGET)
+    keys: dict[str, str] = {}
+
+    @function_tool
+    def look(n: int) -> str:
+        """Look once.
+
+        Args:
+            n: Which look.
+        """
+        keys[f"{tool_context().turn}-{n}"] = tool_context().idempotency_key
+        return "seen"
+
+    def long_id(turn: int, n: int) -> str:
+        return f"{turn}-{n}-" + "c" * 40_000
+
+    script: list[Any] = [
+        [CallTool("look", {"n": n}, id=long_id(turn, n)) for n in range(12)] for turn in range(3)
+    ]
+    script += [CallTool("look", {"n": 0}, id=long_id(0, 0)), Reply("Looked.")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            tools=[look],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            handle = await client.start_workflow(
+                policies.WORKFLOW_TYPE,
+                {"agent": agent.name, "input": "Look a lot."},
+                id=f"ids-{task_queue}",
+                task_queue=task_queue,
+            )
+            await unwedged_history(client, handle.id)
+            outcome = await asyncio.wait_for(handle.result(), 10)
+    assert outcome["status"] == "completed", outcome["error"]
+    histories = await _executions(client, handle.id)
+    assert len(histories) >= 4
+    # the last turn's messages (960 KB of ids), and counts of a few bytes per id
+    assert max(_carry_sizes(histories)) < 1_000_000
+    # the reused id is its second use: a key of its own, not the first call's
+    assert keys["4-0"] == f"{handle.id}:{long_id(0, 0)}#2"
+    assert keys["1-0"] == f"{handle.id}:{long_id(0, 0)}"
+    # a continued execution, from its carry
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(histories[-2])
+
+
+async def test_decisions_with_long_reasons_are_carried_without_them(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twenty calls approved, each with 4,000 emoji of reason and of name: the run goes on.
+
+    Before: each decision was carried whole (96 KB as Temporal encodes it),
+    and the continue-as-new after the turn passed 2 MB.
+    """
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", BUDGET)
+    script = [
+        [CallTool("transfer", {"amount": n, "to": "bob"}, id=f"call_{n}") for n in range(20)],
+        Reply("Paid."),
+    ]
+    big = "\U0001f600" * policies.MAX_DECISION_TEXT
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            tools=[transfer_tool()],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob twenty times."), 30)
+            assert paused.status == "awaiting_approval" and len(paused.pending_approvals) == 20
+            run_id = str(paused.run_id)
+            # one at a time: a decision's update in flight while the run continues
+            # as new is retried by the client on the next execution, which refuses it
+            for pending in paused.pending_approvals:
+                await agent.aapprove(run_id, pending.call_id, big, by=big)
+            await unwedged_history(client, run_id)
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 10)
+        result = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert outcome["status"] == "completed", outcome["error"]
+    assert result.final_output == "Paid."
+    # every reason and name is in the log whole
+    decisions = [e for e in result.events if e.type == "approval_decision"]
+    assert len(decisions) == 20 and all(e.text == big and e.result == big for e in decisions)
+    histories = await _executions(client, run_id)
+    assert len(histories) == 2 and max(_carry_sizes(histories)) < 100_000
+
+
+async def test_a_carry_over_its_limit_ends_the_run_saying_why(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A carry larger than the run may hand on ends the run as `failed`, its log whole.
+
+    (The limit is lowered to 100 KB here; a turn's 200 KB result passes it.)
+    """
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", BUDGET)
+    monkeypatch.setattr(policies, "MAX_PAYLOAD_BYTES", 100_000)
+    script = [CallTool("pad", {"data": "x", "n": 200_000}), Reply("never asked")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            tools=[pad],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            result = await asyncio.wait_for(agent.arun("Pad once."), 30)
+        assert model.request_count == 1
+    assert result.status == "failed"
+    assert (result.error or "").startswith("The run could not continue as new after turn 1")
+    assert [e.type for e in result.events][-3:] == ["tool_call", "tool_result", "run_end"]
+    [history] = await _executions(client, str(result.run_id))
+    kinds = {e.event_type for e in history.events}
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW not in kinds
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)

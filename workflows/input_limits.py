@@ -1,0 +1,80 @@
+"""What a segment's input may make a run record: refused at the start, saying why.
+
+Any Temporal client can start `AgentRun`. The facade checks what it sends;
+a plain client's input reaches the workflow unchecked, and Temporal accepting
+it (under 2 MB) does not mean the run can record it: the `run_start` event
+holds the messages after the agent's instructions, a fork's copied events go
+into the same journal step, and names and counts go into search attributes
+that have limits of their own. A payload or attribute Temporal refuses fails
+the workflow task, and every retry after it: the run wedges. So the first
+execution of a segment measures what its opening will record and send, as
+the facade does before starting (`_results.check_size`, `_fork.start_fork`),
+and the run fails at once, before recording anything, naming the problem.
+The limit is what one payload can hold (`policies.MAX_PAYLOAD_BYTES`), not
+the facade's stricter 1.5 MB for a new run's first request: a resumed run
+whose conversation grew past that still starts, as it did.
+"""
+
+from __future__ import annotations
+
+from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.store.events import Usage
+from agentor_temporal.store.replay import initial_messages
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.conversation import Conversation
+from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.types import AgentRunInput, AgentSpec
+
+
+def opening_size(inp: AgentRunInput, spec: AgentSpec) -> int:
+    """Encoded bytes of what the segment's opening puts in one payload.
+
+    The messages after the agent's instructions, which `run_start` records
+    (a resumed conversation by reference: its tail, which the first
+    `generate` input holds), with a fork's copied events (journaled in the
+    same step), the tool schemas (sent with the first request) and the
+    call-id counts (carried over every continue-as-new).
+    """
+    if inp.conversation is not None:
+        messages = Conversation.from_dict(inp.conversation).tail
+    else:
+        messages = initial_messages(spec.instructions, inp.input)
+    size = encoded_size(messages) + encoded_size([t.openai_schema() for t in spec.tools])
+    if inp.fork is not None:
+        size += encoded_size(inp.fork.events)
+    return size + (encoded_size(inp.call_uses) if inp.call_uses else 0)
+
+
+def input_problem(inp: AgentRunInput, spec: AgentSpec, *, opening: bool) -> str | None:
+    """Why this input cannot run (None when it can).
+
+    Args:
+        opening: the segment's first execution (a continued one's input is
+            the carry its previous execution made, measured when it was made).
+    """
+    if inp.fork is not None:
+        try:
+            validate_run_id(inp.fork.run_id)
+        except ValueError as exc:
+            return f'"fork"."run_id" is not a run id: {exc}'
+    carried = (inp.carry or {}).get("usage")
+    for name, usage in (("prior_usage", inp.prior_usage), ("carry.usage", carried)):
+        counts = Usage.from_dict(usage if isinstance(usage, dict) else None)
+        for field, count in vars(counts).items():
+            if not 0 <= count <= policies.MAX_TOKEN_COUNT:
+                return (
+                    f'"{name}".{field} is {count}; token counts are 0 to '
+                    f"{policies.MAX_TOKEN_COUNT} (AgentTokens is a 64-bit search attribute)"
+                )
+    if not opening:
+        return None
+    size = opening_size(inp, spec)
+    if size <= policies.MAX_PAYLOAD_BYTES:
+        return None
+    return (
+        f"The input is too large: the run's first model request would be {size / 1e6:.2f} MB "
+        "as Temporal encodes it (with the agent's instructions and tool schemas, and what "
+        f"the run records with it), over the {policies.MAX_PAYLOAD_BYTES / 1e6:.1f} MB a run "
+        "records in one payload (Temporal accepts at most 2 MB). Send less, or pass a "
+        "reference (a file name, a URL) and let a tool read it."
+    )
