@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import json
 from dataclasses import asdict
 from typing import Any
@@ -21,8 +20,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStream
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     # Dataclasses, constants and pure functions with no I/O or module state:
@@ -32,7 +30,6 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.store.replay import assistant_message, initial_messages, tool_message
     from agentor_temporal.workflows import policies
     from agentor_temporal.workflows.activity_types import (
-        GenerateInput,
         GenerateResult,
     )
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
@@ -46,18 +43,12 @@ with workflow.unsafe.imports_passed_through():
         stream_state,
     )
     from agentor_temporal.workflows.conversation import Conversation
-    from agentor_temporal.workflows.formatting import (
-        SUMMARY_BYTES,
-        call_summary,
-        failure_message,
-        fit,
-        plural,
-    )
+    from agentor_temporal.workflows.formatting import call_summary, plural
+    from agentor_temporal.workflows.generation import Generation
     from agentor_temporal.workflows.input_limits import input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
-    from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import StreamWindow
@@ -102,6 +93,7 @@ class AgentRunWorkflow:
         self._observer = RunObserver()
         self._journal.listeners.append(self._observer.on_event)
         self._tools = ToolCalls(self._journal, self._approvals, self._observer.trace)
+        self._generation = Generation(self._journal, self._observer.trace)
         self._spec: AgentSpec | None = None
         self._agent = ""
         self._status = "running"
@@ -425,147 +417,23 @@ class AgentRunWorkflow:
         self, seg: Setup, conversation: Conversation, disabled: list[str], turn: int
     ) -> GenerateResult | str:
         """Ask the model once and record the `generation`; a str is why the run fails."""
-        spec = seg.spec
-        schemas = [t.openai_schema() for t in spec.tools if t.name not in disabled]
         if self._history is None or turn == 1:
             self._history = HistoryGauge.now()
         workflow.set_current_details(
-            f"Turn {turn} of {seg.budget}: asking {spec.model} · {self._tokens()} tokens so far"
+            f"Turn {turn} of {seg.budget}: asking {seg.spec.model} · {self._tokens()} tokens so far"
             f" · {self._history.describe()}"
         )
-        if (
-            not conversation.by_reference
-            and conversation.size > seg.inline_bytes
-            and self._refs_allowed()
-        ):
-            conversation.switch()
-        request = conversation.request()
-        base = conversation.base
-        # a local request runs inside this workflow task: nothing recorded
-        # before it could reach history sooner, so events wait for the next
-        # step (a tool call, the run's end) instead of a journal step. Its
-        # marker carries the request, in the completion that also records
-        # what follows: a large one goes as an activity.
-        local = (
-            spec.local_model_calls
-            and not seg.stream_text
-            and encoded_size(request) + self._journal.pending_bytes()
-            <= policies.MAX_LOCAL_REQUEST_BYTES
+        gen = await self._generation.ask(
+            seg,
+            conversation,
+            disabled,
+            turn,
+            refs=self._refs_allowed,
+            fold_allowed=self._journal_in_activities,
         )
-        fold = self._journal_in_activities() and not local
-        if not fold and not local:
-            await self._journal.flush(spec.name, spec.mirror)
-        refusal = (
-            oversized(request, schemas)
-            if base is None
-            else too_big(conversation.size + encoded_size(schemas))
-            or tail_too_big(request, schemas)
-        )
-        if refusal is not None:
-            return refusal
-        activity_id = f"generate-{turn}"
-        # the events since the last journal step go into history with the request
-        folded = (
-            self._journal.fold(
-                spec.name, spec.mirror, beside=encoded_size(request) + encoded_size(schemas)
-            )
-            if fold
-            else None
-        )
-        if fold and folded is None:
-            await self._journal.flush(spec.name, spec.mirror)
-        inp = GenerateInput(
-            run_id=workflow.info().workflow_id,
-            agent=spec.name,
-            model=spec.model,
-            messages=request,
-            tools=schemas or None,
-            model_settings=spec.model_settings,
-            turn=turn,
-            stream_text=seg.stream_text,
-            conversation=base.to_dict() if base is not None else None,
-            position=self._journal.position if base is not None else None,
-            fingerprint=spec.fingerprint,
-            journal=folded,
-            task_started=workflow.now().timestamp() if local else None,
-        )
-        try:
-            # not yet awaited: the activity is scheduled inside the generation's span
-            summary = fit(f"{spec.model}, turn {turn}", SUMMARY_BYTES)
-            call = self._ask(inp, activity_id, summary, local=local)
-            gen: GenerateResult = await self._observer.trace.generation(
-                spec.model, turn, request, call
-            )
-        except (ActivityError, ApplicationError, TemporalTimeoutError, CancelledError) as exc:
-            if not local and not isinstance(exc, ActivityError):
-                raise
-            # a local activity's failure arrives unwrapped: its own error, a
-            # timeout, or the cancel
-            cancelled = isinstance(exc, CancelledError) or isinstance(exc.cause, CancelledError)
-            if cancelled and adopted(policies.PATCH_CLOSE_CANCELLED):
-                raise asyncio.CancelledError(failure_message(exc)) from None
-            if isinstance(exc, CancelledError):
-                raise
-            return failure_message(exc)
-        if folded is not None:
-            self._journal.confirm(gen.mirrored, spec.mirror)
-        usage = Usage.from_dict(gen.usage)
-        self._usage = self._usage + usage
-        position = self._journal.position
-        self._journal.record(
-            Event(
-                type="generation",
-                turn=turn,
-                model=spec.model,
-                # sent by reference, the request is in history once: events
-                # held and streamed here do not repeat it (the store gets it whole)
-                messages=request if base is None else None,
-                text=gen.text,
-                reasoning=gen.reasoning,
-                calls=copy.deepcopy(gen.calls) or None,
-                usage=usage,
-                started_at=gen.started_at,
-                ended_at=gen.ended_at,
-            ),
-            ref=activity_id,
-            request=None if base is None else {"conversation": base.to_dict(), "messages": request},
-        )
-        conversation.recorded(position)
+        if not isinstance(gen, str):
+            self._usage = self._usage + Usage.from_dict(gen.usage)
         return gen
-
-    async def _ask(
-        self, inp: GenerateInput, activity_id: str, summary: str, *, local: bool
-    ) -> GenerateResult:
-        """The model's answer: from a local activity, or an activity (also when that came late)."""
-        if local:
-            try:
-                result: GenerateResult = await workflow.execute_local_activity(
-                    policies.GENERATE,
-                    inp,
-                    result_type=GenerateResult,
-                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
-                    retry_policy=policies.MODEL_RETRY_POLICY,
-                    activity_id=activity_id,
-                    summary=summary,
-                )
-                return result
-            except (ActivityError, ApplicationError) as exc:
-                cause = exc.cause if isinstance(exc, ActivityError) else exc
-                if getattr(cause, "type", None) != policies.LOCAL_CALL_LATE:
-                    raise
-            # the worker was too busy to ask promptly: the model was not asked
-            inp = dataclasses.replace(inp, task_started=None)
-        result = await workflow.execute_activity(
-            policies.GENERATE,
-            inp,
-            result_type=GenerateResult,
-            start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
-            heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
-            retry_policy=policies.MODEL_RETRY_POLICY,
-            activity_id=activity_id,
-            summary=summary,
-        )
-        return result
 
     async def _run_tools(
         self, seg: Setup, calls: list[dict[str, Any]], turn: int, disabled: list[str]

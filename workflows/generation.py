@@ -1,0 +1,185 @@
+"""`Generation`: one model request of a run, and the `generation` event it records.
+
+What the request sends (the conversation whole, or by reference once it is
+large), where it runs (an activity; with `local_model_calls`, a local
+activity inside the workflow task, or an activity again when that would
+start late or carry too much), which new events go into history with it,
+and what the run fails with when it cannot be sent (a request over one
+payload, or the model's own failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from collections.abc import Callable
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+from agentor_temporal.store.events import Event, Usage
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.conversation import Conversation
+from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message, fit
+from agentor_temporal.workflows.journaling import Journal
+from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
+from agentor_temporal.workflows.segment import Setup
+from agentor_temporal.workflows.tracing import RunTrace
+from agentor_temporal.workflows.versions import adopted
+
+
+class Generation:
+    """Asks the model for a run, and records each answer in its journal."""
+
+    def __init__(self, journal: Journal, trace: RunTrace) -> None:
+        self.journal = journal
+        self.trace = trace
+
+    async def ask(
+        self,
+        seg: Setup,
+        conversation: Conversation,
+        disabled: list[str],
+        turn: int,
+        *,
+        refs: Callable[[], bool],
+        fold_allowed: Callable[[], bool],
+    ) -> GenerateResult | str:
+        """Ask the model once and record the `generation`; a str is why the run fails.
+
+        `refs` and `fold_allowed` say whether requests may go by reference and new
+        events with the next activity; each asks `versions.adopted` once,
+        when first needed, so they are passed uncalled.
+        """
+        spec = seg.spec
+        schemas = [t.openai_schema() for t in spec.tools if t.name not in disabled]
+        if not conversation.by_reference and conversation.size > seg.inline_bytes and refs():
+            conversation.switch()
+        request = conversation.request()
+        base = conversation.base
+        # a local request runs inside this workflow task: nothing recorded
+        # before it could reach history sooner, so events wait for the next
+        # step (a tool call, the run's end) instead of a journal step. Its
+        # marker carries the request, in the completion that also records
+        # what follows: a large one goes as an activity.
+        local = (
+            spec.local_model_calls
+            and not seg.stream_text
+            and encoded_size(request) + self.journal.pending_bytes()
+            <= policies.MAX_LOCAL_REQUEST_BYTES
+        )
+        fold = fold_allowed() and not local
+        if not fold and not local:
+            await self.journal.flush(spec.name, spec.mirror)
+        refusal = (
+            oversized(request, schemas)
+            if base is None
+            else too_big(conversation.size + encoded_size(schemas))
+            or tail_too_big(request, schemas)
+        )
+        if refusal is not None:
+            return refusal
+        activity_id = f"generate-{turn}"
+        # the events since the last journal step go into history with the request
+        folded = (
+            self.journal.fold(
+                spec.name, spec.mirror, beside=encoded_size(request) + encoded_size(schemas)
+            )
+            if fold
+            else None
+        )
+        if fold and folded is None:
+            await self.journal.flush(spec.name, spec.mirror)
+        inp = GenerateInput(
+            run_id=workflow.info().workflow_id,
+            agent=spec.name,
+            model=spec.model,
+            messages=request,
+            tools=schemas or None,
+            model_settings=spec.model_settings,
+            turn=turn,
+            stream_text=seg.stream_text,
+            conversation=base.to_dict() if base is not None else None,
+            position=self.journal.position if base is not None else None,
+            fingerprint=spec.fingerprint,
+            journal=folded,
+            task_started=workflow.now().timestamp() if local else None,
+        )
+        try:
+            # not yet awaited: the activity is scheduled inside the generation's span
+            summary = fit(f"{spec.model}, turn {turn}", SUMMARY_BYTES)
+            call = self._answer(inp, activity_id, summary, local=local)
+            gen: GenerateResult = await self.trace.generation(spec.model, turn, request, call)
+        except (ActivityError, ApplicationError, TemporalTimeoutError, CancelledError) as exc:
+            if not local and not isinstance(exc, ActivityError):
+                raise
+            # a local activity's failure arrives unwrapped: its own error, a
+            # timeout, or the cancel
+            cancelled = isinstance(exc, CancelledError) or isinstance(exc.cause, CancelledError)
+            if cancelled and adopted(policies.PATCH_CLOSE_CANCELLED):
+                raise asyncio.CancelledError(failure_message(exc)) from None
+            if isinstance(exc, CancelledError):
+                raise
+            return failure_message(exc)
+        if folded is not None:
+            self.journal.confirm(gen.mirrored, spec.mirror)
+        usage = Usage.from_dict(gen.usage)
+        position = self.journal.position
+        self.journal.record(
+            Event(
+                type="generation",
+                turn=turn,
+                model=spec.model,
+                # sent by reference, the request is in history once: events
+                # held and streamed here do not repeat it (the store gets it whole)
+                messages=request if base is None else None,
+                text=gen.text,
+                reasoning=gen.reasoning,
+                calls=copy.deepcopy(gen.calls) or None,
+                usage=usage,
+                started_at=gen.started_at,
+                ended_at=gen.ended_at,
+            ),
+            ref=activity_id,
+            request=None if base is None else {"conversation": base.to_dict(), "messages": request},
+        )
+        conversation.recorded(position)
+        return gen
+
+    async def _answer(
+        self, inp: GenerateInput, activity_id: str, summary: str, *, local: bool
+    ) -> GenerateResult:
+        """The model's answer: from a local activity, or an activity (also when that came late)."""
+        if local:
+            try:
+                result: GenerateResult = await workflow.execute_local_activity(
+                    policies.GENERATE,
+                    inp,
+                    result_type=GenerateResult,
+                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+                    retry_policy=policies.MODEL_RETRY_POLICY,
+                    activity_id=activity_id,
+                    summary=summary,
+                )
+                return result
+            except (ActivityError, ApplicationError) as exc:
+                cause = exc.cause if isinstance(exc, ActivityError) else exc
+                if getattr(cause, "type", None) != policies.LOCAL_CALL_LATE:
+                    raise
+            # the worker was too busy to ask promptly: the model was not asked
+            inp = dataclasses.replace(inp, task_started=None)
+        result = await workflow.execute_activity(
+            policies.GENERATE,
+            inp,
+            result_type=GenerateResult,
+            start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+            heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
+            retry_policy=policies.MODEL_RETRY_POLICY,
+            activity_id=activity_id,
+            summary=summary,
+        )
+        return result
