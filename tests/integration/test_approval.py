@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -167,8 +168,17 @@ async def test_denial_with_reason_reaches_the_model(
 async def test_waiting_run_survives_a_worker_sigkill(
     client: Client, temporal_address: str, task_queue: str, ledger: str
 ) -> None:
-    """A worker killed while a run waits for approval loses nothing: another worker finishes it."""
-    with ScriptedModelServer(pay_script()) as model:
+    """A worker killed between two decisions loses nothing: the call approved before the kill
+    is not run again, the decision after it reaches its own call, another worker finishes."""
+    script = [
+        [
+            CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+            CallTool("transfer", {"amount": 7000, "to": "eve"}, id="call_eve"),
+            CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        ],
+        Reply("Paid bob, not eve."),
+    ]
+    with ScriptedModelServer(script) as model:
         env = {
             "TEMPORAL_ADDRESS": temporal_address,
             "MODEL_BASE_URL": model.base_url,
@@ -181,19 +191,36 @@ async def test_waiting_run_survives_a_worker_sigkill(
         second = None
         try:
             paused = await asyncio.wait_for(agent.arun(PAY), 60)  # type: ignore[attr-defined]
-            assert paused.status == "awaiting_approval"
+            assert sorted(p.call_id for p in paused.pending_approvals) == ["call_eve", "call_pay"]
+            await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 60)  # type: ignore[attr-defined]
+
+            # the approved transfer ran to its end (started, and no activity pending)
+            handle = client.get_workflow_handle(paused.run_id)
+            deadline = time.monotonic() + 30
+            while not (
+                any(line.startswith("transfer") for line in ledger_lines(ledger))
+                and not (await handle.describe()).raw_description.pending_activities
+            ):
+                assert time.monotonic() < deadline, "the approved transfer did not finish"
+                await asyncio.sleep(0.05)
             first.send_signal(signal.SIGKILL)
             first.wait(10)
             second = spawn(["worker"], env)
-            await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 60)  # type: ignore[attr-defined]
+            await asyncio.wait_for(
+                agent.adeny(paused.run_id, "call_eve", "unknown payee", by="bob"),  # type: ignore[attr-defined]
+                60,
+            )
             result = await asyncio.wait_for(agent.aresume(paused.run_id), 60)  # type: ignore[attr-defined]
         finally:
             for proc in (first, second):
                 if proc is not None and proc.poll() is None:
                     proc.kill()
                     proc.wait(10)
-    assert result.status == "completed"
-    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["get_weather", "transfer"]
+    assert result.status == "completed" and result.final_output == "Paid bob, not eve."
+    ran = sorted((line.split()[0], line.split()[-1]) for line in ledger_lines(ledger))
+    assert ran == [("get_weather", "Oslo"), ("transfer", "bob")]
+    decisions = {e.call_id: e.status for e in result.events if e.type == "approval_decision"}
+    assert decisions == {"call_pay": "approved", "call_eve": "denied"}
 
 
 async def test_invalid_and_conflicting_decisions_are_refused(

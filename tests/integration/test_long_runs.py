@@ -476,6 +476,54 @@ async def test_an_approval_after_several_continuations_pauses_the_run(
     assert decision.status == "approved" and decision.result == "carol"
 
 
+#: a history budget the results of the paused turn alone pass
+PAUSE_BUDGET = 20_000
+
+
+async def test_a_pause_past_the_history_budget_continues_as_new_after_the_decision(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """History past its budget while a call waits: the run waits in that execution, then
+    continues as new after the decision; every call runs once."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(PAUSE_BUDGET))
+    ledger = str(tmp_path / "ledger")
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done == 4:
+            # four 8 KB results in the paused turn: its execution passes the budget
+            return [
+                *(CallTool("read_chunk", {"n": n}, id=f"call_{n}") for n in range(5, 9)),
+                CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"),
+            ]
+        if done < 12:
+            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+        return Reply("Read and paid.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(
+            model, client, task_queue, tools=[chunk_tool(ledger, 8000), transfer_tool(ledger)]
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Read and pay.", max_turns=40), 120)
+            assert paused.status == "awaiting_approval", paused.error
+            run_id = paused.run_id
+            assert run_id is not None
+            state = await client.get_workflow_handle(run_id).query("state", result_type=dict)
+            before = len(await TemporalStore(client).segments(run_id))
+            await agent.aapprove(run_id, "call_pay", by="carol")
+            result = await asyncio.wait_for(agent.aresume(run_id), 120)
+    # the pause came with history past its budget, in the execution that made the request
+    assert state["status"] == "awaiting_approval" and state["history_bytes"] > PAUSE_BUDGET, state
+    assert result.status == "completed" and result.final_output == "Read and paid."
+    after = len(await TemporalStore(client).segments(run_id))
+    assert after > before
+    lines = ledger_lines(ledger)
+    assert sum(1 for line in lines if line.startswith("transfer")) == 1
+    reads = Counter(line for line in lines if not line.startswith("transfer"))
+    assert len(reads) == 11 and set(reads.values()) == {1}
+
+
 async def test_text_deltas_stream_when_the_conversation_goes_by_reference(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

@@ -1,0 +1,288 @@
+"""Odd tool outcomes, model replies and prompts never poison a run.
+
+Real dev server, embedded worker. Whatever a tool returns or raises answers
+the model; a reply or prompt out of the ordinary ends the run with a clear
+status; and nothing fails a workflow task, which Temporal would retry for
+ever (the run wedged until someone terminates it). Each case's run ends
+within DEADLINE or the test fails naming the workflow-task failures.
+
+Covered elsewhere: deep returns and arguments, async SystemExit and
+KeyboardInterrupt, unprintable exceptions (test_tool_outcomes); lone
+surrogates in results, empty choices, non-JSON bodies, calls without a
+function (test_model_boundary); results and replies past 2 MB
+(test_payload_limits); reused call ids (test_call_ids); hung sync tools
+(test_hung_sync_tools).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from agentor_temporal import Event, RunResult, function_tool
+from agentor_temporal.testing import CallTool, Raw, Reply, ScriptedModelServer, Step
+
+from helpers import weather_agent
+
+DEADLINE = 45.0
+
+
+async def _task_failures(client: Client, run_id: str) -> list[str]:
+    """Messages of the run's WorkflowTaskFailed events (a wedged run has some)."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    return [
+        e.workflow_task_failed_event_attributes.failure.message
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+
+
+async def _run(
+    client: Client, task_queue: str, tools: list[Any], script: list[Step], prompt: Any = "go"
+) -> tuple[RunResult, ScriptedModelServer]:
+    """Run once; fail at the first workflow-task failure, or if the run does not end in time."""
+    run_id = uuid.uuid4().hex
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=tools,
+            max_tool_failures=50,
+        )
+        task = asyncio.ensure_future(agent.arun(prompt, run_id=run_id))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE
+        failures: list[str] = []
+        while not task.done() and loop.time() < deadline:
+            await asyncio.wait({task}, timeout=0.5)
+            if not task.done():
+                with contextlib.suppress(Exception):  # not started yet
+                    failures = await _task_failures(client, run_id)
+                if failures:
+                    break
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await client.get_workflow_handle(run_id).terminate("test: wedged")
+            raise AssertionError(f"run did not end; WorkflowTaskFailed: {failures[:2]}")
+        result = task.result()
+    assert await _task_failures(client, run_id) == []
+    return result, model
+
+
+def _answers(result: RunResult) -> dict[str, Event]:
+    return {e.name or "": e for e in result.events if e.type == "tool_result"}
+
+
+class Opaque:
+    """Not JSON-serializable, and its str() raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("cannot print")
+
+    __repr__ = __str__
+
+
+class CustomBase(BaseException):
+    """A BaseException that is not an Exception."""
+
+
+class UnprintableBase(BaseException):
+    def __str__(self) -> str:
+        raise RuntimeError("no string")
+
+
+def _circular() -> Any:
+    value: list[Any] = []
+    value.append(value)
+    return value
+
+
+def _tool(name: str, body: Any, *, is_async: bool) -> Any:
+    """A tool named `name` whose body is `body()` (returned or raised from), sync or async."""
+    if is_async:
+
+        async def odd_async() -> Any:
+            """Returns or raises something odd."""
+            return body()
+
+        odd_async.__name__ = name
+        return function_tool(odd_async)
+
+    def odd() -> Any:
+        """Returns or raises something odd."""
+        return body()
+
+    odd.__name__ = name
+    return function_tool(odd)
+
+
+def _raiser(make: Any) -> Any:
+    def go() -> Any:
+        raise make()
+
+    return go
+
+
+#: returns and the text the model reads for each (None: any text, no error)
+RETURNS: dict[str, tuple[Any, str | None]] = {
+    "object": (object, None),
+    "bytes": (lambda: b"\x00\xff raw bytes", "\"b'\\\\x00\\\\xff raw bytes'\""),
+    "nan_inf": (lambda: {"a": math.nan, "b": math.inf}, '{"a": NaN, "b": Infinity}'),
+    "circular": (_circular, "[[...]]"),
+    "set": (lambda: {1, 2, 3}, '"{1, 2, 3}"'),
+}
+
+
+async def test_odd_return_values_answer_the_model(client: Client, task_queue: str) -> None:
+    """Values JSON cannot encode (sync and async tools) are shown to the model as text."""
+    tools = [
+        _tool(f"{kind}_{mode}", make, is_async=mode == "async")
+        for kind, (make, _) in RETURNS.items()
+        for mode in ("sync", "async")
+    ]
+    tools.append(_tool("opaque", Opaque, is_async=False))
+    calls: list[Step] = [[CallTool(t.name) for t in tools], Reply("done")]
+    result, _ = await _run(client, task_queue, tools, calls)
+    assert result.status == "completed" and result.final_output == "done", result.error
+    answers = _answers(result)
+    for kind, (_, text) in RETURNS.items():
+        for mode in ("sync", "async"):
+            answer = answers[f"{kind}_{mode}"]
+            assert answer.error is None, (kind, mode, answer.error)
+            assert answer.result == text if text is not None else answer.result, (kind, answer)
+    # a value that cannot even be printed is the tool's error, not a failed task
+    assert "RuntimeError: cannot print" in (answers["opaque"].error or ""), answers["opaque"]
+
+
+RAISES: dict[str, tuple[Any, str]] = {
+    "system_exit": (lambda: SystemExit(3), "SystemExit: 3"),
+    "keyboard_interrupt": (KeyboardInterrupt, "KeyboardInterrupt"),
+    "custom_base": (lambda: CustomBase("custom"), "CustomBase: custom"),
+    "unprintable_base": (UnprintableBase, "UnprintableBase"),
+    "generator_exit": (GeneratorExit, "GeneratorExit"),
+    "recursion_error": (lambda: RecursionError("deep"), "RecursionError: deep"),
+    "memory_error": (MemoryError, "MemoryError"),
+}
+
+
+async def test_odd_exceptions_answer_the_model(client: Client, task_queue: str) -> None:
+    """BaseExceptions a tool raises (sync and async) are its answer, the run goes on."""
+    tools = [
+        _tool(f"{kind}_{mode}", _raiser(make), is_async=mode == "async")
+        for kind, (make, _) in RAISES.items()
+        for mode in ("sync", "async")
+    ]
+    result, model = await _run(
+        client, task_queue, tools, [[CallTool(t.name) for t in tools], Reply("done")]
+    )
+    assert result.status == "completed" and result.final_output == "done", result.error
+    answers = _answers(result)
+    for kind, (_, error) in RAISES.items():
+        for mode in ("sync", "async"):
+            answer = answers[f"{kind}_{mode}"]
+            assert answer.error is not None and answer.error.startswith(error), (kind, mode, answer)
+    assert model.request_count == 2
+
+
+@function_tool
+def echo(text: str) -> str:
+    """Echoes.
+
+    Args:
+        text: what to echo.
+    """
+    return text
+
+
+def _completion(message: dict[str, Any], finish_reason: str) -> Raw:
+    return Raw(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": finish_reason, "message": message}],
+        }
+    )
+
+
+async def test_odd_tool_calls_answer_the_model(client: Client, task_queue: str) -> None:
+    """Calls with null, NaN, huge-number or lone-surrogate arguments: each answered."""
+    null_args = _completion(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c_null",
+                    "type": "function",
+                    "function": {"name": "echo", "arguments": None},
+                }
+            ],
+        },
+        "tool_calls",
+    )
+    script: list[Step] = [
+        [
+            CallTool("echo", '{"text": NaN}', id="c_nan"),
+            CallTool("echo", '{"text": ' + "9" * 5000 + "}", id="c_huge"),
+            CallTool("echo", '{"text": "\\ud800"}', id="c_surrogate"),
+        ],
+        null_args,
+        # a final reply with neither text nor calls
+        _completion({"role": "assistant", "content": None}, "stop"),
+    ]
+    result, model = await _run(client, task_queue, [echo], script)
+    assert result.status == "completed", result.error
+    answers = {e.call_id: e for e in result.events if e.type == "tool_result"}
+    assert sorted(answers) == ["c_huge", "c_nan", "c_null", "c_surrogate"]
+    assert (answers["c_null"].error or "").endswith("text: Field required")
+    assert (answers["c_nan"].error or "").startswith("ValueError: invalid arguments for echo")
+    assert (answers["c_huge"].error or "").startswith("Invalid JSON arguments: Exceeds the limit")
+    assert answers["c_surrogate"].error is None and answers["c_surrogate"].result == "\ufffd"
+    assert model.request_count == 3
+
+
+#: prompts a model would likely refuse; the run must not wedge on them
+PROMPTS: dict[str, Any] = {
+    "unknown-role": [{"role": "wizard", "content": "hi"}],
+    "content-dict": [{"role": "user", "content": {"weird": 1}}],
+    "content-none": [{"role": "user", "content": None}],
+    "tool-without-call": [{"role": "tool", "content": "x", "tool_call_id": "nope"}],
+    "lone-surrogate": "bad \ud800 prompt",
+}
+
+
+@pytest.mark.parametrize("kind", list(PROMPTS))
+async def test_odd_prompts_reach_the_model_without_wedging_the_run(
+    kind: str, client: Client, task_queue: str
+) -> None:
+    """Messages a model may refuse are the model's to refuse; a lone surrogate is replaced."""
+    prompt = PROMPTS[kind]
+    result, model = await _run(client, task_queue, [echo], [Reply("done")], prompt=prompt)
+    assert result.status == "completed" and result.final_output == "done", result.error
+    [request] = model.requests
+    surrogate = kind == "lone-surrogate"
+    sent = {"role": "user", "content": "bad \ufffd prompt"} if surrogate else prompt[-1]
+    assert request["messages"][-1] == sent
+
+
+async def test_max_turns_zero_or_negative_is_refused_at_once(
+    client: Client, task_queue: str
+) -> None:
+    with ScriptedModelServer([Reply("done")]) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match="max_turns must be a positive integer"):
+                await agent.arun("go", max_turns=bad)
+        assert model.request_count == 0

@@ -1,0 +1,250 @@
+"""Secrets never reach history, the store, results, logs or CLI output.
+
+Real dev server, scripted model, real `openai` client. A tool whose exception
+carries the API key and URL credentials, replies that are not chat
+completions quoting the key, a read timeout against a base_url with
+credentials, and the CLI failing to reach a Temporal server with
+TEMPORAL_API_KEY set: each test dumps the whole history (payloads decoded,
+base64 nested inside them too), the store's files, the result and the
+captured WARNING+ records, and names where a secret appeared.
+
+Covered elsewhere (test_model_boundary, unit/test_redaction): a provider's
+401 echoing the key, an unreachable base_url with credentials, keys in tool
+call arguments and streamed text, extra_headers / extra_query, loggers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.json_format import MessageToJson
+from temporalio.client import Client
+
+from agentor_temporal import Agentor, FileStore
+from agentor_temporal.testing import CallTool, Hang, Raw, Reply, ScriptedModelServer
+
+from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, weather_tool
+
+API_KEY = "sk-leakaudit-APIKEY-0123456789"
+URL_USER = "leakuser-USERINFO"
+URL_PASSWORD = "leakpass-PASSWORD-4242"
+TEMPORAL_KEY = "leak-TEMPORALKEY-8080"
+
+
+def _agent(*, tools: list[Any] | None = None, **kwargs: Any) -> Agentor:
+    """The seed's weather agent with these settings."""
+    return Agentor(
+        name="Weather Agent",
+        model="gpt-4o-mini",
+        instructions=INSTRUCTIONS,
+        tools=tools if tools is not None else [weather_tool()],
+        **kwargs,
+    )
+
+
+def _secret_url(port: int) -> str:
+    return f"http://{URL_USER}:{URL_PASSWORD}@127.0.0.1:{port}/v1"
+
+
+async def _history_json(client: Client, run_id: str) -> str:
+    """Every run (segment) of the workflow's history, as JSON text."""
+    handle = client.get_workflow_handle(run_id)
+    history = await handle.fetch_history()
+    text = history.to_json()
+    # payloads are base64 in JSON: decode them so their text is searched too
+    decoded = []
+    for event in history.events:
+        decoded.append(str(event))  # the text format shows bytes escaped, not base64
+    desc = await handle.describe()
+    text = text + "\n".join(decoded) + MessageToJson(desc.raw_description)
+    # and base64 nested inside payloads (stream batches carry their items so)
+    for _ in range(2):
+        nested = []
+        for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
+            try:
+                nested.append(base64.b64decode(blob, validate=True).decode("utf-8", "replace"))
+            except ValueError:
+                continue
+        text += "\n".join(nested)
+    return text
+
+
+def _store_text(directory: Path) -> str:
+    return "\n".join(p.read_text() for p in sorted(directory.rglob("*")) if p.is_file())
+
+
+def _found(where: dict[str, str], secrets: list[str]) -> list[str]:
+    return [f"{s!r} in {name}" for name, text in where.items() for s in secrets if s in text]
+
+
+@pytest.fixture
+def warnings_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.WARNING)
+    return caplog
+
+
+def _log_text(caplog: pytest.LogCaptureFixture) -> str:
+    lines = []
+    for record in caplog.records:
+        lines.append(f"{record.name} {record.levelname} {record.getMessage()}")
+        if record.exc_text:
+            lines.append(record.exc_text)
+        elif record.exc_info:
+            lines.append(logging.Formatter().formatException(record.exc_info))
+    return "\n".join(lines)
+
+
+async def _wait_for_retry(client: Client, run_id: str, timeout: float = 30.0) -> str:
+    """The last failure of a pending activity once it is on its second attempt."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            desc = await client.get_workflow_handle(run_id).describe()
+        except Exception:
+            desc = None
+        if desc is not None:
+            for act in desc.raw_description.pending_activities:
+                if act.attempt >= 2:
+                    return str(act.last_failure.message)
+        await asyncio.sleep(0.05)
+    raise AssertionError("the activity was not retried in time")
+
+
+async def test_a_tools_exception_never_shows_the_key(
+    client: Client, task_queue: str, tmp_path: Path, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """A tool whose exception message carries the key and the URL."""
+    from agentor_temporal import function_tool
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        raise RuntimeError(
+            f"upstream refused key {API_KEY} at http://{URL_USER}:{URL_PASSWORD}@h/x"
+        )
+
+    with ScriptedModelServer([CallTool("get_weather", {"city": "London"}), Reply("ok")]) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+            tools=[get_weather],
+        )
+        result = await agent.arun(PROMPT)
+        requests = model.requests
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert answer.error == "RuntimeError: upstream refused key *** at http://***@h/x", answer
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path),
+        "RunResult": repr(result),
+        "logs": _log_text(warnings_log),
+        "model request": repr(requests),
+    }
+    assert not _found(where, [API_KEY, URL_PASSWORD])
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        Raw(
+            f"<html>bad key {API_KEY} for http://{URL_USER}:{URL_PASSWORD}@h/v1</html>",
+            200,
+            "text/html",
+        ),
+        Raw(f"<html>502 for key {API_KEY}</html>", 502, "text/html"),
+        Raw(f'{{"choices": "no", "echo": "{API_KEY}"}}'),
+        Raw(f'{{"truncated": "{API_KEY}'),
+    ],
+    ids=["html-200", "html-502", "malformed-json", "broken-json"],
+)
+async def test_replies_that_are_not_completions_never_show_the_key(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    warnings_log: pytest.LogCaptureFixture,
+    step: Raw,
+) -> None:
+    """Replies that are not chat completions, quoting the key: the errors made of them."""
+    with ScriptedModelServer(lambda request: step) as model:
+        agent = _agent(
+            base_url=_secret_url(model.port),
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+        )
+        run_id = f"leak-raw-{uuid.uuid4().hex[:8]}"
+        pending = asyncio.create_task(agent.arun(PROMPT, run_id=run_id))
+        try:
+            assert await _wait_for_retry(client, run_id)
+            history = await _history_json(client, run_id)
+        finally:
+            pending.cancel()
+            await client.get_workflow_handle(run_id).terminate("test done")
+    where = {
+        "history+describe": history,
+        "store": _store_text(tmp_path),
+        "logs": _log_text(warnings_log),
+    }
+    assert not _found(where, [API_KEY, URL_USER, URL_PASSWORD])
+
+
+async def test_a_read_timeout_never_shows_url_credentials(
+    client: Client, task_queue: str, tmp_path: Path, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """A read timeout (timeout=0.5 model setting) against a base_url with credentials."""
+    with ScriptedModelServer([Hang(3)]) as model:
+        agent = _agent(
+            base_url=_secret_url(model.port),
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+            timeout=0.5,
+        )
+        result = await agent.arun(PROMPT)
+    assert result.status == "completed", result
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path),
+        "logs": _log_text(warnings_log),
+    }
+    assert "timed out at http://***@127.0.0.1" in where["history"]
+    assert not _found(where, [API_KEY, URL_USER, URL_PASSWORD])
+
+
+def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
+    """A connection failure with TEMPORAL_API_KEY set does not print the key."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    env.update(TEMPORAL_ADDRESS=f"127.0.0.1:{port}", TEMPORAL_API_KEY=TEMPORAL_KEY)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    out = subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode != 0
+    assert TEMPORAL_KEY not in out.stdout + out.stderr, out.stdout + out.stderr
