@@ -77,6 +77,11 @@ def _check(label: str, value: float, bound: float, how: str) -> str:
     return f"| {label} | {value:.2f} x | {'yes' if ok else '**no**'} |"
 
 
+def present(results: dict[str, Any]) -> list[str]:
+    """The systems this run measured, in report order (a smoke run skips one peer set-up)."""
+    return [name for name in ORDER if name in results["throughput"]]
+
+
 def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
     """Write the markdown report (and plot) and return the markdown path."""
     docs = RESULTS if smoke else ROOT / "docs"
@@ -175,7 +180,7 @@ def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
     )
     lines.append("| scenario | median ms | p95 ms | mean ms |")
     lines.append("| --- | --- | --- | --- |")
-    for name in ORDER:
+    for name in present(results):
         s = results.get("latency_stock", {}).get(name)
         if s:
             lines.append(f"| {name} | {fmt(s['median'])} | {fmt(s['p95'])} | {fmt(s['mean'])} |")
@@ -184,7 +189,7 @@ def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
         lines.append(f"## Single-run latency, {title} ({results['sizes']['latency_runs']} runs)\n")
         lines.append("| scenario | median ms | p95 ms | mean ms |")
         lines.append("| --- | --- | --- | --- |")
-        for name in ORDER:
+        for name in present(results):
             s = results["latency"][key][name]
             lines.append(f"| {name} | {fmt(s['median'])} | {fmt(s['p95'])} | {fmt(s['mean'])} |")
         lines.append("")
@@ -193,14 +198,14 @@ def render(results: dict[str, Any], *, smoke: bool = False) -> Path:
     lines.append("## Throughput (runs per second, model latency 0 ms, one worker)\n")
     lines.append("| scenario | " + " | ".join(f"{n} in flight" for n in levels) + " |")
     lines.append("| --- |" + " --- |" * len(levels))
-    for name in ORDER:
+    for name in present(results):
         row = results["throughput"][name]
         lines.append(f"| {name} | " + " | ".join(fmt(row[str(n)]) for n in levels) + " |")
     lines.append("")
     lines.append("Model requests per run at each level (a run needs 2):\n")
     lines.append("| scenario | " + " | ".join(f"{n} in flight" for n in levels) + " |")
     lines.append("| --- |" + " --- |" * len(levels))
-    for name in ORDER:
+    for name in present(results):
         row = per_run.get(name)
         if row:
             lines.append(f"| {name} | " + " | ".join(fmt(row[str(n)], 2) for n in levels) + " |")
@@ -259,7 +264,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     levels = results["sizes"]["concurrency"]
-    for name in ORDER:
+    for name in present(results):
         row = results["throughput"][name]
         right.plot(levels, [row[str(n)] for n in levels], marker="o", label=name)
     right.set_xscale("log")
@@ -270,10 +275,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     right.grid(alpha=0.3)
     right.legend(fontsize=8)
     width = 0.38
-    xs = range(len(ORDER))
+    xs = range(len(present(results)))
     for offset, key in ((-width / 2, "0ms"), (width / 2, "200ms")):
-        medians = [results["latency"][key][n]["median"] for n in ORDER]
-        p95 = [results["latency"][key][n]["p95"] for n in ORDER]
+        medians = [results["latency"][key][n]["median"] for n in present(results)]
+        p95 = [results["latency"][key][n]["p95"] for n in present(results)]
         bars = left.bar([x + offset for x in xs], medians, width, label=f"model {key} (median)")
         left.errorbar(
             [x + offset for x in xs],
@@ -286,7 +291,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         )
         del bars
     left.set_xticks(list(xs))
-    left.set_xticklabels([SHORT[n] for n in ORDER], fontsize=8)
+    left.set_xticklabels([SHORT[n] for n in present(results)], fontsize=8)
     left.set_ylabel("ms per run (median, whisker = p95)")
     left.set_title("Single-run latency")
     left.grid(axis="y", alpha=0.3)

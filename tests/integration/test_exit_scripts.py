@@ -103,7 +103,7 @@ async def test_short_scripts_exit_cleanly_under_load(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
     """Scripts (run, approve, deny, resume, stream) beside a busy worker: exit 0, stderr empty."""
-    cycles = int(os.environ.get("EXIT_SCRIPT_CYCLES", "4"))
+    cycles = int(os.environ.get("EXIT_SCRIPT_CYCLES", "2"))  # one approve, one deny
     with ScriptedModelServer(weather_or_transfer, latency=0.05) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         agent = plain_agent(

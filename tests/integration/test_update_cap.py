@@ -61,9 +61,9 @@ async def test_asking_a_paused_run_again_and_again_leaves_its_history_alone(
     assert done.status == "completed" and done.final_output == "Paid."
 
 
-@pytest_asyncio.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def few_updates() -> AsyncIterator[Client]:
-    """A dev server that takes only UPDATES updates per workflow execution."""
+    """A dev server that takes only UPDATES updates per workflow execution (each test its runs)."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=[
