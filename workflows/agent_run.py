@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Carry,
         HistoryGauge,
         carried_decisions,
+        decisions_in,
         emptied,
         stream_state,
     )
@@ -82,11 +83,14 @@ class AgentRunWorkflow:
     def __init__(self, raw: RawValue = NO_INPUT) -> None:
         # every recorded event is also published here, so clients can follow a
         # run live (and the worker's activities can add text deltas)
-        self._stream = WorkflowStream(stream_state(decoded(raw)))
+        value = decoded(raw)
+        self._stream = WorkflowStream(stream_state(value))
         self._journal = Journal(
             self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
         )
         self._approvals = Approvals()
+        # before any update handler or validator runs (see `decisions_in`)
+        self._approvals.restore(decisions_in(value))
         #: the run's behaviour level (`versions`); 0 until its spec is recorded
         self.behaviour = 0
         # spans, search attributes and metrics follow the recorded events
@@ -403,7 +407,6 @@ class AgentRunWorkflow:
         set_names(spec, inp, self._observer.status.attributes)
         if carry is not None:
             self._turn, self._usage = carry.turn, Usage.from_dict(carry.usage)
-            self._approvals.restore(carry.decision_objects())
             self._executions = carry.executions
             return Setup(spec, carry.budget, carry.started, inp.stream_text, carry)
         return Setup(

@@ -36,7 +36,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import ApprovalCheckInput
-from agentor_temporal.workflows.call_uses import parse_key
+from agentor_temporal.workflows.call_uses import count_key, parse_key
 from agentor_temporal.workflows.formatting import (
     QUOTED_CHARS,
     SUMMARY_BYTES,
@@ -76,7 +76,8 @@ class Approvals:
                 latest[call_id], self.keys[call_id] = use, key
 
     def _key(self, call_id: str) -> str:
-        return self.keys.get(call_id, call_id)
+        # a long id decided in an earlier execution was carried by its digest
+        return self.keys.get(call_id) or self.keys.get(count_key(call_id), call_id)
 
     def check(self, decision: Decision) -> None:
         """The `decide` validator: refuse a decision the run cannot take (`ApplicationError`)."""

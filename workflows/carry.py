@@ -128,6 +128,23 @@ def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any
     return carried
 
 
+def decisions_in(raw: Any) -> dict[str, Decision]:
+    """The decisions carried in a decoded workflow input, if any (never raises).
+
+    Read in the workflow's `__init__`: a decision a client sends again as the
+    run continues as new (its first attempt took effect, its answer was lost)
+    may be delivered with the next execution's first workflow task, whose
+    update validators run before the workflow's `run` does. Restored only
+    there, the decision was refused as "no call waiting" although it stood.
+    """
+    if not isinstance(raw, dict) or raw.get("carry") is None:
+        return {}
+    try:
+        return Carry.from_dict(raw["carry"]).decision_objects()
+    except Exception:
+        return {}  # a malformed carry fails the run in `validated_input`
+
+
 def stream_state(raw: Any) -> WorkflowStreamState | None:
     """The stream state carried in a decoded workflow input, if any (never raises).
 

@@ -9,11 +9,18 @@ that happens to share its id, and each call gets its own idempotency key
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
 
 from agentor_temporal import Agentor, TemporalStore, function_tool, tool_context
 from agentor_temporal._inspect import summarize_segments
@@ -226,6 +233,85 @@ async def test_decisions_and_keys_hold_across_continue_as_new(
     assert keys == [f"{run_id}:call_0#{n}" for n in range(2, reads + 2)]
     transfer_keys = [line.split()[1] for line in ledger_lines(ledger)]
     assert transfer_keys == [f"{run_id}:call_0", f"{run_id}:call_0#{reads + 2}"]
+
+
+@pytest.mark.parametrize("pay_id", ["call_pay", "call_" + "p" * 100], ids=["short", "long"])
+async def test_a_decision_sent_again_into_the_next_execution_is_told_the_first_stands(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pay_id: str,
+) -> None:
+    """A decision that reaches an execution's first workflow task is checked against the
+    decisions carried into it.
+
+    A client may send a decision again as the run continues as new (its first attempt
+    took effect, its answer was lost), and Temporal then delivers it to the next
+    execution, with that execution's first task. Update validators run before the
+    workflow's `run`, which restored the carried decisions only after its first step:
+    such a decision was refused as "no tool call waiting", as if the approval had been
+    lost. Update-with-start on a copy of the next execution's input puts the decision in
+    that first task every time. A long call id is carried by its digest.
+    """
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
+    ledger, reads = str(tmp_path / "ledger"), 6
+
+    @function_tool
+    def read_chunk(n: int) -> str:
+        """Read chunk `n`.
+
+        Args:
+            n: Which chunk.
+        """
+        return f"chunk {n}: " + "x" * 4000
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        if done == 0:
+            return CallTool("transfer", {"amount": 5, "to": "bob"}, id=pay_id)
+        if done <= reads:
+            return CallTool("read_chunk", {"n": done}, id=f"call_{done}")
+        return Reply("Paid and read.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(model, client, task_queue, tools=[read_chunk, transfer_tool(ledger)])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay, then read.", max_turns=20), STEP)
+            await agent.aapprove(paused.run_id, paused.pending_approvals[0], by="alice")
+            result = await asyncio.wait_for(agent.aresume(paused.run_id), STEP)
+            assert result.status == "completed", result.final_output
+            segments = await TemporalStore(client).segments(paused.run_id)
+            assert len(segments) >= 2, "the run never continued as new"
+            last = client.get_workflow_handle(paused.run_id, run_id=segments[-1].execution_run_id)
+            started = (await last.fetch_history()).events[0]
+            payload = started.workflow_execution_started_event_attributes.input.payloads[0]
+            carried = json.loads(payload.data)
+            assert len(carried["carry"]["decisions"]) == 1, carried["carry"]
+
+            copy = client.get_workflow_handle(f"{paused.run_id}-next")
+            start = WithStartWorkflowOperation(
+                "AgentRun",
+                carried,
+                id=copy.id,
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            )
+            try:
+                with pytest.raises(WorkflowUpdateFailedError) as refused:
+                    await client.execute_update_with_start_workflow(
+                        "decide",
+                        {"call_id": pay_id, "approved": True, "by": "bob"},
+                        start_workflow_operation=start,
+                        result_type=dict,
+                    )
+            finally:
+                await copy.terminate("test: only its first task was wanted")
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError), cause
+    assert cause.type == "AlreadyDecided", cause
+    assert "already approved by alice; the decision stands" in str(cause)
+    assert _transfers(ledger) == ["5.0 bob"]
 
 
 async def test_the_state_query_of_a_paused_run_says_it_awaits_approval(
