@@ -19,6 +19,7 @@ from agentor_temporal._cli_common import (
 from agentor_temporal._runs import send_decision, undelivered, waiting_calls
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.codec import keys_from_file
+from agentor_temporal.store import PendingApproval
 from agentor_temporal.workflows import Decision
 from agentor_temporal.workflows.formatting import call_summary
 
@@ -75,6 +76,11 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         call_id=args.call_id, approved=approved, reason=args.reason, by=by, turn=args.turn
     )
 
+    # a pending approval read with `pending --json` names the execution that asked
+    call: str | PendingApproval = args.call_id
+    if args.execution is not None:
+        call = PendingApproval(args.call_id, "", None, args.turn, args.execution)
+
     async def go() -> dict[str, Any]:
         if args.agent:
             agent = load_agent(args.agent)
@@ -84,14 +90,16 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
                 agent.encryption_keys = keys_from_file(args.encryption_keys_file)
             client = await agent._client()
             decided = await asyncio.wait_for(
-                agent.aapprove(run_id, decision.call_id, decision.reason, by=by, turn=args.turn)
+                agent.aapprove(run_id, call, decision.reason, by=by, turn=args.turn)
                 if approved
-                else agent.adeny(run_id, decision.call_id, decision.reason, by=by, turn=args.turn),
+                else agent.adeny(run_id, call, decision.reason, by=by, turn=args.turn),
                 args.wait,
             )
             return {**decided, "address": address(client)}
         client = await connect_for_reading(args)
-        decided = await asyncio.wait_for(send_decision(client, run_id, decision), args.wait)
+        decided = await asyncio.wait_for(
+            send_decision(client, run_id, decision, args.execution), args.wait
+        )
         return {**decided, "address": address(client)}
 
     try:

@@ -406,6 +406,14 @@ def build_parser() -> argparse.ArgumentParser:
             "of the call waiting when you run this)",
         )
         decide.add_argument(
+            "--execution",
+            metavar="EXECUTION_RUN_ID",
+            help="the run's execution that asked, as `pending --json` shows it "
+            "(execution_run_id): refused once that execution has ended, so a decision read "
+            "before the run was cancelled and resumed decides nothing (default: the execution "
+            "waiting when you run this)",
+        )
+        decide.add_argument(
             "--agent",
             metavar="MODULE:ATTR",
             help="serve the run from this process while it takes the decision",

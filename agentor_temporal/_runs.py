@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,6 +40,10 @@ from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
 
 logger = logging.getLogger("agentor_temporal")
+
+#: a Temporal execution's run id: a UUID (the server makes version 7 ones)
+EXECUTION_RUN_ID_PATTERN = r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$"
+_EXECUTION_RUN_ID = re.compile(EXECUTION_RUN_ID_PATTERN)
 
 
 def seeded_prefix(segments: list[Segment]) -> int:
@@ -89,6 +94,9 @@ class Waiting:
     since: float | None
     #: the turn that asked (what a decision names: models reuse call ids)
     turn: int | None = None
+    #: the run's Temporal execution that asked (a resumed run is a new one,
+    #: whose turns count from 1 again): what `approve --execution` names
+    execution_run_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (`agentor-temporal pending --json`)."""
@@ -100,6 +108,7 @@ class Waiting:
             "args": self.args,
             "waiting_since": self.since,
             "turn": self.turn,
+            "execution_run_id": self.execution_run_id,
         }
 
 
@@ -165,6 +174,7 @@ async def waiting_calls(
                     request.args,
                     request.started_at,
                     request.turn,
+                    latest.execution_run_id,
                 )
             )
     return rows
@@ -197,11 +207,17 @@ async def check_waiting(client: Client, run_id: str, execution_run_id: str | Non
         KeyError: when Temporal does not know the run.
         ValueError: when it has closed.
     """
+    if execution_run_id is not None:
+        check_execution_run_id(execution_run_id)
     try:
         handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
         description = await handle.describe()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
+            if execution_run_id is not None:
+                raise KeyError(
+                    f"Run {run_id!r} has no execution {execution_run_id!r} in Temporal"
+                ) from None
             raise KeyError(f"No run with id {run_id!r} in Temporal") from None
         raise
     if description.status is None or description.status.name != "RUNNING":
@@ -215,6 +231,21 @@ async def check_waiting(client: Client, run_id: str, execution_run_id: str | Non
         raise ValueError(
             f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
         )
+
+
+def check_execution_run_id(value: object) -> str:
+    """Return `value` if it reads as a Temporal execution's run id (a UUID).
+
+    Raises:
+        ValueError: saying what an execution run id looks like and where to read it.
+    """
+    if not isinstance(value, str) or not _EXECUTION_RUN_ID.fullmatch(value):
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ValueError(
+            f"{shown} is not an execution run id: that is a UUID, as a pending approval's "
+            "execution_run_id shows it"
+        )
+    return value
 
 
 def make_decision(

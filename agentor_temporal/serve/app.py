@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._fork import ForkIdInUse, start_fork_run
-from agentor_temporal._runs import run_events, undelivered
+from agentor_temporal._runs import EXECUTION_RUN_ID_PATTERN, run_events, undelivered
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import ConnectionFailed
@@ -41,7 +41,7 @@ from agentor_temporal.serve import a2a, page
 from agentor_temporal.serve._compat import chat_chunks
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, keepalive, run_frames
 from agentor_temporal.serve._state import Agents, ApiError, check_run_id, snapshot
-from agentor_temporal.store import new_run_id
+from agentor_temporal.store import PendingApproval, new_run_id
 from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
 
 logger = logging.getLogger("agentor_temporal.serve")
@@ -105,6 +105,10 @@ class DecisionRequest(BaseModel):
     #: decision is refused (409) when the call waiting with this id is another
     #: turn's; None: the turn of the call waiting when the request is read
     turn: int | None = Field(default=None, ge=1)
+    #: the run's execution that asked, as its pending approvals show it: refused
+    #: (409) once that execution has ended (the run was cancelled and resumed,
+    #: and its turns count from 1 again); None: the execution waiting now
+    execution_run_id: str | None = Field(default=None, pattern=EXECUTION_RUN_ID_PATTERN)
 
 
 def _token_matches(supplied: str | None, token: str) -> bool:
@@ -356,10 +360,13 @@ def _routes(served: Agents) -> APIRouter:
         if not any(e.type == "approval_request" and e.call_id == call_id for e in recorded):
             raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
         method = agent.aapprove if body.approve else agent.adeny
+        call: str | PendingApproval = call_id
+        if body.execution_run_id is not None:
+            call = PendingApproval(call_id, "", None, body.turn, body.execution_run_id)
         try:
             # without a turn: the facade sends the turn of the call waiting now
             decided = await asyncio.wait_for(
-                method(run_id, call_id, body.reason, by=body.by, turn=body.turn), DECISION_TIMEOUT
+                method(run_id, call, body.reason, by=body.by, turn=body.turn), DECISION_TIMEOUT
             )
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None

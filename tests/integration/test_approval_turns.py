@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,19 @@ def test_cli_pending_shows_the_turn_and_approve_refuses_another_turns_call(
         assert stale.returncode == 1
         assert "not waiting for turn 1's call 'call_0'" in stale.stderr
         assert "Traceback" not in stale.stderr
-        approved = cli("approve", run_id, "call_0", "--turn", "2", *common, env=env)
+        # pinned to the execution that asked, as `pending --json` shows it
+        [execution] = {r["execution_run_id"] for r in mine}
+        assert execution, mine
+        elsewhere = cli(
+            "approve", run_id, "call_0", "--execution", str(uuid.uuid4()), *common, env=env
+        )
+        assert elsewhere.returncode == 1 and "has no execution" in elsewhere.stderr
+        malformed = cli("approve", run_id, "call_0", "--execution", "x", *common, env=env)
+        assert malformed.returncode == 1 and "not an execution run id" in malformed.stderr
+        assert "Traceback" not in elsewhere.stderr + malformed.stderr
+        approved = cli(
+            "approve", run_id, "call_0", "--turn", "2", "--execution", execution, *common, env=env
+        )
         assert approved.returncode == 0, approved.stderr
         done = cli("resume", run_id, "--json", *common, env=env)
     assert json.loads(done.stdout)["final_output"] == "Done."

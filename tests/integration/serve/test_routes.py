@@ -170,10 +170,24 @@ def test_approvals_map_outcomes_to_200_404_409(
     other_turn = http.post(route, json={"approve": True, "turn": 2})
     assert other_turn.status_code == 409, other_turn.text
     assert "not waiting for turn 2's call" in other_turn.json()["error"]
+    # pinned to the execution that asked (a cancelled and resumed run asks in another)
+    execution = pending["execution_run_id"]
+    assert execution, pending
+    assert http.post(route, json={"approve": True, "execution_run_id": "x"}).status_code == 400
+    elsewhere = http.post(route, json={"approve": True, "execution_run_id": str(uuid.uuid4())})
+    assert elsewhere.status_code == 404, elsewhere.text
+    assert "has no execution" in elsewhere.json()["error"]
     assert ledger_for(serve_env, run_id) == []
 
     approved = http.post(
-        route, json={"approve": True, "reason": "invoice 42", "by": "alice", "turn": 1}
+        route,
+        json={
+            "approve": True,
+            "reason": "invoice 42",
+            "by": "alice",
+            "turn": 1,
+            "execution_run_id": execution,
+        },
     )
     assert approved.status_code == 200, approved.text
     assert approved.json() == {
