@@ -18,6 +18,7 @@ from temporalio.client import Client
 from agentor_temporal._runs import run_events
 from agentor_temporal.agent import Agentor
 from agentor_temporal.store import (
+    Event,
     PendingApproval,
     RunResult,
     final_event,
@@ -180,3 +181,35 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
         error=error,
     )
     return RunView(agent, result, latest.status)
+
+
+def asked_by(
+    recorded: list[Event], segments: list[Segment], position: int, call_id: str
+) -> PendingApproval:
+    """The call whose `approval_request` is the run's event at `position` (its SSE id).
+
+    A decision naming it decides that call only: the turn it asked in, in the
+    execution that asked (a cancelled run resumed asks again from turn 1,
+    maybe with the same call id). A 409 when that event is not the call's
+    request, or when it belongs to the run's fork parent.
+    """
+    if position > len(recorded):
+        raise ApiError(409, f"the run has {len(recorded)} events, not {position}; nothing changed")
+    event = recorded[position - 1]
+    if event.type != "approval_request" or event.call_id != call_id:
+        raise ApiError(
+            409,
+            f"event {position} of the run is not the approval request of call {call_id!r} "
+            f"(it is a {event.type!r} event); nothing changed",
+        )
+    # the log is the events before the first segment (a fork's parent's), then each segment's
+    index = position - 1 - (len(recorded) - sum(len(s.events) for s in segments))
+    if index < 0:
+        raise ApiError(409, f"call {call_id!r} was asked in the run this one was forked from")
+    for segment in segments:
+        if index < len(segment.events):
+            return PendingApproval(
+                call_id, str(event.name), event.args, event.turn, segment.execution_run_id
+            )
+        index -= len(segment.events)
+    raise ApiError(409, f"event {position} of the run is in no execution of it")  # not reached

@@ -40,7 +40,7 @@ from agentor_temporal.connection import ConnectionFailed
 from agentor_temporal.serve import a2a, page
 from agentor_temporal.serve._compat import chat_chunks
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, keepalive, run_frames
-from agentor_temporal.serve._state import Agents, ApiError, check_run_id, snapshot
+from agentor_temporal.serve._state import Agents, ApiError, asked_by, check_run_id, snapshot
 from agentor_temporal.store import PendingApproval, new_run_id
 from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
 
@@ -109,6 +109,10 @@ class DecisionRequest(BaseModel):
     #: (409) once that execution has ended (the run was cancelled and resumed,
     #: and its turns count from 1 again); None: the execution waiting now
     execution_run_id: str | None = Field(default=None, pattern=EXECUTION_RUN_ID_PATTERN)
+    #: the position of the call's `approval_request` event in the run (its `id:`
+    #: in the event stream): the decision decides that call only, in the turn
+    #: and execution that asked (what the page sends)
+    asked_at: int | None = Field(default=None, ge=1)
 
 
 def _token_matches(supplied: str | None, token: str) -> bool:
@@ -361,7 +365,19 @@ def _routes(served: Agents) -> APIRouter:
             raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
         method = agent.aapprove if body.approve else agent.adeny
         call: str | PendingApproval = call_id
-        if body.execution_run_id is not None:
+        if body.asked_at is not None:
+            call = asked_by(recorded, segments, body.asked_at, call_id)
+            for name, given, asked in [
+                ("turn", body.turn, call.turn),
+                ("execution_run_id", body.execution_run_id, call.execution_run_id),
+            ]:
+                if given is not None and given != asked:
+                    raise ApiError(
+                        409,
+                        f"event {body.asked_at} asked in {name} {asked!r}, not {given!r}; "
+                        "nothing changed",
+                    )
+        elif body.execution_run_id is not None:
             call = PendingApproval(call_id, "", None, body.turn, body.execution_run_id)
         try:
             # without a turn: the facade sends the turn of the call waiting now

@@ -6,11 +6,14 @@ card), the run routes, the token, and the page's own route.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import uuid
 from pathlib import Path
 
 import httpx
+from temporalio.client import Client, WorkflowFailureError
 
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES
 from serve_http import TOKEN, Server, ledger_for, read_sse, settle
@@ -278,3 +281,51 @@ def test_page_is_one_self_contained_file(http: httpx.Client) -> None:
     assert 'const AGENTS = ["Weather Agent","Treasurer"]' in html.replace(", ", ",")
     for external in ("<script src", "<link", "http://", "https://", "@import"):
         assert external not in html, external
+
+
+async def _cancel(address: str, run_id: str) -> None:
+    client = await Client.connect(address)
+    handle = client.get_workflow_handle(run_id)
+    await handle.cancel()
+    with contextlib.suppress(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), 30)
+
+
+def test_a_decision_names_the_request_it_answers_by_its_event_position(
+    http: httpx.Client, serve_env: dict[str, str]
+) -> None:
+    """`asked_at` (the approval request's `id:` in the event stream, what the page sends)
+    decides that request's call only: once the run was cancelled and resumed, and asks
+    again, the request read before decides nothing (409), the new one's position decides
+    the call waiting now."""
+    run_id = uuid.uuid4().hex
+    http.post("/runs", json={"input": "Pay bob", "run_id": run_id, "agent": "Treasurer"})
+    first = settle(http, run_id, "awaiting_approval")
+    [pending] = first["pending_approvals"]
+    call_id, before = pending["call_id"], len(first["events"])
+    assert first["events"][before - 1]["type"] == "approval_request"
+    route = f"/runs/{run_id}/approvals/{call_id}"
+    not_a_request = http.post(route, json={"approve": True, "asked_at": 1})
+    assert not_a_request.status_code == 409, not_a_request.text
+    assert "not the approval request" in not_a_request.json()["error"]
+    assert http.post(route, json={"approve": True, "asked_at": 0}).status_code == 400
+    conflicting = http.post(route, json={"approve": True, "asked_at": before, "turn": 2})
+    assert conflicting.status_code == 409, conflicting.text
+
+    asyncio.run(_cancel(serve_env["TEMPORAL_ADDRESS"], run_id))
+    resumed = http.post(f"/runs/{run_id}/resume").json()
+    assert resumed["status"] == "awaiting_approval", resumed
+    [again] = resumed["pending_approvals"]
+    assert again["execution_run_id"] != pending["execution_run_id"]
+    now = max(i + 1 for i, e in enumerate(resumed["events"]) if e["type"] == "approval_request")
+    assert now > before
+    # the request read before the cancel, by its position: its execution has ended
+    stale = http.post(route, json={"approve": True, "asked_at": before})
+    assert stale.status_code == 409, stale.text
+    assert "that has ended" in stale.json()["error"]
+    assert ledger_for(serve_env, run_id) == []
+    route = f"/runs/{run_id}/approvals/{again['call_id']}"
+    approved = http.post(route, json={"approve": True, "by": "alice", "asked_at": now})
+    assert approved.status_code == 200, approved.text
+    assert settle(http, run_id, "completed")["final_output"]
+    assert len(ledger_for(serve_env, run_id)) == 1
