@@ -16,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from dataclasses import dataclass, replace
+import uuid
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from temporalio.client import (
     Client,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -35,7 +38,7 @@ from agentor_temporal.store import (
     pending_approvals,
     validate_run_id,
 )
-from agentor_temporal.workflows import Decision, Segment, TemporalStore
+from agentor_temporal.workflows import Decision, Segment, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
 
@@ -312,8 +315,74 @@ async def send_decision(
         # decision for the run's next workflow task, so it may still be taken
         raise TimeoutError(undelivered(run_id, decision.call_id)) from None
     except RPCError as exc:
-        raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
+        if not updates_refused(exc):
+            raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
+        logger.info("Run %s takes no more updates (%s): deciding by signal", run_id, exc)
+        return await decide_by_signal(client, run_id, decision, execution_run_id)
     return result
+
+
+def updates_refused(exc: RPCError) -> bool:
+    """Whether Temporal refused an update for its caps on an execution's updates.
+
+    2,000 in all (FAILED_PRECONDITION) and 10 in flight (RESOURCE_EXHAUSTED,
+    after the client's own retries) by default; stream followers' polls count.
+    """
+    text = str(exc.message).lower()
+    return (
+        exc.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.RESOURCE_EXHAUSTED)
+        and "limit" in text
+        and "update" in text
+    )
+
+
+async def decide_by_signal(
+    client: Client, run_id: str, decision: Decision, execution_run_id: str | None = None
+) -> dict[str, Any]:
+    """Deliver a decision by the `decide_signal` signal, then ask what it came to.
+
+    For a run Temporal takes no more updates from (`updates_refused`): the
+    workflow checks and takes it as the update would, and keeps the outcome
+    under a request id for the `decision_outcome` query. Sent to one
+    execution (the one waiting now, unless given), which keeps that outcome.
+
+    Raises:
+        ValueError: when the run refuses the decision, or has ended.
+        TimeoutError: when no worker took it within `DECISION_PATIENCE`.
+    """
+    if execution_run_id is None:
+        execution_run_id = (await client.get_workflow_handle(run_id).describe()).run_id
+    handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
+    request_id = uuid.uuid4().hex
+    try:
+        await handle.signal(
+            "decide_signal", {"request_id": request_id, "decision": asdict(decision)}
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise ValueError(
+                f"Run {run_id!r} is not waiting for approval (the execution that was has "
+                "ended); nothing changed."
+            ) from None
+        raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
+    poll = policies.SIGNALLED_DECISION_POLL.total_seconds()
+    patience = policies.DECISION_PATIENCE.total_seconds()
+    deadline = asyncio.get_running_loop().time() + patience
+    while True:
+        try:
+            outcome = await handle.query("decision_outcome", request_id, result_type=dict)
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+            logger.debug("Run %s: asking for the decision's outcome failed: %s", run_id, exc)
+            outcome = None
+        if outcome is not None:
+            break
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(undelivered(run_id, decision.call_id, patience))
+        await asyncio.sleep(poll)
+    if "refused" in outcome:
+        raise ValueError(str(outcome["refused"]))
+    decided: dict[str, Any] = outcome["decided"]
+    return decided
 
 
 def undelivered(run_id: str, call_id: str, waited: float | None = None) -> str:

@@ -179,6 +179,20 @@ class AgentRunWorkflow:
     def _validate_decision(self, decision: Decision) -> None:
         self._approvals.check(decision)
 
+    @workflow.signal(name="decide_signal")
+    def decide_signal(self, value: Any) -> None:
+        """`decide` for a sender Temporal refused the update: {"request_id", "decision"}."""
+        self._approvals.take_signalled(value)
+
+    @workflow.query(name="decision_outcome")
+    def decision_outcome(self, request_id: str) -> dict[str, Any] | None:
+        """What the decision sent by signal with this request id came to, once taken.
+
+        {"decided": the decided request} or {"refused": why, "type": the
+        refusal's error type}; None until the signal is taken.
+        """
+        return self._approvals.signalled.get(request_id)
+
     # -- the loop --------------------------------------------------------------
 
     @workflow.run

@@ -48,6 +48,25 @@ from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.types import Decision, ToolSpec
 
 
+def signalled(value: Any) -> Decision:
+    """The `Decision` a `decide_signal` carries, checked as the update's converter checks.
+
+    Raises:
+        ApplicationError: `BadDecision`, saying what is malformed.
+    """
+    if not isinstance(value, dict):
+        raise ApplicationError("the decision must be an object", type="BadDecision")
+    call_id, approved, turn = value.get("call_id"), value.get("approved"), value.get("turn")
+    if not isinstance(call_id, str) or not call_id or not isinstance(approved, bool):
+        raise ApplicationError(
+            "a decision names a call (call_id, text) and says approved (true or false)",
+            type="BadDecision",
+        )
+    if turn is not None and not isinstance(turn, int):
+        raise ApplicationError("turn must be a positive integer", type="BadDecision")
+    return Decision(call_id, approved, value.get("reason"), value.get("by"), turn)
+
+
 class ApprovalExpired(Exception):
     """An approval timed out on a tool whose timeout fails the run."""
 
@@ -65,6 +84,8 @@ class Approvals:
         #: call_id -> the turn of its call waiting now, or of the latest that waited
         #: in this execution (what a decision naming a turn is checked against)
         self.turns: dict[str, int] = {}
+        #: request id -> what a decision sent by signal came to (`take_signalled`)
+        self.signalled: dict[str, dict[str, Any]] = {}
 
     def restore(self, decisions: dict[str, Decision]) -> None:
         """Take the decisions an earlier execution of the run carried over."""
@@ -141,6 +162,34 @@ class Approvals:
         self._admissible(decision)
         self.decisions[self._key(decision.call_id)] = decision
         return {**self.awaiting[decision.call_id], "approved": decision.approved}
+
+    def take_signalled(self, value: Any) -> None:
+        """The `decide_signal` handler: a decision sent when Temporal refused the update.
+
+        Temporal caps an execution's updates (2,000 in all, 10 in flight), and
+        every stream follower's poll is one: a run followed by many, or long,
+        could take no decision by update any more, and waited for one for good.
+        A signal is never refused for that, but answers nothing: what it came
+        to is kept under the sender's request id, for the `decision_outcome`
+        query. Checked as the update's validator and handler check, and a
+        malformed one is refused, never raised (that would fail the task).
+        """
+        if not isinstance(value, dict):
+            return
+        request_id = value.get("request_id")
+        if not isinstance(request_id, str) or not request_id or len(request_id) > 64:
+            return
+        if request_id in self.signalled:
+            return  # delivered twice
+        try:
+            decision = signalled(value.get("decision"))
+            self.check(decision)
+            outcome: dict[str, Any] = {"decided": self.take(decision)}
+        except ApplicationError as exc:
+            outcome = {"refused": str(exc.message), "type": exc.type}
+        self.signalled[request_id] = outcome
+        while len(self.signalled) > policies.SIGNALLED_DECISIONS_KEPT:
+            del self.signalled[next(iter(self.signalled))]
 
     def details(self) -> str:
         """The run's current details while calls wait: what for, by call id."""

@@ -101,6 +101,11 @@ HEARTBEAT_INTERVAL = timedelta(seconds=2)
 #: before raising `TimeoutError` (a worker that is up takes it in
 #: milliseconds; with none, the call would otherwise wait for ever).
 DECISION_PATIENCE = timedelta(seconds=60)
+#: outcomes of decisions sent by signal an execution keeps for their senders'
+#: `decision_outcome` queries (the oldest go first)
+SIGNALLED_DECISIONS_KEPT = 100
+#: how often a sender asks what its decision sent by signal came to
+SIGNALLED_DECISION_POLL = timedelta(milliseconds=100)
 #: Heartbeats go out from a thread, so a worker whose event loop is blocked
 #: (an async tool calling `time.sleep`, a long CPU-bound step) still shows
 #: its calls alive and the server does not hand them to another worker to

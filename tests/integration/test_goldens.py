@@ -30,10 +30,11 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, Workf
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentor_temporal import Agentor, AgentorPlugin, FileStore, function_tool
+from agentor_temporal._runs import decide_by_signal
 from agentor_temporal.plugin import with_passthrough
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_then_answer
 from agentor_temporal.worker import build_worker
-from agentor_temporal.workflows import policies
+from agentor_temporal.workflows import Decision, policies
 from agentor_temporal.workflows.formatting import failure_message
 
 from helpers import pad, transfer_tool, weather_agent, weather_tool
@@ -120,6 +121,22 @@ async def _approval(agent: Agentor) -> str:
     result = await agent.aresume(paused.run_id)
     assert result.status == "completed"
     return result.run_id
+
+
+async def _approval_by_signal(agent: Agentor) -> str:
+    """The decisions sent by signal, as when Temporal takes no more updates from the run."""
+    paused = await agent.arun("Pay bob and alice.")
+    assert paused.status == "awaiting_approval", paused
+    client = await agent._client()
+    run_id = str(paused.run_id)
+    await client.get_workflow_handle(run_id).signal("decide_signal", "not a decision")
+    await decide_by_signal(client, run_id, Decision("call_bob", True, "fine", "carol"))
+    with pytest.raises(ValueError, match="already approved"):
+        await decide_by_signal(client, run_id, Decision("call_bob", False, None, "dave"))
+    await decide_by_signal(client, run_id, Decision("call_alice", False, "not today", "carol"))
+    result = await agent.aresume(run_id)
+    assert result.status == "completed"
+    return run_id
 
 
 async def _reused_ids(agent: Agentor) -> str:
@@ -317,6 +334,8 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_4_input_refused_history": INPUT_REFUSED,
     # and a turn's results cut to leave room for their call ids as well
     "behaviour_4_oversize_history": OVERSIZE,
+    # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
+    "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,

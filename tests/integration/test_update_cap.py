@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
+import pytest
 import pytest_asyncio
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateStage
+from temporalio.contrib.workflow_streams import PollInput
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from agentor_temporal.activities.tooldef import function_tool
@@ -25,11 +29,15 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
 from conftest import SEARCH_ATTRIBUTE_ARGS
-from helpers import transfer_tool, weather_agent, weather_tool
+from helpers import ledger_lines, transfer_tool, weather_agent, weather_tool
 
 PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
 #: updates the server takes per execution in the second test (Temporal's default: 2,000)
 UPDATES = 2
+#: updates an execution may have in flight (Temporal's default)
+IN_FLIGHT = 10
+#: the update a stream follower polls with
+STREAM_POLL = "__temporal_workflow_stream_poll"
 
 
 async def history_length(client: Client, run_id: str) -> int:
@@ -146,3 +154,101 @@ async def test_a_follower_the_stream_refuses_reads_history_to_the_runs_end(
     # every event, in order, ending with the run's end
     assert [(e.type, e.turn) for e in followed] == [(e.type, e.turn) for e in result.events]
     assert followed[-1].type == "run_end"
+
+
+def _two_payments() -> list[Any]:
+    return [
+        [PAY, CallTool("transfer", {"amount": 7000, "to": "eve"}, id="call_eve")],
+        Reply("Paid bob."),
+    ]
+
+
+async def test_a_run_past_the_update_limit_still_takes_decisions(
+    few_updates: Client, task_queue: str, ledger: str
+) -> None:
+    """Past Temporal's cap on an execution's updates (every stream follower's poll is one),
+    a decision goes by signal: taken as the update would take it, refused as it would be,
+    a malformed one refused without harm. Before, no decision could reach the run any
+    more: it waited for approval for good."""
+    client = few_updates
+    with ScriptedModelServer(_two_payments()) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob and eve."), 30)
+            assert sorted(p.call_id for p in paused.pending_approvals) == ["call_eve", "call_pay"]
+            handle = client.get_workflow_handle(paused.run_id)
+            with pytest.raises(RPCError, match="limit"):
+                for _ in range(UPDATES + 1):  # the run's caller may have used one
+                    await handle.execute_update("wait_paused", result_type=dict)
+
+            decided = await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay", by="al"), 30)
+            assert (decided["call_id"], decided["approved"], decided["turn"]) == (
+                "call_pay",
+                True,
+                1,
+            )
+            with pytest.raises(ValueError, match="already approved by al; the decision stands"):
+                await asyncio.wait_for(agent.adeny(paused.run_id, "call_pay", "late"), 30)
+            with pytest.raises(ValueError, match="not waiting for turn 2's call 'call_eve'"):
+                await asyncio.wait_for(agent.aapprove(paused.run_id, "call_eve", turn=2), 30)
+            # a plain client's malformed signals: refused, the run unharmed
+            await handle.signal("decide_signal", "nonsense")
+            bad = {"call_id": ["call_eve"], "approved": "yes"}
+            await handle.signal("decide_signal", {"request_id": "bad-1", "decision": bad})
+            async with asyncio.timeout(30):
+                while (outcome := await handle.query("decision_outcome", "bad-1")) is None:
+                    await asyncio.sleep(0.05)
+            assert outcome["type"] == "BadDecision", outcome
+
+            await asyncio.wait_for(agent.adeny(paused.run_id, "call_eve", "not eve"), 30)
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    assert done.status == "completed" and done.final_output == "Paid bob."
+    assert [line.split()[-2:] for line in ledger_lines(ledger)] == [["5000.0", "bob"]]
+    decisions = [
+        (e.call_id, e.status, e.result) for e in done.events if e.type == "approval_decision"
+    ]
+    assert decisions == [("call_pay", "approved", "al"), ("call_eve", "denied", None)]
+
+
+async def test_a_run_with_more_followers_than_updates_in_flight_still_takes_decisions(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Temporal lets an execution have 10 updates in flight, and each follower of a paused
+    run holds one (its poll waits for the run's next event): with ten watching (ten tabs
+    of the page, say) a decision by update was refused, and none could be taken. Now it
+    goes by signal (after the client's own retries of the update, ~15 s)."""
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
+            ahead = len(paused.events) + 100  # nothing there yet: each poll waits
+            handle = client.get_workflow_handle(paused.run_id)
+            # ten followers' polls, as the stream client sends them, each accepted
+            polls = [
+                await handle.start_update(
+                    STREAM_POLL,
+                    PollInput(topics=["events"], from_offset=ahead),
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                )
+                for _ in range(IN_FLIGHT)
+            ]
+            decided = await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 60)
+            assert decided["approved"] and decided["call_id"] == "call_pay"
+            # the run's next events answer the polls
+            async with asyncio.timeout(30):
+                await asyncio.gather(*(p.result() for p in polls))
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    assert done.status == "completed" and done.final_output == "Paid."
+    assert [line.split()[-2:] for line in ledger_lines(ledger)] == [["5000.0", "bob"]]
