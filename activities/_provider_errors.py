@@ -1,12 +1,12 @@
-"""Whose failure a model request's is, when the provider's: retried or final.
+"""A model request's failures that are the provider's, each made retried or final.
 
-The provider answers for 408/409/429/5xx, connection errors and timeouts:
-they are retried (honouring `Retry-After`, capped) until MODEL_RETRY_BUDGET
-is spent, then final. Any other 4xx is final at once, with the provider's
-own message. A malformed reply (not JSON, no choices, a call without a name)
-is retried briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was
-wrong. Every message is redacted (URL credentials and query values, known
-keys) before Temporal records it.
+408/409/429/5xx, connection errors and timeouts are retried (honouring
+`Retry-After`, capped at MAX_RETRY_AFTER) until MODEL_RETRY_BUDGET is spent,
+then final. Any other 4xx is final at once, with the provider's own message.
+A malformed reply (not JSON, no choices, a call without a name) is retried
+briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was wrong.
+Every message is redacted (URL credentials and query values, known keys)
+before Temporal records it.
 """
 
 from __future__ import annotations
