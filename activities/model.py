@@ -1,29 +1,28 @@
 """The `generate` activity: one chat-completions request through `openai`.
 
 Temporal owns retries, so the client's own are off and every failure is
-sorted here by whose it is. The provider's: 408/409/429/5xx, connection errors
-and timeouts are retried (honouring `Retry-After`) for MODEL_RETRY_BUDGET,
-any other 4xx fails the run at once with the provider's own message, and a
-malformed reply (no choices, a call without a name) is retried briefly, then
-fails the run saying what was wrong. Our machinery's (a stopping worker): the
-task goes back to Temporal. Our own code's: fails at once, never retried as
-if the provider were down. Text is made encodable before it is sent (a lone
-surrogate in a tool result must not poison every request of a run), and
-every message is redacted: URL credentials, query values, the API key. A
-long conversation may come by reference (see `conversations`): the worker
-rebuilds it from its cache or the run's history before sending.
+sorted here by whose it is. The provider's (see `_provider_errors`):
+408/409/429/5xx, connection errors and timeouts are retried (honouring
+`Retry-After`) for MODEL_RETRY_BUDGET, any other 4xx fails the run at once
+with the provider's own message, and a malformed reply (no choices, a call
+without a name) is retried briefly, then fails the run saying what was
+wrong. Our machinery's (a stopping worker): the task goes back to Temporal.
+Our own code's: fails at once, never retried as if the provider were down.
+Text is made encodable before it is sent (a lone surrogate in a tool result
+must not poison every request of a run), and every message is redacted: URL
+credentials, query values, the API key. A long conversation may come by
+reference (see `conversations`): the worker rebuilds it from its cache or
+the run's history before sending.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import inspect
 import json
 import logging
 import re
 import time
-from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -38,119 +37,35 @@ from agentor_temporal.activities._errors import (
     safe_str,
     worker_stopping,
 )
-from agentor_temporal.activities._private import clip, heartbeating, token_count, waited
+from agentor_temporal.activities._private import clip, heartbeating, token_count
+from agentor_temporal.activities._provider_errors import (
+    MALFORMED_REPLY,
+    MAX_RETRY_AFTER,
+    MalformedReply,
+    malformed,
+    model_error,
+)
 from agentor_temporal.activities.conversations import encode, full_messages, remember
 from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.payloads import encoded_size
-from agentor_temporal.workflows.redaction import redact_url
+
+__all__ = [
+    "MALFORMED_REPLY",
+    "MAX_ARGUMENT_DEPTH",
+    "MAX_RETRY_AFTER",
+    "MalformedReply",
+    "create",
+    "generate",
+    "malformed",
+    "model_error",
+    "parse_reply",
+    "prepared_request",
+]
 
 logger = logging.getLogger(__name__)
-
-#: Retry-After values above this are capped: a provider asking for an hour
-#: should not silently park a run; the retry budget bounds the rest.
-MAX_RETRY_AFTER = timedelta(minutes=5)
-#: Error type of a reply the client could not read as a chat completion.
-MALFORMED_REPLY = "ModelReplyMalformed"
-
-
-class MalformedReply(Exception):
-    """The provider answered, but not with a usable chat completion."""
-
-
-def _retry_after(headers: Any) -> timedelta | None:
-    if headers is None:
-        return None
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return min(timedelta(milliseconds=float(millis)), MAX_RETRY_AFTER)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return min(timedelta(seconds=max(float(value), 0.0)), MAX_RETRY_AFTER)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    delay = when.timestamp() - time.time()
-    return min(timedelta(seconds=max(delay, 0.0)), MAX_RETRY_AFTER)
-
-
-def _provider_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
-        if isinstance(error, str):
-            return error
-    return str(getattr(exc, "message", None) or exc)
-
-
-def model_error(exc: Exception) -> ApplicationError | None:
-    """Map an `openai` exception to the error Temporal should see (None: not the provider's).
-
-    Every message is redacted (URL credentials and query values, known keys).
-    """
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message = clip(_redact.clean(_provider_message(exc)))
-        if status in (408, 409, 429) or status >= 500:
-            return _unavailable(
-                f"Model endpoint answered {status}: {message}",
-                _retry_after(exc.response.headers),
-            )
-        return ApplicationError(
-            f"Model request failed with {status}: {message}",
-            type="ModelRequestError",
-            non_retryable=True,
-        )
-    if isinstance(exc, openai.APIConnectionError):
-        url = getattr(getattr(exc, "request", None), "url", None)
-        kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
-        where = f" at {redact_url(str(url))}" if url else ""
-        return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}"))
-    if isinstance(exc, (openai.APIResponseValidationError, MalformedReply)):
-        return malformed(_redact.clean(str(exc)))
-    if isinstance(exc, json.JSONDecodeError):
-        # the body (or a streamed chunk) is not JSON: an HTML error page, a proxy
-        return malformed(f"not JSON: {exc}")
-    return None
-
-
-def _unavailable(message: str, delay: timedelta | None = None) -> ApplicationError:
-    """A provider failure: retried until the budget is spent, then final."""
-    spent = waited() > policies.MODEL_RETRY_BUDGET.total_seconds()
-    if spent:
-        message += (
-            f" (still failing after {policies.MODEL_RETRY_BUDGET.total_seconds() / 60:g} "
-            "minutes of retries)"
-        )
-    return ApplicationError(
-        message, type="ModelUnavailable", next_retry_delay=delay, non_retryable=spent
-    )
-
-
-def malformed(detail: str) -> ApplicationError:
-    """A reply that is not a usable completion: retried a few times, then final."""
-    final = waited() > policies.MALFORMED_REPLY_BUDGET.total_seconds()
-    return ApplicationError(
-        f"The model endpoint's reply is malformed ({detail})"
-        + ("; it kept answering so, so the run fails" if final else ""),
-        type=MALFORMED_REPLY,
-        non_retryable=final,
-        next_retry_delay=policies.MALFORMED_REPLY_RETRY_DELAY,
-    )
 
 
 def _usage(raw: Any) -> dict[str, int]:

@@ -3,11 +3,11 @@
 The schema comes from type hints (through a pydantic model, which also
 validates and coerces the model's arguments before the function sees them)
 and from a Google-style docstring (`Args:` lines become parameter
-descriptions). A tool body runs inside the `call_tool` activity, where
-`tool_context()` exposes a stable idempotency key (run_id + call_id, numbered
-when the model reused the call id): a tool in flight when its worker dies runs
-again elsewhere, and that key is how a side-effecting tool makes the second
-attempt safe.
+descriptions; see `_tool_schema`). A tool body runs inside the `call_tool`
+activity, where `tool_context()` (see `_tool_context`) exposes a stable
+idempotency key (run_id + call_id, numbered when the model reused the call
+id): a tool in flight when its worker dies runs again elsewhere, and that key
+is how a side-effecting tool makes the second attempt safe.
 
 A tool's own outcome is final: what it returns, what it raises, and running
 past its `timeout` all answer the model, and it runs again only when its
@@ -25,126 +25,37 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import json
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, overload
 
 import pydantic
 
+from agentor_temporal.activities import _tool_context
 from agentor_temporal.activities._threads import ToolThreads
-from agentor_temporal.workflows.call_uses import use_key
+from agentor_temporal.activities._tool_context import ToolContext, tool_context
+from agentor_temporal.activities._tool_schema import (
+    args_model,
+    parameters_schema,
+    parse_docstring,
+    stringify,
+)
 from agentor_temporal.workflows.policies import SYNC_TOOL_THREAD_WAIT, SYNC_TOOL_THREADS
 from agentor_temporal.workflows.types import ToolSpec
 
-_ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_SECTION = re.compile(
-    r"^\s*(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?)\s*:\s*$",
-    re.IGNORECASE,
-)
-
-
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Split a Google-style docstring into (summary, {parameter: description})."""
-    if not doc:
-        return "", {}
-    summary: list[str] = []
-    params: dict[str, str] = {}
-    section: str | None = None
-    current: str | None = None
-    arg_indent: int | None = None
-    for line in inspect.cleandoc(doc).splitlines():
-        header = _SECTION.match(line)
-        if header:
-            section, current, arg_indent = header.group(1).lower(), None, None
-            continue
-        if section in ("args", "arguments", "parameters"):
-            indent = len(line) - len(line.lstrip())
-            match = _ARG_LINE.match(line)
-            # deeper-indented lines continue the previous description, even
-            # when they happen to contain "word: text"
-            if match and (arg_indent is None or indent <= arg_indent):
-                current, arg_indent = match.group(1), indent
-                params[current] = match.group(2).strip()
-            elif current and line.strip():
-                params[current] = (params[current] + " " + line.strip()).strip()
-        elif section is None:
-            summary.append(line)
-    return "\n".join(summary).strip(), params
-
-
-def _strip_titles(node: Any) -> Any:
-    """Drop pydantic's generated `title` keys: noise sent on every request."""
-    if isinstance(node, dict):
-        return {
-            k: _strip_titles(v)
-            for k, v in node.items()
-            if not (k == "title" and isinstance(v, str))
-        }
-    if isinstance(node, list):
-        return [_strip_titles(v) for v in node]
-    return node
-
-
-def stringify(value: Any) -> str:
-    """A tool's return value as the text the model reads (Agentor's rules)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, pydantic.BaseModel):
-        return value.model_dump_json()
-    try:
-        return json.dumps(value, default=str)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            return str(value)
-        except RecursionError:
-            return f"<a {type(value).__name__} nested too deeply to show>"
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """Where a tool call stands; read it with `tool_context()` inside a tool."""
-
-    run_id: str
-    call_id: str
-    agent: str
-    turn: int
-    #: 1 for the first execution, higher when a lost worker's call is retried
-    attempt: int
-    #: which call with this `call_id` in the run this is: models reuse ids
-    #: (`call_0` in every turn), so the id alone does not name one call
-    use: int = 1
-
-    @property
-    def idempotency_key(self) -> str:
-        """Stable across retries of this call, and distinct for every call of the run.
-
-        `"<run_id>:<call_id>"` for the first call with an id, and
-        `"<run_id>:<call_id>#<n>"` for the n-th (an id containing `#` is
-        numbered from its first call, so no two calls share a key).
-        """
-        return f"{self.run_id}:{use_key(self.call_id, self.use)}"
-
-
-_context: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
-    "agentor_tool_context", default=None
-)
-
-
-def tool_context() -> ToolContext:
-    """The context of the tool call being executed.
-
-    Raises:
-        RuntimeError: outside a tool call.
-    """
-    ctx = _context.get()
-    if ctx is None:
-        raise RuntimeError("tool_context() is only available while a tool is being called")
-    return ctx
+__all__ = [
+    "NoThreadFree",
+    "PoolUnavailable",
+    "Tool",
+    "ToolContext",
+    "ToolTimedOut",
+    "as_tool",
+    "function_tool",
+    "parse_docstring",
+    "stringify",
+    "tool_context",
+]
 
 
 class ToolTimedOut(Exception):
@@ -200,35 +111,9 @@ class Tool:
         #: times a raise or timeout is retried (by Temporal, with backoff)
         #: before it answers the model; 0: the first outcome is final
         self.retries = retries
-        self._model = self._args_model(fn)
-        schema = _strip_titles(self._model.model_json_schema())
-        schema.setdefault("properties", {})
-        schema.setdefault("required", [])
-        for param, text in docs.items():
-            prop = schema["properties"].get(param)
-            if isinstance(prop, dict) and "description" not in prop:
-                prop["description"] = text
-        self.parameters: dict[str, Any] = schema
+        self._model = args_model(fn)
+        self.parameters: dict[str, Any] = parameters_schema(self._model, docs)
         functools.update_wrapper(self, fn)
-
-    @staticmethod
-    def _args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
-        try:
-            hints = inspect.get_annotations(fn, eval_str=True)
-        except Exception:  # an unresolvable forward ref must not make the tool unusable
-            hints = dict(getattr(fn, "__annotations__", {}))
-        fields: dict[str, Any] = {}
-        for pname, param in inspect.signature(fn).parameters.items():
-            if pname in ("self", "cls") or param.kind in (
-                param.VAR_POSITIONAL,
-                param.VAR_KEYWORD,
-            ):
-                continue
-            default = ... if param.default is inspect.Parameter.empty else param.default
-            fields[pname] = (hints.get(pname, Any), default)
-        name = f"{getattr(fn, '__name__', 'tool')}_args"
-        model: type[pydantic.BaseModel] = pydantic.create_model(name, **fields)
-        return model
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (decorating keeps it usable)."""
@@ -294,7 +179,7 @@ class Tool:
             Exception: whatever the tool raised.
         """
         kwargs = self.validate(args)
-        token = _context.set(context)
+        token = _tool_context.current.set(context)
         try:
             if inspect.iscoroutinefunction(self.fn):
                 value = await _bounded(_contained(self.fn(**kwargs)), timeout)
@@ -307,7 +192,7 @@ class Tool:
         except _Exited as exc:
             raise exc.original from None  # here, in the caller's task, it is an answer
         finally:
-            _context.reset(token)
+            _tool_context.current.reset(token)
         return stringify(value)
 
 

@@ -13,7 +13,8 @@ with its result.
         agent = Agentor(..., base_url=server.base_url, api_key="test")
 
 Run `python -m agentor_temporal.testing --port 8000` to serve the default
-agent from a shell.
+agent from a shell. The steps and the default agent live in `_script`, the
+chat-completions wire format in `_chat_wire`.
 """
 
 from __future__ import annotations
@@ -23,97 +24,38 @@ import asyncio
 import contextlib
 import itertools
 import json
-import re
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
-USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+from agentor_temporal._chat_wire import USAGE, completion, send_json, stream_reply
+from agentor_temporal._script import (
+    CallTool,
+    Drop,
+    Fail,
+    Hang,
+    Raw,
+    Reply,
+    Step,
+    assistant_message,
+    tool_then_answer,
+)
 
-
-@dataclass
-class Reply:
-    """Answer with text (and optionally reasoning)."""
-
-    text: str
-    reasoning: str | None = None
-
-
-@dataclass
-class CallTool:
-    """Ask for one tool call; `args` may be a dict or a raw (even invalid) JSON string."""
-
-    name: str
-    args: dict[str, Any] | str = field(default_factory=dict)
-    id: str | None = None
-
-
-@dataclass
-class Fail:
-    """Answer with an HTTP error (OpenAI's error body)."""
-
-    status: int
-    message: str = "scripted failure"
-    retry_after: float | None = None
-
-
-@dataclass
-class Raw:
-    """Answer with exactly this body (a dict is sent as JSON): for malformed replies."""
-
-    body: Any
-    status: int = 200
-    content_type: str = "application/json"
-
-
-@dataclass
-class Drop:
-    """Close the connection without answering (a connection error)."""
-
-
-@dataclass
-class Hang:
-    """Wait `seconds` before playing `then` (a read timeout, or a slow model)."""
-
-    seconds: float
-    then: Step | None = None
-
-
-Step = Union[
-    Reply, CallTool, Fail, Drop, Hang, Raw, "list[CallTool]", Callable[[dict[str, Any]], Any]
+__all__ = [
+    "USAGE",
+    "CallTool",
+    "Drop",
+    "Fail",
+    "Hang",
+    "Raw",
+    "Reply",
+    "ScriptedModelServer",
+    "Step",
+    "main",
+    "tool_then_answer",
 ]
-
-
-def _guess_args(tool: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """Arguments for the default agent: strings from the prompt ("... in London")."""
-    users = [m for m in messages if m.get("role") == "user"]
-    prompt = str(users[-1].get("content") or "") if users else ""
-    match = re.search(r"\bin ([A-Z][\w-]*(?: [A-Z][\w-]*)*)", prompt)
-    words = re.findall(r"[A-Za-z][\w-]*", prompt)
-    guess = match.group(1) if match else (words[-1] if words else "x")
-    params = (tool.get("function") or {}).get("parameters") or {}
-    args: dict[str, Any] = {}
-    for name in params.get("required") or []:
-        kind = ((params.get("properties") or {}).get(name) or {}).get("type")
-        args[name] = 1 if kind in ("integer", "number") else guess
-    return args
-
-
-def tool_then_answer(request: dict[str, Any]) -> Step:
-    """The default agent: call the first tool offered, then answer with its result."""
-    messages = request.get("messages") or []
-    last = messages[-1] if messages else {}
-    if last.get("role") == "tool":
-        return Reply(f"Answer based on tool: {last.get('content')}")
-    tools = request.get("tools") or []
-    if tools:
-        tool = tools[0]
-        return CallTool(tool["function"]["name"], _guess_args(tool, messages))
-    return Reply("Hello! No tools were offered, so this is a plain answer.")
 
 
 class ScriptedModelServer:
@@ -295,11 +237,11 @@ class ScriptedModelServer:
         route, _, query = path.partition("?")
         if method != "POST" or not route.rstrip("/").endswith("/chat/completions"):
             if route.rstrip("/").endswith("/models"):
-                self._send(
+                send_json(
                     writer, 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
                 )
                 return True
-            self._send(
+            send_json(
                 writer,
                 404,
                 {"error": {"message": f"no route {method} {path}", "type": "not_found"}},
@@ -308,7 +250,7 @@ class ScriptedModelServer:
         try:
             request = json.loads(body or b"{}")
         except ValueError:
-            self._send(
+            send_json(
                 writer,
                 400,
                 {"error": {"message": "body is not JSON", "type": "invalid_request_error"}},
@@ -344,139 +286,18 @@ class ScriptedModelServer:
         if isinstance(step, Fail):
             extra = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
             kind = "rate_limit_error" if step.status == 429 else "invalid_request_error"
-            self._send(
+            send_json(
                 writer, step.status, {"error": {"message": step.message, "type": kind}}, extra
             )
             return True
-        message = self._message(step)
+        message = assistant_message(step)
         model = str(request.get("model") or "scripted")
-        if request.get("stream"):
-            await self._stream(writer, request, message, model)
-            return False
-        self._send(
-            writer,
-            200,
-            {
-                "id": f"chatcmpl-{next(self._ids)}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
-                    }
-                ],
-                "usage": USAGE,
-            },
-        )
-        return True
-
-    @staticmethod
-    def _message(step: Any) -> dict[str, Any]:
-        if isinstance(step, Reply):
-            message: dict[str, Any] = {"role": "assistant", "content": step.text}
-            if step.reasoning:
-                message["reasoning_content"] = step.reasoning
-            return message
-        calls = step if isinstance(step, list) else [step]
-        if not calls or not all(isinstance(c, CallTool) for c in calls):
-            raise TypeError(f"not a scripted step: {step!r}")
-        return {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": c.id or f"call_{uuid.uuid4().hex[:12]}",
-                    "type": "function",
-                    "function": {
-                        "name": c.name,
-                        "arguments": c.args if isinstance(c.args, str) else json.dumps(c.args),
-                    },
-                }
-                for c in calls
-            ],
-        }
-
-    async def _stream(
-        self,
-        writer: asyncio.StreamWriter,
-        request: dict[str, Any],
-        message: dict[str, Any],
-        model: str,
-    ) -> None:
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n"
-        )
         ident = f"chatcmpl-{next(self._ids)}"
-
-        def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> bytes:
-            data: dict[str, Any] = {
-                "id": ident,
-                "object": "chat.completion.chunk",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
-                if delta is not None
-                else [],
-            }
-            if usage is not None:
-                data["usage"] = usage
-            return f"data: {json.dumps(data)}\n\n".encode()
-
-        writer.write(chunk({"role": "assistant", "content": ""}))
-        text = message.get("content")
-        if text:
-            for piece in re.findall(r"\S+\s*|\s+", text):
-                writer.write(chunk({"content": piece}))
-                await writer.drain()
-                if self.chunk_delay:
-                    await asyncio.sleep(self.chunk_delay)
-        for index, call in enumerate(message.get("tool_calls") or []):
-            writer.write(
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": index,
-                                "id": call["id"],
-                                "type": "function",
-                                "function": call["function"],
-                            }
-                        ]
-                    }
-                )
-            )
-        writer.write(chunk({}, "tool_calls" if message.get("tool_calls") else "stop"))
-        if (request.get("stream_options") or {}).get("include_usage"):
-            writer.write(chunk(None, usage=USAGE))  # type: ignore[arg-type]
-        writer.write(b"data: [DONE]\n\n")
-        await writer.drain()
-
-    @staticmethod
-    def _send(
-        writer: asyncio.StreamWriter,
-        status: int,
-        payload: Any,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        body = json.dumps(payload).encode()
-        reason = {
-            200: "OK",
-            400: "Bad Request",
-            401: "Unauthorized",
-            404: "Not Found",
-            429: "Too Many Requests",
-        }.get(status, "Error")
-        head = (
-            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n"
-        )
-        for key, value in (headers or {}).items():
-            head += f"{key}: {value}\r\n"
-        writer.write(head.encode() + b"\r\n" + body)
+        if request.get("stream"):
+            await stream_reply(writer, ident, request, message, model, self.chunk_delay)
+            return False
+        send_json(writer, 200, completion(ident, model, message))
+        return True
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -60,7 +60,7 @@ would be measured on a slower server.
 
 The server is an in-memory `temporal server start-dev` with the search
 attributes and dynamic config our embedded launcher sets (`dev_server_args()`
-in `agentor_temporal/connection.py`); one table repeats single-run latency on
+in `agentor_temporal/_dev_server.py`); one table repeats single-run latency on
 the dev server as shipped, which is what the integration's quickstart runs.
 
 Machine: {cpus} CPUs, Python {python}, {platform}; load average at start

@@ -1,0 +1,128 @@
+"""A model request's failures that are the provider's, each made retried or final.
+
+408/409/429/5xx, connection errors and timeouts are retried (honouring
+`Retry-After`, capped at MAX_RETRY_AFTER) until MODEL_RETRY_BUDGET is spent,
+then final. Any other 4xx is final at once, with the provider's own message.
+A malformed reply (not JSON, no choices, a call without a name) is retried
+briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was wrong.
+Every message is redacted (URL credentials and query values, known keys)
+before Temporal records it.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from datetime import timedelta
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+from agentor_temporal.activities import _redact
+from agentor_temporal.activities._private import clip, waited
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.redaction import redact_url
+
+#: Retry-After values above this are capped: a provider asking for an hour
+#: should not silently park a run; the retry budget bounds the rest.
+MAX_RETRY_AFTER = timedelta(minutes=5)
+#: Error type of a reply the client could not read as a chat completion.
+MALFORMED_REPLY = "ModelReplyMalformed"
+
+
+class MalformedReply(Exception):
+    """The provider answered, but not with a usable chat completion."""
+
+
+def _retry_after(headers: Any) -> timedelta | None:
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return min(timedelta(milliseconds=float(millis)), MAX_RETRY_AFTER)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return min(timedelta(seconds=max(float(value), 0.0)), MAX_RETRY_AFTER)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    delay = when.timestamp() - time.time()
+    return min(timedelta(seconds=max(delay, 0.0)), MAX_RETRY_AFTER)
+
+
+def _provider_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+    return str(getattr(exc, "message", None) or exc)
+
+
+def model_error(exc: Exception) -> ApplicationError | None:
+    """Map an `openai` exception to the error Temporal should see (None: not the provider's).
+
+    Every message is redacted (URL credentials and query values, known keys).
+    """
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        message = clip(_redact.clean(_provider_message(exc)))
+        if status in (408, 409, 429) or status >= 500:
+            return _unavailable(
+                f"Model endpoint answered {status}: {message}",
+                _retry_after(exc.response.headers),
+            )
+        return ApplicationError(
+            f"Model request failed with {status}: {message}",
+            type="ModelRequestError",
+            non_retryable=True,
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        url = getattr(getattr(exc, "request", None), "url", None)
+        kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
+        where = f" at {redact_url(str(url))}" if url else ""
+        return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}"))
+    if isinstance(exc, (openai.APIResponseValidationError, MalformedReply)):
+        return malformed(_redact.clean(str(exc)))
+    if isinstance(exc, json.JSONDecodeError):
+        # the body (or a streamed chunk) is not JSON: an HTML error page, a proxy
+        return malformed(f"not JSON: {exc}")
+    return None
+
+
+def _unavailable(message: str, delay: timedelta | None = None) -> ApplicationError:
+    """A provider failure: retried until the budget is spent, then final."""
+    spent = waited() > policies.MODEL_RETRY_BUDGET.total_seconds()
+    if spent:
+        message += (
+            f" (still failing after {policies.MODEL_RETRY_BUDGET.total_seconds() / 60:g} "
+            "minutes of retries)"
+        )
+    return ApplicationError(
+        message, type="ModelUnavailable", next_retry_delay=delay, non_retryable=spent
+    )
+
+
+def malformed(detail: str) -> ApplicationError:
+    """A reply that is not a usable completion: retried a few times, then final."""
+    final = waited() > policies.MALFORMED_REPLY_BUDGET.total_seconds()
+    return ApplicationError(
+        f"The model endpoint's reply is malformed ({detail})"
+        + ("; it kept answering so, so the run fails" if final else ""),
+        type=MALFORMED_REPLY,
+        non_retryable=final,
+        next_retry_delay=policies.MALFORMED_REPLY_RETRY_DELAY,
+    )
