@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -71,6 +72,8 @@ _METHODS: dict[str, type[BaseModel]] = {
     "tasks/resubscribe": TaskResubscriptionRequest,
 }
 _APPROVE = {"approve", "approved", "yes", "y"}
+#: names the run a message starts (`message_run_id`)
+_MESSAGE_RUNS = uuid.UUID("5b0d4c61-8a3e-4d2f-9c1e-6a7b8c9d0e1f")
 _DENY = {"deny", "denied", "no", "n"}
 
 
@@ -207,7 +210,14 @@ async def _begin(
         raise RpcError(InvalidParamsError(message="the message has no text to start a task with"))
     meta = {**(params.metadata or {}), **(message.metadata or {})}
     agent = served.get(meta.get("agent"))
-    return agent, await agent.astart(text, stream_text=stream), 0
+    # a client sending the message again (same messageId: its send timed out)
+    # attaches to the run the first one started, which never runs twice
+    return agent, await agent.astart(text, message_run_id(agent, message), stream_text=stream), 0
+
+
+def message_run_id(agent: Agentor, message: Message) -> str:
+    """The id of the run a message starts: one per agent and messageId."""
+    return uuid.uuid5(_MESSAGE_RUNS, f"{agent.name}\n{message.message_id}").hex
 
 
 async def _decide(view: RunView, message: Message) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES
-from serve_http import Proc, Server, read_sse, settle
+from serve_http import Proc, Server, ledger_for, read_sse, settle
 
 
 def rpc(method: str, params: dict[str, Any], rpc_id: Any = 1) -> dict[str, Any]:
@@ -210,3 +210,24 @@ def test_finished_task_and_run_read_with_no_worker_running(
     finally:
         worker.start()
         worker.wait_for_output("worker ready")
+
+
+def test_an_a2a_message_sent_again_attaches_to_the_run_it_started(
+    http: httpx.Client, serve_env: dict[str, str]
+) -> None:
+    """A client whose send timed out sends the message again (same messageId): it gets the
+    task the first started, and the agent (its tools too) ran once. Before, each send
+    started a run of its own."""
+    city = "C" + uuid.uuid4().hex[:8]
+    message = text_message(f"What is the weather in {city}?")
+    first = http.post("/", json=rpc("message/send", message)).json()["result"]
+    again = http.post("/", json=rpc("message/send", message)).json()["result"]
+    with http.stream("POST", "/", json=rpc("message/stream", message)) as streamed:
+        frames = [json.loads(m["data"])["result"] for m in read_sse(streamed)]
+    assert first["status"]["state"] == again["status"]["state"] == "completed"
+    assert again["id"] == first["id"] and frames[0]["id"] == first["id"]
+    ran = [line for line in ledger_for(serve_env, first["id"]) if city in line]
+    assert len(ran) == 1, ran
+    # another message with the same text is another task
+    other = http.post("/", json=rpc("message/send", text_message(f"Weather in {city}?")))
+    assert other.json()["result"]["id"] != first["id"]
