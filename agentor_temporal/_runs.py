@@ -343,7 +343,7 @@ async def decide_by_signal(
 
     For a run Temporal takes no more updates from (`updates_refused`): the
     workflow checks and takes it as the update would, and keeps the outcome
-    under a request id for the `decision_outcome` query. Sent to one
+    under a request id for the `signalled_decision` query. Sent to one
     execution (the one waiting now, unless given), which keeps that outcome.
 
     Raises:
@@ -370,7 +370,7 @@ async def decide_by_signal(
     deadline = asyncio.get_running_loop().time() + patience
     while True:
         try:
-            outcome = await handle.query("decision_outcome", request_id, result_type=dict)
+            outcome = await handle.query("signalled_decision", request_id, result_type=dict)
         except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
             logger.debug("Run %s: asking for the decision's outcome failed: %s", run_id, exc)
             outcome = None

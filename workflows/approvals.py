@@ -170,7 +170,7 @@ class Approvals:
         every stream follower's poll is one: a run followed by many, or long,
         could take no decision by update any more, and waited for one for good.
         A signal is never refused for that, but answers nothing: what it came
-        to is kept under the sender's request id, for the `decision_outcome`
+        to is kept under the sender's request id, for the `signalled_decision`
         query. Checked as the update's validator and handler check, and a
         malformed one is refused, never raised (that would fail the task).
         """

@@ -102,7 +102,7 @@ HEARTBEAT_INTERVAL = timedelta(seconds=2)
 #: milliseconds; with none, the call would otherwise wait for ever).
 DECISION_PATIENCE = timedelta(seconds=60)
 #: outcomes of decisions sent by signal an execution keeps for their senders'
-#: `decision_outcome` queries (the oldest go first)
+#: `signalled_decision` queries (the oldest go first)
 SIGNALLED_DECISIONS_KEPT = 100
 #: how often a sender asks what its decision sent by signal came to
 SIGNALLED_DECISION_POLL = timedelta(milliseconds=100)

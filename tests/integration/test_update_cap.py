@@ -202,7 +202,7 @@ async def test_a_run_past_the_update_limit_still_takes_decisions(
             bad = {"call_id": ["call_eve"], "approved": "yes"}
             await handle.signal("decide_signal", {"request_id": "bad-1", "decision": bad})
             async with asyncio.timeout(30):
-                while (outcome := await handle.query("decision_outcome", "bad-1")) is None:
+                while (outcome := await handle.query("signalled_decision", "bad-1")) is None:
                     await asyncio.sleep(0.05)
             assert outcome["type"] == "BadDecision", outcome
 
