@@ -1,0 +1,180 @@
+"""Audit 7: defects found by probing surfaces beyond the facade, as regression tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+    StartWorkflowUpdateInput,
+    WorkflowFailureError,
+    WorkflowUpdateHandle,
+)
+
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+
+from helpers import ledger_lines, transfer_tool, weather_agent
+
+PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
+
+
+class Asks(Interceptor):
+    """Counts a client's accepted stream polls and its `state` queries."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.queries = 0
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        counts = self
+
+        class Counting(OutboundInterceptor):
+            async def start_workflow_update(
+                self, input: StartWorkflowUpdateInput
+            ) -> WorkflowUpdateHandle[Any]:
+                handle = await super().start_workflow_update(input)
+                if input.update.startswith("__temporal_workflow_stream_poll"):
+                    counts.polls += 1
+                return handle
+
+            async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+                if input.query == "state":
+                    counts.queries += 1
+                return await super().query_workflow(input)
+
+        return Counting(next)
+
+
+async def test_followers_of_a_paused_run_never_keep_its_decision_out(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Ten followers of a paused run (page tabs, SSE or A2A streams, even gone) let it be approved.
+
+    Before: each follower held a stream poll (a Temporal update) in flight
+    until the run published again, and Temporal takes only 10 updates in
+    flight per execution: `approve` failed with "limit on number of
+    concurrent in-flight updates has been reached (10)", and since polls
+    outlive their followers, the run could never be approved.
+    """
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
+        options: dict[str, Any] = dict(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            tools=[transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        agent = weather_agent(temporal=client, **options)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await agent.arun("Pay bob.")
+            assert paused.status == "awaiting_approval"
+            asks = [Asks() for _ in range(10)]
+            followers = [
+                weather_agent(
+                    temporal=Client(**{**client.config(), "interceptors": [a]}), **options
+                )
+                for a in asks
+            ]
+
+            async def follow(follower: Any) -> None:
+                async for _ in follower.stream(paused.run_id):
+                    pass
+
+            watching = [asyncio.ensure_future(follow(f)) for f in followers]
+            # every follower waits for what comes next: by a poll sent after
+            # the first (which returns what is there), or by asking the run
+            async with asyncio.timeout(30):
+                while not all(a.polls >= 2 or a.queries >= 1 for a in asks):
+                    await asyncio.sleep(0.02)
+            for task in watching:
+                task.cancel()
+            for task in watching:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            decided = await asyncio.wait_for(
+                agent.aapprove(paused.run_id, "call_pay", by="alice"), 60
+            )
+            assert decided["approved"]
+            done = await agent.aresume(paused.run_id)
+    assert done.status == "completed" and done.final_output == "Paid."
+    assert len(ledger_lines(ledger)) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the stream's publish signal handler (temporalio.contrib.workflow_streams) raises "
+    "on an entry that is not base64, and AgentRun does not guard it: every workflow task "
+    "fails on replay of that signal. The fix wraps the handler in workflows/agent_run.py "
+    "(the lead's file).",
+)
+async def test_a_malformed_stream_publish_from_a_plain_client_never_poisons_the_run(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """One bad signal from any Temporal client (`temporal workflow signal`) leaves the run working.
+
+    What a user sees: the run's workflow task fails again and again
+    ("Invalid base64-encoded string ..."); the paused run can no longer be
+    approved, resumed or cancelled cleanly: it is stuck until terminated.
+    """
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await agent.arun("Pay bob.")
+            assert paused.status == "awaiting_approval"
+            await client.get_workflow_handle(paused.run_id).signal(
+                "__temporal_workflow_stream_publish",
+                {"items": [{"topic": "events", "data": "!!notbase64"}], "sequence": 0},
+            )
+            decided = await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 15)
+            assert decided["approved"]
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    assert done.status == "completed"
+    assert len(ledger_lines(ledger)) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="workflows.carry.stream_state checks only the carried stream state's shape; "
+    "WorkflowStream(...) then decodes its items in AgentRun.__init__ and raises: the "
+    "workflow task fails for ever instead of the workflow failing on its input. The fix "
+    "belongs around the WorkflowStream construction in workflows/agent_run.py.",
+)
+async def test_a_plain_client_start_with_a_bad_carried_stream_fails_the_run_clearly(
+    client: Client, task_queue: str
+) -> None:
+    """A start whose input carries a broken stream state fails the run, not its workflow task.
+
+    What a user sees: `temporal workflow start --type AgentRun --input
+    '{..., "carry": {"stream": {"log": [{"topic": "events", "data": "abcde"}]}}}'`
+    leaves a run "Running" for ever, its workflow task failing each time.
+    """
+    with ScriptedModelServer() as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            handle = await client.start_workflow(
+                "AgentRun",
+                {
+                    "agent": "Weather Agent",
+                    "input": "hi",
+                    "carry": {
+                        "stream": {"log": [{"topic": "events", "data": "abcde", "offset": 0}]}
+                    },
+                },
+                id=f"bad-carry-{uuid.uuid4().hex[:8]}",
+                task_queue=task_queue,
+            )
+            with pytest.raises(WorkflowFailureError):
+                await asyncio.wait_for(handle.result(), 15)
