@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from temporalio.client import (
     Client,
@@ -21,7 +25,8 @@ from temporalio.client import (
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, transfer_tool, weather_agent
+from helpers import ROOT, ledger_lines, transfer_tool, wait_until, weather_agent
+from serve_http import AGENTS, TOKEN, Proc, Server
 
 PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
 
@@ -178,3 +183,65 @@ async def test_a_plain_client_start_with_a_bad_carried_stream_fails_the_run_clea
             )
             with pytest.raises(WorkflowFailureError):
                 await asyncio.wait_for(handle.result(), 15)
+
+
+@pytest.fixture(scope="module")
+def serve_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of this module's `agentor-temporal serve` and worker processes."""
+    root = tmp_path_factory.mktemp("audit7-serve")
+    (root / "gates").mkdir()
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+            "PYTHONUNBUFFERED": "1",
+            "AGENT_TASK_QUEUE": f"audit7-{uuid.uuid4().hex[:8]}",
+            "AGENT_LEDGER": str(root / "ledger.txt"),
+            "SERVE_GATES": str(root / "gates"),
+            "AGENTOR_SERVE_TOKEN": TOKEN,
+            "LOGS": str(root),
+        }
+    )
+    return env
+
+
+@pytest.fixture
+def served(
+    serve_env: dict[str, str], temporal_address: str, model: ScriptedModelServer
+) -> Iterator[tuple[Server, Proc]]:
+    """`agentor-temporal serve` and `agentor-temporal worker` as real processes."""
+    env = {**serve_env, "TEMPORAL_ADDRESS": temporal_address, "MODEL_BASE_URL": model.base_url}
+    logs = Path(env["LOGS"])
+    worker = Proc(
+        "worker",
+        ["worker", "--agents", AGENTS, "--task-queue", env["AGENT_TASK_QUEUE"]],
+        env,
+        logs,
+    )
+    worker.start()
+    server = Server(env, logs, temporal_address)
+    try:
+        worker.wait_for_output("worker ready")
+        server.start()
+        yield server, worker
+    finally:
+        server.kill()
+        worker.kill()
+
+
+def test_the_page_token_never_reaches_the_servers_log(served: tuple[Server, Proc]) -> None:
+    """Opening the page as `/?token=...` (as documented) leaves the token out of the log.
+
+    Before: `agentor-temporal serve` printed
+    `"GET /?token=<AGENTOR_SERVE_TOKEN> HTTP/1.1" 303` (uvicorn's access log),
+    so anyone who reads the logs (a log shipper, a shared terminal) could use
+    the API. Now the access log's path is redacted like every other URL.
+    """
+    server, _ = served
+    with httpx.Client(base_url=server.url, timeout=10) as anonymous:
+        entered = anonymous.get(f"/?token={TOKEN}")
+        assert entered.status_code == 303
+        # a request after it: the access line of the first is written by then
+        assert anonymous.get("/health").status_code == 200
+    wait_until(lambda: "/health" in server.output(), "the server to log the requests", 10)
+    assert TOKEN not in server.output()
