@@ -7,12 +7,14 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     Interceptor,
@@ -24,7 +26,6 @@ from temporalio.client import (
 )
 from temporalio.testing import WorkflowEnvironment
 
-from agentor_temporal import function_tool
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
@@ -276,71 +277,82 @@ async def few_updates() -> AsyncIterator[Client]:
         await env.shutdown()
 
 
+@dataclass
+class SayThenCall:
+    """A reply that streams `text`, then asks for `calls` (one assistant message)."""
+
+    text: str
+    calls: list[CallTool]
+
+
+class TalkativeModel(ScriptedModelServer):
+    """The scripted model, plus replies with both text and tool calls."""
+
+    @staticmethod
+    def _message(step: Any) -> dict[str, Any]:
+        if not isinstance(step, SayThenCall):
+            return ScriptedModelServer._message(step)
+        message = ScriptedModelServer._message(step.calls)
+        return {**message, "content": step.text}
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="a decision is an update, and Temporal refuses updates to an execution past "
-    "history.maxTotalUpdates (2,000), which followers' stream polls use up (one per batch: "
-    "a streamed reply watched by a few followers takes thousands); the run continues as "
-    "new only between turns, and this turn waits for the decision. Needs a workflow "
-    "change (continue as new before pausing near the cap, or a decision by signal): "
-    "behaviour level 5.",
+    "history.maxTotalUpdates (2,000); a follower of a streamed reply polls once per delta "
+    "batch (10 a second for the first minute), and the run continues as new only at a "
+    "turn's start, while this turn waits for the decision. Needs a workflow change "
+    "(continue as new before waiting when the server suggests it, or a decision by "
+    "signal): behaviour level 5.",
 )
-async def test_a_decision_after_followers_used_up_the_executions_updates_is_taken(
+async def test_a_decision_after_a_watched_streamed_reply_is_taken(
     few_updates: Client, task_queue: str, ledger: str
 ) -> None:
-    """A run whose followers used up its execution's updates can still be approved.
+    """A reply streamed to followers, then asking for approval, can still be approved.
 
-    What a user sees: after a long streamed turn watched from the page (or a
-    long run with followers), the run asks for approval and every approve
-    fails with "limit on total number of updates has been reached"; the run
-    waits for ever (only terminate ends it).
+    What a user sees (with Temporal's default of 2,000 updates per
+    execution): a model that talks for a minute or two to a few followers
+    (the page, SSE or A2A streams with text) before asking for an approval
+    leaves a run whose every approve fails with "limit on the total number of
+    distinct updates in this workflow has been reached"; it waits for ever
+    (only terminate ends it).
     """
     client = few_updates
-    gate = asyncio.Event()
-
-    @function_tool
-    async def prepare(account: str) -> str:
-        """Get an account ready.
-
-        Args:
-            account: Which account.
-        """
-        await gate.wait()
-        return f"{account} is ready."
-
-    script = [
-        [CallTool("prepare", {"account": "a"}, id="p1")],
-        [CallTool("prepare", {"account": "b"}, id="p2")],
-        [PAY],
-        Reply("Paid."),
-    ]
-    with ScriptedModelServer(script) as model:
-        agent = weather_agent(
+    words = " ".join(f"word{i}" for i in range(40))
+    script = [SayThenCall(f"Let me think. {words}", [PAY]), Reply("Paid.")]
+    with TalkativeModel(script, chunk_delay=0.05) as model:
+        options: dict[str, Any] = dict(
             base_url=model.base_url,
             task_queue=task_queue,
-            temporal=client,
-            tools=[prepare, transfer_tool(ledger)],
+            tools=[transfer_tool(ledger)],
             embedded_worker=False,
         )
+        agent = weather_agent(temporal=client, **options)
+        asks = Asks()
+        watcher = weather_agent(
+            temporal=Client(**{**client.config(), "interceptors": [asks]}), **options
+        )
         async with build_worker(client, [agent], task_queue=task_queue):
-            run_id = await agent.astart("Prepare, then pay bob.")
-            seen: list[str] = []
+            run_id = await agent.astart("Pay bob.", stream_text=True)
+            deltas = 0
 
             async def follow() -> None:
-                async for event in agent.stream(run_id):
-                    seen.append(event.type)
+                nonlocal deltas
+                async for event in watcher.stream(run_id, text=True):
+                    deltas += event.type == "text_delta"
 
             follower = asyncio.ensure_future(follow())
-            # the follower polls once per batch the run publishes
-            async with asyncio.timeout(30):
-                while "tool_call" not in seen:
-                    await asyncio.sleep(0.02)
-            gate.set()
             paused = await asyncio.wait_for(agent.aresume(run_id), 30)
             assert paused.status == "awaiting_approval"
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follower
+            # what makes this case: the execution's updates are used up (by
+            # the follower's polls, and the wait for the pause)
+            history = await client.get_workflow_handle(run_id).fetch_history()
+            accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+            assert sum(e.event_type == accepted for e in history.events) >= UPDATES
+            assert asks.polls >= UPDATES - 1 and deltas > 0
             decided = await asyncio.wait_for(agent.aapprove(run_id, "call_pay"), 30)
             assert decided["approved"]
             done = await asyncio.wait_for(agent.aresume(run_id), 30)
