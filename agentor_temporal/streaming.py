@@ -14,9 +14,9 @@ ended), so a follower goes on polling; one that was behind when it happened
 reads the events it missed from history. A poll Temporal has accepted stays
 in flight until the run publishes again, even after its follower went away,
 and Temporal takes at most 10 updates in flight per execution: a follower
-therefore never polls while the run waits for a person, but asks the run's
-`state` query until it may publish again, so followers of a paused run (open
-or long gone) never keep its decision out.
+therefore never polls while the run waits for a person, but watches the
+run until it may publish again (see `_quiet`), so followers of a paused run
+(open or long gone) never keep its decision out.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
@@ -49,7 +50,7 @@ RESUBSCRIBE_BACKOFF = (0.1, 0.25, 0.5, 1.0, 2.0)
 HISTORY_POLL = 1.0
 #: How often a follower of a run waiting for a person asks whether it goes on.
 QUIET_POLL = 0.5
-#: How long that question may take (no worker answering: poll as before).
+#: How long asking the run may take (no worker answering: ask again later).
 QUIET_QUERY_TIMEOUT = timedelta(seconds=5)
 
 
@@ -225,19 +226,37 @@ async def _quiet(handle: WorkflowHandle[Any, Any], next_index: int) -> None:
     A poll sent while the run waits for a person would stay in flight until
     a decision comes, and Temporal takes only 10 updates in flight per
     execution, the decision among them: ten followers, even ones long gone,
-    would keep the decision out for good. A query leaves no trace.
+    would keep the decision out for good. So the follower watches the run's
+    history length (a describe, which no worker answers) and asks the run
+    itself (a query, which leaves no trace) only when it changed; when no
+    worker answers, it asks again each QUIET_POLL rather than poll.
     """
+    seen: int | None = None
+    execution: str | None = None
     while True:
         try:
-            state = await handle.query("state", rpc_timeout=QUIET_QUERY_TIMEOUT)
-        except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError):
-            return  # no worker answers now: wait on the stream as before
-        if (
-            not isinstance(state, dict)
-            or state.get("status") != "awaiting_approval"
-            or int(state.get("events") or 0) > next_index
-        ):
-            return
+            description = await handle.describe()
+        except RPCError:
+            description = None  # Temporal is unreachable for now: look again
+        if description is not None:
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                return  # closed: the stream reads what it has left
+            if execution is not None and description.run_id != execution:
+                return  # continued as new: the stream follows the next execution
+            execution = description.run_id
+            if description.history_length != seen:
+                try:
+                    state = await handle.query("state", rpc_timeout=QUIET_QUERY_TIMEOUT)
+                except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError):
+                    state = None  # no worker answers now: ask again next time
+                if state is not None:
+                    if (
+                        not isinstance(state, dict)
+                        or state.get("status") != "awaiting_approval"
+                        or int(state.get("events") or 0) > next_index
+                    ):
+                        return
+                    seen = description.history_length
         await asyncio.sleep(QUIET_POLL)
 
 

@@ -26,6 +26,7 @@ from temporalio.client import (
 )
 from temporalio.testing import WorkflowEnvironment
 
+from agentor_temporal import Event
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
@@ -99,6 +100,8 @@ async def test_followers_of_a_paused_run_never_keep_its_decision_out(
                     pass
 
             watching = [asyncio.ensure_future(follow(f)) for f in followers]
+            # and one that stays: it gets the rest of the run once it is decided
+            stays = asyncio.ensure_future(_collect(agent.stream(paused.run_id)))
             # every follower waits for what comes next: by a poll sent after
             # the first (which returns what is there), or by asking the run
             async with asyncio.timeout(30):
@@ -114,8 +117,14 @@ async def test_followers_of_a_paused_run_never_keep_its_decision_out(
             )
             assert decided["approved"]
             done = await agent.aresume(paused.run_id)
+            followed = await asyncio.wait_for(stays, 30)
     assert done.status == "completed" and done.final_output == "Paid."
+    assert [e.to_dict() for e in followed] == [e.to_dict() for e in done.events]
     assert len(ledger_lines(ledger)) == 1
+
+
+async def _collect(events: AsyncIterator[Event]) -> list[Event]:
+    return [e async for e in events]
 
 
 @pytest.mark.xfail(
