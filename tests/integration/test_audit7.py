@@ -31,6 +31,7 @@ from agentor_temporal import Event, function_tool
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows.formatting import failure_message
 
 from conftest import SEARCH_ATTRIBUTE_ARGS
 from helpers import (
@@ -200,21 +201,16 @@ async def test_a_malformed_stream_publish_from_a_plain_client_never_poisons_the_
     assert len(ledger_lines(ledger)) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workflows.carry.stream_state checks only the carried stream state's shape; "
-    "WorkflowStream(...) then decodes its items in AgentRun.__init__ and raises: the "
-    "workflow task fails for ever instead of the workflow failing on its input. The fix "
-    "belongs around the WorkflowStream construction in workflows/agent_run.py.",
-)
 async def test_a_plain_client_start_with_a_bad_carried_stream_fails_the_run_clearly(
     client: Client, task_queue: str
 ) -> None:
     """A start whose input carries a broken stream state fails the run, not its workflow task.
 
-    What a user sees: `temporal workflow start --type AgentRun --input
-    '{..., "carry": {"stream": {"log": [{"topic": "events", "data": "abcde"}]}}}'`
-    leaves a run "Running" for ever, its workflow task failing each time.
+    Before: `temporal workflow start --type AgentRun --input '{..., "carry":
+    {"stream": {"log": [{"topic": "events", "data": "abcde"}]}}}'` left a run
+    "Running" for ever, every workflow task failing in `WorkflowStream`'s
+    constructor ("Invalid base64-encoded string"). Now the carried stream is
+    decoded where it is read, and the run fails on its input.
     """
     with ScriptedModelServer() as model:
         agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
@@ -231,8 +227,9 @@ async def test_a_plain_client_start_with_a_bad_carried_stream_fails_the_run_clea
                 id=f"bad-carry-{uuid.uuid4().hex[:8]}",
                 task_queue=task_queue,
             )
-            with pytest.raises(WorkflowFailureError):
+            with pytest.raises(WorkflowFailureError) as failed:
                 await asyncio.wait_for(handle.result(), 15)
+    assert "carry" in failure_message(failed.value)
 
 
 @pytest.fixture(scope="module")
