@@ -60,6 +60,24 @@ LOGGERS = (
 )
 
 
+#: Loggers whose formatter unpacks the record's args (uvicorn's access log:
+#: client, method, path with its query, version, status), so their args are
+#: redacted one by one instead: the HTTP server's page is entered as
+#: `/?token=<token>`, and that path is logged.
+ARGS_LOGGERS = ("uvicorn.access",)
+
+
+class _ArgsRedactingFilter(logging.Filter):
+    """Redacts each text argument of a record, keeping the record's shape."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact(arg, secrets()) if isinstance(arg, str) else arg for arg in record.args
+            )
+        return True
+
+
 class _ExceptionRedactingFilter(RedactingFilter):
     """Also redacts the formatted traceback a record carries."""
 
@@ -118,3 +136,5 @@ def install() -> None:
     log_filter = _ExceptionRedactingFilter(_Known())
     for name in LOGGERS:
         logging.getLogger(name).addFilter(log_filter)
+    for name in ARGS_LOGGERS:
+        logging.getLogger(name).addFilter(_ArgsRedactingFilter())

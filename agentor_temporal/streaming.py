@@ -11,20 +11,34 @@ history instead (no worker needed). Deltas are not persisted; the
 `generation` and `message` events are the record. A run that continues as
 new keeps its stream offsets (the next execution starts where the last one
 ended), so a follower goes on polling; one that was behind when it happened
-reads the events it missed from history.
+reads the events it missed from history. A poll Temporal has accepted stays
+in flight until the run publishes again, even after its follower went away,
+and Temporal takes at most 10 updates in flight per execution: a follower
+therefore never polls while the run waits for a person, but watches the
+run until it may publish again (see `_quiet`), so followers of a paused run
+(open or long gone) never keep its decision out.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar, cast
 
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.service import RPCError
 
 from agentor_temporal._runtime import Runtime
-from agentor_temporal.store import Event
+from agentor_temporal.store import Event, pending_approvals
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
 
@@ -34,6 +48,10 @@ T = TypeVar("T")
 RESUBSCRIBE_BACKOFF = (0.1, 0.25, 0.5, 1.0, 2.0)
 #: How often a follower the stream refused reads the run's history instead.
 HISTORY_POLL = 1.0
+#: How often a follower of a run waiting for a person asks whether it goes on.
+QUIET_POLL = 0.5
+#: How long asking the run may take (no worker answering: ask again later).
+QUIET_QUERY_TIMEOUT = timedelta(seconds=5)
 
 
 class RunFailedError(RuntimeError):
@@ -107,40 +125,60 @@ async def follow_timed(
     topics = [EVENTS_TOPIC, DELTAS_TOPIC] if text else [EVENTS_TOPIC]
     stream_offset = 0
     retries = 0
+    # calls waiting for a person as of the events passed so far (see `_quiet`)
+    waiting = {str(e.call_id) for e in pending_approvals(events[:offset])}
+    handle = client.get_workflow_handle(run_id)
     while True:
+        quiet = False
         try:
-            async for item in WorkflowStreamClient.create(client, run_id).subscribe(
-                topics, from_offset=stream_offset, poll_cooldown=STREAM_POLL_COOLDOWN
-            ):
-                stream_offset = item.offset + 1
-                retries = 0
-                data = item.data
-                if item.topic == EVENTS_TOPIC:
-                    index = int(data["index"])
-                    if index < next_index:
-                        if index == after - 1:
-                            passed = True
-                        continue
-                    if index > next_index:
-                        # the run continued as new while this follower was
-                        # behind: the events in between are in history
-                        segments = await store.segments(run_id)
-                        for missed in (await history_events(segments))[next_index:index]:
-                            yield missed, None
-                            next_index += 1
+            # an async generator: closed on leaving, so no poll starts after a break
+            subscription = cast(
+                AsyncGenerator[Any, None],
+                WorkflowStreamClient.create(client, run_id).subscribe(
+                    topics, from_offset=stream_offset, poll_cooldown=STREAM_POLL_COOLDOWN
+                ),
+            )
+            async with contextlib.aclosing(subscription) as items:
+                async for item in items:
+                    stream_offset = item.offset + 1
+                    retries = 0
+                    data = item.data
+                    if item.topic == EVENTS_TOPIC:
+                        index = int(data["index"])
+                        _track(waiting, data["event"])
+                        if index < next_index:
+                            if index == after - 1:
+                                passed = True
+                            if waiting:
+                                quiet = True
+                                break
+                            continue
                         if index > next_index:
-                            break  # history does not have them: read it all below
-                    event = Event.from_dict(data["event"])
-                    next_index, passed = index + 1, True
-                    yield event, data.get("published_at")
-                    if event.type == "run_end":
-                        return
-                elif passed:
-                    if data.get("reset"):
-                        yield retry_marker(int(data["turn"]), int(data["attempt"])), None
-                    else:
-                        delta = Event(type="text_delta", text=data["text"], turn=data["turn"])
-                        yield delta, None
+                            # the run continued as new while this follower was
+                            # behind: the events in between are in history
+                            segments = await store.segments(run_id)
+                            for missed in (await history_events(segments))[next_index:index]:
+                                yield missed, None
+                                next_index += 1
+                            if index > next_index:
+                                break  # history does not have them: read it all below
+                        event = Event.from_dict(data["event"])
+                        next_index, passed = index + 1, True
+                        yield event, data.get("published_at")
+                        if event.type == "run_end":
+                            return
+                        if waiting:
+                            quiet = True
+                            break
+                    elif passed:
+                        if data.get("reset"):
+                            yield retry_marker(int(data["turn"]), int(data["attempt"])), None
+                        else:
+                            delta = Event(type="text_delta", text=data["text"], turn=data["turn"])
+                            yield delta, None
+            if quiet:
+                await _quiet(handle, next_index)
+                continue
             break  # the stream ended: the workflow closed without our run_end
         except (asyncio.CancelledError, GeneratorExit):
             raise
@@ -169,6 +207,57 @@ async def follow_timed(
         await asyncio.sleep(HISTORY_POLL)
     if not ended and segments and segments[-1].status not in ("running", "completed"):
         raise RunFailedError(f"Run {run_id!r} {segments[-1].status}: {segments[-1].failure}")
+
+
+def _track(waiting: set[str], event: dict[str, Any]) -> None:
+    """Keep `waiting` (call ids waiting for a person) up to date with one more event."""
+    kind = event.get("type")
+    if kind == "approval_request":
+        waiting.add(str(event.get("call_id")))
+    elif kind == "approval_decision":
+        waiting.discard(str(event.get("call_id")))
+    elif kind in ("run_start", "run_end"):
+        waiting.clear()
+
+
+async def _quiet(handle: WorkflowHandle[Any, Any], next_index: int) -> None:
+    """Return once the run may publish again: it waits for no person, or has newer events.
+
+    A poll sent while the run waits for a person would stay in flight until
+    a decision comes, and Temporal takes only 10 updates in flight per
+    execution, the decision among them: ten followers, even ones long gone,
+    would keep the decision out for good. So the follower watches the run's
+    history length (a describe, which no worker answers) and asks the run
+    itself (a query, which leaves no trace) only when it changed; when no
+    worker answers, it asks again each QUIET_POLL rather than poll.
+    """
+    seen: int | None = None
+    execution: str | None = None
+    while True:
+        try:
+            description = await handle.describe()
+        except RPCError:
+            description = None  # Temporal is unreachable for now: look again
+        if description is not None:
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                return  # closed: the stream reads what it has left
+            if execution is not None and description.run_id != execution:
+                return  # continued as new: the stream follows the next execution
+            execution = description.run_id
+            if description.history_length != seen:
+                try:
+                    state = await handle.query("state", rpc_timeout=QUIET_QUERY_TIMEOUT)
+                except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError):
+                    state = None  # no worker answers now: ask again next time
+                if state is not None:
+                    if (
+                        not isinstance(state, dict)
+                        or state.get("status") != "awaiting_approval"
+                        or int(state.get("events") or 0) > next_index
+                    ):
+                        return
+                    seen = description.history_length
+        await asyncio.sleep(QUIET_POLL)
 
 
 async def on_runtime(factory: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T]:

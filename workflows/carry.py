@@ -21,10 +21,12 @@ log reads as one segment, as Agentor writes it.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentor_temporal.workflows import policies
@@ -149,7 +151,10 @@ def stream_state(raw: Any) -> WorkflowStreamState | None:
     """The stream state carried in a decoded workflow input, if any (never raises).
 
     Read in the workflow's `__init__`, before the input is validated: a bad
-    input must still get a stream, and fail later with its own error.
+    input must still get a stream, and fail later with its own error. So the
+    items are decoded here as `WorkflowStream` decodes them: one that is not
+    a payload (a plain client's input) would otherwise raise in `__init__`,
+    failing every workflow task of the run instead of the run.
     """
     if not isinstance(raw, dict) or not isinstance(raw.get("carry"), dict):
         return None
@@ -161,6 +166,8 @@ def stream_state(raw: Any) -> WorkflowStreamState | None:
         result: WorkflowStreamState = converter.from_payload(
             converter.to_payload(state), WorkflowStreamState
         )
+        for item in result.log:
+            Payload().ParseFromString(base64.b64decode(item.data))
     except Exception:
         return None
     return result

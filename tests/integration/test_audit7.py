@@ -1,0 +1,502 @@
+"""Audit 7: defects found by probing surfaces beyond the facade, as regression tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+    StartWorkflowUpdateInput,
+    WorkflowFailureError,
+    WorkflowUpdateHandle,
+)
+from temporalio.testing import WorkflowEnvironment
+
+from agentor_temporal import Event, function_tool
+from agentor_temporal.connection import temporal_binary
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows.formatting import failure_message
+
+from conftest import SEARCH_ATTRIBUTE_ARGS
+from helpers import (
+    PROMPT,
+    ROOT,
+    ledger_lines,
+    ledger_write,
+    transfer_tool,
+    wait_until,
+    weather_agent,
+)
+from serve_http import AGENTS, TOKEN, Proc, Server
+
+PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
+
+
+class Asks(Interceptor):
+    """Counts a client's accepted stream polls and its `state` queries."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.queries = 0
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        counts = self
+
+        class Counting(OutboundInterceptor):
+            async def start_workflow_update(
+                self, input: StartWorkflowUpdateInput
+            ) -> WorkflowUpdateHandle[Any]:
+                handle = await super().start_workflow_update(input)
+                if input.update.startswith("__temporal_workflow_stream_poll"):
+                    counts.polls += 1
+                return handle
+
+            async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+                if input.query == "state":
+                    counts.queries += 1
+                return await super().query_workflow(input)
+
+        return Counting(next)
+
+
+async def test_followers_of_a_paused_run_never_keep_its_decision_out(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Ten followers of a paused run (page tabs, SSE or A2A streams, even gone) let it be approved.
+
+    Before: each follower held a stream poll (a Temporal update) in flight
+    until the run published again, and Temporal takes only 10 updates in
+    flight per execution: `approve` failed with "limit on number of
+    concurrent in-flight updates has been reached (10)", and since polls
+    outlive their followers, the run could never be approved.
+    """
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
+        options: dict[str, Any] = dict(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            tools=[transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        agent = weather_agent(temporal=client, **options)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await agent.arun("Pay bob.")
+            assert paused.status == "awaiting_approval"
+            asks = [Asks() for _ in range(10)]
+            followers = [
+                weather_agent(
+                    temporal=Client(**{**client.config(), "interceptors": [a]}), **options
+                )
+                for a in asks
+            ]
+
+            async def follow(follower: Any) -> None:
+                async for _ in follower.stream(paused.run_id):
+                    pass
+
+            watching = [asyncio.ensure_future(follow(f)) for f in followers]
+            # and one that stays: it gets the rest of the run once it is decided
+            stays = asyncio.ensure_future(_collect(agent.stream(paused.run_id)))
+            # every follower waits for what comes next: by a poll sent after
+            # the first (which returns what is there), or by asking the run
+            async with asyncio.timeout(30):
+                while not all(a.polls >= 2 or a.queries >= 1 for a in asks):
+                    await asyncio.sleep(0.02)
+            for task in watching:
+                task.cancel()
+            for task in watching:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            decided = await asyncio.wait_for(
+                agent.aapprove(paused.run_id, "call_pay", by="alice"), 60
+            )
+            assert decided["approved"]
+            done = await agent.aresume(paused.run_id)
+            followed = await asyncio.wait_for(stays, 30)
+    assert done.status == "completed" and done.final_output == "Paid."
+    assert [e.to_dict() for e in followed] == [e.to_dict() for e in done.events]
+    assert len(ledger_lines(ledger)) == 1
+
+
+async def _collect(events: AsyncIterator[Event]) -> list[Event]:
+    return [e async for e in events]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the stream's publish signal handler (temporalio.contrib.workflow_streams) raises "
+    "on an entry that is not base64, and AgentRun does not guard it: every workflow task "
+    "fails on replay of that signal. The fix wraps the handler in workflows/agent_run.py "
+    "(the lead's file).",
+)
+async def test_a_malformed_stream_publish_from_a_plain_client_never_poisons_the_run(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """One bad signal from any Temporal client (`temporal workflow signal`) leaves the run working.
+
+    What a user sees: the run's workflow task fails again and again
+    ("Invalid base64-encoded string ..."); the paused run can no longer be
+    approved, resumed or cancelled cleanly: it is stuck until terminated.
+    """
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await agent.arun("Pay bob.")
+            assert paused.status == "awaiting_approval"
+            handle = client.get_workflow_handle(paused.run_id)
+            await handle.signal(
+                "__temporal_workflow_stream_publish",
+                {"items": [{"topic": "events", "data": "!!notbase64"}], "sequence": 0},
+            )
+            # the workflow task that takes the signal completes, or fails
+            # (asked of history: a decision sent now would wait for ever)
+            done_types = {
+                EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: "completed",
+                EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "failed",
+            }
+            outcome = None
+            async with asyncio.timeout(30):
+                while outcome is None:
+                    events = (await handle.fetch_history()).events
+                    signalled = next(
+                        i
+                        for i, e in enumerate(events)
+                        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                    )
+                    outcome = next(
+                        (
+                            done_types[e.event_type]
+                            for e in events[signalled:]
+                            if e.event_type in done_types
+                        ),
+                        None,
+                    )
+                    await asyncio.sleep(0.05)
+            assert outcome == "completed"
+            decided = await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 30)
+            assert decided["approved"]
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    assert done.status == "completed"
+    assert len(ledger_lines(ledger)) == 1
+
+
+async def test_a_plain_client_start_with_a_bad_carried_stream_fails_the_run_clearly(
+    client: Client, task_queue: str
+) -> None:
+    """A start whose input carries a broken stream state fails the run, not its workflow task.
+
+    Before: `temporal workflow start --type AgentRun --input '{..., "carry":
+    {"stream": {"log": [{"topic": "events", "data": "abcde"}]}}}'` left a run
+    "Running" for ever, every workflow task failing in `WorkflowStream`'s
+    constructor ("Invalid base64-encoded string"). Now the carried stream is
+    decoded where it is read, and the run fails on its input.
+    """
+    with ScriptedModelServer() as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            handle = await client.start_workflow(
+                "AgentRun",
+                {
+                    "agent": "Weather Agent",
+                    "input": "hi",
+                    "carry": {
+                        "stream": {"log": [{"topic": "events", "data": "abcde", "offset": 0}]}
+                    },
+                },
+                id=f"bad-carry-{uuid.uuid4().hex[:8]}",
+                task_queue=task_queue,
+            )
+            with pytest.raises(WorkflowFailureError) as failed:
+                await asyncio.wait_for(handle.result(), 15)
+    assert "carry" in failure_message(failed.value)
+
+
+@pytest.fixture(scope="module")
+def serve_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of this module's `agentor-temporal serve` and worker processes."""
+    root = tmp_path_factory.mktemp("audit7-serve")
+    (root / "gates").mkdir()
+    env = dict(os.environ)
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+            "PYTHONUNBUFFERED": "1",
+            "AGENT_TASK_QUEUE": f"audit7-{uuid.uuid4().hex[:8]}",
+            "AGENT_LEDGER": str(root / "ledger.txt"),
+            "SERVE_GATES": str(root / "gates"),
+            "AGENTOR_SERVE_TOKEN": TOKEN,
+            "LOGS": str(root),
+        }
+    )
+    return env
+
+
+@pytest.fixture
+def served(
+    serve_env: dict[str, str], temporal_address: str, model: ScriptedModelServer
+) -> Iterator[tuple[Server, Proc]]:
+    """`agentor-temporal serve` and `agentor-temporal worker` as real processes."""
+    env = {**serve_env, "TEMPORAL_ADDRESS": temporal_address, "MODEL_BASE_URL": model.base_url}
+    logs = Path(env["LOGS"])
+    worker = Proc(
+        "worker",
+        ["worker", "--agents", AGENTS, "--task-queue", env["AGENT_TASK_QUEUE"]],
+        env,
+        logs,
+    )
+    worker.start()
+    server = Server(env, logs, temporal_address)
+    try:
+        worker.wait_for_output("worker ready")
+        server.start()
+        yield server, worker
+    finally:
+        server.kill()
+        worker.kill()
+
+
+def test_the_page_token_never_reaches_the_servers_log(served: tuple[Server, Proc]) -> None:
+    """Opening the page as `/?token=...` (as documented) leaves the token out of the log.
+
+    Before: `agentor-temporal serve` printed
+    `"GET /?token=<AGENTOR_SERVE_TOKEN> HTTP/1.1" 303` (uvicorn's access log),
+    so anyone who reads the logs (a log shipper, a shared terminal) could use
+    the API. Now the access log's path is redacted like every other URL.
+    """
+    server, _ = served
+    with httpx.Client(base_url=server.url, timeout=10) as anonymous:
+        entered = anonymous.get(f"/?token={TOKEN}")
+        assert entered.status_code == 303
+        # a request after it: the access line of the first is written by then
+        assert anonymous.get("/health").status_code == 200
+    wait_until(lambda: "/health" in server.output(), "the server to log the requests", 10)
+    assert TOKEN not in server.output()
+
+
+#: updates the capped server takes per execution (Temporal's default: 2,000)
+UPDATES = 4
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def few_updates() -> AsyncIterator[Client]:
+    """A dev server that takes only UPDATES updates per workflow execution."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        dev_server_extra_args=[
+            *SEARCH_ATTRIBUTE_ARGS,
+            "--log-level",
+            "error",
+            "--dynamic-config-value",
+            f"history.maxTotalUpdates={UPDATES}",
+        ],
+        ui=False,
+    )
+    try:
+        yield env.client
+    finally:
+        await env.shutdown()
+
+
+@dataclass
+class SayThenCall:
+    """A reply that streams `text`, then asks for `calls` (one assistant message)."""
+
+    text: str
+    calls: list[CallTool]
+
+
+class TalkativeModel(ScriptedModelServer):
+    """The scripted model, plus replies with both text and tool calls."""
+
+    @staticmethod
+    def _message(step: Any) -> dict[str, Any]:
+        if not isinstance(step, SayThenCall):
+            return ScriptedModelServer._message(step)
+        message = ScriptedModelServer._message(step.calls)
+        return {**message, "content": step.text}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a decision is an update, and Temporal refuses updates to an execution past "
+    "history.maxTotalUpdates (2,000); a follower of a streamed reply polls once per delta "
+    "batch (10 a second for the first minute), and the run continues as new only at a "
+    "turn's start, while this turn waits for the decision. Needs a workflow change "
+    "(continue as new before waiting when the server suggests it, or a decision by "
+    "signal): behaviour level 5.",
+)
+async def test_a_decision_after_a_watched_streamed_reply_is_taken(
+    few_updates: Client, task_queue: str, ledger: str
+) -> None:
+    """A reply streamed to followers, then asking for approval, can still be approved.
+
+    What a user sees (with Temporal's default of 2,000 updates per
+    execution): a model that talks for a minute or two to a few followers
+    (the page, SSE or A2A streams with text) before asking for an approval
+    leaves a run whose every approve fails with "limit on the total number of
+    distinct updates in this workflow has been reached"; it waits for ever
+    (only terminate ends it).
+    """
+    client = few_updates
+    words = " ".join(f"word{i}" for i in range(40))
+    script = [SayThenCall(f"Let me think. {words}", [PAY]), Reply("Paid.")]
+    with TalkativeModel(script, chunk_delay=0.05) as model:
+        options: dict[str, Any] = dict(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            tools=[transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        agent = weather_agent(temporal=client, **options)
+        asks = Asks()
+        watcher = weather_agent(
+            temporal=Client(**{**client.config(), "interceptors": [asks]}), **options
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Pay bob.", stream_text=True)
+            deltas = 0
+
+            async def follow() -> None:
+                nonlocal deltas
+                async for event in watcher.stream(run_id, text=True):
+                    deltas += event.type == "text_delta"
+
+            follower = asyncio.ensure_future(follow())
+            paused = await asyncio.wait_for(agent.aresume(run_id), 30)
+            assert paused.status == "awaiting_approval"
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+            # what makes this case: the execution's updates are used up (by
+            # the follower's polls, and the wait for the pause)
+            history = await client.get_workflow_handle(run_id).fetch_history()
+            accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+            assert sum(e.event_type == accepted for e in history.events) >= UPDATES
+            assert asks.polls >= UPDATES - 1 and deltas > 0
+            refused: str | None = None
+            try:
+                decided = await asyncio.wait_for(agent.aapprove(run_id, "call_pay"), 30)
+            except ValueError as exc:
+                refused = str(exc)
+            # reported outside the handler, without the refusal's traceback:
+            # pytest 8 on CPython 3.11.7 crashed formatting it (INTERNALERROR,
+            # "AST constructor recursion depth mismatch"), ending the session
+            assert refused is None, f"the decision was refused: {refused}"
+            assert decided["approved"]
+            done = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert done.status == "completed" and done.final_output == "Paid."
+    assert len(ledger_lines(ledger)) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a2a.send starts every message with a fresh run id (agent.astart(text)); the "
+    "message's messageId could name the run (as POST /runs's run_id does), so a "
+    "retried send attaches to the run it started. The fix is in "
+    "agentor_temporal/serve/a2a.py (the lead's file).",
+)
+def test_an_a2a_message_sent_twice_starts_one_run(served: tuple[Server, Proc]) -> None:
+    """A2A `message/send` retried with the same messageId (a client's timeout) runs the agent once.
+
+    What a user sees: an A2A client whose blocking send timed out sends the
+    same message again (same messageId, as retries do) and gets a second
+    task: the agent runs twice, and so do its tools (a transfer, twice).
+    """
+    server, _ = served
+    city = "C" + uuid.uuid4().hex[:8]
+    message = {
+        "role": "user",
+        "messageId": uuid.uuid4().hex,
+        "parts": [{"kind": "text", "text": f"What is the weather in {city}?"}],
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+    with server.client() as http:
+        first = http.post("/", json=body).json()["result"]
+        again = http.post("/", json=body).json()["result"]
+    ledger = Path(server.env["AGENT_LEDGER"])
+    ran = [line for line in ledger.read_text().splitlines() if city in line]
+    assert first["status"]["state"] == "completed"
+    assert (again["id"], len(ran)) == (first["id"], 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="tool activities are scheduled with the default cancellation type (TRY_CANCEL): "
+    "a cancelled run closes at once and drops what its in-flight calls then return; a "
+    "sync tool cannot be interrupted, so its side effect happens, and resume rewinds the "
+    "batch and asks the model again (new call id, new idempotency key). Needs "
+    "WAIT_CANCELLATION_COMPLETED for tools and their results recorded: a workflow change "
+    "(behaviour level 5).",
+)
+async def test_a_call_finishing_after_its_run_was_cancelled_is_not_run_again_on_resume(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Cancel a run while a sync tool works, then resume it: the tool has run once.
+
+    What a user sees: `tasks/cancel` (A2A), `temporal workflow cancel` or the
+    UI's cancel while a tool (a payment) works; the tool cannot be stopped
+    and finishes, but the run's record has no result for it; `resume` asks
+    the model again, which calls the tool again under a new call id, so the
+    tool's idempotency key does not catch it: the payment is made twice.
+    """
+    gate, started = threading.Event(), threading.Event()
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        started.set()
+        gate.wait(60)
+        ledger_write(ledger, "get_weather", city)
+        return f"The weather in {city} is sunny and 22C."
+
+    with ScriptedModelServer() as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[get_weather],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart(PROMPT)
+            assert await asyncio.to_thread(started.wait, 30)
+            handle = client.get_workflow_handle(run_id)
+            await handle.cancel()
+            cancelling = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+            async with asyncio.timeout(30):
+                while not any(
+                    e.event_type == cancelling for e in (await handle.fetch_history()).events
+                ):
+                    await asyncio.sleep(0.05)
+            gate.set()  # the tool cannot be stopped: it finishes
+            async with asyncio.timeout(30):
+                while not ledger_lines(ledger):
+                    await asyncio.sleep(0.05)
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed"
+    assert len(ledger_lines(ledger)) == 1
