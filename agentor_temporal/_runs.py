@@ -310,9 +310,13 @@ async def send_decision(
         result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
     except WorkflowUpdateFailedError as exc:
         raise ValueError(failure_message(exc)) from None
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
+    except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
         # the caller stopped waiting (or the call timed out): Temporal keeps the
         # decision for the run's next workflow task, so it may still be taken
+        if isinstance(exc.__cause__, asyncio.CancelledError):
+            # cancelled, it stays cancelled: a TimeoutError nobody awaits any
+            # more would only be logged as "never retrieved"
+            raise exc.__cause__ from None
         raise TimeoutError(undelivered(run_id, decision.call_id)) from None
     except RPCError as exc:
         if not updates_refused(exc):

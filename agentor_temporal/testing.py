@@ -71,6 +71,9 @@ class ScriptedModelServer:
             `requests` (a long run's requests add up to gigabytes).
     """
 
+    #: the assistant message a step answers with (a subclass may answer others)
+    _message = staticmethod(assistant_message)
+
     def __init__(
         self,
         script: Sequence[Step] | Callable[[dict[str, Any]], Step] | None = None,
@@ -290,7 +293,7 @@ class ScriptedModelServer:
                 writer, step.status, {"error": {"message": step.message, "type": kind}}, extra
             )
             return True
-        message = assistant_message(step)
+        message = self._message(step)
         model = str(request.get("model") or "scripted")
         ident = f"chatcmpl-{next(self._ids)}"
         if request.get("stream"):

@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.payloads import encoded_size
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import Setup, describe, set_names
-    from agentor_temporal.workflows.stream_window import StreamWindow
+    from agentor_temporal.workflows.stream_window import StreamWindow, guard_publish
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls
     from agentor_temporal.workflows.types import (
         AgentRunInput,
@@ -85,6 +85,7 @@ class AgentRunWorkflow:
         # run live (and the worker's activities can add text deltas)
         value = decoded(raw)
         self._stream = WorkflowStream(stream_state(value))
+        guard_publish()
         self._journal = Journal(
             self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
         )

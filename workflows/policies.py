@@ -353,6 +353,8 @@ DELTAS_UNTIL = 600.0
 #: A follower polls again this soon after a batch; polls long-poll anyway,
 #: so this bounds added latency, not load.
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
+#: the signal `WorkflowStream` takes published items by (`stream_window.guard_publish`)
+STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 
 #: Worker sizing. Activity calls running at once on one worker: a model call
 #: or an async tool is an await, not a thread, so this bounds memory, not

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.contrib.workflow_streams import WorkflowStream
+from temporalio import workflow
+from temporalio.contrib.workflow_streams import PublishInput, WorkflowStream
 
 from agentor_temporal.workflows import policies
 
@@ -79,3 +80,26 @@ class StreamWindow:
             self._stream.truncate(base + drop)
             del self._sizes[:drop]
         return drop
+
+
+def guard_publish() -> None:
+    """Make the stream's publish signal drop what it cannot read, not fail the task.
+
+    `WorkflowStream` takes items by the `__temporal_workflow_stream_publish`
+    signal, and any Temporal client can send it: one whose item is not
+    base64 made its handler raise, which failed every workflow task of the
+    run from then on. Our own publishers (activities sending deltas) never
+    send such items, so what this drops was never a delta a follower wanted.
+    Called once the stream is built; it adds no command.
+    """
+    publish = workflow.get_signal_handler(policies.STREAM_PUBLISH_SIGNAL)
+    if publish is None:
+        return
+
+    def guarded(payload: PublishInput) -> None:
+        try:
+            publish(payload)
+        except Exception as exc:
+            workflow.logger.warning("Dropped a stream publish the run cannot read: %s", exc)
+
+    workflow.set_signal_handler(policies.STREAM_PUBLISH_SIGNAL, guarded)
