@@ -13,11 +13,14 @@ before the run's end, without an error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateStage
 from temporalio.contrib.workflow_streams import PollInput
 from temporalio.service import RPCError
@@ -30,6 +33,7 @@ from agentor_temporal.worker import build_worker
 
 from conftest import SEARCH_ATTRIBUTE_ARGS
 from helpers import ledger_lines, transfer_tool, weather_agent, weather_tool
+from integration.test_watchers_and_plain_clients import Asks
 
 PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
 #: updates the server takes per execution in the second test (Temporal's default: 2,000)
@@ -252,3 +256,85 @@ async def test_a_run_with_more_followers_than_updates_in_flight_still_takes_deci
             done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
     assert done.status == "completed" and done.final_output == "Paid."
     assert [line.split()[-2:] for line in ledger_lines(ledger)] == [["5000.0", "bob"]]
+
+
+@dataclass
+class SayThenCall:
+    """A reply that streams `text`, then asks for `calls` (one assistant message)."""
+
+    text: str
+    calls: list[CallTool]
+
+
+class TalkativeModel(ScriptedModelServer):
+    """The scripted model, plus replies with both text and tool calls."""
+
+    @staticmethod
+    def _message(step: Any) -> dict[str, Any]:
+        if not isinstance(step, SayThenCall):
+            return ScriptedModelServer._message(step)
+        message = ScriptedModelServer._message(step.calls)
+        return {**message, "content": step.text}
+
+
+async def test_a_decision_after_a_watched_streamed_reply_is_taken(
+    few_updates: Client, task_queue: str, ledger: str
+) -> None:
+    """A reply streamed to followers, then asking for approval, can still be approved.
+
+    What a user sees (with Temporal's default of 2,000 updates per
+    execution): a model that talks for a minute or two to a few followers
+    (the page, SSE or A2A streams with text) before asking for an approval
+    leaves a run whose every approve fails with "limit on the total number of
+    distinct updates in this workflow has been reached"; it waits for ever
+    (only terminate ends it).
+    """
+    client = few_updates
+    words = " ".join(f"word{i}" for i in range(40))
+    script = [SayThenCall(f"Let me think. {words}", [PAY]), Reply("Paid.")]
+    with TalkativeModel(script, chunk_delay=0.05) as model:
+        options: dict[str, Any] = dict(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            tools=[transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        agent = weather_agent(temporal=client, **options)
+        asks = Asks()
+        watcher = weather_agent(
+            temporal=Client(**{**client.config(), "interceptors": [asks]}), **options
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Pay bob.", stream_text=True)
+            deltas = 0
+
+            async def follow() -> None:
+                nonlocal deltas
+                async for event in watcher.stream(run_id, text=True):
+                    deltas += event.type == "text_delta"
+
+            follower = asyncio.ensure_future(follow())
+            paused = await asyncio.wait_for(agent.aresume(run_id), 30)
+            assert paused.status == "awaiting_approval"
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+            # what makes this case: the execution's updates are used up (by
+            # the follower's polls, and the wait for the pause)
+            history = await client.get_workflow_handle(run_id).fetch_history()
+            accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+            assert sum(e.event_type == accepted for e in history.events) >= UPDATES
+            assert asks.polls >= 1, "the follower never polled"
+            refused: str | None = None
+            try:
+                decided = await asyncio.wait_for(agent.aapprove(run_id, "call_pay"), 30)
+            except ValueError as exc:
+                refused = str(exc)
+            # reported outside the handler, without the refusal's traceback:
+            # pytest 8 on CPython 3.11.7 crashed formatting it (INTERNALERROR,
+            # "AST constructor recursion depth mismatch"), ending the session
+            assert refused is None, f"the decision was refused: {refused}"
+            assert decided["approved"]
+            done = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert done.status == "completed" and done.final_output == "Paid."
+    assert len(ledger_lines(ledger)) == 1

@@ -14,17 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
-import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -35,26 +30,21 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowUpdateHandle,
 )
-from temporalio.testing import WorkflowEnvironment
 
 from agentor_temporal import Event, function_tool
 from agentor_temporal._runtime import Runtime
-from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows.formatting import failure_message
 
-from conftest import SEARCH_ATTRIBUTE_ARGS
 from helpers import (
     PROMPT,
-    ROOT,
     ledger_lines,
     ledger_write,
     transfer_tool,
     wait_until,
     weather_agent,
 )
-from serve_http import AGENTS, TOKEN, Proc, Server
 
 PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
 
@@ -234,198 +224,6 @@ async def test_a_plain_client_start_with_a_bad_carried_stream_fails_the_run_clea
             with pytest.raises(WorkflowFailureError) as failed:
                 await asyncio.wait_for(handle.result(), 15)
     assert "carry" in failure_message(failed.value)
-
-
-@pytest.fixture(scope="module")
-def serve_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment of this module's `agentor-temporal serve` and worker processes."""
-    root = tmp_path_factory.mktemp("audit7-serve")
-    (root / "gates").mkdir()
-    env = dict(os.environ)
-    env.update(
-        {
-            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-            "PYTHONUNBUFFERED": "1",
-            "AGENT_TASK_QUEUE": f"audit7-{uuid.uuid4().hex[:8]}",
-            "AGENT_LEDGER": str(root / "ledger.txt"),
-            "SERVE_GATES": str(root / "gates"),
-            "AGENTOR_SERVE_TOKEN": TOKEN,
-            "LOGS": str(root),
-        }
-    )
-    return env
-
-
-@pytest.fixture
-def served(
-    serve_env: dict[str, str], temporal_address: str, model: ScriptedModelServer
-) -> Iterator[tuple[Server, Proc]]:
-    """`agentor-temporal serve` and `agentor-temporal worker` as real processes."""
-    env = {**serve_env, "TEMPORAL_ADDRESS": temporal_address, "MODEL_BASE_URL": model.base_url}
-    logs = Path(env["LOGS"])
-    worker = Proc(
-        "worker",
-        ["worker", "--agents", AGENTS, "--task-queue", env["AGENT_TASK_QUEUE"]],
-        env,
-        logs,
-    )
-    worker.start()
-    server = Server(env, logs, temporal_address)
-    try:
-        worker.wait_for_output("worker ready")
-        server.start()
-        yield server, worker
-    finally:
-        server.kill()
-        worker.kill()
-
-
-def test_the_page_token_never_reaches_the_servers_log(served: tuple[Server, Proc]) -> None:
-    """Opening the page as `/?token=...` (as documented) leaves the token out of the log.
-
-    Before: `agentor-temporal serve` printed
-    `"GET /?token=<AGENTOR_SERVE_TOKEN> HTTP/1.1" 303` (uvicorn's access log),
-    so anyone who reads the logs (a log shipper, a shared terminal) could use
-    the API. Now the access log's path is redacted like every other URL.
-    """
-    server, _ = served
-    with httpx.Client(base_url=server.url, timeout=10) as anonymous:
-        entered = anonymous.get(f"/?token={TOKEN}")
-        assert entered.status_code == 303
-        # a request after it: the access line of the first is written by then
-        assert anonymous.get("/health").status_code == 200
-    wait_until(lambda: "/health" in server.output(), "the server to log the requests", 10)
-    assert TOKEN not in server.output()
-
-
-#: updates the capped server takes per execution (Temporal's default: 2,000)
-UPDATES = 4
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def few_updates() -> AsyncIterator[Client]:
-    """A dev server that takes only UPDATES updates per workflow execution."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        dev_server_extra_args=[
-            *SEARCH_ATTRIBUTE_ARGS,
-            "--log-level",
-            "error",
-            "--dynamic-config-value",
-            f"history.maxTotalUpdates={UPDATES}",
-        ],
-        ui=False,
-    )
-    try:
-        yield env.client
-    finally:
-        await env.shutdown()
-
-
-@dataclass
-class SayThenCall:
-    """A reply that streams `text`, then asks for `calls` (one assistant message)."""
-
-    text: str
-    calls: list[CallTool]
-
-
-class TalkativeModel(ScriptedModelServer):
-    """The scripted model, plus replies with both text and tool calls."""
-
-    @staticmethod
-    def _message(step: Any) -> dict[str, Any]:
-        if not isinstance(step, SayThenCall):
-            return ScriptedModelServer._message(step)
-        message = ScriptedModelServer._message(step.calls)
-        return {**message, "content": step.text}
-
-
-async def test_a_decision_after_a_watched_streamed_reply_is_taken(
-    few_updates: Client, task_queue: str, ledger: str
-) -> None:
-    """A reply streamed to followers, then asking for approval, can still be approved.
-
-    What a user sees (with Temporal's default of 2,000 updates per
-    execution): a model that talks for a minute or two to a few followers
-    (the page, SSE or A2A streams with text) before asking for an approval
-    leaves a run whose every approve fails with "limit on the total number of
-    distinct updates in this workflow has been reached"; it waits for ever
-    (only terminate ends it).
-    """
-    client = few_updates
-    words = " ".join(f"word{i}" for i in range(40))
-    script = [SayThenCall(f"Let me think. {words}", [PAY]), Reply("Paid.")]
-    with TalkativeModel(script, chunk_delay=0.05) as model:
-        options: dict[str, Any] = dict(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            tools=[transfer_tool(ledger)],
-            embedded_worker=False,
-        )
-        agent = weather_agent(temporal=client, **options)
-        asks = Asks()
-        watcher = weather_agent(
-            temporal=Client(**{**client.config(), "interceptors": [asks]}), **options
-        )
-        async with build_worker(client, [agent], task_queue=task_queue):
-            run_id = await agent.astart("Pay bob.", stream_text=True)
-            deltas = 0
-
-            async def follow() -> None:
-                nonlocal deltas
-                async for event in watcher.stream(run_id, text=True):
-                    deltas += event.type == "text_delta"
-
-            follower = asyncio.ensure_future(follow())
-            paused = await asyncio.wait_for(agent.aresume(run_id), 30)
-            assert paused.status == "awaiting_approval"
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
-            # what makes this case: the execution's updates are used up (by
-            # the follower's polls, and the wait for the pause)
-            history = await client.get_workflow_handle(run_id).fetch_history()
-            accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
-            assert sum(e.event_type == accepted for e in history.events) >= UPDATES
-            assert asks.polls >= UPDATES - 1 and deltas > 0
-            refused: str | None = None
-            try:
-                decided = await asyncio.wait_for(agent.aapprove(run_id, "call_pay"), 30)
-            except ValueError as exc:
-                refused = str(exc)
-            # reported outside the handler, without the refusal's traceback:
-            # pytest 8 on CPython 3.11.7 crashed formatting it (INTERNALERROR,
-            # "AST constructor recursion depth mismatch"), ending the session
-            assert refused is None, f"the decision was refused: {refused}"
-            assert decided["approved"]
-            done = await asyncio.wait_for(agent.aresume(run_id), 30)
-    assert done.status == "completed" and done.final_output == "Paid."
-    assert len(ledger_lines(ledger)) == 1
-
-
-def test_an_a2a_message_sent_twice_starts_one_run(served: tuple[Server, Proc]) -> None:
-    """A2A `message/send` retried with the same messageId (a client's timeout) runs the agent once.
-
-    What a user sees: an A2A client whose blocking send timed out sends the
-    same message again (same messageId, as retries do) and gets a second
-    task: the agent runs twice, and so do its tools (a transfer, twice).
-    """
-    server, _ = served
-    city = "C" + uuid.uuid4().hex[:8]
-    message = {
-        "role": "user",
-        "messageId": uuid.uuid4().hex,
-        "parts": [{"kind": "text", "text": f"What is the weather in {city}?"}],
-    }
-    body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
-    with server.client() as http:
-        first = http.post("/", json=body).json()["result"]
-        again = http.post("/", json=body).json()["result"]
-    ledger = Path(server.env["AGENT_LEDGER"])
-    ran = [line for line in ledger.read_text().splitlines() if city in line]
-    assert first["status"]["state"] == "completed"
-    assert (again["id"], len(ran)) == (first["id"], 1)
 
 
 @pytest.mark.xfail(

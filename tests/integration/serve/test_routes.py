@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 from temporalio.client import Client, WorkflowFailureError
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, wait_until
 from serve_http import TOKEN, Server, ledger_for, read_sse, settle
 
 APPROVED_TYPES = [
@@ -329,3 +329,23 @@ def test_a_decision_names_the_request_it_answers_by_its_event_position(
     assert approved.status_code == 200, approved.text
     assert settle(http, run_id, "completed")["final_output"]
     assert len(ledger_for(serve_env, run_id)) == 1
+
+
+def test_the_page_token_never_reaches_the_servers_log(server: Server) -> None:
+    """Opening the page as `/?token=...` (as documented) leaves the token out of the log.
+
+    Before: `agentor-temporal serve` printed
+    `"GET /?token=<AGENTOR_SERVE_TOKEN> HTTP/1.1" 303` (uvicorn's access log),
+    so anyone who reads the logs (a log shipper, a shared terminal) could use
+    the API. Now the access log's path is redacted like every other URL.
+    """
+    with httpx.Client(base_url=server.url, timeout=10) as anonymous:
+        entered = anonymous.get(f"/?token={TOKEN}")
+        assert entered.status_code == 303
+        # a request after it: the access line of the first is written by then
+        assert anonymous.get("/health").status_code == 200
+    wait_until(lambda: "/health" in server.output(), "the server to log the requests", 10)
+    assert TOKEN not in server.output()
+
+
+#: updates the capped server takes per execution (Temporal's default: 2,000)
