@@ -23,7 +23,7 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateStage
 from temporalio.contrib.workflow_streams import PollInput
-from temporalio.service import RPCError
+from temporalio.service import RetryConfig, RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from agentor_temporal.activities.tooldef import function_tool
@@ -226,12 +226,16 @@ async def test_a_run_with_more_followers_than_updates_in_flight_still_takes_deci
     """Temporal lets an execution have 10 updates in flight, and each follower of a paused
     run holds one (its poll waits for the run's next event): with ten watching (ten tabs
     of the page, say) a decision by update was refused, and none could be taken. Now it
-    goes by signal (after the client's own retries of the update, ~15 s)."""
+    goes by signal, once the client has stopped retrying the update (its default retries
+    take ~15 s; this test's client retries once)."""
+    impatient = await Client.connect(
+        client.service_client.config.target_host, retry_config=RetryConfig(max_retries=1)
+    )
     with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
         agent = weather_agent(
             base_url=model.base_url,
             task_queue=task_queue,
-            temporal=client,
+            temporal=impatient,
             tools=[transfer_tool(ledger)],
             embedded_worker=False,
         )
