@@ -174,6 +174,18 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -
         time.sleep(0.02)
 
 
+def payer(model: Any, client: Any, task_queue: str, ledger: str) -> Agentor:
+    """The weather agent with only `transfer_tool` (it waits for approval), served by the
+    test's own worker (`build_worker`)."""
+    return weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        tools=[transfer_tool(ledger)],
+        embedded_worker=False,
+    )
+
+
 def transfer_tool(
     ledger: str | None = None, *, threshold: float | None = None, **options: Any
 ) -> Any:

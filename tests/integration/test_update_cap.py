@@ -32,7 +32,7 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
 from conftest import SEARCH_ATTRIBUTE_ARGS
-from helpers import ledger_lines, transfer_tool, weather_agent, weather_tool
+from helpers import ledger_lines, payer, transfer_tool, weather_agent, weather_tool
 from integration.test_watchers_and_plain_clients import Asks
 
 PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
@@ -52,13 +52,7 @@ async def test_asking_a_paused_run_again_and_again_leaves_its_history_alone(
     client: Client, task_queue: str, ledger: str
 ) -> None:
     with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[transfer_tool(ledger)],
-            embedded_worker=False,
-        )
+        agent = payer(model, client, task_queue, ledger)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await agent.arun("Pay bob.")
             assert paused.status == "awaiting_approval"
@@ -176,13 +170,7 @@ async def test_a_run_past_the_update_limit_still_takes_decisions(
     more: it waited for approval for good."""
     client = few_updates
     with ScriptedModelServer(_two_payments()) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[transfer_tool(ledger)],
-            embedded_worker=False,
-        )
+        agent = payer(model, client, task_queue, ledger)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Pay bob and eve."), 30)
             assert sorted(p.call_id for p in paused.pending_approvals) == ["call_eve", "call_pay"]
@@ -232,13 +220,7 @@ async def test_a_run_with_more_followers_than_updates_in_flight_still_takes_deci
         client.service_client.config.target_host, retry_config=RetryConfig(max_retries=1)
     )
     with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=impatient,
-            tools=[transfer_tool(ledger)],
-            embedded_worker=False,
-        )
+        agent = payer(model, impatient, task_queue, ledger)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
             ahead = len(paused.events) + 100  # nothing there yet: each poll waits

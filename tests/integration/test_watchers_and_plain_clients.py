@@ -41,6 +41,7 @@ from helpers import (
     PROMPT,
     ledger_lines,
     ledger_write,
+    payer,
     transfer_tool,
     wait_until,
     weather_agent,
@@ -148,13 +149,7 @@ async def test_a_malformed_stream_publish_from_a_plain_client_never_poisons_the_
     approved, resumed or cancelled cleanly: it is stuck until terminated.
     """
     with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[transfer_tool(ledger)],
-            embedded_worker=False,
-        )
+        agent = payer(model, client, task_queue, ledger)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await agent.arun("Pay bob.")
             assert paused.status == "awaiting_approval"
@@ -296,13 +291,7 @@ async def test_an_approve_given_up_on_leaves_no_exception_unretrieved(
     a TimeoutError no one awaited, logged as "Task exception was never retrieved" (once,
     formatted at an unlucky moment, it crashed a pytest session)."""
     with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[transfer_tool(ledger)],
-            embedded_worker=False,
-        )
+        agent = payer(model, client, task_queue, ledger)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
         # no worker now: the decision waits for one
