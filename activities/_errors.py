@@ -109,6 +109,23 @@ def instead_of_cancel(what: str) -> ApplicationError | None:
     return None
 
 
+def run_cancelled() -> bool:
+    """Whether this activity is being cancelled because its run was (by a client, the UI).
+
+    Not a worker stopping, not the server giving up on the attempt, not a
+    paused or reset activity: only then does a call finish what it started
+    so that the run can record it.
+    """
+    if not activity.in_activity():
+        return False
+    details = activity.cancellation_details()
+    return (
+        details is not None
+        and details.cancel_requested
+        and not (details.worker_shutdown or details.reset or details.paused)
+    )
+
+
 def being_cancelled() -> bool:
     """Whether the current task is being cancelled (not just seeing a CancelledError)."""
     if activity.in_activity() and activity.is_cancelled():

@@ -11,7 +11,9 @@ result; a first attempt always calls. A call
 keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), unless its run turns out to have ended
 (terminated or reset: nothing will join it), and is cancelled with it
-otherwise (the run was cancelled, or the worker is shutting down). Finished calls are forgotten
+otherwise (the run was cancelled, or the worker is shutting down); a call
+that finishes all the same (a sync tool's thread cannot be stopped) answers
+with its result, which a cancelled run waits for. Finished calls are forgotten
 after `KEEP`, by which time any retry has long started, or as soon as their
 workflow execution ends (`forget_execution`: nothing of it is retried
 then, and a long run's results would otherwise outlive it). And an attempt that
@@ -139,10 +141,18 @@ class LiveCalls:
                 # the call may answer its cancel with an error of its own: a
                 # stopping worker hands the task back (`WorkerStopping`), and
                 # that must reach Temporal rather than a bare cancel
-                await asyncio.wait([task])
+                while not task.done():
+                    try:
+                        await asyncio.wait([task])
+                    except asyncio.CancelledError:
+                        task.cancel()  # cancelled again (the worker is stopping): passed on
                 error = None if task.cancelled() else task.exception()
                 if error is not None and not isinstance(error, asyncio.CancelledError):
                     raise error from None
+                if not task.cancelled() and error is None:
+                    # it finished what it started (a sync tool's thread cannot
+                    # be stopped): the run waits for that outcome to record it
+                    return task.result()  # type: ignore[no-any-return]
             raise
 
     def _stop_if_ended(self, task: asyncio.Task[Any], info: activity.Info) -> None:

@@ -33,6 +33,7 @@ from typing import Any, overload
 import pydantic
 
 from agentor_temporal.activities import _tool_context
+from agentor_temporal.activities._errors import run_cancelled
 from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities._tool_context import ToolContext, tool_context
 from agentor_temporal.activities._tool_schema import (
@@ -215,7 +216,9 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
     Waiting for a thread is bounded apart (SYNC_TOOL_THREAD_WAIT): a call
     that never started is handed back (`NoThreadFree`), never answered
     "timed out". A call that times out, or whose caller is cancelled, is
-    abandoned: its thread runs on but no longer counts against the pool.
+    abandoned: its thread runs on but no longer counts against the pool;
+    except that when the cancel is its run's (`run_cancelled`), the call's
+    outcome is still waited for, once, to its timeout: the run records it.
     """
     try:
         call = threads.submit(fn)
@@ -241,12 +244,28 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
             threads.abandon(call)  # cancelled as it started: nobody waits for it
         raise
     outcome = asyncio.wrap_future(call.outcome)
-    try:
-        done, _ = await asyncio.wait({outcome}, timeout=timeout)
-    except BaseException:
-        outcome.cancel()
-        threads.abandon(call)  # cancelled: nobody waits for it any more
-        raise
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    outlived = False
+    while True:
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        try:
+            done, _ = await asyncio.wait({outcome}, timeout=left)
+            break
+        except asyncio.CancelledError:
+            if not outlived and run_cancelled():
+                # the run was cancelled, and a thread cannot be stopped: the
+                # call's outcome is waited for (to its timeout), so the run
+                # records it instead of running the tool again on resume
+                outlived = True
+                continue
+            outcome.cancel()
+            threads.abandon(call)  # cancelled: nobody waits for it any more
+            raise
+        except BaseException:
+            outcome.cancel()
+            threads.abandon(call)
+            raise
     if not done and threads.abandon(call):
         outcome.cancel()  # what it returns or raises later is dropped unseen
         raise ToolTimedOut(

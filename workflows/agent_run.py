@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import StreamWindow, guard_publish
-    from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls
+    from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls, TurnCancelled
     from agentor_temporal.workflows.types import (
         AgentRunInput,
         AgentSpec,
@@ -218,12 +218,17 @@ class AgentRunWorkflow:
                     )
             try:
                 return await self._loop(inp, seg)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as exc:
                 # a cancelled run says so in its log, then closes as cancelled;
                 # `resume` continues it like any run that did not complete.
                 # Patched: runs cancelled before this closed as completed.
                 if not adopted(policies.PATCH_CLOSE_CANCELLED):
                     raise
+                if isinstance(exc, TurnCancelled):
+                    # the calls that ran are kept: resume goes on after them
+                    for event in exc.results:
+                        event.turn = self._turn
+                        self._journal.record(event)
                 await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
                 raise
 

@@ -175,6 +175,14 @@ PATCH_CARRY_LIMIT = "carry-limit"
 #: each, with 200 KB of tool schemas, made the next `generate` input 2.1 MB:
 #: every workflow task failed from then on.
 PATCH_TAIL_BUDGET = "tail-budget"
+#: A run cancelled while its tools work waits for each call's worker to say
+#: how it ended (a sync tool's thread cannot be stopped: the worker waits for
+#: it), records the results of the calls that ran, and then closes as
+#: cancelled; a call the cancel stopped is answered as such. Before, the run
+#: closed at once and a tool that finished afterwards went unrecorded:
+#: `resume` rewound the batch and the model called it again, under a new
+#: call id its idempotency key did not know (a payment made twice).
+PATCH_RECORD_CANCELLED_CALLS = "record-cancelled-calls"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, so a replay reads the level the run began
@@ -185,7 +193,7 @@ PATCH_TAIL_BUDGET = "tail-budget"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 4
+BEHAVIOUR = 5
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -202,6 +210,7 @@ ADOPTED = {
     PATCH_INPUT_LIMITS: 4,
     PATCH_CARRY_LIMIT: 4,
     PATCH_TAIL_BUDGET: 4,
+    PATCH_RECORD_CANCELLED_CALLS: 5,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most

@@ -45,6 +45,24 @@ class CallFailed(Exception):
     """A tool call failed for a reason that is not the tool's: the run ends, saying so."""
 
 
+class TurnCancelled(asyncio.CancelledError):
+    """The run was cancelled during a turn whose calls all came to an end; `results` answer them.
+
+    At least one call ran to its own outcome; the others were stopped by the
+    cancel (or never started), and their results say so. The run records
+    them all before it closes, so `resume` goes on from the recorded batch
+    rather than rewinding it and running the finished calls again.
+    """
+
+    def __init__(self, results: list[Event]) -> None:
+        super().__init__("the run was cancelled")
+        self.results = results
+
+
+#: `error` of the result answering a call the run's cancel stopped
+STOPPED = "cancelled"
+
+
 def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
     return Event(
         type="tool_result", name=name, call_id=call_id, error=error, result=result, **extra
@@ -65,6 +83,8 @@ class ToolCalls:
         #: calls per call id so far in the run (carried over continue-as-new)
         self.uses = CallUses()
         self._fold = False
+        #: this turn's tool activities wait for their cancellation to complete
+        self._wait_cancelled = False
 
     async def run_turn(
         self,
@@ -85,18 +105,64 @@ class ToolCalls:
             ApprovalExpired: when an approval expired on a tool that fails the run.
         """
         self._fold = fold
-        screened = [self._screen(spec, call, disabled) for call in calls]
+        screened = self._shared(calls, [self._screen(spec, call, disabled) for call in calls])
         uses = [self.uses.next(str(call.get("id"))) for call in calls]
-        results = await asyncio.gather(
-            *(
-                self._one(spec, call, answer, turn, index, use)
-                for index, (call, answer, use) in enumerate(
-                    zip(calls, self._shared(calls, screened), uses, strict=True)
+        self._wait_cancelled = adopted(policies.PATCH_RECORD_CANCELLED_CALLS)
+        tasks = [
+            asyncio.ensure_future(self._one(spec, call, answer, turn, index, use))
+            for index, (call, answer, use) in enumerate(zip(calls, screened, uses, strict=True))
+        ]
+        try:
+            results = list(await asyncio.gather(*tasks))
+        except asyncio.CancelledError:
+            if not self._wait_cancelled:
+                raise
+            # each call's activity was asked to stop, and answers once its
+            # worker says how the call ended (see `_ended`)
+            await asyncio.gather(*tasks, return_exceptions=True)
+            ended = self._ended(calls, screened, tasks)
+            if ended is None:
+                raise
+            self._fit(ended)
+            raise TurnCancelled(ended) from None
+        self._fit(results)
+        return results
+
+    @staticmethod
+    def _ended(
+        calls: list[dict[str, Any]],
+        screened: list[Event | tuple[str, dict[str, Any], ToolSpec]],
+        tasks: list[asyncio.Task[Event]],
+    ) -> list[Event] | None:
+        """The results of a turn its run's cancel ended, or None to rewind the turn on resume.
+
+        None unless some call ran to its own outcome (there is nothing to
+        keep), or when a call failed for a reason that is not the tool's (it
+        may or may not have run: resume rewinds, as after a lost worker).
+        """
+        results: list[Event] = []
+        for call, item, task in zip(calls, screened, tasks, strict=True):
+            error = None if task.cancelled() else task.exception()
+            if error is not None and not isinstance(error, asyncio.CancelledError):
+                return None
+            if not task.cancelled() and error is None:
+                results.append(task.result())
+                continue
+            # cancelled before its activity was scheduled (waiting for a
+            # person, or for the approval check): it did not run
+            name, args = (item.name, item.args) if isinstance(item, Event) else item[:2]
+            results.append(
+                _answer(
+                    str(name or ""),
+                    call.get("id"),
+                    STOPPED,
+                    "Error: the run was cancelled before this call ran; it did not run.",
+                    args=args,
                 )
             )
-        )
-        self._fit(results)
-        return list(results)
+        if all(event.error == STOPPED for event in results):
+            return None
+        return results
 
     @staticmethod
     def _screen(
@@ -239,9 +305,21 @@ class ToolCalls:
                 retry_policy=policies.TOOL_RETRY_POLICY,
                 activity_id=f"tool-{turn}-{index}",
                 summary=call_summary(name, args),
+                cancellation_type=(
+                    workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                    if self._wait_cancelled
+                    else workflow.ActivityCancellationType.TRY_CANCEL
+                ),
             )
             res = await self.trace.tool_call(name, str(call_id), args, turn, call_tool)
         except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError) and self._wait_cancelled:
+                # the run's cancel stopped the call: its worker says so
+                error = "Error: the run was cancelled while this call ran, and it was stopped"
+                return _answer(
+                    name, call_id, STOPPED, f"{error} before it finished (it may have done part "
+                    "of its work).", args=args
+                )
             if isinstance(exc.cause, CancelledError) and adopted(policies.PATCH_CLOSE_CANCELLED):
                 # the run is being cancelled: not the tool's answer
                 raise asyncio.CancelledError(failure_message(exc)) from None

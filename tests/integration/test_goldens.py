@@ -17,14 +17,17 @@ randomness in workflow code) still guard the workflow's code.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -34,7 +37,7 @@ from agentor_temporal._runs import decide_by_signal
 from agentor_temporal.plugin import with_passthrough
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_then_answer
 from agentor_temporal.worker import build_worker
-from agentor_temporal.workflows import Decision, policies
+from agentor_temporal.workflows import Decision, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
 
 from helpers import pad, transfer_tool, weather_agent, weather_tool
@@ -290,6 +293,70 @@ async def _input_refused(agent: Agentor) -> str:
     return run_id
 
 
+#: The gates of the cancelled-mid-call scenario's tools, made afresh for each run.
+MID_CALL: dict[str, threading.Event] = {}
+
+
+def _mid_call_tools() -> list[Any]:
+    MID_CALL.update(gate=threading.Event(), paying=threading.Event(), looking=threading.Event())
+
+    @function_tool
+    def pay(amount: int) -> str:
+        """Pay (a thread a cancel cannot stop).
+
+        Args:
+            amount: How much.
+        """
+        MID_CALL["paying"].set()
+        MID_CALL["gate"].wait(30)
+        return f"paid {amount}"
+
+    @function_tool
+    async def lookup(topic: str) -> str:
+        """Look a topic up (a cancel stops it).
+
+        Args:
+            topic: What.
+        """
+        MID_CALL["looking"].set()
+        await asyncio.sleep(30)
+        return "found"
+
+    return [pay, lookup]
+
+
+async def _cancelled_mid_call(agent: Agentor) -> str:
+    """Cancelled while a sync call works and an async one waits: both answers are recorded."""
+    client = await agent._client()
+    run_id = await agent.astart("Pay and look it up.")
+    for started in ("paying", "looking"):
+        assert await asyncio.to_thread(MID_CALL[started].wait, 30)
+    handle = client.get_workflow_handle(run_id)
+    await handle.cancel()
+    asked = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+    async with asyncio.timeout(30):
+        while not any(e.event_type == asked for e in (await handle.fetch_history()).events):
+            await asyncio.sleep(0.05)
+    MID_CALL["gate"].set()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    events = await TemporalStore(client).aload(run_id)
+    results = {e.call_id: e.error or e.result for e in events if e.type == "tool_result"}
+    assert results == {"c_pay": "paid 5", "c_l": "cancelled"}, results
+    return run_id
+
+
+#: A run cancelled mid-turn (PATCH_RECORD_CANCELLED_CALLS): recorded at level 5.
+CANCELLED_MID_CALL: Scenario = (
+    [
+        [CallTool("pay", {"amount": 5}, id="c_pay"), CallTool("lookup", {"topic": "x"}, id="c_l")],
+        Reply("never asked"),
+    ],
+    _mid_call_tools,
+    _cancelled_mid_call,
+    20,
+)
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -334,6 +401,8 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_4_input_refused_history": INPUT_REFUSED,
     # and a turn's results cut to leave room for their call ids as well
     "behaviour_4_oversize_history": OVERSIZE,
+    # recorded at level 5: a run cancelled mid-turn waits for its calls and keeps their results
+    "behaviour_5_cancelled_mid_call_history": CANCELLED_MID_CALL,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

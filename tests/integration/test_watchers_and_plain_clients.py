@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import threading
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,16 +30,14 @@ from temporalio.client import (
     WorkflowUpdateHandle,
 )
 
-from agentor_temporal import Event, function_tool
+from agentor_temporal import Event
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows.formatting import failure_message
 
 from helpers import (
-    PROMPT,
     ledger_lines,
-    ledger_write,
     payer,
     transfer_tool,
     wait_until,
@@ -219,68 +216,6 @@ async def test_a_plain_client_start_with_a_bad_carried_stream_fails_the_run_clea
             with pytest.raises(WorkflowFailureError) as failed:
                 await asyncio.wait_for(handle.result(), 15)
     assert "carry" in failure_message(failed.value)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="tool activities are scheduled with the default cancellation type (TRY_CANCEL): "
-    "a cancelled run closes at once and drops what its in-flight calls then return; a "
-    "sync tool cannot be interrupted, so its side effect happens, and resume rewinds the "
-    "batch and asks the model again (new call id, new idempotency key). Needs "
-    "WAIT_CANCELLATION_COMPLETED for tools and their results recorded: a workflow change "
-    "(behaviour level 5).",
-)
-async def test_a_call_finishing_after_its_run_was_cancelled_is_not_run_again_on_resume(
-    client: Client, task_queue: str, ledger: str
-) -> None:
-    """Cancel a run while a sync tool works, then resume it: the tool has run once.
-
-    What a user sees: `tasks/cancel` (A2A), `temporal workflow cancel` or the
-    UI's cancel while a tool (a payment) works; the tool cannot be stopped
-    and finishes, but the run's record has no result for it; `resume` asks
-    the model again, which calls the tool again under a new call id, so the
-    tool's idempotency key does not catch it: the payment is made twice.
-    """
-    gate, started = threading.Event(), threading.Event()
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Get the current weather for a city.
-
-        Args:
-            city: The city to look up.
-        """
-        started.set()
-        gate.wait(60)
-        ledger_write(ledger, "get_weather", city)
-        return f"The weather in {city} is sunny and 22C."
-
-    with ScriptedModelServer() as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[get_weather],
-            embedded_worker=False,
-        )
-        async with build_worker(client, [agent], task_queue=task_queue):
-            run_id = await agent.astart(PROMPT)
-            assert await asyncio.to_thread(started.wait, 30)
-            handle = client.get_workflow_handle(run_id)
-            await handle.cancel()
-            cancelling = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
-            async with asyncio.timeout(30):
-                while not any(
-                    e.event_type == cancelling for e in (await handle.fetch_history()).events
-                ):
-                    await asyncio.sleep(0.05)
-            gate.set()  # the tool cannot be stopped: it finishes
-            async with asyncio.timeout(30):
-                while not ledger_lines(ledger):
-                    await asyncio.sleep(0.05)
-            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
-    assert resumed.status == "completed"
-    assert len(ledger_lines(ledger)) == 1
 
 
 async def test_an_approve_given_up_on_leaves_no_exception_unretrieved(

@@ -12,6 +12,7 @@ encodable before it is sent; secrets never appear in an error.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -55,6 +56,18 @@ async def slow_async() -> str:
     return "late"
 
 
+GATE = threading.Event()
+
+
+@tool(timeout=10)
+def gated_sync() -> str:
+    """Works in a thread until GATE opens (a payment: it cannot be stopped)."""
+    CALLS.append("gated_sync")
+    GATE.wait(10)
+    CALLS.append("gated_sync finished")
+    return "paid"
+
+
 @tool
 def unprintable() -> str:
     """Raises an exception that cannot be printed."""
@@ -87,7 +100,7 @@ def acts(base_url: str = "http://unused", api_key: str = "k", **kw: Any) -> Agen
     agent = AgentDefinition(
         name="A",
         model="m",
-        tools=[slow_sync, slow_async, unprintable, exits, flaky, echo],
+        tools=[slow_sync, slow_async, gated_sync, unprintable, exits, flaky, echo],
         base_url=base_url,
         api_key=api_key,
         **kw,
@@ -102,6 +115,7 @@ def call(name: str, **args: Any) -> CallToolInput:
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     CALLS.clear()
+    GATE.clear()
 
 
 # -- tools: the tool's own outcome is its answer ---------------------------------------
@@ -194,6 +208,44 @@ async def test_a_cancel_the_run_asked_for_stays_a_cancel() -> None:
     env.cancel(cancellation_details=activity.ActivityCancellationDetails(cancel_requested=True))
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_sync_call_its_run_cancels_finishes_and_answers() -> None:
+    """A thread cannot be stopped: the call's outcome is waited for and returned.
+
+    The run waits for it (WAIT_CANCELLATION_COMPLETED) and records it, so
+    `resume` does not run the tool again.
+    """
+    env = ActivityEnvironment()
+    task = asyncio.ensure_future(env.run(acts().call_tool, call("gated_sync")))
+    await asyncio.to_thread(_until, lambda: CALLS == ["gated_sync"])
+    env.cancel(cancellation_details=activity.ActivityCancellationDetails(cancel_requested=True))
+    await asyncio.sleep(0.2)
+    assert not task.done()  # waiting for the thread, not abandoning it
+    GATE.set()
+    result = await asyncio.wait_for(task, 10)
+    assert result.result == "paid" and result.error is None
+    assert CALLS == ["gated_sync", "gated_sync finished"]
+
+
+async def test_a_sync_call_its_worker_stops_is_handed_back_at_once() -> None:
+    """A worker stopping does not wait for the thread: the call goes back to Temporal."""
+    env = ActivityEnvironment()
+    env.cancellation_details = _cancellation(worker_shutdown=True)  # type: ignore[attr-defined]
+    task = asyncio.ensure_future(env.run(acts().call_tool, call("gated_sync")))
+    await asyncio.to_thread(_until, lambda: CALLS == ["gated_sync"])
+    env.cancel(cancellation_details=activity.ActivityCancellationDetails(worker_shutdown=True))
+    with pytest.raises(ApplicationError) as info:
+        await asyncio.wait_for(task, 5)
+    assert info.value.type == "WorkerStopping"
+    GATE.set()
+
+
+def _until(check: Any, limit: float = 10) -> None:
+    deadline = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 # -- the model: malformed replies, our own errors, encodable text, secrets ---------------

@@ -1,0 +1,193 @@
+"""A run cancelled while its tools work keeps what they did; `resume` never runs them again.
+
+A cancel (`temporal workflow cancel`, the UI, A2A `tasks/cancel`, a parent
+going away) cannot stop a sync tool's thread. Before behaviour level 5 the
+run closed at once and dropped what such a call then returned: `resume`
+rewound the batch, and the model called the tool again under a new call id
+its idempotency key did not know (a payment made twice). Now the run waits
+for each call's worker to say how it ended, records the results of the
+calls that ran (a call the cancel stopped is answered as stopped), and then
+closes as cancelled; `resume` goes on after them. A turn in which no call
+ran to its end is rewound as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+
+from agentor_temporal import FileStore, function_tool
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import TemporalStore
+
+from helpers import PROMPT, ledger_lines, ledger_write, weather_agent
+
+CANCELLED_WHILE_RUNNING = "Error: the run was cancelled while this call ran"
+
+
+def gated_weather(ledger: str, gate: threading.Event, started: threading.Event) -> Any:
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        started.set()
+        gate.wait(60)
+        ledger_write(ledger, "get_weather", city)
+        return f"The weather in {city} is sunny and 22C."
+
+    return get_weather
+
+
+def endless_lookup(started: threading.Event) -> Any:
+    @function_tool
+    async def lookup(topic: str) -> str:
+        """Look a topic up (it never finishes on its own; a cancel stops it).
+
+        Args:
+            topic: What to look up.
+        """
+        started.set()
+        await asyncio.sleep(60)
+        return "found"
+
+    return lookup
+
+
+async def cancel_once_asked(client: Client, run_id: str) -> WorkflowHandle[Any, Any]:
+    """Cancel the run and wait until history shows its calls asked to stop."""
+    handle = client.get_workflow_handle(run_id)
+    await handle.cancel()
+    asked = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+    async with asyncio.timeout(30):
+        while not any(e.event_type == asked for e in (await handle.fetch_history()).events):
+            await asyncio.sleep(0.05)
+    return handle
+
+
+async def closed_cancelled(handle: WorkflowHandle[Any, Any]) -> None:
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), 30)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+
+
+def tool_messages(request: dict[str, Any]) -> list[str]:
+    return [str(m.get("content")) for m in request["messages"] if m.get("role") == "tool"]
+
+
+async def test_a_sync_call_finishing_after_its_run_was_cancelled_is_recorded_not_run_again(
+    client: Client, task_queue: str, ledger: str, tmp_path: Any
+) -> None:
+    """The tool finishes after the cancel; its result is in the log; resume asks the model
+    once more, with that result, and runs nothing again."""
+    gate, started = threading.Event(), threading.Event()
+    store = FileStore(str(tmp_path / "runs"))
+    with ScriptedModelServer() as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=store,
+            tools=[gated_weather(ledger, gate, started)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart(PROMPT)
+            assert await asyncio.to_thread(started.wait, 30)
+            handle = await cancel_once_asked(client, run_id)
+            await asyncio.sleep(0.3)
+            # the run waits for the call: it cannot be stopped, and it is not dropped
+            assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+            gate.set()
+            await closed_cancelled(handle)
+            events = await TemporalStore(client).aload(run_id)
+            assert [e.type for e in events][-3:] == ["tool_call", "tool_result", "run_end"]
+            assert events[-2].result == "The weather in London is sunny and 22C."
+            assert events[-1].error is not None and "cancelled" in events[-1].error
+            mirrored = await asyncio.to_thread(store.load, run_id)
+            assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in events]
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed"
+    assert len(ledger_lines(ledger)) == 1
+    assert model.request_count == 2  # the first generation, then the reply after resume
+    assert tool_messages(model.requests[-1]) == ["The weather in London is sunny and 22C."]
+
+
+async def test_a_turn_cancelled_with_one_call_done_and_one_stopped_keeps_both_answers(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A sync call that finishes is kept; an async call the cancel stopped is answered as
+    stopped; the model, after resume, reads both and the sync tool never runs again."""
+    gate, weather_started, lookup_started = threading.Event(), threading.Event(), threading.Event()
+    script = [
+        [
+            CallTool("get_weather", {"city": "London"}, id="call_w"),
+            CallTool("lookup", {"topic": "umbrellas"}, id="call_l"),
+        ],
+        Reply("Sunny; the lookup did not finish."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[gated_weather(ledger, gate, weather_started), endless_lookup(lookup_started)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart(PROMPT)
+            assert await asyncio.to_thread(weather_started.wait, 30)
+            assert await asyncio.to_thread(lookup_started.wait, 30)
+            handle = await cancel_once_asked(client, run_id)
+            gate.set()
+            await closed_cancelled(handle)
+            events = await TemporalStore(client).aload(run_id)
+            results = {e.call_id: e for e in events if e.type == "tool_result"}
+            assert results["call_w"].result == "The weather in London is sunny and 22C."
+            assert results["call_l"].error == "cancelled"
+            assert str(results["call_l"].result).startswith(CANCELLED_WHILE_RUNNING)
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed"
+    assert len(ledger_lines(ledger)) == 1
+    assert model.request_count == 2
+    answers = tool_messages(model.requests[-1])
+    assert answers[0] == "The weather in London is sunny and 22C."
+    assert answers[1].startswith(CANCELLED_WHILE_RUNNING)
+
+
+async def test_a_turn_in_which_no_call_finished_is_rewound_on_resume(
+    client: Client, task_queue: str
+) -> None:
+    """Nothing ran to its end: as before, resume asks the model again for that turn."""
+    started = threading.Event()
+    script = [
+        CallTool("lookup", {"topic": "umbrellas"}, id="call_l"),
+        Reply("I will not look it up after all."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[endless_lookup(started)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart(PROMPT)
+            assert await asyncio.to_thread(started.wait, 30)
+            handle = await cancel_once_asked(client, run_id)
+            await closed_cancelled(handle)
+            events = await TemporalStore(client).aload(run_id)
+            assert "tool_result" not in [e.type for e in events]
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed"
+    assert model.request_count == 2
+    assert tool_messages(model.requests[-1]) == []  # the turn was asked again
