@@ -63,6 +63,7 @@ class TurnCancelled(asyncio.CancelledError):
 STOPPED = "cancelled"
 
 
+
 def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
     return Event(
         type="tool_result", name=name, call_id=call_id, error=error, result=result, **extra
@@ -112,21 +113,45 @@ class ToolCalls:
             asyncio.ensure_future(self._one(spec, call, answer, turn, index, use))
             for index, (call, answer, use) in enumerate(zip(calls, screened, uses, strict=True))
         ]
-        try:
+        if self._wait_cancelled:
+            results = await self._settled(calls, screened, tasks)
+        else:
             results = list(await asyncio.gather(*tasks))
+        self._fit(results)
+        return results
+
+    async def _settled(
+        self,
+        calls: list[dict[str, Any]],
+        screened: list[Event | tuple[str, dict[str, Any], ToolSpec]],
+        tasks: list[asyncio.Task[Event]],
+    ) -> list[Event]:
+        """The turn's results; when the run is cancelled meanwhile, what its calls did.
+
+        Raises:
+            TurnCancelled: the run was cancelled, and some call ran to its end.
+            asyncio.CancelledError: the run was cancelled, and the turn is to be
+                rewound on resume (see `_ended`).
+        """
+        try:
+            await workflow.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         except asyncio.CancelledError:
-            if not self._wait_cancelled:
-                raise
-            # each call's activity was asked to stop, and answers once its
-            # worker says how the call ended (see `_ended`)
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # each call's activity is asked to stop, and answers once its
+            # worker says how the call ended (a sync tool's thread cannot be
+            # stopped: that worker waits for it)
+            for task in tasks:
+                task.cancel()
+            await workflow.wait(tasks)
             ended = self._ended(calls, screened, tasks)
             if ended is None:
                 raise
             self._fit(ended)
             raise TurnCancelled(ended) from None
-        self._fit(results)
-        return results
+        for task in tasks:
+            error = task.exception() if task.done() and not task.cancelled() else None
+            if error is not None:
+                raise error  # the first call's, in the model's order: the run ends
+        return [task.result() for task in tasks]
 
     @staticmethod
     def _ended(

@@ -14,7 +14,11 @@ ran to its end is rewound as before.
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import subprocess
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -26,7 +30,15 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import TemporalStore
 
-from helpers import PROMPT, ledger_lines, ledger_write, weather_agent
+from helpers import (
+    PROMPT,
+    ledger_lines,
+    ledger_write,
+    spawn,
+    stop_process,
+    wait_until,
+    weather_agent,
+)
 
 CANCELLED_WHILE_RUNNING = "Error: the run was cancelled while this call ran"
 
@@ -191,3 +203,50 @@ async def test_a_turn_in_which_no_call_finished_is_rewound_on_resume(
     assert resumed.status == "completed"
     assert model.request_count == 2
     assert tool_messages(model.requests[-1]) == []  # the turn was asked again
+
+
+@pytest.mark.slow
+async def test_a_run_cancelled_after_its_worker_died_mid_call_closes_and_resumes(
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    ledger: str,
+    tmp_path: Any,
+) -> None:
+    """Nobody is left to answer the cancel: the call's heartbeat timeout answers it.
+
+    The run closes as cancelled (it does not wait for ever), the call that may
+    or may not have run is not recorded, and `resume` on a new worker runs
+    the turn again and completes.
+    """
+    run_id = uuid.uuid4().hex
+    env = {
+        "TEMPORAL_ADDRESS": temporal_address,
+        "MODEL_BASE_URL": model.base_url,
+        "AGENT_TASK_QUEUE": task_queue,
+        "AGENT_LEDGER": ledger,
+        "TOOL_DELAY": "60",
+    }
+    first = spawn(["run", "--run-id", run_id], env)
+    worker: subprocess.Popen[str] | None = None
+    resumer: subprocess.Popen[str] | None = None
+    try:
+        wait_until(lambda: ledger_lines(ledger), "the tool to start", timeout=60)
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=10)
+        handle = client.get_workflow_handle(run_id)
+        await handle.cancel()
+        # a worker takes the cancel; the dead worker's call times out on its heartbeat
+        worker = spawn(["worker"], {**env, "TOOL_DELAY": "0"}, stderr=subprocess.DEVNULL)
+        await closed_cancelled(handle)
+        events = await TemporalStore(client).aload(run_id)
+        assert "tool_result" not in [e.type for e in events]
+        resumer = spawn(["resume", "--run-id", run_id], {**env, "TOOL_DELAY": "0"})
+        out, _ = resumer.communicate(timeout=90)
+    finally:
+        stop_process(first)
+        stop_process(worker)
+        stop_process(resumer)
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
+    assert model.request_count == 3  # the turn asked again, then the answer
