@@ -63,7 +63,6 @@ class TurnCancelled(asyncio.CancelledError):
 STOPPED = "cancelled"
 
 
-
 def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
     return Event(
         type="tool_result", name=name, call_id=call_id, error=error, result=result, **extra
@@ -342,8 +341,11 @@ class ToolCalls:
                 # the run's cancel stopped the call: its worker says so
                 error = "Error: the run was cancelled while this call ran, and it was stopped"
                 return _answer(
-                    name, call_id, STOPPED, f"{error} before it finished (it may have done part "
-                    "of its work).", args=args
+                    name,
+                    call_id,
+                    STOPPED,
+                    f"{error} before it finished (it may have done part of its work).",
+                    args=args,
                 )
             if isinstance(exc.cause, CancelledError) and adopted(policies.PATCH_CLOSE_CANCELLED):
                 # the run is being cancelled: not the tool's answer
