@@ -285,7 +285,12 @@ async def _settle(agent: Agentor, run_id: str, after: int) -> None:
 
 
 async def cancel(served: Agents, task_id: str) -> Task:
-    """`tasks/cancel`: ask the run's workflow to cancel; wait (briefly) for it to close."""
+    """`tasks/cancel`: ask the run's workflow to cancel; wait (briefly) for it to close.
+
+    A run whose sync tool is working closes once that call has ended (a
+    thread cannot be stopped; the run keeps its result): until then, and
+    past `CANCEL_WAIT`, the task is still `working`.
+    """
     view = await _view(served, task_id)
     if view.execution != "running":
         raise RpcError(

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -52,6 +53,14 @@ COOKIE = "agentor_serve_token"
 RUN_HEADER = "X-Agentor-Run-Id"
 #: Seconds a decision waits for a worker to take it before the route gives up (504).
 DECISION_TIMEOUT = 30.0
+#: The request header that makes a start happen once: a retry of `POST /chat`
+#: or `POST /runs` with the same key (and agent) attaches to the run the first
+#: request started instead of starting another, whose tools would run again.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: names the run an idempotency key starts (`keyed_run_id`)
+_KEYED_RUNS = uuid.UUID("8f3c2a71-5d4e-4b6a-9e0f-1c2d3e4f5a6b")
+#: the longest idempotency key taken (the IETF draft's keys are short strings)
+MAX_IDEMPOTENCY_KEY = 255
 
 Input = str | list[dict[str, Any]]
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -146,6 +155,23 @@ def _invalid(exc: RequestValidationError) -> str:
         where = ".".join(str(x) for x in error.get("loc", ()) if x != "body")
         parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
     return "invalid request: " + "; ".join(parts)
+
+
+def keyed_run_id(agent: Agentor, request: Request) -> str | None:
+    """The run id a request's `Idempotency-Key` names (one per agent and key), or None.
+
+    Raises:
+        ApiError: 400 for a key that is empty, too long, or not printable ASCII.
+    """
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or not all(" " <= c <= "~" for c in key):
+        raise ApiError(
+            400,
+            f"{IDEMPOTENCY_HEADER} must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters",
+        )
+    return uuid.uuid5(_KEYED_RUNS, f"{agent.name}\n{key}").hex
 
 
 def _check_input(input: Input) -> None:
@@ -277,10 +303,10 @@ def _routes(served: Agents) -> APIRouter:
         return await a2a.handle(served, request)
 
     @router.post("/chat")
-    async def chat(body: ChatRequest) -> Response:
+    async def chat(body: ChatRequest, request: Request) -> Response:
         agent = served.get(body.agent)
         _check_input(body.input)
-        run_id = new_run_id()
+        run_id = keyed_run_id(agent, request) or new_run_id()
         headers = {RUN_HEADER: run_id}
         if body.stream:
             chunks = chat_chunks(agent, body.input, run_id)
@@ -292,11 +318,19 @@ def _routes(served: Agents) -> APIRouter:
         return JSONResponse(result.final_output, headers=headers)
 
     @router.post("/runs", status_code=202)
-    async def start(body: StartRun) -> JSONResponse:
+    async def start(body: StartRun, request: Request) -> JSONResponse:
         agent = served.get(body.agent)
+        keyed = keyed_run_id(agent, request)
+        if keyed is not None and body.run_id is not None:
+            raise ApiError(
+                400, f"give run_id or an {IDEMPOTENCY_HEADER} header, not both: each names the run"
+            )
         try:
             run_id = await agent.astart(
-                body.input, body.run_id, max_turns=body.max_turns, stream_text=body.stream_text
+                body.input,
+                body.run_id or keyed,
+                max_turns=body.max_turns,
+                stream_text=body.stream_text,
             )
         except (ValueError, TypeError) as exc:
             raise ApiError(400, str(exc)) from None

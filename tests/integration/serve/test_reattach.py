@@ -7,12 +7,17 @@ client that resubscribes) gets exactly what it has not seen yet.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from agentor_temporal import TemporalStore
 
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES
 from serve_http import Proc, Server, ledger_for, read_sse, settle
@@ -158,19 +163,48 @@ def test_a2a_send_get_cancel_and_input_required(http: httpx.Client, gates: Path)
     assert "transfer denied" in said[0]["status"]["message"]["parts"][0]["text"]
     assert "not this week" in frames[-2]["artifact"]["parts"][0]["text"]
 
-    city = "C" + uuid.uuid4().hex[:8]
-    (gates / city).touch()
-    params = text_message(f"What is the weather in {city}?", metadata={})
-    params["configuration"] = {"blocking": False}
-    running = http.post("/", json=rpc("message/send", params)).json()["result"]
-    assert running["status"]["state"] in ("submitted", "working")
-    cancelled = http.post("/", json=rpc("tasks/cancel", {"id": running["id"]})).json()["result"]
-    (gates / city).unlink()
-    assert cancelled["status"]["state"] == "canceled"
     not_cancelable = http.post("/", json=rpc("tasks/cancel", {"id": done["id"]})).json()
     assert not_cancelable["error"]["code"] == -32002
     unknown = http.post("/", json=rpc("tasks/cancel", {"id": uuid.uuid4().hex})).json()
     assert unknown["error"]["code"] == -32001
+
+
+async def test_a2a_cancel_of_a_working_task_keeps_what_its_tool_did(
+    http: httpx.Client, gates: Path, client: Client, serve_env: dict[str, str]
+) -> None:
+    """`tasks/cancel` while a sync tool works: the task is canceled once the tool, which a
+    cancel cannot stop, has finished; its result is kept, so a resume never runs it again."""
+    city = "C" + uuid.uuid4().hex[:8]
+    (gates / city).touch()
+    try:
+        params = text_message(f"What is the weather in {city}?", metadata={})
+        params["configuration"] = {"blocking": False}
+        sent = await asyncio.to_thread(http.post, "/", json=rpc("message/send", params))
+        running = sent.json()["result"]
+        assert running["status"]["state"] in ("submitted", "working")
+        task_id = running["id"]
+        await history_shows(client, task_id, EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
+        asking = asyncio.ensure_future(
+            asyncio.to_thread(http.post, "/", json=rpc("tasks/cancel", {"id": task_id}))
+        )
+        await history_shows(client, task_id, EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED)
+    finally:
+        (gates / city).unlink()
+    cancelled = (await asyncio.wait_for(asking, 30)).json()["result"]
+    assert cancelled["status"]["state"] == "canceled"
+    events = await TemporalStore(client).aload(task_id)
+    [result] = [e for e in events if e.type == "tool_result"]
+    assert result.result == f"The weather in {city} is sunny and 22C."
+    assert len(ledger_for(serve_env, task_id)) == 1
+
+
+async def history_shows(client: Client, run_id: str, kind: EventType.ValueType) -> None:
+    async with asyncio.timeout(30):
+        while not any(
+            e.event_type == kind
+            for e in (await client.get_workflow_handle(run_id).fetch_history()).events
+        ):
+            await asyncio.sleep(0.05)
 
 
 def test_a2a_protocol_errors(http: httpx.Client) -> None:

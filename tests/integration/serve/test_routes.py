@@ -273,6 +273,42 @@ def test_chat_answers_as_agentor_does(http: httpx.Client) -> None:
     assert http.post("/chat", json={"input": PROMPT, "agent": "Nobody"}).status_code == 400
 
 
+def test_a_start_sent_again_with_its_idempotency_key_attaches_to_the_first_run(
+    http: httpx.Client, serve_env: dict[str, str]
+) -> None:
+    """A client that retries `POST /chat` or `POST /runs` (a timeout, a dropped connection)
+    with the same `Idempotency-Key` gets the run its first request started: no second
+    run, so no tool runs twice."""
+    key = {"Idempotency-Key": f"order-{uuid.uuid4().hex}"}
+    first = http.post("/chat", json={"input": PROMPT}, headers=key)
+    again = http.post("/chat", json={"input": PROMPT}, headers=key)
+    assert first.status_code == again.status_code == 200
+    assert first.json() == again.json() == ANSWER
+    run_id = first.headers["x-agentor-run-id"]
+    assert again.headers["x-agentor-run-id"] == run_id
+    with http.stream("POST", "/chat", json={"input": PROMPT, "stream": True}, headers=key) as s:
+        assert s.headers["x-agentor-run-id"] == run_id
+        assert ANSWER in s.read().decode()
+    assert len(ledger_for(serve_env, run_id)) == 1
+    # another key is another run; without one, every request is a run of its own
+    other = http.post("/chat", json={"input": PROMPT}, headers={"Idempotency-Key": "other"})
+    assert other.headers["x-agentor-run-id"] != run_id
+
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    started = [http.post("/runs", json={"input": PROMPT}, headers=key) for _ in range(2)]
+    assert [r.status_code for r in started] == [202, 202]
+    assert started[0].json()["run_id"] == started[1].json()["run_id"]
+    settle(http, started[0].json()["run_id"], "completed")
+    assert len(ledger_for(serve_env, started[0].json()["run_id"])) == 1
+
+    both = http.post("/runs", json={"input": PROMPT, "run_id": "r-x"}, headers=key)
+    assert both.status_code == 400 and "not both" in both.json()["error"]
+    for bad in (b"x" * 256, "café".encode()):
+        refused = http.post("/chat", json={"input": PROMPT}, headers={"Idempotency-Key": bad})
+        assert refused.status_code == 400, bad
+        assert "Idempotency-Key" in refused.json()["error"]
+
+
 def test_page_is_one_self_contained_file(http: httpx.Client) -> None:
     """GET / is one HTML document with inline script and style, fetching nothing elsewhere."""
     page = http.get("/")
