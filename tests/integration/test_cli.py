@@ -9,6 +9,7 @@ failed, 2 usage error, and never a traceback for a user's mistake.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -53,6 +54,12 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> 
         text=True,
         timeout=timeout,
     )
+
+
+def cli_all(calls: list[tuple[str, ...]], env: dict[str, str] | None = None) -> list[Any]:
+    """Run independent CLI commands side by side (each its own process); results in order."""
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda args: cli(*args, env=env), calls))
 
 
 class Running:
@@ -144,8 +151,7 @@ def test_every_command_explains_itself_with_examples() -> None:
     for command in commands:
         assert command in top.stdout
     assert "exit status" in top.stdout
-    for command in commands:
-        out = cli(command, "--help")
+    for command, out in zip(commands, cli_all([(c, "--help") for c in commands]), strict=True):
         assert out.returncode == 0, out.stderr
         assert "examples:" in out.stdout and f"agentor-temporal {command}" in out.stdout
         if command != "dev":
@@ -582,7 +588,8 @@ def test_mistakes_are_one_line_errors_with_exit_codes(
         (["list", "--status", "done", *here], 2, "invalid choice: 'done'"),
         ([], 2, "usage: agentor-temporal"),
     ]
-    for args, code, needle in cases:
-        out = cli(*args)
+    for (args, code, needle), out in zip(
+        cases, cli_all([tuple(args) for args, _, _ in cases]), strict=True
+    ):
         assert (out.returncode, needle in out.stderr) == (code, True), (args, out.stderr)
         assert "Traceback" not in out.stderr, (args, out.stderr)

@@ -13,7 +13,7 @@ from typing import Any
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, ledger_lines
-from integration.test_cli import AGENT, cli
+from integration.test_cli import AGENT, cli, cli_all
 
 PARIS_ANSWER = "Answer based on tool: The weather in Paris is sunny and 22C."
 
@@ -128,29 +128,33 @@ def test_fork_errors_exit_1_or_2_with_one_line(
     parent = _parent(temporal_address, env)
     common = ["--agent", AGENT, "--temporal", temporal_address]
 
-    def fork(*args: str) -> Any:
-        out = cli("fork", *args, env=env)
-        assert "Traceback" not in out.stderr, out.stderr
-        return out
-
-    unknown = fork(f"no-such-{task_queue}", *common)
-    assert unknown.returncode == 1
-    assert f"error: No persisted run with id 'no-such-{task_queue}'" in unknown.stderr
-    in_use = fork(parent["run_id"], "--fork-id", parent["run_id"], *common)
-    assert in_use.returncode == 1
-    assert f"error: Run {parent['run_id']!r} already exists; choose an unused id." in in_use.stderr
-    past = fork(parent["run_id"], "--at", "99", *common)
-    assert past.returncode == 1 and "its log has 7 events, so at is 1 to 7" in past.stderr
-    for bad, needle in [
+    bad = [
         ((parent["run_id"], "--at", "0", *common), "--at"),
         ((parent["run_id"], "--input", " ", *common), "the input is empty"),
         (("../etc", *common), "Invalid run id"),
         ((parent["run_id"], "--fork-id", "a/b", *common), "Invalid run id"),
         ((parent["run_id"], "--temporal", temporal_address), "--agent"),
         ((parent["run_id"], "--agent", "procs.cli_agents:not_an_agent"), "not an agent"),
-    ]:
-        out = fork(*bad)
-        assert out.returncode == 2, (bad, out.stderr)
+    ]
+    # none of them forks anything: they run side by side
+    unknown, in_use, past, *refused = cli_all(
+        [
+            ("fork", f"no-such-{task_queue}", *common),
+            ("fork", parent["run_id"], "--fork-id", parent["run_id"], *common),
+            ("fork", parent["run_id"], "--at", "99", *common),
+            *(("fork", *args) for args, _ in bad),
+        ],
+        env=env,
+    )
+    for out in (unknown, in_use, past, *refused):
+        assert "Traceback" not in out.stderr, out.stderr
+    assert unknown.returncode == 1
+    assert f"error: No persisted run with id 'no-such-{task_queue}'" in unknown.stderr
+    assert in_use.returncode == 1
+    assert f"error: Run {parent['run_id']!r} already exists; choose an unused id." in in_use.stderr
+    assert past.returncode == 1 and "its log has 7 events, so at is 1 to 7" in past.stderr
+    for (args, needle), out in zip(bad, refused, strict=True):
+        assert out.returncode == 2, (args, out.stderr)
         assert needle in out.stderr
     assert model.request_count == 2
 

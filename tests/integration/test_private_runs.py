@@ -32,7 +32,7 @@ from agentor_temporal.connection import connect
 from agentor_temporal.testing import ScriptedModelServer
 
 from helpers import SEED_EVENT_TYPES, free_port, ledger_lines, weather_agent
-from integration.test_cli import AGENT, Running, cli
+from integration.test_cli import AGENT, Running, cli, cli_all
 from private import (
     CITY,
     SECRET_ANSWER,
@@ -406,14 +406,15 @@ def test_bad_keys_are_usage_errors(temporal_address: str, tmp_path: Path) -> Non
 
 def test_the_private_run_commands_explain_themselves() -> None:
     """`codec-server`, `keygen` and `dev` say how encryption is switched on, with examples."""
-    for command, needles in {
+    wanted = {
         "codec-server": ["--cors-origin", "--token-file", "--encryption-keys-file", "--host"],
         "keygen": ["key_id"],
         "dev": ["--codec-port", "--encryption-keys-file"],
         "show": ["--encryption-keys-file"],
         "worker": ["--encryption-keys-file"],
-    }.items():
-        out = cli(command, "--help")
+    }
+    helps = cli_all([(command, "--help") for command in wanted])
+    for (command, needles), out in zip(wanted.items(), helps, strict=True):
         assert out.returncode == 0, out.stderr
         assert f"agentor-temporal {command}" in out.stdout or command == "worker"
         for needle in needles:
