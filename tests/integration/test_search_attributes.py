@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,7 @@ async def test_a_run_without_attributes_is_still_found_waiting(
 
 
 async def test_tokens_alone_are_sent_once_the_interval_has_passed(
-    client: Client, task_queue: str
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run's AgentTokens follows its usage while it runs, at most once per TOKENS_INTERVAL.
 
@@ -182,6 +183,8 @@ async def test_tokens_alone_are_sent_once_the_interval_has_passed(
     the run goes on (a short run sends them with its end instead:
     `test_history_shape.py` counts its two upserts).
     """
+    # the workflow (in this process, outside the sandbox) reads it at each check
+    monkeypatch.setattr(policies, "TOKENS_INTERVAL", timedelta(seconds=2))
     release = threading.Event()
 
     @function_tool
