@@ -56,11 +56,14 @@ def scripted(request: dict[str, Any]) -> Any:
     return CallTool("read_chunk", {"n": done + 1}) if done < turns else Reply(f"Read {done}.")
 
 
-async def settled_rss(pid: int, seconds: float = 12.0) -> float:
-    """The lowest RSS seen over `seconds` (the trim loop looks every few seconds)."""
+async def settled_rss(pid: int, seconds: float = 12.0, enough: float = 0.0) -> float:
+    """The lowest RSS seen over `seconds` (the trim loop looks every few seconds).
+
+    Returns early once it is `enough` or less.
+    """
     low = rss_mb(pid)
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and low > enough:
         await asyncio.sleep(0.5)
         low = min(low, rss_mb(pid))
     return low
@@ -116,7 +119,7 @@ async def test_worker_rss_returns_near_its_idle_baseline_after_long_runs(
                 assert task.result()["status"] == "completed"
                 peaks.append(peak)
                 after.append(rss_mb(worker.pid))
-            settled = await settled_rss(worker.pid)
+            settled = await settled_rss(worker.pid, enough=baseline * BOUND)
             figures = (
                 f"baseline {baseline:.0f} MB, after a short run {served:.0f} MB, "
                 f"peaks {[round(p) for p in peaks]}, "
