@@ -1,7 +1,7 @@
 """The chaos soak: many runs of mixed shape while workers and the server are killed.
 
     python bench/soak.py                       # 300 runs (10-20 minutes on 2 cores)
-    python bench/soak.py --short               # 36 runs, about a minute
+    python bench/soak.py --short               # 24 runs, under a minute
     python bench/soak.py --runs 100 --seed 7 --json
 
 A dev server on a database file, three worker processes (`python worker.py`
@@ -571,7 +571,7 @@ async def check(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=300)
-    parser.add_argument("--short", action="store_true", help="36 runs, about a minute")
+    parser.add_argument("--short", action="store_true", help="24 runs, under a minute")
     parser.add_argument(
         "--duration",
         type=float,
@@ -581,7 +581,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=30, help="runs in flight at most")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
-    runs, concurrency = (36, 12) if args.short else (args.runs, args.concurrency)
+    runs, concurrency = (24, 12) if args.short else (args.runs, args.concurrency)
     if args.duration:
         # measured here: about 0.6 runs a second finish at 12-30 in flight
         runs = max(int(args.duration * 0.6), 10)

@@ -1,6 +1,6 @@
 """The chaos soak, short: runs of mixed shape survive killed workers and a killed server.
 
-Runs `bench/soak.py --short` (36 runs, about a minute on 2 cores): three
+Runs `bench/soak.py --short` (24 runs, under a minute on 2 cores): three
 worker processes, a random one SIGKILLed every 5 to 15 s, one SIGTERMed, the
 Temporal server SIGKILLed and restarted once on its database file. The soak
 checks the promise itself and lists what broke it; this test asserts the
