@@ -7,6 +7,7 @@ that died.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -160,6 +161,24 @@ def finish(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
         raise AssertionError(f"process failed ({proc.returncode}):\n{out}\n{err[-4000:]}")
     last = [line for line in out.splitlines() if line.startswith("{")][-1]
     return dict(json.loads(last))
+
+
+async def history_shows(client: Any, run_id: str, kind: int, timeout: float = 30.0) -> None:
+    """Wait until the run's latest execution has an event of `kind` (an EventType)."""
+    async with asyncio.timeout(timeout):
+        handle = client.get_workflow_handle(run_id)
+        while not any(e.event_type == kind for e in (await handle.fetch_history()).events):
+            await asyncio.sleep(0.05)
+
+
+async def cancel_once_asked(client: Any, run_id: str) -> Any:
+    """Cancel the run; return its handle once history shows its calls asked to stop."""
+    from temporalio.api.enums.v1 import EventType
+
+    handle = client.get_workflow_handle(run_id)
+    await handle.cancel()
+    await history_shows(client, run_id, EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED)
+    return handle
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:

@@ -22,7 +22,6 @@ import uuid
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
 from agentor_temporal import FileStore, function_tool
@@ -32,6 +31,7 @@ from agentor_temporal.workflows import TemporalStore
 
 from helpers import (
     PROMPT,
+    cancel_once_asked,
     ledger_lines,
     ledger_write,
     spawn,
@@ -72,17 +72,6 @@ def endless_lookup(started: threading.Event) -> Any:
         return "found"
 
     return lookup
-
-
-async def cancel_once_asked(client: Client, run_id: str) -> WorkflowHandle[Any, Any]:
-    """Cancel the run and wait until history shows its calls asked to stop."""
-    handle = client.get_workflow_handle(run_id)
-    await handle.cancel()
-    asked = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
-    async with asyncio.timeout(30):
-        while not any(e.event_type == asked for e in (await handle.fetch_history()).events):
-            await asyncio.sleep(0.05)
-    return handle
 
 
 async def closed_cancelled(handle: WorkflowHandle[Any, Any]) -> None:

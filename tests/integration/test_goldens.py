@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -40,7 +39,7 @@ from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
 
-from helpers import pad, transfer_tool, weather_agent, weather_tool
+from helpers import cancel_once_asked, pad, transfer_tool, weather_agent, weather_tool
 from sandbox_probe import SandboxProbe
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -340,12 +339,7 @@ async def _cancelled_mid_call(agent: Agentor) -> str:
     run_id = await agent.astart("Pay and look it up.")
     for started in ("paying", "looking"):
         assert await asyncio.to_thread(MID_CALL[started].wait, 30)
-    handle = client.get_workflow_handle(run_id)
-    await handle.cancel()
-    asked = EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
-    async with asyncio.timeout(30):
-        while not any(e.event_type == asked for e in (await handle.fetch_history()).events):
-            await asyncio.sleep(0.05)
+    handle = await cancel_once_asked(client, run_id)
     MID_CALL["gate"].set()
     with pytest.raises(WorkflowFailureError):
         await handle.result()

@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 from agentor_temporal import TemporalStore
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, history_shows
 from serve_http import Proc, Server, ledger_for, read_sse, settle
 
 
@@ -196,15 +196,6 @@ async def test_a2a_cancel_of_a_working_task_keeps_what_its_tool_did(
     [result] = [e for e in events if e.type == "tool_result"]
     assert result.result == f"The weather in {city} is sunny and 22C."
     assert len(ledger_for(serve_env, task_id)) == 1
-
-
-async def history_shows(client: Client, run_id: str, kind: EventType.ValueType) -> None:
-    async with asyncio.timeout(30):
-        while not any(
-            e.event_type == kind
-            for e in (await client.get_workflow_handle(run_id).fetch_history()).events
-        ):
-            await asyncio.sleep(0.05)
 
 
 def test_a2a_protocol_errors(http: httpx.Client) -> None:
