@@ -36,6 +36,7 @@ from helpers import (
     ledger_write,
     spawn,
     stop_process,
+    transfer_tool,
     wait_until,
     weather_agent,
 )
@@ -162,6 +163,52 @@ async def test_a_turn_cancelled_with_one_call_done_and_one_stopped_keeps_both_an
     answers = tool_messages(model.requests[-1])
     assert answers[0] == "The weather in London is sunny and 22C."
     assert answers[1].startswith(CANCELLED_WHILE_RUNNING)
+
+
+async def test_a_call_waiting_for_a_person_when_the_run_is_cancelled_is_answered_not_run(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Beside a sync call that finishes, a call waiting for approval: it is answered as not
+    run (nobody decided), the finished call is kept, and resume asks the model with both."""
+    gate, started = threading.Event(), threading.Event()
+    script = [
+        [
+            CallTool("get_weather", {"city": "London"}, id="call_w"),
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"),
+        ],
+        Reply("Sunny; nothing was paid."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[gated_weather(ledger, gate, started), transfer_tool(ledger)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart(PROMPT)
+            assert await asyncio.to_thread(started.wait, 30)
+            async with asyncio.timeout(30):  # the transfer waits for a person
+                while "approval_request" not in [
+                    e.type for e in await TemporalStore(client).aload(run_id)
+                ]:
+                    await asyncio.sleep(0.05)
+            handle = await cancel_once_asked(client, run_id)
+            gate.set()
+            await closed_cancelled(handle)
+            events = await TemporalStore(client).aload(run_id)
+            assert "approval_request" in [e.type for e in events]
+            results = {e.call_id: e for e in events if e.type == "tool_result"}
+            assert results["call_w"].result == "The weather in London is sunny and 22C."
+            assert results["call_pay"].error == "cancelled"
+            assert "did not run" in str(results["call_pay"].result)
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    answers = tool_messages(model.requests[-1])
+    assert answers[0] == "The weather in London is sunny and 22C."
+    assert "did not run" in answers[1]
 
 
 async def test_a_turn_in_which_no_call_finished_is_rewound_on_resume(
