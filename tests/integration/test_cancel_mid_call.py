@@ -18,16 +18,18 @@ import json
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
 from agentor_temporal import FileStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
-from agentor_temporal.workflows import TemporalStore
+from agentor_temporal.workflows import TemporalStore, policies
 
 from helpers import (
     PROMPT,
@@ -75,6 +77,24 @@ def endless_lookup(started: threading.Event) -> Any:
     return lookup
 
 
+async def beating_past_the_heartbeat_timeout(handle: WorkflowHandle[Any, Any]) -> None:
+    """Wait until the cancelled call has beaten for longer than the heartbeat timeout."""
+    asked = next(
+        e.event_time.ToDatetime().timestamp()
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED
+    )
+    past = asked + policies.TOOL_HEARTBEAT_TIMEOUT.total_seconds() + 1
+    async with asyncio.timeout(30):
+        while time.time() < past:  # the dev server shares this machine's clock
+            await asyncio.sleep(0.2)
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.RUNNING
+    [call] = described.raw_description.pending_activities
+    assert call.attempt == 1  # not timed out and retried
+    assert call.last_heartbeat_time.ToDatetime().timestamp() > asked + 1
+
+
 async def closed_cancelled(handle: WorkflowHandle[Any, Any]) -> None:
     with pytest.raises(WorkflowFailureError):
         await asyncio.wait_for(handle.result(), 30)
@@ -85,11 +105,16 @@ def tool_messages(request: dict[str, Any]) -> list[str]:
     return [str(m.get("content")) for m in request["messages"] if m.get("role") == "tool"]
 
 
+@pytest.mark.parametrize("late", [False, True], ids=["at-once", "past-the-heartbeat-timeout"])
 async def test_a_sync_call_finishing_after_its_run_was_cancelled_is_recorded_not_run_again(
-    client: Client, task_queue: str, ledger: str, tmp_path: Any
+    late: bool, client: Client, task_queue: str, ledger: str, tmp_path: Any
 ) -> None:
     """The tool finishes after the cancel; its result is in the log; resume asks the model
-    once more, with that result, and runs nothing again."""
+    once more, with that result, and runs nothing again.
+
+    `late`: it finishes more than the heartbeat timeout after the cancel (a slow
+    payment): the call still beats, so the server does not give up on it.
+    """
     gate, started = threading.Event(), threading.Event()
     store = FileStore(str(tmp_path / "runs"))
     with ScriptedModelServer() as model:
@@ -104,11 +129,15 @@ async def test_a_sync_call_finishing_after_its_run_was_cancelled_is_recorded_not
         async with build_worker(client, [agent], task_queue=task_queue):
             run_id = await agent.astart(PROMPT)
             assert await asyncio.to_thread(started.wait, 30)
-            handle = await cancel_once_asked(client, run_id)
-            await asyncio.sleep(0.3)
-            # the run waits for the call: it cannot be stopped, and it is not dropped
-            assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-            gate.set()
+            try:
+                handle = await cancel_once_asked(client, run_id)
+                # the run waits for the call: it cannot be stopped, and it is not dropped
+                # (before, the run closed in the workflow task that asked the call to stop)
+                assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+                if late:
+                    await beating_past_the_heartbeat_timeout(handle)
+            finally:
+                gate.set()
             await closed_cancelled(handle)
             events = await TemporalStore(client).aload(run_id)
             assert [e.type for e in events][-3:] == ["tool_call", "tool_result", "run_end"]
