@@ -61,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         PausedState,
         RunOutcome,
     )
-    from agentor_temporal.workflows.versions import adopted
+    from agentor_temporal.workflows.versions import adopted, level
 
 #: The `run_end` error of a run that was cancelled.
 CANCELLED = "The run was cancelled; resume(run_id) continues it."
@@ -151,7 +151,11 @@ class AgentRunWorkflow:
         }
 
     def _paused(self) -> bool:
-        return bool(self._approvals.awaiting) and self._tools.running == 0
+        if not self._approvals.awaiting or self._tools.running:
+            return False
+        # a call whose predicate is still being asked may wait for a person too:
+        # the pause is reported once the turn's calls are all waiting or done
+        return not self._approvals.checking or level() < policies.WHOLE_PAUSE
 
     @workflow.update(name="wait_paused")
     async def wait_paused(self) -> PausedState:

@@ -86,6 +86,8 @@ class Approvals:
         self.turns: dict[str, int] = {}
         #: request id -> what a decision sent by signal came to (`take_signalled`)
         self.signalled: dict[str, dict[str, Any]] = {}
+        #: calls whose tool's predicate is being asked whether a person must decide
+        self.checking = 0
 
     def restore(self, decisions: dict[str, Decision]) -> None:
         """Take the decisions an earlier execution of the run carried over."""
@@ -224,8 +226,14 @@ class Approvals:
             ApprovalExpired: when the approval expired and the tool says "fail".
         """
         name = tool.name
-        if tool.approval == "predicate" and not await self._needed(agent, name, args, fingerprint):
-            return None
+        if tool.approval == "predicate":
+            self.checking += 1
+            try:
+                needed = await self._needed(agent, name, args, fingerprint)
+            finally:
+                self.checking -= 1
+            if not needed:
+                return None
         requested = workflow.now().timestamp()
         journal.record(
             Event(

@@ -218,6 +218,12 @@ ADOPTED = {
 #: seed's run; now two). Each upsert cost the dev server ~7 persistence reads
 #: (search-attribute validation), measured from its metrics.
 COALESCED_ATTRIBUTES = 1
+#: From this level a run is paused (`paused`, `wait_paused`, so `run()`'s
+#: `awaiting_approval`) only once no call's approval predicate is still being
+#: asked: a turn whose predicates ran one after another was reported paused
+#: with the first call that needed a person, and the next moment waited for
+#: another too.
+WHOLE_PAUSE = 5
 TOKENS_INTERVAL = timedelta(seconds=10)
 
 #: Journal and describe run as local activities: no server round trip, their

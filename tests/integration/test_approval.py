@@ -14,9 +14,11 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
-from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal import AgentorPlugin, FileStore, TemporalStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision
 
 import agentor_ref
@@ -434,3 +436,54 @@ async def test_a_decision_naming_a_huge_call_id_is_refused_and_the_run_goes_on(
     assert result.status == "completed"
     decided = [e for e in result.events if e.type == "approval_decision"]
     assert [(e.status, e.text, e.result) for e in decided] == [("denied", "not now", "alice")]
+
+
+def slow_predicate(amount: float, to: str = "") -> bool:
+    """Needs a person for payees a and c; takes its time for some (a slow limits service)."""
+    time.sleep({"a": 0.4, "b": 0.0, "c": 0.2, "d": 0.05}[to])
+    return to in ("a", "c")
+
+
+async def test_a_turn_whose_predicates_take_time_pauses_with_every_call_that_waits(
+    client: Client, task_queue: str
+) -> None:
+    """`run()` says `awaiting_approval` once every call of the turn is waiting or done, not
+    while a predicate is still being asked (before: the first call that needed a person was
+    reported alone, and the next moment a second one waited too). The history replays."""
+
+    @function_tool(requires_approval=slow_predicate)
+    def pay(amount: float, to: str) -> str:
+        """Pay.
+
+        Args:
+            amount: How much.
+            to: To whom.
+        """
+        return f"paid {to}"
+
+    script = [[CallTool("pay", {"amount": 1, "to": t}, id=f"c_{t}") for t in "abcd"], Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[pay],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay a, b, c and d."), 30)
+            assert paused.status == "awaiting_approval"
+            assert sorted(p.call_id for p in paused.pending_approvals) == ["c_a", "c_c"]
+            for pending in paused.pending_approvals:
+                await agent.aapprove(paused.run_id, pending.call_id)
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    assert done.status == "completed" and done.final_output == "ok"
+    paid = [e.result for e in done.events if e.type == "tool_result"]
+    assert paid == ["paid a", "paid b", "paid c", "paid d"]
+    history = await client.get_workflow_handle(paused.run_id).fetch_history()
+    replayer = Replayer(
+        workflows=[],
+        plugins=[AgentorPlugin()],
+        unsandboxed_workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    await replayer.replay_workflow(history)

@@ -21,6 +21,7 @@ import asyncio
 import gzip
 import os
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -360,6 +361,42 @@ CANCELLED_MID_CALL: Scenario = (
     20,
 )
 
+
+def _slow_predicate(amount: float, to: str = "") -> bool:
+    time.sleep({"a": 0.3, "b": 0.0, "c": 0.15}[to])
+    return to in ("a", "c")
+
+
+@function_tool(requires_approval=_slow_predicate)
+def pay_some(amount: float, to: str) -> str:
+    """Pay; some payees need a person, and asking takes a while.
+
+    Args:
+        amount: How much.
+        to: To whom.
+    """
+    return f"paid {to}"
+
+
+async def _whole_pause(agent: Agentor) -> str:
+    paused = await agent.arun("Pay a, b and c.")
+    assert paused.status == "awaiting_approval", paused
+    assert sorted(p.call_id for p in paused.pending_approvals) == ["c_a", "c_c"]
+    for pending in paused.pending_approvals:
+        await agent.aapprove(paused.run_id, pending.call_id, by="carol")
+    result = await agent.aresume(paused.run_id)
+    assert result.status == "completed"
+    return str(result.run_id)
+
+
+#: Predicates asked one after another (policies.WHOLE_PAUSE): paused once all are asked.
+WHOLE_PAUSE: Scenario = (
+    [[CallTool("pay_some", {"amount": 1, "to": t}, id=f"c_{t}") for t in "abc"], Reply("ok")],
+    lambda: [pay_some],
+    _whole_pause,
+    20,
+)
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -406,6 +443,8 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_4_oversize_history": OVERSIZE,
     # recorded at level 5: a run cancelled mid-turn waits for its calls and keeps their results
     "behaviour_5_cancelled_mid_call_history": CANCELLED_MID_CALL,
+    # and paused only once no approval predicate is still being asked
+    "behaviour_5_whole_pause_history": WHOLE_PAUSE,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)
