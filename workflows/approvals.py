@@ -46,6 +46,7 @@ from agentor_temporal.workflows.formatting import (
 )
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.types import Decision, ToolSpec
+from agentor_temporal.workflows.versions import level
 
 
 def signalled(value: Any) -> Decision:
@@ -253,13 +254,20 @@ class Approvals:
             self.decisions.pop(key, None)
         decided_by = key if key is not None else call_id
         workflow.set_current_details(self.details())
-        await journal.flush(agent, mirror)
         timeout = timedelta(seconds=tool.approval_timeout) if tool.approval_timeout else None
+        decision: Decision | None = None
         try:
+            await journal.flush(agent, mirror)
             await workflow.wait_condition(lambda: decided_by in self.decisions, timeout=timeout)
-            decision: Decision | None = self.decisions[decided_by]
+            decision = self.decisions[decided_by]
         except asyncio.TimeoutError:
-            decision = None
+            pass
+        except asyncio.CancelledError:
+            if level() >= policies.CANCEL_ENDS_WAITING:
+                # the run was cancelled: the call is answered as not run, and a
+                # decision sent now is told it waits no more (not "approved")
+                self.awaiting.pop(call_id, None)
+            raise
         # pop, not del: two calls sharing an id in one turn (runs recorded
         # before PATCH_CALL_USES) both waited under it
         self.awaiting.pop(call_id, None)

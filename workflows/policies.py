@@ -224,6 +224,11 @@ COALESCED_ATTRIBUTES = 1
 #: with the first call that needed a person, and the next moment waited for
 #: another too.
 WHOLE_PAUSE = 5
+#: From this level a call waiting for a person when its run is cancelled waits
+#: no more: a decision sent while the run finishes its other calls is refused
+#: ("no tool call waiting"), where it was taken and answered "approved" for a
+#: call that never ran.
+CANCEL_ENDS_WAITING = 5
 TOKENS_INTERVAL = timedelta(seconds=10)
 
 #: Journal and describe run as local activities: no server round trip, their
