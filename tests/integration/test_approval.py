@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
@@ -22,7 +23,15 @@ from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision
 
 import agentor_ref
-from helpers import finish, ledger_lines, spawn, transfer_tool, weather_agent, weather_tool
+from helpers import (
+    finish,
+    history_shows,
+    ledger_lines,
+    spawn,
+    transfer_tool,
+    weather_agent,
+    weather_tool,
+)
 
 PAY = "Pay bob 5000 and tell me the weather in Oslo."
 
@@ -487,3 +496,32 @@ async def test_a_turn_whose_predicates_take_time_pauses_with_every_call_that_wai
         unsandboxed_workflow_runner=UnsandboxedWorkflowRunner(),
     )
     await replayer.replay_workflow(history)
+
+
+async def test_a_decision_that_arrives_with_the_approval_timeout_stands(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """The worker was away while a person approved and the approval timeout passed: both reach
+    the run in one workflow task. The decision the run took (and told the person it took) is
+    the one that counts: the call runs, it is not expired."""
+    with ScriptedModelServer(pay_script("Paid.")) as model:
+        transfer = transfer_tool(ledger, approval_timeout=2.0, on_approval_timeout="deny")
+        agent = approval_agent(
+            model, client, task_queue, ledger, transfer=transfer, embedded_worker=False
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun(PAY), 30)  # type: ignore[attr-defined]
+        assert paused.status == "awaiting_approval"
+        run_id = paused.run_id
+        # no worker: the decision waits for one, and the timer fires meanwhile
+        deciding = asyncio.ensure_future(agent.aapprove(run_id, "call_pay", by="alice"))  # type: ignore[attr-defined]
+        await history_shows(client, run_id, EventType.EVENT_TYPE_TIMER_FIRED)
+        assert not deciding.done()
+        async with build_worker(client, [agent], task_queue=task_queue):
+            decided = await asyncio.wait_for(deciding, 30)
+            assert decided["approved"] is True
+            result = await asyncio.wait_for(agent.aresume(run_id), 30)  # type: ignore[attr-defined]
+    assert result.status == "completed"
+    decision = next(e for e in result.events if e.type == "approval_decision")
+    assert (decision.status, decision.result) == ("approved", "alice")
+    assert [line.split()[0] for line in ledger_lines(ledger)].count("transfer") == 1
