@@ -228,6 +228,7 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
         raise PoolUnavailable(str(exc)) from exc
     started = asyncio.wrap_future(call.started)
     wait = SYNC_TOOL_THREAD_WAIT.total_seconds()
+    outlived = False  # a cancel of the run's that the call outlives (at most one)
     try:
         done, _ = await asyncio.wait({started}, timeout=wait)
         if not done and threads.cancel(call):
@@ -238,15 +239,18 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
         await started  # done, or a thread took it just now
     except RuntimeError as exc:  # the pool shut down before a thread took it
         raise PoolUnavailable(str(exc)) from exc
-    except BaseException:
+    except BaseException as exc:
         started.cancel()
-        if not threads.cancel(call):
+        if threads.cancel(call):
+            raise  # withdrawn: it never runs
+        if not (isinstance(exc, asyncio.CancelledError) and run_cancelled()):
             threads.abandon(call)  # cancelled as it started: nobody waits for it
-        raise
+            raise
+        # it started just as its run was cancelled: its outcome is waited for
+        outlived = True
     outcome = asyncio.wrap_future(call.outcome)
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
-    outlived = False
     while True:
         left = None if deadline is None else max(0.0, deadline - loop.time())
         try:

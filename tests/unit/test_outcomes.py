@@ -68,6 +68,19 @@ def gated_sync() -> str:
     return "paid"
 
 
+#: what `cancelled_as_it_starts` calls from its thread the moment it starts
+AT_START: list[Any] = []
+
+
+@tool(timeout=10)
+def cancelled_as_it_starts() -> str:
+    """Its run is cancelled the moment its thread starts it; it finishes all the same."""
+    AT_START[0]()
+    time.sleep(0.3)
+    CALLS.append("cancelled_as_it_starts finished")
+    return "done"
+
+
 @tool
 def unprintable() -> str:
     """Raises an exception that cannot be printed."""
@@ -100,7 +113,16 @@ def acts(base_url: str = "http://unused", api_key: str = "k", **kw: Any) -> Agen
     agent = AgentDefinition(
         name="A",
         model="m",
-        tools=[slow_sync, slow_async, gated_sync, unprintable, exits, flaky, echo],
+        tools=[
+            slow_sync,
+            slow_async,
+            gated_sync,
+            cancelled_as_it_starts,
+            unprintable,
+            exits,
+            flaky,
+            echo,
+        ],
         base_url=base_url,
         api_key=api_key,
         **kw,
@@ -226,6 +248,18 @@ async def test_a_sync_call_its_run_cancels_finishes_and_answers() -> None:
     result = await asyncio.wait_for(task, 10)
     assert result.result == "paid" and result.error is None
     assert CALLS == ["gated_sync", "gated_sync finished"]
+
+
+async def test_a_sync_call_its_run_cancels_as_a_thread_starts_it_finishes_and_answers() -> None:
+    """The cancel lands before the loop has seen the thread start the call: it is still
+    waited for (before, it was abandoned there, and its result dropped)."""
+    env = ActivityEnvironment()
+    loop = asyncio.get_running_loop()
+    details = activity.ActivityCancellationDetails(cancel_requested=True)
+    AT_START[:] = [lambda: loop.call_soon_threadsafe(lambda: env.cancel(details))]
+    result = await asyncio.wait_for(env.run(acts().call_tool, call("cancelled_as_it_starts")), 10)
+    assert result.result == "done" and result.error is None
+    assert CALLS == ["cancelled_as_it_starts finished"]
 
 
 async def test_a_sync_call_its_worker_stops_is_handed_back_at_once() -> None:
