@@ -240,14 +240,14 @@ async def test_a_sync_call_its_run_cancels_finishes_and_answers() -> None:
     """
     env = ActivityEnvironment()
     task = asyncio.ensure_future(env.run(acts().call_tool, call("gated_sync")))
-    await asyncio.to_thread(_until, lambda: CALLS == ["gated_sync"])
+    await asyncio.to_thread(_until, lambda: "gated_sync" in CALLS)
     env.cancel(cancellation_details=activity.ActivityCancellationDetails(cancel_requested=True))
     await asyncio.sleep(0.2)
     assert not task.done()  # waiting for the thread, not abandoning it
     GATE.set()
     result = await asyncio.wait_for(task, 10)
     assert result.result == "paid" and result.error is None
-    assert CALLS == ["gated_sync", "gated_sync finished"]
+    assert [c for c in CALLS if c.startswith("gated")] == ["gated_sync", "gated_sync finished"]
 
 
 async def test_a_sync_call_its_run_cancels_as_a_thread_starts_it_finishes_and_answers() -> None:
@@ -259,7 +259,8 @@ async def test_a_sync_call_its_run_cancels_as_a_thread_starts_it_finishes_and_an
     AT_START[:] = [lambda: loop.call_soon_threadsafe(lambda: env.cancel(details))]
     result = await asyncio.wait_for(env.run(acts().call_tool, call("cancelled_as_it_starts")), 10)
     assert result.result == "done" and result.error is None
-    assert CALLS == ["cancelled_as_it_starts finished"]
+    # (an earlier test's abandoned slow_sync thread may still add its line)
+    assert [c for c in CALLS if c.startswith("cancelled")] == ["cancelled_as_it_starts finished"]
 
 
 async def test_a_sync_call_its_worker_stops_is_handed_back_at_once() -> None:
@@ -267,7 +268,7 @@ async def test_a_sync_call_its_worker_stops_is_handed_back_at_once() -> None:
     env = ActivityEnvironment()
     env.cancellation_details = _cancellation(worker_shutdown=True)  # type: ignore[attr-defined]
     task = asyncio.ensure_future(env.run(acts().call_tool, call("gated_sync")))
-    await asyncio.to_thread(_until, lambda: CALLS == ["gated_sync"])
+    await asyncio.to_thread(_until, lambda: "gated_sync" in CALLS)
     env.cancel(cancellation_details=activity.ActivityCancellationDetails(worker_shutdown=True))
     with pytest.raises(ApplicationError) as info:
         await asyncio.wait_for(task, 5)
