@@ -42,7 +42,11 @@ from agentor_temporal.activities._tool_schema import (
     parse_docstring,
     stringify,
 )
-from agentor_temporal.workflows.policies import SYNC_TOOL_THREAD_WAIT, SYNC_TOOL_THREADS
+from agentor_temporal.workflows.policies import (
+    CANCEL_GRACE,
+    SYNC_TOOL_THREAD_WAIT,
+    SYNC_TOOL_THREADS,
+)
 from agentor_temporal.workflows.types import ToolSpec
 
 __all__ = [
@@ -218,7 +222,8 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
     "timed out". A call that times out, or whose caller is cancelled, is
     abandoned: its thread runs on but no longer counts against the pool;
     except that when the cancel is its run's (`run_cancelled`), the call's
-    outcome is still waited for, once, to its timeout: the run records it.
+    outcome is still waited for, once, to its timeout or CANCEL_GRACE, whichever
+    comes first: the run records it (past the grace, that it was still running).
     """
     try:
         call = threads.submit(fn)
@@ -251,17 +256,23 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
     outcome = asyncio.wrap_future(call.outcome)
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
+    grace = CANCEL_GRACE.total_seconds()
+    #: when a run's cancel stops waiting for the call (None: not cancelled)
+    given_up = loop.time() + grace if outlived else None
     while True:
-        left = None if deadline is None else max(0.0, deadline - loop.time())
+        ends = [t for t in (deadline, given_up) if t is not None]
+        left = max(0.0, min(ends) - loop.time()) if ends else None
         try:
             done, _ = await asyncio.wait({outcome}, timeout=left)
             break
         except asyncio.CancelledError:
             if not outlived and run_cancelled():
                 # the run was cancelled, and a thread cannot be stopped: the
-                # call's outcome is waited for (to its timeout), so the run
-                # records it instead of running the tool again on resume
+                # call's outcome is waited for (to its timeout, CANCEL_GRACE at
+                # most), so the run records it instead of running the tool
+                # again on resume
                 outlived = True
+                given_up = loop.time() + grace
                 continue
             outcome.cancel()
             threads.abandon(call)  # cancelled: nobody waits for it any more
@@ -272,6 +283,11 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
             raise
     if not done and threads.abandon(call):
         outcome.cancel()  # what it returns or raises later is dropped unseen
+        if given_up is not None and (deadline is None or given_up < deadline):
+            raise ToolTimedOut(
+                f"was still running {grace:g} s after its run was cancelled; its thread "
+                "was abandoned (it may still have effects; its result will be discarded)"
+            )
         raise ToolTimedOut(
             f"timed out after {timeout:g} s; its thread is still running and was "
             "abandoned (it may still have effects; its result will be discarded)"

@@ -106,6 +106,11 @@ DECISION_PATIENCE = timedelta(seconds=60)
 SIGNALLED_DECISIONS_KEPT = 100
 #: how often a sender asks what its decision sent by signal came to
 SIGNALLED_DECISION_POLL = timedelta(milliseconds=100)
+#: How long a sync tool call whose run was cancelled is waited for (a thread
+#: cannot be stopped), so that the run records what it did rather than run it
+#: again on resume. Past it, the call is abandoned and answered "still running
+#: after its run was cancelled", and the run closes as cancelled.
+CANCEL_GRACE = timedelta(seconds=60)
 #: Heartbeats go out from a thread, so a worker whose event loop is blocked
 #: (an async tool calling `time.sleep`, a long CPU-bound step) still shows
 #: its calls alive and the server does not hand them to another worker to

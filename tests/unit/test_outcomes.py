@@ -24,6 +24,7 @@ from temporalio.testing import ActivityEnvironment
 
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
 from agentor_temporal.activities import function_tool as tool
+from agentor_temporal.activities import tooldef as tooldef_module
 from agentor_temporal.testing import Fail, Raw, Reply, ScriptedModelServer
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import CallToolInput, GenerateInput
@@ -261,6 +262,23 @@ async def test_a_sync_call_its_run_cancels_as_a_thread_starts_it_finishes_and_an
     assert result.result == "done" and result.error is None
     # (an earlier test's abandoned slow_sync thread may still add its line)
     assert [c for c in CALLS if c.startswith("cancelled")] == ["cancelled_as_it_starts finished"]
+
+
+async def test_a_sync_call_still_running_past_the_cancel_grace_is_answered_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cancel is not held up for ever by a tool that hangs: past CANCEL_GRACE the call is
+    abandoned and answered "still running", which the run records before it closes."""
+    monkeypatch.setattr(tooldef_module, "CANCEL_GRACE", timedelta(seconds=0.3))
+    env = ActivityEnvironment()
+    task = asyncio.ensure_future(env.run(acts().call_tool, call("gated_sync")))
+    await asyncio.to_thread(_until, lambda: "gated_sync" in CALLS)
+    env.cancel(cancellation_details=activity.ActivityCancellationDetails(cancel_requested=True))
+    result = await asyncio.wait_for(task, 5)
+    GATE.set()
+    assert result.error is not None
+    assert "gated_sync was still running 0.3 s after its run was cancelled" in result.error
+    assert "may still have effects" in result.result
 
 
 async def test_a_sync_call_its_worker_stops_is_handed_back_at_once() -> None:
