@@ -265,8 +265,8 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
         try:
             done, _ = await asyncio.wait({outcome}, timeout=left)
             break
-        except asyncio.CancelledError:
-            if not outlived and run_cancelled():
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) and not outlived and run_cancelled():
                 # the run was cancelled, and a thread cannot be stopped: the
                 # call's outcome is waited for (to its timeout, CANCEL_GRACE at
                 # most), so the run records it instead of running the tool
@@ -276,10 +276,6 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
                 continue
             outcome.cancel()
             threads.abandon(call)  # cancelled: nobody waits for it any more
-            raise
-        except BaseException:
-            outcome.cancel()
-            threads.abandon(call)
             raise
     if not done and threads.abandon(call):
         outcome.cancel()  # what it returns or raises later is dropped unseen
