@@ -18,6 +18,7 @@ from agentor_temporal.activities import tools as _tools
 from agentor_temporal.activities._definition import definition_for
 from agentor_temporal.activities._joining import LiveCalls
 from agentor_temporal.activities._private import heartbeating
+from agentor_temporal.activities.conversations import CACHE
 from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (
@@ -108,6 +109,15 @@ class AgentActivities:
     async def needs_approval(self, inp: ApprovalCheckInput) -> bool:
         """Evaluate a tool's approval predicate on one call's arguments."""
         return await _tools.needs_approval(self.registry, inp)
+
+    def execution_ended(self, workflow_id: str, run_id: str) -> None:
+        """Forget what this worker kept for an execution that closed here with its result.
+
+        What the run's closing journal step does when it records the `run_end`;
+        a run that puts its last events in its result has no such step.
+        """
+        self.calls.forget_execution(workflow_id, run_id)
+        CACHE.forget(workflow_id)
 
     def all(self) -> list[Any]:
         """Every activity, for `Worker(activities=...)`."""

@@ -78,6 +78,23 @@ def catch_up(store: Store, run_id: str, events: list[Event], agent: str) -> int 
 
 async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> AgentSpec:
     """The registered agent's spec, or a non-retryable error naming the known ones."""
+    return agent_spec(registry, inp)
+
+
+def spec_of(registry: AgentRegistry, agent: str, fingerprint: str | None) -> AgentSpec | None:
+    """What the describe step would record for `agent` on this worker, or None where it fails.
+
+    A run whose starter found the same spec (a worker in its own process)
+    takes it from its memo instead of a describe step (`workflows.segment`).
+    """
+    try:
+        return agent_spec(registry, DescribeAgentInput(agent, fingerprint or ""))
+    except ApplicationError:
+        return None
+
+
+def agent_spec(registry: AgentRegistry, inp: DescribeAgentInput) -> AgentSpec:
+    """The describe step's answer (see `describe_agent`)."""
     try:
         agent = registry.get(inp.agent)
     except UnknownAgentError as exc:
@@ -109,13 +126,7 @@ async def describe_agent(registry: AgentRegistry, inp: DescribeAgentInput) -> Ag
 
 async def journal(registry: AgentRegistry, inp: JournalInput) -> JournalResult:
     """Return the new events for history; mirror everything unconfirmed into the store."""
-    offset = inp.new_from - inp.start
-    new = [dict(e) for e in inp.events[offset:]]
-    refs = {k: v for k, v in inp.refs.items() if int(k) >= inp.new_from}
-    for key in refs:
-        # the request is already in history as the generate activity's input
-        new[int(key) - inp.new_from].pop("messages", None)
-    result = JournalResult(events=new, start=inp.new_from, refs=refs)
+    result = inp.recorded()
     try:
         return await _mirror(registry, inp, result)
     finally:

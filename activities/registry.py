@@ -168,6 +168,9 @@ class AgentRegistry:
         self.status_attributes = False
         #: set once it is known to have ForkedFrom
         self.fork_attribute = False
+        #: whether the three above are known (`ensure_search_attributes` asked the
+        #: namespace): until then a spec read here may not be what runs record
+        self.attributes_known = False
         #: openai clients per event loop (a client is bound to the loop it first
         #: ran on), then per endpoint and key; a closed loop's are dropped
         self._clients: dict[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = {}

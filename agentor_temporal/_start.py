@@ -29,6 +29,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal._local_spec import memo_for
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
@@ -67,6 +68,7 @@ async def start_once(
     static_summary: str | None = None,
     static_details: str | None = None,
     previous_execution: str | None = None,
+    memo: dict[str, Any] | None = None,
 ) -> None:
     """`client.start_workflow` for the fields the facade uses, with a chosen request id.
 
@@ -98,6 +100,8 @@ async def start_once(
         req.user_metadata.details.CopyFrom(
             (await client.data_converter.encode([static_details]))[0]
         )
+    for key, value in (memo or {}).items():
+        req.memo.fields[key].CopyFrom((await client.data_converter.encode([value]))[0])
     header = await _trace_header(client, id, previous_execution)
     if header is not None:
         req.header.fields[TRACE_HEADER].CopyFrom(header)
@@ -142,6 +146,8 @@ async def start_segment(
     A `request_id` makes the start happen once per id (see `agentor_temporal._start`).
     """
     tools = ", ".join(t.name for t in agent.tools) or "none"
+    # a worker for this queue in this process: its spec saves the run's describe step
+    memo = memo_for(task_queue, agent.name, inp.fingerprint)
     try:
         if request_id is not None:
             await start_once(
@@ -159,6 +165,7 @@ async def start_segment(
                     f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
                 ),
                 previous_execution=inp.previous_execution,
+                memo=memo,
             )
             return client.get_workflow_handle(run_id)
         return await client.start_workflow(
@@ -176,6 +183,7 @@ async def start_segment(
             # with a worker for this queue in this process, the first
             # workflow task comes back in the start response (no poll)
             request_eager_start=True,
+            memo=memo,
         )
     except WorkflowAlreadyStartedError:
         return None

@@ -39,6 +39,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from agentor_temporal import telemetry
 from agentor_temporal._admission import admission
 from agentor_temporal._instrument import TelemetryInterceptor, watch_waiting
+from agentor_temporal._local_spec import WorkerFacts, offer, withdraw
 from agentor_temporal._memory import keep_memory_trimmed, preload, tune_allocator
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
 from agentor_temporal.codec import (
@@ -186,6 +187,7 @@ async def ensure_search_attributes(client: Client, registry: AgentRegistry | Non
         registry.search_attributes = names
         registry.status_attributes = set(STATUS_ATTRIBUTES) <= have
         registry.fork_attribute = set(FORK_ATTRIBUTES) <= have
+        registry.attributes_known = True
     return names
 
 
@@ -268,6 +270,7 @@ class AgentorPlugin(SimplePlugin):
                 self.registry.default_store = store
         else:
             self.registry = AgentRegistry([definition_of(a) for a in agents], default_store=store)
+        self.bundle = AgentActivities(self.registry)
         self.tune_worker = tune_worker
         self.trace = telemetry.worker_tracing(tracing, trace_content)
         self.metrics_address = (
@@ -279,7 +282,7 @@ class AgentorPlugin(SimplePlugin):
         super().__init__(
             "agentor_temporal.AgentorPlugin",
             workflows=[AgentRunWorkflow],
-            activities=AgentActivities(self.registry).all(),
+            activities=self.bundle.all(),
             workflow_runner=self._runner,
             data_converter=self._converter if self.keys is not None else None,
         )
@@ -332,6 +335,16 @@ class AgentorPlugin(SimplePlugin):
         ):
             interceptors.append(telemetry.otel_interceptor())
         interceptors.append(TelemetryInterceptor(self.trace))
+        # each run may take its spec from its memo when this worker's is the
+        # same, and close with its last events in its result
+        converter = client.data_converter
+        plain = converter.payload_codec is None and converter.external_storage is None
+        interceptors.append(WorkerFacts(self.bundle, plain))
+        if self.registry.attributes_known:
+            # the runs this process starts on the worker's queue may carry its
+            # specs from now (an embedded worker's first run is started before
+            # its poll loop runs)
+            offer(config["task_queue"], self.registry)
         config["interceptors"] = interceptors
         if self.keys is not None:
             codec = encryption_codec_of(client.data_converter)
@@ -362,6 +375,7 @@ class AgentorPlugin(SimplePlugin):
         """
         if not self.registry.search_attributes:
             await ensure_search_attributes(worker.client, self.registry)
+        offer(worker.task_queue, self.registry)
         tune_allocator(arenas=False)
         self.registry.open_clients()
         trimming = asyncio.create_task(keep_memory_trimmed())
@@ -372,6 +386,7 @@ class AgentorPlugin(SimplePlugin):
         try:
             await super().run_worker(worker, next)
         finally:
+            withdraw(worker.task_queue, self.registry)
             trimming.cancel()
             if watching is not None:
                 watching.cancel()

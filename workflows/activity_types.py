@@ -151,6 +151,15 @@ class JournalInput:
     #: events sent by reference: the mirror writes their full request
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def recorded(self) -> JournalResult:
+        """The new events as history records them (a `journal` step's result, a run's result)."""
+        new = [dict(e) for e in self.events[self.new_from - self.start :]]
+        refs = {k: v for k, v in self.refs.items() if int(k) >= self.new_from}
+        for key in refs:
+            # the request is already in history as the generate activity's input
+            new[int(key) - self.new_from].pop("messages", None)
+        return JournalResult(events=new, start=self.new_from, refs=refs)
+
 
 @dataclass
 class JournalResult:

@@ -15,7 +15,7 @@ import asyncio
 import copy
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -48,10 +48,11 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.generation import Generation
     from agentor_temporal.workflows.input_limits import input_problem
     from agentor_temporal.workflows.journaling import Journal
+    from agentor_temporal.workflows.journaling import in_result as in_result_payload
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import encoded_size
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
-    from agentor_temporal.workflows.segment import Setup, describe, set_names
+    from agentor_temporal.workflows.segment import LocalSpec, Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import StreamWindow, guard_publish
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls, TurnCancelled
     from agentor_temporal.workflows.types import (
@@ -114,6 +115,14 @@ class AgentRunWorkflow:
         self._fold: bool | None = None
         self._history: HistoryGauge | None = None
         self._executions = 1
+
+    #: this worker's spec for an agent, set on each run by the worker's
+    #: interceptor (`agentor_temporal._local_spec`); None: the describe step
+    #: is always asked
+    local_spec: LocalSpec | None = None
+    #: whether the worker's payloads keep their metadata (no codec, no external
+    #: storage): a closing run may then put its last events in its result
+    plain_results = False
 
     # -- queries and updates -----------------------------------------------------
 
@@ -233,7 +242,9 @@ class AgentRunWorkflow:
                     for event in exc.results:
                         event.turn = self._turn
                         self._journal.record(event)
-                await self._end("failed", seg, turn=self._turn or None, error=CANCELLED)
+                await self._end(
+                    "failed", seg, turn=self._turn or None, error=CANCELLED, returning=False
+                )
                 raise
 
     async def _loop(self, inp: AgentRunInput, seg: Setup) -> dict[str, Any]:
@@ -417,7 +428,7 @@ class AgentRunWorkflow:
         self._prior = Usage.from_dict(inp.prior_usage)
         carry = Carry.from_dict(inp.carry) if inp.carry is not None else None
         try:
-            spec = self._spec = await describe(inp.agent, inp.fingerprint)
+            spec = self._spec = await describe(inp.agent, inp.fingerprint, self.local_spec)
             # what `versions.adopted` reads: the level this run was begun at
             self.behaviour = spec.behaviour
             # before any command: a name refused as a search attribute fails
@@ -517,8 +528,12 @@ class AgentRunWorkflow:
         turn: int | None = None,
         text: str | None = None,
         error: str | None = None,
+        returning: bool = True,
     ) -> dict[str, Any]:
-        """Record the segment's `run_end`, make sure it is kept, and return the outcome."""
+        """Record the segment's `run_end`, make sure it is kept, and return the outcome.
+
+        `returning`: the run returns the outcome (False: it raises, cancelled).
+        """
         self._journal.record(
             Event(
                 type="run_end",
@@ -531,7 +546,7 @@ class AgentRunWorkflow:
                 ended_at=workflow.now().timestamp(),
             )
         )
-        return await self._close(status, seg, text=text, error=error)
+        return await self._close(status, seg, text=text, error=error, returning=returning)
 
     async def _close(
         self,
@@ -541,9 +556,11 @@ class AgentRunWorkflow:
         text: str | None = None,
         error: str | None = None,
         details: str | None = None,
+        returning: bool = True,
     ) -> dict[str, Any]:
         """Make sure the segment's events are kept, release handlers, return the outcome."""
         spec = seg.spec
+        in_result = returning and self._journal_in_result(spec)
         self._status = status
         self._history = HistoryGauge.now()
         workflow.set_current_details(
@@ -551,7 +568,8 @@ class AgentRunWorkflow:
             or f"Finished: {status} after {plural(self._turn, 'turn')} · {self._tokens()} tokens"
             f" · {self._history.describe()}"
         )
-        await self._journal.flush(spec.name, spec.mirror)
+        if not in_result:
+            await self._journal.flush(spec.name, spec.mirror)
         await self._release_handlers()
         if self._journal.unmirrored(spec.mirror):
             await self._journal.flush(spec.name, spec.mirror, strict=True)
@@ -563,10 +581,27 @@ class AgentRunWorkflow:
                     workflow.info().workflow_id,
                     missing,
                 )
-        return RunOutcome(
+        outcome = RunOutcome(
             run_id=workflow.info().workflow_id,
             status=status,
             final_output=text,
             usage=self._prior + self._usage,
             error=error,
         ).to_dict()
+        if in_result and not self._journal.settled:
+            # the contract's result, its payload carrying the last events
+            record = self._journal.closing_record(spec.name)
+            return cast(dict[str, Any], in_result_payload(outcome, record))
+        return outcome
+
+    def _journal_in_result(self, spec: AgentSpec) -> bool:
+        """Whether the run's last events go in its result (`policies.JOURNAL_IN_RESULT`)."""
+        if spec.mirror or level() < policies.JOURNAL_IN_RESULT:
+            return False
+        if workflow.unsafe.is_replaying():
+            return not workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
+        pending = self._journal.pending_bytes()
+        if self.plain_results and pending <= policies.MAX_RESULT_JOURNAL_BYTES:
+            return True
+        workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
+        return False

@@ -25,13 +25,22 @@ from temporalio.client import WorkflowHistory
 
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store.events import Event
-from agentor_temporal.workflows.policies import CALL_TOOL, DESCRIBE_AGENT, GENERATE, JOURNAL
+from agentor_temporal.workflows.policies import (
+    CALL_TOOL,
+    DESCRIBE_AGENT,
+    GENERATE,
+    JOURNAL,
+    PATCH_SPEC_MEMO_REFUSED,
+    RESULT_JOURNAL,
+    SPEC_MEMO,
+)
 from agentor_temporal.workflows.types import ForkOrigin, parse_fork_origin
 
 #: Decodes one payload of the history (through the client's data converter).
 Decode = Callable[[Payload], Awaitable[Any]]
 
 _LOCAL_ACTIVITY_MARKER = "core_local_activity"
+_PATCH_MARKER = "core_patch"
 
 
 @dataclass
@@ -96,6 +105,10 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
     #: scheduled event id -> activity id, of call_tool activities
     tools: dict[int, str] = {}
     journal: list[tuple[int, list[dict[str, Any]], dict[str, str]]] = []
+    #: the spec the starter put in the memo, whether the run refused it, and
+    #: whether a workflow task completed (the run decided)
+    memo_spec: Any = None
+    refused = decided = False
     for event in history.events:
         kind = event.event_type
         segment.history_events += 1
@@ -116,6 +129,13 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                     # any client may start a run with bytes that are not
                     # JSON; the workflow failed it, and reading it must not
                     segment.input = None
+            if SPEC_MEMO in attrs.memo.fields:
+                try:
+                    memo_spec = await decode(attrs.memo.fields[SPEC_MEMO])
+                except EncryptionKeyError:
+                    raise
+                except Exception:
+                    memo_spec = None  # the workflow asked its worker instead
             previous = (
                 segment.input.get("previous_execution") if isinstance(segment.input, dict) else None
             )
@@ -140,8 +160,14 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                     scheduled[activity_id],
                     attrs_c.result.payloads[0],
                 )
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            decided = True
         elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
             marker = event.marker_recorded_event_attributes
+            if marker.marker_name == _PATCH_MARKER and _patch_id(marker.details) == (
+                PATCH_SPEC_MEMO_REFUSED
+            ):
+                refused = True
             if marker.marker_name != _LOCAL_ACTIVITY_MARKER or "result" not in marker.details:
                 continue
             info = _marker_info(marker.details)
@@ -169,7 +195,15 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                     )
                 )
         else:
+            if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+                # a run closing with its last events in its result's payload
+                # (policies.JOURNAL_IN_RESULT) had no journal step for them
+                closing = _closing_record(event.workflow_execution_completed_event_attributes)
+                if closing is not None:
+                    journal.append(closing)
             await _close(segment, event, decode)
+    if segment.spec is None and decided and not refused and isinstance(memo_spec, dict):
+        segment.spec = memo_spec  # taken from the memo: no describe step
     for start, events, refs in journal:
         for index, data in enumerate(events):
             ref = refs.get(str(start + index))
@@ -199,6 +233,32 @@ def _folded(request: Any) -> tuple[int, list[dict[str, Any]], dict[str, str]] | 
         return None
     refs = {str(k): str(v) for k, v in dict(folded.get("refs") or {}).items()}
     return int(folded.get("new_from") or 0), list(folded.get("events") or []), refs
+
+
+def _closing_record(attrs: Any) -> tuple[int, list[dict[str, Any]], dict[str, str]] | None:
+    """The events a run's result payload carries in its metadata, as (start, events, refs)."""
+    payloads = attrs.result.payloads
+    raw = payloads[0].metadata.get(RESULT_JOURNAL) if payloads else None
+    if raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+        refs = {str(k): str(v) for k, v in dict(record.get("refs") or {}).items()}
+        return int(record.get("start") or 0), list(record.get("events") or []), refs
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def _patch_id(details: Any) -> str | None:
+    """The id a patch marker records."""
+    data = details.get("patch-data") if hasattr(details, "get") else None
+    if data is None or not data.payloads:
+        return None
+    try:
+        info = json.loads(data.payloads[0].data)
+    except ValueError:
+        return None
+    return str(info.get("id")) if isinstance(info, dict) else None
 
 
 def _marker_info(details: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowTopicHandle
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
@@ -185,6 +186,29 @@ class Journal:
         self._recorded(total)
         self.confirm(res.mirrored if res.error is None else None, mirror)
 
+    def closing_record(self, agent: str) -> dict[str, Any]:
+        """The new events as a `journal` step would record them, for the run's result.
+
+        A run that closes with its events in its result (`policies.JOURNAL_IN_RESULT`)
+        has no journal step: the result's payload carries them (`in_result`),
+        and `history_reader` reads them there.
+        """
+        total = len(self.events)
+        inp = JournalInput(
+            run_id=workflow.info().workflow_id,
+            agent=agent,
+            mirror=False,
+            start=self.offset + self._journaled,
+            events=[e.to_dict() for e in self.events[self._journaled :]],
+            new_from=self.offset + self._journaled,
+            refs={
+                str(self.offset + i): ref for i, ref in self._refs.items() if i >= self._journaled
+            },
+        )
+        recorded = inp.recorded()
+        self._recorded(total)
+        return {"start": recorded.start, "events": recorded.events, "refs": recorded.refs}
+
     def pending_bytes(self) -> int:
         """Encoded size of the events not in history yet, as a journal step records them."""
         size = 0
@@ -268,3 +292,16 @@ class Journal:
         done = self._journaled if not mirror else (self._mirrored or self.offset) - self.offset
         for index in [i for i in self._requests if i < done]:
             del self._requests[index]
+
+
+def in_result(outcome: dict[str, Any], record: dict[str, Any]) -> RawValue:
+    """The run's result, its payload carrying the events of `closing_record`.
+
+    The result itself is the contract's JSON, exactly; the events ride in the
+    payload's metadata (`policies.RESULT_JOURNAL`), which clients that decode
+    the result do not see.
+    """
+    converter = workflow.payload_converter()
+    payload = converter.to_payload(outcome)
+    payload.metadata[policies.RESULT_JOURNAL] = converter.to_payload(record).data
+    return RawValue(payload)

@@ -188,6 +188,14 @@ PATCH_TAIL_BUDGET = "tail-budget"
 #: `resume` rewound the batch and the model called it again, under a new
 #: call id its idempotency key did not know (a payment made twice).
 PATCH_RECORD_CANCELLED_CALLS = "record-cancelled-calls"
+#: The memo key a starter puts its own worker's spec for the run's agent
+#: under (`workflows.segment.memo_spec`): a worker whose spec is the same
+#: records no describe step.
+SPEC_MEMO = "agentor_spec"
+#: Marks an execution whose memo's spec its worker did not take (its own spec
+#: differed, or it could not say): the describe step ran, and replays run it
+#: too. Asked only of executions that have the memo.
+PATCH_SPEC_MEMO_REFUSED = "spec-memo-refused"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, so a replay reads the level the run began
@@ -198,7 +206,7 @@ PATCH_RECORD_CANCELLED_CALLS = "record-cancelled-calls"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 5
+BEHAVIOUR = 6
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -234,6 +242,20 @@ WHOLE_PAUSE = 5
 #: ("no tool call waiting"), where it was taken and answered "approved" for a
 #: call that never ran.
 CANCEL_ENDS_WAITING = 5
+#: From this level a run that closes (completed, failed or out of turns; not
+#: cancelled, not continuing as new) with its events not mirrored by its
+#: worker puts its last events in its result's payload (`RESULT_JOURNAL`)
+#: instead of a journal step: one local activity and one workflow
+#: activation fewer per run. Where it cannot (the worker's payloads go
+#: through a codec or external storage, which may not keep a payload's
+#: metadata, or the events pass MAX_RESULT_JOURNAL_BYTES) the journal step
+#: runs, and PATCH_JOURNAL_AT_CLOSE marks it for replays.
+JOURNAL_IN_RESULT = 6
+#: The metadata key of a result payload that carries its run's last events
+#: ({"start", "events", "refs"}, as a journal step's result has them).
+RESULT_JOURNAL = "agentor-journal"
+MAX_RESULT_JOURNAL_BYTES = 256 * 1024
+PATCH_JOURNAL_AT_CLOSE = "journal-at-close"
 TOKENS_INTERVAL = timedelta(seconds=10)
 
 #: Journal and describe run as local activities: no server round trip, their

@@ -1,13 +1,22 @@
 """What one execution of a run starts from: its agent's spec, its budget, its names.
 
-The spec is asked of the worker (the `describe_agent` local activity), so the
-history records how the agent was built when the run ran; the names the run
-is found by in visibility (agent, model, the run a fork came from) are set
-once, in one upsert command.
+The spec is recorded in history, so a replay sees how the agent was built
+when the run ran. A starter with a worker for the run's queue in its own
+process (`Agentor.run` beside its worker) puts that worker's spec in the
+run's memo (`policies.SPEC_MEMO`); a worker whose own spec for the agent is
+the same takes it from there, which saves a local activity and a workflow
+activation at the start of every segment. Otherwise (no memo, or a worker
+that would record another spec) the worker is asked (the `describe_agent`
+local activity), and a refused memo leaves a marker that replays read. The
+names the run is found by in visibility (agent, model, the run a fork came
+from) are set once, in one upsert command.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +59,41 @@ class Setup:
         return self.spec.inline_bytes or policies.INLINE_CONVERSATION_BYTES
 
 
-async def describe(agent: str, fingerprint: str | None) -> AgentSpec:
+#: This worker's spec for an agent (name, the fingerprint the starter expects), or None
+LocalSpec = Callable[[str, str | None], AgentSpec | None]
+
+
+def canonical(spec: AgentSpec) -> str:
+    """A spec as JSON with sorted keys: two specs record the same iff these are equal."""
+    return json.dumps(dataclasses.asdict(spec), sort_keys=True, default=str)
+
+
+def memo_spec(agent: str, fingerprint: str | None, local: LocalSpec | None) -> AgentSpec | None:
+    """The spec the run's starter put in its memo, when this run takes it.
+
+    Taken when this worker's own spec for the agent is the same; decided once,
+    at the execution's first task: a refusal is recorded (a patch marker) and
+    a replay reads that instead of asking the worker again, whose definition
+    or settings may have changed since.
+    """
+    try:
+        given = workflow.memo_value(policies.SPEC_MEMO, None, type_hint=AgentSpec)
+    except Exception:
+        given = None  # not a spec: the describe step decides, as with no memo
+    if not isinstance(given, AgentSpec):
+        return None
+    if workflow.unsafe.is_replaying():
+        return None if workflow.patched(policies.PATCH_SPEC_MEMO_REFUSED) else given
+    mine = local(agent, fingerprint) if local is not None else None
+    if mine is not None and canonical(mine) == canonical(given):
+        return given
+    workflow.patched(policies.PATCH_SPEC_MEMO_REFUSED)
+    return None
+
+
+async def describe(
+    agent: str, fingerprint: str | None, local: LocalSpec | None = None
+) -> AgentSpec:
     """The agent's spec as the worker has it.
 
     Raises:
@@ -58,6 +101,9 @@ async def describe(agent: str, fingerprint: str | None) -> AgentSpec:
             which would retry forever): the agent is unknown here, or built
             otherwise than `fingerprint`.
     """
+    given = memo_spec(agent, fingerprint, local)
+    if given is not None:
+        return given
     try:
         spec: AgentSpec = await workflow.execute_local_activity(
             policies.DESCRIBE_AGENT,

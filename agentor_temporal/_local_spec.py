@@ -1,0 +1,146 @@
+"""A run's spec from a worker in its starter's own process, with no describe step.
+
+Every segment records its agent's spec at its start. Asked of the worker
+(the `describe_agent` local activity), that costs each run a local activity
+and a workflow activation before its first model request. A process that
+starts a run and also runs a worker for the run's task queue (`Agentor.run`
+beside its embedded worker, or a service hosting both) knows what that
+worker would answer: `starter_spec` puts it in the run's memo, and the worker
+that takes the run's first task uses it when its own spec for the agent is
+the same (`workflows.segment.memo_spec`). With eager start that task comes
+back to this very worker. A worker elsewhere whose spec differs (another
+build, other settings) runs the describe step as before.
+
+`offer` registers a worker's registry for the starters of its process (and
+`withdraw` when it stops); `WorkerFacts` hands each run the spec its own worker has (and
+whether its results may carry the run's last events, `JOURNAL_IN_RESULT`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from temporalio import workflow
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+from agentor_temporal.activities import AgentActivities
+from agentor_temporal.activities.journal import spec_of
+from agentor_temporal.activities.registry import AgentRegistry
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.agent_run import AgentRunWorkflow
+from agentor_temporal.workflows.segment import canonical
+from agentor_temporal.workflows.types import AgentSpec
+
+logger = logging.getLogger("agentor_temporal.worker")
+
+#: A spec larger than this, encoded, is not put in a memo (the server caps a
+#: memo's size; the describe step records any spec)
+MAX_MEMO_SPEC_BYTES = 32 * 1024
+
+_lock = threading.Lock()
+#: task queue -> the registries of this process's workers for it (weakly: a
+#: worker built and never run goes with its registry)
+_serving: dict[str, list[weakref.ref[AgentRegistry]]] = {}
+
+
+def offer(task_queue: str, registry: AgentRegistry) -> None:
+    """Let this process's starters read a worker's specs (from when it is built).
+
+    From when it is built, not when it starts to poll: an embedded worker
+    is started, and the run started beside it, before its poll loop runs.
+    """
+    with _lock:
+        offered = _serving.setdefault(task_queue, [])
+        if not any(r() is registry for r in offered):
+            offered.append(weakref.ref(registry))
+
+
+def withdraw(task_queue: str, registry: AgentRegistry) -> None:
+    """A worker stopped: its specs no longer go with the runs this process starts."""
+    with _lock:
+        kept = [r for r in _serving.get(task_queue, []) if r() is not None and r() is not registry]
+        if kept:
+            _serving[task_queue] = kept
+        else:
+            _serving.pop(task_queue, None)
+
+
+@contextmanager
+def serving(task_queue: str, registry: AgentRegistry) -> Iterator[None]:
+    """`offer` while the body runs, then `withdraw`."""
+    offer(task_queue, registry)
+    try:
+        yield
+    finally:
+        withdraw(task_queue, registry)
+
+
+def starter_spec(task_queue: str, agent: str, fingerprint: str | None) -> AgentSpec | None:
+    """The spec this process's workers for `task_queue` would record, if they all agree."""
+    with _lock:
+        registries = [r() for r in _serving.get(task_queue, ())]
+    specs = [spec_of(r, agent, fingerprint) for r in registries if r is not None]
+    if not specs or any(spec is None for spec in specs):
+        return None
+    first = specs[0]
+    assert first is not None
+    if any(canonical(spec) != canonical(first) for spec in specs[1:] if spec is not None):
+        return None
+    return first if len(canonical(first).encode()) <= MAX_MEMO_SPEC_BYTES else None
+
+
+def memo_for(task_queue: str, agent: str, fingerprint: str | None) -> dict[str, Any] | None:
+    """The memo a run starts with: its spec, when a worker here has it (else None)."""
+    try:
+        spec = starter_spec(task_queue, agent, fingerprint)
+    except Exception:
+        # only ever a saving: the run's worker is asked instead
+        logger.debug("No spec for the memo of a run of %r", agent, exc_info=True)
+        return None
+    return None if spec is None else {policies.SPEC_MEMO: spec}
+
+
+class WorkerFacts(Interceptor):
+    """Tells each run what its worker has, and tidies up after one that closes here.
+
+    Args:
+        activities: the worker's activities (its registry, its live calls).
+        plain_results: whether the worker's payloads keep their metadata (no
+            codec, no external storage; `AgentRunWorkflow.plain_results`).
+    """
+
+    def __init__(self, activities: AgentActivities, plain_results: bool) -> None:
+        self.activities = activities
+        self.plain_results = plain_results
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        activities, plain = self.activities, self.plain_results
+
+        def local(agent: str, fingerprint: str | None) -> AgentSpec | None:
+            return spec_of(activities.registry, agent, fingerprint)
+
+        class _Facts(WorkflowInboundInterceptor):
+            async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+                instance = workflow.instance()
+                if not isinstance(instance, AgentRunWorkflow):
+                    return await super().execute_workflow(input)
+                instance.local_spec = local
+                instance.plain_results = plain
+                result = await super().execute_workflow(input)
+                info = workflow.info()
+                activities.execution_ended(info.workflow_id, info.run_id)
+                return result
+
+        return _Facts
