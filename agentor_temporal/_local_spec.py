@@ -5,9 +5,11 @@ Every segment records its agent's spec at its start. Asked of the worker
 and a workflow activation before its first model request. A process that
 starts a run and also runs a worker for the run's task queue (`Agentor.run`
 beside its embedded worker, or a service hosting both) knows what that
-worker would answer: `starter_spec` puts it in the run's memo, and the worker
-that takes the run's first task uses it when its own spec for the agent is
-the same (`workflows.segment.memo_spec`). With eager start that task comes
+worker would answer: `spec_header` puts it in a header of the run's start
+(history keeps it in the start event; unlike a memo it costs no visibility
+writes, measured at ~9 ms of server CPU per run), and the worker that takes
+the run's first task uses it when its own spec for the agent is the same
+(`workflows.segment.header_spec`). With eager start that task comes
 back to this very worker. A worker elsewhere whose spec differs (another
 build, other settings) runs the describe step as before.
 
@@ -23,9 +25,13 @@ import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, OutboundInterceptor, StartWorkflowInput, WorkflowHandle
+from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.worker import (
     ExecuteWorkflowInput,
     Interceptor,
@@ -43,9 +49,9 @@ from agentor_temporal.workflows.types import AgentSpec
 
 logger = logging.getLogger("agentor_temporal.worker")
 
-#: A spec larger than this, encoded, is not put in a memo (the server caps a
-#: memo's size; the describe step records any spec)
-MAX_MEMO_SPEC_BYTES = 32 * 1024
+#: A spec larger than this, encoded, is not sent in a header (the describe step
+#: records any spec)
+MAX_HEADER_SPEC_BYTES = 32 * 1024
 
 _lock = threading.Lock()
 #: task queue -> the registries of this process's workers for it (weakly: a
@@ -96,18 +102,68 @@ def starter_spec(task_queue: str, agent: str, fingerprint: str | None) -> AgentS
     assert first is not None
     if any(canonical(spec) != canonical(first) for spec in specs[1:] if spec is not None):
         return None
-    return first if len(canonical(first).encode()) <= MAX_MEMO_SPEC_BYTES else None
+    return first if len(canonical(first).encode()) <= MAX_HEADER_SPEC_BYTES else None
 
 
-def memo_for(task_queue: str, agent: str, fingerprint: str | None) -> dict[str, Any] | None:
-    """The memo a run starts with: its spec, when a worker here has it (else None)."""
+def spec_header(
+    client: Client, task_queue: str, agent: str, fingerprint: str | None
+) -> Payload | None:
+    """The header a run starts with: its spec, when a worker here has it (else None).
+
+    Not with a payload codec: Temporal does not pass headers through it, and
+    an encrypted app's spec (its instructions) must not be written in clear.
+    """
+    if client.data_converter.payload_codec is not None:
+        return None
     try:
         spec = starter_spec(task_queue, agent, fingerprint)
     except Exception:
         # only ever a saving: the run's worker is asked instead
-        logger.debug("No spec for the memo of a run of %r", agent, exc_info=True)
+        logger.debug("No spec for the header of a run of %r", agent, exc_info=True)
         return None
-    return None if spec is None else {policies.SPEC_MEMO: spec}
+    if spec is None:
+        return None
+    return Payload(metadata={"encoding": b"json/plain"}, data=canonical(spec).encode())
+
+
+#: the header the next start in this context sends (`headed`)
+_sending: ContextVar[Payload | None] = ContextVar("agentor_spec_header", default=None)
+_headed: weakref.WeakKeyDictionary[Client, Client] = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def sending(header: Payload | None) -> Iterator[None]:
+    """Starts made through `headed(client)` in the body carry `header` (the run's spec)."""
+    token = _sending.set(header)
+    try:
+        yield
+    finally:
+        _sending.reset(token)
+
+
+def headed(client: Client) -> Client:
+    """`client` (same connection, so eager start still reaches this process's
+    worker) with an interceptor that adds the spec header `sending` names."""
+    derived = _headed.get(client)
+    if derived is None:
+        config = client.config(active_config=True)
+        config["interceptors"] = [*config["interceptors"], _SpecHeaders()]
+        config["plugins"] = []  # already applied to the active config
+        derived = _headed[client] = Client(**config)
+    return derived
+
+
+class _SpecHeaders(ClientInterceptor):
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _AddSpec(next)
+
+
+class _AddSpec(OutboundInterceptor):
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle[Any, Any]:
+        header = _sending.get()
+        if header is not None:
+            input.headers = {**input.headers, policies.SPEC_HEADER: header}
+        return await super().start_workflow(input)
 
 
 class WorkerFacts(Interceptor):

@@ -29,11 +29,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal._local_spec import memo_for
+from agentor_temporal._local_spec import headed, sending, spec_header
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
-from agentor_temporal.workflows.policies import WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
+from agentor_temporal.workflows.policies import SPEC_HEADER, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from agentor_temporal.workflows.types import AgentRunInput
 
 #: Namespace of the request ids below (any fixed UUID would do).
@@ -68,7 +68,7 @@ async def start_once(
     static_summary: str | None = None,
     static_details: str | None = None,
     previous_execution: str | None = None,
-    memo: dict[str, Any] | None = None,
+    spec: Payload | None = None,
 ) -> None:
     """`client.start_workflow` for the fields the facade uses, with a chosen request id.
 
@@ -100,8 +100,8 @@ async def start_once(
         req.user_metadata.details.CopyFrom(
             (await client.data_converter.encode([static_details]))[0]
         )
-    for key, value in (memo or {}).items():
-        req.memo.fields[key].CopyFrom((await client.data_converter.encode([value]))[0])
+    if spec is not None:
+        req.header.fields[SPEC_HEADER].CopyFrom(spec)
     header = await _trace_header(client, id, previous_execution)
     if header is not None:
         req.header.fields[TRACE_HEADER].CopyFrom(header)
@@ -147,7 +147,7 @@ async def start_segment(
     """
     tools = ", ".join(t.name for t in agent.tools) or "none"
     # a worker for this queue in this process: its spec saves the run's describe step
-    memo = memo_for(task_queue, agent.name, inp.fingerprint)
+    header = spec_header(client, task_queue, agent.name, inp.fingerprint)
     try:
         if request_id is not None:
             await start_once(
@@ -165,25 +165,25 @@ async def start_segment(
                     f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
                 ),
                 previous_execution=inp.previous_execution,
-                memo=memo,
+                spec=header,
             )
             return client.get_workflow_handle(run_id)
-        return await client.start_workflow(
-            WORKFLOW_TYPE,
-            inp.to_dict(),
-            id=run_id,
-            task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=reuse,
-            task_timeout=WORKFLOW_TASK_TIMEOUT,
-            static_summary=f"{agent.name}: {preview_input(inp.input)}",
-            static_details=(
-                f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
-            ),
-            # with a worker for this queue in this process, the first
-            # workflow task comes back in the start response (no poll)
-            request_eager_start=True,
-            memo=memo,
-        )
+        with sending(header):
+            return await (client if header is None else headed(client)).start_workflow(
+                WORKFLOW_TYPE,
+                inp.to_dict(),
+                id=run_id,
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=reuse,
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
+                static_summary=f"{agent.name}: {preview_input(inp.input)}",
+                static_details=(
+                    f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
+                ),
+                # with a worker for this queue in this process, the first
+                # workflow task comes back in the start response (no poll)
+                request_eager_start=True,
+            )
     except WorkflowAlreadyStartedError:
         return None

@@ -30,9 +30,9 @@ from agentor_temporal.workflows.policies import (
     DESCRIBE_AGENT,
     GENERATE,
     JOURNAL,
-    PATCH_SPEC_MEMO_REFUSED,
+    PATCH_SPEC_HEADER_REFUSED,
     RESULT_JOURNAL,
-    SPEC_MEMO,
+    SPEC_HEADER,
 )
 from agentor_temporal.workflows.types import ForkOrigin, parse_fork_origin
 
@@ -105,9 +105,9 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
     #: scheduled event id -> activity id, of call_tool activities
     tools: dict[int, str] = {}
     journal: list[tuple[int, list[dict[str, Any]], dict[str, str]]] = []
-    #: the spec the starter put in the memo, whether the run refused it, and
-    #: whether a workflow task completed (the run decided)
-    memo_spec: Any = None
+    #: the spec the starter put in the start header, whether the run refused
+    #: it, and whether a workflow task completed (the run decided)
+    header_spec: Any = None
     refused = decided = False
     for event in history.events:
         kind = event.event_type
@@ -129,13 +129,11 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                     # any client may start a run with bytes that are not
                     # JSON; the workflow failed it, and reading it must not
                     segment.input = None
-            if SPEC_MEMO in attrs.memo.fields:
+            if SPEC_HEADER in attrs.header.fields:
                 try:
-                    memo_spec = await decode(attrs.memo.fields[SPEC_MEMO])
-                except EncryptionKeyError:
-                    raise
-                except Exception:
-                    memo_spec = None  # the workflow asked its worker instead
+                    header_spec = json.loads(attrs.header.fields[SPEC_HEADER].data)
+                except ValueError:
+                    header_spec = None  # the workflow asked its worker instead
             previous = (
                 segment.input.get("previous_execution") if isinstance(segment.input, dict) else None
             )
@@ -165,7 +163,7 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
         elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
             marker = event.marker_recorded_event_attributes
             if marker.marker_name == _PATCH_MARKER and _patch_id(marker.details) == (
-                PATCH_SPEC_MEMO_REFUSED
+                PATCH_SPEC_HEADER_REFUSED
             ):
                 refused = True
             if marker.marker_name != _LOCAL_ACTIVITY_MARKER or "result" not in marker.details:
@@ -202,8 +200,8 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                 if closing is not None:
                     journal.append(closing)
             await _close(segment, event, decode)
-    if segment.spec is None and decided and not refused and isinstance(memo_spec, dict):
-        segment.spec = memo_spec  # taken from the memo: no describe step
+    if segment.spec is None and decided and not refused and isinstance(header_spec, dict):
+        segment.spec = header_spec  # taken from the start header: no describe step
     for start, events, refs in journal:
         for index, data in enumerate(events):
             ref = refs.get(str(start + index))

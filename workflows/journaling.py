@@ -18,12 +18,14 @@ messages here at all, and `requests` lets the mirror rebuild them.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowTopicHandle
+from temporalio.converter import AdvancedJSONEncoder
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
@@ -301,7 +303,9 @@ def in_result(outcome: dict[str, Any], record: dict[str, Any]) -> RawValue:
     payload's metadata (`policies.RESULT_JOURNAL`), which clients that decode
     the result do not see.
     """
-    converter = workflow.payload_converter()
-    payload = converter.to_payload(outcome)
-    payload.metadata[policies.RESULT_JOURNAL] = converter.to_payload(record).data
+    payload = workflow.payload_converter().to_payload(outcome)
+    # JSON whatever the payload converter: readers parse it as such
+    payload.metadata[policies.RESULT_JOURNAL] = json.dumps(
+        record, cls=AdvancedJSONEncoder, separators=(",", ":")
+    ).encode()
     return RawValue(payload)

@@ -188,19 +188,20 @@ PATCH_TAIL_BUDGET = "tail-budget"
 #: `resume` rewound the batch and the model called it again, under a new
 #: call id its idempotency key did not know (a payment made twice).
 PATCH_RECORD_CANCELLED_CALLS = "record-cancelled-calls"
-#: The memo key a starter puts its own worker's spec for the run's agent
-#: under (`workflows.segment.memo_spec`): a worker whose spec is the same
+#: The start header a starter puts its own worker's spec for the run's agent
+#: in (`workflows.segment.header_spec`): a worker whose spec is the same
 #: records no describe step.
-SPEC_MEMO = "agentor_spec"
-#: Marks an execution whose memo's spec its worker did not take (its own spec
-#: differed, or it could not say): the describe step ran, and replays run it
-#: too. Asked only of executions that have the memo.
-PATCH_SPEC_MEMO_REFUSED = "spec-memo-refused"
+SPEC_HEADER = "agentor-spec"
+#: Marks an execution whose header's spec its worker did not take (its own
+#: spec differed, or it could not say): the describe step ran, and replays
+#: run it too. Asked only of executions that have the header.
+PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
-#: describe step (a local activity, so a replay reads the level the run began
-#: with). A change of commands made after the describe step is adopted at a
-#: level: a run recorded at that level or later takes it without asking
+#: describe step (a local activity, or the start header its worker took: either
+#: way in history, so a replay reads the level the run began with). A change of
+#: commands made after the describe step is adopted at a level: a run
+#: recorded at that level or later takes it without asking
 #: `workflow.patched`, whose marker and TemporalChangeVersion upsert cost two
 #: history events per patch per run; a run recorded before (level 0: every
 #: run before levels existed) asks `workflow.patched` exactly as it did, so

@@ -325,8 +325,10 @@ class ToolSpec:
 class AgentSpec:
     """An agent's definition as recorded at the start of each segment.
 
-    Recorded through a local activity, so a replay sees what the run was
-    started with even when the worker's code has changed since.
+    Recorded in history (the describe step's local activity, or the run's
+    start header where its worker has the same spec; `workflows.segment`), so a
+    replay sees what the run was started with even when the worker's code
+    has changed since.
     """
 
     name: str

@@ -1,9 +1,9 @@
-"""Which spec a starter puts in a run's memo: only one every worker here would record."""
+"""Which spec a starter sends with a run: only one every worker here would record."""
 
 from __future__ import annotations
 
 from agentor_temporal import MemoryStore
-from agentor_temporal._local_spec import memo_for, serving, starter_spec
+from agentor_temporal._local_spec import serving, starter_spec
 from agentor_temporal.activities import AgentRegistry
 from agentor_temporal.plugin import definition_of
 from agentor_temporal.workflows import policies
@@ -23,8 +23,7 @@ def test_a_starter_gives_the_spec_of_the_workers_in_its_process_when_they_agree(
         spec = starter_spec("q", "Weather Agent", None)
         assert spec is not None and spec.behaviour == policies.BEHAVIOUR
         assert spec.fingerprint == one.get("Weather Agent").fingerprint()
-        memo = memo_for("q", "Weather Agent", spec.fingerprint)
-        assert memo == {policies.SPEC_MEMO: spec}
+        assert starter_spec("q", "Weather Agent", spec.fingerprint) == spec
         # another queue, another agent, another definition: nothing to give
         assert starter_spec("other", "Weather Agent", None) is None
         assert starter_spec("q", "Unknown Agent", None) is None
@@ -34,12 +33,11 @@ def test_a_starter_gives_the_spec_of_the_workers_in_its_process_when_they_agree(
         # a worker here that would record another spec (it mirrors into a store)
         with serving("q", registry(store=MemoryStore())):
             assert starter_spec("q", "Weather Agent", None) is None
-            assert memo_for("q", "Weather Agent", None) is None
         assert starter_spec("q", "Weather Agent", None) == spec
     assert starter_spec("q", "Weather Agent", None) is None  # the worker stopped
 
 
-def test_a_spec_too_large_for_a_memo_is_not_given() -> None:
+def test_a_spec_too_large_for_a_header_is_not_given() -> None:
     big = registry(instructions="x" * 40_000)
     with serving("q", big):
         assert starter_spec("q", "Weather Agent", None) is None
