@@ -42,6 +42,7 @@ from temporalio.worker import (
 from agentor_temporal.activities import AgentActivities
 from agentor_temporal.activities.journal import spec_of
 from agentor_temporal.activities.registry import AgentRegistry
+from agentor_temporal.codec import writes_payloads_as_they_are
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.agent_run import AgentRunWorkflow
 from agentor_temporal.workflows.segment import canonical
@@ -110,10 +111,11 @@ def spec_header(
 ) -> Payload | None:
     """The header a run starts with: its spec, when a worker here has it (else None).
 
-    Not with a payload codec: Temporal does not pass headers through it, and
-    an encrypted app's spec (its instructions) must not be written in clear.
+    Not with a payload codec that changes payloads: Temporal does not pass
+    headers through it, and an encrypted app's spec (its instructions) must
+    not be written in clear.
     """
-    if client.data_converter.payload_codec is not None:
+    if not writes_payloads_as_they_are(client.data_converter):
         return None
     try:
         spec = starter_spec(task_queue, agent, fingerprint)

@@ -383,6 +383,19 @@ def encryption_codec_of(converter: DataConverter) -> EncryptionCodec | None:
     return codec if isinstance(codec, EncryptionCodec) else None
 
 
+def writes_payloads_as_they_are(converter: DataConverter) -> bool:
+    """Whether payloads reach history as the converter made them (metadata and all).
+
+    True with no codec and no external storage, or with our codec holding no
+    keys (it then encrypts nothing): what a run needs to send its spec in a
+    start header, which Temporal does not pass through a codec, and to close
+    with its last events in its result's metadata.
+    """
+    codec = converter.payload_codec
+    plain = codec is None or (isinstance(codec, EncryptionCodec) and codec.keys is None)
+    return plain and getattr(converter, "external_storage", None) is None
+
+
 def encrypted_data_converter(
     keys: EncryptionKeys | None, base: DataConverter | None = None
 ) -> DataConverter:

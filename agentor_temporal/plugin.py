@@ -47,6 +47,7 @@ from agentor_temporal.codec import (
     encrypted_data_converter,
     encryption_codec_of,
     resolve_keys,
+    writes_payloads_as_they_are,
 )
 from agentor_temporal.store import Store
 from agentor_temporal.workflows import AgentRunWorkflow
@@ -337,8 +338,7 @@ class AgentorPlugin(SimplePlugin):
         interceptors.append(TelemetryInterceptor(self.trace))
         # each run may take its spec from its memo when this worker's is the
         # same, and close with its last events in its result
-        converter = client.data_converter
-        plain = converter.payload_codec is None and converter.external_storage is None
+        plain = writes_payloads_as_they_are(client.data_converter)
         interceptors.append(WorkerFacts(self.bundle, plain))
         if self.registry.attributes_known:
             # the runs this process starts on the worker's queue may carry its

@@ -26,6 +26,7 @@ from temporalio.worker import Replayer, Worker
 
 from agentor_temporal import AgentorPlugin, TemporalStore
 from agentor_temporal._local_spec import headed, sending, starter_spec
+from agentor_temporal.connection import connect
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
@@ -94,9 +95,13 @@ def event_call_id(events: list[Any]) -> str:
     return next(e.call_id for e in events if e.call_id)
 
 
+@pytest.mark.parametrize("connected", ["by-the-caller", "by-agentor"])
 async def test_a_run_started_beside_its_worker_records_no_describe_or_journal_step(
-    client: Client, task_queue: str, model: ScriptedModelServer
+    client: Client, task_queue: str, model: ScriptedModelServer, connected: str
 ) -> None:
+    if connected == "by-agentor":
+        # what Agentor connects with itself: our codec, holding no keys
+        client = await connect(client.service_client.config.target_host)
     agent = weather_agent(
         base_url=model.base_url, task_queue=task_queue, temporal=client, embedded_worker=False
     )
@@ -107,7 +112,7 @@ async def test_a_run_started_beside_its_worker_records_no_describe_or_journal_st
         plain = await client.execute_workflow(
             policies.WORKFLOW_TYPE,
             {"agent": agent.name, "input": PROMPT},
-            id=f"plain-{task_queue}",
+            id=f"plain-{task_queue}-{connected}",
             task_queue=task_queue,
         )
     assert result.status == "completed"
