@@ -198,7 +198,11 @@ class WorkerFacts(Interceptor):
                 instance.plain_results = plain
                 result = await super().execute_workflow(input)
                 info = workflow.info()
-                activities.execution_ended(info.workflow_id, info.run_id)
+                try:
+                    activities.execution_ended(info.workflow_id, info.run_id)
+                except Exception:
+                    # tidying up must never fail the run's last workflow task
+                    logger.warning("Forgetting run %s failed", info.workflow_id, exc_info=True)
                 return result
 
         return _Facts

@@ -376,6 +376,7 @@ class AgentorPlugin(SimplePlugin):
         if not self.registry.search_attributes:
             await ensure_search_attributes(worker.client, self.registry)
         offer(worker.task_queue, self.registry)
+        self.bundle.loop = asyncio.get_running_loop()
         tune_allocator(arenas=False)
         self.registry.open_clients()
         trimming = asyncio.create_task(keep_memory_trimmed())

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 from agentor_temporal import MemoryStore
 from agentor_temporal._local_spec import serving, starter_spec
-from agentor_temporal.activities import AgentRegistry
+from agentor_temporal.activities import AgentActivities, AgentRegistry
 from agentor_temporal.plugin import definition_of
 from agentor_temporal.workflows import policies
 
-from helpers import weather_agent
+from helpers import until, weather_agent
 
 
 def registry(**options: object) -> AgentRegistry:
@@ -41,3 +44,18 @@ def test_a_spec_too_large_for_a_header_is_not_given() -> None:
     big = registry(instructions="x" * 40_000)
     with serving("q", big):
         assert starter_spec("q", "Weather Agent", None) is None
+
+
+async def test_an_execution_ended_in_a_workflow_thread_is_forgotten_on_the_workers_loop() -> None:
+    """The live calls belong to the worker's loop: iterating them from the workflow's
+    thread raced it and failed a run's last workflow task (a model request asked again)."""
+    bundle = AgentActivities(registry())
+    bundle.loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
+    forgotten: list[tuple[str, str, int]] = []
+    bundle.calls.forget_execution = (  # type: ignore[method-assign]
+        lambda wid, rid: forgotten.append((wid, rid, threading.get_ident())) or 0
+    )
+    await asyncio.to_thread(bundle.execution_ended, "run-1", "execution-1")
+    await until(lambda: forgotten, "the forget to run on the loop", 5)
+    assert forgotten == [("run-1", "execution-1", loop_thread)]
