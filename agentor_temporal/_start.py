@@ -148,42 +148,34 @@ async def start_segment(
     tools = ", ".join(t.name for t in agent.tools) or "none"
     # a worker for this queue in this process: its spec saves the run's describe step
     header = spec_header(client, task_queue, agent.name, inp.fingerprint)
+    options: dict[str, Any] = {
+        "id": run_id,
+        "task_queue": task_queue,
+        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+        "id_reuse_policy": reuse,
+        "task_timeout": WORKFLOW_TASK_TIMEOUT,
+        "static_summary": f"{agent.name}: {preview_input(inp.input)}",
+        "static_details": (
+            f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
+        ),
+    }
     try:
         if request_id is not None:
             await start_once(
                 client,
                 WORKFLOW_TYPE,
                 inp.to_dict(),
-                id=run_id,
-                task_queue=task_queue,
                 request_id=request_id,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=reuse,
-                task_timeout=WORKFLOW_TASK_TIMEOUT,
-                static_summary=f"{agent.name}: {preview_input(inp.input)}",
-                static_details=(
-                    f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
-                ),
                 previous_execution=inp.previous_execution,
                 spec=header,
+                **options,
             )
             return client.get_workflow_handle(run_id)
         with sending(header):
+            # with a worker for this queue in this process, the first
+            # workflow task comes back in the start response (no poll)
             return await (client if header is None else headed(client)).start_workflow(
-                WORKFLOW_TYPE,
-                inp.to_dict(),
-                id=run_id,
-                task_queue=task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=reuse,
-                task_timeout=WORKFLOW_TASK_TIMEOUT,
-                static_summary=f"{agent.name}: {preview_input(inp.input)}",
-                static_details=(
-                    f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
-                ),
-                # with a worker for this queue in this process, the first
-                # workflow task comes back in the start response (no poll)
-                request_eager_start=True,
+                WORKFLOW_TYPE, inp.to_dict(), request_eager_start=True, **options
             )
     except WorkflowAlreadyStartedError:
         return None

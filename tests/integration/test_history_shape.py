@@ -32,7 +32,11 @@ TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 async def test_a_new_run_records_no_patch_markers_and_one_upsert_per_task(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
 ) -> None:
-    """The seed's run: 27 events, no patch marker, 2 upserts, the attributes as before."""
+    """The seed's run: 26 events, no patch marker, 2 upserts, the attributes as before.
+
+    Started beside its embedded worker, it takes its spec from the start's
+    header (level 6: no describe step); mirrored, it ends with a journal step.
+    """
     agent = weather_agent(
         base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(tmp_path)
     )
@@ -44,9 +48,9 @@ async def test_a_new_run_records_no_patch_markers_and_one_upsert_per_task(
     markers = [
         e.marker_recorded_event_attributes.marker_name for e in events if e.event_type == MARKER
     ]
-    assert markers == ["core_local_activity", "core_local_activity"]  # describe, the run's end
+    assert markers == ["core_local_activity"]  # the run's end, into the mirror
     kinds = Counter(e.event_type for e in events)
-    assert kinds[UPSERT] == 2 and len(events) == 27
+    assert kinds[UPSERT] == 2 and len(events) == 26
     # no workflow task sends more than one upsert
     per_task, upserts = [], 0
     for event in events:
@@ -56,10 +60,10 @@ async def test_a_new_run_records_no_patch_markers_and_one_upsert_per_task(
         upserts += event.event_type == UPSERT
     per_task.append(upserts)
     assert max(per_task) == 1
-    # the level is recorded in the run's spec, where a replay reads it
-    assert b'"behaviour":%d' % policies.BEHAVIOUR in events[
-        4
-    ].marker_recorded_event_attributes.details["result"].payloads[0].data.replace(b" ", b"")
+    # the level is recorded in the run's spec, where a replay reads it: the header
+    started = events[0].workflow_execution_started_event_attributes
+    spec = started.header.fields[policies.SPEC_HEADER].data.replace(b" ", b"")
+    assert b'"behaviour":%d' % policies.BEHAVIOUR in spec
 
     attributes = (await handle.describe()).search_attributes
     assert attributes["AgentName"] == ["Weather Agent"]
