@@ -3,9 +3,12 @@
 Imported by the workflow (through the sandbox's pass-through), the activities
 and `TemporalStore`, so it imports nothing heavy. New fields get defaults so
 histories recorded before them still decode.
-"""
 
-from __future__ import annotations
+Annotations here are objects, not strings (no `from __future__ import
+annotations`): Temporal's converter evaluates a dataclass's type hints each
+time it decodes one, and strings cost 3-5x as much to evaluate
+(`tests/unit/test_payload_types.py`).
+"""
 
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +21,59 @@ class DescribeAgentInput:
     agent: str
     #: the definition the run's starter expects ("": whatever the worker has)
     fingerprint: str = ""
+
+
+@dataclass
+class JournalResult:
+    """The events as recorded in history, and how far the mirror got."""
+
+    #: the new events; a `generation` listed in `refs` carries no messages
+    events: list[dict[str, Any]] = field(default_factory=list)
+    #: position in the run's whole log of `events[0]`
+    start: int = 0
+    refs: dict[str, str] = field(default_factory=dict)
+    #: position the store's log has reached, None when not mirroring
+    mirrored: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class JournalInput:
+    """Record new events in history and mirror events into the store.
+
+    Local-activity inputs never reach history, so `events` may repeat events
+    the store has not confirmed yet at no cost; only the result is recorded.
+    Carried in a `GenerateInput` it is in history itself: then `events` are
+    exactly the new ones (`start == new_from`).
+    """
+
+    run_id: str
+    agent: str
+    #: whether the worker should mirror into the agent's store
+    mirror: bool
+    #: position in the run's whole log of `events[0]`
+    start: int
+    #: full events (dicts), from the first not yet mirrored or recorded
+    events: list[dict[str, Any]]
+    #: position of the first event that is new to history
+    new_from: int
+    #: position -> generate activity id, for `generation` events whose
+    #: request messages are already in history as that activity's input
+    refs: dict[str, str] = field(default_factory=dict)
+    #: raise when the store fails, so the local activity's retries apply
+    strict: bool = False
+    #: position -> {"conversation": ref, "messages": tail} for `generation`
+    #: events sent by reference: the mirror writes their full request
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def recorded(self) -> JournalResult:
+        """The new events as history records them (a `journal` step's result, a run's result)."""
+        new = [dict(e) for e in self.events[self.new_from - self.start :]]
+        refs = {k: v for k, v in self.refs.items() if int(k) >= self.new_from}
+        for key in refs:
+            # the request is already in history as the generate activity's input
+            new[int(key) - self.new_from].pop("messages", None)
+        return JournalResult(events=new, start=self.new_from, refs=refs)
 
 
 @dataclass
@@ -120,56 +176,3 @@ class ApprovalCheckInput:
     args: dict[str, Any]
     #: the run's recorded agent fingerprint: only a worker built the same way decides
     fingerprint: str = ""
-
-
-@dataclass
-class JournalInput:
-    """Record new events in history and mirror events into the store.
-
-    Local-activity inputs never reach history, so `events` may repeat events
-    the store has not confirmed yet at no cost; only the result is recorded.
-    Carried in a `GenerateInput` it is in history itself: then `events` are
-    exactly the new ones (`start == new_from`).
-    """
-
-    run_id: str
-    agent: str
-    #: whether the worker should mirror into the agent's store
-    mirror: bool
-    #: position in the run's whole log of `events[0]`
-    start: int
-    #: full events (dicts), from the first not yet mirrored or recorded
-    events: list[dict[str, Any]]
-    #: position of the first event that is new to history
-    new_from: int
-    #: position -> generate activity id, for `generation` events whose
-    #: request messages are already in history as that activity's input
-    refs: dict[str, str] = field(default_factory=dict)
-    #: raise when the store fails, so the local activity's retries apply
-    strict: bool = False
-    #: position -> {"conversation": ref, "messages": tail} for `generation`
-    #: events sent by reference: the mirror writes their full request
-    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def recorded(self) -> JournalResult:
-        """The new events as history records them (a `journal` step's result, a run's result)."""
-        new = [dict(e) for e in self.events[self.new_from - self.start :]]
-        refs = {k: v for k, v in self.refs.items() if int(k) >= self.new_from}
-        for key in refs:
-            # the request is already in history as the generate activity's input
-            new[int(key) - self.new_from].pop("messages", None)
-        return JournalResult(events=new, start=self.new_from, refs=refs)
-
-
-@dataclass
-class JournalResult:
-    """The events as recorded in history, and how far the mirror got."""
-
-    #: the new events; a `generation` listed in `refs` carries no messages
-    events: list[dict[str, Any]] = field(default_factory=list)
-    #: position in the run's whole log of `events[0]`
-    start: int = 0
-    refs: dict[str, str] = field(default_factory=dict)
-    #: position the store's log has reached, None when not mirroring
-    mirrored: int | None = None
-    error: str | None = None

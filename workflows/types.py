@@ -4,9 +4,12 @@ These cross the wire (any Temporal client may start `AgentRun` with a JSON
 object), so they import nothing heavy and parse defensively: a malformed input
 must fail the workflow with a clear error, never the workflow task, which
 Temporal would retry forever.
-"""
 
-from __future__ import annotations
+Annotations here are objects, not strings (no `from __future__ import
+annotations`): Temporal's converter evaluates a dataclass's type hints each
+time it decodes one, and strings cost 3-5x as much to evaluate
+(`tests/unit/test_payload_types.py`).
+"""
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -279,7 +282,7 @@ class RunOutcome:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> RunOutcome:
+    def from_dict(cls, data: Any) -> "RunOutcome":
         """Read a workflow result (unknown keys ignored; a missing usage is zero)."""
         if not isinstance(data, dict):
             raise ValueError(f"an AgentRun result is a JSON object, got {type(data).__name__}")
