@@ -4,9 +4,10 @@ The loop is Agentor's: ask the model, run the tools it asked for (each its own
 activity, concurrently), feed the results back, stop at a final answer or a
 budget. The parts live beside it: `Journal` records events (history, stream,
 store), `ToolCalls` runs a turn's calls through the `Approvals` gate, and
-`FailureBudget` withdraws a tool that keeps failing. No clock, randomness or
-I/O here: timestamps of work are measured in the activities and come back in
-their results.
+`FailureBudget` withdraws a tool that keeps failing; how an execution ends
+(`Closing`) and continues as new (`Continuing`) are the bases of its class.
+No clock, randomness or I/O here: timestamps of work are measured in the
+activities and come back in their results.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from dataclasses import asdict
-from typing import Any, cast
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -38,19 +38,16 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.carry import (
         Carry,
         HistoryGauge,
-        carried_decisions,
         decisions_in,
-        emptied,
         stream_state,
     )
+    from agentor_temporal.workflows.continuing import Continuing
     from agentor_temporal.workflows.conversation import Conversation
-    from agentor_temporal.workflows.formatting import call_summary, plural
+    from agentor_temporal.workflows.formatting import call_summary
     from agentor_temporal.workflows.generation import Generation
     from agentor_temporal.workflows.input_limits import input_problem
     from agentor_temporal.workflows.journaling import Journal
-    from agentor_temporal.workflows.journaling import in_result as in_result_payload
     from agentor_temporal.workflows.observer import RunObserver
-    from agentor_temporal.workflows.payloads import encoded_size
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import LocalSpec, Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import StreamWindow, guard_publish
@@ -60,7 +57,6 @@ with workflow.unsafe.imports_passed_through():
         AgentSpec,
         Decision,
         PausedState,
-        RunOutcome,
     )
     from agentor_temporal.workflows.versions import adopted, level
 
@@ -77,7 +73,7 @@ CANCELLED = "The run was cancelled; resume(run_id) continues it."
 # tests that run and replay this workflow inside the sandbox
 # (tests/integration/test_goldens.py).
 @workflow.defn(name=policies.WORKFLOW_TYPE, sandboxed=False)
-class AgentRunWorkflow:
+class AgentRunWorkflow(Continuing):
     """One segment of an agent run; the workflow id is the run id."""
 
     @workflow.init
@@ -326,100 +322,6 @@ class AgentRunWorkflow:
         conversation.recorded(position)
         return conversation
 
-    async def _maybe_continue(
-        self,
-        inp: AgentRunInput,
-        seg: Setup,
-        conversation: Conversation,
-        failures: FailureBudget,
-        turn: int,
-    ) -> str | None:
-        """Continue as new if history is due for it; called between turns only.
-
-        Between turns no tool is in flight and no approval waits; every event
-        must also be in history (a journal step that failed is retried first)
-        and requests must be able to go by reference. Otherwise the run goes
-        on and asks again after the next turn.
-
-        Returns:
-            Why the run ends instead, when what it would carry over is more
-            than one payload holds.
-        """
-        self._history = gauge = HistoryGauge.now()
-        if not gauge.due(seg.history_budget) or self._tools.running or self._approvals.awaiting:
-            return None
-        # patched before any new command: runs recorded before this replay as they were
-        if not adopted(policies.PATCH_CONTINUE_AS_NEW):
-            return None
-        await self._journal.flush(seg.spec.name, seg.spec.mirror)
-        if not self._journal.settled:
-            return None
-        if not self._refs_allowed() or not conversation.switch():
-            return None
-        size = encoded_size(self._following(inp, seg, conversation, failures, turn))
-        # asked only for such a carry: other runs' histories replay unchanged
-        if size > policies.MAX_PAYLOAD_BYTES and adopted(policies.PATCH_CARRY_LIMIT):
-            return (
-                f"The run could not continue as new after turn {turn}: what it carries over "
-                f"(the last turn's messages, and the calls and decisions it keeps) is "
-                f"{size / 1e6:.1f} MB as Temporal encodes it, over the "
-                f"{policies.MAX_PAYLOAD_BYTES / 1e6:.1f} MB it can hand on (Temporal accepts at "
-                "most 2 MB in one payload). Have tools return less; a model reusing short "
-                "call ids keeps it small."
-            )
-        workflow.set_current_details(
-            f"Turn {turn} of {seg.budget}: continuing as new ({gauge.describe()})"
-        )
-        self._status = "continued_as_new"
-        await self._release_handlers()
-        workflow.continue_as_new(self._following(inp, seg, conversation, failures, turn))
-
-    def _following(
-        self,
-        inp: AgentRunInput,
-        seg: Setup,
-        conversation: Conversation,
-        failures: FailureBudget,
-        turn: int,
-    ) -> dict[str, Any]:
-        """The next execution's input (JSON), carrying the run on after `turn`."""
-        carry = Carry(
-            turn=turn,
-            budget=seg.budget,
-            started=seg.started,
-            conversation=conversation.to_dict(),
-            usage=asdict(self._usage),
-            failures=dict(failures.failures),
-            disabled=list(failures.disabled),
-            decisions=carried_decisions(self._approvals.decisions),
-            uses=dict(self._tools.uses.counts),
-            stream=emptied(self._stream.get_state()),
-            executions=self._executions + 1,
-        )
-        return AgentRunInput(
-            agent=inp.agent,
-            input=[],
-            max_turns=inp.max_turns,
-            event_offset=self._journal.position,
-            prior_usage=asdict(self._prior),
-            stream_text=seg.stream_text,
-            carry=carry.to_dict(),
-            # the next execution is described again: only by the same definition
-            fingerprint=seg.spec.fingerprint or None,
-        ).to_dict()
-
-    def _journal_in_activities(self) -> bool:
-        """Whether new events go with the next activity (runs recorded before journaled first)."""
-        if self._fold is None:
-            self._fold = adopted(policies.PATCH_JOURNAL_IN_ACTIVITIES)
-        return self._fold
-
-    def _refs_allowed(self) -> bool:
-        """Whether requests may go by reference (runs recorded before could not)."""
-        if self._refs is None:
-            self._refs = adopted(policies.PATCH_CONVERSATION_REFS)
-        return self._refs
-
     # -- steps -------------------------------------------------------------------
 
     async def _begin(self, inp: AgentRunInput) -> Setup:
@@ -508,100 +410,3 @@ class AgentRunWorkflow:
         ):
             await self._journal.flush(seg.spec.name, seg.spec.mirror)
         return await self._tools.run_turn(seg.spec, calls, turn, disabled, fold=fold)
-
-    def _tokens(self) -> int:
-        return (self._prior + self._usage).total_tokens
-
-    # -- the end -----------------------------------------------------------------
-
-    async def _release_handlers(self) -> None:
-        """Let followers' polls and pause-waiters return before the run closes."""
-        self._closing = True
-        self._stream.detach_pollers()
-        await workflow.wait_condition(workflow.all_handlers_finished)
-
-    async def _end(
-        self,
-        status: str,
-        seg: Setup,
-        *,
-        turn: int | None = None,
-        text: str | None = None,
-        error: str | None = None,
-        returning: bool = True,
-    ) -> dict[str, Any]:
-        """Record the segment's `run_end`, make sure it is kept, and return the outcome.
-
-        `returning`: the run returns the outcome (False: it raises, cancelled).
-        """
-        self._journal.record(
-            Event(
-                type="run_end",
-                text=text,
-                status=status,
-                error=error,
-                turn=turn,
-                usage=self._usage,
-                started_at=seg.started,
-                ended_at=workflow.now().timestamp(),
-            )
-        )
-        return await self._close(status, seg, text=text, error=error, returning=returning)
-
-    async def _close(
-        self,
-        status: str,
-        seg: Setup,
-        *,
-        text: str | None = None,
-        error: str | None = None,
-        details: str | None = None,
-        returning: bool = True,
-    ) -> dict[str, Any]:
-        """Make sure the segment's events are kept, release handlers, return the outcome."""
-        spec = seg.spec
-        in_result = returning and self._journal_in_result(spec)
-        self._status = status
-        self._history = HistoryGauge.now()
-        workflow.set_current_details(
-            details
-            or f"Finished: {status} after {plural(self._turn, 'turn')} · {self._tokens()} tokens"
-            f" · {self._history.describe()}"
-        )
-        if not in_result:
-            await self._journal.flush(spec.name, spec.mirror)
-        await self._release_handlers()
-        if self._journal.unmirrored(spec.mirror):
-            await self._journal.flush(spec.name, spec.mirror, strict=True)
-            missing = self._journal.unmirrored(spec.mirror)
-            if missing:
-                workflow.logger.warning(
-                    "The store mirror of run %s is missing its last %d events; Temporal has "
-                    "them all (`agentor-temporal export` or `resume` with the store catches up)",
-                    workflow.info().workflow_id,
-                    missing,
-                )
-        outcome = RunOutcome(
-            run_id=workflow.info().workflow_id,
-            status=status,
-            final_output=text,
-            usage=self._prior + self._usage,
-            error=error,
-        ).to_dict()
-        if in_result and not self._journal.settled:
-            # the contract's result, its payload carrying the last events
-            record = self._journal.closing_record(spec.name)
-            return cast(dict[str, Any], in_result_payload(outcome, record))
-        return outcome
-
-    def _journal_in_result(self, spec: AgentSpec) -> bool:
-        """Whether the run's last events go in its result (`policies.JOURNAL_IN_RESULT`)."""
-        if spec.mirror or level() < policies.JOURNAL_IN_RESULT:
-            return False
-        if workflow.unsafe.is_replaying():
-            return not workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
-        pending = self._journal.pending_bytes()
-        if self.plain_results and pending <= policies.MAX_RESULT_JOURNAL_BYTES:
-            return True
-        workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
-        return False

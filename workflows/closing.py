@@ -1,0 +1,138 @@
+"""How an execution of `AgentRunWorkflow` ends: its `run_end`, its events kept, its outcome.
+
+A base of the workflow's class, sharing its state: `agent_run` keeps the
+loop, this the end. A run closing with no mirror on its worker puts its last
+events in its result's payload instead of a journal step
+(`policies.JOURNAL_IN_RESULT`); that is decided once per execution, and a
+refusal is recorded where a replay reads it (`PATCH_JOURNAL_AT_CLOSE`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowStream
+
+from agentor_temporal.store.events import Event, Usage
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.carry import HistoryGauge
+from agentor_temporal.workflows.formatting import plural
+from agentor_temporal.workflows.journaling import Journal
+from agentor_temporal.workflows.journaling import in_result as in_result_payload
+from agentor_temporal.workflows.segment import Setup
+from agentor_temporal.workflows.types import AgentSpec, RunOutcome
+from agentor_temporal.workflows.versions import level
+
+
+class Closing:
+    """The end of an execution (`AgentRunWorkflow` sets the state below)."""
+
+    _journal: Journal
+    _stream: WorkflowStream
+    #: set when the run is about to close; releases waiting handlers
+    _closing: bool
+    _status: str
+    _turn: int
+    #: usage spent before this segment, and in it
+    _prior: Usage
+    _usage: Usage
+    _history: HistoryGauge | None
+    #: whether the worker's payloads keep their metadata (no codec, no external
+    #: storage): a closing run may then put its last events in its result
+    plain_results: bool
+
+    def _tokens(self) -> int:
+        return (self._prior + self._usage).total_tokens
+
+    async def _release_handlers(self) -> None:
+        """Let followers' polls and pause-waiters return before the run closes."""
+        self._closing = True
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    async def _end(
+        self,
+        status: str,
+        seg: Setup,
+        *,
+        turn: int | None = None,
+        text: str | None = None,
+        error: str | None = None,
+        returning: bool = True,
+    ) -> dict[str, Any]:
+        """Record the segment's `run_end`, make sure it is kept, and return the outcome.
+
+        `returning`: the run returns the outcome (False: it raises, cancelled).
+        """
+        self._journal.record(
+            Event(
+                type="run_end",
+                text=text,
+                status=status,
+                error=error,
+                turn=turn,
+                usage=self._usage,
+                started_at=seg.started,
+                ended_at=workflow.now().timestamp(),
+            )
+        )
+        return await self._close(status, seg, text=text, error=error, returning=returning)
+
+    async def _close(
+        self,
+        status: str,
+        seg: Setup,
+        *,
+        text: str | None = None,
+        error: str | None = None,
+        details: str | None = None,
+        returning: bool = True,
+    ) -> dict[str, Any]:
+        """Make sure the segment's events are kept, release handlers, return the outcome."""
+        spec = seg.spec
+        in_result = returning and self._journal_in_result(spec)
+        self._status = status
+        self._history = HistoryGauge.now()
+        workflow.set_current_details(
+            details
+            or f"Finished: {status} after {plural(self._turn, 'turn')} · {self._tokens()} tokens"
+            f" · {self._history.describe()}"
+        )
+        if not in_result:
+            await self._journal.flush(spec.name, spec.mirror)
+        await self._release_handlers()
+        if self._journal.unmirrored(spec.mirror):
+            await self._journal.flush(spec.name, spec.mirror, strict=True)
+            missing = self._journal.unmirrored(spec.mirror)
+            if missing:
+                workflow.logger.warning(
+                    "The store mirror of run %s is missing its last %d events; Temporal has "
+                    "them all (`agentor-temporal export` or `resume` with the store catches up)",
+                    workflow.info().workflow_id,
+                    missing,
+                )
+        outcome = RunOutcome(
+            run_id=workflow.info().workflow_id,
+            status=status,
+            final_output=text,
+            usage=self._prior + self._usage,
+            error=error,
+        ).to_dict()
+        if in_result and not self._journal.settled:
+            # the contract's result, its payload carrying the last events
+            record = self._journal.closing_record(spec.name)
+            return cast(dict[str, Any], in_result_payload(outcome, record))
+        return outcome
+
+    def _journal_in_result(self, spec: AgentSpec) -> bool:
+        """Whether the run's last events go in its result (`policies.JOURNAL_IN_RESULT`)."""
+        if spec.mirror or level() < policies.JOURNAL_IN_RESULT:
+            return False
+        if workflow.unsafe.is_replaying():
+            return not workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
+        pending = self._journal.pending_bytes()
+        if self.plain_results and pending <= policies.MAX_RESULT_JOURNAL_BYTES:
+            return True
+        workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
+        return False
