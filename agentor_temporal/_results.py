@@ -23,6 +23,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from agentor_temporal._closed import closed
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.activities._redact import secrets as known_secrets
 from agentor_temporal.store import (
@@ -174,7 +175,7 @@ async def await_result(
     outcome: dict[str, Any] | None = None
     failure: str | None = None
     paused: PausedState | None = None
-    finished = asyncio.ensure_future(handle.result())
+    finished = asyncio.ensure_future(closed(client, run_id))
     ask_first = True
     while pauses:
         pause = asyncio.ensure_future(_wait_paused(handle, ask_first=ask_first))
@@ -193,8 +194,11 @@ async def await_result(
         break
     if paused is None:
         try:
-            value = await finished
+            value, whole = await finished
             outcome = value if isinstance(value, dict) else None
+            if whole is not None:
+                # the result carried the run's whole log: no history to read
+                return result_from(run_id, whole, outcome, None)
         except WorkflowFailureError as exc:
             failure = failure_message(exc)
     segments = await TemporalStore(client).segments(run_id)

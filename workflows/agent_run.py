@@ -111,6 +111,7 @@ class AgentRunWorkflow(Continuing):
         self._fold: bool | None = None
         self._history: HistoryGauge | None = None
         self._executions = 1
+        self._whole_run = False
 
     #: this worker's spec for an agent, set on each run by the worker's
     #: interceptor (`agentor_temporal._local_spec`); None: the describe step
@@ -210,6 +211,7 @@ class AgentRunWorkflow(Continuing):
     async def run(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """Run the agent loop to a final answer, a budget, or a failure."""
         inp = validated_input(raw)
+        self._whole_run = inp.fork is None and inp.carry is None and not inp.event_offset
         seg = await self._begin(inp)
         spent = self._prior + self._usage  # the usage carried over, after continue-as-new
         with self._observer.begin(seg.spec, inp, workflow.info().workflow_id, spent):

@@ -41,6 +41,8 @@ class Closing:
     #: whether the worker's payloads keep their metadata (no codec, no external
     #: storage): a closing run may then put its last events in its result
     plain_results: bool
+    #: whether this execution holds the run's whole log (a new run's only one)
+    _whole_run: bool
 
     def _tokens(self) -> int:
         return (self._prior + self._usage).total_tokens
@@ -119,11 +121,25 @@ class Closing:
             usage=self._prior + self._usage,
             error=error,
         ).to_dict()
+        # the contract's result, its payload carrying the last events and the
+        # whole log where readers may take them from it
+        record = None
         if in_result and not self._journal.settled:
-            # the contract's result, its payload carrying the last events
             record = self._journal.closing_record(spec.name)
-            return cast(dict[str, Any], in_result_payload(outcome, record))
-        return outcome
+        return cast(dict[str, Any], in_result_payload(outcome, record, self._whole_log(returning)))
+
+    def _whole_log(self, returning: bool) -> list[dict[str, Any]] | None:
+        """The run's every event, for the caller waiting on it (`policies.RESULT_EVENTS`).
+
+        None unless this execution holds the whole run, no request went by
+        reference (the events would lack its messages), and the worker's
+        payloads keep their metadata.
+        """
+        if not (returning and self.plain_results and self._whole_run):
+            return None
+        if self._journal.by_reference:
+            return None
+        return self._journal.after(0)
 
     def _journal_in_result(self, spec: AgentSpec) -> bool:
         """Whether the run's last events go in its result (`policies.JOURNAL_IN_RESULT`)."""

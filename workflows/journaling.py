@@ -68,6 +68,9 @@ class Journal:
         self._window = window
         #: local event index -> the stream offset it was published at, until journaled
         self._offsets: dict[int, int] = {}
+        #: whether an event's request was sent by reference (its messages are
+        #: then not in the event: readers rebuild them from history)
+        self.by_reference = False
 
     @property
     def position(self) -> int:
@@ -101,6 +104,7 @@ class Journal:
             self._refs[len(self.events)] = ref
         if request is not None:
             self._requests[len(self.events)] = request
+            self.by_reference = True
         if self._window is not None:
             self._offsets[len(self.events)] = self._window.end()
         self._topic.publish(
@@ -296,16 +300,32 @@ class Journal:
             del self._requests[index]
 
 
-def in_result(outcome: dict[str, Any], record: dict[str, Any]) -> RawValue:
-    """The run's result, its payload carrying the events of `closing_record`.
+def in_result(
+    outcome: dict[str, Any],
+    record: dict[str, Any] | None,
+    events: list[dict[str, Any]] | None = None,
+) -> dict[str, Any] | RawValue:
+    """The run's result, its payload carrying the events of `closing_record`
+    (`policies.RESULT_JOURNAL`) and the run's whole log (`policies.RESULT_EVENTS`).
 
     The result itself is the contract's JSON, exactly; the events ride in the
-    payload's metadata (`policies.RESULT_JOURNAL`), which clients that decode
-    the result do not see.
+    payload's metadata, which clients that decode the result do not see. The
+    whole log is left out when it is over `policies.MAX_RESULT_EVENTS_BYTES`
+    encoded; with neither, the result is `outcome` as it is.
     """
+    whole = _json(events) if events is not None else None
+    if whole is not None and len(whole) > policies.MAX_RESULT_EVENTS_BYTES:
+        whole = None
+    if record is None and whole is None:
+        return outcome
     payload = workflow.payload_converter().to_payload(outcome)
-    # JSON whatever the payload converter: readers parse it as such
-    payload.metadata[policies.RESULT_JOURNAL] = json.dumps(
-        record, cls=AdvancedJSONEncoder, separators=(",", ":")
-    ).encode()
+    if record is not None:
+        # JSON whatever the payload converter: readers parse it as such
+        payload.metadata[policies.RESULT_JOURNAL] = _json(record)
+    if whole is not None:
+        payload.metadata[policies.RESULT_EVENTS] = whole
     return RawValue(payload)
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, cls=AdvancedJSONEncoder, separators=(",", ":")).encode()

@@ -1,0 +1,125 @@
+"""A new run's caller has its `RunResult` from the close event it waited for.
+
+When one execution holds a run's whole log (a new run, not resumed,
+continued or forked), no request went by reference and the worker's payloads
+keep their metadata, the run's result payload carries its events
+(`policies.RESULT_EVENTS`): `Agentor.run` builds its result from the close
+event it waited for instead of reading the run's history after it. Every
+other run is read from history as before; both give the same `RunResult`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import FileStore, TemporalStore, function_tool
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.workflows import policies
+
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, weather_agent
+
+RESULT_KEYS = {"run_id", "status", "final_output", "usage", "error"}
+
+
+class HistoryReads:
+    """Counts the reads of run histories by `TemporalStore.segments` (and still reads)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        read = TemporalStore.segments
+
+        async def counted(store: TemporalStore, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await read(store, *args, **kwargs)
+
+        monkeypatch.setattr(TemporalStore, "segments", counted)
+
+
+async def close_payload(client: Client, run_id: str) -> Any:
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    return history.events[-1].workflow_execution_completed_event_attributes.result.payloads[0]
+
+
+def dicts(events: list[Any]) -> list[dict[str, Any]]:
+    return [e.to_dict() for e in events]
+
+
+@pytest.mark.parametrize("mirror", [False, True], ids=["no-store", "file-store"])
+async def test_a_new_runs_result_comes_from_its_close_event(
+    client: Client,
+    task_queue: str,
+    model: ScriptedModelServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mirror: bool,
+) -> None:
+    store = FileStore(tmp_path) if mirror else None
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
+    )
+    reads = HistoryReads(monkeypatch)
+    result = await agent.arun(PROMPT)
+    assert reads.count == 0  # no history read after the run closed
+    assert result.status == "completed" and result.final_output == ANSWER
+    assert [e.type for e in result.events] == SEED_EVENT_TYPES
+    # the same RunResult as one built from history, event for event
+    from_history = await TemporalStore(client).aload(result.run_id)
+    assert dicts(result.events) == dicts(from_history)
+    assert result.messages == (await agent.aresume(result.run_id)).messages
+    if store is not None:
+        assert dicts(store.load(result.run_id)) == dicts(result.events)
+    # what carried them, out of sight of a plain client's result
+    assert policies.RESULT_EVENTS in (await close_payload(client, result.run_id)).metadata
+    outcome = await client.get_workflow_handle(result.run_id).result()
+    assert set(outcome) == RESULT_KEYS and outcome["final_output"] == ANSWER
+
+
+async def test_a_run_whose_requests_went_by_reference_is_read_from_history(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its generation events do not hold their requests' messages: history rebuilds them."""
+    page = "x" * (policies.INLINE_CONVERSATION_BYTES + 1000)
+
+    @function_tool
+    def fetch(n: int) -> str:
+        """Returns a long page.
+
+        Args:
+            n: Which page.
+        """
+        return page
+
+    with ScriptedModelServer([CallTool("fetch", {"n": 1}), Reply("read")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[fetch]
+        )
+        reads = HistoryReads(monkeypatch)
+        result = await agent.arun("read page 1")
+    assert result.status == "completed" and reads.count >= 1
+    assert policies.RESULT_EVENTS not in (await close_payload(client, result.run_id)).metadata
+    second = [e for e in result.events if e.type == "generation"][1]
+    assert second.messages is not None and any(m.get("content") == page for m in second.messages)
+    assert dicts(result.events) == dicts(await TemporalStore(client).aload(result.run_id))
+
+
+async def test_a_resumed_runs_result_is_its_whole_log(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed segment holds only its own events: the result is read from history."""
+    script = [CallTool("get_weather", {"city": "London"}), Reply(ANSWER)]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, max_turns=1
+        )
+        first = await agent.arun(PROMPT)
+        assert first.status == "max_turns"
+        reads = HistoryReads(monkeypatch)
+        resumed = await agent.aresume(first.run_id, max_turns=2)
+    assert resumed.status == "completed" and reads.count >= 1
+    assert resumed.events[: len(first.events)] == first.events
+    assert dicts(resumed.events) == dicts(await TemporalStore(client).aload(first.run_id))
+    assert policies.RESULT_EVENTS not in (await close_payload(client, first.run_id)).metadata
