@@ -10,17 +10,22 @@ other run is read from history as before; both give the same `RunResult`.
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from agentor_temporal import FileStore, TemporalStore, function_tool
+from agentor_temporal._closed import closed
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.formatting import failure_message
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, weather_agent
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, payer, weather_agent
 
 RESULT_KEYS = {"run_id", "status", "final_output", "usage", "error"}
 
@@ -123,3 +128,45 @@ async def test_a_resumed_runs_result_is_its_whole_log(
     assert resumed.events[: len(first.events)] == first.events
     assert dicts(resumed.events) == dicts(await TemporalStore(client).aload(first.run_id))
     assert policies.RESULT_EVENTS not in (await close_payload(client, first.run_id)).metadata
+
+
+async def _raised(wait: Any) -> str:
+    with pytest.raises(WorkflowFailureError) as info:
+        await wait
+    return failure_message(info.value)
+
+
+@pytest.mark.parametrize("ending", ["terminated", "cancelled", "refused"])
+async def test_waiting_for_a_close_ends_as_the_sdks_result_does(
+    client: Client, task_queue: str, tmp_path: Path, ending: str
+) -> None:
+    """`closed` is `WorkflowHandle.result()` for runs that do not complete: the same error."""
+    with ScriptedModelServer([CallTool("transfer", {"amount": 5, "to": "bob"})]) as model:
+        agent = payer(model, client, task_queue, str(tmp_path / "ledger.txt"))
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = f"{ending}-{uuid.uuid4().hex[:8]}"
+            raw: Any = {"agent": agent.name, "input": "Pay bob 5."}
+            if ending == "refused":
+                raw = {"agent": agent.name, "input": "Pay bob 5.", "max_turns": "many"}
+            handle = await client.start_workflow(
+                policies.WORKFLOW_TYPE, raw, id=run_id, task_queue=task_queue
+            )
+            if ending != "refused":
+                # a run waiting for a person: nothing else ends it meanwhile
+                await _paused(handle)
+            if ending == "terminated":
+                await handle.terminate("stopped by the operator")
+            elif ending == "cancelled":
+                await handle.cancel()
+            theirs = await _raised(handle.result())
+            ours = await _raised(closed(client, run_id))
+    assert ours == theirs
+    expected = {"terminated": "terminated", "cancelled": "cancelled", "refused": "max_turns"}
+    assert expected[ending] in ours.lower()
+
+
+async def _paused(handle: Any, timeout: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await handle.query("paused") is None:
+        assert asyncio.get_running_loop().time() < deadline, "the run never waited for approval"
+        await asyncio.sleep(0.05)
