@@ -18,7 +18,7 @@ from agentor_temporal.store.events import Event, Usage
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.carry import HistoryGauge
 from agentor_temporal.workflows.formatting import plural
-from agentor_temporal.workflows.journaling import Journal
+from agentor_temporal.workflows.journaling import Journal, whole_log
 from agentor_temporal.workflows.journaling import in_result as in_result_payload
 from agentor_temporal.workflows.segment import Setup
 from agentor_temporal.workflows.types import AgentSpec, RunOutcome
@@ -128,18 +128,18 @@ class Closing:
             record = self._journal.closing_record(spec.name)
         return cast(dict[str, Any], in_result_payload(outcome, record, self._whole_log(returning)))
 
-    def _whole_log(self, returning: bool) -> list[dict[str, Any]] | None:
-        """The run's every event, for the caller waiting on it (`policies.RESULT_EVENTS`).
+    def _whole_log(self, returning: bool) -> bytes | None:
+        """The run's every event, encoded for the caller waiting on it (`policies.RESULT_EVENTS`).
 
         None unless this execution holds the whole run, no request went by
-        reference (the events would lack its messages), and the worker's
-        payloads keep their metadata.
+        reference (the events would lack its messages), the worker's payloads
+        keep their metadata, and the events fit (`journaling.whole_log`).
         """
         if not (returning and self.plain_results and self._whole_run):
             return None
         if self._journal.by_reference:
             return None
-        return self._journal.after(0)
+        return whole_log(self._journal.events)
 
     def _journal_in_result(self, spec: AgentSpec) -> bool:
         """Whether the run's last events go in its result (`policies.JOURNAL_IN_RESULT`)."""

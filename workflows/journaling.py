@@ -301,21 +301,16 @@ class Journal:
 
 
 def in_result(
-    outcome: dict[str, Any],
-    record: dict[str, Any] | None,
-    events: list[dict[str, Any]] | None = None,
+    outcome: dict[str, Any], record: dict[str, Any] | None, whole: bytes | None = None
 ) -> dict[str, Any] | RawValue:
     """The run's result, its payload carrying the events of `closing_record`
-    (`policies.RESULT_JOURNAL`) and the run's whole log (`policies.RESULT_EVENTS`).
+    (`policies.RESULT_JOURNAL`) and the run's whole log as `whole_log` encodes it
+    (`policies.RESULT_EVENTS`).
 
     The result itself is the contract's JSON, exactly; the events ride in the
-    payload's metadata, which clients that decode the result do not see. The
-    whole log is left out when it is over `policies.MAX_RESULT_EVENTS_BYTES`
-    encoded; with neither, the result is `outcome` as it is.
+    payload's metadata, which clients that decode the result do not see. With
+    neither, the result is `outcome` as it is.
     """
-    whole = _json(events) if events is not None else None
-    if whole is not None and len(whole) > policies.MAX_RESULT_EVENTS_BYTES:
-        whole = None
     if record is None and whole is None:
         return outcome
     payload = workflow.payload_converter().to_payload(outcome)
@@ -325,6 +320,22 @@ def in_result(
     if whole is not None:
         payload.metadata[policies.RESULT_EVENTS] = whole
     return RawValue(payload)
+
+
+def whole_log(events: list[Event]) -> bytes | None:
+    """`events` as a JSON array, or None once past `policies.MAX_RESULT_EVENTS_BYTES`.
+
+    Encoded one event at a time, so a large run stops at the limit instead of
+    encoding every event it has only to leave them out.
+    """
+    parts, size = [], 2
+    for event in events:
+        part = _json(event.to_dict())
+        size += len(part) + 1
+        if size > policies.MAX_RESULT_EVENTS_BYTES:
+            return None
+        parts.append(part)
+    return b"[" + b",".join(parts) + b"]"
 
 
 def _json(value: Any) -> bytes:

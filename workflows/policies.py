@@ -256,16 +256,10 @@ JOURNAL_IN_RESULT = 6
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"
 MAX_RESULT_JOURNAL_BYTES = 256 * 1024
-#: The metadata key of a result payload that carries the run's whole log (its
-#: events as dicts), for the caller waiting on the run: set when one execution
-#: holds every event of the run (not resumed, continued as new or forked),
-#: none sent its request by reference, and the worker's payloads keep their
-#: metadata. `Agentor.run` then builds its `RunResult` from the close event it
-#: waited for, instead of reading the run's history after it (a history read
-#: and its parsing: ~5 ms of a run's latency at model latency 0, measured).
-#: Any other run, or events over MAX_RESULT_EVENTS_BYTES encoded, is read from
-#: history as before. Not a replay concern: Temporal does not compare a
-#: completion's result with history's.
+#: The metadata key of a result payload that carries a new run's whole log
+#: (`Closing._whole_log` says when): `Agentor.run` builds its `RunResult` from
+#: the close event instead of reading history again (~5 ms a run, measured).
+#: Not a replay concern: Temporal does not compare a completion's result.
 RESULT_EVENTS = "agentor-events"
 MAX_RESULT_EVENTS_BYTES = 64 * 1024
 PATCH_JOURNAL_AT_CLOSE = "journal-at-close"
