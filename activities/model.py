@@ -18,6 +18,7 @@ the run's history before sending.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -270,30 +271,96 @@ _CLIENT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
 
 
 async def create(client: Any, request: dict[str, Any], encoded: bytes | None = None) -> Any:
-    """`client.chat.completions.create(**request)`, with the messages pre-encoded if given.
+    """`client.chat.completions.create(**request)`, the body encoded here.
 
-    `encoded` is the request's messages as JSON array elements (the worker
-    keeps a long conversation encoded, see `conversations`): the body is then
-    those bytes and the other fields, and only they are encoded now.
+    The body goes through `client.post` as bytes: the messages as they are
+    (`encoded`, when the worker holds the conversation encoded, see
+    `conversations`), and the other fields encoded now. `create()` would walk
+    the body through the client's type-driven transform first, and a reply
+    would be built into its pydantic models: together about 1 ms of the
+    worker's CPU per request (measured, `bench/openai_overhead.py`), where the
+    request is wire-format JSON already and `parse_reply` reads a few fields.
+    A reply comes back as a read-only view of its JSON (`ReplyView`); a streamed
+    one as the client's `AsyncStream`. The client still sends it (headers,
+    base URL, timeout) and raises its own errors for a failed request.
     """
-    if encoded is None or _CLIENT_OPTIONS & request.keys():
-        return await client.chat.completions.create(**request)
+    completions = client.chat.completions
+    if _CLIENT_OPTIONS & request.keys() or not request.keys() <= _parameters(completions):
+        # the client's own path: its options, or its refusal of a setting it
+        # does not know (a typo fails the run at once, not at the provider)
+        return await completions.create(**request)
+    import httpx
     from openai import AsyncStream
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+    messages = (request.get("extra_body") or {}).get("messages", request.get("messages") or [])
+    if encoded is None:
+        encoded = encode(messages)
     fields = {k: v for k, v in request.items() if k not in ("messages", "extra_body")}
     fields.update({k: v for k, v in (request.get("extra_body") or {}).items() if k != "messages"})
     rest = json.dumps(fields, separators=(",", ":")).encode()
     body = b'{"messages":[' + encoded + b"]" + (b"," + rest[1:] if len(rest) > 2 else b"}")
-    # openai 1.x takes raw bytes as `body`; later versions as `content`
-    raw = "content" if "content" in inspect.signature(client.post).parameters else "body"
-    return await client.post(
+    stream = bool(fields.get("stream"))
+    reply = await client.post(
         "/chat/completions",
-        cast_to=ChatCompletion,
-        **{raw: body},
-        stream=bool(fields.get("stream")),
+        cast_to=ChatCompletion if stream else httpx.Response,
+        **{_body_argument(client): body},
+        stream=stream,
         stream_cls=AsyncStream[ChatCompletionChunk],
     )
+    if stream:
+        return reply
+    return ReplyView.of(json.loads(reply.content))
+
+
+def _parameters(completions: Any) -> frozenset[str]:
+    """The names `completions.create` takes."""
+    return _names(type(completions).create)
+
+
+@functools.cache
+def _names(create: Any) -> frozenset[str]:
+    return frozenset(inspect.signature(create).parameters)
+
+
+def _body_argument(client: Any) -> str:
+    """openai 1.x takes raw bytes as `body`; later versions as `content`."""
+    return _takes_content(type(client).post)
+
+
+@functools.cache
+def _takes_content(post: Any) -> str:
+    return "content" if "content" in inspect.signature(post).parameters else "body"
+
+
+class ReplyView:
+    """A JSON object read by attribute, as `parse_reply` reads the client's models.
+
+    A missing key is a missing attribute (`getattr(reply, "usage", None)` is
+    None); objects inside are views too, lists stay lists.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    @staticmethod
+    def of(value: Any) -> Any:
+        if isinstance(value, dict):
+            return ReplyView(value)
+        if isinstance(value, list):
+            return [ReplyView.of(v) for v in value]
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return ReplyView.of(self._data[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __repr__(self) -> str:
+        return json.dumps(self._data)
 
 
 def _classified(exc: Exception, inp: GenerateInput) -> ApplicationError:

@@ -8,8 +8,9 @@ This starts a new in-memory server (our launcher's settings) for every
 system and round instead, so no system inherits another's runs, and reads
 the CPU each run costs: this process (client, worker and model server) and
 the dev server's own (from /proc). Systems: `peer` (Temporal's OpenAI
-Agents integration), `ours` (mirror off), `local` (ours with local model
-calls). Rounds alternate the order. Ratios are against the first system.
+Agents integration), `ours` (mirror off), `mirror` (ours with the FileStore
+mirror on), `local` (ours with local model calls). Rounds alternate the
+order. Ratios are against the first system.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def server_cpu_s() -> float:
 def build(system: str, env: Any, model_url: str) -> Scenario:
     if system == "peer":
         return Peer(env.client.service_client.config.target_host, model_url)
-    return Ours(env.client, model_url, mirror=False, local=system == "local")
+    return Ours(env.client, model_url, mirror=system == "mirror", local=system == "local")
 
 
 async def main(systems: list[str], rounds: int, level: int, total: int) -> None:

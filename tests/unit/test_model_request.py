@@ -1,0 +1,135 @@
+"""A model request sent as bytes and its reply read as JSON: what the client would do, cheaper.
+
+`activities.model.create` sends the body through `client.post` and reads the
+reply's JSON itself, skipping the openai client's transform of the body and
+its pydantic models (`bench/openai_overhead.py` measures the difference).
+These tests hold it to the client's own `chat.completions.create`: the same
+body on the wire, the same `GenerateResult` from the same reply, and the
+same refusal of a setting the client does not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+
+from agentor_temporal.activities.conversations import encode
+from agentor_temporal.activities.model import ReplyView, create, parse_reply, prepared_request
+from agentor_temporal.testing import Raw, Reply, ScriptedModelServer
+from agentor_temporal.workflows.activity_types import GenerateInput
+
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful weather assistant."},
+    {"role": "user", "content": "Quel temps fait-il à Zürich? ☀"},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+
+
+def _request(**settings: Any) -> dict[str, Any]:
+    inp = GenerateInput(
+        run_id="r",
+        agent="A",
+        model="gpt-4o-mini",
+        messages=MESSAGES,
+        tools=TOOLS,
+        model_settings=settings,
+    )
+    request, _ = prepared_request(inp, MESSAGES)
+    return request
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"temperature": 0.2, "max_tokens": 50}, {"extra_body": {"top_k": 3}}, {"seed": 7}],
+)
+@pytest.mark.parametrize("pre_encoded", [False, True])
+async def test_the_body_on_the_wire_is_the_clients(
+    settings: dict[str, Any], pre_encoded: bool
+) -> None:
+    with ScriptedModelServer([Reply("a"), Reply("a")]) as model:
+        client = AsyncOpenAI(base_url=model.base_url, api_key="k", max_retries=0)
+        request = _request(**settings)
+        await client.chat.completions.create(**request)
+        await create(client, request, encode(MESSAGES) if pre_encoded else None)
+        theirs, ours = model.requests
+        await client.close()
+    assert ours == theirs
+    assert ours["messages"] == MESSAGES and ours["tools"] == TOOLS
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        Reply("Sunny in Zürich."),
+        Reply("Thinking done.", reasoning="first, the city"),
+        Raw(
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {
+                                    "id": "call_1",
+                                    "type": "function",
+                                    "function": {"name": "get_weather", "arguments": "{}"},
+                                },
+                                {"type": "function", "function": {"name": "f", "arguments": ""}},
+                            ],
+                        }
+                    }
+                ]
+            }
+        ),
+        Raw({"choices": [{"message": {"role": "assistant", "content": "hi"}}]}),  # no usage
+        Raw(
+            {
+                "id": "x",
+                "choices": [
+                    {
+                        "message": {"role": "assistant", "content": None, "reasoning": "r"},
+                        "extra_field": [1, {"a": 2}],
+                    }
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+            }
+        ),
+    ],
+)
+async def test_a_reply_reads_as_the_clients_models_read(step: Any) -> None:
+    with ScriptedModelServer([step, step]) as model:
+        client = AsyncOpenAI(base_url=model.base_url, api_key="k", max_retries=0)
+        request = _request()
+        theirs = parse_reply(await client.chat.completions.create(**request))
+        ours = parse_reply(await create(client, request))
+        await client.close()
+    assert ours == theirs
+
+
+async def test_a_setting_the_client_does_not_know_is_refused_by_the_client() -> None:
+    """A typo in model_settings fails at once (the client's TypeError), never reaching the model."""
+    with ScriptedModelServer([Reply("never")]) as model:
+        client = AsyncOpenAI(base_url=model.base_url, api_key="k", max_retries=0)
+        with pytest.raises(TypeError, match="temprature"):
+            await create(client, _request(temprature=0.5))
+        await client.close()
+        assert model.request_count == 0
+
+
+def test_a_view_reads_by_attribute_and_misses_like_an_object() -> None:
+    view = ReplyView.of({"a": {"b": [1, {"c": None}]}, "s": "x"})
+    assert view.a.b[0] == 1 and view.a.b[1].c is None and view.s == "x"
+    assert getattr(view, "missing", "default") == "default"
+    assert "x" in str(view)
