@@ -289,28 +289,31 @@ async def create(client: Any, request: dict[str, Any], encoded: bytes | None = N
         # the client's own path: its options, or its refusal of a setting it
         # does not know (a typo fails the run at once, not at the provider)
         return await completions.create(**request)
-    import httpx
     from openai import AsyncStream
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    messages = (request.get("extra_body") or {}).get("messages", request.get("messages") or [])
-    if encoded is None:
-        encoded = encode(messages)
     fields = {k: v for k, v in request.items() if k not in ("messages", "extra_body")}
     fields.update({k: v for k, v in (request.get("extra_body") or {}).items() if k != "messages"})
-    rest = json.dumps(fields, separators=(",", ":")).encode()
-    body = b'{"messages":[' + encoded + b"]" + (b"," + rest[1:] if len(rest) > 2 else b"}")
+    if encoded is None:
+        messages = (request.get("extra_body") or {}).get("messages", request.get("messages") or [])
+        body = json.dumps({"messages": messages, **fields}, separators=(",", ":")).encode()
+    else:
+        # one copy of a long conversation's bytes, not one per concatenation
+        rest = json.dumps(fields, separators=(",", ":")).encode()
+        tail = b"," + rest[1:] if len(rest) > 2 else b"}"
+        body = b"".join((b'{"messages":[', encoded, b"]", tail))
     stream = bool(fields.get("stream"))
     reply = await client.post(
         "/chat/completions",
-        cast_to=ChatCompletion if stream else httpx.Response,
+        # bytes: the body as it came, with no HTTP library's types imported for it
+        cast_to=ChatCompletion if stream else bytes,
         **{_body_argument(client): body},
         stream=stream,
         stream_cls=AsyncStream[ChatCompletionChunk],
     )
     if stream:
         return reply
-    return ReplyView.of(json.loads(reply.content))
+    return ReplyView.of(json.loads(reply))
 
 
 def _parameters(completions: Any) -> frozenset[str]:
