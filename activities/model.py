@@ -285,7 +285,7 @@ async def create(client: Any, request: dict[str, Any], encoded: bytes | None = N
     base URL, timeout) and raises its own errors for a failed request.
     """
     completions = client.chat.completions
-    if _CLIENT_OPTIONS & request.keys() or not request.keys() <= _parameters(completions):
+    if _CLIENT_OPTIONS & request.keys() or not request.keys() <= _takes(type(completions).create):
         # the client's own path: its options, or its refusal of a setting it
         # does not know (a typo fails the run at once, not at the provider)
         return await completions.create(**request)
@@ -307,7 +307,8 @@ async def create(client: Any, request: dict[str, Any], encoded: bytes | None = N
         "/chat/completions",
         # bytes: the body as it came, with no HTTP library's types imported for it
         cast_to=ChatCompletion if stream else bytes,
-        **{_body_argument(client): body},
+        # openai 1.x takes raw bytes as `body`; later versions as `content`
+        **{"content" if "content" in _takes(type(client).post) else "body": body},
         stream=stream,
         stream_cls=AsyncStream[ChatCompletionChunk],
     )
@@ -316,24 +317,10 @@ async def create(client: Any, request: dict[str, Any], encoded: bytes | None = N
     return ReplyView.of(json.loads(reply))
 
 
-def _parameters(completions: Any) -> frozenset[str]:
-    """The names `completions.create` takes."""
-    return _names(type(completions).create)
-
-
 @functools.cache
-def _names(create: Any) -> frozenset[str]:
-    return frozenset(inspect.signature(create).parameters)
-
-
-def _body_argument(client: Any) -> str:
-    """openai 1.x takes raw bytes as `body`; later versions as `content`."""
-    return _takes_content(type(client).post)
-
-
-@functools.cache
-def _takes_content(post: Any) -> str:
-    return "content" if "content" in inspect.signature(post).parameters else "body"
+def _takes(method: Any) -> frozenset[str]:
+    """The parameter names of a client method (looked up once per type)."""
+    return frozenset(inspect.signature(method).parameters)
 
 
 class ReplyView:
