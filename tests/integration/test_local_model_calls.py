@@ -8,14 +8,18 @@ place history keeps it, and `TemporalStore` reads it from there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.converter import PayloadCodec
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal._timeline import read_timeline
@@ -249,6 +253,63 @@ async def test_a_local_request_that_would_start_late_goes_as_an_activity(
     scheduled, markers = await _mode(client, result.run_id)
     assert scheduled == ["generate", "call_tool", "generate"]
     assert markers.count("generate") == 2  # the refusals, recorded as failed markers
+    projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
+    assert [e["type"] for e in projected] == SEED_EVENT_TYPES
+    assert [e.to_dict() for e in store.load(result.run_id)] == projected
+
+
+class _FailOnce(PayloadCodec):
+    """Fails the decoding of the first tool-calling answer once: its workflow task fails.
+
+    The local request has been answered, but the workflow task that would
+    record it fails (as a task does that hits a bug, a payload limit, or a
+    worker losing its cache), and Temporal runs it again from history.
+    """
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        if not self.failed and any(b'"get_weather"' in p.data for p in payloads):
+            self.failed = True
+            raise RuntimeError("the answer's workflow task fails once")
+        return list(payloads)
+
+
+async def test_a_local_answer_whose_workflow_task_failed_is_not_asked_again(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """The worker lives and holds the answer: the rerun task takes it, no second request.
+
+    A local activity's marker is recorded with its workflow task's completion,
+    so a task that fails after the answer came could lose it, and the run
+    would pay for the request again. The SDK keeps a live worker's answers
+    for the task that runs next (and so for one that timed out: the same
+    path), which `local_model_calls` relies on; this holds it to that.
+    """
+    codec = _FailOnce()
+    config = client.config()
+    config["data_converter"] = dataclasses.replace(client.data_converter, payload_codec=codec)
+    failing = Client(**config)
+    store = FileStore(tmp_path)
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=failing,
+        store=store,
+        local_model_calls=True,
+    )
+    result = await agent.arun(PROMPT)
+    assert result.status == "completed" and result.final_output == ANSWER
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED in kinds, "no task failed: proved nothing"
+    assert model.request_count == 2
+    _, markers = await _mode(client, result.run_id)
+    assert markers.count("generate") == 2
     projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
     assert [e["type"] for e in projected] == SEED_EVENT_TYPES
     assert [e.to_dict() for e in store.load(result.run_id)] == projected
