@@ -353,10 +353,11 @@ MAX_TOKEN_COUNT = 2**53
 MAX_LOCAL_REQUEST_BYTES = 256_000
 #: `local_model_calls`: a local request must begin this soon after its
 #: workflow task started, or it is not made (the run asks in an activity
-#: instead). A task that times out takes the local request's answer with it,
-#: and the request is made again: measured at 1,000 runs in flight on one
-#: worker, a first task started 1.6 s after its run and timed out at 5 s
-#: with its model request made, one request in 2,000 asked twice.
+#: instead). Measured at 1,000 runs in flight on one worker: a first task
+#: started 1.6 s after its run and timed out at 5 s with its model request
+#: made, one request in 2,000 asked twice. (A task that times out or fails
+#: after its answer came does not lose it: the SDK hands it to the next task,
+#: docs/benchmarks-notes.md, twelfth pass.)
 LOCAL_START_LIMIT = timedelta(seconds=1.5)
 #: The error type of a local request refused for starting late.
 LOCAL_CALL_LATE = "LocalCallLate"
