@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import PayloadCodec
 
-from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal import FileStore, RunResult, TemporalStore
 from agentor_temporal._timeline import read_timeline
 from agentor_temporal.testing import (
     CallTool,
@@ -240,15 +240,7 @@ async def test_a_local_request_that_would_start_late_goes_as_an_activity(
     # every local request counts as late here
     monkeypatch.setattr(policies, "LOCAL_START_LIMIT", timedelta(0))
     store = FileStore(tmp_path)
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=store,
-        local_model_calls=True,
-    )
-    result = await agent.arun(PROMPT)
-    assert result.status == "completed" and result.final_output == ANSWER
+    result = await _local_seed_run(client, model, task_queue, store)
     assert model.request_count == 2
     scheduled, markers = await _mode(client, result.run_id)
     assert scheduled == ["generate", "call_tool", "generate"]
@@ -256,6 +248,22 @@ async def test_a_local_request_that_would_start_late_goes_as_an_activity(
     projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
     assert [e["type"] for e in projected] == SEED_EVENT_TYPES
     assert [e.to_dict() for e in store.load(result.run_id)] == projected
+
+
+async def _local_seed_run(
+    temporal: Client, model: ScriptedModelServer, task_queue: str, store: FileStore
+) -> RunResult:
+    """The seed's run with local model calls, mirrored to `store`: completed with its answer."""
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=temporal,
+        store=store,
+        local_model_calls=True,
+    )
+    result = await agent.arun(PROMPT)
+    assert result.status == "completed" and result.final_output == ANSWER
+    return result
 
 
 class _FailOnce(PayloadCodec):
@@ -293,17 +301,8 @@ async def test_a_local_answer_whose_workflow_task_failed_is_not_asked_again(
     codec = _FailOnce()
     config = client.config()
     config["data_converter"] = dataclasses.replace(client.data_converter, payload_codec=codec)
-    failing = Client(**config)
     store = FileStore(tmp_path)
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=failing,
-        store=store,
-        local_model_calls=True,
-    )
-    result = await agent.arun(PROMPT)
-    assert result.status == "completed" and result.final_output == ANSWER
+    result = await _local_seed_run(Client(**config), model, task_queue, store)
     history = await client.get_workflow_handle(result.run_id).fetch_history()
     kinds = [e.event_type for e in history.events]
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED in kinds, "no task failed: proved nothing"
