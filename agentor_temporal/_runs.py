@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -305,6 +306,8 @@ async def send_decision(
         if waiting is not None:
             decision = replace(decision, turn=waiting.turn)
             execution_run_id = execution_run_id or waiting.execution_run_id
+    if decision.at is None:
+        decision = replace(decision, at=time.time())
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     try:
         result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)

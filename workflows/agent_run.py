@@ -352,7 +352,7 @@ class AgentRunWorkflow(Continuing):
         return Setup(
             spec=spec,
             budget=inp.max_turns or spec.max_turns,
-            started=workflow.now().timestamp(),
+            started=self._journal.now(),
             stream_text=inp.stream_text,
         )
 

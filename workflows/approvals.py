@@ -65,7 +65,10 @@ def signalled(value: Any) -> Decision:
         )
     if turn is not None and not isinstance(turn, int):
         raise ApplicationError("turn must be a positive integer", type="BadDecision")
-    return Decision(call_id, approved, value.get("reason"), value.get("by"), turn)
+    at = value.get("at")
+    if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))):
+        raise ApplicationError("at must be a time in seconds since the epoch", type="BadDecision")
+    return Decision(call_id, approved, value.get("reason"), value.get("by"), turn, at)
 
 
 class ApprovalExpired(Exception):
@@ -235,7 +238,7 @@ class Approvals:
                 self.checking -= 1
             if not needed:
                 return None
-        requested = workflow.now().timestamp()
+        requested = journal.now()
         journal.record(
             Event(
                 type="approval_request",
@@ -274,7 +277,7 @@ class Approvals:
         workflow.set_current_details(
             self.details() if self.awaiting else f"Turn {turn}: running tools"
         )
-        decided = workflow.now().timestamp()
+        decided = self._decided_at(journal, tool, requested, decision)
         if decision is None:
             return self._expired(journal, tool, args, call_id, decided_by, turn, requested, decided)
         journal.record(
@@ -323,6 +326,25 @@ class Approvals:
             # cannot decide asks a person
             needed = True
         return needed
+
+    @staticmethod
+    def _decided_at(
+        journal: Journal, tool: ToolSpec, requested: float, decision: Decision | None
+    ) -> float:
+        """When the call was decided: the person's own time, or the approval's deadline.
+
+        Both are in history (the decision's input, the tool's timeout), so a
+        retried workflow task stamps the decision as its first attempt did.
+        A decision from a sender that gives no time is stamped when its task
+        started.
+        """
+        if level() < policies.STABLE_EVENT_TIMES:
+            return workflow.now().timestamp()
+        if decision is None and tool.approval_timeout:
+            return requested + tool.approval_timeout
+        if decision is not None and decision.at is not None:
+            return max(requested, decision.at)
+        return max(journal.now(), workflow.now().timestamp())
 
     def _expired(
         self,

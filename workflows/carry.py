@@ -113,9 +113,9 @@ def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any
     (recorded in the `approval_decision` event, up to MAX_DECISION_TEXT) is
     never read again, and a long call id is kept by digest (`count_key`).
     Carried whole, a run's decisions grew its continue-as-new input without
-    bound. Nor is `turn` carried: a worker of a build before `turn` existed
-    may pick the next execution up (it builds each `Decision` from every
-    carried field).
+    bound. Nor are `turn` and `at` carried: a worker of a build before they
+    existed may pick the next execution up (it builds each `Decision` from
+    every carried field).
     """
     carried: dict[str, dict[str, Any]] = {}
     for key, decision in decisions.items():
@@ -126,7 +126,7 @@ def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any
         if by is not None and len(by) > QUOTED_CHARS:
             by = by[:QUOTED_CHARS] + "..."
         kept = Decision(count_key(decision.call_id), decision.approved, None, by)
-        carried[key] = {n: x for n, x in asdict(kept).items() if n != "turn"}
+        carried[key] = {n: x for n, x in asdict(kept).items() if n not in ("turn", "at")}
     return carried
 
 

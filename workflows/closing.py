@@ -76,7 +76,7 @@ class Closing:
                 turn=turn,
                 usage=self._usage,
                 started_at=seg.started,
-                ended_at=workflow.now().timestamp(),
+                ended_at=self._journal.now(),
             )
         )
         return await self._close(status, seg, text=text, error=error, returning=returning)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,7 @@ from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.stream_window import StreamWindow
 from agentor_temporal.workflows.types import ForkOrigin
+from agentor_temporal.workflows.versions import level
 
 
 class Journal:
@@ -71,11 +73,25 @@ class Journal:
         #: whether an event's request was sent by reference (its messages are
         #: then not in the event: readers rebuild them from history)
         self.by_reference = False
+        #: the latest time an event recorded so far reports (see `now`)
+        self._latest = 0.0
 
     @property
     def position(self) -> int:
         """The whole-run position the next event will take."""
         return self.offset + len(self.events)
+
+    def now(self) -> float:
+        """The time to stamp an event with: the same in every attempt of a workflow task.
+
+        From `policies.STABLE_EVENT_TIMES` on, the latest of the execution's
+        start and the times the events recorded so far report (a
+        generation's or a tool call's end comes from its activity's result,
+        in history); before it, `workflow.now()`, the running task's start.
+        """
+        if level() < policies.STABLE_EVENT_TIMES:
+            return workflow.now().timestamp()
+        return max(workflow.info().workflow_start_time.timestamp(), self._latest)
 
     def after(self, position: int) -> list[dict[str, Any]]:
         """This segment's events from whole-run `position` on, as dicts."""
@@ -107,6 +123,9 @@ class Journal:
             self.by_reference = True
         if self._window is not None:
             self._offsets[len(self.events)] = self._window.end()
+        for at in (event.started_at, event.ended_at):
+            if isinstance(at, (int, float)) and math.isfinite(at) and at > self._latest:
+                self._latest = float(at)
         self._topic.publish(
             {
                 "index": self.position,
@@ -122,7 +141,7 @@ class Journal:
         """Record what a fork's log holds past its parent's events: copies, then the marker."""
         for data in origin.events:
             self.record(Event.from_dict(data))
-        now = workflow.now().timestamp()
+        now = self.now()
         # Agentor's marker: a fork's own life starts here
         self.record(Event(type="fork", forked_from=origin.run_id, started_at=now, ended_at=now))
         workflow.set_current_details(

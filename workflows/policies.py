@@ -207,7 +207,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 6
+BEHAVIOUR = 7
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -252,6 +252,16 @@ CANCEL_ENDS_WAITING = 5
 #: metadata, or the events pass MAX_RESULT_JOURNAL_BYTES) the journal step
 #: runs, and PATCH_JOURNAL_AT_CLOSE marks it for replays.
 JOURNAL_IN_RESULT = 6
+#: From this level a run stamps its events with times history holds
+#: (`Journal.now`): the run's start, the times its steps report, a person's
+#: own decision time, an approval's deadline. `workflow.now()` is when the
+#: running workflow task started, and a task that fails or times out runs
+#: again later and stamps anew what its first attempt already mirrored or
+#: sent to a follower (measured: a `run_end` 47 ms apart in the JSONL mirror
+#: and the run's result, an `approval_request` 224 ms apart in a follower's
+#: stream and history). Commands are unchanged; the level keeps a run begun
+#: before it stamping as it did, so its replays make the events it mirrored.
+STABLE_EVENT_TIMES = 7
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"

@@ -11,6 +11,7 @@ time it decodes one, and strings cost 3-5x as much to evaluate
 (`tests/unit/test_payload_types.py`).
 """
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -387,6 +388,10 @@ class Decision:
     #: call with this id waiting is another turn's. None: the call with this
     #: id waiting now, whichever it is (plain clients, older senders)
     turn: int | None = None
+    #: when the person decided (seconds since the epoch, the sender's clock;
+    #: set by the facade and the CLI): the `approval_decision` event's
+    #: `ended_at`, no earlier than the request. None: when the run took it
+    at: float | None = None
 
     def turn_problem(self) -> str | None:
         """Why the decision's `turn` is not one a call can have (None when it can).
@@ -401,6 +406,11 @@ class Decision:
 
     def problem(self) -> str | None:
         """Why the decision cannot be taken as given (None when it can)."""
+        at = self.at
+        if at is not None and (
+            isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)
+        ):
+            return f"at must be a time in seconds since the epoch, got {at!r}"
         for name in ("reason", "by"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):

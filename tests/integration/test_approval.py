@@ -131,7 +131,9 @@ async def test_paused_run_is_approved_hours_later_by_another_process(
     assert types[request_at : request_at + 2] == ["approval_request", "approval_decision"]
     decision = next(e for e in done["events"] if e["type"] == "approval_decision")
     assert decision["status"] == "approved" and decision["result"] == "alice"
-    assert decision["ended_at"] - decision["started_at"] >= 3 * 3600
+    # stamped with the approving process's own clock, which the time-skipping
+    # server's three hours do not move: no earlier than the request
+    assert decision["ended_at"] >= decision["started_at"]
     # the model got the transfer's real result
     tool_messages = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
     paid = {"role": "tool", "tool_call_id": "call_pay", "content": "Sent 5000 to bob."}

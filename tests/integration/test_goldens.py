@@ -481,6 +481,9 @@ SCENARIOS: dict[str, Scenario] = {
         _header_refused,
         20,
     ),
+    # recorded at level 7: events stamped with times history holds (the run's
+    # start, its steps' own times, the person's decision time)
+    "behaviour_7_approval_history": APPROVAL,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

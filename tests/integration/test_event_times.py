@@ -1,0 +1,127 @@
+"""A workflow task that runs twice stamps its events as it did the first time.
+
+A task that fails (or times out) after its journal step mirrored the events
+is run again, later. Stamped with `workflow.now()`, the start of the task
+running, the second attempt's events differed from the ones its first
+attempt put in the JSONL mirror, in history and on a follower's stream: a
+`run_end` 47 ms apart between the mirror and the run's result, an
+`approval_request` 224 ms apart between a stream and history (both seen in
+the suite). Events are stamped with times history holds now
+(`Journal.now`), so every reader sees one log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.converter import PayloadCodec
+
+from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+
+from helpers import ANSWER, PROMPT, transfer_tool, weather_agent, weather_tool
+
+
+class _FailOnce(PayloadCodec):
+    """Fails the decoding of the first journal step's result holding `marker`, once.
+
+    The workflow task that takes the result fails, after the step mirrored
+    the events; Temporal runs the task again.
+    """
+
+    def __init__(self, marker: bytes) -> None:
+        self.marker = marker
+        self.failed = False
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        if not self.failed and any(
+            self.marker in p.data and b'"mirrored"' in p.data for p in payloads
+        ):
+            self.failed = True
+            raise RuntimeError("this workflow task fails once")
+        return list(payloads)
+
+
+def _failing_once(client: Client, marker: bytes) -> tuple[Client, _FailOnce]:
+    codec = _FailOnce(marker)
+    config = client.config()
+    config["data_converter"] = dataclasses.replace(client.data_converter, payload_codec=codec)
+    return Client(**config), codec
+
+
+async def _one_log(client: Client, run_id: str, store: FileStore, *others: list[Any]) -> None:
+    """History, the JSONL mirror and every other reading of the run hold the same events."""
+    recorded = [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
+    assert [e.to_dict() for e in store.load(run_id)] == recorded
+    for other in others:
+        assert [e.to_dict() for e in other] == recorded
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    failed = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    assert failed, "no workflow task failed: the test proved nothing"
+
+
+async def test_a_run_end_mirrored_before_its_task_failed_reads_the_same_everywhere(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """The closing journal step's task fails once: the result, history and mirror agree."""
+    failing, codec = _failing_once(client, b'"run_end"')
+    store = FileStore(tmp_path)
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=failing, store=store
+    )
+    result = await agent.arun(PROMPT)
+    assert codec.failed
+    assert result.status == "completed" and result.final_output == ANSWER
+    streamed = [e async for e in agent.stream(result.run_id)]
+    await _one_log(client, result.run_id, store, result.events, streamed)
+
+
+@pytest.mark.parametrize("decision", ["approved", "expired"])
+async def test_an_approval_request_mirrored_before_its_task_failed_reads_the_same_everywhere(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str, decision: str
+) -> None:
+    """The approval step's task fails once: request and decision read the same everywhere.
+
+    The decision is a person's (stamped with their own time, no earlier than
+    the request) or the deadline's (the request's time plus the timeout).
+    """
+    failing, codec = _failing_once(client, b'"approval_request"')
+    store = FileStore(tmp_path)
+    script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"), Reply("Done.")]
+    timeout = {"approval_timeout": 1.0, "on_approval_timeout": "deny"}
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=failing,
+            store=store,
+            tools=[
+                weather_tool(ledger),
+                transfer_tool(ledger, **(timeout if decision == "expired" else {})),
+            ],
+        )
+        paused = await agent.arun("Pay bob 5.")
+        assert paused.status == "awaiting_approval" and codec.failed
+        if decision == "approved":
+            await agent.aapprove(paused.run_id, "call_pay", by="alice")  # type: ignore[attr-defined]
+        rest = [e async for e in agent.stream(paused.run_id, after=len(paused.events))]
+    await _one_log(client, paused.run_id, store, paused.events + rest)
+    request, answer = [e for e in paused.events + rest if e.type.startswith("approval_")]
+    assert answer.status == decision and answer.started_at == request.started_at
+    assert request.started_at is not None and answer.ended_at is not None
+    if decision == "expired":
+        assert answer.ended_at == pytest.approx(request.started_at + 1.0)
+    else:
+        assert answer.ended_at >= request.started_at
