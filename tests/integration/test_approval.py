@@ -302,8 +302,9 @@ async def test_approval_timeout(client: Client, task_queue: str, ledger: str, mo
         outcome = await client.get_workflow_handle(paused.run_id).result()
     events = paused.events + rest
     recorded = await TemporalStore(client).aload(paused.run_id)
-    # on a mismatch, say which side each event came from (seen once: a streamed
-    # approval_decision whose started_at differed from history's by 136 ms)
+    # on a mismatch, say which side each event came from (seen twice before
+    # events took their times from history: a streamed approval_decision
+    # whose started_at differed from history's; test_event_times.py makes it)
     assert [e.to_dict() for e in events] == [e.to_dict() for e in recorded], [
         (i, e.type, e.started_at, r.started_at, i < len(paused.events))
         for i, (e, r) in enumerate(zip(events, recorded, strict=False))
