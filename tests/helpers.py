@@ -16,9 +16,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.converter import PayloadCodec
 
 from agentor_temporal import Agentor, Event, FileStore, function_tool, tool_context
 from agentor_temporal.connection import DEV_SEARCH_ATTRIBUTES, temporal_binary
@@ -449,3 +454,33 @@ async def unwedged_history(client: Any, run_id: str, timeout: float = 30.0) -> A
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} did not close within {timeout}s")
         await asyncio.sleep(0.05)
+
+
+class FailOnce(PayloadCodec):
+    """Fails the decoding of the first payload `matches` picks, once.
+
+    A payload a workflow activation carries (an activity's or a local
+    activity's result): the workflow task that takes it fails, and Temporal
+    runs the task again.
+    """
+
+    def __init__(self, matches: Callable[[bytes], bool]) -> None:
+        self.matches = matches
+        self.failed = False
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        if not self.failed and any(self.matches(p.data) for p in payloads):
+            self.failed = True
+            raise RuntimeError("this workflow task fails once")
+        return list(payloads)
+
+
+def failing_once(client: Client, matches: Callable[[bytes], bool]) -> tuple[Client, FailOnce]:
+    """`client` with a `FailOnce` codec (its workers fail one workflow task)."""
+    codec = FailOnce(matches)
+    config = client.config()
+    config["data_converter"] = replace(client.data_converter, payload_codec=codec)
+    return Client(**config), codec

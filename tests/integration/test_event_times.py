@@ -12,51 +12,23 @@ the suite). Events are stamped with times history holds now
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.converter import PayloadCodec
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import ANSWER, PROMPT, transfer_tool, weather_agent, weather_tool
+from helpers import ANSWER, PROMPT, failing_once, transfer_tool, weather_agent, weather_tool
 
 
-class _FailOnce(PayloadCodec):
-    """Fails the decoding of the first journal step's result holding `marker`, once.
-
-    The workflow task that takes the result fails, after the step mirrored
-    the events; Temporal runs the task again.
-    """
-
-    def __init__(self, marker: bytes) -> None:
-        self.marker = marker
-        self.failed = False
-
-    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return list(payloads)
-
-    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        if not self.failed and any(
-            self.marker in p.data and b'"mirrored"' in p.data for p in payloads
-        ):
-            self.failed = True
-            raise RuntimeError("this workflow task fails once")
-        return list(payloads)
-
-
-def _failing_once(client: Client, marker: bytes) -> tuple[Client, _FailOnce]:
-    codec = _FailOnce(marker)
-    config = client.config()
-    config["data_converter"] = dataclasses.replace(client.data_converter, payload_codec=codec)
-    return Client(**config), codec
+def _journal_result_with(marker: bytes) -> Callable[[bytes], bool]:
+    """A journal step's result (it says how far the mirror got) holding `marker`."""
+    return lambda data: marker in data and b'"mirrored"' in data
 
 
 async def _one_log(client: Client, run_id: str, store: FileStore, *others: list[Any]) -> None:
@@ -76,7 +48,7 @@ async def test_a_run_end_mirrored_before_its_task_failed_reads_the_same_everywhe
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
 ) -> None:
     """The closing journal step's task fails once: the result, history and mirror agree."""
-    failing, codec = _failing_once(client, b'"run_end"')
+    failing, codec = failing_once(client, _journal_result_with(b'"run_end"'))
     store = FileStore(tmp_path)
     agent = weather_agent(
         base_url=model.base_url, task_queue=task_queue, temporal=failing, store=store
@@ -97,7 +69,7 @@ async def test_an_approval_request_mirrored_before_its_task_failed_reads_the_sam
     The decision is a person's (stamped with their own time, no earlier than
     the request) or the deadline's (the request's time plus the timeout).
     """
-    failing, codec = _failing_once(client, b'"approval_request"')
+    failing, codec = failing_once(client, _journal_result_with(b'"approval_request"'))
     store = FileStore(tmp_path)
     script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"), Reply("Done.")]
     timeout = {"approval_timeout": 1.0, "on_approval_timeout": "deny"}

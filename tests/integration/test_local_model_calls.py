@@ -8,18 +8,14 @@ place history keeps it, and `TemporalStore` reads it from there.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.converter import PayloadCodec
 
 from agentor_temporal import FileStore, RunResult, TemporalStore
 from agentor_temporal._timeline import read_timeline
@@ -33,7 +29,7 @@ from agentor_temporal.testing import (
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.agent_run import CANCELLED
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, until, weather_agent
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, failing_once, until, weather_agent
 
 
 async def _shape(client: Client, run_id: str) -> tuple[list[str], list[str], int]:
@@ -266,27 +262,6 @@ async def _local_seed_run(
     return result
 
 
-class _FailOnce(PayloadCodec):
-    """Fails the decoding of the first tool-calling answer once: its workflow task fails.
-
-    The local request has been answered, but the workflow task that would
-    record it fails (as a task does that hits a bug, a payload limit, or a
-    worker losing its cache), and Temporal runs it again from history.
-    """
-
-    def __init__(self) -> None:
-        self.failed = False
-
-    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return list(payloads)
-
-    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        if not self.failed and any(b'"get_weather"' in p.data for p in payloads):
-            self.failed = True
-            raise RuntimeError("the answer's workflow task fails once")
-        return list(payloads)
-
-
 async def test_a_local_answer_whose_workflow_task_failed_is_not_asked_again(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
 ) -> None:
@@ -298,11 +273,11 @@ async def test_a_local_answer_whose_workflow_task_failed_is_not_asked_again(
     for the task that runs next (and so for one that timed out: the same
     path), which `local_model_calls` relies on; this holds it to that.
     """
-    codec = _FailOnce()
-    config = client.config()
-    config["data_converter"] = dataclasses.replace(client.data_converter, payload_codec=codec)
+    # the first tool-calling answer's workflow task fails
+    failing, codec = failing_once(client, lambda data: b'"get_weather"' in data)
     store = FileStore(tmp_path)
-    result = await _local_seed_run(Client(**config), model, task_queue, store)
+    result = await _local_seed_run(failing, model, task_queue, store)
+    assert codec.failed
     history = await client.get_workflow_handle(result.run_id).fetch_history()
     kinds = [e.event_type for e in history.events]
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED in kinds, "no task failed: proved nothing"
