@@ -335,16 +335,19 @@ class Approvals:
 
         Both are in history (the decision's input, the tool's timeout), so a
         retried workflow task stamps the decision as its first attempt did.
-        A decision from a sender that gives no time is stamped when its task
-        started.
+        The sender's time is taken no earlier than the request and no later
+        than the task taking it (a clock far ahead would stamp every later
+        event of the run after it). A decision from a sender that gives no
+        time is stamped when its task started.
         """
+        now = workflow.now().timestamp()
         if level() < policies.STABLE_EVENT_TIMES:
-            return workflow.now().timestamp()
+            return now
         if decision is None and tool.approval_timeout:
             return requested + tool.approval_timeout
         if decision is not None and decision.at is not None:
-            return max(requested, decision.at)
-        return max(journal.now(), workflow.now().timestamp())
+            return max(requested, min(decision.at, now))
+        return max(journal.now(), now)
 
     def _expired(
         self,

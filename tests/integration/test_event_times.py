@@ -12,6 +12,7 @@ the suite). Events are stamped with times history holds now
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal._runs import send_decision
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.workflows import Decision
 
 from helpers import ANSWER, PROMPT, failing_once, transfer_tool, weather_agent, weather_tool
 
@@ -97,3 +100,33 @@ async def test_an_approval_request_mirrored_before_its_task_failed_reads_the_sam
         assert answer.ended_at == pytest.approx(request.started_at + 1.0)
     else:
         assert answer.ended_at >= request.started_at
+
+
+@pytest.mark.parametrize("skew", [-86_400.0, 86_400.0])
+async def test_a_deciders_clock_far_off_is_kept_between_the_request_and_the_run(
+    client: Client, task_queue: str, ledger: str, skew: float
+) -> None:
+    """A day behind: stamped at the request. A day ahead: no later than the run took it."""
+    script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"), Reply("Done.")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[weather_tool(ledger), transfer_tool(ledger)],
+        )
+        paused = await agent.arun("Pay bob 5.")
+        assert paused.status == "awaiting_approval"
+        sent = time.time()
+        decision = Decision("call_pay", True, by="skewed", at=sent + skew)
+        await send_decision(client, paused.run_id, decision)
+        result = await agent.aresume(paused.run_id)  # type: ignore[attr-defined]
+    assert result.status == "completed"
+    request, answer = [e for e in result.events if e.type.startswith("approval_")]
+    assert request.started_at is not None and answer.ended_at is not None
+    if skew < 0:
+        assert answer.ended_at == request.started_at
+    else:
+        assert sent - 5 < answer.ended_at < time.time() + 5
+    run_end = result.events[-1]
+    assert run_end.ended_at is not None and run_end.ended_at < time.time() + 5
