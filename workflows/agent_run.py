@@ -352,7 +352,7 @@ class AgentRunWorkflow(Continuing):
         return Setup(
             spec=spec,
             budget=inp.max_turns or spec.max_turns,
-            started=self._journal.now(),
+            started=self._journal.opened(),
             stream_text=inp.stream_text,
         )
 

@@ -73,25 +73,44 @@ class Journal:
         #: whether an event's request was sent by reference (its messages are
         #: then not in the event: readers rebuild them from history)
         self.by_reference = False
-        #: the latest time an event recorded so far reports (see `now`)
+        #: the latest time an event recorded so far reports, and the start of
+        #: the workflow task that recorded the last event (see `now`)
         self._latest = 0.0
+        self._last_task: float | None = None
 
     @property
     def position(self) -> int:
         """The whole-run position the next event will take."""
         return self.offset + len(self.events)
 
-    def now(self) -> float:
-        """The time to stamp an event with: the same in every attempt of a workflow task.
+    @staticmethod
+    def opened() -> float:
+        """When this execution began: its start (from `policies.STABLE_EVENT_TIMES`; in history).
 
-        From `policies.STABLE_EVENT_TIMES` on, the latest of the execution's
-        start and the times the events recorded so far report (a
-        generation's or a tool call's end comes from its activity's result,
-        in history); before it, `workflow.now()`, the running task's start.
+        Before that level, the start of its first workflow task.
         """
         if level() < policies.STABLE_EVENT_TIMES:
             return workflow.now().timestamp()
-        return max(workflow.info().workflow_start_time.timestamp(), self._latest)
+        return workflow.info().workflow_start_time.timestamp()
+
+    def now(self) -> float:
+        """The time to stamp an event with: the same in every attempt of a workflow task.
+
+        From `policies.STABLE_EVENT_TIMES` on, an event that follows another
+        in the same workflow task (a `run_end` after the final generation,
+        an approval request after the generation asking for the call) takes
+        the latest of the execution's start and the times the events so far
+        report (a generation's or a tool call's end comes from its
+        activity's result, in history). One that opens a later task (a
+        cancel, a step that failed for good) has no time in history to take:
+        it takes the task's start, `workflow.now()`, as every event did
+        before that level.
+        """
+        task = workflow.now().timestamp()
+        if level() < policies.STABLE_EVENT_TIMES:
+            return task
+        latest = max(self.opened(), self._latest)
+        return latest if self._last_task == task else max(latest, task)
 
     def after(self, position: int) -> list[dict[str, Any]]:
         """This segment's events from whole-run `position` on, as dicts."""
@@ -126,6 +145,7 @@ class Journal:
         for at in (event.started_at, event.ended_at):
             if isinstance(at, (int, float)) and math.isfinite(at) and at > self._latest:
                 self._latest = float(at)
+        self._last_task = workflow.now().timestamp()
         self._topic.publish(
             {
                 "index": self.position,

@@ -253,8 +253,11 @@ CANCEL_ENDS_WAITING = 5
 #: runs, and PATCH_JOURNAL_AT_CLOSE marks it for replays.
 JOURNAL_IN_RESULT = 6
 #: From this level a run stamps its events with times history holds
-#: (`Journal.now`): the run's start, the times its steps report, a person's
-#: own decision time, an approval's deadline. `workflow.now()` is when the
+#: (`Journal.now`): the run's start, the times its steps report (for an event
+#: that follows a step in the same workflow task), a person's own decision
+#: time, an approval's deadline; only an event that opens a later task with
+#: no time of its own (a cancel, a step failed for good) takes the task's
+#: start. `workflow.now()` is when the
 #: running workflow task started, and a task that fails or times out runs
 #: again later and stamps anew what its first attempt already mirrored or
 #: sent to a follower (measured: a `run_end` 47 ms apart in the JSONL mirror

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal._runs import send_decision
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Fail, Hang, Reply, ScriptedModelServer
 from agentor_temporal.workflows import Decision
 
 from helpers import ANSWER, PROMPT, failing_once, transfer_tool, weather_agent, weather_tool
@@ -130,3 +130,46 @@ async def test_a_deciders_clock_far_off_is_kept_between_the_request_and_the_run(
         assert sent - 5 < answer.ended_at < time.time() + 5
     run_end = result.events[-1]
     assert run_end.ended_at is not None and run_end.ended_at < time.time() + 5
+
+
+async def test_an_end_no_step_recorded_is_stamped_when_it_came(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A run that fails on a refused request, or is cancelled while it waits: not back-dated.
+
+    Nothing in history times such an end, so it takes its workflow task's
+    start, after the failing request came back or the cancel was sent; the
+    step before it ended earlier.
+    """
+    with ScriptedModelServer([Hang(0.5, Fail(400, "refused"))]) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        failed = await agent.arun(PROMPT)
+    assert failed.status == "failed"
+    start, end = failed.events[0], failed.events[-1]
+    assert end.type == "run_end" and start.started_at is not None and end.ended_at is not None
+    assert end.ended_at >= start.started_at + 0.5
+
+    script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"), Reply("Done.")]
+    with ScriptedModelServer(script) as model:
+        store = FileStore(tmp_path)
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=store,
+            tools=[weather_tool(ledger), transfer_tool(ledger)],
+            name="Payer",
+        )
+        paused = await agent.arun("Pay bob 5.")
+        assert paused.status == "awaiting_approval"
+        cancelled_at = time.time()
+        handle = client.get_workflow_handle(paused.run_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    events = await TemporalStore(client).aload(paused.run_id)
+    request = next(e for e in events if e.type == "approval_request")
+    end = events[-1]
+    assert end.type == "run_end" and "cancelled" in str(end.error) and end.ended_at is not None
+    assert request.started_at is not None and request.started_at < cancelled_at <= end.ended_at
+    assert [e.to_dict() for e in store.load(paused.run_id)] == [e.to_dict() for e in events]
