@@ -257,10 +257,9 @@ JOURNAL_IN_RESULT = 6
 #: that follows a step in the same workflow task), a person's own decision
 #: time, an approval's deadline; only an event that opens a later task with
 #: no time of its own (a cancel, a step failed for good) takes the task's
-#: start. `workflow.now()` is when the
-#: running workflow task started, and a task that fails or times out runs
-#: again later and stamps anew what its first attempt already mirrored or
-#: sent to a follower (measured: a `run_end` 47 ms apart in the JSONL mirror
+#: start. `workflow.now()` is when the running workflow task started, and a
+#: task that fails or times out runs again later and stamps anew what its
+#: first attempt already mirrored or sent to a follower (measured: a `run_end` 47 ms apart in the JSONL mirror
 #: and the run's result, an `approval_request` 224 ms apart in a follower's
 #: stream and history). Commands are unchanged; the level keeps a run begun
 #: before it stamping as it did, so its replays make the events it mirrored.
