@@ -255,14 +255,15 @@ JOURNAL_IN_RESULT = 6
 #: From this level a run stamps its events with times history holds
 #: (`Journal.now`): the run's start, the times its steps report (for an event
 #: that follows a step in the same workflow task), a person's own decision
-#: time, an approval's deadline; only an event that opens a later task with
-#: no time of its own (a cancel, a step failed for good) takes the task's
-#: start. `workflow.now()` is when the running workflow task started, and a
-#: task that fails or times out runs again later and stamps anew what its
-#: first attempt already mirrored or sent to a follower (measured: a `run_end` 47 ms apart in the JSONL mirror
-#: and the run's result, an `approval_request` 224 ms apart in a follower's
-#: stream and history). Commands are unchanged; the level keeps a run begun
-#: before it stamping as it did, so its replays make the events it mirrored.
+#: time, an approval's deadline; only an event that opens a later task with no
+#: time of its own (a cancel, a step failed for good) takes the task's start.
+#: `workflow.now()` is when the running workflow task started, and a task that
+#: fails or times out runs again later and stamps anew what its first attempt
+#: already mirrored or sent to a follower (measured: a `run_end` 47 ms apart
+#: in the JSONL mirror and the run's result, an `approval_request` 224 ms
+#: apart in a follower's stream and history). Commands are unchanged; the
+#: level keeps a run begun before it stamping as it did, so its replays make
+#: the events it mirrored.
 STABLE_EVENT_TIMES = 7
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
