@@ -108,6 +108,14 @@ _TRAMPOLINE = (
 )
 
 
+#: What DevTools answers an evaluation that races the page being replaced.
+NAVIGATING = (
+    "Inspected target navigated or closed",
+    "Execution context was destroyed",
+    "Cannot find context with specified id",
+)
+
+
 class Page:
     """One Chromium tab driven over the DevTools protocol (use as a context manager)."""
 
@@ -202,9 +210,22 @@ class Page:
         )
         return result.get("result", {}).get("value")
 
+    def settled(self, expression: str) -> Any:
+        """`evaluate`, or None while the page is being replaced (a reload, a redirect).
+
+        For loops that ask again: DevTools refuses an evaluation that races a
+        navigation, and the answer is only "not yet".
+        """
+        try:
+            return self.evaluate(expression)
+        except AssertionError as exc:
+            if any(words in str(exc) for words in NAVIGATING):
+                return None
+            raise
+
     def html(self) -> str:
-        """The current DOM, serialized."""
-        value = self.evaluate("document.documentElement ? document.documentElement.outerHTML : ''")
+        """The current DOM, serialized (empty while the page is being replaced)."""
+        value = self.settled("document.documentElement ? document.documentElement.outerHTML : ''")
         return str(value or "")
 
     def wait_for(self, predicate: Callable[[str], bool], what: str, timeout: float = 30) -> str:

@@ -53,9 +53,9 @@ def text_of(page: Page, selector: str) -> str:
 
 
 def wait(page: Page, script: str, what: str, timeout: float = 30) -> None:
-    """Until a JavaScript expression is true in the page."""
+    """Until a JavaScript expression is true in the page (asked again across a reload)."""
     deadline = time.monotonic() + timeout
-    while not page.evaluate(script):
+    while not page.settled(script):
         if time.monotonic() > deadline:
             raise AssertionError(
                 f"the page never showed {what} within {timeout}s; events: {rows(page)}, "
