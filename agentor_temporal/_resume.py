@@ -31,23 +31,48 @@ if TYPE_CHECKING:
 MessageInput = str | list[dict[str, Any]]
 
 
-async def start_run(
-    agent: Agentor, input: MessageInput, run_id: str | None, max_turns: int | None
-) -> RunResult:
-    """`Agentor.run`: check the input, start the run, wait for its result."""
+def new_input(
+    agent: Agentor,
+    input: MessageInput,
+    run_id: str | None,
+    max_turns: int | None,
+    *,
+    stream_text: bool = False,
+) -> tuple[str, AgentRunInput]:
+    """A new run's id and workflow input, checked before anything starts.
+
+    Every way the facade starts a run (`run`, `astart`, `stream_chat`, and so
+    the HTTP routes) goes through here, so each refuses the same inputs the
+    same way, and each run carries the agent's fingerprint (only a worker
+    built the same way runs it).
+
+    Raises:
+        ValueError: for bad input, a `max_turns` that is not a positive
+            integer, an input too large for one model request, or a hostile
+            run id.
+    """
     check_input(input)
     if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
         raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
     check_size(agent.definition, input)
     run_id = new_run_id() if run_id is None else validate_run_id(run_id)
+    inp = AgentRunInput(
+        agent=agent.name,
+        input=input,
+        max_turns=max_turns,
+        stream_text=bool(stream_text),
+        fingerprint=agent.definition.fingerprint(),
+    )
+    return run_id, inp
+
+
+async def start_run(
+    agent: Agentor, input: MessageInput, run_id: str | None, max_turns: int | None
+) -> RunResult:
+    """`Agentor.run`: check the input, start the run, wait for its result."""
+    run_id, inp = new_input(agent, input, run_id, max_turns)
     client = await agent._client()
     async with agent._serving(client):
-        inp = AgentRunInput(
-            agent=agent.name,
-            input=input,
-            max_turns=max_turns,
-            fingerprint=agent.definition.fingerprint(),
-        )
         await start_segment(
             client,
             agent.definition,

@@ -21,8 +21,8 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._fork import run_fork
-from agentor_temporal._results import await_result, check_input, check_size
-from agentor_temporal._resume import resume_run, start_run
+from agentor_temporal._results import await_result
+from agentor_temporal._resume import new_input, resume_run, start_run
 from agentor_temporal._runs import (
     check_waiting,
     make_decision,
@@ -39,14 +39,13 @@ from agentor_temporal.store import (
     PendingApproval,
     RunResult,
     Store,
-    new_run_id,
     validate_run_id,
 )
 from agentor_temporal.streaming import follow, on_runtime
 from agentor_temporal.telemetry import enable_tracing
 from agentor_temporal.workflows import Segment, TemporalStore, policies
 from agentor_temporal.workflows.policies import TASK_QUEUE
-from agentor_temporal.workflows.types import AgentRunInput, Decision
+from agentor_temporal.workflows.types import Decision
 
 MessageInput = str | list[dict[str, Any]]
 
@@ -289,13 +288,11 @@ class Agentor:
         `stream_text`, `stream(run_id, text=True)` also gets text deltas.
 
         Raises:
-            ValueError: for bad input or a hostile run id.
+            ValueError: for bad input (as `run()`: an input too large for one
+                model request is refused before anything starts) or a
+                hostile run id.
         """
-        check_input(input)
-        if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-        run_id = new_run_id() if run_id is None else validate_run_id(run_id)
-        inp = AgentRunInput(self.name, input, max_turns=max_turns, stream_text=stream_text)
+        run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
 
         async def start() -> str:
             client = await self._client()
@@ -331,16 +328,7 @@ class Agentor:
                 `generation` event carries the final text.
             max_turns: override the agent's budget for this run.
         """
-        check_input(input)
-        check_size(self.definition, input)
-        run_id = new_run_id() if run_id is None else validate_run_id(run_id)
-        inp = AgentRunInput(
-            agent=self.name,
-            input=input,
-            max_turns=max_turns,
-            stream_text=stream_text,
-            fingerprint=self.definition.fingerprint(),
-        )
+        run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
 
         async def produce() -> AsyncIterator[Event]:
             client = await self._client()

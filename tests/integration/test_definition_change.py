@@ -19,12 +19,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from agentor_temporal import Agentor, TemporalStore
+from agentor_temporal.streaming import RunFailedError
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.formatting import failure_message
 
 from helpers import ledger_lines, transfer_tool, weather_or_transfer, weather_tool
 
@@ -130,8 +132,28 @@ async def test_with_no_worker_built_as_the_run_it_fails_naming_what_differs(
     assert len(refusals) <= 1, [r.getMessage() for r in refusals]
 
 
+async def _start(agent: Agentor, client: Client, how: str, prompt: str) -> tuple[str, str | None]:
+    """Start a run the way `how` names and wait for it: its status and error."""
+    if how == "run":
+        result = await agent.arun(prompt)
+        return result.status, result.error
+    if how == "start":  # what the HTTP routes and A2A start runs with
+        run_id = await agent.astart(prompt)
+        try:
+            outcome = await client.get_workflow_handle(run_id).result()
+        except WorkflowFailureError as exc:  # a run refused at its start fails its workflow
+            return "failed", failure_message(exc)
+        return outcome["status"], outcome["error"]
+    try:
+        events = [event async for event in agent.stream_chat(prompt)]
+    except RunFailedError as exc:  # the workflow failed with no run_end to stream
+        return "failed", str(exc)
+    return events[-1].status or "", events[-1].error
+
+
+@pytest.mark.parametrize("how", ["run", "start", "stream"])
 async def test_a_segment_started_for_another_definition_fails_at_its_start(
-    client: Client, task_queue: str, tmp_path: Any
+    how: str, client: Client, task_queue: str, tmp_path: Any
 ) -> None:
     """The starter's agent differs from the only worker's: the run fails before any step."""
     old_ledger, new_ledger = str(tmp_path / "old.txt"), str(tmp_path / "new.txt")
@@ -139,8 +161,9 @@ async def test_a_segment_started_for_another_definition_fails_at_its_start(
         old = banker(model, task_queue, client, old_ledger)
         new = banker(model, task_queue, client, new_ledger, instructions="Something else.")
         async with build_worker(client, [new], task_queue=task_queue):
-            result = await asyncio.wait_for(old.arun("What is the weather in Oslo?"), 30)
+            prompt = "What is the weather in Oslo?"
+            status, error = await asyncio.wait_for(_start(old, client, how, prompt), 30)
         requests = model.request_count
-    assert result.status == "failed" and result.error is not None
-    assert "built differently" in result.error
+    assert status == "failed" and error is not None
+    assert "built differently" in error
     assert requests == 0 and ledger_lines(new_ledger) == []

@@ -106,17 +106,22 @@ async def test_a_malformed_reply_fails_clearly_within_seconds(
     assert took < 30 and 2 <= requests <= 10
 
 
-@pytest.mark.parametrize("how", ["run", "stream"])
+@pytest.mark.parametrize("how", ["run", "stream", "start"])
 async def test_an_oversize_input_is_refused_before_anything_starts(
     how: str, client: Client, task_queue: str
 ) -> None:
-    """A 3 MB prompt: ValueError naming the limit, no raw RPCError, and no workflow."""
+    """A 3 MB prompt: ValueError naming the limit, no raw RPCError, and no workflow.
+
+    `start` is `astart`, what the HTTP routes (`POST /runs`, A2A) start runs with.
+    """
     agent = weather_agent(base_url="http://unused", task_queue=task_queue, temporal=client)
     run_id = uuid.uuid4().hex
     prompt = "x" * (3 * 1024 * 1024)
     with pytest.raises(ValueError, match=r"too large: .* over the 1\.5 MB limit") as info:
         if how == "run":
             await agent.arun(prompt, run_id=run_id)
+        elif how == "start":
+            await agent.astart(prompt, run_id=run_id)
         else:
             async for _ in agent.stream_chat(prompt, run_id=run_id):
                 pass

@@ -98,6 +98,8 @@ def test_run_route_errors(http: httpx.Client) -> None:
         ({"input": PROMPT, "max_turns": 0}, "max_turns"),
         ({"input": PROMPT, "colour": "red"}, "colour"),
         ({"input": [{"content": "hi"}]}, "not a chat message"),
+        # refused before anything starts, not Temporal's raw "Blob data size exceeds limit"
+        ({"input": "x" * 3_000_000}, "The input is too large"),
     ]
     for body, message in cases:
         answer = http.post("/runs", json=body)
