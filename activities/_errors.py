@@ -33,16 +33,39 @@ _SHUTDOWN_MESSAGES = (
 
 
 def safe_str(exc: BaseException) -> str:
-    """`"Type: message"` for any exception, even one whose `__str__` raises."""
-    name = type(exc).__name__
-    try:
-        text = str(exc)
-    except Exception:
-        try:
-            text = repr(exc)
-        except Exception:
-            text = f"<unprintable {name}>"
+    """`"Type: message"` for any exception, even one whose `__str__` raises.
+
+    Whatever its `__str__` or `__repr__` does (raise a `CancelledError`,
+    `SystemExit` or `GeneratorExit`, return a `str` subclass with methods of
+    its own), the answer is a plain `str` and nothing escapes: this text is
+    the tool's answer, and an exception raised while making it would be taken
+    for the worker's own failure and run the tool again.
+    """
+    name = plain_text(type(exc).__name__) or "Exception"
+    text = _described(str, exc)
+    if text is None:
+        text = _described(repr, exc)
+    if text is None:
+        text = f"<unprintable {name}>"
     return f"{name}: {text}" if text else name
+
+
+def plain_text(value: object) -> str | None:
+    """`value` as an exact `str` without calling any method of its own (None if not a str)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        # str's own slicing: an exact copy, whatever a subclass overrides
+        return str.__getitem__(value, slice(None))
+    except BaseException:  # noqa: B036 - an object only pretending to be a str
+        return None
+
+
+def _described(describe: Any, exc: BaseException) -> str | None:
+    try:
+        return plain_text(describe(exc))
+    except BaseException:  # noqa: B036 - a message that cannot be made is no message
+        return None
 
 
 def is_machinery(exc: BaseException | None) -> bool:
