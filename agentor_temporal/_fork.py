@@ -33,7 +33,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentor_temporal._continuing import by_reference
-from agentor_temporal._results import await_result, check_input
+from agentor_temporal._results import await_result, check_input, check_turns
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.store import (
     Event,
@@ -125,8 +125,7 @@ async def _prepare(
 ) -> tuple[Client, str, ForkPoint, AgentRunInput]:
     """Check the arguments, read the parent, and make the fork's id and input."""
     check_fork_input(input)
-    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-        raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+    check_turns(max_turns)
     fork_id = new_run_id() if fork_id is None else validate_run_id(fork_id)
     client = await agent._client()
     point = await fork_point(client, run_id, at, agent.store)

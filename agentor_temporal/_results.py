@@ -71,6 +71,75 @@ def check_input(input: Any) -> None:
     )
 
 
+def check_turns(max_turns: Any, what: str = "max_turns", *, optional: bool = True) -> None:
+    """Refuse a budget that is not a positive integer (`True` is not one; None is, if optional).
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if (max_turns is not None or not optional) and (
+        not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1
+    ):
+        raise ValueError(f"{what} must be a positive integer, got {max_turns!r}")
+
+
+#: settings the run sets itself in every request: given by the user they would clash
+OWN_SETTINGS = ("model", "messages", "tools", "stream")
+#: the most a name goes into a search attribute with (Temporal refuses over 2 KB)
+MAX_NAME_BYTES = 1024
+
+
+def check_definition(agent: AgentDefinition) -> None:
+    """Refuse an agent that no run of it could record, when it is built, not at its first run.
+
+    Its name and model go into search attributes (Temporal refuses values over
+    2 KB, failing every run); its settings into history as JSON; and its
+    instructions, tool schemas and settings into every model request, which
+    one Temporal payload must hold (a spec over 2 MB failed every workflow
+    task of every run, for ever).
+
+    Raises:
+        ValueError: naming what is wrong and the limit.
+    """
+    for what, value in (("name", agent.name), ("model", agent.model)):
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_NAME_BYTES:
+            raise ValueError(
+                f"the agent's {what} is {size:,} bytes; at most {MAX_NAME_BYTES:,} "
+                "(it is a search attribute of every run)"
+            )
+    clashing = sorted(set(OWN_SETTINGS) & agent.model_settings.keys())
+    if clashing:
+        raise ValueError(
+            f"model setting(s) {', '.join(clashing)} are set by the run itself "
+            "(stream with stream_text=True); leave them out"
+        )
+    for key, value in agent.model_settings.items():
+        try:
+            encoded_size(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(
+                f"model setting {key!r} must be a JSON value (it is recorded in the run's "
+                f"history): {type(exc).__name__}: {exc}"
+            ) from None
+    size = _definition_size(agent)
+    if size > MAX_REQUEST_BYTES:
+        raise ValueError(
+            f"The agent is too large: its instructions, tool schemas and model settings come "
+            f"to {size / 1e6:.2f} MB as Temporal encodes them, over the "
+            f"{MAX_REQUEST_BYTES / 1e6:.1f} MB limit of one model request (Temporal accepts "
+            "at most 2 MB in one payload). Shorten the instructions, or let a tool read "
+            "what they quote."
+        )
+
+
+def _definition_size(agent: AgentDefinition) -> int:
+    """What every request of the agent carries besides its messages, as Temporal encodes it."""
+    schemas = [t.spec().openai_schema() for t in agent.tools]
+    system = initial_messages(agent.instructions, "x")
+    return encoded_size(system) + encoded_size(schemas) + encoded_size(agent.model_settings)
+
+
 def check_size(agent: AgentDefinition, input: Any) -> None:
     """Refuse an input whose first model request would not fit one Temporal payload.
 
@@ -83,7 +152,7 @@ def check_size(agent: AgentDefinition, input: Any) -> None:
     """
     first = initial_messages(agent.instructions, input)
     schemas = [t.spec().openai_schema() for t in agent.tools]
-    size = encoded_size(first) + encoded_size(schemas)
+    size = encoded_size(first) + encoded_size(schemas) + encoded_size(agent.model_settings)
     if size > MAX_REQUEST_BYTES:
         raise ValueError(
             f"The input is too large: the first model request would be {size / 1e6:.2f} MB "

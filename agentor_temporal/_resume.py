@@ -17,7 +17,13 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input
-from agentor_temporal._results import check_input, check_owner, check_size, result_from
+from agentor_temporal._results import (
+    check_input,
+    check_owner,
+    check_size,
+    check_turns,
+    result_from,
+)
 from agentor_temporal._runs import seeded_prefix
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities.journal import catch_up
@@ -52,8 +58,7 @@ def new_input(
             run id.
     """
     check_input(input)
-    if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-        raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+    check_turns(max_turns)
     check_size(agent.definition, input)
     run_id = new_run_id() if run_id is None else validate_run_id(run_id)
     inp = AgentRunInput(
@@ -87,6 +92,7 @@ async def start_run(
 async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunResult:
     """`Agentor.resume`: return, wait for, or continue the run (see the module docstring)."""
     validate_run_id(run_id)
+    check_turns(max_turns)
     client = await agent._client()
     segments = await TemporalStore(client).segments(run_id)
     if not segments:

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._fork import run_fork
-from agentor_temporal._results import await_result
+from agentor_temporal._results import await_result, check_definition, check_turns
 from agentor_temporal._resume import new_input, resume_run, start_run
 from agentor_temporal._runs import (
     check_waiting,
@@ -114,12 +114,8 @@ class Agentor:
             raise ValueError("name must be a non-empty string")
         if not isinstance(model, str) or not model:
             raise ValueError("model must be a model name string")
-        if not isinstance(max_turns, int) or max_turns < 1:
-            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
-        if not isinstance(max_tool_failures, int) or max_tool_failures < 1:
-            raise ValueError(
-                f"max_tool_failures must be a positive integer, got {max_tool_failures!r}"
-            )
+        check_turns(max_turns, optional=False)
+        check_turns(max_tool_failures, "max_tool_failures", optional=False)
         resolved = [as_tool(t) for t in tools or []]
         names = [t.name for t in resolved]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -142,6 +138,7 @@ class Agentor:
             store=store,
             local_model_calls=bool(local_model_calls),
         )
+        check_definition(self.definition)
         self.temporal = temporal
         self.task_queue = task_queue
         self.embedded_worker = embedded_worker

@@ -251,7 +251,7 @@ class FileStore:
                 if not isinstance(data, dict):
                     raise ValueError("not a JSON object")
                 events.append(Event.from_dict(data))
-            except (ValueError, TypeError) as exc:
+            except UNREADABLE as exc:
                 # a torn final line is expected after a hard kill; anything
                 # that parsed before it is still the run's story
                 logger.warning("Skipping unreadable event at %s:%d (%s)", path, number, exc)
@@ -296,6 +296,11 @@ class FileStore:
         self._written.pop(run_id, None)
 
 
+#: what reading one line may raise: bad JSON or fields (ValueError, TypeError),
+#: nesting deeper than the parser recurses, a count of Infinity (OverflowError)
+UNREADABLE = (ValueError, TypeError, RecursionError, OverflowError)
+
+
 def _readable(line: bytes) -> int:
     """1 when `load` would read an event from this line, else 0."""
     try:
@@ -303,7 +308,7 @@ def _readable(line: bytes) -> int:
         if isinstance(data, dict):
             Event.from_dict(data)
             return 1
-    except (ValueError, TypeError):
+    except UNREADABLE:
         pass
     return 0
 

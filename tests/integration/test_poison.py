@@ -282,7 +282,14 @@ async def test_max_turns_zero_or_negative_is_refused_at_once(
 ) -> None:
     with ScriptedModelServer([Reply("done")]) as model:
         agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
-        for bad in (0, -1):
+        for bad in (0, -1, True, "3"):
             with pytest.raises(ValueError, match="max_turns must be a positive integer"):
                 await agent.arun("go", max_turns=bad)
+            with pytest.raises(ValueError, match="max_turns must be a positive integer"):
+                await agent.astart("go", max_turns=bad)
+            with pytest.raises(ValueError, match="max_turns must be a positive integer"):
+                async for _ in agent.stream_chat("go", max_turns=bad):
+                    pass
+            with pytest.raises(ValueError, match="max_turns must be a positive integer"):
+                await agent.aresume("any-run", max_turns=bad)
         assert model.request_count == 0

@@ -100,6 +100,18 @@ def test_file_store_skips_a_corrupt_middle_line(
     assert "r.jsonl:4 (field 'messages' must be a list of objects, got str)" in caplog.text
 
 
+def test_file_store_skips_lines_deeper_or_larger_than_python_reads(tmp_path: Path) -> None:
+    """A line nested past the parser's recursion and a count of Infinity are skipped, not raised."""
+    deep = '{"type": "generation", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    infinite = '{"type": "generation", "usage": {"input_tokens": Infinity}}'
+    (tmp_path / "r.jsonl").write_text(
+        f'{{"type": "run_start"}}\n{deep}\n{infinite}\n{{"type": "run_end"}}\n'
+    )
+    store = FileStore(tmp_path)
+    assert [e.type for e in store.load("r")] == ["run_start", "run_end"]
+    assert store.count("r") == 2
+
+
 @pytest.mark.parametrize("run_id", ["../x", "/tmp/x", "a\\b", "C:x", ".hidden", "", "a/b", "x\ny"])
 def test_file_store_refuses_hostile_ids(tmp_path: Path, run_id: str) -> None:
     """Ids that could escape or hide in the directory raise ValueError."""

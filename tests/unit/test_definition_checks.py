@@ -1,0 +1,53 @@
+"""An agent no run of it could record is refused when it is built, not at its first run.
+
+Each of these used to start runs that failed later: a name or model over the
+search attribute limit (every run failed after it started), settings that
+are not JSON (every run failed in its first step), `stream=True` (a stream
+where a reply was expected), instructions and settings over what one payload
+holds (every workflow task of every run failed, for ever), a budget of `True`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentor_temporal import Agentor
+
+CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "long name": ({"name": "é" * 600}, "the agent's name is 1,200 bytes; at most 1,024"),
+    "long model": ({"model": "m" * 1500}, "the agent's model is 1,500 bytes"),
+    "stream": ({"stream": True}, "model setting(s) stream are set by the run itself"),
+    "messages": ({"messages": []}, "model setting(s) messages are set by the run itself"),
+    "object setting": ({"temperature": object()}, "model setting 'temperature' must be a JSON"),
+    "oversize": (
+        {"instructions": "i" * 1_400_000, "metadata": {"notes": "n" * 700_000}},
+        "The agent is too large: its instructions, tool schemas and model settings come to 2.10 MB",
+    ),
+    "max_turns True": ({"max_turns": True}, "max_turns must be a positive integer, got True"),
+    "max_turns None": ({"max_turns": None}, "max_turns must be a positive integer, got None"),
+    "failures True": ({"max_tool_failures": True}, "max_tool_failures must be a positive"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_agent_no_run_could_record_is_refused_when_built(case: str) -> None:
+    options, says = CASES[case]
+    with pytest.raises(ValueError) as info:
+        Agentor(base_url="http://unused", api_key="k", **options)
+    assert says in str(info.value)
+    assert len(str(info.value)) < 500
+
+
+def test_what_a_run_can_record_is_built() -> None:
+    """The limits leave room: a 1,024-byte name, 1.4 MB of instructions, JSON settings."""
+    agent = Agentor(
+        name="n" * 1024,
+        instructions="i" * 1_400_000,
+        base_url="http://unused",
+        api_key="k",
+        temperature=0.2,
+        metadata={"team": "ops"},
+    )
+    assert agent.definition.model_settings == {"temperature": 0.2, "metadata": {"team": "ops"}}
