@@ -104,7 +104,8 @@ def stringify(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        # an exact copy: a str subclass's own methods may raise, here or later
+        return str.__getitem__(value, slice(None))
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump_json()
     try:

@@ -101,6 +101,33 @@ class UnprintableBase(BaseException):
         raise RuntimeError("no string")
 
 
+def _describing_raises(what: Any) -> Any:
+    """An exception whose `__str__` and `__repr__` raise `what()` (a BaseException)."""
+
+    class Indescribable(Exception):
+        def __str__(self) -> str:
+            raise what()
+
+        __repr__ = __str__
+
+    return Indescribable
+
+
+class TrickyText(str):
+    """A str whose truth value and methods raise: what a tricky `__str__` may return."""
+
+    def __bool__(self) -> bool:
+        raise ValueError("no truth")
+
+    def __str__(self) -> str:
+        raise SystemExit(4)
+
+
+class TrickyMessage(Exception):
+    def __str__(self) -> str:
+        return TrickyText("tricky")
+
+
 def _circular() -> Any:
     value: list[Any] = []
     value.append(value)
@@ -140,6 +167,7 @@ RETURNS: dict[str, tuple[Any, str | None]] = {
     "nan_inf": (lambda: {"a": math.nan, "b": math.inf}, '{"a": NaN, "b": Infinity}'),
     "circular": (_circular, "[[...]]"),
     "set": (lambda: {1, 2, 3}, '"{1, 2, 3}"'),
+    "str_subclass": (lambda: TrickyText("tricky"), "tricky"),
 }
 
 
@@ -172,6 +200,12 @@ RAISES: dict[str, tuple[Any, str]] = {
     "generator_exit": (GeneratorExit, "GeneratorExit"),
     "recursion_error": (lambda: RecursionError("deep"), "RecursionError: deep"),
     "memory_error": (MemoryError, "MemoryError"),
+    # describing them raised: the attempt failed and ran again, or the worker died
+    "str_cancels": (_describing_raises(asyncio.CancelledError), "Indescribable: <unprintable"),
+    "str_exits": (_describing_raises(lambda: SystemExit(2)), "Indescribable: <unprintable"),
+    "str_generator_exit": (_describing_raises(GeneratorExit), "Indescribable: <unprintable"),
+    "str_interrupts": (_describing_raises(KeyboardInterrupt), "Indescribable: <unprintable"),
+    "str_subclass": (TrickyMessage, "TrickyMessage: tricky"),
 }
 
 
