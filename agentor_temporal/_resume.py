@@ -29,6 +29,8 @@ from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.store import Event, RunResult, is_complete, new_run_id, validate_run_id
 from agentor_temporal.workflows import TemporalStore
+from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.policies import MAX_REQUEST_BYTES
 from agentor_temporal.workflows.types import AgentRunInput
 
 if TYPE_CHECKING:
@@ -151,6 +153,8 @@ async def _continue(
     )
     # only a worker built as this agent may continue it
     inp.fingerprint = agent.definition.fingerprint()
+    if inp.conversation is None:
+        _check_whole(agent, run_id, inp.input, previous)
     async with agent._serving(client):
         # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
         # resumer that started first is attached to (USE_EXISTING), or, if
@@ -166,3 +170,30 @@ async def _continue(
             request_id,
         )
         return await agent._result(client, run_id)
+
+
+def _check_whole(agent: Agentor, run_id: str, messages: Any, previous: str | None) -> None:
+    """Refuse a conversation too large to send whole, before anything starts.
+
+    A long conversation is sent by reference to the run's history; a run that
+    only the store holds (history gone) has none to refer to, and sent whole it
+    would be Temporal's raw `Blob data size exceeds limit`.
+
+    Raises:
+        ValueError: naming the size and the limit.
+    """
+    try:
+        check_size(agent.definition, messages)
+    except ValueError:
+        size = encoded_size(messages)
+        where = (
+            "Temporal no longer holds its history, so the conversation would have to be sent whole"
+            if previous is None
+            else "its history holds no base to send the conversation by reference"
+        )
+        raise ValueError(
+            f"Run {run_id!r} cannot be continued: its conversation is {size / 1e6:.2f} MB "
+            f"and {where}, over the {MAX_REQUEST_BYTES / 1e6:.1f} MB one model request may "
+            "take (Temporal accepts at most 2 MB in one payload). Its events are all in the "
+            "store; start a new run from a summary of them."
+        ) from None

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
+import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
@@ -142,6 +146,61 @@ async def test_agentor_crashed_log_is_resumed_here(
 
     for line in (runs / f"{run_id}.jsonl").read_text().splitlines():
         json.loads(line)
+
+
+def _store_only_run(runs: Path, run_id: str, turns: int, result_bytes: int) -> None:
+    """A run only the store holds: `turns` tool results of `result_bytes`, then a crash.
+
+    Only the last generation carries its request (the conversation so far),
+    which is all a replay reads.
+    """
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather?"}]
+    start = {"type": "run_start", "agent": "Weather Agent", "model": "gpt-4o-mini"}
+    lines: list[dict[str, Any]] = [{**start, "messages": list(messages)}]
+    for turn in range(1, turns + 1):
+        call = f"call_{turn}"
+        function = {"name": "get_weather", "arguments": json.dumps({"city": f"City {turn}"})}
+        calls = [{"id": call, "type": "function", "function": function}]
+        result = "r" * result_bytes
+        generation = {"type": "generation", "turn": turn, "model": "gpt-4o-mini", "calls": calls}
+        if turn == turns:
+            generation["messages"] = list(messages)
+        lines += [
+            generation,
+            {"type": "tool_call", "name": "get_weather", "call_id": call, "turn": turn},
+            {"type": "tool_result", "name": "get_weather", "call_id": call, "result": result},
+        ]
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": call, "content": result},
+        ]
+    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+async def test_a_store_only_run_too_large_to_send_whole_is_refused_clearly(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """History gone and 3 MB of conversation: a ValueError naming the size, not a raw RPCError.
+
+    A long conversation goes by reference to the run's history; a run only the
+    store holds has none, and sent whole it is over what one payload carries.
+    """
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    big, small = f"big-{task_queue}", f"small-{task_queue}"
+    _store_only_run(runs, big, turns=15, result_bytes=200_000)
+    _store_only_run(runs, small, turns=3, result_bytes=200_000)
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
+    )
+    with pytest.raises(ValueError, match=r"cannot be continued: its conversation is 3\.0\d MB"):
+        await agent.aresume(big)
+    with pytest.raises(RPCError):  # nothing started
+        await client.get_workflow_handle(big).describe()
+    assert model.request_count == 0
+    # 600 KB goes whole, as before
+    result = await agent.aresume(small)
+    assert result.status == "completed" and model.request_count == 1
 
 
 async def test_damaged_log_is_resumed_from_what_is_readable(
