@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -158,8 +160,34 @@ def tune(config: WorkerConfig) -> WorkerConfig:
     if config.get("max_cached_workflows") in (None, _SDK_CACHE_SIZE):
         config["max_cached_workflows"] = MAX_CACHED_WORKFLOWS
     if not config.get("graceful_shutdown_timeout"):
-        config["graceful_shutdown_timeout"] = GRACEFUL_SHUTDOWN
+        config["graceful_shutdown_timeout"] = graceful_shutdown()
     return config
+
+
+def graceful_shutdown() -> timedelta:
+    """How long a stopping worker waits for the calls it holds.
+
+    `AGENTOR_GRACEFUL_SHUTDOWN` (seconds) where set, else `GRACEFUL_SHUTDOWN`:
+    a fleet whose tools run longer than 30 s sets it to match its stop grace,
+    so a deploy lets them finish instead of handing them to another worker to
+    run again.
+
+    Raises:
+        ConfigError: for a value that is not a positive number of seconds.
+    """
+    raw = os.environ.get("AGENTOR_GRACEFUL_SHUTDOWN", "").strip()
+    if not raw:
+        return GRACEFUL_SHUTDOWN
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < 86_400:
+        raise ConfigError(
+            f"AGENTOR_GRACEFUL_SHUTDOWN must be a number of seconds between 0 and 86400, "
+            f"got {raw!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 async def ensure_search_attributes(client: Client, registry: AgentRegistry | None = None) -> bool:

@@ -79,3 +79,25 @@ def test_the_plugin_installs_admission_only_on_an_unsized_worker() -> None:
     own: Any = tune({"tuner": tuner})
     assert own["tuner"] is tuner and not own.get("interceptors")
     assert AgentorPlugin(tune_worker=False).tune_worker is False
+
+
+def test_a_stopping_worker_waits_as_long_as_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AGENTOR_GRACEFUL_SHUTDOWN sets how long calls may finish; a bad value is a ConfigError."""
+    from datetime import timedelta
+
+    from agentor_temporal.plugin import ConfigError
+    from agentor_temporal.workflows.policies import GRACEFUL_SHUTDOWN
+
+    monkeypatch.delenv("AGENTOR_GRACEFUL_SHUTDOWN", raising=False)
+    assert tune({})["graceful_shutdown_timeout"] == GRACEFUL_SHUTDOWN
+    monkeypatch.setenv("AGENTOR_GRACEFUL_SHUTDOWN", "90")
+    assert tune({})["graceful_shutdown_timeout"] == timedelta(seconds=90)
+    # a worker the user sized keeps its own
+    own: Any = {"graceful_shutdown_timeout": timedelta(seconds=5)}
+    assert tune(own)["graceful_shutdown_timeout"] == timedelta(seconds=5)
+    for bad in ("0", "-3", "soon", "nan", "1e9"):
+        monkeypatch.setenv("AGENTOR_GRACEFUL_SHUTDOWN", bad)
+        with pytest.raises(ConfigError, match="AGENTOR_GRACEFUL_SHUTDOWN must be"):
+            tune({})
