@@ -67,7 +67,35 @@ def _strip_titles(node: Any) -> Any:
 
 
 def args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
-    """The pydantic model of `fn`'s parameters, which checks and coerces the model's arguments."""
+    """The pydantic model of `fn`'s parameters, which checks and coerces the model's arguments.
+
+    Raises:
+        TypeError: naming the tool and parameter, for a parameter the model
+            could never be offered (a name pydantic keeps for itself, a type
+            it cannot describe), when the tool is defined rather than at a
+            run's first call.
+    """
+    try:
+        return _args_model(fn)
+    except _UNDESCRIBABLE as exc:
+        raise _undescribable(getattr(fn, "__name__", "tool"), exc) from None
+
+
+#: what pydantic raises for a parameter type it cannot check or put in a schema
+_UNDESCRIBABLE = (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, NameError)
+
+
+def _undescribable(tool: str, exc: BaseException) -> TypeError:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return TypeError(
+        f"tool {tool!r}: its parameters cannot be described to the model ({first}); use "
+        "JSON-like types (str, int, float, bool, lists, dicts, pydantic models, dataclasses, "
+        "enums)"
+    )
+
+
+def _args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
     try:
         hints = inspect.get_annotations(fn, eval_str=True)
     except Exception:  # an unresolvable forward ref must not make the tool unusable
@@ -79,6 +107,12 @@ def args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
             param.VAR_KEYWORD,
         ):
             continue
+        if pname.startswith("_") or pname in _RESERVED:
+            raise TypeError(
+                f"tool {getattr(fn, '__name__', 'tool')!r}: parameter {pname!r} cannot be "
+                "offered to the model (names starting with '_', and pydantic's own names "
+                "such as model_config, are not arguments); rename it"
+            )
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (hints.get(pname, Any), default)
     name = f"{getattr(fn, '__name__', 'tool')}_args"
@@ -86,9 +120,22 @@ def args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
     return model
 
 
+#: names a pydantic model keeps for itself: a parameter of one of them is not an argument
+_RESERVED = frozenset(
+    n for n in dir(pydantic.BaseModel) if n.startswith("model_") and not n.startswith("__")
+)
+
+
 def parameters_schema(model: type[pydantic.BaseModel], docs: dict[str, str]) -> dict[str, Any]:
-    """The JSON schema of a tool's parameters, with the docstring's descriptions added."""
-    schema = _strip_titles(model.model_json_schema())
+    """The JSON schema of a tool's parameters, with the docstring's descriptions added.
+
+    Raises:
+        TypeError: for a parameter type JSON schema cannot describe.
+    """
+    try:
+        schema = _strip_titles(model.model_json_schema())
+    except _UNDESCRIBABLE as exc:
+        raise _undescribable(model.__name__.removesuffix("_args"), exc) from None
     schema.setdefault("properties", {})
     schema.setdefault("required", [])
     for param, text in docs.items():

@@ -103,3 +103,38 @@ def test_parse_docstring_sections() -> None:
         "Do it.\n\nArgs:\n    a: first\n\nReturns:\n    b: not a param\n"
     )
     assert summary == "Do it." and params == {"a": "first"}
+
+
+def test_a_parameter_the_model_could_never_be_offered_is_refused_when_defined() -> None:
+    """Not silently dropped (a leading '_'), nor a raw pydantic error at the first run."""
+    from collections.abc import Callable as CallableType
+
+    def private(_token: str) -> str:
+        return ""
+
+    def reserved(model_config: str) -> str:
+        return ""
+
+    def callback(cb: CallableType[[int], int]) -> str:
+        return ""
+
+    class Opaque:
+        pass
+
+    def opaque(thing: Opaque) -> str:
+        return ""
+
+    for fn, says in (
+        (private, "parameter '_token' cannot be offered to the model"),
+        (reserved, "parameter 'model_config' cannot be offered to the model"),
+        (callback, "tool 'callback': its parameters cannot be described to the model"),
+        (opaque, "tool 'opaque': its parameters cannot be described to the model"),
+    ):
+        with pytest.raises(TypeError) as info:
+            function_tool(fn)
+        assert says in str(info.value) and "\n" not in str(info.value)
+
+    def fine(model_name: str, city: str = "Oslo") -> str:
+        return ""
+
+    assert set(function_tool(fine).parameters["properties"]) == {"model_name", "city"}
