@@ -5,10 +5,11 @@ carries the API key and URL credentials, replies that are not chat
 completions quoting the key, a read timeout against a base_url with
 credentials, and the CLI failing to reach a Temporal server with
 TEMPORAL_API_KEY set, a provider echoing a credential in another form than it
-was given (decoded, percent-encoded, base64, the token of a header), and
-client settings that carry one: each test dumps the whole history (payloads
-decoded, base64 nested inside them too), the store's files, the result and
-the captured WARNING+ records, and names where a secret appeared.
+was given (decoded, percent-encoded, base64, the token of a header), client
+settings that carry one, and a Temporal config file that does not parse
+quoting its key: each test dumps the whole history (payloads decoded,
+base64 nested inside them too), the store's files, the result and the
+captured WARNING+ records, and names where a secret appeared.
 
 Covered elsewhere (test_model_boundary, unit/test_redaction): a provider's
 401 echoing the key, an unreachable base_url with credentials, keys in tool
@@ -34,7 +35,7 @@ import pytest
 from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
-from agentor_temporal import Agentor, FileStore
+from agentor_temporal import Agentor, ConnectionFailed, FileStore
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
 from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, weather_tool
@@ -348,3 +349,42 @@ async def test_credentials_echoed_in_another_form_never_show(
         "logs": _log_text(warnings_log),
     }
     assert not _found(where, [secret])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'api_key = "tcak-CONFIGKEY-abcdef12345\n',  # unterminated: the parser quotes it
+        "api_key = 12345678987654321\n",  # not a string: the error names the value
+        'tls = { client_key_data = "-----BEGIN tcak-CONFIGKEY-abcdef12345 }\n',
+    ],
+    ids=["unterminated", "wrong-type", "inline-table"],
+)
+async def test_a_malformed_config_file_never_shows_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str
+) -> None:
+    """The error for a Temporal config file that does not parse masks the key line it quotes,
+    in the CLI's output and in what run() raises."""
+    secret = "tcak-CONFIGKEY-abcdef12345" if "tcak" in line else "12345678987654321"
+    config = tmp_path / "temporal.toml"
+    config.write_text(f'[profile.default]\naddress = "127.0.0.1:{free_port()}"\n{line}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    env.update(TEMPORAL_CONFIG_FILE=str(config))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    out = subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode != 0 and "configuration is invalid" in out.stderr + out.stdout
+    assert secret not in out.stdout + out.stderr, out.stdout + out.stderr
+    for name in [k for k in os.environ if k.startswith("TEMPORAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    agent = _agent(base_url="http://unused/v1", task_queue="q")
+    with pytest.raises(ConnectionFailed, match="configuration is invalid") as failed:
+        await agent.arun(PROMPT)
+    assert secret not in str(failed.value)
