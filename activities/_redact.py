@@ -1,8 +1,10 @@
 """The secrets this process knows, and the loggers that must never print them.
 
 Every API key a worker is configured with (an agent's `api_key`, or
-`OPENAI_API_KEY`) is remembered here, so that error text and log lines mask
-it wherever it appears (a provider that echoes the key in its error body);
+`OPENAI_API_KEY`), and every credential of its endpoint (URL userinfo, request
+headers), is remembered here, so that error text and log lines mask it
+wherever it appears, as it is or encoded (a provider that echoes the key in
+its error body);
 URL credentials and query values are masked by their shape
 (`workflows.redaction`). The filters go on the loggers that can print an
 endpoint's URL or a provider's error: ours, `httpx`'s request lines, the
@@ -21,6 +23,7 @@ from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
     RedactingFilter,
     redact,
+    secret_forms,
 )
 
 _known: set[str] = set()
@@ -92,10 +95,15 @@ class _ExceptionRedactingFilter(RedactingFilter):
 
 
 def remember(secret: str | None) -> None:
-    """Mask `secret` in every error and log line of this process from now on."""
+    """Mask `secret` in every error and log line of this process from now on.
+
+    In the forms a server may echo it in too (`secret_forms`: percent-encoded,
+    base64); a secret too short to mask is not masked in any form.
+    """
     if secret and len(secret) >= MIN_SECRET_CHARS:
+        forms = secret_forms(secret)
         with _guard:
-            _known.add(secret)
+            _known.update(forms)
     install()
 
 

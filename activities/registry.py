@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,7 @@ from agentor_temporal.activities.tooldef import Tool
 from agentor_temporal.store.base import Store
 from agentor_temporal.workflows.formatting import quoted
 from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
-from agentor_temporal.workflows.redaction import url_secrets
+from agentor_temporal.workflows.redaction import CREDENTIAL_NAME, header_secrets, url_secrets
 from agentor_temporal.workflows.types import AgentSpec
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
@@ -34,9 +33,31 @@ _RUN_LOCK_STRIPES = 64
 
 #: `model_settings` that are options of the HTTP request, not of the model:
 #: kept on the worker (`AgentDefinition.client_options`), out of history.
-CLIENT_OPTIONS = ("extra_headers", "extra_query")
-#: Header and query names whose values are credentials (masked like the key).
-_CREDENTIAL_NAME = re.compile(r"key|auth|token|secret|sig|pass|cred|cookie|session", re.I)
+#: `default_headers` (an option of the openai client, not of a request) is
+#: sent as `extra_headers`; `extra_body` may carry a key as well.
+CLIENT_OPTIONS = ("extra_headers", "extra_query", "extra_body", "default_headers")
+
+
+def _client_secrets(options: dict[str, Any]) -> list[str]:
+    """The credentials in client options: every header value that is not plainly
+    descriptive (`header_secrets`), and the query and body values whose names
+    say credential (`api_key`, `sig`, ...)."""
+    found = [
+        secret
+        for name, value in (options.get("extra_headers") or {}).items()
+        for secret in header_secrets(str(name), value)
+    ]
+    pending = [options.get("extra_query"), options.get("extra_body")]
+    while pending:
+        values = pending.pop()
+        if not isinstance(values, dict):
+            continue
+        for name, value in values.items():
+            if isinstance(value, dict):
+                pending.append(value)
+            elif isinstance(value, str) and CREDENTIAL_NAME.search(str(name)):
+                found.append(value)
+    return found
 
 
 class UnknownAgentError(LookupError):
@@ -58,8 +79,8 @@ class AgentDefinition:
     base_url: str | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
     store: Store | None = None
-    #: `extra_headers` / `extra_query` taken out of `model_settings`: they may
-    #: carry credentials, so they stay on the worker and never enter history
+    #: `CLIENT_OPTIONS` taken out of `model_settings`: they may carry
+    #: credentials, so they stay on the worker and never enter history
     client_options: dict[str, Any] = field(default_factory=dict, repr=False)
     #: ask the model in local activities (`AgentSpec.local_model_calls`)
     local_model_calls: bool = False
@@ -68,14 +89,19 @@ class AgentDefinition:
         for option in CLIENT_OPTIONS:
             if option in self.model_settings:
                 self.client_options[option] = self.model_settings.pop(option)
+        defaults = self.client_options.pop("default_headers", None) or {}
+        if not isinstance(defaults, dict):
+            raise ValueError(
+                f"default_headers must be a dict of header names to values, got "
+                f"{type(defaults).__name__} (extra_headers= sends headers with each request too)"
+            )
+        if defaults:
+            extra = self.client_options.get("extra_headers") or {}
+            self.client_options["extra_headers"] = {**defaults, **extra}
         # error text and log lines of this process mask these from now on
         _redact.remember(self.api_key)
-        for secret in url_secrets(self.base_url):
+        for secret in [*url_secrets(self.base_url), *_client_secrets(self.client_options)]:
             _redact.remember(secret)
-        for values in self.client_options.values():
-            for name, value in (values or {}).items():
-                if isinstance(value, str) and _CREDENTIAL_NAME.search(str(name)):
-                    _redact.remember(value)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if any."""

@@ -88,6 +88,8 @@ class Agentor:
             lost worker mid-request after the workflow task timeout (5 s).
             Recorded with each run: resume follows what the run began with.
         **model_settings: extra chat-completions parameters (temperature, ...).
+            `extra_headers`, `default_headers`, `extra_query` and `extra_body`
+            are sent with each request from the worker, never recorded.
     """
 
     def __init__(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from agentor_temporal.codec import (
     encryption_codec_of,
     resolve_keys,
 )
+from agentor_temporal.workflows.redaction import CREDENTIAL_NAME, MASK, redact
 
 __all__ = [
     "DEV_DATA_DIR",
@@ -87,6 +89,44 @@ _ENV_KEYS = (
     "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
     "TEMPORAL_TLS_SERVER_CA_CERT_DATA",
 )
+
+
+#: A source line a TOML parse error quotes (`3 | api_key = "tcak-..."`).
+_QUOTED_LINE = re.compile(r"^(\s*\d+\s*\|\s?)(.*)$", re.M)
+#: `name = value`; a base64 line of a key ends in `=` and is no setting.
+_SETTING = re.compile(r"(\s*[^=\s]+\s*=\s*)([^=\s].*)")
+#: A value the error names (`` invalid type: integer `12345678` ``).
+_NAMED_VALUE = re.compile(r"`([^`]{4,})`")
+
+
+def _config_error(exc: BaseException) -> str:
+    """The message of a config file's loading error, its credentials masked.
+
+    A TOML parse error quotes the line it stopped at, and that line may be
+    `api_key = "..."` or a line of a PEM key: a setting whose line names a
+    credential keeps its name and loses its value, a line of a multi-line
+    value is masked whole, and so is a value the error names from them.
+    """
+    hidden: list[str] = []
+
+    def mask_line(match: re.Match[str]) -> str:
+        prefix, line = match.groups()
+        setting = _SETTING.fullmatch(line)
+        if setting is None:
+            if not line.strip() or line.lstrip().startswith(("[", "#")):
+                return match.group(0)
+            hidden.append(line)  # inside a multi-line value: a key's body, say
+            return prefix + MASK
+        if not CREDENTIAL_NAME.search(line):
+            return match.group(0)
+        hidden.append(setting.group(2))
+        return prefix + setting.group(1) + MASK
+
+    text = _QUOTED_LINE.sub(mask_line, str(exc))
+    text = _NAMED_VALUE.sub(
+        lambda m: f"`{MASK}`" if any(m.group(1) in line for line in hidden) else m.group(0), text
+    )
+    return redact(text, [os.environ.get("TEMPORAL_API_KEY")])
 
 
 def _default_config_file() -> Path:
@@ -164,7 +204,9 @@ async def connect(
         try:
             config = dict(ClientConfig.load_client_connect_config())
         except Exception as exc:
-            raise ConnectionFailed(f"The Temporal client configuration is invalid: {exc}") from None
+            raise ConnectionFailed(
+                f"The Temporal client configuration is invalid: {_config_error(exc)}"
+            ) from None
         config.setdefault("target_host", f"localhost:{DEV_PORT}")
     else:
         config = {"target_host": f"localhost:{DEV_PORT}"}

@@ -6,16 +6,20 @@ sent. Error text travels far: into history (the Temporal UI shows an
 activity's last failure), worker logs, the JSONL `run_end` and
 `RunResult.error`. So it is redacted where it is made: URL userinfo and query
 values become `***`, and any known secret (the configured API keys) is masked
-wherever it appears. Pure functions over strings: the worker, the facade and
+wherever it appears. A secret is masked in the forms a server may echo it
+in too: percent-encoded, base64 (a Basic `Authorization` header), and a URL's
+credentials decoded. Pure functions over strings: the worker, the facade and
 the CLI use the same rules.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import re
 from collections.abc import Iterable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 #: What replaces a secret.
 MASK = "***"
@@ -29,6 +33,29 @@ _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
 _QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.\-\[\]]+=)([^&\s#'\"<>]+)")
 #: Punctuation that ends a sentence rather than the URL it follows.
 _TRAILING = ".,;:!?)]}"
+#: Header, query and body field names whose values are credentials.
+CREDENTIAL_NAME = re.compile(r"key|auth|token|secret|sig|pass|cred|cookie|session", re.I)
+#: Request headers that describe the client or the body, never a credential:
+#: every other header value a user configures is taken for a secret (a gateway
+#: token may come under any name).
+_PLAIN_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "anthropic-version",
+        "content-type",
+        "http-referer",
+        "openai-beta",
+        "referer",
+        "user-agent",
+        "x-title",
+    }
+)
+#: `scheme credentials` in an authorization header (`Bearer <token>`): the
+#: credentials alone are echoed as often as the whole value.
+_AUTH_VALUE = re.compile(r"([A-Za-z][A-Za-z0-9_.\-]*)\s+(\S+)")
+_AUTH_SCHEMES = frozenset({"apikey", "api-key", "basic", "bearer", "key", "sso-key", "token"})
 
 
 def _redact_url(url: str) -> str:
@@ -84,14 +111,59 @@ def url_secrets(url: str | None) -> list[str]:
     except ValueError:
         return []
     found: list[str] = []
+    # as written (percent-encoded) and as sent: decoded, and the
+    # `user:password` an HTTP client puts base64-encoded into a Basic header
     if parts.username:
-        found.append(parts.username)
+        found += [parts.username, unquote(parts.username)]
     if parts.password:
-        found.append(parts.password)
+        found += [parts.password, unquote(parts.password)]
+    if parts.username or parts.password:
+        found.append(f"{unquote(parts.username or '')}:{unquote(parts.password or '')}")
     for pair in parts.query.split("&"):
         if "=" in pair:
-            found.append(pair.split("=", 1)[1])
-    return [s for s in found if len(s) >= MIN_SECRET_CHARS]
+            value = pair.split("=", 1)[1]
+            found += [value, unquote_plus(value)]
+    return list(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET_CHARS))
+
+
+def header_secrets(name: str, value: object) -> list[str]:
+    """The credentials a request header carries (none for `Content-Type` and the like).
+
+    The whole value, the token after an auth scheme (`Bearer <token>`), the
+    `user:password` and password inside a Basic one, and each cookie's value.
+    """
+    if not isinstance(value, str) or name.strip().lower() in _PLAIN_HEADERS:
+        return []
+    found = [value.strip()]
+    scheme = _AUTH_VALUE.fullmatch(value.strip())
+    if scheme and (scheme.group(1).lower() in _AUTH_SCHEMES or CREDENTIAL_NAME.search(name)):
+        token = scheme.group(2)
+        found.append(token)
+        if scheme.group(1).lower() == "basic":
+            try:
+                pair = base64.b64decode(token, validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                pair = ""
+            found += [pair, pair.partition(":")[2]]
+    if name.strip().lower() == "cookie":
+        for cookie in value.split(";"):
+            found.append(cookie.partition("=")[2].strip())
+    return list(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET_CHARS))
+
+
+def secret_forms(secret: str) -> list[str]:
+    """`secret` and the encodings a server may echo it in.
+
+    Percent-encoded (as `quote` and `quote_plus` write it: a key sent in a
+    query or a form) and base64 (standard and URL-safe, padded or not: how a
+    Basic header carries `user:password`). Not found: the secret's base64
+    inside a longer base64 text, whose alignment differs.
+    """
+    forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
+    raw = secret.encode("utf-8", "surrogatepass")
+    for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        forms += [encoded.decode(), encoded.decode().rstrip("=")]
+    return list(dict.fromkeys(forms))
 
 
 def redact_url(url: str) -> str:

@@ -4,7 +4,10 @@ Real dev server, scripted model, real `openai` client. A tool whose exception
 carries the API key and URL credentials, replies that are not chat
 completions quoting the key, a read timeout against a base_url with
 credentials, and the CLI failing to reach a Temporal server with
-TEMPORAL_API_KEY set: each test dumps the whole history (payloads decoded,
+TEMPORAL_API_KEY set, a provider echoing a credential in another form than it
+was given (decoded, percent-encoded, base64, the token of a header), client
+settings that carry one, and a Temporal config file that does not parse
+quoting its key: each test dumps the whole history (payloads decoded,
 base64 nested inside them too), the store's files, the result and the
 captured WARNING+ records, and names where a secret appeared.
 
@@ -26,13 +29,14 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
-from agentor_temporal import Agentor, FileStore
-from agentor_temporal.testing import CallTool, Hang, Raw, Reply, ScriptedModelServer
+from agentor_temporal import Agentor, ConnectionFailed, FileStore
+from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
 from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, weather_tool
 
@@ -248,3 +252,139 @@ def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
     )
     assert out.returncode != 0
     assert TEMPORAL_KEY not in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], Any, str]:
+    """The agent settings, the model's answer and the secret it echoes, for one case."""
+    password, token = f"p@ss/w0rd!{case}", f"echo-TOKEN-{case}-5f4e3d"
+    key = f"sk-echo/Ab+Cd=Ef{case}"
+    userinfo = f"http://bob:{quote(password, safe='')}@127.0.0.1:{model.port}/v1"
+    return {
+        "pw-decoded": (
+            {"base_url": userinfo},
+            Fail(400, f"login failed for user bob password {password}"),
+            password,
+        ),
+        "basic-auth": (
+            {"base_url": userinfo},
+            lambda request: Fail(400, f"Rejected {model.last_headers.get('authorization')}"),
+            base64.b64encode(f"bob:{password}".encode()).decode(),
+        ),
+        "bearer": (
+            {"extra_headers": {"Authorization": f"Bearer {token}"}},
+            Fail(401, f"invalid or expired token {token}"),
+            token,
+        ),
+        "cookie": (
+            {"extra_headers": {"Cookie": f"session={token}; theme=dark"}},
+            Fail(401, f"unknown session {token}"),
+            token,
+        ),
+        "any-header": (
+            {"extra_headers": {"X-Gateway": token}},
+            Fail(403, f"gateway refused {token}"),
+            token,
+        ),
+        "key-urlencoded": (
+            {"api_key": key},
+            Fail(400, f"Invalid API key: {quote(key, safe='')}"),
+            quote(key, safe=""),
+        ),
+        "key-base64": (
+            {"api_key": key},
+            Fail(400, f"Invalid credentials {base64.b64encode(key.encode()).decode()}"),
+            base64.b64encode(key.encode()).decode(),
+        ),
+        "default-headers": (
+            {"default_headers": {"Authorization": f"Bearer {token}"}},
+            Reply("hello"),
+            token,
+        ),
+        "extra-body": ({"extra_body": {"api_key": token}}, Reply("hello"), token),
+    }[case]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "pw-decoded",
+        "basic-auth",
+        "bearer",
+        "cookie",
+        "any-header",
+        "key-urlencoded",
+        "key-base64",
+        "default-headers",
+        "extra-body",
+    ],
+)
+async def test_credentials_echoed_in_another_form_never_show(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    warnings_log: pytest.LogCaptureFixture,
+    case: str,
+) -> None:
+    """A credential the provider echoes decoded, encoded or in part (the token of a
+    header), or one given as a client setting, is in no history, store, result or log."""
+    with ScriptedModelServer() as model:
+        settings, answer, secret = _echo_case(case, model)
+        model.set_script(lambda request: answer)
+        settings = {"base_url": model.base_url, "api_key": API_KEY, **settings}
+        agent = _agent(
+            task_queue=task_queue, temporal=client, store=FileStore(tmp_path), **settings
+        )
+        result = await agent.arun(PROMPT)
+        sent = {**model.last_headers, **model.requests[-1]}
+    if isinstance(answer, Reply):
+        # a client setting: sent with the request, recorded nowhere
+        assert result.status == "completed", result.error
+        assert secret in repr(sent)
+    else:
+        assert result.status == "failed" and "***" in (result.error or ""), result.error
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path),
+        "RunResult": repr(result),
+        "logs": _log_text(warnings_log),
+    }
+    assert not _found(where, [secret])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'api_key = "tcak-CONFIGKEY-abcdef12345\n',  # unterminated: the parser quotes it
+        "api_key = 12345678987654321\n",  # not a string: the error names the value
+        'tls = { client_key_data = "-----BEGIN tcak-CONFIGKEY-abcdef12345 }\n',
+    ],
+    ids=["unterminated", "wrong-type", "inline-table"],
+)
+async def test_a_malformed_config_file_never_shows_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str
+) -> None:
+    """The error for a Temporal config file that does not parse masks the key line it quotes,
+    in the CLI's output and in what run() raises."""
+    secret = "tcak-CONFIGKEY-abcdef12345" if "tcak" in line else "12345678987654321"
+    config = tmp_path / "temporal.toml"
+    config.write_text(f'[profile.default]\naddress = "127.0.0.1:{free_port()}"\n{line}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    env.update(TEMPORAL_CONFIG_FILE=str(config))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    out = subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode != 0 and "configuration is invalid" in out.stderr + out.stdout
+    assert secret not in out.stdout + out.stderr, out.stdout + out.stderr
+    for name in [k for k in os.environ if k.startswith("TEMPORAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    agent = _agent(base_url="http://unused/v1", task_queue="q")
+    with pytest.raises(ConnectionFailed, match="configuration is invalid") as failed:
+        await agent.arun(PROMPT)
+    assert secret not in str(failed.value)

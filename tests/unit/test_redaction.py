@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 
@@ -142,3 +145,93 @@ async def test_streamed_deltas_never_spell_a_key_even_split_across_them(
     # only what may begin a key waits: the rest is sent as it comes
     assert sent[0] == "The key is "
     assert sent[-2:] == [" and more text", " to end."]
+
+
+_PASSWORD = "p@ss/w0rd!Zq7-unit"
+_KEY = "sk-unit/Ab+Cd=Ef9876543210"
+
+
+@pytest.mark.parametrize(
+    "settings, echoed",
+    [
+        # a URL's credentials as sent: decoded, and base64 in a Basic header
+        ({"base_url": f"http://bob:{quote(_PASSWORD, safe='')}@h/v1"}, [_PASSWORD]),
+        (
+            {"base_url": "http://bob:basic%2Fpw-0042@h/v1"},
+            [base64.b64encode(b"bob:basic/pw-0042").decode()],
+        ),
+        ({"base_url": "http://h/v1?sig=q%2Bv%2Fsig-0043"}, ["q+v/sig-0043"]),
+        # the key as a provider may quote it: percent-encoded, base64
+        (
+            {"api_key": _KEY},
+            [
+                quote(_KEY, safe=""),
+                quote(_KEY),
+                quote_plus(_KEY),
+                base64.b64encode(_KEY.encode()).decode(),
+                base64.urlsafe_b64encode(_KEY.encode()).decode().rstrip("="),
+            ],
+        ),
+        # header values: the token after the scheme, each cookie, any header name
+        ({"extra_headers": {"Authorization": "Bearer hdr-TOKEN-0044"}}, ["hdr-TOKEN-0044"]),
+        (
+            {"extra_headers": {"Cookie": "session=ck-SESSION-0045; theme=dark-0046"}},
+            ["ck-SESSION-0045", "dark-0046"],
+        ),
+        ({"extra_headers": {"X-Gateway": "gw-0047-abcdef"}}, ["gw-0047-abcdef"]),
+        (
+            {"extra_headers": {"Proxy-Authorization": "Basic dTpwdy0wMDQ4"}},
+            ["pw-0048", "u:pw-0048"],
+        ),
+        ({"default_headers": {"Authorization": "Bearer dflt-TOKEN-0049"}}, ["dflt-TOKEN-0049"]),
+        ({"extra_body": {"auth": {"api_key": "body-KEY-0050"}}}, ["body-KEY-0050"]),
+    ],
+    ids=[
+        "url-password-decoded",
+        "url-basic-auth",
+        "url-query-decoded",
+        "key-encoded",
+        "bearer-token",
+        "cookie-values",
+        "any-header",
+        "basic-header",
+        "default-headers",
+        "extra-body",
+    ],
+)
+def test_credentials_are_masked_in_the_forms_a_provider_echoes(
+    settings: dict[str, Any], echoed: list[str]
+) -> None:
+    """A definition's credentials are masked decoded, encoded and in part, not only as given."""
+    known = {k: v for k, v in settings.items() if k in ("base_url", "api_key")}
+    options = {k: v for k, v in settings.items() if k not in known}
+    AgentDefinition(name="A", model="m", model_settings=options, **known)
+    for text in echoed:
+        assert _redact.clean(f"rejected {text}; try again") == "rejected ***; try again", text
+
+
+def test_header_values_stay_out_of_history_and_plain_ones_unmasked() -> None:
+    """default_headers and extra_body are client options: sent, never in the spec;
+    headers that only describe the client are not taken for secrets."""
+    definition = AgentDefinition(
+        name="A",
+        model="m",
+        model_settings={
+            "default_headers": {"X-Team": "team-0051-x", "Content-Type": "application/json"},
+            "extra_headers": {"X-Team": "team-0052-y", "X-Title": "plain title 0053"},
+            "extra_body": {"api_key": "body-KEY-0054", "top_k": 3},
+            "temperature": 0.1,
+        },
+    )
+    assert definition.spec().model_settings == {"temperature": 0.1}
+    assert definition.client_options["extra_headers"] == {
+        "X-Team": "team-0052-y",
+        "Content-Type": "application/json",
+        "X-Title": "plain title 0053",
+    }
+    assert definition.client_options["extra_body"] == {"api_key": "body-KEY-0054", "top_k": 3}
+    assert _redact.clean("application/json plain title 0053") == (
+        "application/json plain title 0053"
+    )
+    with pytest.raises(ValueError, match="default_headers must be a dict"):
+        AgentDefinition(name="A", model="m", model_settings={"default_headers": "x"})
