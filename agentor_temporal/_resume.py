@@ -22,6 +22,7 @@ from agentor_temporal._runs import seeded_prefix
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.store import Event, RunResult, is_complete, new_run_id, validate_run_id
+from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.types import AgentRunInput
 
@@ -52,6 +53,9 @@ def new_input(
             run id.
     """
     check_input(input)
+    # a lone surrogate (JSON "\udcff") as U+FFFD, as the model request sends
+    # it: stored raw, it would break every reader of the run that encodes it
+    input = encodable(input)
     if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
         raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
     check_size(agent.definition, input)
