@@ -3,8 +3,12 @@
 408/409/429/5xx, connection errors and timeouts are retried (honouring
 `Retry-After`, capped at MAX_RETRY_AFTER) until MODEL_RETRY_BUDGET is spent,
 then final. Any other 4xx is final at once, with the provider's own message.
-A malformed reply (not JSON, no choices, a call without a name) is retried
-briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was wrong.
+An error event in a streamed reply (an overloaded provider) is retried too.
+A malformed reply (not JSON, not UTF-8, no choices, a call without a name) is
+retried briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was
+wrong. A request the HTTP client refused to send (a header or URL it cannot
+hold) is our configuration, not the provider: final at once, naming the
+setting to fix.
 Every message is redacted (URL credentials and query values, known keys)
 before Temporal records it.
 """
@@ -33,6 +37,21 @@ MALFORMED_REPLY = "ModelReplyMalformed"
 
 class MalformedReply(Exception):
     """The provider answered, but not with a usable chat completion."""
+
+
+def json_kind(value: Any) -> str:
+    """What a reply's JSON value is, as a malformed reply's message names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
 
 
 def _retry_after(headers: Any) -> timedelta | None:
@@ -91,15 +110,59 @@ def model_error(exc: Exception) -> ApplicationError | None:
             non_retryable=True,
         )
     if isinstance(exc, openai.APIConnectionError):
+        unsent = _unsendable(exc)
+        if unsent is not None:
+            return unsent
         url = getattr(getattr(exc, "request", None), "url", None)
         kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
         where = f" at {redact_url(str(url))}" if url else ""
         return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}"))
     if isinstance(exc, (openai.APIResponseValidationError, MalformedReply)):
         return malformed(_redact.clean(str(exc)))
+    if isinstance(exc, openai.APIError):
+        # an error event inside a streamed reply: the provider failed mid-answer
+        message = clip(_redact.clean(_provider_message(exc)))
+        return _unavailable(f"The model endpoint reported an error mid-reply: {message}")
+    if isinstance(exc, UnicodeDecodeError):
+        return malformed(f"not UTF-8 text: {exc.reason} at byte {exc.start}")
     if isinstance(exc, json.JSONDecodeError):
         # the body (or a streamed chunk) is not JSON: an HTML error page, a proxy
         return malformed(f"not JSON: {exc}")
+    return None
+
+
+#: What the HTTP client's refusal to send a request (its exception's class name,
+#: in httpx, httpcore and h11 alike) says to fix.
+_UNSENDABLE = {
+    "LocalProtocolError": (
+        "an HTTP header it would carry is invalid: the API key (api_key, or "
+        "OPENAI_API_KEY) or a header in extra_headers holds a line break, a space or "
+        "another character a header cannot"
+    ),
+    "UnsupportedProtocol": "base_url does not begin with http:// or https://",
+}
+
+
+def _unsendable(exc: BaseException) -> ApplicationError | None:
+    """The error for a request the client refused to send, if it was refused (else None).
+
+    Nothing reached the endpoint, and the same request would be refused again:
+    final at once. The client's own text is not shown: it quotes the header,
+    which may be the key.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        fix = _UNSENDABLE.get(type(cause).__name__)
+        if fix is not None:
+            return ApplicationError(
+                f"The model request was not sent: {fix}. Fix the agent's configuration; "
+                "this is not retried.",
+                type="ModelRequestError",
+                non_retryable=True,
+            )
+        cause = cause.__cause__ or cause.__context__
     return None
 
 

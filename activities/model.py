@@ -43,12 +43,13 @@ from agentor_temporal.activities._provider_errors import (
     MALFORMED_REPLY,
     MAX_RETRY_AFTER,
     MalformedReply,
+    json_kind,
     malformed,
     model_error,
 )
 from agentor_temporal.activities.conversations import encode, full_messages, remember
-from agentor_temporal.activities.registry import AgentRegistry
-from agentor_temporal.store.encoding import encodable
+from agentor_temporal.activities.registry import AgentRegistry, check_request_settings
+from agentor_temporal.store.encoding import encodable, encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.payloads import encoded_size
@@ -167,6 +168,8 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             )
     try:
         client = registry.openai_client(agent)
+        # a run recorded before its settings were checked, or a key from the environment
+        check_request_settings(client.api_key, inp.model_settings, agent.client_options)
     except ValueError as exc:
         raise ApplicationError(str(exc), type="ModelRequestError", non_retryable=True) from None
     started = time.time()
@@ -199,14 +202,19 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
         # history keeps a local activity's result only: the request rides in it
         result.request = {"messages": inp.messages, "conversation": inp.conversation}
     # a model told a key must not store it either: not in its text, and not
-    # in the calls it asks for (their arguments go into history and the tool)
-    result.text = _redact.mask_secrets(result.text) if result.text else result.text
-    result.reasoning = _redact.mask_secrets(result.reasoning) if result.reasoning else None
+    # in the calls it asks for (their arguments go into history and the tool);
+    # and a lone surrogate (JSON "\ud800") stored would break every reader
+    # of the run that encodes it (print, `show`, GET /runs/{id})
+    result.text = _redact.mask_secrets(encodable_text(result.text)) if result.text else result.text
+    result.reasoning = (
+        _redact.mask_secrets(encodable_text(result.reasoning)) if result.reasoning else None
+    )
     for call in result.calls:
+        call["id"] = encodable_text(call["id"])
         function = call.get("function") or {}
         for part in ("name", "arguments"):
             if isinstance(function.get(part), str):
-                function[part] = _redact.mask_secrets(function[part])
+                function[part] = _redact.mask_secrets(encodable_text(function[part]))
         depth = _nesting(function.get("arguments") or "")
         if depth > MAX_ARGUMENT_DEPTH:
             # not JSON: the run tells the model its arguments were invalid,
@@ -266,6 +274,10 @@ def _nesting(text: str) -> int:
     return deepest
 
 
+class UnknownSetting(TypeError):
+    """A model setting that is not a parameter of the client's `create()` (a typo)."""
+
+
 #: create() arguments that are not fields of the request body.
 _CLIENT_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
 
@@ -285,10 +297,14 @@ async def create(client: Any, request: dict[str, Any], encoded: bytes | None = N
     base URL, timeout) and raises its own errors for a failed request.
     """
     completions = client.chat.completions
-    if _CLIENT_OPTIONS & request.keys() or not request.keys() <= _takes(type(completions).create):
-        # the client's own path: its options, or its refusal of a setting it
-        # does not know (a typo fails the run at once, not at the provider)
-        return await completions.create(**request)
+    unknown = sorted(request.keys() - _takes(type(completions).create))
+    if unknown:
+        # a typo fails the run at once, not at the provider
+        raise UnknownSetting(
+            f"create() got an unexpected keyword argument {', '.join(map(repr, unknown))}"
+        )
+    if _CLIENT_OPTIONS & request.keys():
+        return await completions.create(**request)  # the client's own path: its options
     from openai import AsyncStream
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -359,8 +375,7 @@ def _classified(exc: Exception, inp: GenerateInput) -> ApplicationError:
     if mapped is None:
         if is_machinery(exc):
             return worker_stopping(f"turn {inp.turn}'s model request", exc)
-        if isinstance(exc, TypeError):
-            # create() refused an argument: a model setting the client does not know
+        if isinstance(exc, UnknownSetting):
             return ApplicationError(
                 _redact.clean(f"The model request was refused by the client: {safe_str(exc)}"),
                 type="ModelRequestError",
@@ -397,8 +412,11 @@ def parse_reply(raw: Any) -> GenerateResult:
     content = getattr(message, "content", None)
     if content is not None and not isinstance(content, str):
         raise MalformedReply(f"the message content is {type(content).__name__}, not text")
+    tool_calls = getattr(message, "tool_calls", None)
+    if tool_calls is not None and not isinstance(tool_calls, list):
+        raise MalformedReply(f"the message's tool_calls are {json_kind(tool_calls)}, not a list")
     calls = []
-    for index, tc in enumerate(getattr(message, "tool_calls", None) or []):
+    for index, tc in enumerate(tool_calls or []):
         function = getattr(tc, "function", None)
         name = getattr(function, "name", None)
         if not isinstance(name, str) or not name:

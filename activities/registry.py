@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +103,7 @@ class AgentDefinition:
         _redact.remember(self.api_key)
         for secret in [*url_secrets(self.base_url), *_client_secrets(self.client_options)]:
             _redact.remember(secret)
+        check_request_settings(self.api_key, self.model_settings, self.client_options)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if any."""
@@ -321,3 +323,46 @@ class AgentRegistry:
                 await client.close()
             except Exception:  # closing is best effort: the process is stopping
                 pass
+
+
+def check_request_settings(
+    api_key: str | None, model_settings: dict[str, Any], client_options: dict[str, Any]
+) -> None:
+    """Refuse an API key, header value or timeout the HTTP client could never send.
+
+    Each would fail every request before it left this process, and look like
+    an endpoint that is down (a key read from a file keeps its newline). The
+    message names the setting, never its value: either may be a credential.
+
+    Raises:
+        ValueError: saying which setting to fix.
+    """
+    if isinstance(api_key, str) and not re.fullmatch(r"[!-~]*", api_key):
+        raise ValueError(
+            "The API key (api_key, or OPENAI_API_KEY) begins or ends with whitespace (a key "
+            "read from a file keeps its line break: strip it)"
+            if api_key != api_key.strip()
+            else "The API key (api_key, or OPENAI_API_KEY) holds a space, a control or a "
+            "non-ASCII character, which an HTTP header cannot carry"
+        )
+    headers = client_options.get("extra_headers") or model_settings.get("extra_headers")
+    for name, value in headers.items() if isinstance(headers, dict) else ():
+        if isinstance(value, str) and not re.fullmatch(r"([!-~]([ \t!-~]*[!-~])?)?", value):
+            raise ValueError(
+                f"extra_headers[{quoted(str(name))}] holds a line break, a control or non-ASCII "
+                "character, or whitespace at its ends; an HTTP header cannot carry it"
+            )
+    timeout = model_settings.get("timeout")
+    if timeout is None:
+        return
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        if timeout > 0:  # NaN is not
+            return
+    else:
+        from openai import Timeout  # httpx's, which the client takes as it is
+
+        if isinstance(timeout, Timeout):
+            return
+    raise ValueError(
+        f"timeout must be a positive number of seconds (or an openai.Timeout), got {timeout!r}"
+    )

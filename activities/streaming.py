@@ -7,6 +7,7 @@ index); usage arrives in a final chunk when `include_usage` is set.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,6 +16,8 @@ from temporalio import activity
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.activities._private import token_count
+from agentor_temporal.activities._provider_errors import MalformedReply, json_kind
+from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.policies import (
@@ -49,44 +52,47 @@ async def stream_completion(
     partial: dict[int, dict[str, str]] = {}
     usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
     streamed = 0
-    async for chunk in stream:
-        raw_usage = getattr(chunk, "usage", None)
-        if raw_usage is not None:
-            usage = {
-                "input_tokens": token_count(getattr(raw_usage, "prompt_tokens", 0)),
-                "output_tokens": token_count(getattr(raw_usage, "completion_tokens", 0)),
-                "total_tokens": token_count(getattr(raw_usage, "total_tokens", 0)),
-            }
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        if delta is None:
-            continue
-        if delta.content:
-            text.append(delta.content)
-            streamed += len(delta.content)
-            if streamed > MAX_REPLY_BYTES:
-                # past what a run records of one reply: `generate` refuses it;
-                # publishing the rest would only fill the run's history
-                close = getattr(stream, "close", None)
-                if close is not None:
-                    await close()
-                break
-            if on_delta is not None:
-                await on_delta(delta.content)
-        for attr in ("reasoning_content", "reasoning"):
-            value = getattr(delta, attr, None)
-            if isinstance(value, str) and value:
-                reasoning.append(value)
-                break
-        for call in delta.tool_calls or []:
-            slot = partial.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
-            if call.id:
-                slot["id"] = call.id
-            if call.function and call.function.name:
-                slot["name"] = call.function.name
-            if call.function and call.function.arguments:
-                slot["arguments"] += call.function.arguments
+    try:
+        async for chunk in stream:
+            raw_usage = getattr(chunk, "usage", None)
+            if raw_usage is not None:
+                usage = {
+                    "input_tokens": token_count(getattr(raw_usage, "prompt_tokens", 0)),
+                    "output_tokens": token_count(getattr(raw_usage, "completion_tokens", 0)),
+                    "total_tokens": token_count(getattr(raw_usage, "total_tokens", 0)),
+                }
+            choices = getattr(chunk, "choices", None)
+            if not choices:
+                continue
+            if not isinstance(choices, list):
+                raise MalformedReply(f"a chunk's choices are {json_kind(choices)}, not a list")
+            delta = getattr(_object(choices[0], "a chunk's first choice"), "delta", None)
+            if delta is None:
+                continue
+            content = getattr(_object(delta, "a chunk's delta"), "content", None)
+            if content is not None and not isinstance(content, str):
+                raise MalformedReply(f"a chunk's content is {json_kind(content)}, not text")
+            if content:
+                text.append(content)
+                streamed += len(content)
+                if streamed > MAX_REPLY_BYTES:
+                    # past what a run records of one reply: `generate` refuses it;
+                    # publishing the rest would only fill the run's history
+                    break
+                if on_delta is not None:
+                    await on_delta(encodable_text(content))
+            for attr in ("reasoning_content", "reasoning"):
+                value = getattr(delta, attr, None)
+                if isinstance(value, str) and value:
+                    reasoning.append(value)
+                    break
+            _add_calls(partial, getattr(delta, "tool_calls", None))
+    finally:
+        # a stream left early (too long, malformed, cancelled) holds its connection
+        close = getattr(stream, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # the reply's own error is the one to see
+                await close()
     return GenerateResult(
         text="".join(text) or None,
         reasoning="".join(reasoning) or None,
@@ -100,6 +106,44 @@ async def stream_completion(
         ],
         usage=usage,
     )
+
+
+def _object(value: Any, what: str) -> Any:
+    """`value`, if the chunk's JSON has an object there (or nothing)."""
+    if value is not None and json_kind(value) != "an object":
+        raise MalformedReply(f"{what} is {json_kind(value)}, not an object")
+    return value
+
+
+def _add_calls(partial: dict[int, dict[str, str]], calls: Any) -> None:
+    """Add a delta's tool-call fragments to the calls gathered so far, by index."""
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise MalformedReply(f"a chunk's tool_calls are {json_kind(calls)}, not a list")
+    for call in calls:
+        index = getattr(_object(call, "a chunk's tool call"), "index", None)
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise MalformedReply(f"a chunk's tool call index is {json_kind(index)}, not a number")
+        function = _object(getattr(call, "function", None), f"tool call {index}'s function")
+        parts = {
+            "id": getattr(call, "id", None),
+            "name": getattr(function, "name", None),
+            "arguments": getattr(function, "arguments", None),
+        }
+        for part, value in parts.items():
+            if value is not None and not isinstance(value, str):
+                raise MalformedReply(
+                    f"a chunk's tool call {index} has {json_kind(value)} as its {part}, "
+                    "not a string"
+                )
+        slot = partial.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        if parts["id"]:
+            slot["id"] = parts["id"]
+        if parts["name"]:
+            slot["name"] = parts["name"]
+        if parts["arguments"]:
+            slot["arguments"] += parts["arguments"]
 
 
 class MaskedDeltas:

@@ -28,6 +28,7 @@ from agentor_temporal._runs import seeded_prefix
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.store import Event, RunResult, is_complete, new_run_id, validate_run_id
+from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import MAX_REQUEST_BYTES
@@ -60,6 +61,9 @@ def new_input(
             run id.
     """
     check_input(input)
+    # a lone surrogate (JSON "\udcff") as U+FFFD, as the model request sends
+    # it: stored raw, it would break every reader of the run that encodes it
+    input = encodable(input)
     check_turns(max_turns)
     check_size(agent.definition, input)
     run_id = new_run_id() if run_id is None else validate_run_id(run_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import re
 import time
@@ -26,7 +27,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from agentor_temporal import FileStore, TemporalStore, function_tool
-from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Fail, Raw, Reply, ScriptedModelServer
 
 from helpers import free_port, weather_agent
 
@@ -87,8 +88,10 @@ async def test_our_own_error_fails_at_once_and_resume_continues(
         ({"id": "x", "object": "chat.completion", "choices": []}, "no choices"),
         ("<html><body>502 Bad Gateway</body></html>", "not JSON"),
         ({"choices": [{"message": {"tool_calls": [{"id": "c"}]}}]}, "no function name"),
+        ({"choices": [{"message": {"tool_calls": 5}}]}, "tool_calls are a number"),
+        (b'{"choices": [{"message": {"content": "\xff\xfe"}}]}', "not UTF-8 text"),
     ],
-    ids=["choices-empty", "html", "call-without-name"],
+    ids=["choices-empty", "html", "call-without-name", "tool-calls-number", "not-utf8"],
 )
 async def test_a_malformed_reply_fails_clearly_within_seconds(
     body: Any, what: str, client: Client, task_queue: str
@@ -104,6 +107,145 @@ async def test_a_malformed_reply_fails_clearly_within_seconds(
     assert result.status == "failed" and result.error is not None
     assert "malformed" in result.error and what in result.error
     assert took < 30 and 2 <= requests <= 10
+
+
+def _chunk(delta: Any) -> dict[str, Any]:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+
+
+def _sse(*chunks: Any) -> Raw:
+    events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
+    return Raw(events + "data: [DONE]\n\n", content_type="text/event-stream")
+
+
+@pytest.mark.parametrize(
+    "chunk, what",
+    [
+        (_chunk({"content": 5}), "a chunk's content is a number"),
+        (_chunk({"tool_calls": [{"index": None, "function": {"name": "f"}}]}), "index is null"),
+        (_chunk("abc"), "a chunk's delta is a string"),
+    ],
+    ids=["content-number", "index-null", "delta-string"],
+)
+async def test_a_malformed_streamed_reply_fails_clearly_within_seconds(
+    chunk: dict[str, Any], what: str, client: Client, task_queue: str
+) -> None:
+    """A streamed chunk of the wrong shape is a malformed reply, not our error."""
+    with ScriptedModelServer(lambda request: _sse(chunk)) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        started = time.monotonic()
+        stream = agent.stream_chat("What is the weather in Rome?", stream_text=True)
+        events = await asyncio.wait_for(_collect(stream), 30)
+        took = time.monotonic() - started
+        requests = model.request_count
+    end = events[-1]
+    assert end.type == "run_end" and end.status == "failed" and end.error is not None
+    assert "malformed" in end.error and what in end.error, end.error
+    assert took < 30 and 2 <= requests <= 10
+
+
+async def _collect(stream: Any) -> list[Any]:
+    return [event async for event in stream]
+
+
+def _completion(message: dict[str, Any]) -> Raw:
+    body = {"object": "chat.completion", "choices": [{"message": message}]}
+    return Raw(json.dumps(body))
+
+
+SURROGATE_CALL = {"name": "get_weather", "arguments": '{"city": "RomeLONE"}'}
+SURROGATE_REPLIES = {
+    "plain": [
+        _completion(
+            {"content": "LONE", "tool_calls": [{"id": "cLONE", "function": SURROGATE_CALL}]}
+        ),
+        _completion({"content": "cafLONE", "reasoning_content": "thoughtLONE"}),
+    ],
+    "streamed": [
+        _sse(_chunk({"tool_calls": [{"index": 0, "id": "cLONE", "function": SURROGATE_CALL}]})),
+        _sse(
+            _chunk({"reasoning_content": "thoughtLONE"}),
+            _chunk({"content": "ca"}),
+            _chunk({"content": "fLONE"}),
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("how", ["plain", "streamed"])
+async def test_a_lone_surrogate_in_a_reply_is_recorded_encodable(
+    how: str, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A reply's text, reasoning and calls are stored as U+FFFD, never as a lone surrogate
+    that would break every reader of the run (print, `show`, GET /runs/{id})."""
+    # each "LONE" as a provider's JSON escapes a lone surrogate
+    replies = [
+        Raw(r.body.replace("LONE", "\\ud800"), content_type=r.content_type)
+        for r in SURROGATE_REPLIES[how]
+    ]
+    with ScriptedModelServer(replies) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+        )
+        run_id = uuid.uuid4().hex
+        events = await asyncio.wait_for(
+            _collect(agent.stream_chat("Weather?", run_id=run_id, stream_text=how == "streamed")),
+            30,
+        )
+        result = await agent.aresume(run_id)
+    assert result.status == "completed" and result.final_output == "caf\ufffd"
+    recorded = [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
+    generation = next(e for e in recorded if e.get("type") == "generation")
+    assert "Rome\ufffd" in json.dumps(generation, ensure_ascii=False)
+    assert "thought\ufffd" in json.dumps(recorded, ensure_ascii=False)
+    deltas = "".join(e.text or "" for e in events if e.type == "text_delta")
+    assert deltas == ("caf\ufffd" if how == "streamed" else "")
+    # as `show`, the HTTP routes and print() encode them
+    for value in (recorded, [e.to_dict() for e in events], result.final_output):
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+async def test_a_lone_surrogate_in_the_input_is_recorded_as_it_is_sent(
+    client: Client, task_queue: str
+) -> None:
+    """The user's input is recorded as the model request sends it: U+FFFD, encodable."""
+    with ScriptedModelServer([Reply("Noted.")]) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        run_id = await agent.astart("files: report-\udcff.txt")
+        result = await asyncio.wait_for(agent.aresume(run_id), 30)
+        sent = model.requests[0]["messages"][-1]["content"]
+    assert result.status == "completed"
+    assert sent == "files: report-\ufffd.txt"
+    recorded = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
+    assert recorded[0]["messages"][-1]["content"] == sent
+    json.dumps(recorded, ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "setting, what",
+    [
+        ({"api_key": "sk-test-0123456789\n"}, "begins or ends with whitespace"),
+        ({"timeout": -1}, "timeout must be a positive number"),
+    ],
+    ids=["key-newline", "timeout"],
+)
+async def test_a_setting_the_client_cannot_send_fails_the_run_at_once(
+    setting: dict[str, Any], what: str, client: Client, task_queue: str
+) -> None:
+    """A run whose definition changed after it was checked (a worker's own key, a run
+    recorded before) fails at once naming the setting: not 5 minutes of 'unreachable'."""
+    with ScriptedModelServer() as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent.definition.api_key = setting.get("api_key", "test-key")
+        agent.definition.model_settings.update({k: v for k, v in setting.items() if k == "timeout"})
+        started = time.monotonic()
+        result = await asyncio.wait_for(agent.arun("What is the weather in Rome?"), 30)
+        assert time.monotonic() - started < 10 and model.request_count == 0
+    assert result.status == "failed" and what in (result.error or "")
+    assert "0123456789" not in (result.error or "")
 
 
 @pytest.mark.parametrize("how", ["run", "stream", "start"])

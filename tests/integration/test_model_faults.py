@@ -9,6 +9,7 @@ attempt carries the first attempt's failure.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal.testing import Fail, Hang, ScriptedModelServer, Step, tool_then_answer
+from agentor_temporal.testing import Fail, Hang, Raw, ScriptedModelServer, Step, tool_then_answer
 
 from helpers import ANSWER, PROMPT, free_port, weather_agent
 
@@ -119,3 +120,25 @@ async def test_refused_connection_is_retried_until_the_endpoint_is_up(
     finally:
         pending.cancel()
     assert result.status == "completed" and result.final_output == ANSWER
+
+
+async def test_an_error_event_mid_stream_is_retried_and_the_run_completes(
+    client: Client, task_queue: str
+) -> None:
+    """A provider overloaded mid-reply (an SSE error event) is retried, not blamed on us."""
+    chunk = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "Hel"}}],
+    }
+    overloaded = {"error": {"message": "Overloaded", "type": "server_error"}}
+    events = "".join(f"data: {json.dumps(e)}\n\n" for e in (chunk, overloaded))
+    script = Recorder(Raw(events + "data: [DONE]\n\n", content_type="text/event-stream"))
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        run_id = f"overloaded-{task_queue}"
+        received = [e async for e in agent.stream_chat(PROMPT, run_id=run_id, stream_text=True)]
+    assert received[-1].type == "run_end" and received[-1].status == "completed"
+    assert "".join(e.text or "" for e in received if e.type == "message") == ANSWER
+    assert len(script.times) == 3  # the failed request, its retry, the answer
+    attempt, previous = await _first_generation_attempts(client, run_id)
+    assert attempt == 2 and "error mid-reply: Overloaded" in previous

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from openai import Timeout
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from agentor_temporal import Agentor
 from agentor_temporal.activities import (
     AgentActivities,
     AgentDefinition,
@@ -17,7 +21,7 @@ from agentor_temporal.activities import (
     function_tool,
 )
 from agentor_temporal.store import Event, FileStore
-from agentor_temporal.testing import CallTool, Drop, Fail, Hang, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Drop, Fail, Hang, Raw, Reply, ScriptedModelServer
 from agentor_temporal.workflows.activity_types import (
     CallToolInput,
     DescribeAgentInput,
@@ -142,6 +146,160 @@ async def test_missing_api_key_is_a_clear_non_retryable_error(
     with pytest.raises(ApplicationError) as info:
         await ActivityEnvironment().run(acts.generate, request())
     assert info.value.non_retryable and "OPENAI_API_KEY" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "setting, fragment",
+    [
+        ({"api_key": "sk-abc123\n"}, "API key (api_key, or OPENAI_API_KEY) begins or ends"),
+        ({"api_key": "sk-abc\x00123"}, "API key (api_key, or OPENAI_API_KEY) holds"),
+        ({"env_key": "sk-abc123\r\n"}, "OPENAI_API_KEY) begins or ends with whitespace"),
+        ({"extra_headers": {"X-Title": "a\r\nb"}}, "extra_headers['X-Title'] holds a line"),
+        ({"timeout": -1}, "timeout must be a positive number of seconds"),
+        # caught only when the client refuses to send it: a header name h11 rejects
+        ({"extra_headers": {"X Title": "a"}}, "not sent: an HTTP header it would carry is"),
+        ({"base_url": "localhost:1/v1"}, "not sent: base_url does not begin with http://"),
+    ],
+    ids=["key-newline", "key-nul", "env-key-crlf", "header-crlf", "timeout", "header-name", "url"],
+)
+async def test_a_request_that_cannot_be_sent_fails_at_once_naming_the_setting(
+    setting: dict[str, Any], fragment: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A setting the HTTP client cannot send is ours to fix: never retried as an outage."""
+    with ScriptedModelServer([Reply("never")]) as model:
+        acts = registry(setting.get("base_url", model.base_url))
+        agent = acts.registry.get("A")
+        # set after the definition checked its own: a run recorded before, a key
+        # from the worker's environment
+        if "api_key" in setting:
+            agent.api_key = setting["api_key"]
+        if "env_key" in setting:
+            agent.api_key = None
+            monkeypatch.setenv("OPENAI_API_KEY", setting["env_key"])
+        if "extra_headers" in setting:
+            agent.client_options["extra_headers"] = setting["extra_headers"]
+        settings = {"timeout": setting["timeout"]} if "timeout" in setting else {}
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(acts.generate, request(model_settings=settings))
+        assert model.request_count == 0
+    error = info.value
+    assert error.non_retryable and error.type == "ModelRequestError", error.message
+    assert fragment in error.message
+    assert "sk-abc" not in error.message and "a\r\nb" not in error.message
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"api_key": "sk-abc123\n"},
+        {"api_key": " sk-abc123"},
+        {"api_key": "sk-abc 123"},
+        {"api_key": "sk-abc\u2026"},
+        {"extra_headers": {"X-Title": "a\r\nb"}},
+        {"extra_headers": {"X-Title": "a\nb"}},
+        {"extra_headers": {"X-Title": "ab "}},
+        {"timeout": -1},
+        {"timeout": 0},
+        {"timeout": float("nan")},
+        {"timeout": True},
+        {"timeout": "30"},
+    ],
+)
+def test_an_agent_refuses_a_setting_the_client_could_never_send(setting: dict[str, Any]) -> None:
+    """A key, header value or timeout no request could carry is refused where it is given."""
+    with pytest.raises(ValueError) as info:
+        Agentor(name="A", **setting)
+    message = str(info.value)
+    assert "api_key" in message or "extra_headers['X-Title']" in message or "timeout" in message
+    assert "sk-abc" not in message and "a\r\nb" not in message
+    Agentor(name="A", api_key="sk-abc123", extra_headers={"X-Title": "a b"}, timeout=30)
+    Agentor(name="A", timeout=Timeout(30, connect=5))
+
+
+def _chunk(delta: Any = None, **fields: Any) -> dict[str, Any]:
+    choices = [{"index": 0, "delta": delta, "finish_reason": None}]
+    return {"id": "x", "object": "chat.completion.chunk", "choices": choices, **fields}
+
+
+def _sse(*events: Any) -> Raw:
+    """A streamed reply of these events (each as it comes: JSON, or bytes as they are)."""
+    data = b"".join(
+        b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n"
+        for e in events
+    )
+    return Raw(data + b"data: [DONE]\n\n", content_type="text/event-stream")
+
+
+def _call(**fields: Any) -> dict[str, Any]:
+    return _chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}, **fields}]})
+
+
+def _reply(message: Any) -> Raw:
+    return Raw({"id": "x", "object": "chat.completion", "choices": [{"message": message}]})
+
+
+def _not_utf8(value: Any) -> bytes:
+    """`value` as JSON, its text "XX" replaced by bytes that are not UTF-8."""
+    return json.dumps(value).encode().replace(b"XX", b"\xff\xfe")
+
+
+@pytest.mark.parametrize(
+    "step, stream, fragment",
+    [
+        (_reply({"role": "assistant", "tool_calls": 5}), False, "tool_calls are a number"),
+        (_reply({"role": "assistant", "tool_calls": {}}), False, "tool_calls are an object"),
+        (Raw(_not_utf8({"choices": [{"message": {"content": "XX"}}]})), False, "not UTF-8"),
+        (_sse(_not_utf8(_chunk({"content": "XX"}))), True, "not UTF-8 text"),
+        (_sse(_chunk({"content": 5})), True, "a chunk's content is a number, not text"),
+        (_sse(_chunk({"content": {"a": 1}})), True, "a chunk's content is an object"),
+        (_sse(_chunk("abc")), True, "a chunk's delta is a string, not an object"),
+        (_sse({**_chunk(), "choices": "abc"}), True, "a chunk's choices are a string"),
+        (_sse({**_chunk(), "choices": ["abc"]}), True, "a chunk's first choice is a string"),
+        (_sse(_chunk({"tool_calls": 5})), True, "a chunk's tool_calls are a number"),
+        (_sse(_call(index=None)), True, "a chunk's tool call index is null, not a number"),
+        (_sse(_call(function={"name": "f", "arguments": 5})), True, "has a number as its arg"),
+        (_sse(_call(function="f")), True, "tool call 0's function is a string"),
+    ],
+    ids=[
+        "tool-calls-number",
+        "tool-calls-object",
+        "not-utf8",
+        "stream-not-utf8",
+        "content-number",
+        "content-object",
+        "delta-string",
+        "choices-string",
+        "choice-string",
+        "stream-tool-calls-number",
+        "index-null",
+        "arguments-number",
+        "function-string",
+    ],
+)
+async def test_a_reply_of_the_wrong_shape_is_malformed(
+    step: Raw, stream: bool, fragment: str
+) -> None:
+    """A reply (or a streamed chunk) of the wrong shape is the provider's malformed reply,
+    retried briefly, never our error or the client's refusal."""
+    with ScriptedModelServer([step]) as model:
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(
+                registry(model.base_url).generate, request(stream_text=stream)
+            )
+    assert info.value.type == "ModelReplyMalformed", info.value.message
+    assert not info.value.non_retryable and fragment in info.value.message
+
+
+async def test_an_error_event_mid_stream_is_the_providers_and_retried() -> None:
+    """What a provider streams when it is overloaded mid-reply: retried as its outage."""
+    overloaded = {"error": {"message": "Overloaded", "type": "server_error"}}
+    with ScriptedModelServer([_sse(_chunk({"content": "Hel"}), overloaded)]) as model:
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(
+                registry(model.base_url).generate, request(stream_text=True)
+            )
+    assert info.value.type == "ModelUnavailable" and not info.value.non_retryable
+    assert info.value.message == "The model endpoint reported an error mid-reply: Overloaded"
 
 
 async def test_call_tool_answers_errors_instead_of_raising() -> None:
