@@ -35,8 +35,9 @@ _RUN_LOCK_STRIPES = 64
 #: `model_settings` that are options of the HTTP request, not of the model:
 #: kept on the worker (`AgentDefinition.client_options`), out of history.
 #: `default_headers` (an option of the openai client, not of a request) is
-#: sent as `extra_headers`; `extra_body` may carry a key as well.
-CLIENT_OPTIONS = ("extra_headers", "extra_query", "extra_body", "default_headers")
+#: sent as `extra_headers`; `extra_body` may carry a key as well; `timeout`
+#: may be an `openai.Timeout`, which history could not hold.
+CLIENT_OPTIONS = ("extra_headers", "extra_query", "extra_body", "default_headers", "timeout")
 
 
 def _client_secrets(options: dict[str, Any]) -> list[str]:
@@ -352,7 +353,7 @@ def check_request_settings(
                 f"extra_headers[{quoted(str(name))}] holds a line break, a control or non-ASCII "
                 "character, or whitespace at its ends; an HTTP header cannot carry it"
             )
-    timeout = model_settings.get("timeout")
+    timeout = client_options.get("timeout", model_settings.get("timeout"))
     if timeout is None:
         return
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
