@@ -241,11 +241,13 @@ async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any
     if segments is None:
         segments = await store.segments(run_id)
     event = event_at(segments, ref.position)
-    fork = segments[0].fork if segments else None
-    if event is None and fork is not None and ref.position < fork.at:
-        # a fork's conversation based on its parent's events: its whole log has them
-        events, _ = await store.whole(run_id, segments)
-        event = events[ref.position] if ref.position < len(events) else None
+    if (event is None or event.messages is None) and segments and _begins_later(segments[0]):
+        # a fork's (or a fork's resumed) conversation: its base, or the base
+        # of the run_start it names, is among the parent's events, which only
+        # the whole log has (read from the parent's history)
+        events, missing = await store.whole(run_id, segments)
+        index = ref.position - missing
+        event = events[index] if 0 <= index < len(events) else None
     messages = event.messages if event is not None else None
     if messages is None or len(messages) != ref.count:
         found = "no such event" if event is None else f"a {event.type} with {len(messages or [])}"
@@ -258,6 +260,11 @@ async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any
         "Rebuilt the conversation of run %s from history (%d messages)", run_id, len(messages)
     )
     return list(messages)
+
+
+def _begins_later(first: Any) -> bool:
+    """Whether the run's log has events before its first execution's (a fork, a store's copy)."""
+    return first.fork is not None or first.event_offset > 0
 
 
 def event_at(segments: list[Any], position: int) -> Any:
