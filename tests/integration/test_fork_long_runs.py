@@ -20,6 +20,7 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, Event, FileStore, TemporalStore, function_tool
+from agentor_temporal._fork import fork_input, fork_point, start_fork
 from agentor_temporal.activities import tool_context
 from agentor_temporal.activities.conversations import CACHE
 from agentor_temporal.codec import EncryptionKeyError
@@ -344,3 +345,29 @@ async def test_a_long_run_forks_and_resumes_on_a_worker_that_never_saw_it(
     assert _calls(ledger, parent.run_id) == Counter(f"call_{k}" for k in range(1, 12))
     assert _calls(ledger, more_id) == Counter(f"call_{k}" for k in range(11, 14))
     assert not _calls(ledger, summary_id) and not _calls(ledger, nested_id)
+
+
+async def test_a_base_its_history_lacks_fails_the_run_instead_of_retrying(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A reference to messages history does not hold fails the request for good, saying so."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(reader) as model:
+        agent = coder(model, client, task_queue, ledger, 4000)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            parent = await agent.arun("Read the repository.", max_turns=10)
+            assert parent.run_id is not None
+            point = await fork_point(client, parent.run_id, None, None)
+            inp = fork_input(agent.name, point, SUMMARISE, None)
+            # a hand-made input naming one message more than its base event has
+            assert inp.conversation is not None
+            inp.conversation["base"]["count"] += 1
+            fork_id = f"{parent.run_id}-bad"
+            CACHE.clear()
+            await start_fork(client, agent.definition, task_queue, fork_id, inp, None, SUMMARISE)
+            handle = client.get_workflow_handle(fork_id)
+            outcome = await _within(handle.result(), client, fork_id, "a fork with a bad base")
+    assert outcome["status"] == "failed"
+    assert "ConversationBaseMissing" in outcome["error"]
+    assert "cannot be rebuilt" in outcome["error"] and "retrying cannot change" in outcome["error"]
+    assert len(model.requests) == 10  # the parent's: the fork never reached the model
