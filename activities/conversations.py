@@ -45,6 +45,11 @@ DEFAULT_CACHE_BYTES = 256_000_000
 #: worker since) reads its base from history once, instead of every run this
 #: worker ever served holding memory until the cache's byte bound evicts it.
 IDLE_SECONDS = 300.0
+#: Attempts a request whose base is past the end of its running run's
+#: history gets (~30 s with the model retry policy's backoff): enough for a
+#: history read racing the write that records the base, bounded so a base
+#: that never comes fails the run instead of retrying for ever.
+BASE_MISSING_ATTEMPTS = 6
 
 
 def _env_int(name: str) -> int:
@@ -182,8 +187,8 @@ async def full_messages(
     or `run_start`): a later miss rebuilds from there instead of from the start.
 
     Raises:
-        ApplicationError: when the base cannot be found (retryable: the
-            history may not have caught up yet).
+        ApplicationError: when the base cannot be found (non-retryable once
+            history provably lacks it, see `_missing`).
     """
     try:
         ref = ConversationRef.from_dict(conversation)
@@ -241,23 +246,67 @@ async def _from_history(run_id: str, ref: ConversationRef) -> list[dict[str, Any
     if segments is None:
         segments = await store.segments(run_id)
     event = event_at(segments, ref.position)
-    fork = segments[0].fork if segments else None
-    if event is None and fork is not None and ref.position < fork.at:
-        # a fork's conversation based on its parent's events: its whole log has them
-        events, _ = await store.whole(run_id, segments)
-        event = events[ref.position] if ref.position < len(events) else None
+    if (event is None or event.messages is None) and segments and _begins_later(segments[0]):
+        # a fork's (or a fork's resumed) conversation: its base, or the base
+        # of the run_start it names, is among the parent's events, which only
+        # the whole log has (read from the parent's history)
+        events, missing = await store.whole(run_id, segments)
+        index = ref.position - missing
+        event = events[index] if 0 <= index < len(events) else None
     messages = event.messages if event is not None else None
     if messages is None or len(messages) != ref.count:
-        found = "no such event" if event is None else f"a {event.type} with {len(messages or [])}"
-        raise ApplicationError(
-            f"The conversation base of run {run_id!r} (event {ref.position}, {ref.count} "
-            f"messages) is not in its history yet ({found}); retrying",
-            type="ConversationBaseMissing",
-        )
+        raise _missing(run_id, ref, event, segments)
     logger.info(
         "Rebuilt the conversation of run %s from history (%d messages)", run_id, len(messages)
     )
     return list(messages)
+
+
+def _begins_later(first: Any) -> bool:
+    """Whether the run's log has events before its first execution's (a fork, a store's copy)."""
+    return first.fork is not None or first.event_offset > 0
+
+
+def _missing(
+    run_id: str, ref: ConversationRef, event: Any, segments: list[Any]
+) -> ApplicationError:
+    """Why the base cannot be rebuilt; retryable only while history may still gain it.
+
+    An event recorded at the base's position never changes, so one without
+    those messages (its own base gone with the parent's or an earlier
+    execution's history) fails the request for good, as does a position past
+    the end of a closed run. A position past the end of a running run's
+    history is the one case a later read could find (were history read
+    before the write that records the base; none is known to), so that is
+    retried a few times, then fails as well.
+    """
+    where = f"event {ref.position}, {ref.count} messages"
+    if event is not None:
+        found = f"a {event.type} with {len(event.messages or [])} messages"
+    else:
+        found = "no such event"
+    running = bool(segments) and segments[-1].status == "running"
+    if event is None and running and _attempt() < BASE_MISSING_ATTEMPTS:
+        return ApplicationError(
+            f"The conversation base of run {run_id!r} ({where}) is not in its history yet "
+            f"({found}); retrying",
+            type="ConversationBaseMissing",
+        )
+    return ApplicationError(
+        f"The conversation base of run {run_id!r} ({where}) cannot be rebuilt: its history "
+        f"has {found} there, and retrying cannot change that. The run's request cannot be "
+        "sent; if part of its history (or its fork parent's) was removed, resume the run "
+        "from an agent whose store= holds its log.",
+        type="ConversationBaseMissing",
+        non_retryable=True,
+    )
+
+
+def _attempt() -> int:
+    try:
+        return activity.info().attempt
+    except RuntimeError:  # outside an activity (tests)
+        return 1
 
 
 def event_at(segments: list[Any], position: int) -> Any:

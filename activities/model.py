@@ -143,10 +143,16 @@ async def _conversation(inp: GenerateInput) -> tuple[list[dict[str, Any]], bytes
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        # our own state, read from Temporal: worth another attempt, never the model's
+        # our own state, read from Temporal: worth another attempt, never the
+        # model's, unless retrying cannot help (a bad reference, a base
+        # history provably lacks), which fails the run instead of wedging it
+        why, final = safe_str(exc), False
+        if isinstance(exc, ApplicationError) and exc.type is not None:
+            why, final = f"{exc.type}: {exc.message}", exc.non_retryable
         raise ApplicationError(
-            _redact.clean(f"Could not rebuild the conversation: {safe_str(exc)}"),
+            _redact.clean(f"Could not rebuild the conversation: {why}"),
             type="ConversationUnavailable",
+            non_retryable=final,
         ) from None
     return known.messages, known.encoded
 

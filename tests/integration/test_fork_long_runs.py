@@ -20,7 +20,9 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, Event, FileStore, TemporalStore, function_tool
+from agentor_temporal._fork import fork_input, fork_point, start_fork
 from agentor_temporal.activities import tool_context
+from agentor_temporal.activities.conversations import CACHE
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.connection import connect
 from agentor_temporal.store import replay_messages, total_usage
@@ -68,7 +70,9 @@ def chunk_tool(ledger: str, size: int) -> Any:
     return read_chunk
 
 
-def coder(model: ScriptedModelServer, client: Client, task_queue: str, ledger: str) -> Agentor:
+def coder(
+    model: ScriptedModelServer, client: Client, task_queue: str, ledger: str, size: int = 2000
+) -> Agentor:
     return Agentor(
         name=NAME,
         model="gpt-4o-mini",
@@ -78,7 +82,7 @@ def coder(model: ScriptedModelServer, client: Client, task_queue: str, ledger: s
         temporal=client,
         task_queue=task_queue,
         embedded_worker=False,
-        tools=[chunk_tool(ledger, 2000)],
+        tools=[chunk_tool(ledger, size)],
     )
 
 
@@ -241,3 +245,129 @@ async def test_an_encrypted_run_is_forked_given_the_key(
     with pytest.raises(EncryptionKeyError, match="key 'F'"):
         await keyless.afork(parent.run_id, PARIS, fork_id="never-made")
     assert FileStore(runs).load("never-made") == []
+
+
+SUMMARISE = "Now summarise."
+
+
+def reader(request: dict[str, Any]) -> Any:
+    """The model: read one more chunk a turn, until asked to summarise."""
+    messages = request.get("messages") or []
+    done = sum(1 for m in messages if m.get("role") == "tool")
+    if messages and messages[-1].get("content") == SUMMARISE:
+        return Reply(f"Read {done} chunks.")
+    return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+
+
+async def _within(step: Any, client: Client, run_id: str, what: str) -> Any:
+    """`step`'s result, or a failure naming the wedged run (terminated) after a deadline."""
+    try:
+        return await asyncio.wait_for(step, 60)
+    except asyncio.TimeoutError:
+        handle = client.get_workflow_handle(run_id)
+        await handle.terminate(reason=f"test deadline: {what} never finished")
+        pytest.fail(f"{what} ({run_id}) did not finish within 60 s")
+
+
+async def _sent_by_reference(client: Client, run_id: str) -> bool:
+    """Whether the run's latest execution began with its conversation by reference."""
+    latest = (await TemporalStore(client).segments(run_id))[-1].input
+    return bool(latest["input"] == [] and latest.get("conversation"))
+
+
+async def test_a_long_run_forks_and_resumes_on_a_worker_that_never_saw_it(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A request sent by reference is rebuilt from history alone: no store, nothing cached."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(reader) as model:
+        first = coder(model, client, task_queue, ledger, 4000)
+        async with build_worker(client, [first], task_queue=task_queue):
+            # ten 4 KB results: past INLINE_CONVERSATION_BYTES, so requests go by reference
+            parent = await first.arun("Read the repository.", max_turns=10)
+        assert parent.status == "max_turns" and parent.run_id is not None
+        # another agent's worker, with no store and an empty conversation cache
+        other = f"{task_queue}-other"
+        second = coder(model, client, other, ledger, 4000)
+        async with build_worker(client, [second], task_queue=other):
+            CACHE.clear()
+            summary_id = f"{parent.run_id}-summary"
+            summary = await _within(
+                second.afork(parent.run_id, SUMMARISE, fork_id=summary_id),
+                client,
+                summary_id,
+                "a fork with input of a long parent",
+            )
+            assert summary.status == "completed" and summary.final_output == "Read 10 chunks."
+            assert model.requests[-1]["messages"] == [
+                *parent.messages,
+                {"role": "user", "content": SUMMARISE},
+            ]
+            CACHE.clear()
+            more_id = f"{parent.run_id}-more"
+            more = await _within(
+                second.afork(parent.run_id, fork_id=more_id, max_turns=2),
+                client,
+                more_id,
+                "a fork without input of a long parent that ended at max_turns",
+            )
+            assert more.status == "max_turns"
+            assert _calls(ledger, more_id) == Counter({"call_11": 1, "call_12": 1})
+            CACHE.clear()
+            nested_id = f"{more_id}-summary"
+            nested = await _within(
+                second.afork(more_id, SUMMARISE, fork_id=nested_id),
+                client,
+                nested_id,
+                "a fork of a fork",
+            )
+            assert nested.status == "completed" and nested.final_output == "Read 12 chunks."
+            CACHE.clear()
+            resumed = await _within(
+                second.aresume(more_id, max_turns=1), client, more_id, "a resumed long fork"
+            )
+            assert resumed.status == "max_turns"
+            CACHE.clear()
+            again = await _within(
+                second.aresume(parent.run_id, max_turns=1),
+                client,
+                parent.run_id,
+                "a resumed long run",
+            )
+            assert again.status == "max_turns"
+    # each began with the conversation by reference, which the other worker rebuilt
+    for run_id in (summary_id, nested_id, more_id, parent.run_id):
+        assert await _sent_by_reference(client, run_id), run_id
+    # each began with the conversation by reference, which the other worker rebuilt
+    for run_id in (summary_id, nested_id, more_id, parent.run_id):
+        assert await _sent_by_reference(client, run_id), run_id
+    # every tool ran once: the parent's ten and its resumed one, the fork's two and its resumed one
+    assert _calls(ledger, parent.run_id) == Counter(f"call_{k}" for k in range(1, 12))
+    assert _calls(ledger, more_id) == Counter(f"call_{k}" for k in range(11, 14))
+    assert not _calls(ledger, summary_id) and not _calls(ledger, nested_id)
+
+
+async def test_a_base_its_history_lacks_fails_the_run_instead_of_retrying(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A reference to messages history does not hold fails the request for good, saying so."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(reader) as model:
+        agent = coder(model, client, task_queue, ledger, 4000)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            parent = await agent.arun("Read the repository.", max_turns=10)
+            assert parent.run_id is not None
+            point = await fork_point(client, parent.run_id, None, None)
+            inp = fork_input(agent.name, point, SUMMARISE, None)
+            # a hand-made input naming one message more than its base event has
+            assert inp.conversation is not None
+            inp.conversation["base"]["count"] += 1
+            fork_id = f"{parent.run_id}-bad"
+            CACHE.clear()
+            await start_fork(client, agent.definition, task_queue, fork_id, inp, None, SUMMARISE)
+            handle = client.get_workflow_handle(fork_id)
+            outcome = await _within(handle.result(), client, fork_id, "a fork with a bad base")
+    assert outcome["status"] == "failed"
+    assert "ConversationBaseMissing" in outcome["error"]
+    assert "cannot be rebuilt" in outcome["error"] and "retrying cannot change" in outcome["error"]
+    assert len(model.requests) == 10  # the parent's: the fork never reached the model

@@ -88,6 +88,21 @@ def test_a_miss_reads_history_and_a_wrong_digest_is_a_miss(monkeypatch: Any) -> 
     assert reads == [7]
 
 
+def test_a_base_history_cannot_gain_is_not_retried(monkeypatch: Any) -> None:
+    """Only a base past the end of a running run's history is retried, and only a few times."""
+    ref = ConversationRef(position=3, count=2, digest="d")
+    running, closed = Segment("e1", status="running"), Segment("e1", status="completed")
+    start = Event(type="run_start", messages=None)
+    # the event is recorded without those messages: history will never have them
+    assert conversations._missing("r", ref, start, [running]).non_retryable
+    # no event there yet: the running run may still record it, the closed one cannot
+    assert not conversations._missing("r", ref, None, [running]).non_retryable
+    assert conversations._missing("r", ref, None, [closed]).non_retryable
+    monkeypatch.setattr(conversations, "_attempt", lambda: conversations.BASE_MISSING_ATTEMPTS)
+    final = conversations._missing("r", ref, None, [running])
+    assert final.non_retryable and "retrying cannot change that" in final.message
+
+
 def test_cache_keeps_one_conversation_per_run_within_its_bytes() -> None:
     """A run's older conversation goes when a newer one comes; the oldest runs go past the bound."""
     cache = ConversationCache(max_bytes=100)
