@@ -125,9 +125,12 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             raise ApplicationError(
                 f"{answer.error} (attempt {attempt} of {tool.retries + 1})", type=TOOL_FAILED
             )
-    if answer.error is not None and answer.result is not None:
-        # an error's answer takes its share of the turn's budget too
-        answer.result = clip_to_size(answer.result, _limit(inp))
+    if answer.error is not None and inp.max_result_bytes is not None:
+        # its text is recorded twice (`error`, and `result` for the model):
+        # together they take the call's share of the turn's budget
+        half = _limit(inp) // 2
+        answer.error = clip_to_size(answer.error, half)
+        answer.result = clip_to_size(answer.result or "", half)
     registry.finished_calls.put(inp.call_id, answer)
     return answer
 

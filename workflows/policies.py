@@ -273,6 +273,9 @@ STABLE_EVENT_TIMES = 7
 #: and ~200 passed the 50 MB at which Temporal terminates the run). The
 #: shares are what the workflow's cut gives when every call returns the most
 #: it may; a call whose siblings return little reads no more than that share.
+#: A failed call's text, recorded twice (its error, and the answer the model
+#: reads), takes half its share each: the workflow's cut never counted the
+#: errors, and 300 calls failing with 4,000 characters wedged the run.
 BOUNDED_TOOL_RESULTS = 8
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).

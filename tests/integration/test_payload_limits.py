@@ -477,3 +477,51 @@ async def _history_sizes(client: Client, run_id: str) -> list[int]:
         info = (await handle.describe()).raw_description.workflow_execution_info
         sizes.append(int(info.history_size_bytes))
     return sizes
+
+
+@function_tool
+def lookup(i: int) -> str:
+    """Look a record up; the service is down, and says so at length.
+
+    Args:
+        i: Which record.
+    """
+    raise RuntimeError("service unavailable; " * 500)
+
+
+async def test_a_turn_of_many_long_errors_is_recorded(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """300 calls failing with 4,000-character errors: the run ends, its log whole.
+
+    A failed call's text is recorded twice (its `error`, and the answer the
+    model reads); only the answers were cut to share the turn's budget, so
+    the turn's events came to 2.5 MB in one journal step and every workflow
+    task failed from then on.
+    """
+    calls = 300
+    script: list[Step] = [
+        [CallTool("lookup", {"i": i}, id=f"call_{i}") for i in range(calls)],
+        Reply("The service is down."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[lookup],
+            store=FileStore(tmp_path),
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Look up 300 records.")
+            await unwedged_history(client, run_id, 60)
+    _, log = await _recorded_whole(client, run_id, tmp_path)
+    assert log[-1]["status"] == "completed" and log[-1]["text"] == "The service is down."
+    results = [e for e in log if e["type"] == "tool_result"]
+    assert len(results) == calls
+    assert all(e["error"].startswith("RuntimeError: service unavailable; ") for e in results)
+    assert sum(_encoded(e["result"]) + _encoded(e["error"]) for e in results) <= (
+        MAX_TURN_RESULT_BYTES
+    )
+    assert max(await _history_sizes(client, run_id)) < policies.HISTORY_LIMIT_BYTES
