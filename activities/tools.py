@@ -125,21 +125,35 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             raise ApplicationError(
                 f"{answer.error} (attempt {attempt} of {tool.retries + 1})", type=TOOL_FAILED
             )
+    if answer.error is not None and inp.max_result_bytes is not None:
+        # its text is recorded twice (`error`, and `result` for the model):
+        # together they take the call's share of the turn's budget
+        half = _limit(inp) // 2
+        answer.error = clip_to_size(answer.error, half)
+        answer.result = clip_to_size(answer.result or "", half)
     registry.finished_calls.put(inp.call_id, answer)
     return answer
+
+
+def _limit(inp: CallToolInput) -> int:
+    """Encoded bytes the call's result may take: its share of the turn's budget, at most."""
+    if inp.max_result_bytes is None:
+        return policies.MAX_TOOL_RESULT_BYTES
+    return min(inp.max_result_bytes, policies.MAX_TOOL_RESULT_BYTES)
 
 
 def _result(text: str, inp: CallToolInput, started: float) -> CallToolResult:
     ended = time.time()
     text = _redact.mask_secrets(encodable_text(text))
-    clipped = clip_to_size(text, policies.MAX_TOOL_RESULT_BYTES)
+    limit = _limit(inp)
+    clipped = clip_to_size(text, limit)
     if clipped != text:
         logger.warning(
             "Tool %s returned %d characters in run %s; cut to %d bytes as encoded",
             inp.name,
             len(text),
             inp.run_id,
-            policies.MAX_TOOL_RESULT_BYTES,
+            limit,
         )
     return CallToolResult(
         result=clipped, started_at=started, ended_at=ended, truncated=clipped != text

@@ -149,6 +149,11 @@ class CallToolInput:
     #: which call with `call_id` in the run this is (1: the first; models
     #: reuse ids): names its idempotency key (`call_uses.use_key`)
     use: int = 1
+    #: the call's share of its turn's result budget: the result is cut to this
+    #: many bytes as encoded, as the workflow would cut it after (None: only to
+    #: `policies.MAX_TOOL_RESULT_BYTES`), so the activity's own result, which
+    #: history records too, is never larger than the run keeps of it
+    max_result_bytes: int | None = None
 
 
 @dataclass

@@ -207,7 +207,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 7
+BEHAVIOUR = 8
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -265,6 +265,18 @@ JOURNAL_IN_RESULT = 6
 #: level keeps a run begun before it stamping as it did, so its replays make
 #: the events it mirrored.
 STABLE_EVENT_TIMES = 7
+#: From this level each `call_tool` of a turn is given its share of
+#: MAX_TURN_RESULT_BYTES (`CallToolInput.max_result_bytes`) and cuts its result
+#: to it, as the workflow would cut it after: history records each activity's
+#: result, so a turn's results cut only in the workflow had already put every
+#: call's whole 256 kB there (measured: 120 such calls made a 32 MB history,
+#: and ~200 passed the 50 MB at which Temporal terminates the run). The
+#: shares are what the workflow's cut gives when every call returns the most
+#: it may; a call whose siblings return little reads no more than that share.
+#: A failed call's text, recorded twice (its error, and the answer the model
+#: reads), takes half its share each: the workflow's cut never counted the
+#: errors, and 300 calls failing with 4,000 characters wedged the run.
+BOUNDED_TOOL_RESULTS = 8
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"
@@ -390,8 +402,9 @@ MAX_MODEL_REQUEST_BYTES = 16_000_000
 INLINE_CONVERSATION_BYTES = 32_000
 #: An execution continues as new at the first safe point after its history
 #: passes this (or the server suggests it: 4 MB or 4,096 events by default).
-#: A turn adds at most MAX_TURN_RESULT_BYTES of results and one answer, so
-#: no execution's history passes HISTORY_LIMIT_BYTES (the documented bound).
+#: A turn adds at most MAX_TURN_RESULT_BYTES of results (however many calls:
+#: BOUNDED_TOOL_RESULTS) and one answer, so no execution's history passes
+#: HISTORY_LIMIT_BYTES (the documented bound).
 HISTORY_BUDGET_BYTES = 8_000_000
 HISTORY_LIMIT_BYTES = 10_000_000
 #: The same for events (Temporal terminates at 51,200).

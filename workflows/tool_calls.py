@@ -9,7 +9,8 @@ only retries what is not the tool's: lost or stopping workers, and workers
 whose agent differs from the run's. A call that fails for such a reason for
 good ends the run (`CallFailed`) rather than answer the model with our
 machinery's failure. Finally the turn's results are cut to fit one payload
-together.
+together; each call is also given its share of that budget to cut its own
+result to, because history records every activity's result as it returned it.
 
 Models reuse call ids, so each call is also counted as a use of its id
 (`call_uses`): its use names its idempotency key and the decision it waits
@@ -38,7 +39,7 @@ from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.types import AgentSpec, ToolSpec
-from agentor_temporal.workflows.versions import adopted
+from agentor_temporal.workflows.versions import adopted, level
 
 
 class CallFailed(Exception):
@@ -108,9 +109,16 @@ class ToolCalls:
         screened = self._shared(calls, [self._screen(spec, call, disabled) for call in calls])
         uses = [self.uses.next(str(call.get("id"))) for call in calls]
         self._wait_cancelled = adopted(policies.PATCH_RECORD_CANCELLED_CALLS)
+        limits: list[int | None] = (
+            self._shares(calls, screened)
+            if level() >= policies.BOUNDED_TOOL_RESULTS
+            else [None] * len(calls)
+        )
         tasks = [
-            asyncio.ensure_future(self._one(spec, call, answer, turn, index, use))
-            for index, (call, answer, use) in enumerate(zip(calls, screened, uses, strict=True))
+            asyncio.ensure_future(self._one(spec, call, answer, turn, index, use, limit))
+            for index, (call, answer, use, limit) in enumerate(
+                zip(calls, screened, uses, limits, strict=True)
+            )
         ]
         if self._wait_cancelled:
             results = await self._settled(calls, screened, tasks)
@@ -273,6 +281,7 @@ class ToolCalls:
         turn: int,
         index: int,
         use: int,
+        max_result_bytes: int | None = None,
     ) -> Event:
         if isinstance(screened, Event):
             return screened
@@ -315,6 +324,7 @@ class ToolCalls:
                     use=use,
                     fingerprint=spec.fingerprint,
                     journal=folded,
+                    max_result_bytes=max_result_bytes,
                 ),
                 result_type=CallToolResult,
                 # the activity answers "timed out" at the tool's limit; this
@@ -382,18 +392,55 @@ class ToolCalls:
         to record, which wedges the run in workflow-task retries.
         """
         sizes = [encoded_size(e.result) for e in results]
-        budget = policies.MAX_TURN_RESULT_BYTES
         args = sum(encoded_size(e.args) for e in results if e.args)
-        # asked only when the arguments matter: older runs replay unchanged
-        if sum(sizes) + args > budget and args and adopted(policies.PATCH_TURN_ARGS_BUDGET):
-            budget = max(budget - args, budget // 4)
-        # so is its call id, in its event and in the tool message the next
-        # request carries: 500 ids of a few hundred bytes each are a lot
         ids = sum(encoded_size(e.call_id) for e in results)
-        if sum(sizes) + ids > budget and adopted(policies.PATCH_TAIL_BUDGET):
-            budget = max(budget - ids, policies.MAX_TURN_RESULT_BYTES // 4)
+        budget = ToolCalls._budget(sum(sizes), args, ids)
         if sum(sizes) <= budget or not adopted(policies.PATCH_TURN_RESULT_BUDGET):
             return
         for event, limit in zip(results, share_budget(sizes, budget), strict=True):
             if limit is not None and event.result is not None:
                 event.result = clip_to_size(event.result, limit)
+
+    @staticmethod
+    def _budget(total: int, args: int, ids: int) -> int:
+        """What a turn's results of `total` bytes may take together, beside what they repeat.
+
+        Each result repeats its call's arguments (`args` bytes in all) and its
+        call id (`ids`), in its event and in the tool message the next request
+        carries: 500 ids of a few hundred bytes each are a lot.
+        """
+        budget = policies.MAX_TURN_RESULT_BYTES
+        # asked only when the arguments matter: older runs replay unchanged
+        if total + args > budget and args and adopted(policies.PATCH_TURN_ARGS_BUDGET):
+            budget = max(budget - args, budget // 4)
+        if total + ids > budget and adopted(policies.PATCH_TAIL_BUDGET):
+            budget = max(budget - ids, policies.MAX_TURN_RESULT_BYTES // 4)
+        return budget
+
+    @staticmethod
+    def _shares(
+        calls: list[dict[str, Any]],
+        screened: list[Event | tuple[str, dict[str, Any], ToolSpec]],
+    ) -> list[int | None]:
+        """Each call's share of the turn's budget (None: MAX_TOOL_RESULT_BYTES is less).
+
+        As `_fit` cuts the results when every tool returns the most it may, so
+        such a turn reads as it did when only `_fit` cut it; and the results
+        then fit together, so `_fit` leaves them as they are. (Asked from
+        `policies.BOUNDED_TOOL_RESULTS` on, where every rule `_budget` asks
+        about is the run's already: it issues no command.)
+        """
+        sizes = [
+            encoded_size(item.result) if isinstance(item, Event) else policies.MAX_TOOL_RESULT_BYTES
+            for item in screened
+        ]
+        args = sum(
+            encoded_size(item.args if isinstance(item, Event) else item[1])
+            for item in screened
+            if (item.args if isinstance(item, Event) else item[1])
+        )
+        ids = sum(encoded_size(call.get("id")) for call in calls)
+        budget = ToolCalls._budget(sum(sizes), args, ids)
+        if sum(sizes) <= budget:
+            return [None] * len(calls)
+        return share_budget(sizes, budget)

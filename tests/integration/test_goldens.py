@@ -484,6 +484,8 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 7: events stamped with times history holds (the run's
     # start, its steps' own times, the person's decision time)
     "behaviour_7_approval_history": APPROVAL,
+    # recorded at level 8: each call cuts its result to its share of the turn's budget
+    "behaviour_8_oversize_history": OVERSIZE,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

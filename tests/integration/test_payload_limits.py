@@ -21,6 +21,7 @@ from agentor_temporal import FileStore, TemporalStore, function_tool
 from agentor_temporal.testing import CallTool, Raw, Reply, ScriptedModelServer, Step
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow, policies
+from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.policies import (
     MAX_REQUEST_BYTES,
     MAX_TOOL_RESULT_BYTES,
@@ -411,3 +412,116 @@ async def test_a_request_whose_new_messages_pass_a_payload_ends_the_run(
     assert (result.error or "").startswith("The turn's new messages and the tool schemas come to")
     assert [e.type for e in result.events][-3:] == ["tool_call", "tool_result", "run_end"]
     await _replays(client, result.run_id)
+
+
+#: pages `page` served, by index (the tool runs in this process's threads)
+served: list[int] = []
+
+
+@function_tool
+def page(i: int) -> str:
+    """Fetch a page just under the one-result cut.
+
+    Args:
+        i: Which page.
+    """
+    served.append(i)
+    return "p" * (MAX_TOOL_RESULT_BYTES - 1000)
+
+
+async def test_a_turn_of_many_parallel_big_results_stays_within_the_history_bound(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A turn of 120 results just under the one-result cut adds about one turn's budget to history.
+
+    Before, each call's activity recorded its 255 KB whole and the turn was cut
+    to 1 MB only after: 120 calls made a 31 MB history, and ~200 passed
+    Temporal's 50 MB limit, which terminated the run (resume then ran the
+    calls again, and was terminated again).
+    """
+    served.clear()
+    calls, size = 120, MAX_TOOL_RESULT_BYTES - 1000
+    script: list[Step] = [
+        [CallTool("page", {"i": i}, id=f"call_{i}") for i in range(calls)],
+        Reply("Read them all."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(model, client, task_queue, False, tools=[page], store=FileStore(tmp_path))
+        result = await asyncio.wait_for(agent.arun("Read 120 pages."), 60)
+        sent = [m["content"] for m in model.requests[1]["messages"] if m["role"] == "tool"]
+    assert result.status == "completed" and result.final_output == "Read them all."
+    assert sorted(served) == list(range(calls))  # every call ran, once
+    results = [e for e in result.events if e.type == "tool_result"]
+    assert [e.call_id for e in results] == [f"call_{i}" for i in range(calls)]
+    assert all(e.error is None for e in results)
+    # the model reads what the workflow's cut alone made of them: the turn's
+    # budget less the arguments and call ids the results repeat, shared
+    text = clip_to_size("p" * size, MAX_TOOL_RESULT_BYTES)
+    repeated = sum(encoded_size(e.args) + encoded_size(e.call_id) for e in results)
+    limits = share_budget([encoded_size(text)] * calls, MAX_TURN_RESULT_BYTES - repeated)
+    assert [e.result for e in results] == [clip_to_size(text, n or 0) for n in limits]
+    assert all((e.result or "").endswith(f" of {size} characters are shown]") for e in results)
+    assert sent == [e.result for e in results]
+    # the JSONL mirror, history's projection and the result hold the same log
+    _, projected = await _recorded_whole(client, result.run_id, tmp_path)
+    assert [e.to_dict() for e in result.events] == projected
+    sizes = await _history_sizes(client, result.run_id)
+    assert max(sizes) < policies.HISTORY_LIMIT_BYTES, sizes
+
+
+async def _history_sizes(client: Client, run_id: str) -> list[int]:
+    """The history size of each of the run's executions, as the server counts it."""
+    sizes = []
+    for segment in await TemporalStore(client).segments(run_id):
+        handle = client.get_workflow_handle(run_id, run_id=segment.execution_run_id)
+        info = (await handle.describe()).raw_description.workflow_execution_info
+        sizes.append(int(info.history_size_bytes))
+    return sizes
+
+
+@function_tool
+def lookup(i: int) -> str:
+    """Look a record up; the service is down, and says so at length.
+
+    Args:
+        i: Which record.
+    """
+    raise RuntimeError("service unavailable; " * 500)
+
+
+async def test_a_turn_of_many_long_errors_is_recorded(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """300 calls failing with 4,000-character errors: the run ends, its log whole.
+
+    A failed call's text is recorded twice (its `error`, and the answer the
+    model reads); only the answers were cut to share the turn's budget, so
+    the turn's events came to 2.5 MB in one journal step and every workflow
+    task failed from then on.
+    """
+    calls = 300
+    script: list[Step] = [
+        [CallTool("lookup", {"i": i}, id=f"call_{i}") for i in range(calls)],
+        Reply("The service is down."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[lookup],
+            store=FileStore(tmp_path),
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Look up 300 records.")
+            await unwedged_history(client, run_id, 60)
+    _, log = await _recorded_whole(client, run_id, tmp_path)
+    assert log[-1]["status"] == "completed" and log[-1]["text"] == "The service is down."
+    results = [e for e in log if e["type"] == "tool_result"]
+    assert len(results) == calls
+    assert all(e["error"].startswith("RuntimeError: service unavailable; ") for e in results)
+    assert sum(_encoded(e["result"]) + _encoded(e["error"]) for e in results) <= (
+        MAX_TURN_RESULT_BYTES
+    )
+    assert max(await _history_sizes(client, run_id)) < policies.HISTORY_LIMIT_BYTES

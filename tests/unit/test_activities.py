@@ -56,6 +56,12 @@ def huge_emoji() -> str:
     return "\U0001f600" * 200_000  # 0.8 MB of UTF-8, 2.4 MB of escaped JSON
 
 
+@function_tool
+def complain() -> str:
+    """Raises at length."""
+    raise RuntimeError("é" * 3_000)  # 18 kB as encoded
+
+
 def registry(base_url: str, store: object = None) -> AgentActivities:
     agent = AgentDefinition(
         name="A",
@@ -329,6 +335,25 @@ async def test_oversized_tool_results_are_truncated_to_fit_a_payload(tool: str) 
     assert big.truncated and big.result is not None
     assert MAX_TOOL_RESULT_BYTES - 20 <= encoded_size(big.result) <= MAX_TOOL_RESULT_BYTES
     assert big.result.endswith("characters are shown]")
+
+
+async def test_a_call_cuts_its_result_to_its_share_of_the_turn() -> None:
+    """A call given a share cuts its answer to it, as the workflow's cut would; an error's too."""
+    acts, env = registry("x"), ActivityEnvironment()
+    share = CallToolInput("r", "A", "c", "huge", {}, max_result_bytes=10_000)
+    big = await env.run(acts.call_tool, share)
+    assert big.truncated and big.result == clip_to_size("x" * (3 * 1024 * 1024), 10_000)
+    loud = AgentDefinition(name="A", model="m", tools=[complain])  # type: ignore[arg-type]
+    failed = await env.run(
+        AgentActivities(AgentRegistry([loud])).call_tool,
+        CallToolInput("r", "A", "c2", "complain", {}, max_result_bytes=5_000),
+    )
+    # its text is there twice: as the error, and as the answer the model reads
+    said = "RuntimeError: " + "é" * 3_000
+    assert failed.error == clip_to_size(said, 2_500)
+    assert failed.result == clip_to_size(f"Error: {said}", 2_500)
+    small = CallToolInput("r", "A", "c3", "echo", {"text": "hi"}, max_result_bytes=10_000)
+    assert (await env.run(acts.call_tool, small)).result == "hi"
 
 
 def test_clip_to_size_keeps_the_original_length_when_cutting_again() -> None:
