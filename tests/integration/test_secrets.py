@@ -239,17 +239,7 @@ async def test_a_read_timeout_never_shows_url_credentials(
 def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
     """A connection failure with TEMPORAL_API_KEY set does not print the key."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-    env.update(TEMPORAL_ADDRESS=f"127.0.0.1:{port}", TEMPORAL_API_KEY=TEMPORAL_KEY)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
-    out = subprocess.run(
-        [sys.executable, "-m", "agentor_temporal", "list"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    out = _cli_list(tmp_path, TEMPORAL_ADDRESS=f"127.0.0.1:{port}", TEMPORAL_API_KEY=TEMPORAL_KEY)
     assert out.returncode != 0
     assert TEMPORAL_KEY not in out.stdout + out.stderr, out.stdout + out.stderr
 
@@ -368,17 +358,7 @@ async def test_a_malformed_config_file_never_shows_its_key(
     secret = "tcak-CONFIGKEY-abcdef12345" if "tcak" in line else "12345678987654321"
     config = tmp_path / "temporal.toml"
     config.write_text(f'[profile.default]\naddress = "127.0.0.1:{free_port()}"\n{line}')
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-    env.update(TEMPORAL_CONFIG_FILE=str(config))
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
-    out = subprocess.run(
-        [sys.executable, "-m", "agentor_temporal", "list"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    out = _cli_list(tmp_path, TEMPORAL_CONFIG_FILE=str(config))
     assert out.returncode != 0 and "configuration is invalid" in out.stderr + out.stdout
     assert secret not in out.stdout + out.stderr, out.stdout + out.stderr
     for name in [k for k in os.environ if k.startswith("TEMPORAL_")]:
@@ -388,3 +368,18 @@ async def test_a_malformed_config_file_never_shows_its_key(
     with pytest.raises(ConnectionFailed, match="configuration is invalid") as failed:
         await agent.arun(PROMPT)
     assert secret not in str(failed.value)
+
+
+def _cli_list(cwd: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    """`agentor-temporal list` in a process whose Temporal settings are only `settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    env.update(settings)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    return subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
