@@ -13,6 +13,7 @@ from typing import Any
 
 from temporalio import activity
 
+from agentor_temporal.activities import _starts
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.policies import HEARTBEAT_INTERVAL
 
@@ -45,35 +46,41 @@ async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> 
     # out while it runs, and costs nothing when the worker is idle.
     started = activity.info().started_time
     lag = max(0.0, time.time() - started.timestamp()) if started else 0.0
-    send = _core_heartbeat()
-    if send is not None:
-        pulse = _Pulse.of(asyncio.get_running_loop())
-        beating = _BEATER.add(send, interval, max(0.0, interval - lag), pulse)
+    await _starts.hold_received()  # the beats must not erase an earlier attempt's count
+    try:
+        send = _core_heartbeat()
+        if send is not None:
+            pulse = _Pulse.of(asyncio.get_running_loop())
+            beating = _BEATER.add(send, interval, max(0.0, interval - lag), pulse)
+            try:
+                yield
+            finally:
+                _BEATER.remove(beating)
+                pulse.release()
+            return
+
+        # an SDK without the path `_core_heartbeat` takes: beat from the loop
+        async def beat() -> None:
+            await asyncio.sleep(max(0.0, interval - lag))
+            while True:
+                activity.heartbeat(*_starts.beat_values())
+                await asyncio.sleep(interval)
+
+        task = asyncio.create_task(beat())
         try:
             yield
         finally:
-            _BEATER.remove(beating)
-            pulse.release()
-        return
-
-    # an SDK without the path `_core_heartbeat` takes: beat from the loop
-    async def beat() -> None:
-        await asyncio.sleep(max(0.0, interval - lag))
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(interval)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        _starts.release()
 
 
 def _core_heartbeat() -> Callable[[], None] | None:
-    """Send the running activity a detail-less heartbeat from any thread (None if unsupported).
+    """Send the running activity's heartbeat from any thread (None if unsupported).
+
+    It carries the details the attempt holds (`_starts`), usually none.
 
     `activity.heartbeat()` only schedules a task on the worker's event loop,
     so a blocked loop sends none. This reaches the SDK core the same way that
@@ -94,7 +101,8 @@ def _core_heartbeat() -> Callable[[], None] | None:
         return None
 
     def send() -> None:
-        bridge().record_activity_heartbeat(ActivityHeartbeat(task_token=token))
+        beat = ActivityHeartbeat(task_token=token, details=_starts.beat_payloads(token))
+        bridge().record_activity_heartbeat(beat)
 
     return send
 

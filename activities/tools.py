@@ -10,7 +10,9 @@ or too busy to start a sync tool (no thread came free in
 SYNC_TOOL_THREAD_WAIT) hands the task back to Temporal, and a worker whose
 agent differs from the run's leaves it for one that matches. So only a lost or stopping worker makes
 a call run again, and then the tool sees the same idempotency key through
-`tool_context()`.
+`tool_context()`; a call whose starts keep losing their worker (the tool
+kills its process) is answered instead once `policies.LOST_TOOL_STARTS` were
+lost (see `_starts`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentor_temporal.activities import _redact
+from agentor_temporal.activities import _redact, _starts
 from agentor_temporal.activities._definition import definition_for
 from agentor_temporal.activities._errors import (
     being_cancelled,
@@ -85,19 +87,31 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         attempt=attempt,
         use=inp.use,
     )
+    starts = await _starts.begin(policies.LOST_TOOL_STARTS)
+    if starts.lost >= policies.LOST_TOOL_STARTS:
+        logger.error(
+            "Tool %s in run %s lost its worker in each of its last %d starts; not started again",
+            summary,
+            inp.run_id,
+            starts.lost,
+        )
+        return error_result(_lost_text(tool.name, starts.lost))
     limit = tool.timeout or policies.TOOL_START_TO_CLOSE.total_seconds()
     started = time.time()
     try:
         async with heartbeating():
             text = await tool.call(inp.args, context, registry.tool_pool(), timeout=limit)
     except PoolUnavailable as exc:
+        await _starts.end(starts)
         raise worker_stopping(summary, exc) from None
     except NoThreadFree as exc:
         logger.warning("Tool %s in run %s handed back: %s", summary, inp.run_id, exc)
+        await _starts.end(starts)
         raise worker_busy(summary, exc) from None
     except asyncio.CancelledError:
         replaced = instead_of_cancel(summary)
         if replaced is not None:
+            await _starts.end(starts)  # cut by its worker's shutdown, not lost with it
             raise replaced from None
         if being_cancelled():
             raise  # the run is being cancelled: not the tool's answer either
@@ -122,6 +136,7 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         logger.warning("Tool %s failed in run %s: %s", summary, inp.run_id, answer.error)
         if attempt <= tool.retries:
             # the tool opted into retries: Temporal runs it again, with backoff
+            await _starts.end(starts)
             raise ApplicationError(
                 f"{answer.error} (attempt {attempt} of {tool.retries + 1})", type=TOOL_FAILED
             )
@@ -133,6 +148,14 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         answer.result = clip_to_size(answer.result or "", half)
     registry.finished_calls.put(inp.call_id, answer)
     return answer
+
+
+def _lost_text(name: str, lost: int) -> str:
+    return (
+        f"{name} was started {lost + 1} times and never finished: each time, the worker running "
+        "it stopped answering (its process died, or the tool held the GIL past the heartbeat "
+        "timeout). It was not started again; it may have done part of its work"
+    )
 
 
 def _limit(inp: CallToolInput) -> int:

@@ -66,12 +66,17 @@ def ledger_lines(path: str | os.PathLike[str]) -> list[str]:
 
 
 def weather_tool(
-    ledger: str | None = None, *, delay: float = 0.0, delay_city: str | None = None
+    ledger: str | None = None,
+    *,
+    delay: float = 0.0,
+    delay_city: str | None = None,
+    exit_process: bool = False,
 ) -> Any:
     """The seed's get_weather, recording each execution in `ledger`.
 
     `delay` seconds pass after the ledger line (for every city, or only for
     `delay_city`), so a test can kill a process while the tool is in flight.
+    `exit_process`: the tool then kills its own process.
     """
 
     @function_tool
@@ -84,6 +89,8 @@ def weather_tool(
         ledger_write(ledger, "get_weather", city)
         if delay and delay_city in (None, city):
             time.sleep(delay)
+        if exit_process:
+            os._exit(3)
         return f"The weather in {city} is sunny and 22C."
 
     return get_weather

@@ -80,7 +80,8 @@ TOOL_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
 #: the activity and is never retried (unless the tool opts in with
 #: `retries=N`); only lost workers, stopping workers and a worker with a
 #: different definition reach this policy, and none of those is the tool's
-#: answer, so there is no attempt limit. The first retry is almost immediate:
+#: answer, so there is no attempt limit (starts lost with their worker are
+#: bounded by LOST_TOOL_STARTS instead). The first retry is almost immediate:
 #: the heartbeat timeout has already waited for the dead worker, and waiting
 #: again only adds to recovery (1 s here was 1 s of the measured recovery
 #: time; see bench/recovery.py).
@@ -90,6 +91,14 @@ TOOL_RETRY_POLICY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=0,
 )
+
+#: Starts of one tool call lost with their worker (its process died, or the
+#: tool held the GIL past the heartbeat timeout) after which it is not
+#: started again: the model is answered that it never finished. A tool that
+#: kills its own process would otherwise crash every worker of a fleet in
+#: turn, for ever. Counted from the second attempt on (see
+#: `activities/_starts.py`), so a call is started at most this plus one times.
+LOST_TOOL_STARTS = 2
 
 #: Heartbeat cadence of long activities, on the server's clock. Every
 #: heartbeat is a write on the server, so the first comes only after this

@@ -58,9 +58,9 @@ def tools(ledger: str) -> list[Any]:
         ledger_write(ledger, "unprintable")
         raise Unprintable()
 
-    @function_tool(retries=2)
+    @function_tool(retries=3)
     def flaky() -> str:
-        """Fails every time, asking for two retries."""
+        """Fails every time, asking for three retries (each retry records its start and end)."""
         ledger_write(ledger, "flaky")
         raise ConnectionError("backend down")
 
@@ -125,12 +125,12 @@ def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -
         ),
         (CallTool("slow_async", {"seconds": 4}), "slow_async timed out after 1 s", 1),
         (CallTool("unprintable"), "Unprintable: Unprintable()", 1),
-        (CallTool("flaky"), "ConnectionError: backend down", 3),
+        (CallTool("flaky"), "ConnectionError: backend down", 4),
         # asyncio re-raises these out of the event loop when a task ends with them
         (CallTool("exits"), "SystemExit: 3", 1),
         (CallTool("interrupts"), "KeyboardInterrupt", 1),
     ],
-    ids=["sync-timeout", "async-timeout", "unprintable", "retries=2", "exit", "interrupt"],
+    ids=["sync-timeout", "async-timeout", "unprintable", "retries=3", "exit", "interrupt"],
 )
 async def test_a_tools_own_outcome_answers_the_model_and_is_not_rerun(
     call: CallTool,

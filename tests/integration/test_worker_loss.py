@@ -10,12 +10,14 @@ event once and equals `TemporalStore.load`.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -23,6 +25,7 @@ from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import Hang, ScriptedModelServer
+from agentor_temporal.workflows import policies
 
 from helpers import (
     ANSWER,
@@ -157,3 +160,57 @@ async def test_run_survives_a_sigkill(
     assert [e.to_dict() for e in mirrored] == [e.to_dict() for e in projected]
     # and the file holds exactly those lines: nothing torn, nothing twice
     assert len((runs / f"{run_id}.jsonl").read_text().splitlines()) == len(SEVEN)
+
+
+@pytest.mark.parametrize("runs_for", [0, 3], ids=["at_once", "after_heartbeats"])
+async def test_a_tool_that_kills_its_process_is_started_three_times_then_answered(
+    runs_for: int,
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """A tool whose every start kills its worker does not crash a fleet for ever.
+
+    Each time a worker dies another is started, as a supervisor would. The
+    call runs on three of them (the first start, and two more lost with their
+    worker), then the model is answered that it never finished and the run
+    completes: before, the call was started again on every new worker. A tool
+    that runs `runs_for` seconds first has heartbeats go out meanwhile; they
+    must not erase the count.
+    """
+    run_id = uuid.uuid4().hex
+    env = _env(temporal_address, model, task_queue, tmp_path / "runs", ledger)
+    env.update(TOOL_EXITS="1", TOOL_DELAY=str(runs_for))
+    procs = [spawn(["run", "--run-id", run_id], env, stderr=subprocess.DEVNULL)]
+    starts = 1 + policies.LOST_TOOL_STARTS
+    result: asyncio.Future[Any] | None = None
+    try:
+        wait_until(lambda: ledger_lines(ledger), "the tool's first start")
+        result = asyncio.ensure_future(client.get_workflow_handle(run_id).result())
+        while not result.done():
+            if len(ledger_lines(ledger)) > starts:
+                raise AssertionError(f"the tool started again: {ledger_lines(ledger)}")
+            if procs[-1].poll() is not None:
+                assert procs[-1].returncode == 3  # the tool's own exit
+                assert len(procs) <= starts, "a worker died after the call was answered"
+                procs.append(spawn(["worker"], env, stderr=subprocess.DEVNULL))
+            await asyncio.wait([result], timeout=0.2)
+        outcome = result.result()
+    finally:
+        if result is not None:
+            result.cancel()
+        for proc in procs:
+            stop_process(proc)
+
+    assert outcome["status"] == "completed", outcome
+    # the scripted model repeats the tool's answer
+    assert "Error: get_weather was started 3 times" in outcome["final_output"]
+    assert len(ledger_lines(ledger)) == starts
+    [result_event] = [
+        e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"
+    ]
+    assert result_event.error is not None and "never finished" in result_event.error
+    assert model.request_count == 2

@@ -3,8 +3,9 @@
 Configured through the environment: TEMPORAL_ADDRESS, AGENT_TASK_QUEUE,
 MODEL_BASE_URL, AGENT_STORE (a directory), AGENT_LEDGER, BLOCK_AFTER and
 BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY (and
-TOOL_DELAY_CITY: only for that city), AGENT_INSTRUCTIONS, PARENT_SPAN (run
-inside a span of that name), LOCAL_MODEL_CALLS=1 (`local_model_calls=True`).
+TOOL_DELAY_CITY: only for that city), TOOL_EXITS=1 (the tool kills its own
+process), AGENT_INSTRUCTIONS, PARENT_SPAN (run inside a span of that name),
+LOCAL_MODEL_CALLS=1 (`local_model_calls=True`).
 Prints the RunResult as one JSON line.
 `--go-file` makes it print "waiting", then start only once that file exists,
 so a test can release several processes at the same moment.
@@ -40,6 +41,7 @@ def build() -> object:
                 os.environ.get("AGENT_LEDGER"),
                 delay=float(os.environ.get("TOOL_DELAY", "0")),
                 delay_city=os.environ.get("TOOL_DELAY_CITY"),
+                exit_process=os.environ.get("TOOL_EXITS") == "1",
             ),
             *(
                 [transfer_tool(os.environ.get("AGENT_LEDGER"))]
