@@ -188,6 +188,13 @@ PATCH_TAIL_BUDGET = "tail-budget"
 #: `resume` rewound the batch and the model called it again, under a new
 #: call id its idempotency key did not know (a payment made twice).
 PATCH_RECORD_CANCELLED_CALLS = "record-cancelled-calls"
+#: Events new since the last journal step that pass MAX_JOURNAL_STEP_BYTES go
+#: into history in several steps, each ending its workflow task (a short
+#: timer): one step's result is one payload, and the markers of every step in
+#: a task travel in its one completion. Before, a turn of 300 calls denied
+#: with 4,000-character reasons made one 3.5 MB journal step (nothing else
+#: carries a denial's events): every workflow task failed from then on.
+PATCH_JOURNAL_STEPS = "journal-steps"
 #: The start header a starter puts its own worker's spec for the run's agent
 #: in (`workflows.segment.header_spec`): a worker whose spec is the same
 #: records no describe step.
@@ -207,7 +214,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 8
+BEHAVIOUR = 9
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -225,6 +232,7 @@ ADOPTED = {
     PATCH_CARRY_LIMIT: 4,
     PATCH_TAIL_BUDGET: 4,
     PATCH_RECORD_CANCELLED_CALLS: 5,
+    PATCH_JOURNAL_STEPS: 9,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most
@@ -341,6 +349,14 @@ MAX_REQUEST_BYTES = 1_500_000
 #: them); larger ones take a journal step, whose result is a payload of its own.
 #: (Like the budgets above, it decides commands: change it only behind a patch.)
 MAX_FOLD_BYTES = 256_000
+#: What one journal step records at most (`PATCH_JOURNAL_STEPS`): more new
+#: events go in several steps, one a workflow task. A single event is bounded
+#: by the budgets above (arguments by MAX_REPLY_BYTES, a decision's texts by
+#: MAX_DECISION_TEXT), so a step of one is under Temporal's 2 MB, and the step
+#: leaves room in its task's completion (gRPC's 4 MB) for the next request.
+MAX_JOURNAL_STEP_BYTES = 1_000_000
+#: The timer that ends a journal step's workflow task before the next step.
+JOURNAL_STEP_PAUSE = timedelta(milliseconds=1)
 #: A model reply (text, reasoning and tool calls) larger than this fails the
 #: run at once, saying so, with one request paid: a final answer is recorded
 #: three times (generation, message, run_end) in the journal step that ends
