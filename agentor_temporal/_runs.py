@@ -297,7 +297,7 @@ async def send_decision(
     validate_run_id(run_id)
     if not isinstance(decision.call_id, str) or not decision.call_id:
         raise ValueError("call_id must be a non-empty string")
-    problem = decision.problem() or decision.turn_problem()
+    problem = decision.problem() or decision.size_problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)
     await check_waiting(client, run_id, execution_run_id)

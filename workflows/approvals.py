@@ -110,6 +110,9 @@ class Approvals:
         """The `decide` validator: refuse a decision the run cannot take (`ApplicationError`)."""
         run_id = workflow.info().workflow_id
         problem = decision.turn_problem()
+        if problem is None and level() >= policies.BOUNDED_DECISION_BYTES:
+            # types and characters first: their messages say more
+            problem = decision.problem() or decision.size_problem()
         if problem is not None:
             raise ApplicationError(
                 f"Run {run_id!r} refused the decision: {problem}.", type="BadDecision"

@@ -285,6 +285,11 @@ STABLE_EVENT_TIMES = 7
 #: reads), takes half its share each: the workflow's cut never counted the
 #: errors, and 300 calls failing with 4,000 characters wedged the run.
 BOUNDED_TOOL_RESULTS = 8
+#: From this level the `decide` validator (and a decision sent by signal)
+#: refuses a reason or name over MAX_DECISION_BYTES as Temporal encodes it
+#: (`Decision.size_problem`): 4,000 emoji were 48 kB each, recorded four
+#: times, and 300 calls denied so made one turn's history 53 MB.
+BOUNDED_DECISION_BYTES = 9
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"
@@ -371,6 +376,11 @@ MAX_CALLS_PER_REPLY = 500
 #: recorded in the run's log (and told the model on a denial), and carried over
 #: continue-as-new with the decision; a megabyte of it wedged the run.
 MAX_DECISION_TEXT = 4_000
+#: The same as Temporal records it (escaped JSON, an emoji 12 bytes), from
+#: BOUNDED_DECISION_BYTES on: each text is recorded about four times, and a
+#: turn may have MAX_CALLS_PER_REPLY calls decided, so a turn's decisions stay
+#: near 16 MB of history, inside the 50 MB at which Temporal terminates a run.
+MAX_DECISION_BYTES = 4_000
 #: The most a run lets one payload hold where its size is not otherwise
 #: budgeted: a continue-as-new input (the conversation's tail, call-id counts,
 #: decisions), the messages a request sent by reference carries (the turn's

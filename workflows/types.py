@@ -11,12 +11,13 @@ time it decodes one, and strings cost 3-5x as much to evaluate
 (`tests/unit/test_payload_types.py`).
 """
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentor_temporal.store.events import Event, Usage
-from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
+from agentor_temporal.workflows.policies import MAX_DECISION_BYTES, MAX_DECISION_TEXT
 
 #: Input keys a plain client may send; anything else is refused by name.
 _INPUT_KEYS = frozenset(
@@ -419,6 +420,31 @@ class Decision:
                 return (
                     f"{name} is {len(value):,} characters; a decision's {name} may have at "
                     f"most {MAX_DECISION_TEXT:,}"
+                )
+        return None
+
+    def size_problem(self) -> str | None:
+        """Why the decision's texts are too large to record (None when they are not).
+
+        Apart from `problem`: counted as Temporal encodes them (an emoji is 12
+        bytes), and asked only by the `decide` validator of runs from
+        `policies.BOUNDED_DECISION_BYTES` on (the handler replays older runs'
+        decisions as they were taken) and by senders. Each text is recorded
+        about four times (the update, the `approval_decision` event, a
+        denial's answer and the model's next request), so 300 denials with
+        4,000 emoji of reason and name made 53 MB of history in one turn,
+        and Temporal terminated the run at 50 MB.
+        """
+        for name in ("reason", "by"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                continue
+            size = len(json.dumps(value)) - 2
+            if size > MAX_DECISION_BYTES:
+                return (
+                    f"{name} takes {size:,} bytes as Temporal records it (a character outside "
+                    f"ASCII takes 6 or 12); a decision's {name} may take at most "
+                    f"{MAX_DECISION_BYTES:,}: shorten it"
                 )
         return None
 

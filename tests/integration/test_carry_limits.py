@@ -111,17 +111,19 @@ async def test_long_call_ids_are_counted_by_digest_across_continue_as_new(
 async def test_decisions_with_long_reasons_are_carried_without_them(
     client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Twenty calls approved, each with 4,000 emoji of reason and of name: the run goes on.
+    """Twenty calls approved, each with the longest reason and name: the run goes on.
 
-    Before: each decision was carried whole (96 KB as Temporal encodes it),
-    and the continue-as-new after the turn passed 2 MB.
+    Before: each decision was carried whole (96 KB as Temporal encodes it,
+    when 4,000 emoji were let in), and the continue-as-new after the turn
+    passed 2 MB.
     """
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", BUDGET)
     script = [
         [CallTool("transfer", {"amount": n, "to": "bob"}, id=f"call_{n}") for n in range(20)],
         Reply("Paid."),
     ]
-    big = "\U0001f600" * policies.MAX_DECISION_TEXT
+    reason = "r" * policies.MAX_DECISION_BYTES
+    name = "\U0001f600" * (policies.MAX_DECISION_BYTES // 12)  # 12 bytes each, encoded
     with ScriptedModelServer(script) as model:
         agent = weather_agent(
             base_url=model.base_url,
@@ -137,7 +139,7 @@ async def test_decisions_with_long_reasons_are_carried_without_them(
             # one at a time: a decision's update in flight while the run continues
             # as new is retried by the client on the next execution, which refuses it
             for pending in paused.pending_approvals:
-                await agent.aapprove(run_id, pending.call_id, big, by=big)
+                await agent.aapprove(run_id, pending.call_id, reason, by=name)
             await unwedged_history(client, run_id)
             outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 10)
         result = await asyncio.wait_for(agent.aresume(run_id), 30)
@@ -145,8 +147,9 @@ async def test_decisions_with_long_reasons_are_carried_without_them(
     assert result.final_output == "Paid."
     # every reason and name is in the log whole
     decisions = [e for e in result.events if e.type == "approval_decision"]
-    assert len(decisions) == 20 and all(e.text == big and e.result == big for e in decisions)
+    assert len(decisions) == 20 and all(e.text == reason and e.result == name for e in decisions)
     histories = await _executions(client, run_id)
+    # whole, the decisions alone would be 160 KB
     assert len(histories) == 2 and max(_carry_sizes(histories)) < 100_000
 
 

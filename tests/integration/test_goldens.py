@@ -422,9 +422,9 @@ WHOLE_PAUSE: Scenario = (
 
 
 async def _denials(agent: Agentor) -> str:
-    paused = await agent.arun("Pay bob eight times.")
-    assert paused.status == "awaiting_approval" and len(paused.pending_approvals) == 8, paused
-    long = "\U0001f600" * policies.MAX_DECISION_TEXT
+    paused = await agent.arun("Pay bob a hundred times.")
+    assert paused.status == "awaiting_approval" and len(paused.pending_approvals) == 100, paused
+    long = "r" * policies.MAX_DECISION_BYTES
     for pending in paused.pending_approvals:
         await agent.adeny(paused.run_id, pending, long, by=long)
     result = await agent.aresume(paused.run_id)
@@ -432,11 +432,11 @@ async def _denials(agent: Agentor) -> str:
     return str(result.run_id)
 
 
-#: Eight denials with the longest texts (PATCH_JOURNAL_STEPS): their 2.3 MB of
-#: events go into history in several journal steps, one a workflow task.
+#: A hundred denials with the longest texts (PATCH_JOURNAL_STEPS): their 1.5 MB
+#: of events go into history in several journal steps, one a workflow task.
 DENIALS: Scenario = (
     [
-        [CallTool("transfer", {"amount": n, "to": "bob"}, id=f"call_{n}") for n in range(8)],
+        [CallTool("transfer", {"amount": n, "to": "bob"}, id=f"call_{n}") for n in range(100)],
         Reply("Nothing paid."),
     ],
     lambda: [transfer_tool()],
