@@ -32,7 +32,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.call_uses import count_key, parse_key, use_key
 from agentor_temporal.workflows.conversation import Conversation
-from agentor_temporal.workflows.formatting import QUOTED_CHARS
+from agentor_temporal.workflows.formatting import QUOTED_CHARS, fit
 from agentor_temporal.workflows.types import Decision
 
 
@@ -105,8 +105,17 @@ class Carry:
         }
 
 
-def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any]]:
+def carried_decisions(
+    decisions: dict[str, Decision], bounded: bool = False
+) -> dict[str, dict[str, Any]]:
     """The decisions as the next execution needs them (`Carry.decisions`).
+
+    `bounded` (`policies.BOUNDED_CARRY`): only the latest CARRIED_DECISIONS,
+    a whole turn's, each name cut to CARRIED_NAME_BYTES as encoded. A decision
+    sent again is one whose answer was lost as the run continued, so of the
+    turn just decided; one for a call of an older turn is refused all the
+    same ("no tool call waiting"). Kept all, with names of 100 emoji, three
+    turns of 500 decisions passed what a run can carry, and the run ended.
 
     Between turns no call waits, so a carried decision only refuses a late
     second decision on its call ("already approved by ..."): its reason
@@ -118,15 +127,20 @@ def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any
     every carried field).
     """
     carried: dict[str, dict[str, Any]] = {}
-    for key, decision in decisions.items():
+    kept = list(decisions.items())
+    if bounded:
+        kept = kept[len(kept) - min(len(kept), policies.CARRIED_DECISIONS) :]
+    for key, decision in kept:
         call_id, use = parse_key(key)
         if len(call_id) > policies.LONG_CALL_ID_CHARS:
             key = use_key(count_key(call_id), use)
         by = decision.by
-        if by is not None and len(by) > QUOTED_CHARS:
+        if by is not None and bounded:
+            by = fit(by, policies.CARRIED_NAME_BYTES)
+        elif by is not None and len(by) > QUOTED_CHARS:
             by = by[:QUOTED_CHARS] + "..."
-        kept = Decision(count_key(decision.call_id), decision.approved, None, by)
-        carried[key] = {n: x for n, x in asdict(kept).items() if n not in ("turn", "at")}
+        taken = Decision(count_key(decision.call_id), decision.approved, None, by)
+        carried[key] = {n: x for n, x in asdict(taken).items() if n not in ("turn", "at")}
     return carried
 
 

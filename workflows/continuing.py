@@ -23,7 +23,7 @@ from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.segment import Setup
 from agentor_temporal.workflows.tool_calls import ToolCalls
 from agentor_temporal.workflows.types import AgentRunInput
-from agentor_temporal.workflows.versions import adopted
+from agentor_temporal.workflows.versions import adopted, level
 
 
 class Continuing(Closing):
@@ -103,7 +103,9 @@ class Continuing(Closing):
             usage=asdict(self._usage),
             failures=dict(failures.failures),
             disabled=list(failures.disabled),
-            decisions=carried_decisions(self._approvals.decisions),
+            decisions=carried_decisions(
+                self._approvals.decisions, bounded=level() >= policies.BOUNDED_CARRY
+            ),
             uses=dict(self._tools.uses.counts),
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,

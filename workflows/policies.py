@@ -290,6 +290,17 @@ BOUNDED_TOOL_RESULTS = 8
 #: (`Decision.size_problem`): 4,000 emoji were 48 kB each, recorded four
 #: times, and 300 calls denied so made one turn's history 53 MB.
 BOUNDED_DECISION_BYTES = 9
+#: From this level a continue-as-new carries only the latest CARRIED_DECISIONS
+#: decisions, each name cut to CARRIED_NAME_BYTES as encoded (`carry.carried_decisions`):
+#: all of a run's decisions, names of 100 emoji kept (1.3 kB a decision), made
+#: the carry pass MAX_PAYLOAD_BYTES after three turns of 500 decisions, and
+#: the run ended "could not continue as new".
+BOUNDED_CARRY = 9
+#: A whole turn's decisions (MAX_CALLS_PER_REPLY), which a client may send
+#: again as the run continues as new; older ones are refused all the same.
+CARRIED_DECISIONS = 500
+#: Bytes of who decided, as a carried decision keeps it (for "already approved by ...").
+CARRIED_NAME_BYTES = 40
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"

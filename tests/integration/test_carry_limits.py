@@ -181,3 +181,55 @@ async def test_a_carry_over_its_limit_ends_the_run_saying_why(
     kinds = {e.event_type for e in history.events}
     assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW not in kinds
     await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(history)
+
+
+async def test_decisions_carried_stay_bounded_however_many_turns_are_decided(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four turns of 50 approvals, names of 333 emoji: each carry holds a turn's decisions, cut.
+
+    Before: every decision of the run was carried, its name cut to 100
+    characters (1.2 kB of emoji), so three turns of 500 passed the 1.9 MB a
+    run hands on and it ended failed. (Scaled down here: the limit lowered
+    to 150 kB, a turn being 50 decisions.)
+    """
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", BUDGET)
+    monkeypatch.setattr(policies, "MAX_PAYLOAD_BYTES", 150_000)
+    monkeypatch.setattr(policies, "CARRIED_DECISIONS", 50, raising=False)
+    turns, calls = 4, 50
+    script: list[Any] = [
+        [
+            CallTool("transfer", {"amount": n, "to": "bob"}, id=f"call_{turn}_{n}")
+            for n in range(calls)
+        ]
+        for turn in range(turns)
+    ]
+    script.append(Reply("Paid."))
+    name = "\U0001f600" * (policies.MAX_DECISION_BYTES // 12)
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            tools=[transfer_tool()],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            result = await asyncio.wait_for(agent.arun("Pay bob, a lot."), 30)
+            run_id = str(result.run_id)
+            for turn in range(turns):
+                assert result.status == "awaiting_approval", result.error
+                if turn:
+                    # the last turn's decision, sent again after the run went on: it stands
+                    with pytest.raises(ValueError, match="already approved"):
+                        await agent.aapprove(run_id, f"call_{turn - 1}_0", by="dave")
+                for pending in result.pending_approvals:
+                    await agent.aapprove(run_id, pending, by=name)
+                result = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert result.status == "completed", result.error
+    assert len([e for e in result.events if e.type == "approval_decision"]) == turns * calls
+    assert all(e.result == name for e in result.events if e.type == "approval_decision")
+    histories = await _executions(client, run_id)
+    sizes = _carry_sizes(histories)
+    assert len(sizes) >= turns and max(sizes) < 2 * min(sizes)
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(histories[-1])

@@ -90,3 +90,15 @@ def test_carried_decisions_keep_the_verdict_and_drop_what_is_never_read() -> Non
     assert len(json.dumps(carried)) < 2_000
     # read back as the next execution restores them
     assert Carry(1, 2, 0.0, {}, decisions=carried).decision_objects()["call_0"].approved
+
+
+def test_bounded_carried_decisions_keep_the_latest_turns_worth() -> None:
+    """From `policies.BOUNDED_CARRY`: 2,000 decisions with long names carry 500, in ~100 kB."""
+    name = "\U0001f600" * 333
+    decisions = {f"call_{n}": Decision(f"call_{n}", True, None, name) for n in range(2_000)}
+    carried = carried_decisions(decisions, bounded=True)
+    assert list(carried) == [f"call_{n}" for n in range(1_500, 2_000)]
+    assert all(len(json.dumps(d["by"])) - 2 <= 40 for d in carried.values())
+    assert len(json.dumps(carried)) < 100_000
+    # unbounded (runs recorded before the level): every one, 1.2 kB of name each
+    assert len(json.dumps(carried_decisions(decisions))) > 2_000_000
