@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
     from agentor_temporal.workflows.budget import FailureBudget
-    from agentor_temporal.workflows.call_uses import CallUses
+    from agentor_temporal.workflows.call_uses import CallUses, SeenIds
     from agentor_temporal.workflows.carry import (
         Carry,
         HistoryGauge,
@@ -256,7 +256,7 @@ class AgentRunWorkflow(Continuing):
             failures = FailureBudget(spec.max_tool_failures)
             failures.failures, failures.disabled = seg.carry.failures, seg.carry.disabled
             first = seg.carry.turn + 1
-            self._tools.uses = CallUses(seg.carry.uses)
+            self._tools.uses = CallUses(seg.carry.uses, seen=seg.carry.seen)
             # a carry from a build that kept no counts: its decisions name uses
             self._tools.uses.seed_keys(seg.carry.decisions)
         for turn in range(first, seg.budget + 1):
@@ -311,6 +311,8 @@ class AgentRunWorkflow(Continuing):
         self._tools.uses.seed_messages(conversation.tail)
         for call_id, count in (inp.call_uses or {}).items():
             self._tools.uses.at_least(call_id, count)
+        if inp.call_seen is not None:
+            self._tools.uses.seen = SeenIds(inp.call_seen)
         self._journal.record(
             Event(
                 type="run_start",

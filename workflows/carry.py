@@ -30,7 +30,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentor_temporal.workflows import policies
-from agentor_temporal.workflows.call_uses import count_key, parse_key, use_key
+from agentor_temporal.workflows.call_uses import SeenIds, count_key, parse_key, use_key
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import QUOTED_CHARS, fit
 from agentor_temporal.workflows.types import Decision
@@ -63,10 +63,16 @@ class Carry:
     stream: dict[str, Any] | None = None
     #: how many executions the segment has had before this one
     executions: int = 1
+    #: ids used once that `uses` no longer counts (`call_uses.SeenIds`, from
+    #: `policies.BOUNDED_CARRY` on, past `policies.CARRIED_USES_BYTES`)
+    seen: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form."""
-        return asdict(self)
+        """The JSON form (without `seen` when None: carries of earlier levels stay as they were)."""
+        data = asdict(self)
+        if data["seen"] is None:
+            del data["seen"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> Carry:
@@ -90,8 +96,11 @@ class Carry:
                 uses={str(k): int(v) for k, v in (data.get("uses") or {}).items()},
                 stream=data.get("stream"),
                 executions=int(data.get("executions") or 1),
+                seen=data.get("seen"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+            if carry.seen is not None:
+                SeenIds(carry.seen)  # raises naming what is wrong
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f'"carry" is malformed: {exc}') from None
         Conversation.from_dict(carry.conversation)
         return carry

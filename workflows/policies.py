@@ -301,6 +301,16 @@ BOUNDED_CARRY = 9
 CARRIED_DECISIONS = 500
 #: Bytes of who decided, as a carried decision keeps it (for "already approved by ...").
 CARRIED_NAME_BYTES = 40
+#: Call-id counts a run carries (or a resumed run's input holds) one by one up
+#: to this size, as encoded (~7,000 ids); past it, the ids used once go in a
+#: Bloom filter of CALL_IDS_SEEN_BITS (175 kB as carried) and only reused ids
+#: are counted (`call_uses.CallUses.compacted`, from BOUNDED_CARRY on). One by
+#: one, 50,000 unique ids (100 turns of 500 calls) passed MAX_PAYLOAD_BYTES.
+CARRIED_USES_BYTES = 256_000
+#: The filter's size and hashes: one id in 1,000 taken for seen at 50,000
+#: ids, one in 12 at 200,000 (such an id's first call is keyed `<id>#2`).
+CALL_IDS_SEEN_BITS = 1 << 20
+CALL_IDS_SEEN_HASHES = 4
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"

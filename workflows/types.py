@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentor_temporal.store.events import Event, Usage
+from agentor_temporal.workflows.call_uses import SeenIds
 from agentor_temporal.workflows.policies import MAX_DECISION_BYTES, MAX_DECISION_TEXT
 
 #: Input keys a plain client may send; anything else is refused by name.
@@ -34,6 +35,7 @@ _INPUT_KEYS = frozenset(
         "fork",
         "fingerprint",
         "call_uses",
+        "call_seen",
     }
 )
 
@@ -156,6 +158,9 @@ class AgentRunInput:
     #: call id (the workflow counts the calls of messages it is given itself),
     #: so later calls reusing an id get keys of their own (`call_uses`)
     call_uses: dict[str, int] | None = None
+    #: with `call_uses`: the ids used once it leaves out (`call_uses.SeenIds`),
+    #: when counting them one by one passed `policies.CARRIED_USES_BYTES`
+    call_seen: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -247,6 +252,11 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         )
     ):
         raise ValueError('"call_uses" must be an object of call id -> number of calls')
+    seen = raw.get("call_seen")
+    if seen is not None:
+        if not isinstance(seen, str):
+            raise ValueError('"call_seen" must be a string')
+        SeenIds(seen)  # raises naming what is wrong
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -260,6 +270,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         fork=fork,
         fingerprint=fingerprint or None,
         call_uses=uses,
+        call_seen=seen,
     )
 
 

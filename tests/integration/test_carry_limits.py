@@ -233,3 +233,116 @@ async def test_decisions_carried_stay_bounded_however_many_turns_are_decided(
     sizes = _carry_sizes(histories)
     assert len(sizes) >= turns and max(sizes) < 2 * min(sizes)
     await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(histories[-1])
+
+
+async def test_many_unique_call_ids_are_carried_in_a_fixed_size(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six turns of 100 unique ids, then one reused: the run continues, its key is its own.
+
+    Before: each id was counted in the carry (~70 bytes each), so 50,000 ids
+    (100 turns of 500 calls) passed the 1.9 MB a run hands on and the run
+    ended failed. (Scaled down: the limit lowered to 60 kB, compaction from
+    10 kB, a filter of 64 kbit.)
+    """
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", "50000")  # every turn continues as new
+    monkeypatch.setattr(policies, "MAX_PAYLOAD_BYTES", 60_000)
+    monkeypatch.setattr(policies, "CARRIED_USES_BYTES", 10_000, raising=False)
+    monkeypatch.setattr(policies, "CALL_IDS_SEEN_BITS", 1 << 16, raising=False)
+    keys: dict[str, str] = {}
+
+    @function_tool
+    def look(n: int) -> str:
+        """Look once.
+
+        Args:
+            n: Which look.
+        """
+        keys[f"{tool_context().turn}-{n}"] = tool_context().idempotency_key
+        return "seen"
+
+    def unique(turn: int, n: int) -> str:
+        return f"call_{turn}_{n}_".ljust(60, "u")
+
+    turns, calls = 6, 100
+    script: list[Any] = [
+        [CallTool("look", {"n": n}, id=unique(turn, n)) for n in range(calls)]
+        for turn in range(turns)
+    ]
+    script += [CallTool("look", {"n": 0}, id=unique(0, 7)), Reply("Looked.")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            tools=[look],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            result = await asyncio.wait_for(agent.arun("Look a lot."), 120)
+    assert result.status == "completed", result.error
+    run_id = str(result.run_id)
+    histories = await _executions(client, run_id)
+    assert len(histories) >= turns
+    assert max(_carry_sizes(histories)) < 60_000
+    # the reused id is its second use, and the first uses kept their plain keys
+    assert keys[f"{turns + 1}-0"] == f"{run_id}:{unique(0, 7)}#2"
+    assert keys["1-7"] == f"{run_id}:{unique(0, 7)}"
+    assert all(keys[f"{turns}-{n}"] == f"{run_id}:{unique(turns - 1, n)}" for n in range(calls))
+    await Replayer(workflows=[AgentRunWorkflow]).replay_workflow(histories[-1])
+
+
+async def test_resuming_a_run_of_many_unique_call_ids_sends_them_in_a_fixed_size(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed long conversation's ids go compacted in its input; a reused one is keyed #2.
+
+    Before: its input counted every id (~70 bytes each), so a run of 30,000
+    calls could not be resumed: its input passed what a run records in one
+    payload and it failed at once. (Scaled down: 300 calls, the limit
+    lowered to 15 kB for the resume, compaction from 5 kB.)
+    """
+    keys: dict[str, str] = {}
+
+    @function_tool
+    def look(n: int) -> str:
+        """Look once.
+
+        Args:
+            n: Which look.
+        """
+        keys[f"{tool_context().turn}-{n}"] = tool_context().idempotency_key
+        return "seen"
+
+    def unique(turn: int, n: int) -> str:
+        return f"call_{turn}_{n}_".ljust(60, "u")
+
+    script: list[Any] = [
+        [CallTool("look", {"n": n}, id=unique(turn, n)) for n in range(150)] for turn in range(2)
+    ]
+    script += [
+        CallTool("look", {"n": 0}, id=unique(2, 0)),
+        CallTool("look", {"n": 0}, id=unique(0, 7)),
+        Reply("Looked."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            tools=[look],
+            max_turns=3,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            first = await asyncio.wait_for(agent.arun("Look a lot."), 60)
+            assert first.status == "max_turns", first.error
+            monkeypatch.setattr(policies, "MAX_PAYLOAD_BYTES", 15_000)
+            monkeypatch.setattr(policies, "CARRIED_USES_BYTES", 5_000, raising=False)
+            monkeypatch.setattr(policies, "CALL_IDS_SEEN_BITS", 1 << 14, raising=False)
+            result = await asyncio.wait_for(agent.aresume(str(first.run_id)), 60)
+    assert result.status == "completed", result.error
+    run_id = str(result.run_id)
+    # the resumed segment's first turn reuses turn 1's id: its second use
+    assert keys["1-0"] == f"{run_id}:{unique(0, 7)}#2"
+    assert keys["2-7"] == f"{run_id}:{unique(1, 7)}"

@@ -102,3 +102,27 @@ def test_bounded_carried_decisions_keep_the_latest_turns_worth() -> None:
     assert len(json.dumps(carried)) < 100_000
     # unbounded (runs recorded before the level): every one, 1.2 kB of name each
     assert len(json.dumps(carried_decisions(decisions))) > 2_000_000
+
+
+def test_many_ids_used_once_are_carried_in_a_fixed_size() -> None:
+    """50,000 unique ids carry in ~175 kB (one by one: 1.8 MB); reused ids stay counted exactly."""
+    uses = CallUses()
+    ids = [f"call_{n:024d}" for n in range(50_000)]
+    for call_id in ids:
+        uses.next(call_id)
+    uses.next("call_0")
+    uses.next("call_0")
+    assert len(json.dumps(uses.counts)) > 1_700_000
+    counts, seen = uses.compacted()
+    assert counts == {"call_0": 2} and seen is not None
+    assert len(json.dumps(counts)) + len(seen) < 200_000
+    again = CallUses(counts, seen=seen)
+    # every id used before is a later use, never a first one again
+    assert all(again.next(call_id) == 2 for call_id in ids[::1000])
+    assert again.next("call_0") == 3
+    fresh = [f"new_{n}" for n in range(10_000)]
+    assert sum(again.next(call_id) == 1 for call_id in fresh) > 9_950  # ~1 in 1,000 taken for seen
+    # a compacted carry compacts again, keeping what it saw
+    counts, seen_again = again.compacted()
+    assert CallUses(counts, seen=seen_again).next(ids[1000]) == 3
+    assert CallUses(counts, seen=seen_again).next(ids[2]) == 2
