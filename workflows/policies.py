@@ -285,8 +285,9 @@ STABLE_EVENT_TIMES = 7
 #: reads), takes half its share each: the workflow's cut never counted the
 #: errors, and 300 calls failing with 4,000 characters wedged the run.
 BOUNDED_TOOL_RESULTS = 8
-#: From this level the `decide` validator (and a decision sent by signal)
-#: refuses a reason or name over MAX_DECISION_BYTES as Temporal encodes it
+#: From this level a decision sent by signal (and the `decide` validator of
+#: every run: validators do not run on replay) refuses a reason or name over
+#: MAX_DECISION_BYTES as Temporal encodes it
 #: (`Decision.size_problem`): 4,000 emoji were 48 kB each, recorded four
 #: times, and 300 calls denied so made one turn's history 53 MB.
 BOUNDED_DECISION_BYTES = 9

@@ -438,9 +438,9 @@ class Decision:
         """Why the decision's texts are too large to record (None when they are not).
 
         Apart from `problem`: counted as Temporal encodes them (an emoji is 12
-        bytes), and asked only by the `decide` validator of runs from
-        `policies.BOUNDED_DECISION_BYTES` on (the handler replays older runs'
-        decisions as they were taken) and by senders. Each text is recorded
+        bytes), and asked by senders, the `decide` validator and, from
+        `policies.BOUNDED_DECISION_BYTES` on, for a decision sent by signal
+        (handlers replay older runs' decisions as they were taken). Each text is recorded
         about four times (the update, the `approval_decision` event, a
         denial's answer and the model's next request), so 300 denials with
         4,000 emoji of reason and name made 53 MB of history in one turn,
