@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import LocalSpec, Setup, describe, set_names
-    from agentor_temporal.workflows.stream_window import StreamWindow, guard_publish
+    from agentor_temporal.workflows.stream_window import PollGuard, StreamWindow, guard_publish
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls, TurnCancelled
     from agentor_temporal.workflows.types import (
         AgentRunInput,
@@ -83,6 +83,7 @@ class AgentRunWorkflow(Continuing):
         value = decoded(raw)
         self._stream = WorkflowStream(stream_state(value))
         guard_publish()
+        PollGuard(self._stream).install()
         self._journal = Journal(
             self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
         )

@@ -482,6 +482,18 @@ DELTAS_UNTIL = 600.0
 #: A follower polls again this soon after a batch; polls long-poll anyway,
 #: so this bounds added latency, not load.
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
+#: the update followers poll `WorkflowStream` by (`stream_window.PollGuard`)
+STREAM_POLL_UPDATE = "__temporal_workflow_stream_poll"
+#: Poll answers of one workflow task share this (its completion, with a
+#: journal step of up to MAX_JOURNAL_STEP_BYTES and a request of up to
+#: MAX_PAYLOAD_BYTES, must stay under gRPC's 4 MB); one answer of one item
+#: may pass it (the stream caps an answer at 1 MB). Ten answers of 1 MB in one
+#: task made its completion pass 4 MB, and Temporal terminated the run.
+POLL_BYTES_PER_TASK = 1_000_000
+#: Poll answers one execution records at most (each is in history, once per
+#: follower); past it new polls are refused and followers read history. With
+#: the run's own (under HISTORY_LIMIT_BYTES) it stays well under Temporal's 50 MB.
+POLL_BYTES_PER_EXECUTION = 16_000_000
 #: the signal `WorkflowStream` takes published items by (`stream_window.guard_publish`)
 STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 
