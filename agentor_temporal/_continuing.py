@@ -82,5 +82,6 @@ def by_reference(inp: AgentRunInput, events: list[Event], in_temporal_from: int)
     # of each call id, so a later call reusing one gets an idempotency key of its own
     uses = CallUses()
     uses.seed_messages(messages)
-    inp.call_uses = uses.counts or None
+    counts, inp.call_seen = uses.compacted()
+    inp.call_uses = counts or None
     return inp

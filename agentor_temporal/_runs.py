@@ -23,6 +23,7 @@ from typing import Any
 
 from temporalio.client import (
     Client,
+    WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
@@ -297,7 +298,7 @@ async def send_decision(
     validate_run_id(run_id)
     if not isinstance(decision.call_id, str) or not decision.call_id:
         raise ValueError("call_id must be a non-empty string")
-    problem = decision.problem() or decision.turn_problem()
+    problem = decision.problem() or decision.size_problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)
     await check_waiting(client, run_id, execution_run_id)
@@ -310,7 +311,7 @@ async def send_decision(
         decision = replace(decision, at=time.time())
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     try:
-        result: dict[str, Any] = await handle.execute_update("decide", decision, result_type=dict)
+        result: dict[str, Any] = await _update_decision(handle, decision)
     except WorkflowUpdateFailedError as exc:
         raise ValueError(failure_message(exc)) from None
     except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
@@ -327,6 +328,32 @@ async def send_decision(
         logger.info("Run %s takes no more updates (%s): deciding by signal", run_id, exc)
         return await decide_by_signal(client, run_id, decision, execution_run_id)
     return result
+
+
+async def _update_decision(handle: WorkflowHandle[Any, Any], decision: Decision) -> dict[str, Any]:
+    """The `decide` update, sent again under its id while Temporal aborts it.
+
+    Temporal aborts updates it has admitted but not yet handed to a worker
+    when the execution's state is reloaded (UNAVAILABLE "workflow update was
+    aborted", seen with a few hundred decisions sent at once); the same
+    update id makes a second send of an update already taken return its
+    outcome, so it is never taken twice.
+    """
+    update_id = uuid.uuid4().hex
+    deadline = time.monotonic() + policies.DECISION_PATIENCE.total_seconds()
+    delay = 0.1
+    while True:
+        try:
+            result: dict[str, Any] = await handle.execute_update(
+                "decide", decision, id=update_id, result_type=dict
+            )
+            return result
+        except RPCError as exc:
+            aborted = exc.status == RPCStatusCode.UNAVAILABLE and "aborted" in str(exc.message)
+            if not aborted or time.monotonic() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
 
 
 def updates_refused(exc: RPCError) -> bool:
@@ -386,6 +413,9 @@ async def decide_by_signal(
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(undelivered(run_id, decision.call_id, patience))
         await asyncio.sleep(poll)
+        # each ask is a task for the run's worker: hundreds of senders asking
+        # ten times a second kept it from taking their signals
+        poll = min(poll * 1.5, 1.0)
     if "refused" in outcome:
         raise ValueError(str(outcome["refused"]))
     decided: dict[str, Any] = outcome["decided"]

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
     from agentor_temporal.workflows.budget import FailureBudget
-    from agentor_temporal.workflows.call_uses import CallUses
+    from agentor_temporal.workflows.call_uses import CallUses, SeenIds
     from agentor_temporal.workflows.carry import (
         Carry,
         HistoryGauge,
@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import LocalSpec, Setup, describe, set_names
-    from agentor_temporal.workflows.stream_window import StreamWindow, guard_publish
+    from agentor_temporal.workflows.stream_window import PollGuard, StreamWindow, guard_publish
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls, TurnCancelled
     from agentor_temporal.workflows.types import (
         AgentRunInput,
@@ -83,6 +83,7 @@ class AgentRunWorkflow(Continuing):
         value = decoded(raw)
         self._stream = WorkflowStream(stream_state(value))
         guard_publish()
+        PollGuard(self._stream).install()
         self._journal = Journal(
             self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
         )
@@ -256,7 +257,7 @@ class AgentRunWorkflow(Continuing):
             failures = FailureBudget(spec.max_tool_failures)
             failures.failures, failures.disabled = seg.carry.failures, seg.carry.disabled
             first = seg.carry.turn + 1
-            self._tools.uses = CallUses(seg.carry.uses)
+            self._tools.uses = CallUses(seg.carry.uses, seen=seg.carry.seen)
             # a carry from a build that kept no counts: its decisions name uses
             self._tools.uses.seed_keys(seg.carry.decisions)
         for turn in range(first, seg.budget + 1):
@@ -311,6 +312,8 @@ class AgentRunWorkflow(Continuing):
         self._tools.uses.seed_messages(conversation.tail)
         for call_id, count in (inp.call_uses or {}).items():
             self._tools.uses.at_least(call_id, count)
+        if inp.call_seen is not None:
+            self._tools.uses.seen = SeenIds(inp.call_seen)
         self._journal.record(
             Event(
                 type="run_start",

@@ -106,10 +106,21 @@ class Approvals:
         # a long id decided in an earlier execution was carried by its digest
         return self.keys.get(call_id) or self.keys.get(count_key(call_id), call_id)
 
-    def check(self, decision: Decision) -> None:
-        """The `decide` validator: refuse a decision the run cannot take (`ApplicationError`)."""
+    def check(self, decision: Decision, *, replayed: bool = False) -> None:
+        """The `decide` validator: refuse a decision the run cannot take (`ApplicationError`).
+
+        Args:
+            replayed: asked where replays ask it too (a decision sent by
+                signal): the texts' encoded size is then checked only from
+                `policies.BOUNDED_DECISION_BYTES` on. A validator never runs
+                on replay, so it checks them for runs of every level.
+        """
         run_id = workflow.info().workflow_id
         problem = decision.turn_problem()
+        sized = not replayed or level() >= policies.BOUNDED_DECISION_BYTES
+        if problem is None and sized:
+            # types and characters first: their messages say more
+            problem = decision.problem() or decision.size_problem()
         if problem is not None:
             raise ApplicationError(
                 f"Run {run_id!r} refused the decision: {problem}.", type="BadDecision"
@@ -189,7 +200,7 @@ class Approvals:
             return  # delivered twice
         try:
             decision = signalled(value.get("decision"))
-            self.check(decision)
+            self.check(decision, replayed=True)
             outcome: dict[str, Any] = {"decided": self.take(decision)}
         except ApplicationError as exc:
             outcome = {"refused": str(exc.message), "type": exc.type}

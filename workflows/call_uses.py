@@ -16,14 +16,26 @@ id longer than `policies.LONG_CALL_ID_CHARS` is counted under a digest of it
 carries over continue-as-new pass Temporal's 2 MB limit within a few turns.
 The digest names only the count; keys and idempotency keys are made from the
 id itself, with the same use numbers.
+
+Counted one by one, a run's ids still grow what it carries by ~35 bytes each
+(a model's unique `call_<24 characters>`): 500 calls a turn passed the
+1.9 MB a run hands on near turn 100. So past `policies.CARRIED_USES_BYTES`
+the ids used once are kept in a fixed-size Bloom filter (`SeenIds`) and only
+reused ids are counted (`CallUses.compacted`). The filter never forgets an
+id, so a reused id's key is never an earlier call's; it may take an id for
+seen that was not (rarely: one in 1,000 at 50,000 ids), and that id's first
+call is then keyed `<id>#2`, still a key of its own.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Iterable
 from typing import Any
 
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import LONG_CALL_ID_CHARS
 
 
@@ -50,12 +62,72 @@ def parse_key(key: str) -> tuple[str, int]:
     return key, 1
 
 
-class CallUses:
-    """How many calls of a run used each call id so far."""
+class SeenIds:
+    """Call ids used (at least) once: a Bloom filter of `policies.CALL_IDS_SEEN_BITS` bits.
 
-    def __init__(self, counts: dict[str, int] | None = None) -> None:
+    Args:
+        data: the filter as `encode` wrote it; None: empty.
+
+    Raises:
+        ValueError: when `data` is not such a filter.
+    """
+
+    def __init__(self, data: str | None = None) -> None:
+        size = policies.CALL_IDS_SEEN_BITS // 8
+        if data is None:
+            self.bits = bytearray(size)
+            return
+        try:
+            bits = base64.b64decode(data.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):
+            raise ValueError("the call ids seen are not base64") from None
+        if len(bits) != size:
+            raise ValueError(f"the call ids seen take {len(bits)} bytes, not {size}")
+        self.bits = bytearray(bits)
+
+    @staticmethod
+    def _positions(key: str) -> list[int]:
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+        bits = policies.CALL_IDS_SEEN_BITS
+        return [
+            int.from_bytes(digest[4 * i : 4 * i + 4], "big") % bits
+            for i in range(policies.CALL_IDS_SEEN_HASHES)
+        ]
+
+    def add(self, key: str) -> None:
+        """Note a `count_key` as used."""
+        for bit in self._positions(key):
+            self.bits[bit >> 3] |= 1 << (bit & 7)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and all(
+            self.bits[bit >> 3] & (1 << (bit & 7)) for bit in self._positions(key)
+        )
+
+    def copy(self) -> SeenIds:
+        """An independent copy."""
+        seen = SeenIds()
+        seen.bits[:] = self.bits
+        return seen
+
+    def encode(self) -> str:
+        """The filter as text (`Carry.seen`, `AgentRunInput.call_seen`)."""
+        return base64.b64encode(bytes(self.bits)).decode("ascii")
+
+
+class CallUses:
+    """How many calls of a run used each call id so far.
+
+    Args:
+        counts: carried counts (`count_key` or a whole id -> calls).
+        seen: carried `SeenIds.encode`: ids used once, not in `counts`.
+    """
+
+    def __init__(self, counts: dict[str, int] | None = None, seen: str | None = None) -> None:
         #: `count_key(call id)` -> calls that used it
         self.counts: dict[str, int] = {}
+        #: ids used once that `counts` no longer names (see `compacted`)
+        self.seen = SeenIds(seen) if seen is not None else None
         # counts carried by builds that kept long ids whole
         for call_id, uses in (counts or {}).items():
             self.at_least(call_id, uses)
@@ -63,9 +135,24 @@ class CallUses:
     def next(self, call_id: str) -> int:
         """Count one more call with this id; return which use it is."""
         key = count_key(call_id)
-        use = self.counts.get(key, 0) + 1
-        self.counts[key] = use
-        return use
+        use = self.counts.get(key, 0)
+        if not use and self.seen is not None and key in self.seen:
+            use = 1
+        self.counts[key] = use + 1
+        return use + 1
+
+    def compacted(self) -> tuple[dict[str, int], str | None]:
+        """(counts, seen) to carry: past CARRIED_USES_BYTES the ids used once go in `seen`."""
+        if self.seen is None and encoded_size(self.counts) <= policies.CARRIED_USES_BYTES:
+            return dict(self.counts), None
+        seen = self.seen.copy() if self.seen is not None else SeenIds()
+        counts: dict[str, int] = {}
+        for key, uses in self.counts.items():
+            if uses == 1:
+                seen.add(key)
+            else:
+                counts[key] = uses
+        return counts, seen.encode()
 
     def at_least(self, call_id: str, uses: int) -> None:
         """Record that the id (or the `count_key` of one) was used at least `uses` times."""

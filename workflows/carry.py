@@ -30,9 +30,9 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentor_temporal.workflows import policies
-from agentor_temporal.workflows.call_uses import count_key, parse_key, use_key
+from agentor_temporal.workflows.call_uses import SeenIds, count_key, parse_key, use_key
 from agentor_temporal.workflows.conversation import Conversation
-from agentor_temporal.workflows.formatting import QUOTED_CHARS
+from agentor_temporal.workflows.formatting import QUOTED_CHARS, fit
 from agentor_temporal.workflows.types import Decision
 
 
@@ -63,10 +63,16 @@ class Carry:
     stream: dict[str, Any] | None = None
     #: how many executions the segment has had before this one
     executions: int = 1
+    #: ids used once that `uses` no longer counts (`call_uses.SeenIds`, from
+    #: `policies.BOUNDED_CARRY` on, past `policies.CARRIED_USES_BYTES`)
+    seen: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form."""
-        return asdict(self)
+        """The JSON form (without `seen` when None: carries of earlier levels stay as they were)."""
+        data = asdict(self)
+        if data["seen"] is None:
+            del data["seen"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> Carry:
@@ -90,8 +96,11 @@ class Carry:
                 uses={str(k): int(v) for k, v in (data.get("uses") or {}).items()},
                 stream=data.get("stream"),
                 executions=int(data.get("executions") or 1),
+                seen=data.get("seen"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+            if carry.seen is not None:
+                SeenIds(carry.seen)  # raises naming what is wrong
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f'"carry" is malformed: {exc}') from None
         Conversation.from_dict(carry.conversation)
         return carry
@@ -105,8 +114,17 @@ class Carry:
         }
 
 
-def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any]]:
+def carried_decisions(
+    decisions: dict[str, Decision], bounded: bool = False
+) -> dict[str, dict[str, Any]]:
     """The decisions as the next execution needs them (`Carry.decisions`).
+
+    `bounded` (`policies.BOUNDED_CARRY`): only the latest CARRIED_DECISIONS,
+    a whole turn's, each name cut to CARRIED_NAME_BYTES as encoded. A decision
+    sent again is one whose answer was lost as the run continued, so of the
+    turn just decided; one for a call of an older turn is refused all the
+    same ("no tool call waiting"). Kept all, with names of 100 emoji, three
+    turns of 500 decisions passed what a run can carry, and the run ended.
 
     Between turns no call waits, so a carried decision only refuses a late
     second decision on its call ("already approved by ..."): its reason
@@ -118,15 +136,20 @@ def carried_decisions(decisions: dict[str, Decision]) -> dict[str, dict[str, Any
     every carried field).
     """
     carried: dict[str, dict[str, Any]] = {}
-    for key, decision in decisions.items():
+    kept = list(decisions.items())
+    if bounded:
+        kept = kept[len(kept) - min(len(kept), policies.CARRIED_DECISIONS) :]
+    for key, decision in kept:
         call_id, use = parse_key(key)
         if len(call_id) > policies.LONG_CALL_ID_CHARS:
             key = use_key(count_key(call_id), use)
         by = decision.by
-        if by is not None and len(by) > QUOTED_CHARS:
+        if by is not None and bounded:
+            by = fit(by, policies.CARRIED_NAME_BYTES)
+        elif by is not None and len(by) > QUOTED_CHARS:
             by = by[:QUOTED_CHARS] + "..."
-        kept = Decision(count_key(decision.call_id), decision.approved, None, by)
-        carried[key] = {n: x for n, x in asdict(kept).items() if n not in ("turn", "at")}
+        taken = Decision(count_key(decision.call_id), decision.approved, None, by)
+        carried[key] = {n: x for n, x in asdict(taken).items() if n not in ("turn", "at")}
     return carried
 
 

@@ -23,7 +23,7 @@ from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.segment import Setup
 from agentor_temporal.workflows.tool_calls import ToolCalls
 from agentor_temporal.workflows.types import AgentRunInput
-from agentor_temporal.workflows.versions import adopted
+from agentor_temporal.workflows.versions import adopted, level
 
 
 class Continuing(Closing):
@@ -95,6 +95,10 @@ class Continuing(Closing):
         turn: int,
     ) -> dict[str, Any]:
         """The next execution's input (JSON), carrying the run on after `turn`."""
+        bounded = level() >= policies.BOUNDED_CARRY
+        uses, seen = (
+            self._tools.uses.compacted() if bounded else (dict(self._tools.uses.counts), None)
+        )
         carry = Carry(
             turn=turn,
             budget=seg.budget,
@@ -103,8 +107,9 @@ class Continuing(Closing):
             usage=asdict(self._usage),
             failures=dict(failures.failures),
             disabled=list(failures.disabled),
-            decisions=carried_decisions(self._approvals.decisions),
-            uses=dict(self._tools.uses.counts),
+            decisions=carried_decisions(self._approvals.decisions, bounded=bounded),
+            uses=uses,
+            seen=seen,
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,
         )

@@ -42,6 +42,7 @@ def opening_size(inp: AgentRunInput, spec: AgentSpec) -> int:
     size = encoded_size(messages) + encoded_size([t.openai_schema() for t in spec.tools])
     if inp.fork is not None:
         size += encoded_size(inp.fork.events)
+    size += encoded_size(inp.call_seen) if inp.call_seen else 0
     return size + (encoded_size(inp.call_uses) if inp.call_uses else 0)
 
 

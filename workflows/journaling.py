@@ -38,7 +38,7 @@ from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.stream_window import StreamWindow
 from agentor_temporal.workflows.types import ForkOrigin
-from agentor_temporal.workflows.versions import level
+from agentor_temporal.workflows.versions import adopted, level
 
 
 class Journal:
@@ -188,23 +188,59 @@ class Journal:
 
     async def _flush(self, agent: str, mirror: bool, strict: bool) -> None:
         total = len(self.events)
+        if total - self._journaled > 1 and self._steps_bounded(total):
+            # one step per part, each closing its workflow task (a timer): the
+            # markers of steps in one task all go in its one completion
+            while total - self._journaled > 1:
+                end = self._step_end(total)
+                if end == total:
+                    break
+                await self._step(agent, mirror, strict, end)
+                await workflow.sleep(policies.JOURNAL_STEP_PAUSE)
+        await self._step(agent, mirror, strict, total)
+
+    def _steps_bounded(self, total: int) -> bool:
+        """Whether the new events go in history in parts: more than one step holds.
+
+        Asked only then (`policies.PATCH_JOURNAL_STEPS`): other runs replay unchanged.
+        """
+        return self._step_end(total) < total and adopted(policies.PATCH_JOURNAL_STEPS)
+
+    def _step_end(self, total: int) -> int:
+        """The end of the longest run of new events one step records within its budget."""
+        size = 0
+        for index in range(self._journaled, total):
+            data = self.events[index].to_dict()
+            if index in self._refs:
+                data.pop("messages", None)  # history has it elsewhere
+            size += encoded_size(data)
+            if size > policies.MAX_JOURNAL_STEP_BYTES and index > self._journaled:
+                return index
+        return total
+
+    async def _step(self, agent: str, mirror: bool, strict: bool, total: int) -> None:
+        """Record events[:total] in history (one `journal` step), mirroring what the store lacks."""
         behind = self.unmirrored(mirror) > 0
         if self._journaled == total and not (strict and behind):
             return
-        confirmed = total - self.unmirrored(mirror)
+        confirmed = len(self.events) - self.unmirrored(mirror)
         first = min(self._journaled, max(confirmed, 0)) if mirror else self._journaled
         inp = JournalInput(
             run_id=workflow.info().workflow_id,
             agent=agent,
             mirror=mirror,
             start=self.offset + first,
-            events=[e.to_dict() for e in self.events[first:]],
+            events=[e.to_dict() for e in self.events[first:total]],
             new_from=self.offset + self._journaled,
             refs={
-                str(self.offset + i): ref for i, ref in self._refs.items() if i >= self._journaled
+                str(self.offset + i): ref
+                for i, ref in self._refs.items()
+                if self._journaled <= i < total
             },
             strict=strict,
-            requests={str(self.offset + i): r for i, r in self._requests.items() if i >= first}
+            requests={
+                str(self.offset + i): r for i, r in self._requests.items() if first <= i < total
+            }
             if mirror
             else {},
         )

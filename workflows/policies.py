@@ -197,6 +197,13 @@ PATCH_TAIL_BUDGET = "tail-budget"
 #: `resume` rewound the batch and the model called it again, under a new
 #: call id its idempotency key did not know (a payment made twice).
 PATCH_RECORD_CANCELLED_CALLS = "record-cancelled-calls"
+#: Events new since the last journal step that pass MAX_JOURNAL_STEP_BYTES go
+#: into history in several steps, each ending its workflow task (a short
+#: timer): one step's result is one payload, and the markers of every step in
+#: a task travel in its one completion. Before, a turn of 300 calls denied
+#: with 4,000-character reasons made one 3.5 MB journal step (nothing else
+#: carries a denial's events): every workflow task failed from then on.
+PATCH_JOURNAL_STEPS = "journal-steps"
 #: The start header a starter puts its own worker's spec for the run's agent
 #: in (`workflows.segment.header_spec`): a worker whose spec is the same
 #: records no describe step.
@@ -216,7 +223,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 8
+BEHAVIOUR = 9
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -234,6 +241,7 @@ ADOPTED = {
     PATCH_CARRY_LIMIT: 4,
     PATCH_TAIL_BUDGET: 4,
     PATCH_RECORD_CANCELLED_CALLS: 5,
+    PATCH_JOURNAL_STEPS: 9,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most
@@ -286,6 +294,33 @@ STABLE_EVENT_TIMES = 7
 #: reads), takes half its share each: the workflow's cut never counted the
 #: errors, and 300 calls failing with 4,000 characters wedged the run.
 BOUNDED_TOOL_RESULTS = 8
+#: From this level a decision sent by signal (and the `decide` validator of
+#: every run: validators do not run on replay) refuses a reason or name over
+#: MAX_DECISION_BYTES as Temporal encodes it
+#: (`Decision.size_problem`): 4,000 emoji were 48 kB each, recorded four
+#: times, and 300 calls denied so made one turn's history 53 MB.
+BOUNDED_DECISION_BYTES = 9
+#: From this level a continue-as-new carries only the latest CARRIED_DECISIONS
+#: decisions, each name cut to CARRIED_NAME_BYTES as encoded (`carry.carried_decisions`):
+#: all of a run's decisions, names of 100 emoji kept (1.3 kB a decision), made
+#: the carry pass MAX_PAYLOAD_BYTES after three turns of 500 decisions, and
+#: the run ended "could not continue as new".
+BOUNDED_CARRY = 9
+#: A whole turn's decisions (MAX_CALLS_PER_REPLY), which a client may send
+#: again as the run continues as new; older ones are refused all the same.
+CARRIED_DECISIONS = 500
+#: Bytes of who decided, as a carried decision keeps it (for "already approved by ...").
+CARRIED_NAME_BYTES = 40
+#: Call-id counts a run carries (or a resumed run's input holds) one by one up
+#: to this size, as encoded (~7,000 ids); past it, the ids used once go in a
+#: Bloom filter of CALL_IDS_SEEN_BITS (175 kB as carried) and only reused ids
+#: are counted (`call_uses.CallUses.compacted`, from BOUNDED_CARRY on). One by
+#: one, 50,000 unique ids (100 turns of 500 calls) passed MAX_PAYLOAD_BYTES.
+CARRIED_USES_BYTES = 256_000
+#: The filter's size and hashes: one id in 1,000 taken for seen at 50,000
+#: ids, one in 12 at 200,000 (such an id's first call is keyed `<id>#2`).
+CALL_IDS_SEEN_BITS = 1 << 20
+CALL_IDS_SEEN_HASHES = 4
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"
@@ -350,6 +385,14 @@ MAX_REQUEST_BYTES = 1_500_000
 #: them); larger ones take a journal step, whose result is a payload of its own.
 #: (Like the budgets above, it decides commands: change it only behind a patch.)
 MAX_FOLD_BYTES = 256_000
+#: What one journal step records at most (`PATCH_JOURNAL_STEPS`): more new
+#: events go in several steps, one a workflow task. A single event is bounded
+#: by the budgets above (arguments by MAX_REPLY_BYTES, a decision's texts by
+#: MAX_DECISION_TEXT), so a step of one is under Temporal's 2 MB, and the step
+#: leaves room in its task's completion (gRPC's 4 MB) for the next request.
+MAX_JOURNAL_STEP_BYTES = 1_000_000
+#: The timer that ends a journal step's workflow task before the next step.
+JOURNAL_STEP_PAUSE = timedelta(milliseconds=1)
 #: A model reply (text, reasoning and tool calls) larger than this fails the
 #: run at once, saying so, with one request paid: a final answer is recorded
 #: three times (generation, message, run_end) in the journal step that ends
@@ -364,6 +407,11 @@ MAX_CALLS_PER_REPLY = 500
 #: recorded in the run's log (and told the model on a denial), and carried over
 #: continue-as-new with the decision; a megabyte of it wedged the run.
 MAX_DECISION_TEXT = 4_000
+#: The same as Temporal records it (escaped JSON, an emoji 12 bytes), from
+#: BOUNDED_DECISION_BYTES on: each text is recorded about four times, and a
+#: turn may have MAX_CALLS_PER_REPLY calls decided, so a turn's decisions stay
+#: near 16 MB of history, inside the 50 MB at which Temporal terminates a run.
+MAX_DECISION_BYTES = 4_000
 #: The most a run lets one payload hold where its size is not otherwise
 #: budgeted: a continue-as-new input (the conversation's tail, call-id counts,
 #: decisions), the messages a request sent by reference carries (the turn's
@@ -443,6 +491,18 @@ DELTAS_UNTIL = 600.0
 #: A follower polls again this soon after a batch; polls long-poll anyway,
 #: so this bounds added latency, not load.
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=20)
+#: the update followers poll `WorkflowStream` by (`stream_window.PollGuard`)
+STREAM_POLL_UPDATE = "__temporal_workflow_stream_poll"
+#: Poll answers of one workflow task share this (its completion, with a
+#: journal step of up to MAX_JOURNAL_STEP_BYTES and a request of up to
+#: MAX_PAYLOAD_BYTES, must stay under gRPC's 4 MB); one answer of one item
+#: may pass it (the stream caps an answer at 1 MB). Ten answers of 1 MB in one
+#: task made its completion pass 4 MB, and Temporal terminated the run.
+POLL_BYTES_PER_TASK = 1_000_000
+#: Poll answers one execution records at most (each is in history, once per
+#: follower); past it new polls are refused and followers read history. With
+#: the run's own (under HISTORY_LIMIT_BYTES) it stays well under Temporal's 50 MB.
+POLL_BYTES_PER_EXECUTION = 16_000_000
 #: the signal `WorkflowStream` takes published items by (`stream_window.guard_publish`)
 STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.contrib.workflow_streams import PublishInput, WorkflowStream
+from temporalio.contrib.workflow_streams import PollInput, PollResult, PublishInput, WorkflowStream
+from temporalio.exceptions import ApplicationError
 
 from agentor_temporal.workflows import policies
 
@@ -103,3 +104,68 @@ def guard_publish() -> None:
             workflow.logger.warning("Dropped a stream publish the run cannot read: %s", exc)
 
     workflow.set_signal_handler(policies.STREAM_PUBLISH_SIGNAL, guarded)
+
+
+class PollGuard:
+    """Keeps the stream's poll answers within what a workflow task and a history can take.
+
+    Every follower's poll is an update, answered with up to 1 MB of items
+    (the stream's own cap), and all the polls waiting when an event is
+    published are answered in one workflow task, whose completion gRPC
+    takes up to 4 MB: ten followers of a turn of 250 kB results made one
+    past it, and Temporal terminated the run ("GrpcMessageTooLarge"). Each
+    answer is also recorded in history, once per follower: so the answers
+    of one workflow task share POLL_BYTES_PER_TASK (a poll past it is
+    answered with fewer items, or none, and polls again at once, in the
+    next task), and once an execution's answers pass POLL_BYTES_PER_EXECUTION
+    new polls are refused, and their followers read history instead (as
+    past Temporal's update cap). Neither changes a command: answers are not
+    compared on replay, and validators do not run then.
+    """
+
+    def __init__(self, stream: WorkflowStream) -> None:
+        self._stream = stream
+        #: (history length of the workflow task, bytes answered in it)
+        self._task: tuple[int, int] = (-1, 0)
+        #: bytes of poll answers this execution has recorded
+        self.answered = 0
+
+    def install(self) -> None:
+        """Wrap the stream's poll handler and validator (adds no command)."""
+        poll = workflow.get_update_handler(policies.STREAM_POLL_UPDATE)
+        validate = getattr(self._stream, "_validate_poll", None)
+        if poll is None or validate is None:
+            return  # a stream that polls otherwise: left as it is
+
+        async def guarded(payload: PollInput) -> PollResult:
+            return self._fit(payload, await poll(payload))
+
+        def validator(payload: PollInput) -> None:
+            validate(payload)
+            if self.answered > policies.POLL_BYTES_PER_EXECUTION:
+                raise ApplicationError(
+                    "This execution's stream answers have filled their share of its history; "
+                    "read the run's events from history.",
+                    type="StreamHistoryFull",
+                )
+
+        workflow.set_update_handler(policies.STREAM_POLL_UPDATE, guarded, validator=validator)
+
+    def _fit(self, payload: PollInput, result: PollResult) -> PollResult:
+        task = workflow.info().get_current_history_length()
+        used = self._task[1] if self._task[0] == task else 0
+        kept: list[Any] = []
+        size = 0
+        for item in result.items:
+            item_size = len(item.data) + len(item.topic) + 32
+            # the task's first answer keeps one item, however large (the stream caps it)
+            if used + size + item_size > policies.POLL_BYTES_PER_TASK and (kept or used):
+                break
+            kept.append(item)
+            size += item_size
+        self._task = (task, used + size)
+        self.answered += size
+        if len(kept) == len(result.items):
+            return result
+        resume = result.items[len(kept)].offset if result.items else payload.from_offset
+        return PollResult(items=kept, next_offset=resume, more_ready=True)

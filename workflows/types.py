@@ -11,12 +11,14 @@ time it decodes one, and strings cost 3-5x as much to evaluate
 (`tests/unit/test_payload_types.py`).
 """
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentor_temporal.store.events import Event, Usage
-from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
+from agentor_temporal.workflows.call_uses import SeenIds
+from agentor_temporal.workflows.policies import MAX_DECISION_BYTES, MAX_DECISION_TEXT
 
 #: Input keys a plain client may send; anything else is refused by name.
 _INPUT_KEYS = frozenset(
@@ -33,6 +35,7 @@ _INPUT_KEYS = frozenset(
         "fork",
         "fingerprint",
         "call_uses",
+        "call_seen",
     }
 )
 
@@ -155,6 +158,9 @@ class AgentRunInput:
     #: call id (the workflow counts the calls of messages it is given itself),
     #: so later calls reusing an id get keys of their own (`call_uses`)
     call_uses: dict[str, int] | None = None
+    #: with `call_uses`: the ids used once it leaves out (`call_uses.SeenIds`),
+    #: when counting them one by one passed `policies.CARRIED_USES_BYTES`
+    call_seen: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -246,6 +252,11 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         )
     ):
         raise ValueError('"call_uses" must be an object of call id -> number of calls')
+    seen = raw.get("call_seen")
+    if seen is not None:
+        if not isinstance(seen, str):
+            raise ValueError('"call_seen" must be a string')
+        SeenIds(seen)  # raises naming what is wrong
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -259,6 +270,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         fork=fork,
         fingerprint=fingerprint or None,
         call_uses=uses,
+        call_seen=seen,
     )
 
 
@@ -419,6 +431,31 @@ class Decision:
                 return (
                     f"{name} is {len(value):,} characters; a decision's {name} may have at "
                     f"most {MAX_DECISION_TEXT:,}"
+                )
+        return None
+
+    def size_problem(self) -> str | None:
+        """Why the decision's texts are too large to record (None when they are not).
+
+        Apart from `problem`: counted as Temporal encodes them (an emoji is 12
+        bytes), and asked by senders, the `decide` validator and, from
+        `policies.BOUNDED_DECISION_BYTES` on, for a decision sent by signal
+        (handlers replay older runs' decisions as they were taken). Each text is recorded
+        about four times (the update, the `approval_decision` event, a
+        denial's answer and the model's next request), so 300 denials with
+        4,000 emoji of reason and name made 53 MB of history in one turn,
+        and Temporal terminated the run at 50 MB.
+        """
+        for name in ("reason", "by"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                continue
+            size = len(json.dumps(value)) - 2
+            if size > MAX_DECISION_BYTES:
+                return (
+                    f"{name} takes {size:,} bytes as Temporal records it (a character outside "
+                    f"ASCII takes 6 or 12); a decision's {name} may take at most "
+                    f"{MAX_DECISION_BYTES:,}: shorten it"
                 )
         return None
 

@@ -423,6 +423,49 @@ async def test_a_decision_with_a_huge_reason_is_refused_and_the_run_goes_on(
     assert ledger_lines(ledger) and not any("transfer" in line for line in ledger_lines(ledger))
 
 
+async def test_a_decision_whose_text_is_large_as_encoded_is_refused(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """4,000 emoji of reason or name (48 kB as Temporal records it): refused, by signal too.
+
+    Before: taken, and recorded about four times; 300 calls denied so made one
+    turn's history 53 MB, and Temporal terminated the run at 50 MB.
+    """
+    emoji = "\U0001f600" * 4_000
+    with ScriptedModelServer(pay_script()) as model:
+        agent = approval_agent(model, client, task_queue, ledger)
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        run_id = paused.run_id
+        with pytest.raises(ValueError, match="reason takes 48,000 bytes as Temporal records it"):
+            await agent.adeny(run_id, "call_pay", emoji)  # type: ignore[attr-defined]
+        async with agent._serving(client):  # type: ignore[attr-defined]
+            handle = client.get_workflow_handle(run_id)
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await handle.execute_update(
+                    "decide", Decision("call_pay", True, None, by=emoji), result_type=dict
+                )
+            assert "by takes 48,000 bytes" in str(refused.value.cause)
+            # the signal Temporal cannot refuse is checked as the update is
+            await handle.signal(
+                "decide_signal",
+                {
+                    "request_id": "r1",
+                    "decision": {"call_id": "call_pay", "approved": True, "reason": emoji},
+                },
+            )
+            outcome = None
+            while outcome is None:
+                outcome = await handle.query("signalled_decision", "r1", result_type=dict)
+            assert "reason takes 48,000 bytes" in outcome["refused"]
+        # the most that may be: 4,000 plain characters, or 333 emoji
+        await agent.adeny(run_id, "call_pay", "r" * 4_000, by="\U0001f600" * 333)  # type: ignore[attr-defined]
+        result = await agent.aresume(run_id)  # type: ignore[attr-defined]
+    assert result.status == "completed"
+    [decided] = [e for e in result.events if e.type == "approval_decision"]
+    assert (decided.status, decided.text) == ("denied", "r" * 4_000)
+    assert not any("transfer" in line for line in ledger_lines(ledger))
+
+
 async def test_a_decision_naming_a_huge_call_id_is_refused_and_the_run_goes_on(
     client: Client, task_queue: str, ledger: str
 ) -> None:

@@ -420,6 +420,30 @@ WHOLE_PAUSE: Scenario = (
     20,
 )
 
+
+async def _denials(agent: Agentor) -> str:
+    paused = await agent.arun("Pay bob a hundred times.")
+    assert paused.status == "awaiting_approval" and len(paused.pending_approvals) == 100, paused
+    long = "r" * policies.MAX_DECISION_BYTES
+    for pending in paused.pending_approvals:
+        await agent.adeny(paused.run_id, pending, long, by=long)
+    result = await agent.aresume(paused.run_id)
+    assert result.status == "completed"
+    return str(result.run_id)
+
+
+#: A hundred denials with the longest texts (PATCH_JOURNAL_STEPS): their 1.5 MB
+#: of events go into history in several journal steps, one a workflow task.
+DENIALS: Scenario = (
+    [
+        [CallTool("transfer", {"amount": n, "to": "bob"}, id=f"call_{n}") for n in range(100)],
+        Reply("Nothing paid."),
+    ],
+    lambda: [transfer_tool()],
+    _denials,
+    20,
+)
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -486,6 +510,8 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_7_approval_history": APPROVAL,
     # recorded at level 8: each call cuts its result to its share of the turn's budget
     "behaviour_8_oversize_history": OVERSIZE,
+    # recorded at level 9: a turn's events past one step's budget take several steps
+    "behaviour_9_denials_history": DENIALS,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

@@ -12,6 +12,7 @@ behind) still takes a journal step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -24,8 +25,17 @@ from temporalio.client import Client
 from agentor_temporal import FileStore, TemporalStore, function_tool
 from agentor_temporal.activities.conversations import CACHE
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_then_answer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import policies
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, weather_agent
+from helpers import (
+    ANSWER,
+    PROMPT,
+    SEED_EVENT_TYPES,
+    transfer_tool,
+    unwedged_history,
+    weather_agent,
+)
 
 
 async def _journals(client: Client, run_id: str) -> tuple[int, dict[str, list[str]]]:
@@ -164,3 +174,45 @@ async def test_a_turn_too_large_to_ride_along_takes_a_journal_step(
     projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
     assert [e["type"] for e in projected].count("tool_result") == 2
     assert [e.to_dict() for e in store.load(result.run_id)] == projected
+
+
+async def test_a_turn_of_many_denials_goes_into_history_in_steps(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """300 calls denied with 4,000-character reasons: their events take several journal steps.
+
+    Nothing else carries a denial's events into history (no tool runs), so
+    they waited for one step at the turn's end: 3.5 MB, which Temporal
+    refuses, and every workflow task failed from then on.
+    """
+    calls = 300
+    script = [
+        [CallTool("transfer", {"amount": n, "to": "bob"}, id=f"call_{n}") for n in range(calls)],
+        Reply("Nothing paid."),
+    ]
+    reason = "r" * policies.MAX_DECISION_TEXT
+    store = FileStore(tmp_path)
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            store=store,
+            tools=[transfer_tool()],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob 300 times."), 60)
+            assert paused.status == "awaiting_approval"
+            assert len(paused.pending_approvals) == calls
+            run_id = str(paused.run_id)
+            for pending in paused.pending_approvals:
+                await agent.adeny(run_id, pending, reason=reason, by="r" * 4_000)
+            await unwedged_history(client, run_id, timeout=60)
+        result = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert result.status == "completed" and result.final_output == "Nothing paid."
+    denials = [e for e in result.events if e.type == "approval_decision"]
+    assert len(denials) == calls and all(e.text == reason for e in denials)
+    journals, _ = await _journals(client, run_id)
+    assert journals >= 4  # 3.5 MB of events, at most 1 MB a step
+    assert [e.to_dict() for e in store.load(run_id)] == [e.to_dict() for e in result.events]

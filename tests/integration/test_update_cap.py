@@ -26,10 +26,12 @@ from temporalio.contrib.workflow_streams import PollInput
 from temporalio.service import RetryConfig, RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from agentor_temporal import TemporalStore
 from agentor_temporal.activities.tooldef import function_tool
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import policies
 
 from conftest import SEARCH_ATTRIBUTE_ARGS
 from helpers import ledger_lines, payer, transfer_tool, weather_agent, weather_tool
@@ -42,6 +44,17 @@ UPDATES = 2
 IN_FLIGHT = 10
 #: the update a stream follower polls with
 STREAM_POLL = "__temporal_workflow_stream_poll"
+
+
+@function_tool
+async def page(n: int) -> str:
+    """Return a 250 kB page, a moment later.
+
+    Args:
+        n: Which page.
+    """
+    await asyncio.sleep(0.3)  # the followers are all waiting when it comes
+    return str(n % 10) * 250_000
 
 
 async def history_length(client: Client, run_id: str) -> int:
@@ -324,3 +337,42 @@ async def test_a_decision_after_a_watched_streamed_reply_is_taken(
             done = await asyncio.wait_for(agent.aresume(run_id), 30)
     assert done.status == "completed" and done.final_output == "Paid."
     assert len(ledger_lines(ledger)) == 1
+
+
+async def test_ten_followers_of_a_run_of_large_results_do_not_end_it(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten followers, turns of four 250 kB results: the run completes, each follower gets it all.
+
+    Every waiting poll was answered in the workflow task that recorded the
+    results, each with up to 1 MB of them: the task's completion passed
+    gRPC's 4 MB and Temporal terminated the run (GrpcMessageTooLarge). Past
+    its share of the execution's history (lowered here to 6 MB) a follower
+    reads history instead, and gets the same events.
+    """
+    monkeypatch.setattr(policies, "POLL_BYTES_PER_EXECUTION", 6_000_000, raising=False)
+    script: list[Any] = [[CallTool("page", {"n": 4 * t + k}) for k in range(4)] for t in range(3)]
+    script.append(Reply("Read them all."))
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            embedded_worker=False,
+            tools=[page],
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Read twelve pages.")
+
+            async def follow() -> list[str]:
+                return [e.type async for e in agent.stream(run_id)]
+
+            seen = await asyncio.wait_for(asyncio.gather(*(follow() for _ in range(10))), 120)
+        result = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert result.status == "completed" and result.final_output == "Read them all."
+    assert all(types == [e.type for e in result.events] for types in seen)
+    segments = await TemporalStore(client).segments(run_id)
+    for segment in segments:
+        handle = client.get_workflow_handle(run_id, run_id=segment.execution_run_id)
+        history = await handle.fetch_history()
+        assert sum(e.ByteSize() for e in history.events) < 15_000_000

@@ -90,3 +90,39 @@ def test_carried_decisions_keep_the_verdict_and_drop_what_is_never_read() -> Non
     assert len(json.dumps(carried)) < 2_000
     # read back as the next execution restores them
     assert Carry(1, 2, 0.0, {}, decisions=carried).decision_objects()["call_0"].approved
+
+
+def test_bounded_carried_decisions_keep_the_latest_turns_worth() -> None:
+    """From `policies.BOUNDED_CARRY`: 2,000 decisions with long names carry 500, in ~100 kB."""
+    name = "\U0001f600" * 333
+    decisions = {f"call_{n}": Decision(f"call_{n}", True, None, name) for n in range(2_000)}
+    carried = carried_decisions(decisions, bounded=True)
+    assert list(carried) == [f"call_{n}" for n in range(1_500, 2_000)]
+    assert all(len(json.dumps(d["by"])) - 2 <= 40 for d in carried.values())
+    assert len(json.dumps(carried)) < 100_000
+    # unbounded (runs recorded before the level): every one, 1.2 kB of name each
+    assert len(json.dumps(carried_decisions(decisions))) > 2_000_000
+
+
+def test_many_ids_used_once_are_carried_in_a_fixed_size() -> None:
+    """50,000 unique ids carry in ~175 kB (one by one: 1.8 MB); reused ids stay counted exactly."""
+    uses = CallUses()
+    ids = [f"call_{n:024d}" for n in range(50_000)]
+    for call_id in ids:
+        uses.next(call_id)
+    uses.next("call_0")
+    uses.next("call_0")
+    assert len(json.dumps(uses.counts)) > 1_700_000
+    counts, seen = uses.compacted()
+    assert counts == {"call_0": 2} and seen is not None
+    assert len(json.dumps(counts)) + len(seen) < 200_000
+    again = CallUses(counts, seen=seen)
+    # every id used before is a later use, never a first one again
+    assert all(again.next(call_id) == 2 for call_id in ids[::1000])
+    assert again.next("call_0") == 3
+    fresh = [f"new_{n}" for n in range(10_000)]
+    assert sum(again.next(call_id) == 1 for call_id in fresh) > 9_950  # ~1 in 1,000 taken for seen
+    # a compacted carry compacts again, keeping what it saw
+    counts, seen_again = again.compacted()
+    assert CallUses(counts, seen=seen_again).next(ids[1000]) == 3
+    assert CallUses(counts, seen=seen_again).next(ids[2]) == 2
