@@ -207,7 +207,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 8
+BEHAVIOUR = 9
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -277,6 +277,16 @@ STABLE_EVENT_TIMES = 7
 #: reads), takes half its share each: the workflow's cut never counted the
 #: errors, and 300 calls failing with 4,000 characters wedged the run.
 BOUNDED_TOOL_RESULTS = 8
+#: From this level a turn in which an approval expires on a tool whose timeout
+#: fails the run (`on_approval_timeout="fail"`) ends with every call's result
+#: recorded before the `run_end`: calls still waiting for a person wait no
+#: more (answered as not run), calls running are waited for, and the expired
+#: call is answered as not approved. Before, the run ended the moment the
+#: approval expired: the results of calls that had run (an approved transfer,
+#: a lookup beside it) were never recorded, so `resume` rewound the turn and
+#: the model asked for them again, and they ran twice; a call still running
+#: was left to finish with its result dropped.
+EXPIRY_KEEPS_CALLS = 9
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"

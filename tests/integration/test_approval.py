@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -322,6 +323,62 @@ async def test_approval_timeout(client: Client, task_queue: str, ledger: str, mo
         expected = "Approval of transfer(amount=5000, to='bob') expired: no decision within 1 s"
         assert outcome["error"] == expected
         assert events[-1].type == "run_end" and events[-1].error == expected
+
+
+@function_tool(requires_approval=True)
+def refund(amount: float) -> str:
+    """Refund a customer.
+
+    Args:
+        amount: How much.
+    """
+    raise AssertionError("never approved, never run")
+
+
+def expiring_turn(request: dict[str, Any]) -> Any:
+    """A model that asks for its four calls until it has their answers, then answers."""
+    messages = request.get("messages") or []
+    if messages and messages[-1].get("role") == "tool":
+        return Reply("Gave up on paying; here is the weather.")
+    return [
+        CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+        CallTool("refund", {"amount": 3}, id="call_refund"),
+        CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        CallTool("get_weather", {"city": "Rome"}, id="call_slow"),
+    ]
+
+
+async def test_an_approval_expiry_that_fails_the_run_keeps_what_its_calls_did(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A turn an expired approval fails records every call's result (the ones that ran, one
+    still running, one waiting for a person), so resume goes on without running them again."""
+    with ScriptedModelServer(expiring_turn) as model:
+        transfer = transfer_tool(ledger, approval_timeout=1.0, on_approval_timeout="fail")
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            # Rome's lookup is still running when the approval expires
+            tools=[weather_tool(ledger, delay=2.5, delay_city="Rome"), transfer, refund],
+        )
+        # not paused: a call runs until the approval has expired
+        failed = await asyncio.wait_for(agent.arun(PAY), 60)
+        run_id = failed.run_id
+        assert failed.status == "failed", failed.status
+        with pytest.raises(ValueError, match="not waiting for approval"):
+            await agent.aapprove(run_id, "call_refund")
+        answers = {e.call_id: e.error for e in failed.events if e.type == "tool_result"}
+        assert answers == {
+            "call_pay": "approval expired",
+            "call_refund": "run failed",
+            "call_wx": None,
+            "call_slow": None,
+        }, [(e.type, e.call_id, e.error) for e in failed.events]
+        resumed = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert resumed.status == "completed", resumed.error
+    ran = [" ".join(line.split()[:2]) for line in ledger_lines(ledger)]
+    assert sorted(ran) == [f"get_weather {run_id}:call_slow", f"get_weather {run_id}:call_wx"]
 
 
 async def test_predicate_asks_only_above_the_threshold(
