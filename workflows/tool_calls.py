@@ -216,6 +216,14 @@ class ToolCalls:
         results: list[Event] = []
         for call, item, task in zip(calls, screened, tasks, strict=True):
             error = None if task.cancelled() else task.exception()
+            if (
+                isinstance(error, ApprovalExpired)
+                and error.answer is not None
+                and level() >= policies.EXPIRY_KEEPS_CALLS
+            ):
+                # cancelled while the calls beside an expired approval ended
+                results.append(error.answer)
+                continue
             if error is not None and not isinstance(error, asyncio.CancelledError):
                 return None
             if not task.cancelled() and error is None:

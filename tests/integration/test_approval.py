@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
@@ -375,6 +375,43 @@ async def test_an_approval_expiry_that_fails_the_run_keeps_what_its_calls_did(
             "call_wx": None,
             "call_slow": None,
         }, [(e.type, e.call_id, e.error) for e in failed.events]
+        resumed = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert resumed.status == "completed", resumed.error
+    ran = [" ".join(line.split()[:2]) for line in ledger_lines(ledger)]
+    assert sorted(ran) == [f"get_weather {run_id}:call_slow", f"get_weather {run_id}:call_wx"]
+
+
+async def test_a_cancel_while_an_expired_approvals_turn_ends_keeps_what_its_calls_did(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Cancelled while the calls beside an approval that expired (and fails the run) end:
+    their results are still recorded, so resume runs none of them again."""
+    with ScriptedModelServer(expiring_turn) as model:
+        transfer = transfer_tool(ledger, approval_timeout=1.0, on_approval_timeout="fail")
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[weather_tool(ledger, delay=4.0, delay_city="Rome"), transfer, refund],
+        )
+        run_id = await agent.astart(PAY)
+        handle = client.get_workflow_handle(run_id)
+        await history_shows(client, run_id, EventType.EVENT_TYPE_TIMER_FIRED)
+        # Rome's lookup still runs: its thread cannot be stopped, and it answers
+        assert [" ".join(line.split()[:2]) for line in ledger_lines(ledger)].count(
+            f"get_weather {run_id}:call_slow"
+        ) == 1
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
+        events = await TemporalStore(client).aload(run_id)
+        answers = {e.call_id: e.error for e in events if e.type == "tool_result"}
+        assert answers == {
+            "call_pay": "approval expired",
+            "call_refund": "run failed",
+            "call_wx": None,
+            "call_slow": None,
+        }, [(e.type, e.call_id, e.error) for e in events]
         resumed = await asyncio.wait_for(agent.aresume(run_id), 60)
     assert resumed.status == "completed", resumed.error
     ran = [" ".join(line.split()[:2]) for line in ledger_lines(ledger)]

@@ -420,6 +420,7 @@ WHOLE_PAUSE: Scenario = (
     20,
 )
 
+
 async def _expired_turn(agent: Agentor) -> str:
     paused = await agent.arun("Pay bob and a, and look up Oslo.")
     assert paused.status == "awaiting_approval", paused
