@@ -309,6 +309,12 @@ LOCAL_RETRY_POLICY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=5,
 )
+#: How long a tool's approval predicate may take (in a thread, see
+#: `ToolDef.asks_person`) before a person is asked instead: with a wait for a
+#: thread (SYNC_TOOL_THREAD_WAIT) it stays inside LOCAL_START_TO_CLOSE, so a
+#: slow predicate is asked once, not again on each of the local activity's
+#: retries.
+APPROVAL_CHECK_TIMEOUT = timedelta(seconds=15)
 #: The last mirror of a run retries a store that keeps failing briefly, then
 #: gives up with a logged warning: the run's answer matters more, Temporal
 #: still has every event, and `resume` or `export` catches the mirror up.

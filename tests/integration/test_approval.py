@@ -29,8 +29,12 @@ from helpers import (
     history_shows,
     ledger_lines,
     spawn,
+    stop_process,
     transfer_tool,
+    until,
+    wait_line,
     weather_agent,
+    weather_or_transfer,
     weather_tool,
 )
 
@@ -416,6 +420,52 @@ async def test_a_cancel_while_an_expired_approvals_turn_ends_keeps_what_its_call
     assert resumed.status == "completed", resumed.error
     ran = [" ".join(line.split()[:2]) for line in ledger_lines(ledger)]
     assert sorted(ran) == [f"get_weather {run_id}:call_slow", f"get_weather {run_id}:call_wx"]
+
+
+async def test_a_slow_approval_predicate_leaves_its_worker_serving_other_runs(
+    client: Client, temporal_address: str, task_queue: str, ledger: str, tmp_path: Path
+) -> None:
+    """A predicate that takes its time (a lookup) runs beside the worker's loop, not on it: the
+    worker goes on with other runs meanwhile. (On the loop, a predicate slower than
+    STALLED_LOOP_LIMIT stopped every call's heartbeats there: each ran again elsewhere.)"""
+    asking, answer = tmp_path / "asking", tmp_path / "answer"
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "APPROVAL": "1",
+            "PREDICATE_ASKING": str(asking),
+            "PREDICATE_ANSWER_AFTER": str(answer),
+        }
+        worker = spawn(["worker"], env)
+        try:
+            await asyncio.to_thread(wait_line, worker, "worker ready")
+            agent = weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=client,
+                tools=[weather_tool(ledger), transfer_tool(asking=str(asking))],
+                embedded_worker=False,
+            )
+            paying = await agent.astart("Pay bob 5")
+            await until(asking.exists, "the predicate asked")
+            looking = await agent.astart("What is the weather in Paris?")
+            # the only worker is asking the predicate: the other run finishes meanwhile
+            done = await asyncio.wait_for(client.get_workflow_handle(looking).result(), 30)
+            answer.touch()
+            # then the predicate answers, and the transfer waits for a person
+            deadline = asyncio.get_running_loop().time() + 30
+            while not any(
+                e.type == "approval_request" for e in await TemporalStore(client).aload(paying)
+            ):
+                assert asyncio.get_running_loop().time() < deadline, "no approval asked"
+                await asyncio.sleep(0.1)
+        finally:
+            stop_process(worker)
+    assert done["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
 
 
 async def test_predicate_asks_only_above_the_threshold(

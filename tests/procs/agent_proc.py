@@ -3,7 +3,9 @@
 Configured through the environment: TEMPORAL_ADDRESS, AGENT_TASK_QUEUE,
 MODEL_BASE_URL, AGENT_STORE (a directory), AGENT_LEDGER, BLOCK_AFTER and
 BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY (and
-TOOL_DELAY_CITY: only for that city), AGENT_INSTRUCTIONS, PARENT_SPAN (run
+TOOL_DELAY_CITY: only for that city), APPROVAL=1 (a transfer tool that needs
+approval; its predicate creates the file PREDICATE_ASKING, then answers once
+the file PREDICATE_ANSWER_AFTER exists), AGENT_INSTRUCTIONS, PARENT_SPAN (run
 inside a span of that name), LOCAL_MODEL_CALLS=1 (`local_model_calls=True`).
 Prints the RunResult as one JSON line.
 `--go-file` makes it print "waiting", then start only once that file exists,
@@ -42,7 +44,13 @@ def build() -> object:
                 delay_city=os.environ.get("TOOL_DELAY_CITY"),
             ),
             *(
-                [transfer_tool(os.environ.get("AGENT_LEDGER"))]
+                [
+                    transfer_tool(
+                        os.environ.get("AGENT_LEDGER"),
+                        asking=os.environ.get("PREDICATE_ASKING"),
+                        answer_after=os.environ.get("PREDICATE_ANSWER_AFTER"),
+                    )
+                ]
                 if os.environ.get("APPROVAL")
                 else []
             ),
