@@ -186,7 +186,11 @@ async def needs_approval(registry: AgentRegistry, inp: ApprovalCheckInput) -> bo
     except PoolUnavailable as exc:
         # this worker is stopping: not the predicate's answer
         raise worker_stopping(f"the approval check of {inp.name}", exc) from None
-    except Exception as exc:
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: B036 - a predicate's SystemExit is its answer too
+        # raised in its thread, it stops nothing here; let out, it failed the
+        # check, which was asked again five times before a person was
         logger.warning(
             "Approval predicate of %s failed (%s); asking a person", inp.name, safe_str(exc)
         )

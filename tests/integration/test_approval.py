@@ -468,6 +468,41 @@ async def test_a_slow_approval_predicate_leaves_its_worker_serving_other_runs(
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
 
 
+ASKED: list[float] = []
+
+
+def _exits(amount: float, to: str = "") -> bool:
+    ASKED.append(amount)
+    raise SystemExit(3)
+
+
+@function_tool(requires_approval=_exits)
+def pay_exiting(amount: float, to: str) -> str:
+    """Pay, asking a predicate that exits.
+
+    Args:
+        amount: How much.
+        to: To whom.
+    """
+    return "paid"
+
+
+async def test_a_predicate_that_raises_even_system_exit_asks_a_person_at_once(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A predicate that raises (SystemExit too) is asked once, and a person decides."""
+    ASKED.clear()
+    script = [[CallTool("pay_exiting", {"amount": 5, "to": "bob"}, id="call_pay")], Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[pay_exiting]
+        )
+        paused = await asyncio.wait_for(agent.arun(PAY), 60)
+    assert paused.status == "awaiting_approval"
+    assert [p.call_id for p in paused.pending_approvals] == ["call_pay"]
+    assert ASKED == [5]
+
+
 async def test_predicate_asks_only_above_the_threshold(
     client: Client, task_queue: str, ledger: str
 ) -> None:
