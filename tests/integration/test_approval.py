@@ -503,6 +503,22 @@ async def test_a_predicate_that_raises_even_system_exit_asks_a_person_at_once(
     assert ASKED == [5]
 
 
+async def test_a_decision_after_another_finished_the_run_says_how_the_call_was_decided(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Two people approve one call; the first one's decision lets the run finish before the
+    second arrives: the second is told the call was already approved, and by whom."""
+    with ScriptedModelServer(pay_script("Paid.")) as model:
+        agent = approval_agent(model, client, task_queue, ledger)
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        await agent.aapprove(paused.run_id, "call_pay", by="alice")  # type: ignore[attr-defined]
+        done = await agent.aresume(paused.run_id)  # type: ignore[attr-defined]
+        assert done.status == "completed"
+        with pytest.raises(ValueError, match="call 'call_pay' was already approved by alice"):
+            await agent.aapprove(paused.run_id, "call_pay", by="bob")  # type: ignore[attr-defined]
+    assert [line.split()[0] for line in ledger_lines(ledger)].count("transfer") == 1
+
+
 async def test_predicate_asks_only_above_the_threshold(
     client: Client, task_queue: str, ledger: str
 ) -> None:
