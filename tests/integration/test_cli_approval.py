@@ -189,3 +189,46 @@ async def test_an_interrupted_approve_says_its_decision_may_still_be_taken(
     decision = next(e for e in finished["events"] if e["type"] == "approval_decision")
     assert (decision["status"], decision["result"]) == ("approved", "alice")
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+
+
+async def test_a_terminated_resume_finishes_the_approved_call_it_runs(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """SIGTERM (a closed terminal, `kill`) to `resume` while its worker runs the approved
+    transfer ends it as Ctrl+C does: the transfer finishes and is recorded, and the next
+    `resume` does not run it again."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(pay_script()) as model:
+        env = {**agent_env(model, task_queue, ledger), "TRANSFER_SECONDS": "3"}
+        common = ["--temporal", temporal_address]
+        started = await asyncio.to_thread(
+            cli, "run", "--agent", AGENT, "Pay bob 5000", "--json", *common, env=env
+        )
+        run_id = json.loads(started.stdout)["run_id"]
+        # no worker: Temporal holds the decision for the `resume` below to apply
+        held = await asyncio.to_thread(
+            cli, "approve", run_id, "call_pay", "--wait", "1", *common, env=env
+        )
+        assert "No worker took the decision" in held.stderr, held.stderr
+        resuming = subprocess.Popen(
+            [sys.executable, "-m", "agentor_temporal", "resume", run_id, "--agent", AGENT, *common],
+            env=_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            async with asyncio.timeout(60):
+                while not ledger_lines(ledger):
+                    await asyncio.sleep(0.02)
+            resuming.terminate()
+            _, stderr = await asyncio.to_thread(resuming.communicate, None, 60)
+        finally:
+            resuming.kill()
+        done = await asyncio.to_thread(
+            cli, "resume", run_id, "--agent", AGENT, "--json", *common, env=env
+        )
+        assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["final_output"] == "Paid."
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+    assert "interrupted: run" in stderr and "Traceback" not in stderr, stderr
