@@ -165,6 +165,28 @@ class Tool:
             return bool(self.requires_approval(**args))
         return bool(self.requires_approval)
 
+    async def asks_person(
+        self, args: dict[str, Any], threads: ToolThreads | None = None, *, timeout: float
+    ) -> bool:
+        """`needs_approval` for a worker: a predicate runs in `threads`, never on the loop.
+
+        A predicate may take its time (a lookup). On the worker's event loop it
+        held up every other run the worker serves, and one slower than
+        `STALLED_LOOP_LIMIT` stopped the heartbeats of every call in flight
+        there, so each was run again on another worker.
+
+        Raises:
+            ToolTimedOut: when it ran longer than `timeout` seconds (its thread
+                is abandoned, still running).
+            PoolUnavailable: when the thread pool refused it (the worker stops).
+            NoThreadFree: when it waited too long for a thread (it never started).
+            Exception: whatever the predicate raised.
+        """
+        if not callable(self.requires_approval):
+            return bool(self.requires_approval)
+        asked = functools.partial(self.needs_approval, self.validate(args))
+        return bool(await _in_thread(threads or _default_threads(), asked, timeout))
+
     async def call(
         self,
         args: dict[str, Any],

@@ -186,9 +186,10 @@ def _result(text: str, inp: CallToolInput, started: float) -> CallToolResult:
 async def needs_approval(registry: AgentRegistry, inp: ApprovalCheckInput) -> bool:
     """Whether this call of the tool waits for a person.
 
-    A predicate that raises, a tool this worker does not know, or an agent
-    built differently from the run's asks a person: failing safe is the point
-    of an approval gate (and another definition's predicate is never used).
+    A predicate that raises or takes longer than `APPROVAL_CHECK_TIMEOUT`, a
+    tool this worker does not know, or an agent built differently from the
+    run's asks a person: failing safe is the point of an approval gate (and
+    another definition's predicate is never used).
     """
     try:
         agent = registry.get(inp.agent)
@@ -202,8 +203,17 @@ async def needs_approval(registry: AgentRegistry, inp: ApprovalCheckInput) -> bo
         tool = agent.tool(inp.name)
         if tool is None:
             return True
-        return tool.needs_approval(tool.validate(inp.args))
-    except Exception as exc:
+        return await tool.asks_person(
+            inp.args, registry.tool_pool(), timeout=policies.APPROVAL_CHECK_TIMEOUT.total_seconds()
+        )
+    except PoolUnavailable as exc:
+        # this worker is stopping: not the predicate's answer
+        raise worker_stopping(f"the approval check of {inp.name}", exc) from None
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: B036 - a predicate's SystemExit is its answer too
+        # raised in its thread, it stops nothing here; let out, it failed the
+        # check, which was asked again five times before a person was
         logger.warning(
             "Approval predicate of %s failed (%s); asking a person", inp.name, safe_str(exc)
         )

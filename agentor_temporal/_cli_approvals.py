@@ -113,6 +113,16 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
             f"{undelivered(run_id, decision.call_id, args.wait)}. Pass --agent MODULE:ATTR "
             "to serve the run's agent from here"
         ) from None
+    except KeyboardInterrupt:
+        # the decision may have reached Temporal already: it is then applied
+        # when a worker takes the run, although this command never said so
+        raise CliError(
+            f"interrupted before run {run_id} confirmed the decision on {args.call_id}: it "
+            "may still be taken (Temporal holds a decision it received for the run, and a "
+            f"worker that picks the run up applies it); see `agentor-temporal show {run_id}` "
+            "before deciding again",
+            130,
+        ) from None
     verb = "approved" if approved else "denied"
     turn = f" (turn {decided['turn']})" if decided.get("turn") is not None else ""
     print(f"{verb} {args.call_id}{turn} of run {run_id} (by {by})")

@@ -205,8 +205,14 @@ async def waiting_call(client: Client, run_id: str, call_id: str) -> PendingAppr
     return PendingApproval(call_id, str(e.name), e.args, e.turn, latest.execution_run_id)
 
 
-async def check_waiting(client: Client, run_id: str, execution_run_id: str | None = None) -> None:
+async def check_waiting(
+    client: Client, run_id: str, execution_run_id: str | None = None, call_id: str | None = None
+) -> None:
     """Raise unless the run (that execution of it, when given) is running.
+
+    Args:
+        call_id: the call to be decided: a closed run's refusal says how it was
+            decided, if it was (another person's decision may have finished the run).
 
     Raises:
         KeyError: when Temporal does not know the run.
@@ -233,9 +239,26 @@ async def check_waiting(client: Client, run_id: str, execution_run_id: str | Non
                 f"({status}): whatever the run waits for now is another call; read its "
                 "pending approvals again. Nothing changed."
             )
+        decided = await _decided(client, run_id, call_id) if call_id is not None else ""
         raise ValueError(
-            f"Run {run_id!r} is not waiting for approval (it is {status}); nothing changed."
+            f"Run {run_id!r} is not waiting for approval (it is {status}{decided}); "
+            "nothing changed."
         )
+
+
+async def _decided(client: Client, run_id: str, call_id: str) -> str:
+    """How the run's latest call `call_id` was decided (", and call ... was already approved
+    by alice"), or "" when it was not or history cannot be read."""
+    try:
+        events = await TemporalStore(client).aload(run_id)
+    except Exception as exc:  # an explanation only: the refusal stands without it
+        logger.debug("Could not read how run %s decided %s: %s", run_id, call_id, exc)
+        return ""
+    for event in reversed(events):
+        if event.type == "approval_decision" and event.call_id == call_id:
+            who = f" by {event.result}" if event.result and event.status != "expired" else ""
+            return f", and call {call_id!r} was already {event.status}{who}"
+    return ""
 
 
 def check_execution_run_id(value: object) -> str:
@@ -301,7 +324,7 @@ async def send_decision(
     problem = decision.problem() or decision.size_problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)
-    await check_waiting(client, run_id, execution_run_id)
+    await check_waiting(client, run_id, execution_run_id, decision.call_id)
     if decision.turn is None:
         waiting = await waiting_call(client, run_id, decision.call_id)
         if waiting is not None:
@@ -324,6 +347,8 @@ async def send_decision(
         raise TimeoutError(undelivered(run_id, decision.call_id)) from None
     except RPCError as exc:
         if not updates_refused(exc):
+            # closed meanwhile (another person's decision may have finished it)
+            await check_waiting(client, run_id, execution_run_id, decision.call_id)
             raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
         logger.info("Run %s takes no more updates (%s): deciding by signal", run_id, exc)
         return await decide_by_signal(client, run_id, decision, execution_run_id)

@@ -511,7 +511,7 @@ class Agentor:
     ) -> dict[str, Any]:
         validate_run_id(run_id)
         client = await self._client()
-        await check_waiting(client, run_id)
+        await check_waiting(client, run_id, call_id=decision.call_id)
         # the decision is taken by the workflow, so a worker must be polling
         async with self._serving(client):
             patience = policies.DECISION_PATIENCE.total_seconds()

@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -274,6 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ("Fatal Python error: PyGILState_Release", temporalio/sdk-python#300,
     seen here too), which would turn a finished command into exit status 134.
     """
+    # SIGTERM (a closed terminal, `kill`, a container stopping) ends a command as
+    # Ctrl+C does: its embedded worker finishes the calls it runs. Killed at once
+    # instead, an approved call cut off mid-work ran again on the next worker.
+    # (`worker`, `serve` and `codec-server` set their own handlers.)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     code = execute(argv)
     if Runtime._instance is not None:
         Runtime._instance.close()

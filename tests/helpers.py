@@ -218,14 +218,30 @@ def payer(model: Any, client: Any, task_queue: str, ledger: str) -> Agentor:
 
 
 def transfer_tool(
-    ledger: str | None = None, *, threshold: float | None = None, **options: Any
+    ledger: str | None = None,
+    *,
+    threshold: float | None = None,
+    asking: str | None = None,
+    answer_after: str | None = None,
+    **options: Any,
 ) -> Any:
-    """A money transfer that needs a person's approval (above `threshold`, if given)."""
+    """A money transfer that needs a person's approval (above `threshold`, if given).
+
+    `asking`, `answer_after`: its predicate creates the file `asking`, then
+    answers only once the file `answer_after` exists (a slow lookup; 60 s at most).
+    """
 
     def over(amount: float, to: str = "") -> bool:
+        if asking:
+            Path(asking).touch()
+        deadline = time.monotonic() + 60
+        while answer_after and not Path(answer_after).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
         return threshold is None or amount > threshold
 
-    @function_tool(requires_approval=over if threshold is not None else True, **options)
+    predicate = threshold is not None or asking is not None
+
+    @function_tool(requires_approval=over if predicate else True, **options)
     def transfer(amount: float, to: str) -> str:
         """Send money.
 

@@ -72,7 +72,21 @@ def signalled(value: Any) -> Decision:
 
 
 class ApprovalExpired(Exception):
-    """An approval timed out on a tool whose timeout fails the run."""
+    """An approval timed out on a tool whose timeout fails the run.
+
+    `answer` is the expired call's `tool_result`; `results` (from
+    `policies.EXPIRY_KEEPS_CALLS`) every call's of the turn, in the model's
+    order, for the run to record before it ends.
+    """
+
+    def __init__(self, message: str, answer: Event | None = None) -> None:
+        super().__init__(message)
+        self.answer = answer
+        self.results: list[Event] | None = None
+
+
+#: `error` of the result answering a call that waited for a person when its run failed
+NOT_RUN = "run failed"
 
 
 class Approvals:
@@ -92,6 +106,8 @@ class Approvals:
         self.signalled: dict[str, dict[str, Any]] = {}
         #: calls whose tool's predicate is being asked whether a person must decide
         self.checking = 0
+        #: why no call waits for a person any more: the run is failing (`end_waiting`)
+        self.ended: str | None = None
 
     def restore(self, decisions: dict[str, Decision]) -> None:
         """Take the decisions an earlier execution of the run carried over."""
@@ -208,6 +224,26 @@ class Approvals:
         while len(self.signalled) > policies.SIGNALLED_DECISIONS_KEPT:
             del self.signalled[next(iter(self.signalled))]
 
+    def end_waiting(self, why: str) -> None:
+        """The run fails: calls waiting for a person are answered as not run.
+
+        A decision sent from now on is refused (no call waiting), never taken
+        for a call that will not run.
+        """
+        self.ended = why
+        self.awaiting.clear()
+
+    def _not_run(self, name: str, args: dict[str, Any], call_id: str) -> Event:
+        return Event(
+            type="tool_result",
+            name=name,
+            args=args,
+            call_id=call_id,
+            error=NOT_RUN,
+            result=f"Error: the run failed before this call was decided ({self.ended}); "
+            "it did not run.",
+        )
+
     def details(self) -> str:
         """The run's current details while calls wait: what for, by call id."""
         waiting = "; ".join(
@@ -249,6 +285,9 @@ class Approvals:
                 self.checking -= 1
             if not needed:
                 return None
+        if self.ended is not None:
+            # the run failed while the predicate was asked: nobody is asked now
+            return self._not_run(name, args, call_id)
         requested = journal.now()
         journal.record(
             Event(
@@ -272,8 +311,14 @@ class Approvals:
         decision: Decision | None = None
         try:
             await journal.flush(agent, mirror)
-            await workflow.wait_condition(lambda: decided_by in self.decisions, timeout=timeout)
-            decision = self.decisions[decided_by]
+            await workflow.wait_condition(
+                lambda: decided_by in self.decisions or self.ended is not None, timeout=timeout
+            )
+            decision = self.decisions.get(decided_by)
+            if decision is None:
+                # `end_waiting`: the run fails, and this call is not decided
+                self.awaiting.pop(call_id, None)
+                return self._not_run(name, args, call_id)
         except asyncio.TimeoutError:
             pass
         except asyncio.CancelledError:
@@ -388,9 +433,7 @@ class Approvals:
                 ended_at=decided,
             )
         )
-        if tool.on_approval_timeout == "fail":
-            raise ApprovalExpired(f"Approval of {call_summary(tool.name, args)} expired: {message}")
-        return Event(
+        answer = Event(
             type="tool_result",
             name=tool.name,
             args=args,
@@ -398,3 +441,8 @@ class Approvals:
             error="approval expired",
             result=f"Error: the call was not approved ({message}).",
         )
+        if tool.on_approval_timeout == "fail":
+            raise ApprovalExpired(
+                f"Approval of {call_summary(tool.name, args)} expired: {message}", answer
+            )
+        return answer

@@ -223,7 +223,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 9
+BEHAVIOUR = 10
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -321,6 +321,16 @@ CARRIED_USES_BYTES = 256_000
 #: ids, one in 12 at 200,000 (such an id's first call is keyed `<id>#2`).
 CALL_IDS_SEEN_BITS = 1 << 20
 CALL_IDS_SEEN_HASHES = 4
+#: From this level a turn in which an approval expires on a tool whose timeout
+#: fails the run (`on_approval_timeout="fail"`) ends with every call's result
+#: recorded before the `run_end`: calls still waiting for a person wait no
+#: more (answered as not run), calls running are waited for, and the expired
+#: call is answered as not approved. Before, the run ended the moment the
+#: approval expired: the results of calls that had run (an approved transfer,
+#: a lookup beside it) were never recorded, so `resume` rewound the turn and
+#: the model asked for them again, and they ran twice; a call still running
+#: was left to finish with its result dropped.
+EXPIRY_KEEPS_CALLS = 10
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"
@@ -343,6 +353,12 @@ LOCAL_RETRY_POLICY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=5,
 )
+#: How long a tool's approval predicate may take (in a thread, see
+#: `ToolDef.asks_person`) before a person is asked instead: with a wait for a
+#: thread (SYNC_TOOL_THREAD_WAIT) it stays inside LOCAL_START_TO_CLOSE, so a
+#: slow predicate is asked once, not again on each of the local activity's
+#: retries.
+APPROVAL_CHECK_TIMEOUT = timedelta(seconds=15)
 #: The last mirror of a run retries a store that keeps failing briefly, then
 #: gives up with a logged warning: the run's answer matters more, Temporal
 #: still has every event, and `resume` or `export` catches the mirror up.

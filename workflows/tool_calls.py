@@ -32,7 +32,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import CallToolInput, CallToolResult
-from agentor_temporal.workflows.approvals import Approvals
+from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
 from agentor_temporal.workflows.call_uses import CallUses, use_key
 from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.journaling import Journal
@@ -139,9 +139,21 @@ class ToolCalls:
             TurnCancelled: the run was cancelled, and some call ran to its end.
             asyncio.CancelledError: the run was cancelled, and the turn is to be
                 rewound on resume (see `_ended`).
+            ApprovalExpired: an approval expired on a tool that fails the run;
+                from `policies.EXPIRY_KEEPS_CALLS` with every call's result.
         """
         try:
             await workflow.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            expired = self._first_error(tasks)
+            if (
+                isinstance(expired, ApprovalExpired)
+                and level() >= policies.EXPIRY_KEEPS_CALLS
+                and not all(task.done() for task in tasks)
+            ):
+                # the run fails, but what its calls did is kept: none waits for a
+                # person any more, and the ones running are waited for
+                self.approvals.end_waiting(str(expired))
+                await workflow.wait(tasks)
         except asyncio.CancelledError:
             # each call's activity is asked to stop, and answers once its
             # worker says how the call ended (a sync tool's thread cannot be
@@ -154,11 +166,40 @@ class ToolCalls:
                 raise
             self._fit(ended)
             raise TurnCancelled(ended) from None
+        error = self._first_error(tasks)
+        if error is None:
+            return [task.result() for task in tasks]
+        if isinstance(error, ApprovalExpired) and level() >= policies.EXPIRY_KEEPS_CALLS:
+            error.results = self._expired_turn(tasks)
+        raise error  # the first call's, in the model's order: the run ends
+
+    @staticmethod
+    def _first_error(tasks: list[asyncio.Task[Event]]) -> BaseException | None:
+        """The first call's failure, in the model's order, among the calls that ended."""
         for task in tasks:
             error = task.exception() if task.done() and not task.cancelled() else None
             if error is not None:
-                raise error  # the first call's, in the model's order: the run ends
-        return [task.result() for task in tasks]
+                return error
+        return None
+
+    @classmethod
+    def _expired_turn(cls, tasks: list[asyncio.Task[Event]]) -> list[Event] | None:
+        """Every call's result of a turn an expired approval fails, or None to rewind it.
+
+        None when a call failed for a reason that is not the tool's (it may
+        or may not have run: resume rewinds, as after a lost worker).
+        """
+        results: list[Event] = []
+        for task in tasks:
+            error = task.exception()
+            if isinstance(error, ApprovalExpired) and error.answer is not None:
+                results.append(error.answer)
+            elif error is not None:
+                return None
+            else:
+                results.append(task.result())
+        cls._fit(results)
+        return results
 
     @staticmethod
     def _ended(
@@ -175,6 +216,14 @@ class ToolCalls:
         results: list[Event] = []
         for call, item, task in zip(calls, screened, tasks, strict=True):
             error = None if task.cancelled() else task.exception()
+            if (
+                isinstance(error, ApprovalExpired)
+                and error.answer is not None
+                and level() >= policies.EXPIRY_KEEPS_CALLS
+            ):
+                # cancelled while the calls beside an expired approval ended
+                results.append(error.answer)
+                continue
             if error is not None and not isinstance(error, asyncio.CancelledError):
                 return None
             if not task.cancelled() and error is None:

@@ -9,11 +9,12 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
@@ -28,8 +29,12 @@ from helpers import (
     history_shows,
     ledger_lines,
     spawn,
+    stop_process,
     transfer_tool,
+    until,
+    wait_line,
     weather_agent,
+    weather_or_transfer,
     weather_tool,
 )
 
@@ -322,6 +327,196 @@ async def test_approval_timeout(client: Client, task_queue: str, ledger: str, mo
         expected = "Approval of transfer(amount=5000, to='bob') expired: no decision within 1 s"
         assert outcome["error"] == expected
         assert events[-1].type == "run_end" and events[-1].error == expected
+
+
+@function_tool(requires_approval=True)
+def refund(amount: float) -> str:
+    """Refund a customer.
+
+    Args:
+        amount: How much.
+    """
+    raise AssertionError("never approved, never run")
+
+
+def expiring_turn(request: dict[str, Any]) -> Any:
+    """A model that asks for its four calls until it has their answers, then answers."""
+    messages = request.get("messages") or []
+    if messages and messages[-1].get("role") == "tool":
+        return Reply("Gave up on paying; here is the weather.")
+    return [
+        CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+        CallTool("refund", {"amount": 3}, id="call_refund"),
+        CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        CallTool("get_weather", {"city": "Rome"}, id="call_slow"),
+    ]
+
+
+async def test_an_approval_expiry_that_fails_the_run_keeps_what_its_calls_did(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A turn an expired approval fails records every call's result (the ones that ran, one
+    still running, one waiting for a person), so resume goes on without running them again."""
+    with ScriptedModelServer(expiring_turn) as model:
+        transfer = transfer_tool(ledger, approval_timeout=1.0, on_approval_timeout="fail")
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            # Rome's lookup is still running when the approval expires
+            tools=[weather_tool(ledger, delay=2.5, delay_city="Rome"), transfer, refund],
+        )
+        # not paused: a call runs until the approval has expired
+        failed = await asyncio.wait_for(agent.arun(PAY), 60)
+        run_id = failed.run_id
+        assert failed.status == "failed", failed.status
+        with pytest.raises(ValueError, match="not waiting for approval"):
+            await agent.aapprove(run_id, "call_refund")
+        answers = {e.call_id: e.error for e in failed.events if e.type == "tool_result"}
+        assert answers == {
+            "call_pay": "approval expired",
+            "call_refund": "run failed",
+            "call_wx": None,
+            "call_slow": None,
+        }, [(e.type, e.call_id, e.error) for e in failed.events]
+        resumed = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert resumed.status == "completed", resumed.error
+    ran = [" ".join(line.split()[:2]) for line in ledger_lines(ledger)]
+    assert sorted(ran) == [f"get_weather {run_id}:call_slow", f"get_weather {run_id}:call_wx"]
+
+
+async def test_a_cancel_while_an_expired_approvals_turn_ends_keeps_what_its_calls_did(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Cancelled while the calls beside an approval that expired (and fails the run) end:
+    their results are still recorded, so resume runs none of them again."""
+    with ScriptedModelServer(expiring_turn) as model:
+        transfer = transfer_tool(ledger, approval_timeout=1.0, on_approval_timeout="fail")
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[weather_tool(ledger, delay=4.0, delay_city="Rome"), transfer, refund],
+        )
+        run_id = await agent.astart(PAY)
+        handle = client.get_workflow_handle(run_id)
+        await history_shows(client, run_id, EventType.EVENT_TYPE_TIMER_FIRED)
+        # Rome's lookup still runs: its thread cannot be stopped, and it answers
+        assert [" ".join(line.split()[:2]) for line in ledger_lines(ledger)].count(
+            f"get_weather {run_id}:call_slow"
+        ) == 1
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
+        events = await TemporalStore(client).aload(run_id)
+        answers = {e.call_id: e.error for e in events if e.type == "tool_result"}
+        assert answers == {
+            "call_pay": "approval expired",
+            "call_refund": "run failed",
+            "call_wx": None,
+            "call_slow": None,
+        }, [(e.type, e.call_id, e.error) for e in events]
+        resumed = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert resumed.status == "completed", resumed.error
+    ran = [" ".join(line.split()[:2]) for line in ledger_lines(ledger)]
+    assert sorted(ran) == [f"get_weather {run_id}:call_slow", f"get_weather {run_id}:call_wx"]
+
+
+async def test_a_slow_approval_predicate_leaves_its_worker_serving_other_runs(
+    client: Client, temporal_address: str, task_queue: str, ledger: str, tmp_path: Path
+) -> None:
+    """A predicate that takes its time (a lookup) runs beside the worker's loop, not on it: the
+    worker goes on with other runs meanwhile. (On the loop, a predicate slower than
+    STALLED_LOOP_LIMIT stopped every call's heartbeats there: each ran again elsewhere.)"""
+    asking, answer = tmp_path / "asking", tmp_path / "answer"
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "APPROVAL": "1",
+            "PREDICATE_ASKING": str(asking),
+            "PREDICATE_ANSWER_AFTER": str(answer),
+        }
+        worker = spawn(["worker"], env)
+        try:
+            await asyncio.to_thread(wait_line, worker, "worker ready")
+            agent = weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=client,
+                tools=[weather_tool(ledger), transfer_tool(asking=str(asking))],
+                embedded_worker=False,
+            )
+            paying = await agent.astart("Pay bob 5")
+            await until(asking.exists, "the predicate asked")
+            looking = await agent.astart("What is the weather in Paris?")
+            # the only worker is asking the predicate: the other run finishes meanwhile
+            done = await asyncio.wait_for(client.get_workflow_handle(looking).result(), 30)
+            answer.touch()
+            # then the predicate answers, and the transfer waits for a person
+            deadline = asyncio.get_running_loop().time() + 30
+            while not any(
+                e.type == "approval_request" for e in await TemporalStore(client).aload(paying)
+            ):
+                assert asyncio.get_running_loop().time() < deadline, "no approval asked"
+                await asyncio.sleep(0.1)
+        finally:
+            stop_process(worker)
+    assert done["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+ASKED: list[float] = []
+
+
+def _exits(amount: float, to: str = "") -> bool:
+    ASKED.append(amount)
+    raise SystemExit(3)
+
+
+@function_tool(requires_approval=_exits)
+def pay_exiting(amount: float, to: str) -> str:
+    """Pay, asking a predicate that exits.
+
+    Args:
+        amount: How much.
+        to: To whom.
+    """
+    return "paid"
+
+
+async def test_a_predicate_that_raises_even_system_exit_asks_a_person_at_once(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A predicate that raises (SystemExit too) is asked once, and a person decides."""
+    ASKED.clear()
+    script = [[CallTool("pay_exiting", {"amount": 5, "to": "bob"}, id="call_pay")], Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[pay_exiting]
+        )
+        paused = await asyncio.wait_for(agent.arun(PAY), 60)
+    assert paused.status == "awaiting_approval"
+    assert [p.call_id for p in paused.pending_approvals] == ["call_pay"]
+    assert ASKED == [5]
+
+
+async def test_a_decision_after_another_finished_the_run_says_how_the_call_was_decided(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Two people approve one call; the first one's decision lets the run finish before the
+    second arrives: the second is told the call was already approved, and by whom."""
+    with ScriptedModelServer(pay_script("Paid.")) as model:
+        agent = approval_agent(model, client, task_queue, ledger)
+        paused = await agent.arun(PAY)  # type: ignore[attr-defined]
+        await agent.aapprove(paused.run_id, "call_pay", by="alice")  # type: ignore[attr-defined]
+        done = await agent.aresume(paused.run_id)  # type: ignore[attr-defined]
+        assert done.status == "completed"
+        with pytest.raises(ValueError, match="call 'call_pay' was already approved by alice"):
+            await agent.aapprove(paused.run_id, "call_pay", by="bob")  # type: ignore[attr-defined]
+    assert [line.split()[0] for line in ledger_lines(ledger)].count("transfer") == 1
 
 
 async def test_predicate_asks_only_above_the_threshold(

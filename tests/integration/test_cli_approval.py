@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
+
+from temporalio.client import Client
 
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
 from helpers import ledger_lines
-from integration.test_cli import cli
+from integration.test_cli import _env, cli
 
 AGENT = "procs.cli_agents:treasurer"
 
@@ -135,3 +141,94 @@ def test_a_decision_no_worker_takes_is_told_plainly_and_applied_once_one_does(
     decision = next(e for e in finished["events"] if e["type"] == "approval_decision")
     assert decision["status"] == "approved"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+
+
+async def test_an_interrupted_approve_says_its_decision_may_still_be_taken(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """Ctrl+C while `approve` waits for a worker: it says the decision may still be taken, as
+    it is (Temporal held it): a worker that picks the run up applies it, the transfer once."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(pay_script()) as model:
+        env = agent_env(model, task_queue, ledger)
+        common = ["--temporal", temporal_address]
+        started = await asyncio.to_thread(
+            cli, "run", "--agent", AGENT, "Pay bob 5000", "--json", *common, env=env
+        )
+        run_id = json.loads(started.stdout)["run_id"]
+        handle = client.get_workflow_handle(run_id)
+        assert not (await handle.describe()).raw_description.HasField("pending_workflow_task")
+        approving = subprocess.Popen(
+            [sys.executable, "-m", "agentor_temporal", "approve", run_id, "call_pay"]
+            + ["--by", "alice", "--wait", "60", *common],
+            env=_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # the decision reached Temporal: it holds a workflow task for it
+            async with asyncio.timeout(60):
+                while not (await handle.describe()).raw_description.HasField(
+                    "pending_workflow_task"
+                ):
+                    await asyncio.sleep(0.05)
+            approving.send_signal(signal.SIGINT)
+            _, stderr = await asyncio.to_thread(approving.communicate, None, 60)
+        finally:
+            approving.kill()
+        assert approving.returncode == 130, stderr
+        assert "Traceback" not in stderr
+        assert "interrupted before run" in stderr and "it may still be taken" in stderr, stderr
+
+        done = await asyncio.to_thread(
+            cli, "resume", run_id, "--agent", AGENT, "--json", *common, env=env
+        )
+        assert done.returncode == 0, done.stderr
+    finished = json.loads(done.stdout)
+    decision = next(e for e in finished["events"] if e["type"] == "approval_decision")
+    assert (decision["status"], decision["result"]) == ("approved", "alice")
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+
+
+async def test_a_terminated_resume_finishes_the_approved_call_it_runs(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """SIGTERM (a closed terminal, `kill`) to `resume` while its worker runs the approved
+    transfer ends it as Ctrl+C does: the transfer finishes and is recorded, and the next
+    `resume` does not run it again."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(pay_script()) as model:
+        env = {**agent_env(model, task_queue, ledger), "TRANSFER_SECONDS": "3"}
+        common = ["--temporal", temporal_address]
+        started = await asyncio.to_thread(
+            cli, "run", "--agent", AGENT, "Pay bob 5000", "--json", *common, env=env
+        )
+        run_id = json.loads(started.stdout)["run_id"]
+        # no worker: Temporal holds the decision for the `resume` below to apply
+        held = await asyncio.to_thread(
+            cli, "approve", run_id, "call_pay", "--wait", "1", *common, env=env
+        )
+        assert "No worker took the decision" in held.stderr, held.stderr
+        resuming = subprocess.Popen(
+            [sys.executable, "-m", "agentor_temporal", "resume", run_id, "--agent", AGENT, *common],
+            env=_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            async with asyncio.timeout(60):
+                while not ledger_lines(ledger):
+                    await asyncio.sleep(0.02)
+            resuming.terminate()
+            _, stderr = await asyncio.to_thread(resuming.communicate, None, 60)
+        finally:
+            resuming.kill()
+        done = await asyncio.to_thread(
+            cli, "resume", run_id, "--agent", AGENT, "--json", *common, env=env
+        )
+        assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["final_output"] == "Paid."
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+    assert "interrupted: run" in stderr and "Traceback" not in stderr, stderr

@@ -444,6 +444,39 @@ DENIALS: Scenario = (
     20,
 )
 
+
+async def _expired_turn(agent: Agentor) -> str:
+    paused = await agent.arun("Pay bob and a, and look up Oslo.")
+    assert paused.status == "awaiting_approval", paused
+    client = await agent._client()
+    outcome = await client.get_workflow_handle(paused.run_id).result()
+    assert outcome["status"] == "failed", outcome
+    events = await TemporalStore(client).aload(paused.run_id)
+    results = {e.call_id: e.error for e in events if e.type == "tool_result"}
+    assert results == {"c_pay": "approval expired", "c_a": "run failed", "c_wx": None}, results
+    return str(paused.run_id)
+
+
+#: An approval expiring on a tool that fails the run (policies.EXPIRY_KEEPS_CALLS): every
+#: call of the turn is answered before the run ends (one ran, one waited for a person).
+EXPIRED_TURN: Scenario = (
+    [
+        [
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="c_pay"),
+            CallTool("pay_some", {"amount": 1, "to": "a"}, id="c_a"),
+            CallTool("get_weather", {"city": "Oslo"}, id="c_wx"),
+        ],
+        Reply("never asked"),
+    ],
+    lambda: [
+        transfer_tool(approval_timeout=1.0, on_approval_timeout="fail"),
+        pay_some,
+        weather_tool(),
+    ],
+    _expired_turn,
+    20,
+)
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -512,6 +545,8 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_8_oversize_history": OVERSIZE,
     # recorded at level 9: a turn's events past one step's budget take several steps
     "behaviour_9_denials_history": DENIALS,
+    # recorded at level 10: an expired approval that fails the run keeps its turn's results
+    "behaviour_10_expired_turn_history": EXPIRED_TURN,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

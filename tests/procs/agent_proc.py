@@ -4,8 +4,10 @@ Configured through the environment: TEMPORAL_ADDRESS, AGENT_TASK_QUEUE,
 MODEL_BASE_URL, AGENT_STORE (a directory), AGENT_LEDGER, BLOCK_AFTER and
 BLOCK_MARKER (freeze after that event type is mirrored), TOOL_DELAY (and
 TOOL_DELAY_CITY: only for that city), TOOL_EXITS=1 (the tool kills its own
-process), AGENT_INSTRUCTIONS, PARENT_SPAN (run inside a span of that name),
-LOCAL_MODEL_CALLS=1 (`local_model_calls=True`).
+process), APPROVAL=1 (a transfer tool that needs approval; its predicate
+creates the file PREDICATE_ASKING, then answers once the file
+PREDICATE_ANSWER_AFTER exists), AGENT_INSTRUCTIONS, PARENT_SPAN (run inside a
+span of that name), LOCAL_MODEL_CALLS=1 (`local_model_calls=True`).
 Prints the RunResult as one JSON line.
 `--go-file` makes it print "waiting", then start only once that file exists,
 so a test can release several processes at the same moment.
@@ -44,7 +46,13 @@ def build() -> object:
                 exit_process=os.environ.get("TOOL_EXITS") == "1",
             ),
             *(
-                [transfer_tool(os.environ.get("AGENT_LEDGER"))]
+                [
+                    transfer_tool(
+                        os.environ.get("AGENT_LEDGER"),
+                        asking=os.environ.get("PREDICATE_ASKING"),
+                        answer_after=os.environ.get("PREDICATE_ANSWER_AFTER"),
+                    )
+                ]
                 if os.environ.get("APPROVAL")
                 else []
             ),

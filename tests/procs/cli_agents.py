@@ -2,8 +2,9 @@
 
 Configured through the environment: MODEL_BASE_URL (the scripted model),
 AGENT_TASK_QUEUE, AGENT_NAME, AGENT_STORE (a directory to mirror into),
-AGENT_LEDGER, and AGENT_GATE: a file the tool waits for, so a test can watch
-a run while its tool is in flight.
+AGENT_LEDGER, AGENT_GATE: a file the tool waits for, so a test can watch
+a run while its tool is in flight, and TRANSFER_SECONDS: how long a transfer
+takes after it is recorded in the ledger.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def transfer(amount: float, to: str) -> str:
         to: To whom.
     """
     ledger_write(os.environ.get("AGENT_LEDGER"), "transfer", f"{amount} {to}")
+    time.sleep(float(os.environ.get("TRANSFER_SECONDS", "0")))
     return f"Sent {amount:g} to {to}."
 
 

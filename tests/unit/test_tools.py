@@ -9,6 +9,7 @@ import pytest
 
 from agentor_temporal.activities.tooldef import (
     ToolContext,
+    ToolTimedOut,
     function_tool,
     parse_docstring,
     tool_context,
@@ -86,6 +87,30 @@ def test_options_and_agentor_compat_names() -> None:
     assert approval.spec().approval == "predicate" and approval.needs_approval({"amount": 11})
     with pytest.raises(ValueError, match="tool name"):
         function_tool(name="bad name")(plain)
+
+
+async def test_an_approval_predicate_runs_beside_the_loop_and_is_given_up_on_when_slow() -> None:
+    """A predicate runs in a thread (the loop goes on meanwhile); past its timeout it raises."""
+    answer = threading.Event()
+
+    def transfer(amount: int) -> int:
+        return amount
+
+    def over(amount: int) -> bool:
+        answer.wait(10)
+        return amount > 10
+
+    tool = function_tool(requires_approval=over)(transfer)
+    asking = asyncio.ensure_future(tool.asks_person({"amount": 11}, timeout=10))
+    for _ in range(5):
+        await asyncio.sleep(0.01)  # the loop runs while the predicate waits
+    assert not asking.done()
+    answer.set()
+    assert await asking is True
+    answer.clear()
+    with pytest.raises(ToolTimedOut, match="timed out after 0.2 s"):
+        await tool.asks_person({"amount": 11}, timeout=0.2)
+    answer.set()
 
 
 async def test_async_tools_are_awaited() -> None:
