@@ -12,13 +12,15 @@ long run (see `agentor_temporal.workflows.conversation`).
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from agentor_temporal.store import Event, replay_messages, total_usage
+from agentor_temporal.store.encoding import nesting
 from agentor_temporal.store.replay import replay_base
 from agentor_temporal.workflows.call_uses import CallUses
 from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.payloads import encoded_size
-from agentor_temporal.workflows.policies import INLINE_CONVERSATION_BYTES
+from agentor_temporal.workflows.policies import INLINE_CONVERSATION_BYTES, MAX_INPUT_DEPTH
 from agentor_temporal.workflows.types import AgentRunInput
 
 
@@ -42,11 +44,13 @@ def continuation_input(
         max_turns: the new segment's turn budget (None: the agent's).
 
     Raises:
-        ValueError: when the events hold no conversation to continue.
+        ValueError: when the events hold no conversation to continue, or one
+            nested too deeply for a run to take.
     """
     messages = replay_messages(events)
     if not messages:
         raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
+    check_depth(run_id, messages)
     inp = AgentRunInput(
         agent=agent,
         input=messages,
@@ -56,6 +60,25 @@ def continuation_input(
         previous_execution=previous,
     )
     return by_reference(inp, events, in_temporal_from) if previous is not None else inp
+
+
+def check_depth(run_id: str, messages: list[dict[str, Any]]) -> None:
+    """Refuse a replayed conversation nested deeper than a run takes, before anything starts.
+
+    A log edited by hand or written elsewhere can hold one; started, the
+    run would fail at once (`PATCH_INPUT_DEPTH`), or, on a worker of an
+    earlier build, fail every workflow task on Python's recursion limit.
+
+    Raises:
+        ValueError: naming the run, the depth and the limit.
+    """
+    depth = nesting(messages)
+    if depth > MAX_INPUT_DEPTH:
+        raise ValueError(
+            f"Run {run_id!r} cannot be continued: its conversation nests {depth} levels "
+            f"deep, over the {MAX_INPUT_DEPTH} a run takes. Its events are all kept; start "
+            "a new run from a summary of them."
+        )
 
 
 def by_reference(inp: AgentRunInput, events: list[Event], in_temporal_from: int) -> AgentRunInput:
