@@ -20,7 +20,11 @@ from agentor_temporal.store.replay import replay_base
 from agentor_temporal.workflows.call_uses import CallUses
 from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.payloads import encoded_size
-from agentor_temporal.workflows.policies import INLINE_CONVERSATION_BYTES, MAX_INPUT_DEPTH
+from agentor_temporal.workflows.policies import (
+    INLINE_CONVERSATION_BYTES,
+    MAX_INPUT_DEPTH,
+    MAX_TOKEN_COUNT,
+)
 from agentor_temporal.workflows.types import AgentRunInput
 
 
@@ -56,10 +60,23 @@ def continuation_input(
         input=messages,
         max_turns=max_turns,
         event_offset=len(events),
-        prior_usage=asdict(total_usage(events)),
+        prior_usage=prior_usage(events),
         previous_execution=previous,
     )
     return by_reference(inp, events, in_temporal_from) if previous is not None else inp
+
+
+def prior_usage(events: list[Event]) -> dict[str, int]:
+    """The run's token counts so far, as its next segment carries them.
+
+    Counts a worker recorded are already within what the AgentTokens search
+    attribute holds; a log's (damaged, hand-edited, or written with another
+    provider's counts) may be negative or past 2**53, which the run refuses
+    as input: every resume of it failed at its start. Clamped, as the worker
+    clamps a provider's counts.
+    """
+    counts = asdict(total_usage(events))
+    return {name: min(max(count, 0), MAX_TOKEN_COUNT) for name, count in counts.items()}
 
 
 def check_depth(run_id: str, messages: list[dict[str, Any]]) -> None:

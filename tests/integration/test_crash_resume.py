@@ -231,6 +231,32 @@ async def test_a_store_only_run_nested_too_deep_is_refused_clearly(
     assert model.request_count == 0
 
 
+@pytest.mark.parametrize("tokens", [10**30, -5])
+async def test_a_log_whose_token_counts_no_run_can_carry_is_still_resumed(
+    tokens: int, client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """A log's count past 2**53 or below 0 is clamped, as a provider's is, not refused for good.
+
+    The run refuses such counts in its input (AgentTokens is a 64-bit search
+    attribute): every resume of the log failed at its start, the same way.
+    """
+    run_id = f"tokens-{task_queue}"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    log = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()
+    lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
+    lines[1]["usage"]["total_tokens"] = tokens
+    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
+    )
+
+    result = await agent.aresume(run_id)
+
+    assert result.status == "completed" and result.final_output == ANSWER, result.error
+    assert model.request_count == 1
+
+
 async def test_damaged_log_is_resumed_from_what_is_readable(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
