@@ -324,6 +324,70 @@ async def test_approval_timeout(client: Client, task_queue: str, ledger: str, mo
         assert events[-1].type == "run_end" and events[-1].error == expected
 
 
+async def test_an_expiry_that_fails_the_run_keeps_the_calls_that_ran(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A run failed by an expired approval records its turn: resume runs no finished call again.
+
+    Before, the run ended without the weather call's result; `resume` rewound
+    the batch and the model called the weather tool a second time. A call
+    still waiting for a person when the run fails is answered that it did
+    not run.
+    """
+    turn = [
+        CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+        CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        CallTool("refund", {"amount": 10, "to": "eve"}, id="call_refund"),
+    ]
+    with ScriptedModelServer([turn, Reply("Checked the weather; paid nobody.")]) as model:
+        transfer = transfer_tool(ledger, approval_timeout=1.0, on_approval_timeout="fail")
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[weather_tool(ledger), transfer, refund],  # refund: waits for a person
+        )
+        paused = await agent.arun(PAY)
+        assert paused.status == "awaiting_approval"
+        outcome = await client.get_workflow_handle(paused.run_id).result()
+        assert outcome["status"] == "failed" and "expired" in outcome["error"]
+        results = {
+            e.call_id: e
+            for e in await TemporalStore(client).aload(paused.run_id)
+            if e.type == "tool_result"
+        }
+        assert results["call_wx"].result == "The weather in Oslo is sunny and 22C."
+        assert results["call_pay"].error == "approval expired"
+        assert results["call_refund"].error == "not run"
+        # the settled turn replays as it ran
+        history = await client.get_workflow_handle(paused.run_id).fetch_history()
+        replayer = Replayer(
+            workflows=[],
+            plugins=[AgentorPlugin()],
+            unsandboxed_workflow_runner=UnsandboxedWorkflowRunner(),
+        )
+        await replayer.replay_workflow(history)
+
+        resumed = await agent.aresume(paused.run_id)
+
+        assert resumed.status == "completed"
+        assert resumed.final_output == "Checked the weather; paid nobody."
+        assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+        answers = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
+        assert [m["tool_call_id"] for m in answers] == ["call_pay", "call_wx", "call_refund"]
+
+
+@function_tool(requires_approval=True)
+def refund(amount: float, to: str) -> str:
+    """Refund money.
+
+    Args:
+        amount: How much.
+        to: To whom.
+    """
+    return f"Refunded {amount:g} to {to}."
+
+
 async def test_predicate_asks_only_above_the_threshold(
     client: Client, task_queue: str, ledger: str
 ) -> None:
