@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from agentor_temporal._results import check_input
 from agentor_temporal.store import Event, replay_messages, total_usage
 from agentor_temporal.store.encoding import nesting
 from agentor_temporal.store.replay import replay_base
@@ -54,7 +55,7 @@ def continuation_input(
     messages = replay_messages(events)
     if not messages:
         raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
-    check_depth(run_id, messages)
+    check_replayed(run_id, messages)
     inp = AgentRunInput(
         agent=agent,
         input=messages,
@@ -79,15 +80,17 @@ def prior_usage(events: list[Event]) -> dict[str, int]:
     return {name: min(max(count, 0), MAX_TOKEN_COUNT) for name, count in counts.items()}
 
 
-def check_depth(run_id: str, messages: list[dict[str, Any]]) -> None:
-    """Refuse a replayed conversation nested deeper than a run takes, before anything starts.
+def check_replayed(run_id: str, messages: list[dict[str, Any]]) -> None:
+    """Refuse a replayed conversation no run can take, before anything starts.
 
-    A log edited by hand or written elsewhere can hold one; started, the
-    run would fail at once (`PATCH_INPUT_DEPTH`), or, on a worker of an
-    earlier build, fail every workflow task on Python's recursion limit.
+    A log edited by hand or written elsewhere can replay to one: nested
+    deeper than a run takes (started, the run would fail at once,
+    `PATCH_INPUT_DEPTH`, or on a worker of an earlier build fail every
+    workflow task on Python's recursion limit), or with an item that is not
+    a chat message (every resume started a segment that failed at once).
 
     Raises:
-        ValueError: naming the run, the depth and the limit.
+        ValueError: naming the run and the problem.
     """
     depth = nesting(messages)
     if depth > MAX_INPUT_DEPTH:
@@ -96,6 +99,15 @@ def check_depth(run_id: str, messages: list[dict[str, Any]]) -> None:
             f"deep, over the {MAX_INPUT_DEPTH} a run takes. Its events are all kept; start "
             "a new run from a summary of them."
         )
+    try:
+        check_input(messages)
+    except ValueError as exc:
+        # each resume would start a segment that fails at once, saying the same
+        raise ValueError(
+            f"Run {run_id!r} cannot be continued: its log replays to messages no run "
+            f"takes ({exc}; a damaged or hand-edited line). Its events are all kept; "
+            "mend that line, or start a new run from a summary of them."
+        ) from None
 
 
 def by_reference(inp: AgentRunInput, events: list[Event], in_temporal_from: int) -> AgentRunInput:

@@ -32,7 +32,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from agentor_temporal._continuing import by_reference, check_depth, prior_usage
+from agentor_temporal._continuing import by_reference, check_replayed, prior_usage
 from agentor_temporal._results import await_result, check_input, check_turns
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.store import (
@@ -291,7 +291,7 @@ def fork_input(
     messages = replay_messages(events)
     if not messages:
         raise ValueError(f"Run {point.parent!r} has no recoverable messages; start a new run.")
-    check_depth(point.parent, messages)
+    check_replayed(point.parent, messages)
     origin = point.origin
     if input is None and is_complete(events):
         end = final_event(events)
