@@ -277,11 +277,6 @@ class AgentRunWorkflow(Continuing):
             try:
                 results = await self._run_tools(seg, gen.calls, turn, failures.disabled)
             except (ApprovalExpired, CallFailed) as exc:
-                # the turn's results, where its calls all came to an end:
-                # resume goes on from them, and runs none of them again
-                for event in getattr(exc, "results", None) or []:
-                    event.turn = turn
-                    self._journal.record(event)
                 return await self._end("failed", seg, turn=turn, error=str(exc))
             for event in results:
                 event.turn = turn

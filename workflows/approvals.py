@@ -72,16 +72,7 @@ def signalled(value: Any) -> Decision:
 
 
 class ApprovalExpired(Exception):
-    """An approval timed out on a tool whose timeout fails the run.
-
-    `answer` is the expired call's `tool_result` (it did not run); `results`,
-    when set, are the whole turn's, which the run records before it ends.
-    """
-
-    def __init__(self, message: str, answer: Event | None = None) -> None:
-        super().__init__(message)
-        self.answer = answer
-        self.results: list[Event] | None = None
+    """An approval timed out on a tool whose timeout fails the run."""
 
 
 class Approvals:
@@ -386,7 +377,9 @@ class Approvals:
                 ended_at=decided,
             )
         )
-        answer = Event(
+        if tool.on_approval_timeout == "fail":
+            raise ApprovalExpired(f"Approval of {call_summary(tool.name, args)} expired: {message}")
+        return Event(
             type="tool_result",
             name=tool.name,
             args=args,
@@ -394,8 +387,3 @@ class Approvals:
             error="approval expired",
             result=f"Error: the call was not approved ({message}).",
         )
-        if tool.on_approval_timeout == "fail":
-            raise ApprovalExpired(
-                f"Approval of {call_summary(tool.name, args)} expired: {message}", answer
-            )
-        return answer

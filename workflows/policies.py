@@ -195,14 +195,6 @@ PATCH_TAIL_BUDGET = "tail-budget"
 #: `resume` rewound the batch and the model called it again, under a new
 #: call id its idempotency key did not know (a payment made twice).
 PATCH_RECORD_CANCELLED_CALLS = "record-cancelled-calls"
-#: An approval expiring on a tool whose timeout fails the run ends its turn as
-#: a cancel does: calls still waiting for a person are answered that they did
-#: not run, calls whose tool runs are waited for, and every result is recorded
-#: (the expired call's: not approved) before the run ends. Before, the run
-#: ended at once without them, `resume` rewound the batch, and the model called
-#: the tools that had already run again. Asked only when such an approval
-#: expires, so other runs' histories replay unchanged.
-PATCH_SETTLE_EXPIRED_TURN = "settle-expired-turn"
 #: The start header a starter puts its own worker's spec for the run's agent
 #: in (`workflows.segment.header_spec`): a worker whose spec is the same
 #: records no describe step.

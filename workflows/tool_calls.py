@@ -32,7 +32,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import CallToolInput, CallToolResult
-from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
+from agentor_temporal.workflows.approvals import Approvals
 from agentor_temporal.workflows.call_uses import CallUses, use_key
 from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.journaling import Journal
@@ -62,8 +62,6 @@ class TurnCancelled(asyncio.CancelledError):
 
 #: `error` of the result answering a call the run's cancel stopped
 STOPPED = "cancelled"
-#: the `error` of a call that never ran because another call's expiry failed the run
-NOT_RUN = "not run"
 
 
 def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
@@ -83,8 +81,6 @@ class ToolCalls:
         self.trace = trace or RunTrace()
         #: tool activities in flight that need no approval
         self.running = 0
-        #: indexes of this turn's calls whose tool activity is in flight
-        self._in_activity: set[int] = set()
         #: calls per call id so far in the run (carried over continue-as-new)
         self.uses = CallUses()
         self._fold = False
@@ -161,55 +157,8 @@ class ToolCalls:
         for task in tasks:
             error = task.exception() if task.done() and not task.cancelled() else None
             if error is not None:
-                if isinstance(error, ApprovalExpired) and adopted(
-                    policies.PATCH_SETTLE_EXPIRED_TURN
-                ):
-                    error.results = await self._settle_expired(calls, screened, tasks)
                 raise error  # the first call's, in the model's order: the run ends
         return [task.result() for task in tasks]
-
-    async def _settle_expired(
-        self,
-        calls: list[dict[str, Any]],
-        screened: list[Event | tuple[str, dict[str, Any], ToolSpec]],
-        tasks: list[asyncio.Task[Event]],
-    ) -> list[Event] | None:
-        """The turn's results when an expired approval fails the run, or None to rewind it.
-
-        Calls still waiting for a person (or for the approval check) are
-        stopped: they did not run. Calls whose tool is running are waited for,
-        and their results kept, with the expired call's answer: `resume` goes
-        on from the recorded batch instead of rewinding it and running the
-        finished calls again. None (the batch is rewound, as before) when a
-        call failed for a reason that is not the tool's.
-        """
-        for index, task in enumerate(tasks):
-            if not task.done() and index not in self._in_activity:
-                task.cancel()
-        await workflow.wait(tasks)
-        results: list[Event] = []
-        for call, item, task in zip(calls, screened, tasks, strict=True):
-            error = None if task.cancelled() else task.exception()
-            if task.cancelled() or isinstance(error, asyncio.CancelledError):
-                name, args = (item.name, item.args) if isinstance(item, Event) else item[:2]
-                results.append(
-                    _answer(
-                        str(name or ""),
-                        call.get("id"),
-                        NOT_RUN,
-                        "Error: the run failed before this call ran (another call's "
-                        "approval expired); it did not run.",
-                        args=args,
-                    )
-                )
-            elif error is None:
-                results.append(task.result())
-            elif isinstance(error, ApprovalExpired) and error.answer is not None:
-                results.append(error.answer)
-            else:
-                return None
-        self._fit(results)
-        return results
 
     @staticmethod
     def _ended(
@@ -356,7 +305,6 @@ class ToolCalls:
             if answered is not None:
                 return answered
         self.running += 1
-        self._in_activity.add(index)
         folded = (
             self.journal.fold(spec.name, spec.mirror, beside=encoded_size(args))
             if self._fold
@@ -422,7 +370,6 @@ class ToolCalls:
             return _answer(name, call_id, error, f"Error: {error}", args=args)
         finally:
             self.running -= 1
-            self._in_activity.discard(index)
         if folded is not None:
             self.journal.confirm(res.mirrored, spec.mirror)
         return Event(
