@@ -12,13 +12,20 @@ long run (see `agentor_temporal.workflows.conversation`).
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
+from agentor_temporal._results import check_input
 from agentor_temporal.store import Event, replay_messages, total_usage
+from agentor_temporal.store.encoding import nesting
 from agentor_temporal.store.replay import replay_base
 from agentor_temporal.workflows.call_uses import CallUses
 from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.payloads import encoded_size
-from agentor_temporal.workflows.policies import INLINE_CONVERSATION_BYTES
+from agentor_temporal.workflows.policies import (
+    INLINE_CONVERSATION_BYTES,
+    MAX_INPUT_DEPTH,
+    MAX_TOKEN_COUNT,
+)
 from agentor_temporal.workflows.types import AgentRunInput
 
 
@@ -42,20 +49,65 @@ def continuation_input(
         max_turns: the new segment's turn budget (None: the agent's).
 
     Raises:
-        ValueError: when the events hold no conversation to continue.
+        ValueError: when the events hold no conversation to continue, or one
+            nested too deeply for a run to take.
     """
     messages = replay_messages(events)
     if not messages:
         raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
+    check_replayed(run_id, messages)
     inp = AgentRunInput(
         agent=agent,
         input=messages,
         max_turns=max_turns,
         event_offset=len(events),
-        prior_usage=asdict(total_usage(events)),
+        prior_usage=prior_usage(events),
         previous_execution=previous,
     )
     return by_reference(inp, events, in_temporal_from) if previous is not None else inp
+
+
+def prior_usage(events: list[Event]) -> dict[str, int]:
+    """The run's token counts so far, as its next segment carries them.
+
+    Counts a worker recorded are already within what the AgentTokens search
+    attribute holds; a log's (damaged, hand-edited, or written with another
+    provider's counts) may be negative or past 2**53, which the run refuses
+    as input: every resume of it failed at its start. Clamped, as the worker
+    clamps a provider's counts.
+    """
+    counts = asdict(total_usage(events))
+    return {name: min(max(count, 0), MAX_TOKEN_COUNT) for name, count in counts.items()}
+
+
+def check_replayed(run_id: str, messages: list[dict[str, Any]]) -> None:
+    """Refuse a replayed conversation no run can take, before anything starts.
+
+    A log edited by hand or written elsewhere can replay to one: nested
+    deeper than a run takes (started, the run would fail at once,
+    `PATCH_INPUT_DEPTH`, or on a worker of an earlier build fail every
+    workflow task on Python's recursion limit), or with an item that is not
+    a chat message (every resume started a segment that failed at once).
+
+    Raises:
+        ValueError: naming the run and the problem.
+    """
+    depth = nesting(messages)
+    if depth > MAX_INPUT_DEPTH:
+        raise ValueError(
+            f"Run {run_id!r} cannot be continued: its conversation nests {depth} levels "
+            f"deep, over the {MAX_INPUT_DEPTH} a run takes. Its events are all kept; start "
+            "a new run from a summary of them."
+        )
+    try:
+        check_input(messages)
+    except ValueError as exc:
+        # each resume would start a segment that fails at once, saying the same
+        raise ValueError(
+            f"Run {run_id!r} cannot be continued: its log replays to messages no run "
+            f"takes ({exc}; a damaged or hand-edited line). Its events are all kept; "
+            "mend that line, or start a new run from a summary of them."
+        ) from None
 
 
 def by_reference(inp: AgentRunInput, events: list[Event], in_temporal_from: int) -> AgentRunInput:

@@ -32,7 +32,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from agentor_temporal._continuing import by_reference
+from agentor_temporal._continuing import by_reference, check_replayed, prior_usage
 from agentor_temporal._results import await_result, check_input, check_turns
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.store import (
@@ -43,7 +43,6 @@ from agentor_temporal.store import (
     is_complete,
     new_run_id,
     replay_messages,
-    total_usage,
     validate_run_id,
 )
 from agentor_temporal.workflows import Segment, TemporalStore
@@ -292,6 +291,7 @@ def fork_input(
     messages = replay_messages(events)
     if not messages:
         raise ValueError(f"Run {point.parent!r} has no recoverable messages; start a new run.")
+    check_replayed(point.parent, messages)
     origin = point.origin
     if input is None and is_complete(events):
         end = final_event(events)
@@ -307,7 +307,7 @@ def fork_input(
         input=messages,
         max_turns=max_turns,
         event_offset=origin.at,
-        prior_usage=dataclasses.asdict(total_usage(events)),
+        prior_usage=prior_usage(events),
         fork=origin,
     )
     if point.in_temporal_from is None:

@@ -35,10 +35,11 @@ from agentor_temporal.store import (
     replay_messages,
     total_usage,
 )
+from agentor_temporal.store.encoding import nesting
 from agentor_temporal.workflows import PausedState, Segment, TemporalStore
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.payloads import encoded_size
-from agentor_temporal.workflows.policies import MAX_REQUEST_BYTES
+from agentor_temporal.workflows.policies import MAX_INPUT_DEPTH, MAX_REQUEST_BYTES
 from agentor_temporal.workflows.redaction import redact
 
 #: how long a caller waits for a worker to answer whether a run is paused
@@ -52,7 +53,8 @@ def check_input(input: Any) -> None:
     """Refuse what cannot start a run: an empty prompt, or a list that is not chat messages.
 
     Raises:
-        ValueError: for an empty prompt or a malformed message list.
+        ValueError: for an empty prompt, a malformed message list, or one nested
+            deeper than a run takes (`MAX_INPUT_DEPTH`).
         TypeError: for anything else.
     """
     if isinstance(input, str):
@@ -65,6 +67,13 @@ def check_input(input: Any) -> None:
         for i, message in enumerate(input):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise ValueError(f"input[{i}] is not a chat message (a dict with a 'role')")
+        depth = nesting(input)
+        if depth > MAX_INPUT_DEPTH:
+            raise ValueError(
+                f"input nests {depth} levels deep, over the {MAX_INPUT_DEPTH} a run takes "
+                "(a list of chat messages is 2 levels deep): flatten it, or pass the "
+                "structure as a JSON string"
+            )
         return
     raise TypeError(
         f"input must be a prompt string or a list of chat messages, not {type(input).__name__}"

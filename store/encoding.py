@@ -67,3 +67,23 @@ def standard_json(value: Any, **options: Any) -> str:
         return text
     # surrogate escapes: maybe only pairs (an emoji is one), maybe a lone half
     return json.dumps(encodable(value), allow_nan=False, **options)
+
+
+def nesting(value: Any) -> int:
+    """How deeply `value` nests lists and dicts (0 for a scalar), without recursing.
+
+    Deep values are the ones this measures: walking them recursively (a copy,
+    an encoder) is what fails on Python's recursion limit.
+    """
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest

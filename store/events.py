@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from agentor_temporal.store.encoding import standard_json
+from agentor_temporal.store.encoding import encodable, standard_json
 
 EventType = Literal[
     "run_start",
@@ -227,8 +227,14 @@ class RunResult:
         return [e for e in self.events if e.type == "tool_call"]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (used by the CLI's `--json`)."""
-        return {
+        """A JSON-ready dict (the CLI's `--json`, the HTTP routes), in standard JSON values.
+
+        As the JSONL log writes them: a non-finite number (a model's `NaN` in
+        a tool call's arguments, which history keeps as it came) is None and
+        a lone surrogate U+FFFD. Strict encoders refuse both: the HTTP routes
+        answered every request for such a run, resume included, with a 500.
+        """
+        data = {
             "run_id": self.run_id,
             "status": self.status,
             "final_output": self.final_output,
@@ -238,3 +244,5 @@ class RunResult:
             "events": [e.to_dict() for e in self.events],
             "pending_approvals": [asdict(p) for p in self.pending_approvals],
         }
+        result: dict[str, Any] = encodable(data)
+        return result

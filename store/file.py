@@ -56,10 +56,12 @@ class FileStore:
     def __init__(self, directory: str | os.PathLike[str] = "runs") -> None:
         self.directory = Path(directory)
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # (file size, event count) per run: counting is on the mirror's hot
+        # (file identity, event count) per run: counting is on the mirror's hot
         # path, and re-parsing a long log on every step is quadratic. Keyed by
-        # size, so a write by another process invalidates it.
-        self._counts: dict[str, tuple[int, int]] = {}
+        # the file's identity (inode, size, mtime), not its size alone: an edit
+        # that keeps the size (a byte damaged, a line rewritten) made the
+        # store count events that no longer load, and never write them again.
+        self._counts: dict[str, tuple[tuple[int, int, int], int]] = {}
         # one lock per run, not per store: runs mirror concurrently, and an
         # fsync of one must not queue behind another's
         self._locks: dict[str, threading.Lock] = {}
@@ -113,22 +115,25 @@ class FileStore:
             yield f
 
     def _write(self, run_id: str, f: BinaryIO, events: list[Event]) -> None:
+        before: tuple[int, int, int] | None = _identity(os.fstat(f.fileno()))
         size = f.seek(0, os.SEEK_END)
         if size > 0:
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
-                size = self._cut_torn_tail(f, self.path(run_id))
+                self._cut_torn_tail(f, self.path(run_id))
+                before = None  # counted afresh: the cut changed the file
         data = b"".join((e.to_json() + "\n").encode("utf-8") for e in events)
         f.write(data)
         f.flush()
         # fsync: a crash is the case this store exists for
         os.fsync(f.fileno())
+        after = _identity(os.fstat(f.fileno()))
         cached = self._counts.get(run_id)
-        if cached is not None and cached[0] == size:
-            self._counts[run_id] = (size + len(data), cached[1] + len(events))
+        if cached is not None and cached[0] == before:
+            self._counts[run_id] = (after, cached[1] + len(events))
         else:
             self._counts.pop(run_id, None)
-        self._written[run_id] = _identity(os.fstat(f.fileno()))
+        self._written[run_id] = after
 
     @staticmethod
     def _cut_torn_tail(f: BinaryIO, path: Path) -> int:
@@ -269,14 +274,14 @@ class FileStore:
     def _count_unlocked(self, run_id: str) -> int:
         path = self.path(run_id)
         try:
-            size = os.stat(path, follow_symlinks=False).st_size
+            identity = _identity(os.stat(path, follow_symlinks=False))
         except FileNotFoundError:
             return 0
         cached = self._counts.get(run_id)
-        if cached is not None and cached[0] == size:
+        if cached is not None and cached[0] == identity:
             return cached[1]
         count = len(self.load(run_id))
-        self._counts[run_id] = (size, count)
+        self._counts[run_id] = (identity, count)
         return count
 
     def list_runs(self) -> list[str]:

@@ -79,7 +79,11 @@ def replay_messages(events: list[Event]) -> list[dict[str, Any]]:
     by_id: dict[Any, list[Event]] = {}
     for event in trailing:
         by_id.setdefault(event.call_id, []).append(event)
-    asked = Counter(c.get("id") for c in (last.calls or []) if c.get("id"))
+    ids = [c.get("id") for c in (last.calls or [])]
+    if any(cid is not None and not isinstance(cid, str) for cid in ids):
+        # an id no result can name (a damaged or foreign log): unanswerable
+        return messages
+    asked = Counter(cid for cid in ids if cid)
     if any(len(by_id.get(cid, [])) < n for cid, n in asked.items()):
         return messages
     messages.append(assistant_message(last.text, last.calls))

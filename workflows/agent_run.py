@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.formatting import call_summary
     from agentor_temporal.workflows.generation import Generation
-    from agentor_temporal.workflows.input_limits import input_problem
+    from agentor_temporal.workflows.input_limits import depth_problem, input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
@@ -346,6 +346,10 @@ class AgentRunWorkflow(Continuing):
             # before any command: a name refused as a search attribute fails
             # the task that sets it. Asked only for such an input, so other
             # runs' histories replay unchanged.
+            # first: measuring the size encodes the input, which a deep one breaks
+            deep = depth_problem(inp) if carry is None else None
+            if deep is not None and adopted(policies.PATCH_INPUT_DEPTH):
+                raise ApplicationError(deep, type="InvalidInput", non_retryable=True)
             problem = input_problem(inp, spec, opening=carry is None)
             if problem is not None and adopted(policies.PATCH_INPUT_LIMITS):
                 raise ApplicationError(problem, type="InvalidInput", non_retryable=True)

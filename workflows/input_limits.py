@@ -18,6 +18,7 @@ whose conversation grew past that still starts, as it did.
 from __future__ import annotations
 
 from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.store.encoding import nesting
 from agentor_temporal.store.events import Usage
 from agentor_temporal.store.replay import initial_messages
 from agentor_temporal.workflows import policies
@@ -44,6 +45,27 @@ def opening_size(inp: AgentRunInput, spec: AgentSpec) -> int:
         size += encoded_size(inp.fork.events)
     size += encoded_size(inp.call_seen) if inp.call_seen else 0
     return size + (encoded_size(inp.call_uses) if inp.call_uses else 0)
+
+
+def depth_problem(inp: AgentRunInput) -> str | None:
+    """Why the segment's opening input nests too deeply to run (None when it does not).
+
+    Measured without recursing, before anything copies or encodes the input:
+    its messages (a resumed conversation's tail) and a fork's copied events.
+    """
+    tail = (inp.conversation or {}).get("tail") if isinstance(inp.conversation, dict) else None
+    parts = [("input", inp.input), ("conversation tail", tail)]
+    if inp.fork is not None:
+        parts.append(('"fork"."events"', inp.fork.events))
+    for what, value in parts:
+        depth = nesting(value)
+        if depth > policies.MAX_INPUT_DEPTH:
+            return (
+                f"The {what} nests {depth} levels deep, over the {policies.MAX_INPUT_DEPTH} "
+                "a run takes (a list of chat messages is 2 levels deep): flatten it, or pass "
+                "the structure as a JSON string."
+            )
+    return None
 
 
 def input_problem(inp: AgentRunInput, spec: AgentSpec, *, opening: bool) -> str | None:

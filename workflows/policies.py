@@ -177,6 +177,13 @@ PATCH_TURN_ARGS_BUDGET = "turn-args-budget"
 #: client's start under 2 MB could still make the `run_start` journal step
 #: larger than 2 MB, and every workflow task failed from then on.
 PATCH_INPUT_LIMITS = "input-limits"
+#: A segment's opening input nested deeper than MAX_INPUT_DEPTH (its messages,
+#: a resumed conversation's tail, a fork's copied events) fails the run at
+#: once, saying so. Before, messages nested ~500 levels deep passed Temporal
+#: and the input checks, and the copy the `run_start` step makes of them hit
+#: Python's recursion limit: every workflow task failed from then on. Asked
+#: only for such an input, so other runs' histories replay unchanged.
+PATCH_INPUT_DEPTH = "input-depth"
 #: A continue-as-new whose input would pass MAX_PAYLOAD_BYTES ends the run,
 #: saying why, instead of failing every workflow task on Temporal's 2 MB limit
 #: (long call ids are counted by digest, and decisions carry no reason, so
@@ -444,6 +451,12 @@ LONG_CALL_ID_CHARS = 64
 #: Token counts a provider reports are taken up to this (AgentTokens is a
 #: 64-bit search attribute; a count past it would fail every workflow task).
 MAX_TOKEN_COUNT = 2**53
+#: Deepest nesting of lists and objects a run takes in its input messages
+#: (the message list is level 1, a message 2). Far above any chat message's
+#: shape, as MAX_ARGUMENT_DEPTH is above any tool's; the workflow copies and
+#: encodes messages recursively, and ~500 levels fail on Python's recursion
+#: limit in every workflow task.
+MAX_INPUT_DEPTH = 100
 #: `local_model_calls`: a request whose messages and unjournaled events come to
 #: more than this goes as an activity, as it would without the option (a
 #: local activity's marker carries its request, in the same workflow task

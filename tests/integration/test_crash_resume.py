@@ -203,6 +203,85 @@ async def test_a_store_only_run_too_large_to_send_whole_is_refused_clearly(
     assert result.status == "completed" and model.request_count == 1
 
 
+async def test_a_store_only_run_nested_too_deep_is_refused_clearly(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """A log whose conversation nests 600 levels: a ValueError naming it, not a wedged run.
+
+    Such a line parses, but the run copies its messages recursively: started,
+    every workflow task failed on Python's recursion limit.
+    """
+    run_id = f"deep-{task_queue}"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    log = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()
+    lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
+    nested: Any = "leaf"
+    for _ in range(600):
+        nested = [nested]
+    lines[1]["messages"][1]["extra"] = nested
+    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
+    )
+    with pytest.raises(ValueError, match=r"cannot be continued: its conversation nests 602 levels"):
+        await agent.aresume(run_id)
+    with pytest.raises(RPCError):  # nothing started
+        await client.get_workflow_handle(run_id).describe()
+    assert model.request_count == 0
+
+
+async def test_a_store_only_run_replaying_to_a_non_message_is_refused_clearly(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """A log whose request holds `{}` as a message: a ValueError naming it, nothing started.
+
+    Before, each resume started a segment that failed at once as InvalidInput,
+    the same way every time.
+    """
+    run_id = f"nonmessage-{task_queue}"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    log = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()
+    lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
+    lines[1]["messages"].append({})
+    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
+    )
+    with pytest.raises(ValueError, match=r"replays to messages no run takes \(input\[2\]"):
+        await agent.aresume(run_id)
+    with pytest.raises(RPCError):  # nothing started
+        await client.get_workflow_handle(run_id).describe()
+    assert model.request_count == 0
+
+
+@pytest.mark.parametrize("tokens", [10**30, -5])
+async def test_a_log_whose_token_counts_no_run_can_carry_is_still_resumed(
+    tokens: int, client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """A log's count past 2**53 or below 0 is clamped, as a provider's is, not refused for good.
+
+    The run refuses such counts in its input (AgentTokens is a 64-bit search
+    attribute): every resume of the log failed at its start, the same way.
+    """
+    run_id = f"tokens-{task_queue}"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    log = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()
+    lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
+    lines[1]["usage"]["total_tokens"] = tokens
+    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
+    )
+
+    result = await agent.aresume(run_id)
+
+    assert result.status == "completed" and result.final_output == ANSWER, result.error
+    assert model.request_count == 1
+
+
 async def test_damaged_log_is_resumed_from_what_is_readable(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:

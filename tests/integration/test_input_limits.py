@@ -30,6 +30,15 @@ LONG_INSTRUCTIONS = "i" * 200_000
 #: The first turn: a call returning 300 KB.
 CALL_PAD = CallTool("pad", {"data": "x", "n": 300_000})
 
+
+def _nested(depth: int) -> Any:
+    """A JSON value `depth` lists deep."""
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 #: name -> (workflow input besides "agent", agent options, what the failure says)
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     # 1.95 MB of prompt after 200 KB of instructions: a 2.15 MB run_start
@@ -77,6 +86,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {"input": "hi", "call_uses": {f"call_{n:06}_{'z' * 20}": 1 for n in range(52_000)}},
         {},
         "The input is too large",
+    ),
+    # copied recursively by the run_start step: past Python's recursion limit
+    "deep_messages": (
+        {"input": [{"role": "user", "content": "hi", "extra": _nested(600)}]},
+        {},
+        "The input nests 602 levels deep, over the 100 a run takes",
     ),
     # quoted whole, twice in one task completion: over gRPC's 4 MB
     "agent_name": ({"input": "hi", "agent": "a" * 1_900_000}, {}, "Unknown agent 'aaaa"),
@@ -142,3 +157,16 @@ async def test_a_plain_client_prompt_under_the_limit_still_runs(
             await unwedged_history(client, handle.id)
             outcome = await asyncio.wait_for(handle.result(), 10)
     assert outcome["status"] == "completed" and outcome["final_output"] == "ok"
+
+
+async def test_the_facade_refuses_messages_nested_too_deep(client: Client, task_queue: str) -> None:
+    """A message list 600 levels deep is a ValueError saying so (was a raw RecursionError)."""
+    with ScriptedModelServer([Reply("ok")]) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        deep = [{"role": "user", "content": "hi", "extra": _nested(600)}]
+        with pytest.raises(ValueError, match="input nests 602 levels deep, over the 100"):
+            await agent.arun(deep)
+        # the control: a message list of ordinary shape runs
+        shallow = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+        assert (await agent.arun(shallow)).final_output == "ok"
+        assert model.request_count == 1

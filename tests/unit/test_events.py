@@ -123,3 +123,14 @@ def test_messages_keep_agentor_key_order_after_a_sorted_round_trip() -> None:
 def test_run_result_defaults() -> None:
     result = RunResult()
     assert str(result) == "" and result.tool_calls == [] and result.usage == Usage()
+
+
+def test_run_result_to_dict_is_standard_json() -> None:
+    """NaN in recorded tool arguments and a lone surrogate come out as the JSONL log has them."""
+    call = Event(type="tool_call", name="f", args={"x": float("nan"), "y": [float("inf")]})
+    result = RunResult(final_output="ok \udcff", events=[call], run_id="r")
+    text = json.dumps(result.to_dict(), allow_nan=False, ensure_ascii=False).encode("utf-8")
+    data = json.loads(text)
+    assert data["events"][0]["args"] == {"x": None, "y": [None]}
+    assert data["events"][0] == json.loads(call.to_json())
+    assert data["final_output"] == "ok \ufffd"

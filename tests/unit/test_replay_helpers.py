@@ -101,3 +101,15 @@ def test_a_call_id_decided_in_one_turn_can_wait_again_in_a_later_one() -> None:
     assert [(e.call_id, e.turn) for e in pending_approvals(events)] == [("call_0", 2)]
     events.append(Event(type="approval_decision", call_id="call_0", turn=2, status="denied"))
     assert pending_approvals(events) == []
+
+
+def test_a_call_id_that_is_not_a_string_rewinds_its_batch() -> None:
+    """A damaged log's call id no result can name (a list) rewinds the batch, never raises."""
+    hi = [{"role": "user", "content": "hi"}]
+    call = {**_call("c"), "id": ["c"]}
+    events = [
+        Event(type="run_start", messages=hi),
+        Event(type="generation", messages=hi, calls=[call]),
+        Event(type="tool_result", call_id="c", result="sunny"),
+    ]
+    assert replay_messages(events) == hi

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentor_temporal.activities.journal import mirror_into
+from agentor_temporal.activities.journal import catch_up, mirror_into
 from agentor_temporal.store import Event, FileStore, MemoryStore
 
 
@@ -131,7 +131,7 @@ def test_list_runs_ignores_foreign_files(tmp_path: Path) -> None:
 
 
 def test_count_notices_writes_by_another_process(tmp_path: Path) -> None:
-    """The cached count is keyed by file size, so an outside append invalidates it."""
+    """The cached count is keyed by the file's identity, so an outside append invalidates it."""
     store = FileStore(tmp_path)
     store.append("r", Event(type="run_start"))
     assert store.count("r") == 1
@@ -139,3 +139,27 @@ def test_count_notices_writes_by_another_process(tmp_path: Path) -> None:
     assert store.count("r") == 2
     os.truncate(tmp_path / "r.jsonl", 0)
     assert store.count("r") == 0
+
+
+def test_count_notices_an_edit_that_keeps_the_size(tmp_path: Path) -> None:
+    """A log damaged in place (same size, later mtime) is counted again, and caught up.
+
+    Keyed by size alone, the count stayed 3 while no line loaded, so catching
+    a finished run's mirror up wrote nothing: the log stayed unreadable.
+    """
+    store = FileStore(tmp_path)
+    events = [
+        Event(type="run_start", agent="A", text="London"),
+        Event(type="message", text="London"),
+        Event(type="run_end", text="London", status="completed"),
+    ]
+    assert mirror_into(store, "r", 0, events) == 3 and store.count("r") == 3
+    path = tmp_path / "r.jsonl"
+    before = os.stat(path)
+    path.write_bytes(path.read_bytes().replace(b"London", b"Lond\xffn"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert os.stat(path).st_size == before.st_size
+    assert store.load("r") == [] and store.count("r") == 0
+
+    assert catch_up(store, "r", events, "A") == 3
+    assert [e.to_dict() for e in store.load("r")] == [e.to_dict() for e in events]
