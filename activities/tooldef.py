@@ -27,7 +27,7 @@ import functools
 import inspect
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, overload
 
 import pydantic
@@ -84,7 +84,7 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
-        requires_approval: bool | Callable[..., bool] = False,
+        requires_approval: bool | Callable[..., bool] | Callable[..., Awaitable[bool]] = False,
         approval_timeout: float | None = None,
         on_approval_timeout: str = "deny",
         timeout: float | None = None,
@@ -160,9 +160,22 @@ class Tool:
         return {k: getattr(parsed, k) for k in type(parsed).model_fields}
 
     def needs_approval(self, args: dict[str, Any]) -> bool:
-        """Whether this call waits for a person (predicates see the arguments)."""
+        """Whether this call waits for a person (a sync predicate sees the arguments).
+
+        Raises:
+            TypeError: when the predicate answers with an awaitable (an async
+                predicate is awaited by `asks_person`).
+        """
         if callable(self.requires_approval):
-            return bool(self.requires_approval(**args))
+            answer = self.requires_approval(**args)
+            if inspect.isawaitable(answer):
+                if inspect.iscoroutine(answer):
+                    answer.close()  # never awaited: no warning about it
+                raise TypeError(
+                    f"the approval predicate of {self.name} answered with an awaitable; "
+                    "define it with `async def` to have it awaited"
+                )
+            return bool(answer)
         return bool(self.requires_approval)
 
     async def asks_person(
@@ -184,7 +197,11 @@ class Tool:
         """
         if not callable(self.requires_approval):
             return bool(self.requires_approval)
-        asked = functools.partial(self.needs_approval, self.validate(args))
+        kwargs = self.validate(args)
+        if inspect.iscoroutinefunction(self.requires_approval):
+            # an async predicate awaits its lookups: it runs on the loop
+            return bool(await _bounded(_contained(self.requires_approval(**kwargs)), timeout))
+        asked = functools.partial(self.needs_approval, kwargs)
         return bool(await _in_thread(threads or _default_threads(), asked, timeout))
 
     async def call(
@@ -360,7 +377,7 @@ def function_tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    requires_approval: bool | Callable[..., bool] = False,
+    requires_approval: bool | Callable[..., bool] | Callable[..., Awaitable[bool]] = False,
     approval_timeout: float | None = None,
     on_approval_timeout: str = "deny",
     timeout: float | None = None,
@@ -375,7 +392,7 @@ def function_tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    requires_approval: bool | Callable[..., bool] = False,
+    requires_approval: bool | Callable[..., bool] | Callable[..., Awaitable[bool]] = False,
     approval_timeout: float | None = None,
     on_approval_timeout: str = "deny",
     timeout: float | None = None,
@@ -389,7 +406,8 @@ def function_tool(
         name: tool name; defaults to the function's name.
         description: defaults to the docstring's summary.
         requires_approval: True to make every call wait for `approve`/`deny`,
-            or a predicate over the call's arguments (e.g. amount > 1000).
+            or a predicate over the call's arguments (e.g. amount > 1000),
+            plain or `async def`.
         approval_timeout: seconds a person has to decide; None waits forever.
         on_approval_timeout: "deny" (answer the model with a denial) or
             "fail" (end the run) when the approval timeout expires.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 import pytest
@@ -111,6 +112,35 @@ async def test_an_approval_predicate_runs_beside_the_loop_and_is_given_up_on_whe
     with pytest.raises(ToolTimedOut, match="timed out after 0.2 s"):
         await tool.asks_person({"amount": 11}, timeout=0.2)
     answer.set()
+
+
+async def test_an_async_approval_predicate_is_awaited(recwarn: pytest.WarningsRecorder) -> None:
+    """Not taken for "ask a person" because a coroutine is truthy, nor left never awaited."""
+
+    def transfer(amount: int) -> str:
+        """Moves money."""
+        return "ok"
+
+    async def over(amount: int) -> bool:
+        await asyncio.sleep(0)
+        return amount > 10
+
+    async def stuck(amount: int) -> bool:
+        await asyncio.Event().wait()
+        return True
+
+    tool = function_tool(requires_approval=over)(transfer)
+    assert await tool.asks_person({"amount": 5}, timeout=10) is False
+    assert await tool.asks_person({"amount": 11}, timeout=10) is True
+    slow = function_tool(requires_approval=stuck)(transfer)
+    with pytest.raises(ToolTimedOut, match="timed out after 0.2 s"):
+        await slow.asks_person({"amount": 11}, timeout=0.2)
+    # a sync predicate handing back a coroutine is an error (the caller asks a person)
+    odd = function_tool(requires_approval=lambda amount: over(amount))(transfer)
+    with pytest.raises(TypeError, match="define it with `async def`"):
+        await odd.asks_person({"amount": 5}, timeout=10)
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
 
 
 async def test_async_tools_are_awaited() -> None:
