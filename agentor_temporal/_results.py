@@ -47,6 +47,11 @@ from agentor_temporal.workflows.redaction import redact
 PAUSED_QUERY_TIMEOUT = timedelta(seconds=5)
 #: how often a run that refuses more updates is asked again by query
 UPDATES_REFUSED_POLL = 1.0
+#: how long a pause's result waits for the pause's events to reach history. A
+#: worker whose step that journals them outlasts its workflow task's heartbeat
+#: (~8 s: a slow store, a busy machine) reports the pause with that heartbeat,
+#: before they are there
+PAUSE_RECORD_PATIENCE = 60.0
 
 
 def check_input(input: Any) -> None:
@@ -282,6 +287,7 @@ async def await_result(
     segments = await TemporalStore(client).segments(run_id)
     events = await events_of(segments)
     if paused is not None:
+        segments, events = await _with_pause(client, run_id, paused, segments, events, events_of)
         # the execution that paused: a pause ends no execution, so it is the latest
         execution = segments[-1].execution_run_id if segments else None
         return RunResult(
@@ -296,6 +302,32 @@ async def await_result(
             ],
         )
     return result_from(run_id, events, outcome, failure)
+
+
+async def _with_pause(
+    client: Client,
+    run_id: str,
+    paused: PausedState,
+    segments: list[Segment],
+    events: list[Event],
+    events_of: Callable[[list[Segment]], Awaitable[list[Event]]],
+) -> tuple[list[Segment], list[Event]]:
+    """The run's segments and log once history holds the pause's approval requests.
+
+    Read again until then (within `PAUSE_RECORD_PATIENCE`): a result built
+    before lacked the turn's events, its generation's usage among them.
+    """
+    asked = {(p.get("call_id"), p.get("turn")) for p in paused.pending}
+    deadline = asyncio.get_running_loop().time() + PAUSE_RECORD_PATIENCE
+    delay = 0.05
+    while not asked <= {(e.call_id, e.turn) for e in events if e.type == "approval_request"}:
+        if asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
+        segments = await TemporalStore(client).segments(run_id)
+        events = await events_of(segments)
+    return segments, events
 
 
 async def _wait_paused(

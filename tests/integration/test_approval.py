@@ -18,7 +18,14 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
-from agentor_temporal import AgentorPlugin, FileStore, TemporalStore, function_tool
+from agentor_temporal import (
+    AgentorPlugin,
+    Event,
+    FileStore,
+    MemoryStore,
+    TemporalStore,
+    function_tool,
+)
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision
@@ -771,3 +778,32 @@ async def test_a_decision_that_arrives_with_the_approval_timeout_stands(
     decision = next(e for e in result.events if e.type == "approval_decision")
     assert (decision.status, decision.result) == ("approved", "alice")
     assert [line.split()[0] for line in ledger_lines(ledger)].count("transfer") == 1
+
+
+class SlowStore(MemoryStore):
+    """A store whose write of an approval request outlasts a workflow task's heartbeat."""
+
+    def append(self, run_id: str, event: Event) -> None:
+        if event.type == "approval_request":
+            # the journal step holding it runs past 4 s (80% of the 5 s task
+            # timeout): the worker completes the task by heartbeat meanwhile
+            time.sleep(6)
+        super().append(run_id, event)
+
+
+async def test_a_pause_reported_before_its_events_reach_history_still_returns_them(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """The worker answers that the run paused with its task's heartbeat, while the step that
+    puts the turn's events in history still runs; `run()`'s result waits for them (before:
+    it came back without the generation, its usage 0)."""
+    script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"), Reply("Paid.")]
+    with ScriptedModelServer(script) as model:
+        agent = approval_agent(model, client, task_queue, ledger, store=SlowStore())
+        paused = await asyncio.wait_for(agent.arun("Pay bob 5."), 60)  # type: ignore[attr-defined]
+        assert paused.status == "awaiting_approval"
+        assert [p.call_id for p in paused.pending_approvals] == ["call_pay"]
+        assert paused.usage.total_tokens > 0
+        types = [e.type for e in paused.events]
+        assert types[:2] == ["run_start", "generation"] and "approval_request" in types
+        await client.get_workflow_handle(paused.run_id).terminate("test over")
