@@ -20,7 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
-from agentor_temporal import TemporalStore, function_tool, tool_context
+from agentor_temporal import Agentor, TemporalStore, function_tool, tool_context
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow, policies
@@ -38,6 +38,37 @@ async def _executions(client: Client, run_id: str) -> list[WorkflowHistory]:
         await client.get_workflow_handle(run_id, run_id=s.execution_run_id).fetch_history()
         for s in segments
     ]
+
+
+def _agent(
+    model: ScriptedModelServer, client: Client, task_queue: str, tool: Any, **kwargs: Any
+) -> Agentor:
+    """The run's agent with one tool, served by the test's own worker."""
+    return weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        embedded_worker=False,
+        tools=[tool],
+        **kwargs,
+    )
+
+
+def _looking() -> tuple[Any, dict[str, str]]:
+    """A tool that looks, and the idempotency key of each look by "turn-n"."""
+    keys: dict[str, str] = {}
+
+    @function_tool
+    def look(n: int) -> str:
+        """Look once.
+
+        Args:
+            n: Which look.
+        """
+        keys[f"{tool_context().turn}-{n}"] = tool_context().idempotency_key
+        return "seen"
+
+    return look, keys
 
 
 def _carry_sizes(histories: list[WorkflowHistory]) -> list[int]:
@@ -60,17 +91,7 @@ async def test_long_call_ids_are_counted_by_digest_across_continue_as_new(
     continue-as-new passed 2 MB.
     """
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", BUDGET)
-    keys: dict[str, str] = {}
-
-    @function_tool
-    def look(n: int) -> str:
-        """Look once.
-
-        Args:
-            n: Which look.
-        """
-        keys[f"{tool_context().turn}-{n}"] = tool_context().idempotency_key
-        return "seen"
+    look, keys = _looking()
 
     def long_id(turn: int, n: int) -> str:
         return f"{turn}-{n}-" + "c" * 40_000
@@ -80,13 +101,7 @@ async def test_long_call_ids_are_counted_by_digest_across_continue_as_new(
     ]
     script += [CallTool("look", {"n": 0}, id=long_id(0, 0)), Reply("Looked.")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[look],
-        )
+        agent = _agent(model, client, task_queue, look)
         async with build_worker(client, [agent], task_queue=task_queue):
             handle = await client.start_workflow(
                 policies.WORKFLOW_TYPE,
@@ -125,13 +140,7 @@ async def test_decisions_with_long_reasons_are_carried_without_them(
     reason = "r" * policies.MAX_DECISION_BYTES
     name = "\U0001f600" * (policies.MAX_DECISION_BYTES // 12)  # 12 bytes each, encoded
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[transfer_tool()],
-        )
+        agent = _agent(model, client, task_queue, transfer_tool())
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Pay bob twenty times."), 30)
             assert paused.status == "awaiting_approval" and len(paused.pending_approvals) == 20
@@ -164,13 +173,7 @@ async def test_a_carry_over_its_limit_ends_the_run_saying_why(
     monkeypatch.setattr(policies, "MAX_PAYLOAD_BYTES", 100_000)
     script = [CallTool("pad", {"data": "x", "n": 200_000}), Reply("never asked")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[pad],
-        )
+        agent = _agent(model, client, task_queue, pad)
         async with build_worker(client, [agent], task_queue=task_queue):
             result = await asyncio.wait_for(agent.arun("Pad once."), 30)
         assert model.request_count == 1
@@ -207,13 +210,7 @@ async def test_decisions_carried_stay_bounded_however_many_turns_are_decided(
     script.append(Reply("Paid."))
     name = "\U0001f600" * (policies.MAX_DECISION_BYTES // 12)
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[transfer_tool()],
-        )
+        agent = _agent(model, client, task_queue, transfer_tool())
         async with build_worker(client, [agent], task_queue=task_queue):
             result = await asyncio.wait_for(agent.arun("Pay bob, a lot."), 30)
             run_id = str(result.run_id)
@@ -249,17 +246,7 @@ async def test_many_unique_call_ids_are_carried_in_a_fixed_size(
     monkeypatch.setattr(policies, "MAX_PAYLOAD_BYTES", 60_000)
     monkeypatch.setattr(policies, "CARRIED_USES_BYTES", 10_000, raising=False)
     monkeypatch.setattr(policies, "CALL_IDS_SEEN_BITS", 1 << 16, raising=False)
-    keys: dict[str, str] = {}
-
-    @function_tool
-    def look(n: int) -> str:
-        """Look once.
-
-        Args:
-            n: Which look.
-        """
-        keys[f"{tool_context().turn}-{n}"] = tool_context().idempotency_key
-        return "seen"
+    look, keys = _looking()
 
     def unique(turn: int, n: int) -> str:
         return f"call_{turn}_{n}_".ljust(60, "u")
@@ -271,13 +258,7 @@ async def test_many_unique_call_ids_are_carried_in_a_fixed_size(
     ]
     script += [CallTool("look", {"n": 0}, id=unique(0, 7)), Reply("Looked.")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[look],
-        )
+        agent = _agent(model, client, task_queue, look)
         async with build_worker(client, [agent], task_queue=task_queue):
             result = await asyncio.wait_for(agent.arun("Look a lot."), 120)
     assert result.status == "completed", result.error
@@ -302,17 +283,7 @@ async def test_resuming_a_run_of_many_unique_call_ids_sends_them_in_a_fixed_size
     payload and it failed at once. (Scaled down: 300 calls, the limit
     lowered to 15 kB for the resume, compaction from 5 kB.)
     """
-    keys: dict[str, str] = {}
-
-    @function_tool
-    def look(n: int) -> str:
-        """Look once.
-
-        Args:
-            n: Which look.
-        """
-        keys[f"{tool_context().turn}-{n}"] = tool_context().idempotency_key
-        return "seen"
+    look, keys = _looking()
 
     def unique(turn: int, n: int) -> str:
         return f"call_{turn}_{n}_".ljust(60, "u")
@@ -326,14 +297,7 @@ async def test_resuming_a_run_of_many_unique_call_ids_sends_them_in_a_fixed_size
         Reply("Looked."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[look],
-            max_turns=3,
-        )
+        agent = _agent(model, client, task_queue, look, max_turns=3)
         async with build_worker(client, [agent], task_queue=task_queue):
             first = await asyncio.wait_for(agent.arun("Look a lot."), 60)
             assert first.status == "max_turns", first.error
