@@ -99,6 +99,13 @@ TOOL_RETRY_POLICY = RetryPolicy(
 #: turn, for ever. Counted from the second attempt on (see
 #: `activities/_starts.py`), so a call is started at most this plus one times.
 LOST_TOOL_STARTS = 2
+#: Sends of one model request lost with their worker (after the first) after
+#: which it is not sent again: the run fails saying so, and `resume` continues
+#: it. A request whose worker dies every time (killed for its memory on a huge
+#: body, a crash in native code) would otherwise be sent by every worker of a
+#: fleet in turn, for ever, each send a paid request. Counted as for tools
+#: (`activities/_starts.py`): a request is sent at most this plus one times.
+LOST_MODEL_STARTS = 2
 
 #: Heartbeat cadence of long activities, on the server's clock. Every
 #: heartbeat is a write on the server, so the first comes only after this
