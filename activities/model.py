@@ -29,7 +29,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from agentor_temporal.activities import _redact
+from agentor_temporal.activities import _redact, _starts
 from agentor_temporal.activities._definition import definition_for
 from agentor_temporal.activities._errors import (
     instead_of_cancel,
@@ -181,19 +181,16 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
     started = time.time()
     try:
         async with heartbeating():
-            messages, encoded = await _conversation(inp)
+            # after the beats hold what this attempt received: they must not erase the count
+            starts = await _starts.begin(policies.LOST_MODEL_STARTS)
+            if starts.lost >= policies.LOST_MODEL_STARTS:
+                raise _lost(inp, starts.lost)
             try:
-                request, encoded = prepared_request(inp, messages, encoded, agent.client_options)
-            except Exception as exc:
-                raise internal_error("building the model request", exc, _redact.clean) from None
-            if inp.stream_text:
-                from agentor_temporal.activities.streaming import stream_with_deltas
-
-                result = await stream_with_deltas(
-                    client, request, inp, create=lambda r: create(client, r, encoded)
-                )
-            else:
-                result = parse_reply(await create(client, request, encoded))
+                result = await _ask(client, agent, inp)
+            except BaseException:
+                # an answer (an error to retry, a handback): not lost with its worker
+                await _starts.end(starts)
+                raise
     except ApplicationError:
         raise
     except asyncio.CancelledError:
@@ -248,6 +245,47 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             non_retryable=True,
         )
     return result
+
+
+async def _ask(client: Any, agent: Any, inp: GenerateInput) -> GenerateResult:
+    """The model's reply to the request `inp` describes, sent once."""
+    messages, encoded = await _conversation(inp)
+    try:
+        request, encoded = prepared_request(inp, messages, encoded, agent.client_options)
+    except Exception as exc:
+        raise internal_error("building the model request", exc, _redact.clean) from None
+    if inp.stream_text:
+        from agentor_temporal.activities.streaming import stream_with_deltas
+
+        return await stream_with_deltas(
+            client, request, inp, create=lambda r: create(client, r, encoded)
+        )
+    return parse_reply(await create(client, request, encoded))
+
+
+def _lost(inp: GenerateInput, lost: int) -> ApplicationError:
+    """The run fails: each of the request's last sends lost its worker (see `_starts`)."""
+    logger.error(
+        "Model request of turn %d in run %s lost its worker in each of its last %d sends; "
+        "not sent again",
+        inp.turn,
+        inp.run_id,
+        lost + 1,
+    )
+    return ApplicationError(
+        f"The model request of turn {inp.turn} was sent {lost + 1} times and never answered: "
+        "each time, the worker sending it stopped answering (its process died, e.g. killed "
+        "for running out of memory on a large request or reply, or it held the GIL past the "
+        "heartbeat timeout). It was not sent again, since each send is a paid request; the "
+        "run failed here. Find what kills the worker (its logs, the kernel's OOM messages), "
+        "then resume(run_id) continues the run from this turn.",
+        type=LOST_MODEL_CALL,
+        non_retryable=True,
+    )
+
+
+#: Error type of a model request not sent again because its sends kept losing their worker.
+LOST_MODEL_CALL = "ModelCallLost"
 
 
 #: Deepest nesting of a tool call's arguments passed on. Far above any tool's

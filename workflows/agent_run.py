@@ -278,7 +278,7 @@ class AgentRunWorkflow(Continuing):
             try:
                 results = await self._run_tools(seg, gen.calls, turn, failures.disabled)
             except (ApprovalExpired, CallFailed) as exc:
-                if isinstance(exc, ApprovalExpired) and exc.results is not None:
+                if exc.results is not None:
                     # what the calls did stays: resume goes on after them
                     for event in exc.results:
                         event.turn = turn

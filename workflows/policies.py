@@ -99,6 +99,13 @@ TOOL_RETRY_POLICY = RetryPolicy(
 #: turn, for ever. Counted from the second attempt on (see
 #: `activities/_starts.py`), so a call is started at most this plus one times.
 LOST_TOOL_STARTS = 2
+#: Sends of one model request lost with their worker (after the first) after
+#: which it is not sent again: the run fails saying so, and `resume` continues
+#: it. A request whose worker dies every time (killed for its memory on a huge
+#: body, a crash in native code) would otherwise be sent by every worker of a
+#: fleet in turn, for ever, each send a paid request. Counted as for tools
+#: (`activities/_starts.py`): a request is sent at most this plus one times.
+LOST_MODEL_STARTS = 2
 
 #: Heartbeat cadence of long activities, on the server's clock. Every
 #: heartbeat is a write on the server, so the first comes only after this
@@ -230,7 +237,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 10
+BEHAVIOUR = 11
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -338,6 +345,16 @@ CALL_IDS_SEEN_HASHES = 4
 #: the model asked for them again, and they ran twice; a call still running
 #: was left to finish with its result dropped.
 EXPIRY_KEEPS_CALLS = 10
+#: From this level a turn in which a call fails for a reason that is not the
+#: tool's (`CallFailed`: no worker with the run's definition within
+#: DEFINITION_PATIENCE, an internal error) ends as one an expired approval
+#: fails: calls waiting for a person are answered as not run, calls running
+#: are waited for, and the failed call is answered that it may or may not
+#: have run; every result is recorded before the `run_end`. Before, the run
+#: ended without the results of the calls that had finished, so `resume`
+#: rewound the turn and ran them again (a transfer made twice). A turn in
+#: which no call ran to an answer of its own is still rewound.
+FAILURE_KEEPS_CALLS = 11
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"

@@ -32,7 +32,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import CallToolInput, CallToolResult
-from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
+from agentor_temporal.workflows.approvals import NOT_RUN, ApprovalExpired, Approvals
 from agentor_temporal.workflows.call_uses import CallUses, use_key
 from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.journaling import Journal
@@ -43,7 +43,17 @@ from agentor_temporal.workflows.versions import adopted, level
 
 
 class CallFailed(Exception):
-    """A tool call failed for a reason that is not the tool's: the run ends, saying so."""
+    """A tool call failed for a reason that is not the tool's: the run ends, saying so.
+
+    `answer` is the call's `tool_result` should its turn be kept; `results`
+    (from `policies.FAILURE_KEEPS_CALLS`) every call's of the turn, in the
+    model's order, for the run to record before it ends.
+    """
+
+    def __init__(self, message: str, answer: Event | None = None) -> None:
+        super().__init__(message)
+        self.answer = answer
+        self.results: list[Event] | None = None
 
 
 class TurnCancelled(asyncio.CancelledError):
@@ -62,11 +72,29 @@ class TurnCancelled(asyncio.CancelledError):
 
 #: `error` of the result answering a call the run's cancel stopped
 STOPPED = "cancelled"
+#: `error` of the result answering a call that failed for a reason not the tool's (`CallFailed`)
+CALL_FAILED = "call failed"
 
 
 def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
     return Event(
         type="tool_result", name=name, call_id=call_id, error=error, result=result, **extra
+    )
+
+
+def _unsure(name: str, call_id: Any, message: str, args: dict[str, Any]) -> Event:
+    """The answer to a call that failed for a reason not the tool's, should its turn be kept.
+
+    The model reads it only once the run is resumed: the call may have run
+    (its worker was lost mid-call) or not (no worker could take it).
+    """
+    return _answer(
+        name,
+        call_id,
+        CALL_FAILED,
+        f"Error: {message} The run stopped there; this call may or may not have run, "
+        "so check before you call it again.",
+        args=args,
     )
 
 
@@ -144,15 +172,11 @@ class ToolCalls:
         """
         try:
             await workflow.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            expired = self._first_error(tasks)
-            if (
-                isinstance(expired, ApprovalExpired)
-                and level() >= policies.EXPIRY_KEEPS_CALLS
-                and not all(task.done() for task in tasks)
-            ):
+            failed = self._first_error(tasks)
+            if self._keeps_calls(failed) and not all(task.done() for task in tasks):
                 # the run fails, but what its calls did is kept: none waits for a
                 # person any more, and the ones running are waited for
-                self.approvals.end_waiting(str(expired))
+                self.approvals.end_waiting(str(failed))
                 await workflow.wait(tasks)
         except asyncio.CancelledError:
             # each call's activity is asked to stop, and answers once its
@@ -169,9 +193,16 @@ class ToolCalls:
         error = self._first_error(tasks)
         if error is None:
             return [task.result() for task in tasks]
-        if isinstance(error, ApprovalExpired) and level() >= policies.EXPIRY_KEEPS_CALLS:
-            error.results = self._expired_turn(tasks)
+        if isinstance(error, (ApprovalExpired, CallFailed)) and self._keeps_calls(error):
+            error.results = self._failed_turn(tasks)
         raise error  # the first call's, in the model's order: the run ends
+
+    @staticmethod
+    def _keeps_calls(error: BaseException | None) -> bool:
+        """Whether the run records its turn's results before `error` ends it."""
+        if isinstance(error, ApprovalExpired):
+            return level() >= policies.EXPIRY_KEEPS_CALLS
+        return isinstance(error, CallFailed) and level() >= policies.FAILURE_KEEPS_CALLS
 
     @staticmethod
     def _first_error(tasks: list[asyncio.Task[Event]]) -> BaseException | None:
@@ -183,21 +214,35 @@ class ToolCalls:
         return None
 
     @classmethod
-    def _expired_turn(cls, tasks: list[asyncio.Task[Event]]) -> list[Event] | None:
-        """Every call's result of a turn an expired approval fails, or None to rewind it.
+    def _failed_turn(cls, tasks: list[asyncio.Task[Event]]) -> list[Event] | None:
+        """Every call's result of a turn that fails its run, or None to rewind it.
 
-        None when a call failed for a reason that is not the tool's (it may
-        or may not have run: resume rewinds, as after a lost worker).
+        An expired approval's call is answered as not approved; from
+        `policies.FAILURE_KEEPS_CALLS` a call that failed for a reason not the
+        tool's is answered that it may or may not have run (before, such a
+        call rewound the turn, and resume ran its finished siblings again),
+        and a turn in which no call ran to an answer of its own is rewound.
         """
         results: list[Event] = []
+        kept = False
         for task in tasks:
             error = task.exception()
             if isinstance(error, ApprovalExpired) and error.answer is not None:
+                results.append(error.answer)
+                kept = True  # as before FAILURE_KEEPS_CALLS: the expiry is the turn's answer
+            elif (
+                isinstance(error, CallFailed)
+                and error.answer is not None
+                and level() >= policies.FAILURE_KEEPS_CALLS
+            ):
                 results.append(error.answer)
             elif error is not None:
                 return None
             else:
                 results.append(task.result())
+                kept = kept or task.result().error != NOT_RUN
+        if not kept:
+            return None
         cls._fit(results)
         return results
 
@@ -224,6 +269,14 @@ class ToolCalls:
                 # cancelled while the calls beside an expired approval ended
                 results.append(error.answer)
                 continue
+            if (
+                isinstance(error, CallFailed)
+                and error.answer is not None
+                and level() >= policies.FAILURE_KEEPS_CALLS
+            ):
+                # cancelled while the calls beside one no worker could run ended
+                results.append(error.answer)
+                continue
             if error is not None and not isinstance(error, asyncio.CancelledError):
                 return None
             if not task.cancelled() and error is None:
@@ -241,7 +294,7 @@ class ToolCalls:
                     args=args,
                 )
             )
-        if all(event.error == STOPPED for event in results):
+        if all(event.error in (STOPPED, CALL_FAILED) for event in results):
             return None
         return results
 
@@ -412,9 +465,10 @@ class ToolCalls:
             if adopted(policies.PATCH_MACHINERY_NOT_AN_ANSWER):
                 # not the tool's outcome (its own errors come back as results):
                 # the run stops rather than tell the model something untrue
-                raise CallFailed(
+                message = (
                     f"The call {call_summary(name, args)} could not run: {failure_message(exc)}"
-                ) from None
+                )
+                raise CallFailed(message, _unsure(name, call_id, message, args)) from None
             error = f"Tool call failed: {failure_message(exc)}"
             return _answer(name, call_id, error, f"Error: {error}", args=args)
         finally:

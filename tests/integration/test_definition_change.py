@@ -23,10 +23,11 @@ from temporalio.client import Client, WorkflowFailureError
 
 from agentor_temporal import Agentor, TemporalStore
 from agentor_temporal.streaming import RunFailedError
-from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.tool_calls import CALL_FAILED
 
 from helpers import ledger_lines, transfer_tool, weather_or_transfer, weather_tool
 
@@ -167,3 +168,49 @@ async def test_a_segment_started_for_another_definition_fails_at_its_start(
     assert status == "failed" and error is not None
     assert "built differently" in error
     assert requests == 0 and ledger_lines(new_ledger) == []
+
+
+def pay_and_look(request: dict[str, Any]) -> Any:
+    """A model asking for a transfer (needs approval) and the weather in one turn, until it
+    has their answers."""
+    messages = request.get("messages") or []
+    if messages and messages[-1].get("role") == "tool":
+        return Reply("Looked it up; the transfer could not be made.")
+    return [
+        CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"),
+        CallTool("get_weather", {"city": "Paris"}, id="call_wx"),
+    ]
+
+
+async def test_a_call_that_finds_no_worker_built_as_the_run_keeps_its_finished_siblings(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run ended by a call no worker could run (CallFailed) records the results of the calls
+    beside it that finished, so resume runs none of them again."""
+    monkeypatch.setattr(policies, "DEFINITION_PATIENCE", timedelta(seconds=3))
+    old_ledger, new_ledger = str(tmp_path / "old.txt"), str(tmp_path / "new.txt")
+    with ScriptedModelServer(pay_and_look) as model:
+        old = banker(model, task_queue, client, old_ledger)
+        new = banker(model, task_queue, client, new_ledger, model="other-model")
+        old_client = await Client.connect(temporal_address)
+        async with build_worker(old_client, [old], task_queue=task_queue):
+            paused = await old.arun("Pay bob 5 and look up Paris", run_id=uuid.uuid4().hex)
+        assert paused.status == "awaiting_approval", paused.error
+        assert [line.split()[0] for line in ledger_lines(old_ledger)] == ["get_weather"]
+        async with build_worker(client, [new], task_queue=task_queue):
+            await old.aapprove(paused.run_id, "call_pay")
+            outcome = await asyncio.wait_for(client.get_workflow_handle(paused.run_id).result(), 60)
+        assert outcome["status"] == "failed" and "built differently" in outcome["error"]
+        events = await TemporalStore(client).aload(paused.run_id)
+        answers = {e.call_id: e.error for e in events if e.type == "tool_result"}
+        assert answers == {"call_pay": CALL_FAILED, "call_wx": None}, answers
+        assert events[-1].type == "run_end" and events[-1].error == outcome["error"]
+        async with build_worker(old_client, [old], task_queue=task_queue):
+            resumed = await asyncio.wait_for(old.aresume(paused.run_id), 60)
+    assert resumed.status == "completed", resumed.error
+    assert [line.split()[0] for line in ledger_lines(old_ledger)] == ["get_weather"]
+    assert ledger_lines(new_ledger) == []

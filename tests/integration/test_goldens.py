@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.segment import canonical
+from agentor_temporal.workflows.tool_calls import CALL_FAILED
 
 from helpers import cancel_once_asked, pad, transfer_tool, until, weather_agent, weather_tool
 from sandbox_probe import SandboxProbe
@@ -477,6 +479,69 @@ EXPIRED_TURN: Scenario = (
     20,
 )
 
+
+async def _failed_call_turn(agent: Agentor) -> str:
+    """A worker built as the run runs its lookup and leaves; the approved transfer then finds
+    only a worker built differently, and fails the run (CallFailed)."""
+    client = await agent._client()
+    address = client.service_client.config.target_host
+    queue = f"{agent.task_queue}-changed"
+
+    def built(instructions: str) -> Agentor:
+        return weather_agent(
+            base_url=str(agent.definition.base_url),
+            task_queue=queue,
+            temporal=client,
+            tools=[transfer_tool(), weather_tool()],
+            embedded_worker=False,
+            instructions=instructions,
+        )
+
+    old, new = built("Pay, then say so."), built("Pay fast.")
+    # a client each: a worker's plugin is configured on its client
+    async with build_worker(
+        await Client.connect(address),
+        [old],
+        task_queue=queue,
+        unsandboxed_workflow_runner=SANDBOXED,
+    ):
+        paused = await old.arun("Pay bob and look up Oslo.")
+    assert paused.status == "awaiting_approval", paused
+    patience = policies.DEFINITION_PATIENCE
+    policies.DEFINITION_PATIENCE = timedelta(seconds=2)
+    try:
+        async with build_worker(
+            await Client.connect(address),
+            [new],
+            task_queue=queue,
+            unsandboxed_workflow_runner=SANDBOXED,
+        ):
+            await old.aapprove(paused.run_id, "c_pay")
+            outcome = await client.get_workflow_handle(paused.run_id).result()
+    finally:
+        policies.DEFINITION_PATIENCE = patience
+    assert outcome["status"] == "failed", outcome
+    events = await TemporalStore(client).aload(paused.run_id)
+    results = {e.call_id: e.error for e in events if e.type == "tool_result"}
+    assert results == {"c_pay": CALL_FAILED, "c_wx": None}, results
+    return str(paused.run_id)
+
+
+#: A call failing for a reason not the tool's (policies.FAILURE_KEEPS_CALLS): the turn's
+#: finished call is recorded, and the failed one answered, before the run ends.
+FAILED_CALL_TURN: Scenario = (
+    [
+        [
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="c_pay"),
+            CallTool("get_weather", {"city": "Oslo"}, id="c_wx"),
+        ],
+        Reply("never asked"),
+    ],
+    lambda: [transfer_tool(), weather_tool()],
+    _failed_call_turn,
+    20,
+)
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -547,6 +612,8 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_9_denials_history": DENIALS,
     # recorded at level 10: an expired approval that fails the run keeps its turn's results
     "behaviour_10_expired_turn_history": EXPIRED_TURN,
+    # recorded at level 11: a call no worker could run fails the run, its turn's results kept
+    "behaviour_11_failed_call_turn_history": FAILED_CALL_TURN,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

@@ -11,15 +11,19 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 
 from agentor_temporal import Agentor, AgentorPlugin, FileStore, TemporalStore
-from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Fail, Hang, Reply, ScriptedModelServer
+from agentor_temporal.workflow import run_agent
 
-from helpers import ROOT, until
+from helpers import ROOT, ledger_lines, until, weather_agent, weather_tool
 
 sys.path.insert(0, str(ROOT / "examples"))
 
@@ -254,3 +258,82 @@ def test_a_worker_imports_what_a_model_call_needs_when_built_not_when_it_runs(
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.split() == ["False", "True"]
+
+
+@workflow.defn(sandboxed=False)
+class TwoAgentsWorkflow:
+    """Two agent runs side by side (the second once signalled `go`); the workflow fails when
+    the second one does."""
+
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.signal
+    def start_second(self) -> None:
+        self.go = True
+
+    @workflow.run
+    async def run(self, name: str) -> str:
+        wid = workflow.info().workflow_id
+        looking = asyncio.ensure_future(
+            run_agent(name, "Look up Oslo and Rome.", run_id=f"{wid}-look")
+        )
+        await workflow.wait_condition(lambda: self.go)
+        failing = await run_agent(name, "Break.", run_id=f"{wid}-break")
+        if failing.status != "completed":
+            raise ApplicationError(f"the other agent failed: {failing.error}", non_retryable=True)
+        return str((await looking).final_output)
+
+
+async def test_a_parent_failing_on_another_agents_model_error_keeps_its_agents_finished_calls(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A workflow that fails because one agent run failed on a model error cancels the agent run
+    beside it mid-turn: that run records what its calls did, so its resume runs none again."""
+
+    def script(request: dict[str, Any]) -> Any:
+        messages = request.get("messages") or []
+        if messages[-1].get("role") == "tool":
+            return Reply("Oslo and Rome looked up.")
+        if "Break" in str(messages[-1].get("content")):
+            return Fail(400, "the model refused the request")
+        return [
+            CallTool("get_weather", {"city": "Oslo"}, id="c_oslo"),
+            CallTool("get_weather", {"city": "Rome"}, id="c_rome"),
+        ]
+
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[weather_tool(ledger, delay=3.0, delay_city="Rome")],
+            embedded_worker=False,
+        )
+        parent = uuid.uuid4().hex
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[TwoAgentsWorkflow],
+            plugins=[AgentorPlugin(agents=[agent], store=FileStore(tmp_path / "runs"))],
+        ):
+            handle = await client.start_workflow(
+                TwoAgentsWorkflow.run, agent.name, id=parent, task_queue=task_queue
+            )
+            await until(lambda: len(ledger_lines(ledger)) == 2, "both lookups to start")
+            # the other run fails while Rome's lookup still runs
+            await handle.signal(TwoAgentsWorkflow.start_second)
+            with pytest.raises(WorkflowFailureError):
+                await handle.result()
+            looking = client.get_workflow_handle(f"{parent}-look")
+            with pytest.raises(WorkflowFailureError):  # cancelled with its parent
+                await asyncio.wait_for(looking.result(), 60)
+            events = await TemporalStore(client).aload(f"{parent}-look")
+            answers = {e.call_id: e.error for e in events if e.type == "tool_result"}
+            assert answers == {"c_oslo": None, "c_rome": None}, answers
+            resumed = await asyncio.wait_for(agent.aresume(f"{parent}-look"), 60)
+    assert resumed.status == "completed", resumed.error
+    assert sorted(line.split()[0] + " " + line.split()[-1] for line in ledger_lines(ledger)) == [
+        "get_weather Oslo",
+        "get_weather Rome",
+    ]

@@ -24,11 +24,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal.testing import Hang, ScriptedModelServer
+from agentor_temporal.testing import Hang, ScriptedModelServer, tool_then_answer
 from agentor_temporal.workflows import policies
 
 from helpers import (
     ANSWER,
+    finish,
     ledger_lines,
     spawn,
     stop_process,
@@ -214,3 +215,50 @@ async def test_a_tool_that_kills_its_process_is_started_three_times_then_answere
     ]
     assert result_event.error is not None and "never finished" in result_event.error
     assert model.request_count == 2
+
+
+async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fails_the_run(
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """A model request whose every send loses its worker (killed mid-request, as for its
+    memory on a huge body) is sent by three of them, then the run fails saying so, and
+    resume continues it: before, every worker of a fleet sent it again, each a paid request."""
+    model.set_script(lambda request: Hang(60))
+    run_id = uuid.uuid4().hex
+    env = _env(temporal_address, model, task_queue, tmp_path / "runs", ledger)
+    procs = [spawn(["run", "--run-id", run_id], env, stderr=subprocess.DEVNULL)]
+    sends = 1 + policies.LOST_MODEL_STARTS
+    result: asyncio.Future[Any] | None = None
+    try:
+        wait_until(lambda: model.request_count, "the first send")
+        result = asyncio.ensure_future(client.get_workflow_handle(run_id).result())
+        deadline = asyncio.get_running_loop().time() + 120
+        while not result.done():
+            assert asyncio.get_running_loop().time() < deadline, "the run did not end"
+            assert model.request_count <= sends, f"sent {model.request_count} times"
+            if model.request_count == len(procs) <= sends:
+                # the worker sending it dies mid-request; a supervisor starts another
+                procs[-1].send_signal(signal.SIGKILL)
+                procs[-1].communicate(timeout=10)
+                procs.append(spawn(["worker"], env, stderr=subprocess.DEVNULL))
+            await asyncio.wait([result], timeout=0.2)
+        outcome = result.result()
+        assert outcome["status"] == "failed", outcome
+        assert f"was sent {sends} times and never answered" in outcome["error"]
+        assert "resume(run_id)" in outcome["error"]
+        assert model.request_count == sends
+        # the cause found, resume continues the run from that turn (the last worker serves it)
+        model.set_script(tool_then_answer)
+        resumed = finish(spawn(["resume", "--run-id", run_id], {**env, "EMBEDDED_WORKER": "0"}))
+    finally:
+        if result is not None:
+            result.cancel()
+        for proc in procs:
+            stop_process(proc)
+    assert resumed["status"] == "completed", resumed
+    assert model.request_count == sends + 2

@@ -7,10 +7,12 @@ spec are scripted. Hours of approval timeout pass instantly.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import shutil
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -35,7 +39,11 @@ from agentor_temporal.workflows.activity_types import (
     JournalInput,
     JournalResult,
 )
+from agentor_temporal.workflows.approvals import NOT_RUN
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.tool_calls import CALL_FAILED, STOPPED
+
+from helpers import history_shows
 
 PARAMS = {"type": "object", "properties": {"x": {"type": "string"}}, "required": []}
 
@@ -54,7 +62,9 @@ class Script:
 
     spec: AgentSpec
     replies: list[GenerateResult]
-    answer: Callable[[CallToolInput], CallToolResult] = lambda inp: CallToolResult(result="ok")
+    answer: Callable[[CallToolInput], CallToolResult | Awaitable[CallToolResult]] = lambda inp: (
+        CallToolResult(result="ok")
+    )
     #: every request the model received, in order
     requests: list[GenerateInput] = field(default_factory=list)
     tool_calls: list[CallToolInput] = field(default_factory=list)
@@ -82,7 +92,8 @@ class Stubs:
     async def call_tool(self, inp: CallToolInput) -> CallToolResult:
         assert self.script is not None
         self.script.tool_calls.append(inp)
-        return self.script.answer(inp)
+        answer = self.script.answer(inp)
+        return await answer if inspect.isawaitable(answer) else answer
 
     @activity.defn(name=policies.JOURNAL)
     async def journal(self, inp: JournalInput) -> JournalResult:
@@ -274,3 +285,96 @@ async def test_input_no_client_should_send_fails_the_run_not_its_task(
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
     assert "empty message list" in failure_message(failure.value)
+
+
+class FailingTurn:
+    """Tools for a turn in which one call fails for a reason not the tool's (`CallFailed`).
+
+    `fast` answers at once, `broken` fails as no tool does (non-retryable, as
+    a worker built differently past DEFINITION_PATIENCE), and `slow` is still
+    running then: it answers a second after (`stop=False`), or runs until it
+    is cancelled.
+    """
+
+    def __init__(self, *, stop: bool) -> None:
+        self.stop = stop
+        self.failed = asyncio.Event()
+
+    async def answer(self, inp: CallToolInput) -> CallToolResult:
+        if inp.name == "broken":
+            self.failed.set()
+            raise ApplicationError("no worker built as the run", non_retryable=True)
+        if inp.name == "slow":
+            await self.failed.wait()
+            while self.stop:  # until its run's cancel reaches it
+                activity.heartbeat()
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # answers after the run has seen the failure
+        return CallToolResult(result=f"{inp.name} done")
+
+
+def failing_turn_spec(*extra: ToolSpec) -> AgentSpec:
+    tools = [tool("fast"), tool("broken"), tool("slow"), *extra]
+    return spec(*tools, behaviour=policies.FAILURE_KEEPS_CALLS)
+
+
+async def test_a_call_failing_for_a_reason_not_the_tools_keeps_its_turns_results(
+    skipping: tuple[Client, Stubs, str],
+) -> None:
+    """A call that fails the run (CallFailed) lets its turn settle first: a call running is
+    waited for, one waiting for a person answered as not run, and every result recorded, so a
+    resume goes on after them instead of running the finished calls again."""
+    tools = FailingTurn(stop=False)
+    calls = [call("fast", "a"), call("broken", "b"), call("slow", "c"), call("pay", "d")]
+    script = Script(
+        failing_turn_spec(tool("pay", approval="always")),
+        [GenerateResult(calls=calls), GenerateResult(text="never asked")],
+        tools.answer,
+    )
+    result, events = await run(skipping, script)
+    assert result["status"] == "failed" and "could not run" in result["error"], result
+    answers = {e.call_id: e.error for e in events if e.type == "tool_result"}
+    assert answers == {"a": None, "b": CALL_FAILED, "c": None, "d": NOT_RUN}, answers
+    assert events[-1].type == "run_end"
+    # resume reads the turn as answered: no call of it runs again
+    replayed = replay_messages(events)
+    assert [m.get("tool_call_id") for m in replayed if m["role"] == "tool"] == list("abcd")
+
+
+async def test_a_cancel_while_a_failed_calls_turn_settles_keeps_what_its_calls_did(
+    skipping: tuple[Client, Stubs, str],
+) -> None:
+    """Cancelled while the calls beside one that failed the run (CallFailed) end: the finished
+    call's result is kept, the failed call and the stopped one answered, so resume runs none
+    of them again."""
+    client, _, _ = skipping
+    tools = FailingTurn(stop=True)
+    calls = [call("fast", "a"), call("broken", "b"), call("slow", "c")]
+    script = Script(
+        failing_turn_spec(),
+        [GenerateResult(calls=calls), GenerateResult(text="never")],
+        tools.answer,
+    )
+    task = asyncio.ensure_future(run(skipping, script))
+    try:
+        await asyncio.wait_for(tools.failed.wait(), 30)
+
+        async def all_started() -> None:
+            while {c.call_id for c in script.tool_calls} != {"a", "b", "c"}:
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(all_started(), 30)
+        run_id = script.tool_calls[0].run_id
+        # the cancel comes once the failure is in history (the run waits for `slow` then)
+        await history_shows(client, run_id, EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED)
+        handle = client.get_workflow_handle(run_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(task, 30)
+        events = [Event.from_dict(e) for e in await handle.query("events", 0)]
+    finally:
+        task.cancel()
+    answers = {e.call_id: e.error for e in events if e.type == "tool_result"}
+    assert answers == {"a": None, "b": CALL_FAILED, "c": STOPPED}, answers
+    replayed = replay_messages(events)
+    assert [m.get("tool_call_id") for m in replayed if m["role"] == "tool"] == list("abc")
