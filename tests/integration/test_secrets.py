@@ -236,6 +236,30 @@ async def test_a_read_timeout_never_shows_url_credentials(
     assert not _found(where, [API_KEY, URL_USER, URL_PASSWORD])
 
 
+async def test_request_log_lines_never_show_url_credentials(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The HTTP client's request lines (INFO; `httpx2` under openai 3) mask the base_url's
+    credentials and the query's values, at every level of every logger."""
+    caplog.set_level(logging.DEBUG)
+    signature = "leak-QUERYSIG-31337"
+    with ScriptedModelServer([Reply("ok")]) as model:
+        agent = _agent(
+            base_url=_secret_url(model.port),
+            task_queue=task_queue,
+            temporal=client,
+            api_key=API_KEY,
+            extra_query={"sig": signature},
+        )
+        result = await agent.arun(PROMPT)
+        query = model.last_query
+    assert result.status == "completed", result.error
+    assert signature in str(query)  # sent, so a request line had it to show
+    logs = _log_text(caplog)
+    assert "HTTP Request: POST http://***@127.0.0.1" in logs
+    assert not _found({"logs": logs}, [API_KEY, URL_USER, URL_PASSWORD, signature])
+
+
 def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
     """A connection failure with TEMPORAL_API_KEY set does not print the key."""
     port = free_port()
