@@ -38,7 +38,7 @@ from temporalio.client import Client
 from agentor_temporal import Agentor, ConnectionFailed, FileStore
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, weather_tool
+from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, ledger_lines, transfer_tool, weather_tool
 
 API_KEY = "sk-leakaudit-APIKEY-0123456789"
 URL_USER = "leakuser-USERINFO"
@@ -260,6 +260,45 @@ async def test_request_log_lines_never_show_url_credentials(
     assert not _found({"logs": logs}, [API_KEY, URL_USER, URL_PASSWORD, signature])
 
 
+async def test_a_call_id_quoting_the_key_never_shows_it(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    warnings_log: pytest.LogCaptureFixture,
+) -> None:
+    """A model naming its tool call with the key: the id is masked wherever it goes (history,
+    store, result, `pending`), and the call is approved and run under the masked id."""
+    ledger = str(tmp_path / "ledger")
+    script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id=f"call_{API_KEY}"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path / "runs"),
+            api_key=API_KEY,
+            tools=[transfer_tool(ledger)],
+        )
+        waiting = await agent.arun(PROMPT)
+        [pending] = waiting.pending_approvals
+        assert pending.call_id == "call_***", pending
+        listed = await asyncio.to_thread(_cli, tmp_path, temporal_address, "pending")
+        await agent.aapprove(waiting.run_id, pending.call_id)
+        result = await agent.aresume(waiting.run_id)
+    assert result.status == "completed", result.error
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path / "runs"),
+        "RunResult": repr(waiting) + repr(result),
+        "logs": _log_text(warnings_log),
+        "pending": listed.stdout + listed.stderr,
+    }
+    assert "call_***" in where["pending"], where["pending"]
+    assert not _found(where, [API_KEY])
+
+
 def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
     """A connection failure with TEMPORAL_API_KEY set does not print the key."""
     port = free_port()
@@ -396,11 +435,20 @@ async def test_a_malformed_config_file_never_shows_its_key(
 
 def _cli_list(cwd: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     """`agentor-temporal list` in a process whose Temporal settings are only `settings`."""
+    return _cli(cwd, None, "list", **settings)
+
+
+def _cli(
+    cwd: Path, address: str | None, *args: str, **settings: str
+) -> subprocess.CompletedProcess[str]:
+    """An `agentor-temporal` command in a process whose Temporal settings are only `settings`
+    (and `--temporal address`, when given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
     env.update(settings)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    target = ["--temporal", address] if address else []
     return subprocess.run(
-        [sys.executable, "-m", "agentor_temporal", "list"],
+        [sys.executable, "-m", "agentor_temporal", *args, *target],
         env=env,
         capture_output=True,
         text=True,
