@@ -299,6 +299,45 @@ async def test_a_call_id_quoting_the_key_never_shows_it(
     assert not _found(where, [API_KEY])
 
 
+class _DatabaseStore:
+    """A store whose database is down; its error quotes its connection URL and the key."""
+
+    dsn = f"postgresql://runs:{URL_PASSWORD}@127.0.0.1:5432/runs"
+
+    def append(self, run_id: str, event: Any) -> None:
+        raise ConnectionError(f"could not connect to {self.dsn} (token {API_KEY})")
+
+    def load(self, run_id: str) -> list[Any]:
+        return []
+
+    def list_runs(self) -> list[str]:
+        return []
+
+
+async def test_a_stores_error_never_shows_its_credentials(
+    client: Client, task_queue: str, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """A mirror store failing with its connection URL (and the key) in the message: the run
+    completes, and the error recorded in history and logged is masked."""
+    with ScriptedModelServer() as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=_DatabaseStore(),
+            api_key=API_KEY,
+        )
+        result = await agent.arun(PROMPT)
+    assert result.status == "completed", result.error
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "RunResult": repr(result),
+        "logs": _log_text(warnings_log),
+    }
+    assert not _found(where, [API_KEY, URL_PASSWORD])
+    assert "could not connect to postgresql://***@127.0.0.1" in where["history"]
+
+
 def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
     """A connection failure with TEMPORAL_API_KEY set does not print the key."""
     port = free_port()
