@@ -393,6 +393,7 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
             token,
         ),
         "extra-body": ({"extra_body": {"api_key": token}}, Reply("hello"), token),
+        "model-setting": ({"metadata": {"session_token": token}}, Reply("hello"), token),
     }[case]
 
 
@@ -408,6 +409,7 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
         "key-base64",
         "default-headers",
         "extra-body",
+        "model-setting",
     ],
 )
 async def test_credentials_echoed_in_another_form_never_show(
