@@ -55,6 +55,10 @@ LOGGERS = (
     "temporalio.worker._workflow",
     "httpx",
     "httpcore",
+    # openai 3 sends through the `httpx2` fork, which logs under its own name
+    # (its INFO request line carries the URL: userinfo and query)
+    "httpx2",
+    "httpcore2",
     "openai",
     "openai._base_client",
     "temporalio.activity",

@@ -23,6 +23,8 @@ import threading
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agentor_temporal.activities import _redact
+from agentor_temporal.activities._errors import safe_str
 from agentor_temporal.activities._private import clip
 from agentor_temporal.activities.conversations import CACHE, full_messages, long_run_settings
 from agentor_temporal.activities.mirror import (
@@ -194,7 +196,9 @@ async def _mirror(
             mirror_into, store, inp.run_id, start, events, lock
         )
     except Exception as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
+        # recorded in history, where the UI shows it: a store's error may
+        # quote its connection URL (`postgresql://user:password@host/db`)
+        result.error = _redact.clean(safe_str(exc))
         logger.error(
             "Mirroring run %s into %r failed (%s); Temporal still has every event and "
             "the next step retries",

@@ -205,7 +205,9 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
         # history keeps a local activity's result only: the request rides in it
         result.request = {"messages": inp.messages, "conversation": inp.conversation}
     # a model told a key must not store it either: not in its text, and not
-    # in the calls it asks for (their arguments go into history and the tool);
+    # in the calls it asks for (their arguments go into history and the tool,
+    # their ids into history, `pending` and the approval a person types; an id
+    # masked into another's is a reused id, which runs handle);
     # and a lone surrogate (JSON "\ud800") stored would break every reader
     # of the run that encodes it (print, `show`, GET /runs/{id})
     result.text = _redact.mask_secrets(encodable_text(result.text)) if result.text else result.text
@@ -213,7 +215,7 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
         _redact.mask_secrets(encodable_text(result.reasoning)) if result.reasoning else None
     )
     for call in result.calls:
-        call["id"] = encodable_text(call["id"])
+        call["id"] = _redact.mask_secrets(encodable_text(call["id"]))
         function = call.get("function") or {}
         for part in ("name", "arguments"):
             if isinstance(function.get(part), str):

@@ -62,6 +62,18 @@ def _client_secrets(options: dict[str, Any]) -> list[str]:
     return found
 
 
+def _holds_credential(name: str, value: Any) -> bool:
+    """Whether a model setting is, or holds, a text whose name says credential
+    (`metadata={"session_token": ...}`)."""
+    if isinstance(value, str):
+        return bool(CREDENTIAL_NAME.search(name))
+    if isinstance(value, dict):
+        return any(_holds_credential(str(k), v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_credential(name, item) for item in value)
+    return False
+
+
 class UnknownAgentError(LookupError):
     """A run names an agent this worker does not have."""
 
@@ -100,6 +112,14 @@ class AgentDefinition:
         if defaults:
             extra = self.client_options.get("extra_headers") or {}
             self.client_options["extra_headers"] = {**defaults, **extra}
+        # a setting holding a credential is sent in the body from the worker,
+        # as `extra_body` is, instead of being recorded with each run
+        private = {k: v for k, v in self.model_settings.items() if _holds_credential(k, v)}
+        body = self.client_options.get("extra_body")
+        if private and (body is None or isinstance(body, dict)):
+            for name in private:
+                del self.model_settings[name]
+            self.client_options["extra_body"] = {**private, **(body or {})}
         # error text and log lines of this process mask these from now on
         _redact.remember(self.api_key)
         for secret in [*url_secrets(self.base_url), *_client_secrets(self.client_options)]:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from agentor_temporal._sigterm import draining_on_sigterm
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import EncryptionKeys
 from agentor_temporal.telemetry import with_caller_context
@@ -175,7 +176,8 @@ class Runtime:
             )
         future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
-            return future.result()
+            with draining_on_sigterm():
+                return future.result()
         except KeyboardInterrupt:
             # the run itself carries on in Temporal; only this wait stops
             future.cancel()
@@ -192,7 +194,8 @@ class Runtime:
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
             with_caller_context(coro), self.loop
         )
-        return await asyncio.wrap_future(future)
+        with draining_on_sigterm():
+            return await asyncio.wrap_future(future)
 
     # -- clients and workers (call on the background loop) -----------------------
 
@@ -262,6 +265,11 @@ class Runtime:
             yield
         finally:
             embedded.release()
+
+    def serving(self) -> bool:
+        """Whether an embedded worker is running (callable from any thread)."""
+        # list() copies under the GIL: the loop thread may add a worker meanwhile
+        return any(w.worker is not None for w in list(self._workers.values()))
 
     def stop_workers(self, timeout: float = 30.0) -> None:
         """Stop every embedded worker now, finishing in-flight work.

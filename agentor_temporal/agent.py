@@ -89,7 +89,9 @@ class Agentor:
             Recorded with each run: resume follows what the run began with.
         **model_settings: extra chat-completions parameters (temperature, ...).
             `extra_headers`, `default_headers`, `extra_query` and `extra_body`
-            are sent with each request from the worker, never recorded.
+            are sent with each request from the worker, never recorded; so is
+            a setting holding a text whose name says credential
+            (`metadata={"session_token": ...}`).
     """
 
     def __init__(

@@ -149,7 +149,8 @@ def parse_keys(text: str, source: str = KEYS_ENV) -> EncryptionKeys:
             )
         if not _KEY_ID.match(key_id):
             raise EncryptionConfigError(
-                f"{where}: bad key id {key_id[:70]!r}: use 1-64 letters, digits, '.', '_' or '-'"
+                f"{where}: bad key id {_shown_id(key_id)}: use 1-64 letters, digits, '.', '_' "
+                "or '-'"
             )
         if any(known == key_id for known, _ in entries):
             raise EncryptionConfigError(f"{where}: key id {key_id!r} is given twice")
@@ -168,6 +169,18 @@ def parse_keys(text: str, source: str = KEYS_ENV) -> EncryptionKeys:
     if not entries:
         raise EncryptionConfigError(f"{source}: no encryption keys given; {_NEW_KEY_HINT}")
     return EncryptionKeys(tuple(entries), source)
+
+
+def _shown_id(key_id: str) -> str:
+    """A bad key id as an error may quote it: not at all when it reads as key material
+    (an entry written `base64-key:key_id`, the other way round)."""
+    try:
+        material = len(key_id) > 24 and len(base64.b64decode(key_id, validate=True)) >= 16
+    except (binascii.Error, ValueError):
+        material = False
+    if material:
+        return f"({len(key_id)} characters, like a key; the id comes first: key_id:base64-key)"
+    return repr(key_id[:70])
 
 
 def keys_from_file(path: str | os.PathLike[str]) -> EncryptionKeys:

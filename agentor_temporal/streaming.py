@@ -38,6 +38,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
 from agentor_temporal._runtime import Runtime
+from agentor_temporal._sigterm import draining_on_sigterm
 from agentor_temporal.store import Event, pending_approvals
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
@@ -289,14 +290,15 @@ async def on_runtime(factory: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T
 
     future = asyncio.run_coroutine_threadsafe(pump(), runtime.loop)
     try:
-        while True:
-            kind, value = await queue.get()
-            if kind == "item":
-                yield value
-            elif kind == "end":
-                return
-            else:
-                raise value
+        with draining_on_sigterm():
+            while True:
+                kind, value = await queue.get()
+                if kind == "item":
+                    yield value
+                elif kind == "end":
+                    return
+                else:
+                    raise value
     finally:
         # not awaited: a consumer being cancelled must not wait for the pump
         future.cancel()

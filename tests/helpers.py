@@ -415,11 +415,13 @@ def weather_or_transfer(request: dict[str, Any]) -> Any:
 def plain_agent(ledger: str | None = None, **overrides: Any) -> Agentor:
     """The agent of `procs/plain_script.py`: a transfer needing approval, and the weather.
 
-    Built from the environment (as the script is) unless `overrides` say otherwise.
+    Built from the environment (as the script is) unless `overrides` say otherwise;
+    AGENT_TOOL_SECONDS makes get_weather take that long after its ledger line.
     """
     ledger = ledger if ledger is not None else os.environ.get("AGENT_LEDGER")
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "0"))
     options: dict[str, Any] = {
-        "tools": [transfer_tool(ledger), weather_tool(ledger)],
+        "tools": [transfer_tool(ledger), weather_tool(ledger, delay=delay)],
         "name": "Plain Agent",
     }
     for key, env in (

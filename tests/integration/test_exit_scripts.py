@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -27,7 +28,7 @@ from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import PROCS, ROOT, ledger_lines, plain_agent, weather_or_transfer
+from helpers import PROCS, ROOT, ledger_lines, plain_agent, until, weather_or_transfer
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,8 @@ def script(env: dict[str, str], *args: str, timeout: float = 120) -> dict[str, A
     full = {
         **os.environ,
         **env,
-        "PYTHONPATH": str(ROOT / "tests"),  # the package as this interpreter has it installed,
+        # this checkout's package, not the one installed (a worktree's differs)
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
     }
     proc = subprocess.run(
         [sys.executable, str(PROCS / "plain_script.py"), *args],
@@ -147,3 +149,67 @@ async def test_short_scripts_exit_cleanly_under_load(
     # every approved transfer ran once
     keys = [line.split()[1] for line in ledger_lines(ledger) if line.startswith("transfer")]
     assert len(keys) == len(set(keys)) == (cycles + 1) // 2
+
+
+async def test_a_terminated_script_finishes_the_tool_call_it_runs(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """SIGTERM to a script mid-tool: its embedded worker finishes the call, the script ends
+    as SIGTERM ends it, and resuming from another process does not run the tool again."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **env_for(temporal_address, model, task_queue, tmp_path, ledger),
+            "AGENT_TOOL_SECONDS": "3",
+        }
+        run_id = uuid.uuid4().hex
+        running = subprocess.Popen(
+            [sys.executable, str(PROCS / "plain_script.py"), "run", run_id, "Weather in Paris?"],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            await until(lambda: ledger_lines(ledger), "the tool to start")
+            running.terminate()
+            _, stderr = await asyncio.to_thread(running.communicate, None, 60)
+        finally:
+            running.kill()
+        assert running.returncode == -signal.SIGTERM, stderr
+        resumed = await asyncio.to_thread(script, env, "resume", run_id)
+    assert resumed["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
+    assert result.result == "The weather in Paris is sunny and 22C.", result.result
+    assert "SIGTERM: finishing" in stderr and "Traceback" not in stderr, stderr
+
+
+async def test_sigterm_handler_is_installed_only_over_the_default_and_restored(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """The drain-on-SIGTERM handler is set only while a call runs and SIGTERM had the
+    default handler; the default comes back afterwards, and an application's own is kept."""
+    seen: list[Any] = []
+
+    def users_handler(signum: int, frame: Any) -> None:
+        pass
+
+    def observe(request: dict[str, Any]) -> Any:
+        seen.append(signal.getsignal(signal.SIGTERM))
+        return weather_or_transfer(request)
+
+    with ScriptedModelServer(observe) as model:
+        agent = plain_agent(
+            ledger, base_url=model.base_url, task_queue=task_queue, temporal=client, store=None
+        )
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        await agent.arun("Weather in Oslo?")
+        assert seen and all(h not in (signal.SIG_DFL, None) for h in seen), seen
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        seen.clear()
+        previous = signal.signal(signal.SIGTERM, users_handler)
+        try:
+            await agent.arun("Weather in Rome?")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    assert seen and all(h is users_handler for h in seen), seen

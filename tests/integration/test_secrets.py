@@ -38,7 +38,7 @@ from temporalio.client import Client
 from agentor_temporal import Agentor, ConnectionFailed, FileStore
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, weather_tool
+from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, ledger_lines, transfer_tool, weather_tool
 
 API_KEY = "sk-leakaudit-APIKEY-0123456789"
 URL_USER = "leakuser-USERINFO"
@@ -236,6 +236,108 @@ async def test_a_read_timeout_never_shows_url_credentials(
     assert not _found(where, [API_KEY, URL_USER, URL_PASSWORD])
 
 
+async def test_request_log_lines_never_show_url_credentials(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The HTTP client's request lines (INFO; `httpx2` under openai 3) mask the base_url's
+    credentials and the query's values, at every level of every logger."""
+    caplog.set_level(logging.DEBUG)
+    signature = "leak-QUERYSIG-31337"
+    with ScriptedModelServer([Reply("ok")]) as model:
+        agent = _agent(
+            base_url=_secret_url(model.port),
+            task_queue=task_queue,
+            temporal=client,
+            api_key=API_KEY,
+            extra_query={"sig": signature},
+        )
+        result = await agent.arun(PROMPT)
+        query = model.last_query
+    assert result.status == "completed", result.error
+    assert signature in str(query)  # sent, so a request line had it to show
+    logs = _log_text(caplog)
+    assert "HTTP Request: POST http://***@127.0.0.1" in logs
+    assert not _found({"logs": logs}, [API_KEY, URL_USER, URL_PASSWORD, signature])
+
+
+async def test_a_call_id_quoting_the_key_never_shows_it(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    warnings_log: pytest.LogCaptureFixture,
+) -> None:
+    """A model naming its tool call with the key: the id is masked wherever it goes (history,
+    store, result, `pending`), and the call is approved and run under the masked id."""
+    ledger = str(tmp_path / "ledger")
+    script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id=f"call_{API_KEY}"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path / "runs"),
+            api_key=API_KEY,
+            tools=[transfer_tool(ledger)],
+        )
+        waiting = await agent.arun(PROMPT)
+        [pending] = waiting.pending_approvals
+        assert pending.call_id == "call_***", pending
+        listed = await asyncio.to_thread(_cli, tmp_path, temporal_address, "pending")
+        await agent.aapprove(waiting.run_id, pending.call_id)
+        result = await agent.aresume(waiting.run_id)
+    assert result.status == "completed", result.error
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path / "runs"),
+        "RunResult": repr(waiting) + repr(result),
+        "logs": _log_text(warnings_log),
+        "pending": listed.stdout + listed.stderr,
+    }
+    assert "call_***" in where["pending"], where["pending"]
+    assert not _found(where, [API_KEY])
+
+
+class _DatabaseStore:
+    """A store whose database is down; its error quotes its connection URL and the key."""
+
+    dsn = f"postgresql://runs:{URL_PASSWORD}@127.0.0.1:5432/runs"
+
+    def append(self, run_id: str, event: Any) -> None:
+        raise ConnectionError(f"could not connect to {self.dsn} (token {API_KEY})")
+
+    def load(self, run_id: str) -> list[Any]:
+        return []
+
+    def list_runs(self) -> list[str]:
+        return []
+
+
+async def test_a_stores_error_never_shows_its_credentials(
+    client: Client, task_queue: str, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """A mirror store failing with its connection URL (and the key) in the message: the run
+    completes, and the error recorded in history and logged is masked."""
+    with ScriptedModelServer() as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=_DatabaseStore(),
+            api_key=API_KEY,
+        )
+        result = await agent.arun(PROMPT)
+    assert result.status == "completed", result.error
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "RunResult": repr(result),
+        "logs": _log_text(warnings_log),
+    }
+    assert not _found(where, [API_KEY, URL_PASSWORD])
+    assert "could not connect to postgresql://***@127.0.0.1" in where["history"]
+
+
 def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
     """A connection failure with TEMPORAL_API_KEY set does not print the key."""
     port = free_port()
@@ -291,6 +393,7 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
             token,
         ),
         "extra-body": ({"extra_body": {"api_key": token}}, Reply("hello"), token),
+        "model-setting": ({"metadata": {"session_token": token}}, Reply("hello"), token),
     }[case]
 
 
@@ -306,6 +409,7 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
         "key-base64",
         "default-headers",
         "extra-body",
+        "model-setting",
     ],
 )
 async def test_credentials_echoed_in_another_form_never_show(
@@ -372,11 +476,20 @@ async def test_a_malformed_config_file_never_shows_its_key(
 
 def _cli_list(cwd: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     """`agentor-temporal list` in a process whose Temporal settings are only `settings`."""
+    return _cli(cwd, None, "list", **settings)
+
+
+def _cli(
+    cwd: Path, address: str | None, *args: str, **settings: str
+) -> subprocess.CompletedProcess[str]:
+    """An `agentor-temporal` command in a process whose Temporal settings are only `settings`
+    (and `--temporal address`, when given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
     env.update(settings)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    target = ["--temporal", address] if address else []
     return subprocess.run(
-        [sys.executable, "-m", "agentor_temporal", "list"],
+        [sys.executable, "-m", "agentor_temporal", *args, *target],
         env=env,
         capture_output=True,
         text=True,

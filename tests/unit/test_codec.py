@@ -145,6 +145,9 @@ async def test_a_users_own_codec_is_kept_under_encryption() -> None:
         ("A:{A},A:{B}", "key id 'A' is given twice"),
         ("bad id:{A}", "bad key id 'bad id'"),
         ("A:{A},:{B}", "entry 2: bad key id ''"),
+        # the key and its id swapped: the "id" is key material, never quoted
+        ("{A}:A", "entry 1: bad key id \\(44 characters, like a key; the id comes first"),
+        ("B:{B},{A}:A", "entry 2: bad key id \\(44 characters"),
     ],
 )
 def test_malformed_keys_are_refused_without_echoing_key_material(text: str, message: str) -> None:
