@@ -80,10 +80,12 @@ def restart_input(
 
     A run can close before its `run_start`: no worker knew its agent, or one
     built differently (it fails at once, saying so), or it was terminated,
-    cancelled or timed out while no worker ran. Its log is empty, but its
+    cancelled or timed out while no worker ran. It recorded nothing, but its
     history holds the input it was started with, so it begins again from that
-    input. Before, `resume` found no messages and raised, and `run()` with
-    the same id returned the old failure: the id could never run again.
+    input (a fork's too: its parent's events, its new message, its marker).
+    Before, `resume` found no messages and raised, and `run()` with the same
+    id returned the old failure: the id could never run again; a fork was
+    continued from its parent's messages without its new one.
 
     Args:
         agent: the resuming agent's name.
@@ -106,8 +108,8 @@ def restart_input(
             f"Run {run_id!r} has no recoverable messages: it recorded no events{why}, and the "
             f"input it was started with is not one a run takes ({exc}); start a new run."
         ) from None
-    if recorded.carry is not None or recorded.conversation is not None or recorded.fork:
-        # a continuation's or a fork's input means nothing without its events
+    if recorded.carry is not None or recorded.conversation is not None:
+        # a continuation's input means nothing without the events before it
         raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
     if recorded.agent != agent:
         raise ValueError(
@@ -122,6 +124,7 @@ def restart_input(
         prior_usage=recorded.prior_usage,
         previous_execution=previous,
         stream_text=recorded.stream_text,
+        fork=recorded.fork,
     )
 
 

@@ -129,9 +129,10 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
     if latest.status == "running":
         async with agent._serving(client):
             return await agent._result(client, run_id)
-    if not events:
-        # closed before its run_start (no worker knew the agent, or it was
-        # stopped first): it begins again from the input it was started with
+    if segments[0].previous is None and not any(s.events for s in segments):
+        # closed before it recorded anything (no worker knew the agent, or it
+        # was stopped first): it begins again from the input it was started
+        # with, a fork's new message and marker included
         inp = restart_input(
             agent.name,
             run_id,
