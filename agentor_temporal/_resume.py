@@ -10,7 +10,6 @@ resumes may continue it (the fingerprint travels with the segment).
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
@@ -28,6 +27,7 @@ from agentor_temporal._runs import seeded_prefix
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.store import RunResult, is_complete, new_run_id, validate_run_id
+from agentor_temporal.store.base import in_thread
 from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.payloads import encoded_size
@@ -123,7 +123,7 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
     if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
         if agent.store is not None:
             # a mirror that failed until the run's end is completed here
-            await asyncio.to_thread(catch_up, agent.store, run_id, events, agent.name)
+            await in_thread(catch_up, agent.store, run_id, events, agent.name)
         return result_from(run_id, events, latest.result, None)
     check_owner(agent.definition, run_id, events, latest.spec)
     if latest.status == "running":
