@@ -50,6 +50,14 @@ class ToolCall:
         self.started.set_result(None)
         try:
             value = self.fn()
+        except StopIteration as exc:
+            # asyncio cannot take a StopIteration into its Future (a TypeError
+            # in the loop's callback): the caller was never woken, and the run
+            # waited out the tool's timeout (30 minutes by default)
+            detail = f": {exc}" if str(exc) else ""
+            stopped = RuntimeError(f"the tool raised StopIteration{detail}")
+            stopped.__cause__ = exc
+            self.outcome.set_exception(stopped)
         except BaseException as exc:  # noqa: B036 - the caller decides what it means
             self.outcome.set_exception(exc)
         else:

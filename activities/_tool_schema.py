@@ -9,6 +9,8 @@ are dropped, since they would be sent with every request.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import inspect
 import json
 import re
@@ -138,12 +140,43 @@ def parameters_schema(model: type[pydantic.BaseModel], docs: dict[str, str]) -> 
         raise _undescribable(model.__name__.removesuffix("_args"), exc) from None
     schema.setdefault("properties", {})
     schema.setdefault("required", [])
+    for param, field in model.model_fields.items():
+        prop = schema["properties"].get(field.alias or param)
+        if isinstance(prop, dict) and "default" in prop and not _json_value(field.default):
+            # a datetime.now(), a uuid4(), a path: computed when the module is
+            # imported, so it differed in every process, and with it the
+            # agent's fingerprint: only the process that began a run could
+            # resume it, and no worker of a fleet took it
+            del prop["default"]
     for param, text in docs.items():
         prop = schema["properties"].get(param)
         if isinstance(prop, dict) and "description" not in prop:
             prop["description"] = text
     result: dict[str, Any] = schema
     return result
+
+
+def _json_value(value: Any, depth: int = 0) -> bool:
+    """Whether a default is made of JSON values (in enums, models, dataclasses too).
+
+    Such a default is written the same in every process; a datetime, a UUID,
+    a path, bytes or a set may not be.
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if depth > 20:
+        return False
+    if isinstance(value, enum.Enum):
+        return _json_value(value.value, depth + 1)
+    if isinstance(value, pydantic.BaseModel):
+        return _json_value(value.model_dump(), depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _json_value(dataclasses.asdict(value), depth + 1)
+    if isinstance(value, (list, tuple)):
+        return all(_json_value(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_value(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def stringify(value: Any) -> str:

@@ -15,7 +15,6 @@ Most steps need no journal step: their events ride in the next `generate` or
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import threading
@@ -34,7 +33,7 @@ from agentor_temporal.activities.mirror import (
     unchanged,
 )
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
-from agentor_temporal.store.base import Store
+from agentor_temporal.store.base import Store, in_thread
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (
@@ -173,9 +172,7 @@ async def _mirror(
                 events[index].messages = known.messages
         # the usual case in one trip to a thread (each trip is a handoff of
         # the GIL, which a busy worker pays for in latency)
-        have, same, written = await asyncio.to_thread(
-            _next_in_line, store, inp.run_id, start, events, lock
-        )
+        have, same, written = await in_thread(_next_in_line, store, inp.run_id, start, events, lock)
         if written is not None:
             result.mirrored = written
             return result
@@ -183,7 +180,7 @@ async def _mirror(
             # a gap, an overlap, or a copy someone else touched: check it first
             record = await _record(inp.run_id, store, start)
             if record is not None:
-                kept = await asyncio.to_thread(
+                kept = await in_thread(
                     functools.partial(
                         reconcile, store, inp.run_id, record + events, lock, confirmed=start
                     )
@@ -192,9 +189,7 @@ async def _mirror(
                     result.error = "the store's copy does not match the run"
                     return result
                 events, start = record + events, 0
-        result.mirrored = await asyncio.to_thread(
-            mirror_into, store, inp.run_id, start, events, lock
-        )
+        result.mirrored = await in_thread(mirror_into, store, inp.run_id, start, events, lock)
     except Exception as exc:
         # recorded in history, where the UI shows it: a store's error may
         # quote its connection URL (`postgresql://user:password@host/db`)

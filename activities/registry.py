@@ -103,6 +103,11 @@ class AgentDefinition:
         for option in CLIENT_OPTIONS:
             if option in self.model_settings:
                 self.client_options[option] = self.model_settings.pop(option)
+        for option in ("extra_headers", "extra_query", "extra_body"):
+            given = self.client_options.get(option)
+            if given is not None and not isinstance(given, dict):
+                # the client merges it into each request: anything else failed every one
+                raise ValueError(f"{option} must be a dict, got {type(given).__name__}")
         defaults = self.client_options.pop("default_headers", None) or {}
         if not isinstance(defaults, dict):
             raise ValueError(
@@ -366,8 +371,19 @@ def check_request_settings(
             else "The API key (api_key, or OPENAI_API_KEY) holds a space, a control or a "
             "non-ASCII character, which an HTTP header cannot carry"
         )
+    from openai import NotGiven, Omit  # what the client takes to leave a header out
+
     headers = client_options.get("extra_headers") or model_settings.get("extra_headers")
     for name, value in headers.items() if isinstance(headers, dict) else ():
+        if not isinstance(name, str):
+            raise ValueError(
+                f"extra_headers has a {type(name).__name__} key; header names are text"
+            )
+        if not isinstance(value, (str, bytes, Omit, NotGiven)):
+            raise ValueError(
+                f"extra_headers[{quoted(name)}] is of type {type(value).__name__}; "
+                "an HTTP header's value is text"
+            )
         if isinstance(value, str) and not re.fullmatch(r"([!-~]([ \t!-~]*[!-~])?)?", value):
             raise ValueError(
                 f"extra_headers[{quoted(str(name))}] holds a line break, a control or non-ASCII "

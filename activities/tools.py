@@ -210,7 +210,12 @@ async def needs_approval(registry: AgentRegistry, inp: ApprovalCheckInput) -> bo
         # this worker is stopping: not the predicate's answer
         raise worker_stopping(f"the approval check of {inp.name}", exc) from None
     except asyncio.CancelledError:
-        raise
+        if being_cancelled():
+            raise
+        # the predicate's own (a lookup it awaited was cancelled): let out, the
+        # check failed and was asked again five times before a person was
+        logger.warning("Approval predicate of %s was cancelled; asking a person", inp.name)
+        return True
     except BaseException as exc:  # noqa: B036 - a predicate's SystemExit is its answer too
         # raised in its thread, it stops nothing here; let out, it failed the
         # check, which was asked again five times before a person was

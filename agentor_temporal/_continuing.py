@@ -26,7 +26,7 @@ from agentor_temporal.workflows.policies import (
     MAX_INPUT_DEPTH,
     MAX_TOKEN_COUNT,
 )
-from agentor_temporal.workflows.types import AgentRunInput
+from agentor_temporal.workflows.types import AgentRunInput, parse_run_input
 
 
 def continuation_input(
@@ -65,6 +65,67 @@ def continuation_input(
         previous_execution=previous,
     )
     return by_reference(inp, events, in_temporal_from) if previous is not None else inp
+
+
+def restart_input(
+    agent: str,
+    run_id: str,
+    first: Any,
+    *,
+    previous: str,
+    failure: str | None,
+    max_turns: int | None,
+) -> AgentRunInput:
+    """The next segment's input for a run that ended before it recorded anything.
+
+    A run can close before its `run_start`: no worker knew its agent, or one
+    built differently (it fails at once, saying so), or it was terminated,
+    cancelled or timed out while no worker ran. It recorded nothing, but its
+    history holds the input it was started with, so it begins again from that
+    input (a fork's too: its parent's events, its new message, its marker).
+    Before, `resume` found no messages and raised, and `run()` with the same
+    id returned the old failure: the id could never run again; a fork was
+    continued from its parent's messages without its new one.
+
+    Args:
+        agent: the resuming agent's name.
+        run_id: the run.
+        first: the input its first execution was started with, as recorded.
+        previous: the closed execution continued.
+        failure: how that execution ended, for the error.
+        max_turns: the new segment's turn budget (None: the run's own).
+
+    Raises:
+        ValueError: when that input is not one a run takes (nothing to begin
+            from), or names another agent.
+    """
+    why = f" (it ended: {failure})" if failure else ""
+    try:
+        recorded = parse_run_input(first)
+        check_input(recorded.input)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"Run {run_id!r} has no recoverable messages: it recorded no events{why}, and the "
+            f"input it was started with is not one a run takes ({exc}); start a new run."
+        ) from None
+    if recorded.carry is not None or recorded.conversation is not None:
+        # a continuation's input means nothing without the events before it
+        raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
+    if recorded.agent != agent:
+        raise ValueError(
+            f"Run {run_id!r} belongs to agent {recorded.agent!r}, not {agent!r}; "
+            "resume it with that agent."
+        )
+    return AgentRunInput(
+        agent=agent,
+        input=recorded.input,
+        max_turns=max_turns if max_turns is not None else recorded.max_turns,
+        event_offset=recorded.event_offset,
+        prior_usage=recorded.prior_usage,
+        previous_execution=previous,
+        stream_text=recorded.stream_text,
+        fork=recorded.fork,
+    )
 
 
 def prior_usage(events: list[Event]) -> dict[str, int]:

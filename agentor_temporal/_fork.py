@@ -23,7 +23,6 @@ carry their conversation touches this module alone.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,6 +44,7 @@ from agentor_temporal.store import (
     replay_messages,
     validate_run_id,
 )
+from agentor_temporal.store.base import in_thread
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
@@ -199,7 +199,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         in_temporal_from = segments[0].event_offset
         pending = await completed_batch(temporal, segments[-1])
     else:
-        events = await asyncio.to_thread(store.load, run_id) if store is not None else []
+        events = await in_thread(store.load, run_id) if store is not None else []
     if not events:
         from agentor_temporal.connection import describe_target
 
@@ -347,7 +347,7 @@ async def start_fork(
             "conversation then goes by reference)."
         )
     if store is not None:
-        existing: list[Event] = await asyncio.to_thread(store.load, fork_id)
+        existing: list[Event] = await in_thread(store.load, fork_id)
         if existing:
             raise taken
     origin = inp.fork

@@ -8,6 +8,7 @@ workflow (refused input, terminated) reports the failure instead.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -72,13 +73,25 @@ def check_input(input: Any) -> None:
         for i, message in enumerate(input):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise ValueError(f"input[{i}] is not a chat message (a dict with a 'role')")
-        depth = nesting(input)
+        try:
+            depth = nesting(input)
+        except ValueError as exc:
+            raise ValueError(f"input cannot be sent as JSON: {exc}") from None
         if depth > MAX_INPUT_DEPTH:
             raise ValueError(
                 f"input nests {depth} levels deep, over the {MAX_INPUT_DEPTH} a run takes "
                 "(a list of chat messages is 2 levels deep): flatten it, or pass the "
                 "structure as a JSON string"
             )
+        for i, message in enumerate(input):
+            try:
+                # as the run's history and the model request will hold it
+                json.dumps(message, sort_keys=True)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"input[{i}] cannot be sent as JSON ({type(exc).__name__}: {exc}); a chat "
+                    "message holds text, numbers, booleans, None, lists and dicts with text keys"
+                ) from None
         return
     raise TypeError(
         f"input must be a prompt string or a list of chat messages, not {type(input).__name__}"

@@ -10,13 +10,12 @@ resumes may continue it (the fingerprint travels with the segment).
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
-from agentor_temporal._continuing import continuation_input
+from agentor_temporal._continuing import continuation_input, restart_input
 from agentor_temporal._results import (
     check_input,
     check_owner,
@@ -27,7 +26,8 @@ from agentor_temporal._results import (
 from agentor_temporal._runs import seeded_prefix
 from agentor_temporal._start import segment_request_id, start_segment
 from agentor_temporal.activities.journal import catch_up
-from agentor_temporal.store import Event, RunResult, is_complete, new_run_id, validate_run_id
+from agentor_temporal.store import RunResult, is_complete, new_run_id, validate_run_id
+from agentor_temporal.store.base import in_thread
 from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.payloads import encoded_size
@@ -113,48 +113,51 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
         check_owner(agent.definition, run_id, events, None)
         if is_complete(events):
             return result_from(run_id, events, None, None)
-        return await _continue(agent, client, run_id, events, None, max_turns)
+        inp = continuation_input(
+            agent.name, run_id, events, previous=None, in_temporal_from=0, max_turns=max_turns
+        )
+        return await _continue(agent, client, run_id, inp, len(events))
 
     latest = segments[-1]
     events = await agent._events(run_id, segments)
     if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
         if agent.store is not None:
             # a mirror that failed until the run's end is completed here
-            await asyncio.to_thread(catch_up, agent.store, run_id, events, agent.name)
+            await in_thread(catch_up, agent.store, run_id, events, agent.name)
         return result_from(run_id, events, latest.result, None)
     check_owner(agent.definition, run_id, events, latest.spec)
     if latest.status == "running":
         async with agent._serving(client):
             return await agent._result(client, run_id)
-    return await _continue(
-        agent,
-        client,
-        run_id,
-        events,
-        latest.execution_run_id,
-        max_turns,
-        in_temporal_from=seeded_prefix(segments),
-    )
+    if segments[0].previous is None and not any(s.events for s in segments):
+        # closed before it recorded anything (no worker knew the agent, or it
+        # was stopped first): it begins again from the input it was started
+        # with, a fork's new message and marker included
+        inp = restart_input(
+            agent.name,
+            run_id,
+            segments[0].input,
+            previous=latest.execution_run_id,
+            failure=latest.failure,
+            max_turns=max_turns,
+        )
+    else:
+        inp = continuation_input(
+            agent.name,
+            run_id,
+            events,
+            previous=latest.execution_run_id,
+            in_temporal_from=seeded_prefix(segments),
+            max_turns=max_turns,
+        )
+    return await _continue(agent, client, run_id, inp, len(events))
 
 
 async def _continue(
-    agent: Agentor,
-    client: Client,
-    run_id: str,
-    events: list[Event],
-    previous: str | None,
-    max_turns: int | None,
-    in_temporal_from: int = 0,
+    agent: Agentor, client: Client, run_id: str, inp: AgentRunInput, recorded: int
 ) -> RunResult:
-    """Start the run's next segment after `events` and wait for its result."""
-    inp = continuation_input(
-        agent.name,
-        run_id,
-        events,
-        previous=previous,
-        in_temporal_from=in_temporal_from,
-        max_turns=max_turns,
-    )
+    """Start the run's next segment, after its `recorded` events, and wait for its result."""
+    previous = inp.previous_execution
     # only a worker built as this agent may continue it
     inp.fingerprint = agent.definition.fingerprint()
     if inp.conversation is None:
@@ -163,7 +166,7 @@ async def _continue(
         # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
         # resumer that started first is attached to (USE_EXISTING), or, if
         # its segment already finished, deduplicated by the request id
-        request_id = segment_request_id(run_id, previous, len(events))
+        request_id = segment_request_id(run_id, previous, recorded)
         await start_segment(
             client,
             agent.definition,

@@ -41,6 +41,7 @@ from agentor_temporal.store import (
     Store,
     validate_run_id,
 )
+from agentor_temporal.store.base import in_thread
 from agentor_temporal.streaming import follow, on_runtime
 from agentor_temporal.telemetry import enable_tracing
 from agentor_temporal.workflows import Segment, TemporalStore, policies
@@ -561,4 +562,4 @@ class Agentor:
     async def _store_events(self, run_id: str) -> list[Event]:
         if self.store is None:
             return []
-        return await asyncio.to_thread(self.store.load, run_id)
+        return await in_thread(self.store.load, run_id)

@@ -7,9 +7,12 @@ become file names and Temporal workflow ids, so one validator guards both.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import unicodedata
 import uuid
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentor_temporal.store.events import Event
 
@@ -41,6 +44,33 @@ class Store(Protocol):
     def list_runs(self) -> list[str]:
         """Return every known run id."""
         ...
+
+
+_T = TypeVar("_T")
+
+
+async def in_thread(fn: Callable[..., _T], /, *args: Any) -> _T:
+    """`asyncio.to_thread(fn, *args)` for a store's code: a StopIteration it raises is an error.
+
+    asyncio cannot take a StopIteration into a Future (a TypeError in the
+    loop's callback), so its caller was never woken: a store whose `load`
+    did `next()` on nothing hung the run's model call until its timeout,
+    every attempt, and `resume` for ever.
+
+    Raises:
+        RuntimeError: for a StopIteration, naming the function.
+        Exception: whatever else `fn` raised.
+    """
+    return await asyncio.to_thread(functools.partial(_stopped_raises, fn, *args))
+
+
+def _stopped_raises(fn: Callable[..., _T], *args: Any) -> _T:
+    try:
+        return fn(*args)
+    except StopIteration as exc:
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        detail = f": {exc}" if str(exc) else ""
+        raise RuntimeError(f"{name} raised StopIteration{detail}") from exc
 
 
 def new_run_id() -> str:

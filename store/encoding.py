@@ -74,16 +74,29 @@ def nesting(value: Any) -> int:
 
     Deep values are the ones this measures: walking them recursively (a copy,
     an encoder) is what fails on Python's recursion limit.
+
+    Raises:
+        ValueError: when a list or dict contains itself (a Python value, never
+            one decoded from JSON): measured, it nests without end, and the
+            walk never finished.
     """
-    deepest, stack = 0, [(value, 1)]
+    deepest, stack = 0, [(value, 1, False)]
+    inside: set[int] = set()  # the containers on the way down to the item
     while stack:
-        item, depth = stack.pop()
+        item, depth, leaving = stack.pop()
+        if leaving:
+            inside.discard(id(item))
+            continue
         if isinstance(item, dict):
             children: Any = item.values()
         elif isinstance(item, (list, tuple)):
             children = item
         else:
             continue
+        if id(item) in inside:
+            raise ValueError(f"a {type(item).__name__} in it contains itself")
+        inside.add(id(item))
         deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
+        stack.append((item, depth, True))
+        stack.extend((child, depth + 1, False) for child in children)
     return deepest

@@ -483,26 +483,45 @@ def _exits(amount: float, to: str = "") -> bool:
     raise SystemExit(3)
 
 
-@function_tool(requires_approval=_exits)
-def pay_exiting(amount: float, to: str) -> str:
-    """Pay, asking a predicate that exits.
-
-    Args:
-        amount: How much.
-        to: To whom.
-    """
-    return "paid"
+def _cancelled(amount: float, to: str = "") -> bool:
+    ASKED.append(amount)
+    raise asyncio.CancelledError  # its own: nothing cancelled the check
 
 
+async def _cancelled_async(amount: float, to: str = "") -> bool:
+    ASKED.append(amount)
+    raise asyncio.CancelledError  # a lookup it awaited was cancelled
+
+
+def _paying(predicate: Any) -> Any:
+    @function_tool(requires_approval=predicate)
+    def pay_exiting(amount: float, to: str) -> str:
+        """Pay, asking a predicate that raises.
+
+        Args:
+            amount: How much.
+            to: To whom.
+        """
+        return "paid"
+
+    return pay_exiting
+
+
+@pytest.mark.parametrize(
+    "predicate", [_exits, _cancelled, _cancelled_async], ids=["exit", "cancel", "async-cancel"]
+)
 async def test_a_predicate_that_raises_even_system_exit_asks_a_person_at_once(
-    client: Client, task_queue: str, ledger: str
+    client: Client, task_queue: str, ledger: str, predicate: Any
 ) -> None:
-    """A predicate that raises (SystemExit too) is asked once, and a person decides."""
+    """A predicate raising (SystemExit, its own CancelledError) is asked once; a person decides."""
     ASKED.clear()
     script = [[CallTool("pay_exiting", {"amount": 5, "to": "bob"}, id="call_pay")], Reply("ok")]
     with ScriptedModelServer(script) as model:
         agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[pay_exiting]
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[_paying(predicate)],
         )
         paused = await asyncio.wait_for(agent.arun(PAY), 60)
     assert paused.status == "awaiting_approval"

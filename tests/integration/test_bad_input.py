@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 
 from helpers import (
     ANSWER,
@@ -81,6 +82,48 @@ async def test_agent_built_differently_in_another_process_cannot_resume(
     result = await built().aresume(run_id)
     assert result.status == "completed" and result.final_output == ANSWER
     assert len(ledger_lines(ledger)) == 2  # only the call in flight at the kill, again
+
+
+def _news_tool(since: datetime) -> Any:
+    """A tool whose default is computed when it is defined, as `datetime.now()` would be."""
+
+    def get_news(city: str, since: datetime = since) -> str:
+        """News for a city.
+
+        Args:
+            city: The city.
+            since: From when.
+        """
+        return f"Quiet in {city} since {since:%Y}."
+
+    return function_tool(get_news)
+
+
+async def test_a_default_computed_at_import_leaves_the_run_resumable_anywhere(
+    client: Client, task_queue: str
+) -> None:
+    """A default that differs in each process (a time, a UUID) is not how an agent is built."""
+    with ScriptedModelServer([Fail(400, "the model refuses")]) as model:
+
+        def built(since: datetime) -> Agentor:
+            return weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=client,
+                tools=[_news_tool(since)],
+            )
+
+        first = await built(datetime(2020, 1, 1)).arun("News from Oslo?")
+        assert first.status == "failed"
+        # the same code, imported by another process a moment later
+        model.set_script([CallTool("get_news", {"city": "Oslo"}), Reply("done")])
+        result = await built(datetime(2021, 1, 1)).aresume(first.run_id)
+
+    assert result.status == "completed" and result.final_output == "done", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert answer.result == "Quiet in Oslo since 2021."
+    [tool] = model.requests[-1]["tools"]
+    assert "default" not in tool["function"]["parameters"]["properties"]["since"]
 
 
 async def test_bad_tool_calls_answer_the_model_and_run_nothing(

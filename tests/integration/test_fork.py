@@ -339,6 +339,46 @@ async def test_a_failing_continuation_leaves_the_fork_persisted_and_names_it(
     assert resumed.usage == total_usage(resumed.events)
 
 
+async def test_a_fork_no_worker_began_resumes_with_its_message_and_marker(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A fork that failed before it recorded anything begins again as that fork on resume."""
+    from agentor_temporal.worker import build_worker
+
+    with ScriptedModelServer() as model:
+        parent = await _agent(model, client, task_queue, tmp_path, ledger).arun(PROMPT)
+        assert parent.run_id is not None
+        # the fork's queue is served by a worker that does not run its agent yet
+        queue = task_queue + "-fleet"
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=queue,
+            temporal=client,
+            store=FileStore(tmp_path / "runs"),
+            ledger=ledger,
+        )
+        other = weather_agent(
+            base_url=model.base_url, task_queue=queue, temporal=client, name="Other"
+        )
+        fork_id = f"unserved-{task_queue}"
+        async with build_worker(client, [other], task_queue=queue):
+            failed = await weather_agent(
+                base_url=model.base_url, task_queue=queue, temporal=client, embedded_worker=False
+            ).afork(parent.run_id, PARIS, fork_id=fork_id)
+        assert failed.status == "failed" and "Unknown agent 'Weather Agent'" in str(failed.error)
+        requests = model.request_count
+
+        resumed = await agent.aresume(fork_id)
+
+    assert resumed.status == "completed" and resumed.final_output == PARIS_ANSWER
+    types = [e.type for e in resumed.events]
+    assert types == SEED_EVENT_TYPES + ["fork"] + SEED_EVENT_TYPES
+    assert resumed.events[7].forked_from == parent.run_id
+    # the model heard the fork's message after the parent's conversation
+    assert model.requests[requests]["messages"][-1] == {"role": "user", "content": PARIS}
+    await _same_everywhere(client, tmp_path, resumed)
+
+
 async def test_fork_at_a_tool_boundary_keeps_the_answered_calls(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:

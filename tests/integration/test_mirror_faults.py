@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -103,3 +104,37 @@ async def test_resume_catches_up_a_mirror_left_behind(
 
     assert again.status == "completed" and model.request_count == requests
     assert path.read_text() == "".join(lines)
+
+
+class StoppingStore(FlakyStore):
+    """A store whose `load` does `next()` on nothing while `stops` (a StopIteration)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory, failures=0)
+        self.stops = True
+
+    def load(self, run_id: str) -> list[Event]:
+        if self.stops:
+            return next(iter([]))  # type: ignore[no-any-return]
+        return self.inner.load(run_id)
+
+
+async def test_a_store_raising_stop_iteration_is_a_failing_store_not_a_hung_run(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """A StopIteration from a store is its error, logged; the run and its resume finish."""
+    store = StoppingStore(tmp_path)
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
+    )
+    # a thread's StopIteration never reached its awaiter: the first model call hung
+    result = await asyncio.wait_for(agent.arun(PROMPT), 60)
+    assert result.status == "completed" and result.final_output == ANSWER, result.error
+    with pytest.raises(RuntimeError, match=r"load raised StopIteration"):
+        await asyncio.wait_for(agent.aresume(f"not-{result.run_id}"), 30)
+
+    store.stops = False
+    again = await asyncio.wait_for(agent.aresume(result.run_id), 30)
+    assert again.status == "completed"
+    projected = await TemporalStore(client).aload(result.run_id)
+    assert [e.to_dict() for e in store.load(result.run_id)] == [e.to_dict() for e in projected]

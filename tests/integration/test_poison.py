@@ -206,6 +206,8 @@ RAISES: dict[str, tuple[Any, str]] = {
     "str_generator_exit": (_describing_raises(GeneratorExit), "Indescribable: <unprintable"),
     "str_interrupts": (_describing_raises(KeyboardInterrupt), "Indescribable: <unprintable"),
     "str_subclass": (TrickyMessage, "TrickyMessage: tricky"),
+    # asyncio cannot carry it into a Future: a sync tool's call waited out its timeout
+    "stop_iteration": (lambda: StopIteration("empty"), "RuntimeError: "),
 }
 
 
@@ -225,6 +227,7 @@ async def test_odd_exceptions_answer_the_model(client: Client, task_queue: str) 
         for mode in ("sync", "async"):
             answer = answers[f"{kind}_{mode}"]
             assert answer.error is not None and answer.error.startswith(error), (kind, mode, answer)
+    assert "raised StopIteration: empty" in str(answers["stop_iteration_sync"].error)
     assert model.request_count == 2
 
 
@@ -326,4 +329,45 @@ async def test_max_turns_zero_or_negative_is_refused_at_once(
                     pass
             with pytest.raises(ValueError, match="max_turns must be a positive integer"):
                 await agent.aresume("any-run", max_turns=bad)
+        assert model.request_count == 0
+
+
+def _contains_itself() -> list[Any]:
+    content: list[Any] = ["text"]
+    content.append(content)
+    return content
+
+
+#: message lists no run can send, and what the refusal says
+NOT_JSON: dict[str, tuple[Any, str]] = {
+    # measuring its depth never ended: run() hung, growing without bound
+    "contains-itself": (
+        [{"role": "user", "content": _contains_itself()}],
+        "input cannot be sent as JSON: a list in it contains itself",
+    ),
+    "object": ([{"role": "user", "content": object()}], "Object of type object is not JSON"),
+    "set": ([{"role": "user", "content": "x", "tags": {1, 2}}], "Object of type set is not"),
+    "int-key": ([{"role": "user", "content": "x", 5: 1}], "dicts with text keys"),
+}
+
+
+@pytest.mark.parametrize("kind", list(NOT_JSON))
+async def test_input_that_is_not_json_is_refused_at_once(
+    kind: str, client: Client, task_queue: str
+) -> None:
+    """Messages JSON cannot carry are a ValueError naming the message, before anything starts."""
+    messages, fragment = NOT_JSON[kind]
+    with ScriptedModelServer([Reply("done")]) as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        for start in (
+            lambda: agent.arun(messages),
+            lambda: agent.astart(messages),
+            lambda: agent.afork("any-run", messages),
+        ):
+            with pytest.raises(ValueError, match="cannot be sent as JSON") as info:
+                await asyncio.wait_for(start(), 10)
+            assert fragment in str(info.value)
+        with pytest.raises(ValueError, match="cannot be sent as JSON"):
+            async for _ in agent.stream_chat(messages):
+                pass
         assert model.request_count == 0

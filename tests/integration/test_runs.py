@@ -332,6 +332,58 @@ async def test_unknown_agent_fails_the_workflow_clearly(
     assert "Unknown agent 'Nobody'" in message and "'Weather Agent'" in message
 
 
+@pytest.mark.parametrize("ending", ["unknown-agent", "timed-out"])
+async def test_a_run_that_ended_before_its_run_start_begins_again_on_resume(
+    client: Client, model: ScriptedModelServer, task_queue: str, ending: str
+) -> None:
+    """A run closed before it recorded an event resumes from the input it was started with."""
+    from datetime import timedelta
+
+    from agentor_temporal.worker import build_worker
+
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, embedded_worker=False
+    )
+    other = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, name="Other"
+    )
+    run_id = f"{ending}-{task_queue}"
+    if ending == "unknown-agent":
+        # the fleet does not run the agent yet: the run fails at once, saying so
+        async with build_worker(client, [other], task_queue=task_queue):
+            await agent.astart(PROMPT, run_id=run_id, max_turns=3)
+            with pytest.raises(WorkflowFailureError):
+                await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 20)
+    else:
+        # no worker came before the run's timeout
+        await client.start_workflow(
+            "AgentRun",
+            {"agent": agent.name, "input": PROMPT, "max_turns": 3},
+            id=run_id,
+            task_queue=task_queue,
+            execution_timeout=timedelta(seconds=1),
+        )
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 20)
+    assert await TemporalStore(client).aload(run_id) == []
+    assert model.request_count == 0
+
+    with pytest.raises(ValueError, match="belongs to agent 'Weather Agent', not 'Other'"):
+        await other.aresume(run_id)
+    served = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    result = await asyncio.wait_for(served.aresume(run_id), 30)
+
+    assert result.status == "completed" and result.final_output == ANSWER, result.error
+    assert [e.type for e in result.events] == SEED_EVENT_TYPES
+    assert model.requests[0]["messages"][-1] == {"role": "user", "content": PROMPT}
+    assert [e.to_dict() for e in await TemporalStore(client).aload(run_id)] == [
+        e.to_dict() for e in result.events
+    ]
+    # and the id is done: run() with it attaches to the finished run
+    again = await served.arun(PROMPT, run_id=run_id)
+    assert again.final_output == ANSWER and model.request_count == 2
+
+
 def _raw(data: bytes, encoding: bytes = b"json/plain") -> RawValue:
     """A workflow argument sent as these exact bytes."""
     return RawValue(Payload(metadata={"encoding": encoding}, data=data))

@@ -209,16 +209,25 @@ async def test_a_request_that_cannot_be_sent_fails_at_once_naming_the_setting(
         {"timeout": float("nan")},
         {"timeout": True},
         {"timeout": "30"},
+        # the client merges these into each request: every one failed, after the run began
+        {"extra_headers": {"X-Title": object()}},
+        {"extra_headers": {"X-Title": None}},
+        {"default_headers": {"X-Title": 5}},
+        {"extra_headers": {5: "a"}},
+        {"extra_headers": [("X-Title", "a")]},
+        {"extra_body": [1]},
+        {"extra_query": "a=b"},
     ],
 )
 def test_an_agent_refuses_a_setting_the_client_could_never_send(setting: dict[str, Any]) -> None:
-    """A key, header value or timeout no request could carry is refused where it is given."""
+    """A key, header, client option or timeout no request could carry is refused where given."""
     with pytest.raises(ValueError) as info:
         Agentor(name="A", **setting)
     message = str(info.value)
-    assert "api_key" in message or "extra_headers['X-Title']" in message or "timeout" in message
+    assert any(name in message for name in ("api_key", "extra_", "timeout")), message
     assert "sk-abc" not in message and "a\r\nb" not in message
     Agentor(name="A", api_key="sk-abc123", extra_headers={"X-Title": "a b"}, timeout=30)
+    Agentor(name="A", extra_headers={"X-Raw": b"v"}, extra_body={"k": 1}, extra_query={"q": 1})
     Agentor(name="A", timeout=Timeout(30, connect=5))
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import gc
 import threading
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +196,28 @@ def test_a_parameter_the_model_could_never_be_offered_is_refused_when_defined() 
         return ""
 
     assert set(function_tool(fine).parameters["properties"]) == {"model_name", "city"}
+
+
+def test_a_default_that_is_not_a_json_value_is_left_out_of_the_schema() -> None:
+    """Defaults that may differ between processes (times, UUIDs, paths) are not shown."""
+
+    def lookup(
+        a: int = 3,
+        b: str = "x",
+        c: list[int] = [1],  # noqa: B006 - never mutated: a default as users write them
+        when: datetime.datetime = datetime.datetime.now(),  # noqa: B008
+        key: uuid.UUID = uuid.uuid4(),  # noqa: B008
+        where: Path = Path.cwd(),  # noqa: B008
+    ) -> str:
+        """Look something up."""
+        return ""
+
+    props = function_tool(lookup).spec().parameters["properties"]
+    assert {k: v.get("default") for k, v in props.items()} == {
+        "a": 3,
+        "b": "x",
+        "c": [1],
+        "when": None,
+        "key": None,
+        "where": None,
+    }
