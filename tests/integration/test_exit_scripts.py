@@ -37,7 +37,9 @@ def script(env: dict[str, str], *args: str, timeout: float = 120) -> dict[str, A
     full = {
         **os.environ,
         **env,
-        "PYTHONPATH": str(ROOT / "tests"),  # the package as this interpreter has it installed,
+        # this checkout's package, as `helpers.spawn` gives it: the installed one may be
+        # another checkout's (an editable install of a sibling worktree)
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
     }
     proc = subprocess.run(
         [sys.executable, str(PROCS / "plain_script.py"), *args],
