@@ -275,11 +275,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ("Fatal Python error: PyGILState_Release", temporalio/sdk-python#300,
     seen here too), which would turn a finished command into exit status 134.
     """
-    # SIGTERM (a closed terminal, `kill`, a container stopping) ends a command as
-    # Ctrl+C does: its embedded worker finishes the calls it runs. Killed at once
-    # instead, an approved call cut off mid-work ran again on the next worker.
+    # SIGTERM (`kill`, a container stopping) and SIGHUP (the terminal closed)
+    # end a command as Ctrl+C does: its embedded worker finishes the calls it
+    # runs. Killed at once instead, an approved call cut off mid-work ran again
+    # on the next worker. A signal the caller ignores (`nohup`) stays ignored.
     # (`worker`, `serve` and `codec-server` set their own handlers.)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, signal.default_int_handler)
     code = execute(argv)
     if Runtime._instance is not None:
         Runtime._instance.close()

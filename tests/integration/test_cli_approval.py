@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
@@ -191,12 +192,13 @@ async def test_an_interrupted_approve_says_its_decision_may_still_be_taken(
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 async def test_a_terminated_resume_finishes_the_approved_call_it_runs(
-    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+    signum: int, client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
-    """SIGTERM (a closed terminal, `kill`) to `resume` while its worker runs the approved
-    transfer ends it as Ctrl+C does: the transfer finishes and is recorded, and the next
-    `resume` does not run it again."""
+    """SIGTERM (`kill`) or SIGHUP (the terminal closed) to `resume` while its worker runs
+    the approved transfer ends it as Ctrl+C does: the transfer finishes and is recorded,
+    and the next `resume` does not run it again."""
     ledger = str(tmp_path / "ledger")
     with ScriptedModelServer(pay_script()) as model:
         env = {**agent_env(model, task_queue, ledger), "TRANSFER_SECONDS": "3"}
@@ -221,7 +223,7 @@ async def test_a_terminated_resume_finishes_the_approved_call_it_runs(
             async with asyncio.timeout(60):
                 while not ledger_lines(ledger):
                     await asyncio.sleep(0.02)
-            resuming.terminate()
+            resuming.send_signal(signum)
             _, stderr = await asyncio.to_thread(resuming.communicate, None, 60)
         finally:
             resuming.kill()
