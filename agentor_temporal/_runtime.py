@@ -5,7 +5,10 @@ bound to the loop they were made on; Agentor 0.1.1 runs each sync call in a
 fresh `asyncio.run()` and so breaks on the second call ("Event loop is
 closed"). Here every call, sync or async, runs on one background loop in a
 daemon thread: sync methods submit to it and block, async methods await it
-from whatever loop they are on.
+from whatever loop they are on. At exit the loop waits for the non-daemon
+threads still calling in, then drains its workers; a forked child starts a
+loop (and a Temporal core runtime) of its own instead of waiting on the
+parent's, whose threads it does not have.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import concurrent.futures
 import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import contextlib
 import logging
+import os
 import threading
+import weakref
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
@@ -154,13 +159,18 @@ class Runtime:
         self._client_lock: asyncio.Lock | None = None
         self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
         self._closed = False
-        at_interpreter_exit(self.close)
+        # non-daemon threads that called in: the process waits for them at exit
+        self._callers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        self._callers_lock = threading.Lock()
+        at_interpreter_exit(self._at_exit)
 
     @classmethod
     def get(cls) -> Runtime:
         """The process-wide runtime, started on first use."""
         with cls._guard:
             if cls._instance is None:
+                if _core_stale:
+                    _fresh_core_runtime()
                 cls._instance = Runtime()
             return cls._instance
 
@@ -174,6 +184,7 @@ class Runtime:
                 "sync agent methods cannot be called from a tool or worker; "
                 "await the async variant instead"
             )
+        self._note_caller()
         future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
             with draining_on_sigterm():
@@ -191,6 +202,7 @@ class Runtime:
             running = None
         if running is self.loop:
             return await coro
+        self._note_caller()
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
             with_caller_context(coro), self.loop
         )
@@ -289,6 +301,31 @@ class Runtime:
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(timeout)
 
+    def _note_caller(self) -> None:
+        current = threading.current_thread()
+        if not current.daemon:
+            with self._callers_lock:
+                self._callers.add(current)
+
+    def _at_exit(self) -> None:
+        """The exit hook: let the other threads that call agents finish, then `close`.
+
+        The interpreter waits for non-daemon threads, but only after this
+        hook: closing first cut their calls off (a web framework's worker
+        thread in `agent.run()` got a CancelledError, its run left to another
+        worker). A Ctrl+C while waiting stops the wait, never the drain.
+        """
+        if self._closed:
+            return
+        with self._callers_lock:
+            callers = [t for t in self._callers if t is not threading.current_thread()]
+        try:
+            for thread in callers:
+                thread.join()
+        except KeyboardInterrupt:
+            pass
+        self.close()
+
     def close(self, timeout: float = EXIT_DRAIN) -> None:
         """Stop embedded workers, then the loop and its thread (runs at exit).
 
@@ -323,3 +360,46 @@ class Runtime:
         if not self.thread.is_alive():
             with contextlib.suppress(Exception):
                 self.loop.close()
+
+
+# -- os.fork() ----------------------------------------------------------------------------
+
+#: What a forked child inherited from its parent's runtime: the background
+#: loop's thread and the Temporal core's threads did not survive the fork, so
+#: a call on them in the child waited forever, and the exit hook waited 50 s
+#: on a loop nothing runs. Kept here, never collected: dropping the core's
+#: objects joins threads the child does not have.
+_INHERITED: list[object] = []
+#: Whether the Temporal core runtime is the parent's, its threads gone.
+_core_stale = False
+
+
+def _after_fork_in_child() -> None:
+    """Forget the parent's runtime in a forked child; the first call there starts its own."""
+    global _core_stale
+    Runtime._guard = threading.Lock()  # another thread may have held it at the fork
+    runtime = Runtime._instance
+    Runtime._instance = None
+    if runtime is not None:
+        runtime._closed = True  # its exit hook: nothing of it runs here
+        _INHERITED.append(runtime)
+        _core_stale = True
+
+
+def _fresh_core_runtime() -> None:
+    """Give a forked child a Temporal core runtime of its own (its clients connect on it)."""
+    global _core_stale
+    from temporalio.runtime import Runtime as CoreRuntime
+    from temporalio.runtime import TelemetryConfig
+
+    from agentor_temporal.telemetry import core_logging
+
+    _core_stale = False
+    _INHERITED.append(CoreRuntime.default())
+    CoreRuntime.set_default(
+        CoreRuntime(telemetry=TelemetryConfig(logging=core_logging())), error_if_already_set=False
+    )
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -12,6 +12,7 @@ user's mistake prints one `error:` line, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ from agentor_temporal._cli_fork import cmd_fork
 from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_show
 from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._progress import Progress, follow, latest_execution
-from agentor_temporal._runtime import Runtime
+from agentor_temporal._runtime import EXIT_DRAIN, Runtime
 from agentor_temporal.agent import Agentor
 from agentor_temporal.codec import EncryptionConfigError, EncryptionKeyError
 from agentor_temporal.codec_server import stop_codec_server
@@ -266,6 +267,42 @@ def execute(argv: Sequence[str] | None = None) -> int:
         return code
 
 
+#: The signals that end a command as Ctrl+C does (see `main`).
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _drain() -> None:
+    """Stop the embedded worker, finishing its calls; a first interrupt meanwhile waits on.
+
+    An `approve` has printed its outcome when its worker runs the approved
+    call, here; a Ctrl+C (or SIGTERM, SIGHUP) then cut the call off, and the
+    next worker ran it again. A second interrupt abandons the calls.
+    """
+    runtime = Runtime._instance
+    if runtime is None:
+        return
+    asked = False
+
+    def hold(signum: int, frame: object) -> None:
+        nonlocal asked
+        if asked:
+            raise KeyboardInterrupt
+        asked = True
+        with contextlib.suppress(OSError, ValueError):  # a closed terminal
+            print(
+                f"finishing the calls this command's worker runs (up to {EXIT_DRAIN:g} s); "
+                "interrupt again to abandon them (another worker then runs them again)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    for signum in INTERRUPTS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, hold)
+    with contextlib.suppress(KeyboardInterrupt):  # abandoned, as asked twice
+        runtime.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point: run one command, then end the process with its status.
 
@@ -275,14 +312,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ("Fatal Python error: PyGILState_Release", temporalio/sdk-python#300,
     seen here too), which would turn a finished command into exit status 134.
     """
-    # SIGTERM (a closed terminal, `kill`, a container stopping) ends a command as
-    # Ctrl+C does: its embedded worker finishes the calls it runs. Killed at once
-    # instead, an approved call cut off mid-work ran again on the next worker.
+    # SIGTERM (`kill`, a container stopping) and SIGHUP (the terminal closed)
+    # end a command as Ctrl+C does: its embedded worker finishes the calls it
+    # runs. Killed at once instead, an approved call cut off mid-work ran again
+    # on the next worker. A signal the caller ignores (`nohup`) stays ignored.
     # (`worker`, `serve` and `codec-server` set their own handlers.)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, signal.default_int_handler)
     code = execute(argv)
-    if Runtime._instance is not None:
-        Runtime._instance.close()
+    _drain()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -3,8 +3,8 @@
 Runs `AgentRun` workflows and their activities for the named agents. Settings
 come from flags or `AGENTOR_AGENTS`, `AGENTOR_TASK_QUEUE`, `AGENTOR_STORE`,
 `AGENTOR_ENCRYPTION_KEYS(_FILE)`; the connection follows the standard Temporal
-client environment (see `agentor_temporal.connection`). On SIGTERM or SIGINT it stops polling and
-finishes in-flight work before exiting, so a rolling deploy loses nothing.
+client environment (see `agentor_temporal.connection`). On SIGTERM, SIGINT or SIGHUP it stops
+polling and finishes in-flight work before exiting, so a rolling deploy loses nothing.
 `build_worker(...)` builds the same worker for embedding.
 """
 
@@ -301,7 +301,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
-    """Connect, run the worker until SIGTERM/SIGINT, then drain and exit."""
+    """Connect, run the worker until SIGTERM/SIGINT/SIGHUP, then drain and exit."""
     from agentor_temporal.connection import connect
 
     objects = load_agent_objects(args.agents or "")
@@ -323,8 +323,10 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     await ensure_search_attributes(client, plugin.registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    # SIGHUP (its terminal closed) drains too; one the caller ignores (`nohup`) stays ignored
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            loop.add_signal_handler(sig, stop.set)
     names = ", ".join(a.name for a in agents)
     # before "ready": the idle baseline includes what the first run imports
     preload()

@@ -4,7 +4,7 @@ uvicorn's own `run()` makes a loop of its own; here `Server.serve()` runs on
 the `Runtime` loop instead, where the Temporal clients and embedded workers
 the routes use already live (no hop between loops per event streamed).
 Signals reach only the main thread, so the main thread waits for the server
-and turns SIGINT / SIGTERM into uvicorn's graceful exit. The socket is bound
+and turns SIGINT / SIGTERM / SIGHUP into uvicorn's graceful exit. The socket is bound
 first, so "address in use" is a clear error before anything starts.
 """
 
@@ -40,7 +40,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run(app: Any, host: str, port: int, **options: Any) -> None:
-    """Serve `app` on host:port until SIGINT/SIGTERM; returns after a graceful stop."""
+    """Serve `app` on host:port until SIGINT/SIGTERM/SIGHUP; returns after a graceful stop."""
     sock = listen(host, port)
     config = uvicorn.Config(
         app, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN, lifespan="on", **options
@@ -66,7 +66,14 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
     future = asyncio.run_coroutine_threadsafe(main(), runtime.loop)
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # SIGHUP too (the terminal the server runs in closed): killed at once by
+        # it, the embedded worker's call in flight was cut off and ran again on
+        # the next worker. A signal the caller ignores (`nohup`) stays ignored.
+        previous = {
+            sig: signal.signal(sig, stop)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+            if signal.getsignal(sig) is not signal.SIG_IGN
+        }
     try:
         while True:
             try:

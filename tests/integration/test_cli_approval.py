@@ -9,11 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import ledger_lines
+from helpers import ledger_lines, wait_line
 from integration.test_cli import _env, cli
 
 AGENT = "procs.cli_agents:treasurer"
@@ -191,12 +192,13 @@ async def test_an_interrupted_approve_says_its_decision_may_still_be_taken(
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 async def test_a_terminated_resume_finishes_the_approved_call_it_runs(
-    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+    signum: int, client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
-    """SIGTERM (a closed terminal, `kill`) to `resume` while its worker runs the approved
-    transfer ends it as Ctrl+C does: the transfer finishes and is recorded, and the next
-    `resume` does not run it again."""
+    """SIGTERM (`kill`) or SIGHUP (the terminal closed) to `resume` while its worker runs
+    the approved transfer ends it as Ctrl+C does: the transfer finishes and is recorded,
+    and the next `resume` does not run it again."""
     ledger = str(tmp_path / "ledger")
     with ScriptedModelServer(pay_script()) as model:
         env = {**agent_env(model, task_queue, ledger), "TRANSFER_SECONDS": "3"}
@@ -221,7 +223,7 @@ async def test_a_terminated_resume_finishes_the_approved_call_it_runs(
             async with asyncio.timeout(60):
                 while not ledger_lines(ledger):
                     await asyncio.sleep(0.02)
-            resuming.terminate()
+            resuming.send_signal(signum)
             _, stderr = await asyncio.to_thread(resuming.communicate, None, 60)
         finally:
             resuming.kill()
@@ -232,3 +234,46 @@ async def test_a_terminated_resume_finishes_the_approved_call_it_runs(
     assert json.loads(done.stdout)["final_output"] == "Paid."
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
     assert "interrupted: run" in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+async def test_an_approve_interrupted_while_its_worker_runs_the_call_finishes_it(
+    signum: int, client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """`approve` has printed its outcome and its worker runs the approved transfer as the
+    command ends: one interrupt then (Ctrl+C, the terminal closed) waits for the transfer,
+    which runs once; before, it cut the transfer off and the next worker ran it again."""
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(pay_script()) as model:
+        env = {**agent_env(model, task_queue, ledger), "TRANSFER_SECONDS": "3"}
+        common = ["--temporal", temporal_address]
+        started = await asyncio.to_thread(
+            cli, "run", "--agent", AGENT, "Pay bob 5000", "--json", *common, env=env
+        )
+        run_id = json.loads(started.stdout)["run_id"]
+        approving = subprocess.Popen(
+            [sys.executable, "-m", "agentor_temporal", "approve", run_id, "call_pay"]
+            + ["--agent", AGENT, *common],
+            env=_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # the command is done (its outcome printed) and its worker runs the transfer
+            await asyncio.to_thread(wait_line, approving, "approved call_pay", 60)
+            async with asyncio.timeout(60):
+                while not ledger_lines(ledger):
+                    await asyncio.sleep(0.02)
+            approving.send_signal(signum)
+            _, stderr = await asyncio.to_thread(approving.communicate, None, 60)
+        finally:
+            approving.kill()
+        done = await asyncio.to_thread(
+            cli, "resume", run_id, "--agent", AGENT, "--json", *common, env=env
+        )
+        assert done.returncode == 0, done.stderr
+    assert approving.returncode == 0, stderr
+    assert "interrupt again to abandon them" in stderr and "Traceback" not in stderr, stderr
+    assert json.loads(done.stdout)["final_output"] == "Paid."
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]

@@ -213,3 +213,33 @@ async def test_sigterm_handler_is_installed_only_over_the_default_and_restored(
         finally:
             signal.signal(signal.SIGTERM, previous)
     assert seen and all(h is users_handler for h in seen), seen
+
+
+async def test_a_thread_running_the_agent_finishes_after_the_main_thread_returns(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A non-daemon thread's `run()` in flight as the main thread returns: the process waits
+    for it (as Python waits for such threads), and the run completes there, its tool run once."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        finished = await asyncio.to_thread(script, env, "thread", run_id, timeout=60)
+    assert finished == {"status": "completed"}
+    outcome = await client.get_workflow_handle(run_id).result()
+    assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+async def test_a_forked_child_runs_the_agent_on_its_own_runtime(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A child forked (multiprocessing, fork) from a process whose embedded worker is up runs
+    its own run and exits at once, instead of waiting forever on the parent's loop and
+    Temporal threads, which do not exist in it; the parent's worker carries on."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        outcome = await asyncio.to_thread(script, env, "fork", run_id, timeout=60)
+    assert outcome == {"parent": ["completed", "completed"], "child": 0, "stuck": False}
+    keys = [line.split()[1] for line in ledger_lines(ledger)]
+    assert sorted(k.split(":")[0] for k in keys) == sorted([run_id, f"{run_id}-c", f"{run_id}-p"])

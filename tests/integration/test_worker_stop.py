@@ -66,16 +66,22 @@ def _worker_cli(env: dict[str, str], runs: Path, log: Path) -> subprocess.Popen[
     )
 
 
-@pytest.mark.parametrize("during", ["tool_call", "generation"])
+@pytest.mark.parametrize(
+    ("during", "signum"),
+    [("tool_call", signal.SIGTERM), ("generation", signal.SIGTERM), ("tool_call", signal.SIGHUP)],
+    ids=["tool_call", "generation", "tool_call-SIGHUP"],
+)
 async def test_sigterm_mid_run_finishes_in_flight_work_and_loses_nothing(
     during: str,
+    signum: int,
     client: Client,
     temporal_address: str,
     task_queue: str,
     tmp_path: Path,
     ledger: str,
 ) -> None:
-    """SIGTERM mid-call: that worker drains the call and exits 0; the other finishes the run."""
+    """SIGTERM (or SIGHUP: its terminal closed) mid-call: that worker drains the call and
+    exits 0; the other finishes the run."""
     runs = tmp_path / "runs"
     # the in-flight call takes 2 s: long enough to signal it mid-way
     script = [Hang(2)] if during == "generation" else []
@@ -109,7 +115,7 @@ async def test_sigterm_mid_run_finishes_in_flight_work_and_loses_nothing(
                 await asyncio.to_thread(model.wait_for_requests, 1, 60)
                 busy = await _generating_worker(client, run_id)
             stopped = next(p for p in workers if str(p.pid) == busy)
-            stopped.send_signal(signal.SIGTERM)
+            stopped.send_signal(signum)
             code = await asyncio.to_thread(stopped.wait, 60)
             exited_at = time.time()
             result = await asyncio.wait_for(task, 60)

@@ -11,12 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
+import os
 import sys
+import threading
+import time
 
-from helpers import plain_agent
+from helpers import ledger_lines, plain_agent, transfer_tool, weather_tool
 
 agent = plain_agent()
 command, run_id = sys.argv[1], sys.argv[2]
+WEATHER = "What is the weather in Paris?"
+
+
+def child_run(child_id: str) -> None:
+    """A forked child's own run (multiprocessing with the fork start method)."""
+    sys.exit(0 if agent.run(WEATHER, run_id=child_id).status == "completed" else 1)
+
+
 if command == "run":
     prompt = sys.argv[3] if len(sys.argv) > 3 else "Send 5 to bob"
     result = agent.run(prompt, run_id=run_id)
@@ -38,6 +50,30 @@ elif command == "stream":
         ]
 
     print(json.dumps({"events": asyncio.run(follow())}))
+elif command == "thread":
+    # a web framework's worker thread (not a daemon) runs the agent; the main
+    # thread returns while the thread's tool call is in flight
+    ledger = os.environ["AGENT_LEDGER"]
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=1)])
+
+    def work() -> None:
+        print(json.dumps({"status": slow.run(WEATHER, run_id=run_id).status}), flush=True)
+
+    threading.Thread(target=work).start()
+    deadline = time.monotonic() + 30
+    while not ledger_lines(ledger) and time.monotonic() < deadline:
+        time.sleep(0.01)
+elif command == "fork":
+    # the parent's runtime and embedded worker are up when it forks
+    first = agent.run(WEATHER, run_id=run_id).status
+    child = multiprocessing.get_context("fork").Process(target=child_run, args=(f"{run_id}-c",))
+    child.start()
+    child.join(20)
+    stuck = child.is_alive()
+    if stuck:
+        child.kill()
+    after = agent.run(WEATHER, run_id=f"{run_id}-p").status
+    print(json.dumps({"parent": [first, after], "child": child.exitcode, "stuck": stuck}))
 else:
     raise SystemExit(f"unknown command {command!r}")
 sys.stdout.flush()

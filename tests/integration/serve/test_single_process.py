@@ -6,6 +6,7 @@ server's life, and SIGTERM stops the server gracefully.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -15,8 +16,12 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
+from temporalio.client import Client
 
-from helpers import ANSWER, PROMPT, free_port
+from agentor_temporal.worker import build_worker
+
+from helpers import ANSWER, PROMPT, free_port, ledger_lines, weather_agent, weather_tool
 from serve_http import settle, wait_until
 
 SCRIPT = """
@@ -80,3 +85,68 @@ def test_agent_serve_runs_the_agent_in_the_same_process(
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(10)
+
+
+SLOW_SCRIPT = """
+import os
+from helpers import weather_agent, weather_tool
+agent = weather_agent(
+    base_url=os.environ["MODEL_BASE_URL"],
+    task_queue=os.environ["ONLY_HERE_QUEUE"],
+    temporal=os.environ["TEMPORAL_ADDRESS"],
+    tools=[weather_tool(os.environ["SLOW_LEDGER"], delay=2)],
+)
+agent.serve(port=int(os.environ["PORT"]), log_level="warning")
+print("served", flush=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_agent_serve_stopped_mid_tool_finishes_the_call_once(
+    signum: int, serve_env: dict[str, str], client: Client, tmp_path: Path
+) -> None:
+    """SIGTERM or SIGHUP (its terminal closed) while agent.serve()'s embedded worker runs a
+    tool: the tool finishes and is recorded, the server exits 0, and the worker that finishes
+    the run does not run the tool again."""
+    port, queue, ledger = free_port(), f"single-{uuid.uuid4().hex[:8]}", str(tmp_path / "ledger")
+    env = {k: v for k, v in serve_env.items() if k != "AGENTOR_SERVE_TOKEN"}
+    env.update({"PORT": str(port), "ONLY_HERE_QUEUE": queue, "SLOW_LEDGER": ledger})
+    log = tmp_path / "single.log"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SLOW_SCRIPT],
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert process.poll() is None, log.read_text()
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        await asyncio.to_thread(wait_until, healthy, "agent.serve() to answer", 30)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            run_id = (await http.post("/runs", json={"input": PROMPT})).json()["run_id"]
+        await asyncio.to_thread(wait_until, lambda: ledger_lines(ledger), "the tool to start", 30)
+        process.send_signal(signum)
+        code = await asyncio.to_thread(process.wait, 20)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(10)
+    assert code == 0 and "served" in log.read_text(), log.read_text()
+    agent = weather_agent(
+        base_url=serve_env["MODEL_BASE_URL"],
+        task_queue=queue,
+        temporal=client,
+        tools=[weather_tool(ledger)],
+        embedded_worker=False,
+    )
+    async with build_worker(client, [agent], task_queue=queue):
+        outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 30)
+    assert outcome["status"] == "completed"
+    assert len(ledger_lines(ledger)) == 1, ledger_lines(ledger)
