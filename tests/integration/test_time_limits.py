@@ -136,6 +136,31 @@ async def start_limited(
     return dict(await asyncio.wait_for(handle.result(), 60))
 
 
+async def each_execution_stops_at_the_chains_limit(
+    client: Client, run_id: str, weather_turns: int
+) -> None:
+    """Every execution of the continue-as-new chain set its timer for one moment: the
+    chain's start plus the limit less the margin, not its own start plus that."""
+    segments = await TemporalStore(client).segments(run_id)
+    histories = [
+        await client.get_workflow_handle(run_id, run_id=s.execution_run_id).fetch_history()
+        for s in segments
+    ]
+    assert len(histories) == weather_turns + 1
+    chain_start = histories[0].events[0].event_time.ToDatetime()
+    fire_at = []
+    for history in histories:
+        [timer] = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+        fire_at.append(
+            timer.event_time.ToDatetime()
+            + timer.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+        )
+    # the continued executions started a second or more after the chain did
+    assert histories[-1].events[0].event_time.ToDatetime() - chain_start > timedelta(seconds=1)
+    for at in fire_at:
+        assert abs((at - chain_start) - LIMIT / 2) < timedelta(seconds=0.5), (at, chain_start)
+
+
 @pytest.mark.parametrize(
     "how, weather_turns",
     [
@@ -185,9 +210,7 @@ async def test_a_run_reaching_its_time_limit_mid_turn_keeps_its_calls_and_resume
             # it stopped itself: the server did not time it out
             assert described.status == WorkflowExecutionStatus.COMPLETED
             if weather_turns:
-                assert described.raw_description.workflow_execution_info.first_run_id != (
-                    described.run_id
-                )
+                await each_execution_stops_at_the_chains_limit(client, run_id, weather_turns)
             events = await TemporalStore(client).aload(run_id)
             results = {e.call_id: e for e in events if e.type == "tool_result"}
             assert results["c_pay"].result == PAID
