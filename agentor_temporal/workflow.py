@@ -71,7 +71,10 @@ async def run_agent(
         task_queue: where the agent's worker polls; default the parent's.
         parent_close_policy: what happens to the agent run if the parent
             closes first (see the module docstring).
-        execution_timeout: optional limit on the agent run's whole duration.
+        execution_timeout: optional limit on the agent run's whole duration. The
+            run stops itself shortly before it (`policies.DEADLINE_MARGIN`),
+            recording what its turn's calls did, and comes back "failed"
+            saying it reached its time limit; `resume(run_id)` goes on from there.
 
     Returns:
         The `RunOutcome`: `run_id`, `status` ("completed", "max_turns" or

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentor_temporal.workflows.continuing import Continuing
     from agentor_temporal.workflows.conversation import Conversation
+    from agentor_temporal.workflows.deadline import Deadline, run_deadline
     from agentor_temporal.workflows.formatting import call_summary
     from agentor_temporal.workflows.generation import Generation
     from agentor_temporal.workflows.input_limits import depth_problem, input_problem
@@ -113,6 +114,10 @@ class AgentRunWorkflow(Continuing):
         self._history: HistoryGauge | None = None
         self._executions = 1
         self._whole_run = False
+        #: the run's time limit, when it was started with one (`policies.DEADLINE_SETTLES`)
+        self._deadline: Deadline | None = None
+        #: set when the run stopped itself at its time limit: its `run_end` error
+        self._out_of_time: str | None = None
 
     #: this worker's spec for an agent, set on each run by the worker's
     #: interceptor (`agentor_temporal._local_spec`); None: the describe step
@@ -229,7 +234,7 @@ class AgentRunWorkflow(Continuing):
                         details=f"Fork of {inp.fork.run_id}: a snapshot of its finished run",
                     )
             try:
-                return await self._loop(inp, seg)
+                return await self._within_limit(inp, seg)
             except asyncio.CancelledError as exc:
                 # a cancelled run says so in its log, then closes as cancelled;
                 # `resume` continues it like any run that did not complete.
@@ -241,10 +246,42 @@ class AgentRunWorkflow(Continuing):
                     for event in exc.results:
                         event.turn = self._turn
                         self._journal.record(event)
+                if self._out_of_time is not None:
+                    # stopped by its own time limit, not cancelled: it fails, resumable
+                    return await self._end(
+                        "failed", seg, turn=self._turn or None, error=self._out_of_time
+                    )
                 await self._end(
                     "failed", seg, turn=self._turn or None, error=CANCELLED, returning=False
                 )
                 raise
+
+    async def _within_limit(self, inp: AgentRunInput, seg: Setup) -> dict[str, Any]:
+        """The loop; stopped as a cancel would, shortly before the run's time limit.
+
+        Raises:
+            asyncio.CancelledError: the run was cancelled, or stopped at its limit
+                (`_out_of_time` set); `TurnCancelled` when its turn's calls are kept.
+        """
+        if level() >= policies.DEADLINE_SETTLES:
+            self._deadline = run_deadline(seg.carry)
+        if self._deadline is None:
+            return await self._loop(inp, seg)
+        loop = asyncio.ensure_future(self._loop(inp, seg))
+        left = (self._deadline.stop_at - workflow.now()).total_seconds()
+        timer = asyncio.ensure_future(workflow.sleep(max(left, 0.0), summary="time limit"))
+        try:
+            await workflow.wait([loop, timer], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # the run is cancelled: its loop settles the turn, as it would unwrapped
+            loop.cancel()
+        if not loop.done() and timer.done():
+            self._out_of_time = self._deadline.error()
+            self._tools.stopped_by = "the run reached its time limit"
+            loop.cancel()
+        if not timer.done():
+            timer.cancel()
+        return await loop
 
     async def _loop(self, inp: AgentRunInput, seg: Setup) -> dict[str, Any]:
         spec = seg.spec

@@ -66,12 +66,16 @@ class Carry:
     #: ids used once that `uses` no longer counts (`call_uses.SeenIds`, from
     #: `policies.BOUNDED_CARRY` on, past `policies.CARRIED_USES_BYTES`)
     seen: str | None = None
+    #: when the chain's `execution_timeout` times it out (epoch seconds; from
+    #: `policies.DEADLINE_SETTLES`, for a run started with one: see `deadline`)
+    deadline: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (without `seen` when None: carries of earlier levels stay as they were)."""
+        """The JSON form; `seen` and `deadline` only when set (older carries stay as they were)."""
         data = asdict(self)
-        if data["seen"] is None:
-            del data["seen"]
+        for name in ("seen", "deadline"):
+            if data[name] is None:
+                del data[name]
         return data
 
     @classmethod
@@ -97,6 +101,7 @@ class Carry:
                 stream=data.get("stream"),
                 executions=int(data.get("executions") or 1),
                 seen=data.get("seen"),
+                deadline=float(data["deadline"]) if data.get("deadline") is not None else None,
             )
             if carry.seen is not None:
                 SeenIds(carry.seen)  # raises naming what is wrong

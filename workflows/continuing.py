@@ -19,6 +19,7 @@ from agentor_temporal.workflows.budget import FailureBudget
 from agentor_temporal.workflows.carry import Carry, HistoryGauge, carried_decisions, emptied
 from agentor_temporal.workflows.closing import Closing
 from agentor_temporal.workflows.conversation import Conversation
+from agentor_temporal.workflows.deadline import chain_expiry
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.segment import Setup
 from agentor_temporal.workflows.tool_calls import ToolCalls
@@ -113,6 +114,9 @@ class Continuing(Closing):
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,
         )
+        if level() >= policies.DEADLINE_SETTLES:
+            expiry = chain_expiry(seg.carry)
+            carry.deadline = expiry.timestamp() if expiry is not None else None
         return AgentRunInput(
             agent=inp.agent,
             input=[],

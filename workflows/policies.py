@@ -127,6 +127,20 @@ SIGNALLED_DECISION_POLL = timedelta(milliseconds=100)
 #: again on resume. Past it, the call is abandoned and answered "still running
 #: after its run was cancelled", and the run closes as cancelled.
 CANCEL_GRACE = timedelta(seconds=60)
+#: How long before its own time limit (a start's `execution_timeout` or
+#: `run_timeout`) a run stops itself, settling its turn as a cancel does
+#: (`policies.DEADLINE_SETTLES`): its running calls are asked to stop and
+#: answered, and its `run_end` is recorded. Timed out by the server instead,
+#: the run recorded nothing of its turn, and `resume` ran its finished calls
+#: again. A running call learns it is to stop from the answer to its next
+#: heartbeat, which the SDK sends at most every 0.8 TOOL_HEARTBEAT_TIMEOUT
+#: (measured: 3 s after the request, a 12 s run's async call had not yet
+#: heard, and the server timed the run out); then two workflow tasks record
+#: and close. A limit under twice this keeps half of itself
+#: (DEADLINE_MARGIN_SHARE), so a run limited to less than ~12 s may still be
+#: timed out by the server mid-turn.
+DEADLINE_MARGIN = timedelta(seconds=10)
+DEADLINE_MARGIN_SHARE = 0.5
 #: Heartbeats go out from a thread, so a worker whose event loop is blocked
 #: (an async tool calling `time.sleep`, a long CPU-bound step) still shows
 #: its calls alive and the server does not hand them to another worker to
@@ -237,7 +251,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 11
+BEHAVIOUR = 12
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -355,6 +369,17 @@ EXPIRY_KEEPS_CALLS = 10
 #: rewound the turn and ran them again (a transfer made twice). A turn in
 #: which no call ran to an answer of its own is still rewound.
 FAILURE_KEEPS_CALLS = 11
+#: From this level a run started with a time limit (`execution_timeout` or
+#: `run_timeout`, e.g. `run_agent(..., execution_timeout=...)`) stops itself
+#: DEADLINE_MARGIN before it (a timer), settling its turn as a cancel does:
+#: calls running are asked to stop and their answers recorded, calls waiting
+#: for a person are answered as not run, and the `run_end` says the run
+#: reached its time limit; the run returns "failed", and `resume` goes on
+#: after the recorded calls. Before, the server timed the run out mid-turn:
+#: its finished calls' results were never recorded, so `resume` rewound the
+#: turn and ran them again (a transfer made twice). A run with no limit (the
+#: facade's) issues no command for it.
+DEADLINE_SETTLES = 12
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"

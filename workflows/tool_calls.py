@@ -114,6 +114,8 @@ class ToolCalls:
         self._fold = False
         #: this turn's tool activities wait for their cancellation to complete
         self._wait_cancelled = False
+        #: what stopped the turn's calls, as their answers say (`policies.DEADLINE_SETTLES`)
+        self.stopped_by = "the run was cancelled"
 
     async def run_turn(
         self,
@@ -185,7 +187,7 @@ class ToolCalls:
             for task in tasks:
                 task.cancel()
             await workflow.wait(tasks)
-            ended = self._ended(calls, screened, tasks)
+            ended = self._ended(calls, screened, tasks, self.stopped_by)
             if ended is None:
                 raise
             self._fit(ended)
@@ -251,8 +253,9 @@ class ToolCalls:
         calls: list[dict[str, Any]],
         screened: list[Event | tuple[str, dict[str, Any], ToolSpec]],
         tasks: list[asyncio.Task[Event]],
+        stopped_by: str,
     ) -> list[Event] | None:
-        """The results of a turn its run's cancel ended, or None to rewind the turn on resume.
+        """The results of a turn its run's cancel (or time limit) ended, or None to rewind it.
 
         None unless some call ran to its own outcome (there is nothing to
         keep), or when a call failed for a reason that is not the tool's (it
@@ -290,7 +293,7 @@ class ToolCalls:
                     str(name or ""),
                     call.get("id"),
                     STOPPED,
-                    "Error: the run was cancelled before this call ran; it did not run.",
+                    f"Error: {stopped_by} before this call ran; it did not run.",
                     args=args,
                 )
             )
@@ -451,7 +454,7 @@ class ToolCalls:
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError) and self._wait_cancelled:
                 # the run's cancel stopped the call: its worker says so
-                error = "Error: the run was cancelled while this call ran, and it was stopped"
+                error = f"Error: {self.stopped_by} while this call ran, and it was stopped"
                 return _answer(
                     name,
                     call_id,

@@ -542,6 +542,32 @@ FAILED_CALL_TURN: Scenario = (
     20,
 )
 
+
+async def _deadline_turn(agent: Agentor) -> str:
+    """Started by a plain client with a time limit the async lookup outlasts: the run stops
+    before the limit, the payment's result and the stopped lookup's answer recorded."""
+    MID_CALL["gate"].set()  # the payment goes through at once
+    client = await agent._client()
+    run_id = f"deadline-{uuid.uuid4().hex[:8]}"
+    outcome = await client.execute_workflow(
+        policies.WORKFLOW_TYPE,
+        {"agent": agent.name, "input": "Pay and look it up."},
+        id=run_id,
+        task_queue=agent.task_queue,
+        execution_timeout=timedelta(seconds=14),
+        result_type=dict,
+    )
+    assert outcome["status"] == "failed" and "time limit" in outcome["error"], outcome
+    events = await TemporalStore(client).aload(run_id)
+    results = {e.call_id: e.error or e.result for e in events if e.type == "tool_result"}
+    assert results == {"c_pay": "paid 5", "c_l": "cancelled"}, results
+    return run_id
+
+
+#: A run stopped by its own time limit (policies.DEADLINE_SETTLES): a timer, then the
+#: turn settled as a cancel settles it, recorded at level 12.
+DEADLINE_TURN: Scenario = (CANCELLED_MID_CALL[0], _mid_call_tools, _deadline_turn, 20)
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -614,6 +640,9 @@ SCENARIOS: dict[str, Scenario] = {
     "behaviour_10_expired_turn_history": EXPIRED_TURN,
     # recorded at level 11: a call no worker could run fails the run, its turn's results kept
     "behaviour_11_failed_call_turn_history": FAILED_CALL_TURN,
+    # recorded at level 12: a run started with a time limit stops itself before it,
+    # its turn's results kept
+    "behaviour_12_deadline_turn_history": DEADLINE_TURN,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)
