@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from agentor_temporal._cli_common import (
+    DECIDED,
     EXIT_OK,
     CliError,
     address,
@@ -104,6 +105,7 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
 
     try:
         decided = Runtime.get().run_sync(go())
+        DECIDED.set()  # an interrupt now waits for the call this worker may run
     except KeyError as exc:
         raise CliError(str(exc.args[0]) if exc.args else f"unknown run {run_id!r}") from None
     except ValueError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +20,11 @@ from agentor_temporal.codec import KeysSetting, keys_from_file
 from agentor_temporal.connection import connect
 from agentor_temporal.store import Event, FileStore, validate_run_id
 from agentor_temporal.workflows import Segment, TemporalStore
+
+#: Set once a command's outcome is decided (an `approve` whose decision the run
+#: took): an interrupt from then on lets its embedded worker finish the calls
+#: it runs (`cli._drain`) instead of ending the command as "interrupted"
+DECIDED = threading.Event()
 
 T = TypeVar("T")
 

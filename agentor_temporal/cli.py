@@ -27,6 +27,7 @@ from agentor_temporal import telemetry, worker
 from agentor_temporal._cli_approvals import cmd_approve, cmd_deny, cmd_pending
 from agentor_temporal._cli_codec import cmd_codec_server, cmd_keygen, dev_codec, report_codec
 from agentor_temporal._cli_common import (
+    DECIDED,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -271,34 +272,36 @@ def execute(argv: Sequence[str] | None = None) -> int:
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _drain() -> None:
-    """Stop the embedded worker, finishing its calls; a first interrupt meanwhile waits on.
+_asked = False
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    """Ctrl+C, SIGTERM, SIGHUP: end the command; once its outcome is decided, wait first.
 
     An `approve` has printed its outcome when its worker runs the approved
-    call, here; a Ctrl+C (or SIGTERM, SIGHUP) then cut the call off, and the
-    next worker ran it again. A second interrupt abandons the calls.
+    call; an interrupt then cut the call off, and the next worker ran it
+    again. So once `DECIDED` is set, the first interrupt is noted and the
+    calls finish; a second abandons them.
     """
+    global _asked
+    if not DECIDED.is_set() or _asked:
+        raise KeyboardInterrupt
+    _asked = True
+    with contextlib.suppress(OSError, ValueError):  # a closed terminal
+        print(
+            f"finishing the calls this command's worker runs (up to {EXIT_DRAIN:g} s); "
+            "interrupt again to abandon them (another worker then runs them again)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _drain() -> None:
+    """Stop the embedded worker, finishing its calls; a first interrupt meanwhile waits on."""
+    DECIDED.set()
     runtime = Runtime._instance
     if runtime is None:
         return
-    asked = False
-
-    def hold(signum: int, frame: object) -> None:
-        nonlocal asked
-        if asked:
-            raise KeyboardInterrupt
-        asked = True
-        with contextlib.suppress(OSError, ValueError):  # a closed terminal
-            print(
-                f"finishing the calls this command's worker runs (up to {EXIT_DRAIN:g} s); "
-                "interrupt again to abandon them (another worker then runs them again)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    for signum in INTERRUPTS:
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, hold)
     with contextlib.suppress(KeyboardInterrupt):  # abandoned, as asked twice
         runtime.close()
 
@@ -317,9 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # runs. Killed at once instead, an approved call cut off mid-work ran again
     # on the next worker. A signal the caller ignores (`nohup`) stays ignored.
     # (`worker`, `serve` and `codec-server` set their own handlers.)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in INTERRUPTS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, signal.default_int_handler)
+            signal.signal(signum, _on_interrupt)
     code = execute(argv)
     _drain()
     logging.shutdown()
