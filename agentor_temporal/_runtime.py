@@ -20,9 +20,12 @@ import concurrent.futures.thread  # noqa: F401 - its exit hook must be registere
 import contextlib
 import logging
 import os
+import signal
+import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from types import FrameType
 from typing import Any, TypeVar
 
 from temporalio.client import Client
@@ -48,6 +51,56 @@ EXIT_DRAIN = 40.0
 #: six times). A core thread needs well under a millisecond for it; the
 #: margin is for a loaded machine.
 EXIT_SETTLE = 0.25
+
+
+#: Signals whose default would end the process mid-drain at exit, by name
+#: (SIGHUP is missing on Windows)
+EXIT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def _patient_exit(draining: bool) -> Iterator[None]:
+    """While the exit hook drains the embedded workers, a first interrupt is noted, not obeyed.
+
+    A script's main thread has returned, and its worker finishes the calls it
+    runs (an approved transfer, say). A Ctrl+C, SIGTERM or SIGHUP then, with
+    Python's default handling, cut the call off and the next worker ran it
+    again. The first one now says what the process is finishing; a second
+    acts as the default does. Only in the main thread, and only over the
+    default handlers (an application's own are left alone).
+    """
+    if not draining or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    defaults = {"SIGINT": signal.default_int_handler}
+    kept: dict[signal.Signals, Any] = {}
+
+    def noted(signum: int, frame: FrameType | None) -> None:
+        for number, previous in kept.items():
+            signal.signal(number, previous)  # a second one acts as before
+        print(
+            f"{signal.Signals(signum).name}: finishing the calls this process's worker runs "
+            f"(up to {EXIT_DRAIN:g} s); send it again to abandon them",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    for name in EXIT_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None:
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            current = signal.getsignal(number)
+            if current is defaults.get(name, signal.SIG_DFL):
+                signal.signal(number, noted)
+                kept[number] = current
+    try:
+        yield
+    finally:
+        for number, previous in kept.items():
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(number) is noted:
+                    signal.signal(number, previous)
 
 
 def at_interpreter_exit(callback: Any) -> None:
@@ -324,7 +377,8 @@ class Runtime:
                 thread.join()
         except KeyboardInterrupt:
             pass
-        self.close()
+        with _patient_exit(self.serving()):
+            self.close()
 
     def close(self, timeout: float = EXIT_DRAIN) -> None:
         """Stop embedded workers, then the loop and its thread (runs at exit).

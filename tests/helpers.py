@@ -223,9 +223,12 @@ def transfer_tool(
     threshold: float | None = None,
     asking: str | None = None,
     answer_after: str | None = None,
+    delay: float = 0,
     **options: Any,
 ) -> Any:
     """A money transfer that needs a person's approval (above `threshold`, if given).
+
+    `delay`: seconds the transfer takes after its ledger line.
 
     `asking`, `answer_after`: its predicate creates the file `asking`, then
     answers only once the file `answer_after` exists (a slow lookup; 60 s at most).
@@ -250,6 +253,7 @@ def transfer_tool(
             to: To whom.
         """
         ledger_write(ledger, "transfer", f"{amount} {to}")
+        time.sleep(delay)
         return f"Sent {amount:g} to {to}."
 
     return transfer
@@ -416,12 +420,14 @@ def plain_agent(ledger: str | None = None, **overrides: Any) -> Agentor:
     """The agent of `procs/plain_script.py`: a transfer needing approval, and the weather.
 
     Built from the environment (as the script is) unless `overrides` say otherwise;
-    AGENT_TOOL_SECONDS makes get_weather take that long after its ledger line.
+    AGENT_TOOL_SECONDS makes get_weather take that long after its ledger line,
+    AGENT_TRANSFER_SECONDS the transfer.
     """
     ledger = ledger if ledger is not None else os.environ.get("AGENT_LEDGER")
     delay = float(os.environ.get("AGENT_TOOL_SECONDS", "0"))
+    paying = float(os.environ.get("AGENT_TRANSFER_SECONDS", "0"))
     options: dict[str, Any] = {
-        "tools": [transfer_tool(ledger), weather_tool(ledger, delay=delay)],
+        "tools": [transfer_tool(ledger, delay=paying), weather_tool(ledger, delay=delay)],
         "name": "Plain Agent",
     }
     for key, env in (

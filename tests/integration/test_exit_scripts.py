@@ -243,3 +243,51 @@ async def test_a_forked_child_runs_the_agent_on_its_own_runtime(
     assert outcome == {"parent": ["completed", "completed"], "child": 0, "stuck": False}
     keys = [line.split()[1] for line in ledger_lines(ledger)]
     assert sorted(k.split(":")[0] for k in keys) == sorted([run_id, f"{run_id}-c", f"{run_id}-p"])
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
+async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is_noted(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    signum: signal.Signals,
+) -> None:
+    """A script approves and ends; as it exits, its worker runs the approved transfer. A first
+    Ctrl+C or SIGTERM then is noted and the transfer finishes, recorded; before, it cut the
+    transfer off, and the next worker (here the resuming script's) made it again."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **env_for(temporal_address, model, task_queue, tmp_path, ledger),
+            "AGENT_TRANSFER_SECONDS": "3",
+        }
+        run_id = uuid.uuid4().hex
+        started = await asyncio.to_thread(script, env, "run", run_id)
+        assert started["status"] == "awaiting_approval"
+        argv = ["approve", run_id, started["pending"][0]]
+        approving = subprocess.Popen(
+            [sys.executable, str(PROCS / "plain_script.py"), *argv],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert approving.stdout is not None
+            decided = await asyncio.to_thread(approving.stdout.readline)  # printed as it ends
+            assert json.loads(decided)["decided"] == started["pending"][0]
+            await until(lambda: ledger_lines(ledger), "the transfer to start")
+            approving.send_signal(signum)
+            _, stderr = await asyncio.to_thread(approving.communicate, None, 60)
+        finally:
+            approving.kill()
+        resumed = await asyncio.to_thread(script, env, "resume", run_id)
+    assert resumed["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+    [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
+    assert result.result == "Sent 5 to bob.", result.result
+    assert f"{signum.name}: finishing the calls" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
