@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, TemporalStore, function_tool, tool_context
@@ -51,6 +52,22 @@ def tools(ledger: str) -> list[Any]:
         ledger_write(ledger, "slow_async")
         await asyncio.sleep(seconds)
         return "slept"
+
+    @function_tool
+    async def beats_oddly() -> str:
+        """Heartbeats with details no converter can encode."""
+        ledger_write(ledger, "beats_oddly")
+        activity.heartbeat(object())
+        await asyncio.sleep(0.5)  # the beat is encoded (and failed the call) meanwhile
+        return "beat"
+
+    @function_tool
+    def beats_oddly_in_thread() -> str:
+        """Heartbeats from its thread with details no converter can encode."""
+        ledger_write(ledger, "beats_oddly_in_thread")
+        activity.heartbeat(object())
+        time.sleep(0.5)
+        return "beat"
 
     @function_tool
     def unprintable() -> str:
@@ -96,7 +113,8 @@ def tools(ledger: str) -> list[Any]:
             value = [value]
         return value
 
-    return [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
+    listed = [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
+    return [*listed, beats_oddly, beats_oddly_in_thread]
 
 
 def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -> Agentor:
@@ -206,3 +224,18 @@ async def test_a_stopping_worker_hands_its_call_back(
     history = await client.get_workflow_handle(result.run_id).fetch_history()
     assert "WorkerStopping" in history.to_json()
     assert len(await TemporalStore(client).aload(result.run_id)) == 7
+
+
+@pytest.mark.parametrize("name", ["beats_oddly", "beats_oddly_in_thread"])
+async def test_a_tools_heartbeat_with_odd_details_does_not_fail_or_rerun_its_call(
+    name: str, client: Client, task_queue: str, ledger: str
+) -> None:
+    """A tool's own heartbeat, whatever its details, neither fails its call nor runs it again."""
+    with ScriptedModelServer([CallTool(name), Reply("Understood.")]) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            result = await asyncio.wait_for(outcomes.arun("go"), 30)
+    assert result.status == "completed" and result.final_output == "Understood."
+    [tool_result] = [e for e in result.events if e.type == "tool_result"]
+    assert tool_result.error is None and tool_result.result == "beat"
+    assert len(ledger_lines(ledger)) == 1  # ran once
