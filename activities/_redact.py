@@ -39,6 +39,7 @@ LOGGERS = (
     "agentor_temporal._memory",
     "agentor_temporal.activities._definition",
     "agentor_temporal.activities._joining",
+    "agentor_temporal.activities._private",
     "agentor_temporal.activities._starts",
     "agentor_temporal.activities.conversations",
     "agentor_temporal.activities.model",
