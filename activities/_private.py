@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,8 @@ from temporalio import activity
 from agentor_temporal.activities import _starts
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.policies import HEARTBEAT_INTERVAL
+
+logger = logging.getLogger(__name__)
 
 #: Longest error text passed back to the model or into an event.
 MAX_ERROR_CHARS = 4_000
@@ -75,6 +79,54 @@ async def heartbeating(interval: float = HEARTBEAT_INTERVAL.total_seconds()) -> 
                 await task
     finally:
         _starts.release()
+
+
+@contextlib.contextmanager
+def tool_heartbeats(name: str) -> Iterator[None]:
+    """Inside: a tool's own `activity.heartbeat(...)` beats with the attempt's details.
+
+    A tool's details replace the attempt's on the server, erasing the start
+    count `_starts` keeps there; and details the worker cannot encode (any
+    object) would fail the call, which Temporal then runs again, for ever.
+    So a tool's beat says only that it is alive: its details are not sent.
+    It works from a sync tool's thread too.
+    """
+    if not activity.in_activity() or activity.info().is_local:
+        yield
+        return
+    from agentor_temporal.activities._joining import IN_SHARED_CALL
+
+    context = activity._Context.current()
+    # a shared call is beaten for by the attempts awaiting it (see `heartbeating`)
+    shared = IN_SHARED_CALL.get()
+    send = None if shared else _core_heartbeat()
+    original = None if shared else context.heartbeat
+    loop = asyncio.get_running_loop()
+    warned = False
+
+    def beat(*details: Any) -> None:
+        nonlocal warned
+        if details and not warned:
+            warned = True
+            logger.debug("Tool %s heartbeat details are not recorded: %.200r", name, details)
+        if send is not None:
+            send()
+        elif original is not None and _on_loop(loop):
+            original(*_starts.beat_values())
+
+    token = activity._Context.set(dataclasses.replace(context, heartbeat=beat))
+    try:
+        yield
+    finally:
+        activity._Context.reset(token)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the caller runs on `loop`'s thread (the SDK's heartbeat works only there)."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _core_heartbeat() -> Callable[[], None] | None:

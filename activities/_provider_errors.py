@@ -3,7 +3,8 @@
 408/409/429/5xx, connection errors and timeouts are retried (honouring
 `Retry-After`, capped at MAX_RETRY_AFTER) until MODEL_RETRY_BUDGET is spent,
 then final. Any other 4xx is final at once, with the provider's own message.
-An error event in a streamed reply (an overloaded provider) is retried too.
+An error event in a streamed reply (an overloaded provider) is retried too,
+and so is a streamed reply cut off before its end (`CutOffReply`).
 A malformed reply (not JSON, not UTF-8, no choices, a call without a name) is
 retried briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was
 wrong. A request the HTTP client refused to send (a header or URL it cannot
@@ -37,6 +38,11 @@ MALFORMED_REPLY = "ModelReplyMalformed"
 
 class MalformedReply(Exception):
     """The provider answered, but not with a usable chat completion."""
+
+
+class CutOffReply(Exception):
+    """A streamed reply ended before the provider said it was complete: the connection
+    closed mid-reply, with no `[DONE]` and no finish_reason."""
 
 
 def json_kind(value: Any) -> str:
@@ -119,6 +125,9 @@ def model_error(exc: Exception) -> ApplicationError | None:
         return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}"))
     if isinstance(exc, (openai.APIResponseValidationError, MalformedReply)):
         return malformed(_redact.clean(str(exc)))
+    if isinstance(exc, CutOffReply):
+        # what arrived is part of an answer: recorded, it would pass as the whole one
+        return _unavailable(_redact.clean(f"The model endpoint's streamed reply {exc}"))
     if isinstance(exc, openai.APIError):
         # an error event inside a streamed reply: the provider failed mid-answer
         message = clip(_redact.clean(_provider_message(exc)))

@@ -19,9 +19,9 @@ import threading
 from collections.abc import Iterator
 
 from agentor_temporal.workflows.redaction import (
-    MASK,
     MIN_SECRET_CHARS,
     RedactingFilter,
+    mask_secret,
     redact,
     secret_forms,
 )
@@ -39,6 +39,7 @@ LOGGERS = (
     "agentor_temporal._memory",
     "agentor_temporal.activities._definition",
     "agentor_temporal.activities._joining",
+    "agentor_temporal.activities._private",
     "agentor_temporal.activities._starts",
     "agentor_temporal.activities.conversations",
     "agentor_temporal.activities.model",
@@ -126,8 +127,7 @@ def clean(text: str) -> str:
 def mask_secrets(text: str) -> str:
     """`text` with every known secret masked (URLs left as they are: this is content)."""
     for secret in secrets():
-        if secret in text:
-            text = text.replace(secret, MASK)
+        text = mask_secret(text, secret)
     return text
 
 

@@ -2,7 +2,10 @@
 
 Used when a run asks for text deltas. Tool calls arrive fragmented and keyed
 by `index` (id and name may come in a later chunk than the first for that
-index); usage arrives in a final chunk when `include_usage` is set.
+index); usage arrives in a final chunk when `include_usage` is set. A reply is
+complete only once it says so (`[DONE]`, or a choice's finish_reason): one
+whose connection closed before (a proxy's timeout, an HTML page instead of
+events) is a failed request, never a shorter answer.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from typing import Any
 from temporalio import activity
 
 from agentor_temporal.activities import _redact
-from agentor_temporal.activities._private import token_count
-from agentor_temporal.activities._provider_errors import MalformedReply, json_kind
+from agentor_temporal.activities._private import clip, token_count
+from agentor_temporal.activities._provider_errors import CutOffReply, MalformedReply, json_kind
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
@@ -47,6 +50,9 @@ async def stream_completion(
         stream = await client.chat.completions.create(**request)
     else:
         stream = await create(request)
+    ends = _EndSeen.watch(stream)
+    finished = False
+    chunks = 0
     text: list[str] = []
     reasoning: list[str] = []
     partial: dict[int, dict[str, str]] = {}
@@ -54,6 +60,7 @@ async def stream_completion(
     streamed = 0
     try:
         async for chunk in stream:
+            chunks += 1
             raw_usage = getattr(chunk, "usage", None)
             if raw_usage is not None:
                 usage = {
@@ -66,7 +73,10 @@ async def stream_completion(
                 continue
             if not isinstance(choices, list):
                 raise MalformedReply(f"a chunk's choices are {json_kind(choices)}, not a list")
-            delta = getattr(_object(choices[0], "a chunk's first choice"), "delta", None)
+            choice = _object(choices[0], "a chunk's first choice")
+            if getattr(choice, "finish_reason", None) is not None:
+                finished = True
+            delta = getattr(choice, "delta", None)
             if delta is None:
                 continue
             content = getattr(_object(delta, "a chunk's delta"), "content", None)
@@ -78,6 +88,7 @@ async def stream_completion(
                 if streamed > MAX_REPLY_BYTES:
                     # past what a run records of one reply: `generate` refuses it;
                     # publishing the rest would only fill the run's history
+                    finished = True
                     break
                 if on_delta is not None:
                     await on_delta(encodable_text(content))
@@ -93,6 +104,8 @@ async def stream_completion(
         if close is not None:
             with contextlib.suppress(Exception):  # the reply's own error is the one to see
                 await close()
+    if not (finished or (ends is not None and ends.done)):
+        raise _unfinished(stream, chunks)
     return GenerateResult(
         text="".join(text) or None,
         reasoning="".join(reasoning) or None,
@@ -105,6 +118,50 @@ async def stream_completion(
             for _, slot in sorted(partial.items())
         ],
         usage=usage,
+    )
+
+
+class _EndSeen:
+    """A stream's SSE decoder, noting whether the reply's `[DONE]` came.
+
+    The client's stream ends its iteration alike at `[DONE]` and at a closed
+    connection; only its decoder sees which.
+    """
+
+    def __init__(self, decoder: Any) -> None:
+        self.decoder = decoder
+        self.done = False
+
+    @classmethod
+    def watch(cls, stream: Any) -> _EndSeen | None:
+        """Watch `stream`'s events (None: not a client stream; finish_reason tells alone)."""
+        decoder = getattr(stream, "_decoder", None)
+        if decoder is None or not hasattr(decoder, "aiter_bytes"):
+            return None
+        watcher = cls(decoder)
+        stream._decoder = watcher
+        return watcher
+
+    async def aiter_bytes(self, iterator: Any) -> Any:
+        async for event in self.decoder.aiter_bytes(iterator):
+            if event.data.startswith("[DONE]"):
+                self.done = True
+            yield event
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.decoder, name)
+
+
+def _unfinished(stream: Any, chunks: int) -> Exception:
+    """The error for a streamed reply that ended without saying it was complete."""
+    response = getattr(stream, "response", None)
+    kind = clip(str(getattr(response, "headers", {}).get("content-type") or ""), 100)
+    if not chunks and "event-stream" not in kind:
+        # a proxy's or portal's page: no events in it at all
+        return MalformedReply(f"not a stream of events, but {kind or 'a body of no type'}")
+    return CutOffReply(
+        f"ended after {chunks} chunks, before it was complete (no [DONE], no finish_reason): "
+        "the connection closed mid-reply"
     )
 
 

@@ -33,7 +33,7 @@ from agentor_temporal.activities._errors import (
     worker_busy,
     worker_stopping,
 )
-from agentor_temporal.activities._private import clip, heartbeating
+from agentor_temporal.activities._private import clip, heartbeating, tool_heartbeats
 from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.activities.tooldef import (
     NoThreadFree,
@@ -100,7 +100,8 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
     started = time.time()
     try:
         async with heartbeating():
-            text = await tool.call(inp.args, context, registry.tool_pool(), timeout=limit)
+            with tool_heartbeats(tool.name):
+                text = await tool.call(inp.args, context, registry.tool_pool(), timeout=limit)
     except PoolUnavailable as exc:
         await _starts.end(starts)
         raise worker_stopping(summary, exc) from None

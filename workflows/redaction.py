@@ -7,8 +7,9 @@ activity's last failure), worker logs, the JSONL `run_end` and
 `RunResult.error`. So it is redacted where it is made: URL userinfo and query
 values become `***`, and any known secret (the configured API keys) is masked
 wherever it appears. A secret is masked in the forms a server may echo it
-in too: percent-encoded, base64 (a Basic `Authorization` header), and a URL's
-credentials decoded. Pure functions over strings: the worker, the facade and
+in too: percent-encoded, base64 (a Basic `Authorization` header), a URL's
+credentials decoded, and JSON-escaped (`\\/`, `\\u002d`: a tool or server
+echoing it inside JSON text). Pure functions over strings: the worker, the facade and
 the CLI use the same rules.
 """
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import json
 import logging
 import re
 from collections.abc import Iterable
@@ -82,13 +85,50 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     if not text:
         return text
     for secret in secrets:
-        if secret and len(secret) >= MIN_SECRET_CHARS and secret in text:
-            text = text.replace(secret, MASK)
+        if secret and len(secret) >= MIN_SECRET_CHARS:
+            text = mask_secret(text, secret)
     if "://" in text:
         text = _URL.sub(lambda m: _redact_url(m.group(0)), text)
     if "=" in text:
         text = _QUERY_VALUE.sub(_mask_value, text)
     return text
+
+
+def mask_secret(text: str, secret: str) -> str:
+    """`text` with `secret` masked, as it is and JSON-escaped (in any mix of escapes)."""
+    if secret in text:
+        text = text.replace(secret, MASK)
+    if "\\" in text:
+        # an escape is a backslash: without one, the plain form was all there was
+        text = _escaped(secret).sub(MASK, text)
+    return text
+
+
+@functools.lru_cache(maxsize=256)
+def _escaped(secret: str) -> re.Pattern[str]:
+    """`secret` as JSON may write it: each character as it is or escaped.
+
+    Escaped as JSON encoders do (`\\"`, `\\/`, `\\n`), or as `\\uXXXX` in
+    either case of hex, a character past U+FFFF as its surrogate pair. Only
+    the secret's own characters match: a text decoding to anything else is
+    left as it is.
+    """
+    parts = []
+    for char in secret:
+        forms = {re.escape(char), re.escape(json.dumps(char)[1:-1])}
+        if char == "/":
+            forms.add(re.escape("\\/"))
+        units = char.encode("utf-16-be")
+        forms.add(
+            "".join(
+                "\\\\u" + "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{unit:04x}")
+                for unit in (
+                    int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)
+                )
+            )
+        )
+        parts.append("(?:" + "|".join(sorted(forms)) + ")")
+    return re.compile("".join(parts))
 
 
 def _mask_value(match: re.Match[str]) -> str:

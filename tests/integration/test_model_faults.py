@@ -142,3 +142,56 @@ async def test_an_error_event_mid_stream_is_retried_and_the_run_completes(
     assert len(script.times) == 3  # the failed request, its retry, the answer
     attempt, previous = await _first_generation_attempts(client, run_id)
     assert attempt == 2 and "error mid-reply: Overloaded" in previous
+
+
+_HELLO = {
+    "object": "chat.completion.chunk",
+    "choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}],
+}
+
+
+@pytest.mark.parametrize(
+    "body, content_type, failure",
+    [
+        # the connection closed mid-event: its JSON cut off, no [DONE], no finish_reason
+        (
+            f'data: {json.dumps(_HELLO)}\n\ndata: {{"object": "chat.comp',
+            "text/event-stream",
+            "streamed reply ended after 1 chunks, before it was complete",
+        ),
+        # closed between events
+        (
+            f"data: {json.dumps(_HELLO)}\n\n",
+            "text/event-stream",
+            "streamed reply ended after 1 chunks, before it was complete",
+        ),
+        # a proxy's page where the events should be
+        (
+            "<html><body>Gateway timeout</body></html>",
+            "text/html",
+            "not a stream of events, but text/html",
+        ),
+    ],
+    ids=["mid-json", "between-events", "html"],
+)
+async def test_a_streamed_reply_cut_off_is_retried_not_taken_as_the_answer(
+    client: Client, task_queue: str, tmp_path: Path, body: str, content_type: str, failure: str
+) -> None:
+    """A streamed reply that ends without [DONE] or a finish_reason is a failed request."""
+    script = Recorder(Raw(body, content_type=content_type))
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+        )
+        run_id = f"cut-off-{task_queue}"
+        received = [e async for e in agent.stream_chat(PROMPT, run_id=run_id, stream_text=True)]
+    assert received[-1].type == "run_end" and received[-1].status == "completed"
+    assert len(script.times) == 3  # the cut-off request, its retry, the answer
+    attempt, previous = await _first_generation_attempts(client, run_id)
+    assert attempt == 2 and failure in previous, previous
+    # the part that arrived was never recorded as a turn's answer
+    texts = [e.text for e in FileStore(tmp_path).load(run_id) if e.type == "message"]
+    assert "Hel" not in texts and texts[-1] == ANSWER

@@ -496,3 +496,60 @@ def _cli(
         timeout=120,
         cwd=cwd,
     )
+
+
+SLASHED_KEY = "sk-leak/audit/KEY-0123456789"
+
+
+def _json_escaped(how: str) -> str:
+    """SLASHED_KEY as a JSON encoder may write it inside a string."""
+    if how == "slash":
+        return SLASHED_KEY.replace("/", "\\/")  # PHP's json_encode, some Java encoders
+    # every character past letters and digits as \u00xx (Go escapes <, >, & so)
+    return "".join(c if c.isalnum() else f"\\u{ord(c):04X}" for c in SLASHED_KEY)
+
+
+@pytest.mark.parametrize("how", ["slash", "unicode"])
+@pytest.mark.parametrize("outcome", ["returned", "raised"])
+async def test_a_key_echoed_json_escaped_by_a_tool_never_shows(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    warnings_log: pytest.LogCaptureFixture,
+    how: str,
+    outcome: str,
+) -> None:
+    """A tool's result or error quoting the key JSON-escaped has it masked, like the key."""
+    from agentor_temporal import function_tool
+
+    echoed = _json_escaped(how)
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        body = f'{{"error": "bad key", "key": "{echoed}"}}'
+        if outcome == "raised":
+            raise RuntimeError(body)
+        return body
+
+    with ScriptedModelServer([CallTool("get_weather", {"city": "London"}), Reply("ok")]) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=SLASHED_KEY,
+            tools=[get_weather],
+        )
+        result = await agent.arun(PROMPT)
+        sent = model.requests[-1]["messages"][-1]["content"]
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert '"key": "***"' in answer.result and '"key": "***"' in sent, answer
+    texts = {"result": answer.result, "error": answer.error or "", "model": sent}
+    texts["logs"] = _log_text(warnings_log)
+    assert not _found(texts, [echoed, SLASHED_KEY])

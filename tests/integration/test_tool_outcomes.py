@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, TemporalStore, function_tool, tool_context
@@ -51,6 +52,32 @@ def tools(ledger: str) -> list[Any]:
         ledger_write(ledger, "slow_async")
         await asyncio.sleep(seconds)
         return "slept"
+
+    @function_tool
+    async def beats_oddly() -> str:
+        """Heartbeats with details no converter can encode."""
+        ledger_write(ledger, "beats_oddly")
+        activity.heartbeat(object())
+        await asyncio.sleep(0.5)  # the beat is encoded (and failed the call) meanwhile
+        return "beat"
+
+    @function_tool
+    def beats_oddly_in_thread() -> str:
+        """Heartbeats from its thread with details no converter can encode."""
+        ledger_write(ledger, "beats_oddly_in_thread")
+        activity.heartbeat(object())
+        time.sleep(0.5)
+        return "beat"
+
+    @function_tool(retries=1)
+    async def beats_with_progress() -> str:
+        """Fails once; its retry beats with details of its own, then works a while."""
+        if tool_context().attempt == 1:
+            raise ConnectionError("backend down")
+        activity.heartbeat({"progress": 50})
+        ledger_write(ledger, "beats_with_progress", f"beat={time.time()}")
+        await asyncio.sleep(3)
+        return "done"
 
     @function_tool
     def unprintable() -> str:
@@ -96,7 +123,8 @@ def tools(ledger: str) -> list[Any]:
             value = [value]
         return value
 
-    return [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
+    listed = [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
+    return [*listed, beats_oddly, beats_oddly_in_thread, beats_with_progress]
 
 
 def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -> Agentor:
@@ -206,3 +234,48 @@ async def test_a_stopping_worker_hands_its_call_back(
     history = await client.get_workflow_handle(result.run_id).fetch_history()
     assert "WorkerStopping" in history.to_json()
     assert len(await TemporalStore(client).aload(result.run_id)) == 7
+
+
+@pytest.mark.parametrize("name", ["beats_oddly", "beats_oddly_in_thread"])
+async def test_a_tools_heartbeat_with_odd_details_does_not_fail_or_rerun_its_call(
+    name: str, client: Client, task_queue: str, ledger: str
+) -> None:
+    """A tool's own heartbeat, whatever its details, neither fails its call nor runs it again."""
+    with ScriptedModelServer([CallTool(name), Reply("Understood.")]) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            result = await asyncio.wait_for(outcomes.arun("go"), 30)
+    assert result.status == "completed" and result.final_output == "Understood."
+    [tool_result] = [e for e in result.events if e.type == "tool_result"]
+    assert tool_result.error is None and tool_result.result == "beat"
+    assert len(ledger_lines(ledger)) == 1  # ran once
+
+
+async def test_a_tools_own_heartbeat_keeps_the_calls_start_count(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A tool's heartbeat carries the start count `_starts` keeps in the call's details."""
+    with ScriptedModelServer([CallTool("beats_with_progress"), Reply("Understood.")]) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            run = asyncio.create_task(outcomes.arun("go"))
+            [line] = await until(lambda: ledger_lines(ledger), "the retry's own heartbeat", 30)
+            beat = float(line.rsplit("beat=", 1)[1])
+            run_id = line.split()[1].split(":")[0]
+
+            async def details_after_the_beat() -> bytes | None:
+                desc = await client.get_workflow_handle(run_id).describe()
+                for act in desc.raw_description.pending_activities:
+                    if act.last_heartbeat_time.ToNanoseconds() / 1e9 >= beat - 0.01:
+                        return b"".join(p.data for p in act.heartbeat_details.payloads)
+                return None
+
+            deadline = time.monotonic() + 2.5
+            details = None
+            while details is None and time.monotonic() < deadline:
+                details = await details_after_the_beat()
+                await asyncio.sleep(0.05)
+            result = await asyncio.wait_for(run, 30)
+    assert details is not None, "the tool's heartbeat never reached the server"
+    assert b"agentor_lost_starts" in details and b"progress" not in details, details
+    assert result.status == "completed" and result.final_output == "Understood."

@@ -235,3 +235,27 @@ def test_header_values_stay_out_of_history_and_plain_ones_unmasked() -> None:
     )
     with pytest.raises(ValueError, match="default_headers must be a dict"):
         AgentDefinition(name="A", model="m", model_settings={"default_headers": "x"})
+
+
+@pytest.mark.parametrize(
+    "escaped",
+    [
+        '"sk-my\\/secret\\/key-42"',  # `/` escaped
+        "sk\\u002dmy/secret/key\\u002D42",  # \u00xx, either case of hex
+        "\\u0073\\u006b-my\\/secret/key-42",  # every kind mixed
+    ],
+)
+def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
+    assert "secret" not in redact(f"echo: {escaped}", ["sk-my/secret/key-42"])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sk-my\\/secret\\/key-43",  # another key, escaped
+        "sk\\u002emy/secret/key-42",  # a character escaped that is not the key's
+        "SK-MY\\/SECRET\\/KEY-42",  # another case
+    ],
+)
+def test_text_escaping_something_else_is_left_as_it_is(text: str) -> None:
+    assert redact(text, ["sk-my/secret/key-42"]) == text
