@@ -14,117 +14,25 @@ parent's, whose threads it does not have.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
-import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
 import contextlib
 import logging
 import os
-import signal
-import sys
 import threading
-import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from types import FrameType
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agentor_temporal._sigterm import draining_on_sigterm
+from agentor_temporal._exit import EXIT_DRAIN, EXIT_SETTLE, Callers, at_interpreter_exit
+from agentor_temporal._sigterm import draining_on_sigterm, patient_exit
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import EncryptionKeys
 from agentor_temporal.telemetry import with_caller_context
 
 T = TypeVar("T")
 logger = logging.getLogger("agentor_temporal")
-
-#: How long the exit hook waits for embedded workers to finish in-flight work
-#: (the SDK's graceful shutdown, then cancellation, which hands the task back).
-EXIT_DRAIN = 40.0
-#: How long the exit hook leaves the SDK's core threads, once everything is
-#: cancelled, to finish what they were running for Python. Each finished
-#: future takes the GIL once more on a core thread; if that happens after
-#: interpreter finalization began, the process aborts ("Fatal Python error:
-#: PyGILState_Release", temporalio/sdk-python#300): about 1 in 300 short
-#: scripts did, 0 in 1,200 since (`tests/integration/test_exit_scripts.py`
-#: six times). A core thread needs well under a millisecond for it; the
-#: margin is for a loaded machine.
-EXIT_SETTLE = 0.25
-
-
-#: Signals whose default would end the process mid-drain at exit, by name
-#: (SIGHUP is missing on Windows)
-EXIT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
-
-
-@contextlib.contextmanager
-def _patient_exit(draining: bool) -> Iterator[None]:
-    """While the exit hook drains the embedded workers, a first interrupt is noted, not obeyed.
-
-    A script's main thread has returned, and its worker finishes the calls it
-    runs (an approved transfer, say). A Ctrl+C, SIGTERM or SIGHUP then, with
-    Python's default handling, cut the call off and the next worker ran it
-    again. The first one now says what the process is finishing; a second
-    acts as the default does. Only in the main thread, and only over the
-    default handlers (an application's own are left alone).
-    """
-    if not draining or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    defaults = {"SIGINT": signal.default_int_handler}
-    kept: dict[signal.Signals, Any] = {}
-
-    def noted(signum: int, frame: FrameType | None) -> None:
-        for number, previous in kept.items():
-            signal.signal(number, previous)  # a second one acts as before
-        print(
-            f"{signal.Signals(signum).name}: finishing the calls this process's worker runs "
-            f"(up to {EXIT_DRAIN:g} s); send it again to abandon them",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    for name in EXIT_SIGNALS:
-        number = getattr(signal, name, None)
-        if number is None:
-            continue
-        with contextlib.suppress(ValueError, OSError):
-            current = signal.getsignal(number)
-            if current is defaults.get(name, signal.SIG_DFL):
-                signal.signal(number, noted)
-                kept[number] = current
-    try:
-        yield
-    finally:
-        for number, previous in kept.items():
-            with contextlib.suppress(ValueError, OSError):
-                if signal.getsignal(number) is noted:
-                    signal.signal(number, previous)
-
-
-def at_interpreter_exit(callback: Any) -> None:
-    """Call `callback` as the interpreter starts to exit, before thread pools shut down.
-
-    `threading._register_atexit` callbacks run (latest first) when the main
-    thread ends, before non-daemon threads are joined and before `atexit`
-    handlers. `concurrent.futures.thread` registers there too, when it is
-    first imported (lazily, by the first thread pool made): imported at the
-    top of this module, its hook is registered before ours and so runs after
-    it. So is the sync-tool threads' hook (`activities._threads`, imported
-    with the activities), which refuses new tool calls: the embedded
-    workers' in-flight calls are drained first. Falls back to `atexit` where
-    the hook is missing.
-    """
-    register = getattr(threading, "_register_atexit", None)
-    if register is not None:
-        try:
-            register(callback)
-            return
-        except RuntimeError:  # the interpreter is already shutting down
-            pass
-    atexit.register(callback)
-
 
 #: An embedded worker stays up this long after its last call ends, so a
 #: script making calls in a row does not pay a worker start for each.
@@ -212,9 +120,7 @@ class Runtime:
         self._client_lock: asyncio.Lock | None = None
         self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
         self._closed = False
-        # non-daemon threads that called in: the process waits for them at exit
-        self._callers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-        self._callers_lock = threading.Lock()
+        self._callers = Callers()
         at_interpreter_exit(self._at_exit)
 
     @classmethod
@@ -237,7 +143,7 @@ class Runtime:
                 "sync agent methods cannot be called from a tool or worker; "
                 "await the async variant instead"
             )
-        self._note_caller()
+        self._callers.note()
         future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
             with draining_on_sigterm():
@@ -255,7 +161,7 @@ class Runtime:
             running = None
         if running is self.loop:
             return await coro
-        self._note_caller()
+        self._callers.note()
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
             with_caller_context(coro), self.loop
         )
@@ -354,30 +260,12 @@ class Runtime:
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(timeout)
 
-    def _note_caller(self) -> None:
-        current = threading.current_thread()
-        if not current.daemon:
-            with self._callers_lock:
-                self._callers.add(current)
-
     def _at_exit(self) -> None:
-        """The exit hook: let the other threads that call agents finish, then `close`.
-
-        The interpreter waits for non-daemon threads, but only after this
-        hook: closing first cut their calls off (a web framework's worker
-        thread in `agent.run()` got a CancelledError, its run left to another
-        worker). A Ctrl+C while waiting stops the wait, never the drain.
-        """
+        """The exit hook: let the other threads that call agents finish, then `close`."""
         if self._closed:
             return
-        with self._callers_lock:
-            callers = [t for t in self._callers if t is not threading.current_thread()]
-        try:
-            for thread in callers:
-                thread.join()
-        except KeyboardInterrupt:
-            pass
-        with _patient_exit(self.serving()):
+        self._callers.join()
+        with patient_exit(self.serving()):
             self.close()
 
     def close(self, timeout: float = EXIT_DRAIN) -> None:

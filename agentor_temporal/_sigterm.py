@@ -1,15 +1,18 @@
-"""SIGTERM to a user's script lets its embedded worker finish the calls it runs.
+"""Interrupts while a process finishes its calls: the first is noted, a second obeyed.
 
-Python's default for SIGTERM ends the process at once: a tool call the
-embedded worker was running is cut off, and the next worker runs it again (a
-transfer done twice). Following `asyncio.Runner`'s precedent for SIGINT,
-`draining_on_sigterm()` installs a handler only while a facade call runs in
-the main thread and only if SIGTERM's handler is still the default; it is
-restored when the last such call ends. The handler stops the embedded
-workers as the exit hook does (the SDK's graceful shutdown: calls in flight
-finish and are recorded), then ends the process by SIGTERM as the default
-would (exit status 143). A handler of the user's own, or the CLI's, is left
-alone.
+An embedded worker may be running a tool call (an approved transfer, say)
+when the process is told to end. With Python's default handling the call
+was cut off, and the next worker ran it again (a transfer done twice). So
+in three places a first interrupt lets the calls finish and a second acts
+as before: a script's facade call (`draining_on_sigterm`: SIGTERM drains the
+workers, then ends the process as the default would, exit status 143), a
+script's exit (`patient_exit`: the exit hook drains them anyway, so Ctrl+C,
+SIGTERM or SIGHUP is only noted) and the CLI (`cli.main`, once a command's
+outcome is decided). `NoteFirst` is their one mechanism; each place says
+which signals, over which handlers (Python's defaults only, for a script:
+an application's own are its decision), and what the first one does.
+Python's signal API allows handlers only in the main thread; elsewhere
+nothing is installed.
 """
 
 from __future__ import annotations
@@ -20,20 +23,137 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from types import FrameType
+from typing import Any
+
+from agentor_temporal._exit import EXIT_DRAIN
 
 logger = logging.getLogger("agentor_temporal")
 
-#: Facade calls under way in the main thread with the handler installed
-#: (concurrent async calls nest; only the main thread touches it).
-_depth = 0
+#: A signal's handler as `signal.getsignal` returns it.
+Handler = Callable[[int, FrameType | None], Any] | int | None
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # a second SIGTERM ends the process at once, as the default does
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    from agentor_temporal._runtime import EXIT_DRAIN, Runtime
+def over_default(signum: signal.Signals, current: Handler) -> bool:
+    """Whether `current` is Python's own handler for `signum` (what a script leaves alone)."""
+    default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+    return current is default
+
+
+class NoteFirst:
+    """Handlers under which a first signal is noted and a second obeyed.
+
+    Installed (in the main thread only) on each of `signals` whose current
+    handler `over` accepts; installing again while installed nests, and the
+    handlers replaced come back when the outermost installation ends (those
+    still ours: a handler set meanwhile by someone else is theirs).
+
+    Args:
+        signals: Signal names; one this platform lacks (SIGHUP on Windows) is skipped.
+        note: What the first signal does.
+        over: Whether ours may replace a signal's current handler.
+        obey: What a signal not noted does. None: the replaced handlers come
+            back at the first signal, so a second acts as it did before.
+        when: Whether a signal arriving now is noted rather than obeyed
+            (default: always); needs `obey`.
+    """
+
+    def __init__(
+        self,
+        signals: Iterable[str],
+        note: Callable[[signal.Signals], None],
+        *,
+        over: Callable[[signal.Signals, Handler], bool],
+        obey: Callable[[int, FrameType | None], None] | None = None,
+        when: Callable[[], bool] | None = None,
+    ) -> None:
+        if when is not None and obey is None:
+            raise ValueError("NoteFirst: `when` needs `obey`, for the signals not noted")
+        self._signals = tuple(signals)
+        self._note = note
+        self._over = over
+        self._obey = obey
+        self._when = when
+        # one object, so `signal.getsignal(...) is self._handler` recognises ours
+        self._handler = self._handle
+        self._kept: dict[signal.Signals, Handler] = {}
+        #: installations under way (concurrent async facade calls nest)
+        self._depth = 0
+        self._noted = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._obey is not None and (
+            self._noted or (self._when is not None and not self._when())
+        ):
+            self._obey(signum, frame)
+            return
+        self._noted = True
+        if self._obey is None:
+            self.restore()  # a second one acts as before
+        self._note(signal.Signals(signum))
+
+    def _ours(self) -> bool:
+        return any(signal.getsignal(number) is self._handler for number in self._kept)
+
+    def install(self) -> bool:
+        """Install the handlers; whether ours is now on some signal (then `release` once)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        if self._depth and not self._ours():
+            # ours replaced by someone else mid-call, or put back by a first signal
+            return False
+        if not self._depth:
+            self._noted = False
+        for name in self._signals:
+            number = getattr(signal, name, None)
+            if number is None:
+                continue
+            with contextlib.suppress(ValueError, OSError):
+                current = signal.getsignal(number)
+                # ours already: left on by an installation that ended off the main thread
+                if current is not self._handler and not self._depth and self._over(number, current):
+                    signal.signal(number, self._handler)
+                    self._kept[number] = current
+        if not self._ours():
+            return False
+        self._depth += 1
+        return True
+
+    def release(self) -> None:
+        """End one installation; the outermost puts the replaced handlers back."""
+        self._depth -= 1
+        # a stream closed by the garbage collector may end off the main thread
+        if self._depth == 0 and threading.current_thread() is threading.main_thread():
+            self.restore()
+
+    def restore(self) -> None:
+        """Put back the handlers replaced, on the signals where ours still is."""
+        for number, previous in list(self._kept.items()):
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(number) is self._handler:
+                    signal.signal(number, previous)
+                del self._kept[number]
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """The handlers, while the body runs."""
+        installed = self.install()
+        try:
+            yield
+        finally:
+            if installed:
+                self.release()
+
+
+# -- a script's facade call ---------------------------------------------------------------
+
+
+def _drain_then_end(signum: signal.Signals) -> None:
+    """Stop the embedded workers as the exit hook does (the SDK's graceful shutdown: calls in
+    flight finish and are recorded), then end the process by SIGTERM as the default would."""
+    from agentor_temporal._runtime import Runtime
 
     runtime = Runtime._instance
     if runtime is not None and runtime.serving():
@@ -45,34 +165,50 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)  # the default handler is back (a second one's too)
 
 
-@contextlib.contextmanager
-def draining_on_sigterm() -> Iterator[None]:
+#: Following `asyncio.Runner`'s precedent for SIGINT: only while a facade
+#: call runs, only over the default; the CLI's handler is left alone too.
+_DRAINING = NoteFirst(("SIGTERM",), _drain_then_end, over=over_default)
+
+
+def draining_on_sigterm() -> AbstractContextManager[None]:
     """While the body runs, SIGTERM drains the embedded workers before ending the process.
 
     Does nothing outside the main thread or when SIGTERM already has a
     handler other than the default (Python's signal API allows handlers only
     in the main thread; another handler is the application's decision).
     """
-    global _depth
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    current = signal.getsignal(signal.SIGTERM)
-    if current is not _on_sigterm and (current is not signal.SIG_DFL or _depth):
-        # someone else's handler, or ours replaced by someone else mid-call
-        yield
-        return
-    if current is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    _depth += 1
-    try:
-        yield
-    finally:
-        _depth -= 1
-        # a stream closed by the garbage collector may end off the main thread
-        main = threading.current_thread() is threading.main_thread()
-        if _depth == 0 and main and signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return _DRAINING.installed()
+
+
+# -- a script's exit ----------------------------------------------------------------------
+
+#: Signals whose default would end the process mid-drain at exit, by name
+#: (SIGHUP is missing on Windows)
+EXIT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def _noted_at_exit(signum: signal.Signals) -> None:
+    print(
+        f"{signum.name}: finishing the calls this process's worker runs "
+        f"(up to {EXIT_DRAIN:g} s); send it again to abandon them",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def patient_exit(draining: bool) -> AbstractContextManager[None]:
+    """While the exit hook drains the embedded workers, a first interrupt is noted, not obeyed.
+
+    A script's main thread has returned, and its worker finishes the calls it
+    runs (an approved transfer, say). A Ctrl+C, SIGTERM or SIGHUP then, with
+    Python's default handling, cut the call off and the next worker ran it
+    again. The first one now says what the process is finishing; a second
+    acts as the default does. Only in the main thread, and only over the
+    default handlers (an application's own are left alone).
+    """
+    if not draining:
+        return contextlib.nullcontext()
+    return NoteFirst(EXIT_SIGNALS, _noted_at_exit, over=over_default).installed()

@@ -20,6 +20,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 
 from temporalio.service import RPCError
 
@@ -39,8 +40,10 @@ from agentor_temporal._cli_common import (
 from agentor_temporal._cli_fork import cmd_fork
 from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_show
 from agentor_temporal._cli_parser import build_parser
+from agentor_temporal._exit import EXIT_DRAIN
 from agentor_temporal._progress import Progress, follow, latest_execution
-from agentor_temporal._runtime import EXIT_DRAIN, Runtime
+from agentor_temporal._runtime import Runtime
+from agentor_temporal._sigterm import NoteFirst
 from agentor_temporal.agent import Agentor
 from agentor_temporal.codec import EncryptionConfigError, EncryptionKeyError
 from agentor_temporal.codec_server import stop_codec_server
@@ -268,25 +271,11 @@ def execute(argv: Sequence[str] | None = None) -> int:
         return code
 
 
-#: The signals that end a command as Ctrl+C does (see `main`).
-INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
-_asked = False
-
-
-def _on_interrupt(signum: int, frame: object) -> None:
-    """Ctrl+C, SIGTERM, SIGHUP: end the command; once its outcome is decided, wait first.
-
-    An `approve` has printed its outcome when its worker runs the approved
-    call; an interrupt then cut the call off, and the next worker ran it
-    again. So once `DECIDED` is set, the first interrupt is noted and the
-    calls finish; a second abandons them.
-    """
-    global _asked
-    if not DECIDED.is_set() or _asked:
-        raise KeyboardInterrupt
-    _asked = True
+def _noted(signum: signal.Signals) -> None:
     with contextlib.suppress(OSError, ValueError):  # a closed terminal
         print(
             f"finishing the calls this command's worker runs (up to {EXIT_DRAIN:g} s); "
@@ -294,6 +283,20 @@ def _on_interrupt(signum: int, frame: object) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+#: Ctrl+C, SIGTERM, SIGHUP: end the command; once its outcome is decided, wait first. An
+#: `approve` has printed its outcome when its worker runs the approved call; an interrupt then
+#: cut the call off, and the next worker ran it again. So once `DECIDED` is set, the first
+#: interrupt is noted and the calls finish; a second abandons them.
+INTERRUPTS = NoteFirst(
+    ("SIGINT", "SIGTERM", "SIGHUP"),
+    _noted,
+    # a signal the caller ignores (`nohup`) stays ignored
+    over=lambda signum, current: current is not signal.SIG_IGN,
+    obey=_raise_interrupt,
+    when=DECIDED.is_set,
+)
 
 
 def _drain() -> None:
@@ -318,11 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM (`kill`, a container stopping) and SIGHUP (the terminal closed)
     # end a command as Ctrl+C does: its embedded worker finishes the calls it
     # runs. Killed at once instead, an approved call cut off mid-work ran again
-    # on the next worker. A signal the caller ignores (`nohup`) stays ignored.
-    # (`worker`, `serve` and `codec-server` set their own handlers.)
-    for signum in INTERRUPTS:
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            signal.signal(signum, _on_interrupt)
+    # on the next worker. (`worker`, `serve` and `codec-server` set their own handlers.)
+    INTERRUPTS.install()  # for the process's life: it ends by `os._exit`
     code = execute(argv)
     _drain()
     logging.shutdown()

@@ -1,0 +1,86 @@
+"""When a process with embedded workers exits: its hook's place, its time limits, its waits.
+
+A script's main thread returns while its embedded worker may still run a
+call (an approved transfer, say). The runtime's exit hook drains that
+worker; the design decision is *when* the hook runs: first of all, as the
+main thread ends (`at_interpreter_exit`), before thread pools refuse work
+and before the interpreter joins the non-daemon threads still calling in,
+which the hook waits for itself (`Callers`). What an interrupt does
+meanwhile is `_sigterm`'s part.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+#: How long the exit hook waits for embedded workers to finish in-flight work
+#: (the SDK's graceful shutdown, then cancellation, which hands the task back).
+EXIT_DRAIN = 40.0
+#: How long the exit hook leaves the SDK's core threads, once everything is
+#: cancelled, to finish what they were running for Python. Each finished
+#: future takes the GIL once more on a core thread; if that happens after
+#: interpreter finalization began, the process aborts ("Fatal Python error:
+#: PyGILState_Release", temporalio/sdk-python#300): about 1 in 300 short
+#: scripts did, 0 in 1,200 since (`tests/integration/test_exit_scripts.py`
+#: six times). A core thread needs well under a millisecond for it; the
+#: margin is for a loaded machine.
+EXIT_SETTLE = 0.25
+
+
+def at_interpreter_exit(callback: Callable[[], Any]) -> None:
+    """Call `callback` as the interpreter starts to exit, before thread pools shut down.
+
+    `threading._register_atexit` callbacks run (latest first) when the main
+    thread ends, before non-daemon threads are joined and before `atexit`
+    handlers. `concurrent.futures.thread` registers there too, when it is
+    first imported (lazily, by the first thread pool made): imported at the
+    top of this module, its hook is registered before ours and so runs after
+    it. So is the sync-tool threads' hook (`activities._threads`, imported
+    with the activities), which refuses new tool calls: the embedded
+    workers' in-flight calls are drained first. Falls back to `atexit` where
+    the hook is missing.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        try:
+            register(callback)
+            return
+        except RuntimeError:  # the interpreter is already shutting down
+            pass
+    atexit.register(callback)
+
+
+class Callers:
+    """The non-daemon threads that called in, which the exit hook lets finish first.
+
+    The interpreter waits for non-daemon threads, but only after the exit
+    hook: draining first cut their calls off (a web framework's worker
+    thread in `agent.run()` got a CancelledError, its run left to another
+    worker).
+    """
+
+    def __init__(self) -> None:
+        self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def note(self) -> None:
+        """Remember the current thread, unless it is a daemon (the process never waits for it)."""
+        current = threading.current_thread()
+        if not current.daemon:
+            with self._lock:
+                self._threads.add(current)
+
+    def join(self) -> None:
+        """Wait for the other threads noted; a Ctrl+C meanwhile stops the wait, never the drain."""
+        with self._lock:
+            others = [t for t in self._threads if t is not threading.current_thread()]
+        try:
+            for thread in others:
+                thread.join()
+        except KeyboardInterrupt:
+            pass
