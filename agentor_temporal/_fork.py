@@ -32,6 +32,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentor_temporal._continuing import by_reference, check_replayed, prior_usage
+from agentor_temporal._live import serve_until_done
 from agentor_temporal._results import await_result, check_input, check_turns
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.store import (
@@ -110,7 +111,7 @@ async def start_fork_run(
     """
     client, fork_id, point, inp = await _prepare(agent, run_id, input, fork_id, max_turns, at)
     await start_fork(client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input)
-    await agent._serve_until_done(client, fork_id)  # the embedded worker, if any
+    await serve_until_done(agent, client, fork_id)  # the embedded worker, if any
     return fork_id
 
 

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._fork import run_fork
+from agentor_temporal._live import attach, start_following, start_new
 from agentor_temporal._results import await_result, check_definition, check_turns
 from agentor_temporal._resume import new_input, resume_run, start_run
 from agentor_temporal._runs import (
@@ -31,7 +31,6 @@ from agentor_temporal._runs import (
     undelivered,
 )
 from agentor_temporal._runtime import Runtime
-from agentor_temporal._start import start_segment
 from agentor_temporal.activities import AgentDefinition, Tool, as_tool
 from agentor_temporal.codec import KeysSetting, keys_from_env, resolve_keys
 from agentor_temporal.store import (
@@ -42,16 +41,13 @@ from agentor_temporal.store import (
     validate_run_id,
 )
 from agentor_temporal.store.base import in_thread
-from agentor_temporal.streaming import follow, on_runtime
+from agentor_temporal.streaming import on_runtime
 from agentor_temporal.telemetry import enable_tracing
-from agentor_temporal.workflows import Segment, TemporalStore, policies
+from agentor_temporal.workflows import Segment, policies
 from agentor_temporal.workflows.policies import TASK_QUEUE
 from agentor_temporal.workflows.types import Decision
 
 MessageInput = str | list[dict[str, Any]]
-
-#: Tasks that keep embedded workers serving runs nobody is waiting on.
-_background: set[asyncio.Task[None]] = set()
 
 
 class Agentor:
@@ -295,15 +291,8 @@ class Agentor:
                 hostile run id.
         """
         run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
-
-        async def start() -> str:
-            client = await self._client()
-            reuse = WorkflowIDReusePolicy.REJECT_DUPLICATE
-            await start_segment(client, self.definition, self.task_queue, run_id, inp, reuse)
-            await self._serve_until_done(client, run_id)  # the embedded worker, if any
-            return run_id
-
-        return await Runtime.get().run_async(start())
+        await Runtime.get().run_async(start_new(self, run_id, inp))
+        return run_id
 
     async def stream_chat(
         self,
@@ -331,25 +320,7 @@ class Agentor:
             max_turns: override the agent's budget for this run.
         """
         run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
-
-        async def produce() -> AsyncIterator[Event]:
-            client = await self._client()
-            # started first: the worker's lease waits on the run, which must exist
-            await start_segment(
-                client,
-                self.definition,
-                self.task_queue,
-                run_id,
-                inp,
-                WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            )
-            await self._serve_until_done(client, run_id)
-            async for event in follow(
-                client, run_id, text=stream_text, history_events=lambda s: self._events(run_id, s)
-            ):
-                yield event
-
-        async for event in on_runtime(produce):
+        async for event in on_runtime(lambda: start_following(self, run_id, inp, stream_text)):
             yield event
 
     async def stream(
@@ -368,22 +339,7 @@ class Agentor:
         validate_run_id(run_id)
         if not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, got {after!r}")
-
-        async def produce() -> AsyncIterator[Event]:
-            client = await self._client()
-            latest = await TemporalStore(client).latest(run_id)
-            if latest is not None and latest.status == "running":
-                await self._serve_until_done(client, run_id)
-            async for event in follow(
-                client,
-                run_id,
-                after=after,
-                text=text,
-                history_events=lambda s: self._events(run_id, s),
-            ):
-                yield event
-
-        async for event in on_runtime(produce):
+        async for event in on_runtime(lambda: attach(self, run_id, after, text)):
             yield event
 
     def approve(
@@ -524,28 +480,6 @@ class Agentor:
                 )
             except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
                 raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
-
-    async def _serve_until_done(self, client: Client, run_id: str) -> None:
-        """Keep the embedded worker serving until the run's execution closes.
-
-        Followers may stop listening at any time; the run must not stall
-        because of that, so the worker's lease belongs to a background task
-        that waits for the run, not to the follower.
-        """
-        if not self.embedded_worker:
-            return
-        ready = asyncio.Event()
-
-        async def hold() -> None:
-            async with self._serving(client):
-                ready.set()
-                with contextlib.suppress(Exception):
-                    await client.get_workflow_handle(run_id).result()
-
-        task = asyncio.get_running_loop().create_task(hold())
-        _background.add(task)
-        task.add_done_callback(_background.discard)
-        await ready.wait()
 
     async def _result(self, client: Client, run_id: str) -> RunResult:
         """Wait for the run's latest execution (or its pause) and build its `RunResult`."""

@@ -1,0 +1,92 @@
+"""Runs nobody waits on, for `Agentor`: `astart()`, `stream_chat()` and `stream()`.
+
+A run started to be followed (or only started) has no caller waiting for
+its result: a follower may stop listening at any time, and the caller of
+`astart` is gone at once. The run must not stall because of that, so the
+embedded worker's lease belongs to a background task that waits for the
+run's execution to close (`serve_until_done`), never to the follower.
+Following itself is `streaming.follow`; this module only starts and attaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+
+from agentor_temporal._start import start_segment
+from agentor_temporal.store import Event
+from agentor_temporal.streaming import follow
+from agentor_temporal.workflows import TemporalStore
+from agentor_temporal.workflows.types import AgentRunInput
+
+if TYPE_CHECKING:
+    from agentor_temporal.agent import Agentor
+
+#: Tasks that keep embedded workers serving runs nobody is waiting on.
+_background: set[asyncio.Task[None]] = set()
+
+
+async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
+    """Keep the agent's embedded worker, if any, serving until the run's execution closes."""
+    if not agent.embedded_worker:
+        return
+    ready = asyncio.Event()
+
+    async def hold() -> None:
+        async with agent._serving(client):
+            ready.set()
+            with contextlib.suppress(Exception):
+                await client.get_workflow_handle(run_id).result()
+
+    task = asyncio.get_running_loop().create_task(hold())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    await ready.wait()
+
+
+async def start_new(agent: Agentor, run_id: str, inp: AgentRunInput) -> Client:
+    """Start the run (an id that exists is attached to) and have it served; its client."""
+    client = await agent._client()
+    # started first: the worker's lease waits on the run, which must exist
+    await start_segment(
+        client,
+        agent.definition,
+        agent.task_queue,
+        run_id,
+        inp,
+        WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    )
+    await serve_until_done(agent, client, run_id)
+    return client
+
+
+async def start_following(
+    agent: Agentor, run_id: str, inp: AgentRunInput, text: bool
+) -> AsyncIterator[Event]:
+    """Start the run (as `start_new`), then yield its events (`stream_chat`)."""
+    client = await start_new(agent, run_id, inp)
+    async for event in follow(
+        client, run_id, text=text, history_events=lambda s: agent._events(run_id, s)
+    ):
+        yield event
+
+
+async def attach(agent: Agentor, run_id: str, after: int, text: bool) -> AsyncIterator[Event]:
+    """Yield a run's events from `after`, a running one served meanwhile (`stream`)."""
+    client = await agent._client()
+    latest = await TemporalStore(client).latest(run_id)
+    if latest is not None and latest.status == "running":
+        await serve_until_done(agent, client, run_id)
+    async for event in follow(
+        client,
+        run_id,
+        after=after,
+        text=text,
+        history_events=lambda s: agent._events(run_id, s),
+    ):
+        yield event
