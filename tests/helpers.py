@@ -123,6 +123,72 @@ def weather_agent(
     )
 
 
+def scripted_agent(model: Any, client: Any, task_queue: str, **kwargs: Any) -> Agentor:
+    """`weather_agent` on the test's scripted model (`ScriptedModelServer`) and Temporal client;
+    `kwargs` as `weather_agent`'s (store, tools, embedded_worker, ...)."""
+    return weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client, **kwargs)
+
+
+# -- many-calls runs: one `read_chunk` call a turn, for as many turns as a test needs ---------
+
+
+def tool_results(request: dict[str, Any]) -> int:
+    """How many tool results a model request carries: the calls the run has made so far."""
+    return sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+
+
+def chunk_reader(turns: int, more: str | None = None) -> Callable[[dict[str, Any]], Any]:
+    """The model: call `read_chunk` until `turns` results are in (ten more for each user
+    message `more`), then answer "Read N chunks."."""
+    from agentor_temporal.testing import CallTool, Reply
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = tool_results(request)
+        messages = request.get("messages") or []
+        asked = 0 if more is None else sum(1 for m in messages if m.get("content") == more)
+        if done < turns + 10 * asked:
+            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
+        return Reply(f"Read {done} chunks.")
+
+    return respond
+
+
+def chunk_tool(ledger: str, size: int) -> Any:
+    """`read_chunk(n)`: a result of about `size` bytes; a ledger line "run_id call_id" a call."""
+
+    @function_tool
+    def read_chunk(n: int) -> str:
+        """Read chunk `n`.
+
+        Args:
+            n: Which chunk.
+        """
+        with open(ledger, "a", encoding="utf-8") as f:
+            f.write(f"{tool_context().run_id} {tool_context().call_id}\n")
+        return f"chunk {n}: " + "x" * size
+
+    return read_chunk
+
+
+#: `coder`'s name, for a worker process started with it
+CODER_NAME = "Long Coder"
+
+
+def coder(model: Any, client: Any, task_queue: str, **kwargs: Any) -> Agentor:
+    """The many-calls runs' agent, served by the test's own worker (`build_worker`)."""
+    return Agentor(
+        name=CODER_NAME,
+        model="gpt-4o-mini",
+        instructions="You are a coding agent.",
+        base_url=model.base_url,
+        api_key="test-key",
+        temporal=client,
+        task_queue=task_queue,
+        embedded_worker=False,
+        **kwargs,
+    )
+
+
 class BlockingStore:
     """A three-method store that freezes (for a SIGKILL) after one event type.
 
@@ -208,12 +274,8 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -
 def payer(model: Any, client: Any, task_queue: str, ledger: str) -> Agentor:
     """The weather agent with only `transfer_tool` (it waits for approval), served by the
     test's own worker (`build_worker`)."""
-    return weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        tools=[transfer_tool(ledger)],
-        embedded_worker=False,
+    return scripted_agent(
+        model, client, task_queue, tools=[transfer_tool(ledger)], embedded_worker=False
     )
 
 

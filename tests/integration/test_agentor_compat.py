@@ -16,7 +16,7 @@ from agentor_temporal.store import replay_messages, total_usage
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 
 import agentor_ref
-from helpers import PROMPT, weather_agent
+from helpers import PROMPT, scripted_agent
 
 agentor_store = agentor_ref.load()
 needs_agentor = pytest.mark.skipif(
@@ -32,12 +32,7 @@ async def test_our_logs_load_in_agentors_file_store(
     """A resumed, multi-segment log written here reads the same in Agentor's FileStore."""
     script = [Fail(400, "bad"), CallTool("get_weather", {"city": "London"}), Reply("Sunny.")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=FileStore(tmp_path),
-        )
+        agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path))
         failed = await agent.arun(PROMPT)
         result = await agent.aresume(failed.run_id)
     assert result.status == "completed"
@@ -102,12 +97,7 @@ async def test_our_fork_is_agentors_fork_field_for_field(
 ) -> None:
     """The same fork made here and by Agentor 0.1.1 writes the same log (ids and clocks aside)."""
     with ScriptedModelServer() as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=FileStore(tmp_path),
-        )
+        agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path))
         parent = await agent.arun(PROMPT)
         assert parent.run_id is not None
         fork = await agent.afork(parent.run_id, PARIS)
@@ -126,12 +116,7 @@ async def test_our_fork_loads_in_agentors_file_store_and_replays_the_same(
 ) -> None:
     """A fork written here reads the same in Agentor's FileStore, and equals its own fork_run."""
     with ScriptedModelServer() as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=FileStore(tmp_path),
-        )
+        agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path))
         parent = await agent.arun(PROMPT)
         assert parent.run_id is not None
         fork = await agent.afork(parent.run_id, PARIS)
@@ -173,12 +158,8 @@ async def test_agentors_crashed_fork_is_resumed_here(
         return f"The weather in {city} is sunny and 22C."
 
     with ScriptedModelServer() as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=FileStore(tmp_path),
-            tools=[get_weather],
+        agent = scripted_agent(
+            model, client, task_queue, store=FileStore(tmp_path), tools=[get_weather]
         )
         result = await agent.aresume(run_id)
 
@@ -203,12 +184,7 @@ async def test_agentors_crashed_fork_is_resumed_here(
     ]
     # and it forks on: the copy of Agentor's fork keeps both its ancestry and its marker
     with ScriptedModelServer() as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=FileStore(tmp_path),
-        )
+        agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path))
         again = await agent.afork(run_id, "And in Rome?")
     assert [e.type for e in again.events].count("fork") == 2
     assert again.final_output == "Answer based on tool: The weather in Rome is sunny and 22C."

@@ -35,6 +35,7 @@ from helpers import (
     finish,
     history_shows,
     ledger_lines,
+    scripted_agent,
     spawn,
     stop_process,
     transfer_tool,
@@ -63,13 +64,9 @@ def approval_agent(
     model: ScriptedModelServer, client: Client, task_queue: str, ledger: str, **kwargs: object
 ) -> object:
     transfer = kwargs.pop("transfer", None) or transfer_tool(ledger)
-    return weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        tools=[weather_tool(ledger), transfer],
-        **kwargs,
-    )  # type: ignore[arg-type]
+    return scripted_agent(
+        model, client, task_queue, tools=[weather_tool(ledger), transfer], **kwargs
+    )
 
 
 @pytest_asyncio.fixture
@@ -399,10 +396,10 @@ async def test_a_cancel_while_an_expired_approvals_turn_ends_keeps_what_its_call
     their results are still recorded, so resume runs none of them again."""
     with ScriptedModelServer(expiring_turn) as model:
         transfer = transfer_tool(ledger, approval_timeout=1.0, on_approval_timeout="fail")
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[weather_tool(ledger, delay=4.0, delay_city="Rome"), transfer, refund],
         )
         run_id = await agent.astart(PAY)
@@ -449,10 +446,10 @@ async def test_a_slow_approval_predicate_leaves_its_worker_serving_other_runs(
         worker = spawn(["worker"], env)
         try:
             await asyncio.to_thread(wait_line, worker, "worker ready")
-            agent = weather_agent(
-                base_url=model.base_url,
-                task_queue=task_queue,
-                temporal=client,
+            agent = scripted_agent(
+                model,
+                client,
+                task_queue,
                 tools=[weather_tool(ledger), transfer_tool(asking=str(asking))],
                 embedded_worker=False,
             )
@@ -517,12 +514,7 @@ async def test_a_predicate_that_raises_even_system_exit_asks_a_person_at_once(
     ASKED.clear()
     script = [[CallTool("pay_exiting", {"amount": 5, "to": "bob"}, id="call_pay")], Reply("ok")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[_paying(predicate)],
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[_paying(predicate)])
         paused = await asyncio.wait_for(agent.arun(PAY), 60)
     assert paused.status == "awaiting_approval"
     assert [p.call_id for p in paused.pending_approvals] == ["call_pay"]
@@ -744,13 +736,7 @@ async def test_a_turn_whose_predicates_take_time_pauses_with_every_call_that_wai
 
     script = [[CallTool("pay", {"amount": 1, "to": t}, id=f"c_{t}") for t in "abcd"], Reply("ok")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[pay],
-            embedded_worker=False,
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[pay], embedded_worker=False)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Pay a, b, c and d."), 30)
             assert paused.status == "awaiting_approval"

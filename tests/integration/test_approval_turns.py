@@ -24,7 +24,7 @@ from agentor_temporal import Agentor, PendingApproval
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
 from agentor_temporal.workflows import AgentRunWorkflow, Decision
 
-from helpers import ledger_lines, transfer_tool, weather_agent, weather_tool
+from helpers import ledger_lines, scripted_agent, transfer_tool, weather_tool
 from integration.test_cli import cli
 from integration.test_cli_approval import AGENT, agent_env
 
@@ -42,11 +42,8 @@ def reused_id_script() -> list[Step]:
 
 
 def _agent(model: ScriptedModelServer, client: Client, task_queue: str, ledger: str) -> Agentor:
-    return weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        tools=[weather_tool(ledger), transfer_tool(ledger)],
+    return scripted_agent(
+        model, client, task_queue, tools=[weather_tool(ledger), transfer_tool(ledger)]
     )
 
 

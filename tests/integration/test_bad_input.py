@@ -24,10 +24,10 @@ from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 from helpers import (
     ANSWER,
     ledger_lines,
+    scripted_agent,
     spawn,
     stop_process,
     wait_until,
-    weather_agent,
     weather_tool,
 )
 
@@ -65,9 +65,7 @@ async def test_agent_built_differently_in_another_process_cannot_resume(
         stop_process(first)
 
     def built(**kwargs: Any) -> Agentor:
-        return weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, ledger=ledger, **kwargs
-        )
+        return scripted_agent(model, client, task_queue, ledger=ledger, **kwargs)
 
     other_instructions = built(instructions="Be terse.")
     with pytest.raises(ValueError, match="built differently") as info:
@@ -106,12 +104,7 @@ async def test_a_default_computed_at_import_leaves_the_run_resumable_anywhere(
     with ScriptedModelServer([Fail(400, "the model refuses")]) as model:
 
         def built(since: datetime) -> Agentor:
-            return weather_agent(
-                base_url=model.base_url,
-                task_queue=task_queue,
-                temporal=client,
-                tools=[_news_tool(since)],
-            )
+            return scripted_agent(model, client, task_queue, tools=[_news_tool(since)])
 
         first = await built(datetime(2020, 1, 1)).arun("News from Oslo?")
         assert first.status == "failed"
@@ -140,13 +133,7 @@ async def test_bad_tool_calls_answer_the_model_and_run_nothing(
         Reply("I could not look it up."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            ledger=ledger,
-            max_tool_failures=10,
-        )
+        agent = scripted_agent(model, client, task_queue, ledger=ledger, max_tool_failures=10)
         result = await agent.arun("What is the weather in London?")
         answers = [m["content"] for m in model.requests[1]["messages"] if m["role"] == "tool"]
     assert result.status == "completed" and result.final_output == "I could not look it up."

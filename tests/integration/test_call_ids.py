@@ -27,8 +27,15 @@ from agentor_temporal._inspect import summarize_segments
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, Step
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, transfer_tool, weather_agent, weather_tool
-from integration.test_long_runs import BUDGET, coder
+from helpers import (
+    coder,
+    ledger_lines,
+    scripted_agent,
+    tool_results,
+    transfer_tool,
+    weather_tool,
+)
+from integration.test_long_runs import BUDGET
 
 #: How long one step of a run may take before a test gives up on it.
 STEP = 60
@@ -37,11 +44,8 @@ STEP = 60
 def _agent(
     model: ScriptedModelServer, client: Client, task_queue: str, ledger: str, *tools: Any
 ) -> Agentor:
-    return weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        tools=[weather_tool(ledger), transfer_tool(ledger), *tools],
+    return scripted_agent(
+        model, client, task_queue, tools=[weather_tool(ledger), transfer_tool(ledger), *tools]
     )
 
 
@@ -170,9 +174,7 @@ async def test_calls_sharing_an_id_get_distinct_idempotency_keys(
         Reply("Charged."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[charge]
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[charge])
         result = await asyncio.wait_for(agent.arun("Charge."), STEP)
     assert result.status == "completed"
     run = result.run_id
@@ -199,7 +201,7 @@ async def test_decisions_and_keys_hold_across_continue_as_new(
         return f"chunk {n}: " + "x" * 2000
 
     def respond(request: dict[str, Any]) -> Any:
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        done = tool_results(request)
         if done == 0:
             return CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_0")
         if done <= reads:
@@ -267,7 +269,7 @@ async def test_a_decision_sent_again_into_the_next_execution_is_told_the_first_s
         return f"chunk {n}: " + "x" * 4000
 
     def respond(request: dict[str, Any]) -> Any:
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        done = tool_results(request)
         if done == 0:
             return CallTool("transfer", {"amount": 5, "to": "bob"}, id=pay_id)
         if done <= reads:
@@ -367,7 +369,7 @@ async def test_keys_stay_distinct_when_a_failed_run_is_resumed(
         return f"chunk {n}: " + "x" * size
 
     def respond(request: dict[str, Any]) -> Any:
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        done = tool_results(request)
         if done < reads or (refused and done == reads):
             return CallTool("read_chunk", {"n": done}, id="call_0")
         if not refused:

@@ -36,11 +36,11 @@ from helpers import (
     cancel_once_asked,
     ledger_lines,
     ledger_write,
+    scripted_agent,
     spawn,
     stop_process,
     transfer_tool,
     wait_until,
-    weather_agent,
 )
 
 CANCELLED_WHILE_RUNNING = "Error: the run was cancelled while this call ran"
@@ -118,10 +118,10 @@ async def test_a_sync_call_finishing_after_its_run_was_cancelled_is_recorded_not
     gate, started = threading.Event(), threading.Event()
     store = FileStore(str(tmp_path / "runs"))
     with ScriptedModelServer() as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             store=store,
             tools=[gated_weather(ledger, gate, started)],
             embedded_worker=False,
@@ -166,10 +166,10 @@ async def test_a_turn_cancelled_with_one_call_done_and_one_stopped_keeps_both_an
         Reply("Sunny; the lookup did not finish."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[gated_weather(ledger, gate, weather_started), endless_lookup(lookup_started)],
             embedded_worker=False,
         )
@@ -208,10 +208,10 @@ async def test_a_call_waiting_for_a_person_when_the_run_is_cancelled_is_answered
         Reply("Sunny; nothing was paid."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[gated_weather(ledger, gate, started), transfer_tool(ledger)],
             embedded_worker=False,
         )
@@ -256,12 +256,8 @@ async def test_a_turn_in_which_no_call_finished_is_rewound_on_resume(
         Reply("I will not look it up after all."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[endless_lookup(started)],
-            embedded_worker=False,
+        agent = scripted_agent(
+            model, client, task_queue, tools=[endless_lookup(started)], embedded_worker=False
         )
         async with build_worker(client, [agent], task_queue=task_queue):
             run_id = await agent.astart(PROMPT)

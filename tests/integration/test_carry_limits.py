@@ -25,7 +25,7 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow, policies
 
-from helpers import pad, transfer_tool, unwedged_history, weather_agent
+from helpers import pad, scripted_agent, transfer_tool, unwedged_history
 
 #: Every turn's history passes this: each turn continues as new.
 BUDGET = "200000"
@@ -44,14 +44,7 @@ def _agent(
     model: ScriptedModelServer, client: Client, task_queue: str, tool: Any, **kwargs: Any
 ) -> Agentor:
     """The run's agent with one tool, served by the test's own worker."""
-    return weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        embedded_worker=False,
-        tools=[tool],
-        **kwargs,
-    )
+    return scripted_agent(model, client, task_queue, embedded_worker=False, tools=[tool], **kwargs)
 
 
 def _looking() -> tuple[Any, dict[str, str]]:

@@ -18,10 +18,10 @@ from helpers import (
     PROMPT,
     finish,
     ledger_lines,
+    scripted_agent,
     spawn,
     stop_process,
     wait_line,
-    weather_agent,
 )
 
 pytestmark = pytest.mark.slow
@@ -77,13 +77,7 @@ async def test_a_resumer_that_read_before_another_finished_does_not_run_it_again
     read. Here B's read is made stale on purpose.
     """
     with ScriptedModelServer([Fail(400, "Invalid request")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=FileStore(tmp_path),
-            ledger=ledger,
-        )
+        agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path), ledger=ledger)
         failed = await agent.arun(PROMPT)
         stale = await TemporalStore(client).segments(failed.run_id)
         first = await agent.aresume(failed.run_id)  # A

@@ -24,9 +24,9 @@ from helpers import (
     SEED_EVENT_TYPES,
     finish,
     ledger_lines,
+    scripted_agent,
     spawn,
     wait_until,
-    weather_agent,
 )
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -111,13 +111,7 @@ async def test_agentor_crashed_log_is_resumed_here(
     runs = tmp_path / "runs"
     runs.mkdir()
     shutil.copy(FIXTURES / "crashed-after-tool.jsonl", runs / f"{run_id}.jsonl")
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(runs),
-        ledger=ledger,
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs), ledger=ledger)
 
     result = await agent.aresume(run_id)
 
@@ -190,9 +184,7 @@ async def test_a_store_only_run_too_large_to_send_whole_is_refused_clearly(
     big, small = f"big-{task_queue}", f"small-{task_queue}"
     _store_only_run(runs, big, turns=15, result_bytes=200_000)
     _store_only_run(runs, small, turns=3, result_bytes=200_000)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs))
     with pytest.raises(ValueError, match=r"cannot be continued: its conversation is 3\.0\d MB"):
         await agent.aresume(big)
     with pytest.raises(RPCError):  # nothing started
@@ -221,9 +213,7 @@ async def test_a_store_only_run_nested_too_deep_is_refused_clearly(
         nested = [nested]
     lines[1]["messages"][1]["extra"] = nested
     (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs))
     with pytest.raises(ValueError, match=r"cannot be continued: its conversation nests 602 levels"):
         await agent.aresume(run_id)
     with pytest.raises(RPCError):  # nothing started
@@ -246,9 +236,7 @@ async def test_a_store_only_run_replaying_to_a_non_message_is_refused_clearly(
     lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
     lines[1]["messages"].append({})
     (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs))
     with pytest.raises(ValueError, match=r"replays to messages no run takes \(input\[2\]"):
         await agent.aresume(run_id)
     with pytest.raises(RPCError):  # nothing started
@@ -272,9 +260,7 @@ async def test_a_log_whose_token_counts_no_run_can_carry_is_still_resumed(
     lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
     lines[1]["usage"]["total_tokens"] = tokens
     (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs))
 
     result = await agent.aresume(run_id)
 
@@ -304,13 +290,7 @@ async def test_damaged_log_is_resumed_from_what_is_readable(
         lines[4],  # the torn final line Agentor left
     ]
     (runs / f"{run_id}.jsonl").write_text("\n".join(damaged))
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(runs),
-        ledger=ledger,
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs), ledger=ledger)
 
     result = await agent.aresume(run_id)
 

@@ -26,7 +26,15 @@ from agentor_temporal._runs import send_decision
 from agentor_temporal.testing import CallTool, Fail, Hang, Reply, ScriptedModelServer
 from agentor_temporal.workflows import Decision
 
-from helpers import ANSWER, PROMPT, failing_once, transfer_tool, weather_agent, weather_tool
+from helpers import (
+    ANSWER,
+    PROMPT,
+    failing_once,
+    scripted_agent,
+    transfer_tool,
+    weather_agent,
+    weather_tool,
+)
 
 
 def _journal_result_with(marker: bytes) -> Callable[[bytes], bool]:
@@ -109,11 +117,8 @@ async def test_a_deciders_clock_far_off_is_kept_between_the_request_and_the_run(
     """A day behind: stamped at the request. A day ahead: no later than the run took it."""
     script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"), Reply("Done.")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[weather_tool(ledger), transfer_tool(ledger)],
+        agent = scripted_agent(
+            model, client, task_queue, tools=[weather_tool(ledger), transfer_tool(ledger)]
         )
         paused = await agent.arun("Pay bob 5.")
         assert paused.status == "awaiting_approval"
@@ -142,7 +147,7 @@ async def test_an_end_no_step_recorded_is_stamped_when_it_came(
     step before it ended earlier.
     """
     with ScriptedModelServer([Hang(0.5, Fail(400, "refused"))]) as model:
-        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent = scripted_agent(model, client, task_queue)
         failed = await agent.arun(PROMPT)
     assert failed.status == "failed"
     start, end = failed.events[0], failed.events[-1]
@@ -152,10 +157,10 @@ async def test_an_end_no_step_recorded_is_stamped_when_it_came(
     script = [CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"), Reply("Done.")]
     with ScriptedModelServer(script) as model:
         store = FileStore(tmp_path)
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             store=store,
             tools=[weather_tool(ledger), transfer_tool(ledger)],
             name="Payer",

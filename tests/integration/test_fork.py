@@ -33,6 +33,7 @@ from helpers import (
     SEED_EVENT_TYPES,
     ledger_lines,
     ledger_write,
+    scripted_agent,
     until,
     wait_until,
     weather_agent,
@@ -46,12 +47,8 @@ PARIS_ANSWER = "Answer based on tool: The weather in Paris is sunny and 22C."
 def _agent(
     model: ScriptedModelServer, client: Client, task_queue: str, tmp_path: Path, ledger: str
 ) -> Agentor:
-    return weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(tmp_path / "runs"),
-        ledger=ledger,
+    return scripted_agent(
+        model, client, task_queue, store=FileStore(tmp_path / "runs"), ledger=ledger
     )
 
 
@@ -463,10 +460,10 @@ async def test_a_tool_result_history_holds_but_no_step_recorded_is_kept(
 
     run_id = f"stopped-{task_queue}"
     with ScriptedModelServer(tool_then_answer) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             store=FileStore(tmp_path / "runs"),
             tools=[get_weather],
             embedded_worker=False,
@@ -608,7 +605,7 @@ async def test_a_fork_without_a_store_reads_its_parent_from_temporal(
     client: Client, model: ScriptedModelServer, task_queue: str
 ) -> None:
     """With no store anywhere, the fork's projection holds the parent's events from history."""
-    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    agent = scripted_agent(model, client, task_queue)
     parent = await agent.arun(PROMPT)
     assert parent.run_id is not None
 
@@ -702,9 +699,7 @@ async def test_a_fork_in_flight_is_streamed_live(
             gate.wait(60)
         return f"The weather in {city} is sunny and 22C."
 
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[get_weather]
-    )
+    agent = scripted_agent(model, client, task_queue, tools=[get_weather])
     parent = await agent.arun(PROMPT)
     assert parent.run_id is not None
     fork_id = f"live-{task_queue}"
@@ -771,12 +766,8 @@ async def test_another_agent_replays_a_run_with_a_fixed_tool(
         """
         raise RuntimeError("weather service down")
 
-    broken = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        tools=[get_weather],
-        store=FileStore(tmp_path / "runs"),
+    broken = scripted_agent(
+        model, client, task_queue, tools=[get_weather], store=FileStore(tmp_path / "runs")
     )
     parent = await broken.arun(PROMPT)
     assert parent.run_id is not None and "weather service down" in str(parent.final_output)

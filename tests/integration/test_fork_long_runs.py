@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentor_temporal import Agentor, Event, FileStore, TemporalStore, function_tool
+from agentor_temporal import Event, FileStore, TemporalStore
 from agentor_temporal._fork import fork_input, fork_point, start_fork
-from agentor_temporal.activities import tool_context
 from agentor_temporal.activities.conversations import CACHE
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.connection import connect
@@ -31,59 +30,22 @@ from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows.segment import FORKED_FROM
 from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
 
-from helpers import ledger_lines, wait_until, weather_agent
+from helpers import (
+    chunk_reader,
+    chunk_tool,
+    coder,
+    ledger_lines,
+    scripted_agent,
+    tool_results,
+    wait_until,
+    weather_agent,
+)
 from integration.test_fork import PARIS, PARIS_ANSWER, _listed
 from private import SECRET_ANSWER, SECRET_PROMPT, history_json, keys_of, leaks, make_keys
 
-NAME = "Long Coder"
 #: Small enough that 40 turns of 2 KB results continue as new 3+ times.
 BUDGET = 60_000
 MORE = "Read ten more."
-
-
-def scripted(turns: int) -> Any:
-    """The model: read `turns` chunks, ten more after each `MORE`, then answer."""
-
-    def respond(request: dict[str, Any]) -> Any:
-        messages = request.get("messages") or []
-        done = sum(1 for m in messages if m.get("role") == "tool")
-        target = turns + 10 * sum(1 for m in messages if m.get("content") == MORE)
-        if done < target:
-            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
-        return Reply(f"Read {done} chunks.")
-
-    return respond
-
-
-def chunk_tool(ledger: str, size: int) -> Any:
-    @function_tool
-    def read_chunk(n: int) -> str:
-        """Read chunk `n`.
-
-        Args:
-            n: Which chunk.
-        """
-        with open(ledger, "a", encoding="utf-8") as f:
-            f.write(f"{tool_context().run_id} {tool_context().call_id}\n")
-        return f"chunk {n}: " + "x" * size
-
-    return read_chunk
-
-
-def coder(
-    model: ScriptedModelServer, client: Client, task_queue: str, ledger: str, size: int = 2000
-) -> Agentor:
-    return Agentor(
-        name=NAME,
-        model="gpt-4o-mini",
-        instructions="You are a coding agent.",
-        base_url=model.base_url,
-        api_key="test-key",
-        temporal=client,
-        task_queue=task_queue,
-        embedded_worker=False,
-        tools=[chunk_tool(ledger, size)],
-    )
 
 
 def _dicts(events: list[Event]) -> list[dict[str, Any]]:
@@ -108,8 +70,8 @@ async def test_a_parent_that_continued_as_new_is_forked_whole(
     """The fork holds every event of every execution; its conversation goes by reference."""
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
     turns, ledger, runs = 40, str(tmp_path / "ledger"), tmp_path / "runs"
-    with ScriptedModelServer(scripted(turns)) as model:
-        agent = coder(model, client, task_queue, ledger)
+    with ScriptedModelServer(chunk_reader(turns, MORE)) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
         async with build_worker(
             client, [agent], task_queue=task_queue, store=FileStore(runs), max_cached_workflows=0
         ):
@@ -162,8 +124,8 @@ async def test_a_fork_that_continues_as_new_keeps_its_parent(
     """A fork's later executions read as the parent's events plus its own; ForkedFrom stays."""
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
     ledger, runs = str(tmp_path / "ledger"), tmp_path / "runs"
-    with ScriptedModelServer(scripted(2)) as model:
-        agent = coder(model, client, task_queue, ledger)
+    with ScriptedModelServer(chunk_reader(2, MORE)) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
         async with build_worker(
             client, [agent], task_queue=task_queue, store=FileStore(runs), max_cached_workflows=0
         ):
@@ -215,10 +177,10 @@ async def test_an_encrypted_run_is_forked_given_the_key(
     """The fork is encrypted like its parent; a client without the key is told which it needs."""
     keys = make_keys("F")
     runs = tmp_path / "runs"
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
+    agent = scripted_agent(
+        model,
+        client,
+        task_queue,
         store=FileStore(runs),
         ledger=ledger,
         encryption_keys=keys_of(keys["F"]),
@@ -253,7 +215,7 @@ SUMMARISE = "Now summarise."
 def reader(request: dict[str, Any]) -> Any:
     """The model: read one more chunk a turn, until asked to summarise."""
     messages = request.get("messages") or []
-    done = sum(1 for m in messages if m.get("role") == "tool")
+    done = tool_results(request)
     if messages and messages[-1].get("content") == SUMMARISE:
         return Reply(f"Read {done} chunks.")
     return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
@@ -281,14 +243,14 @@ async def test_a_long_run_forks_and_resumes_on_a_worker_that_never_saw_it(
     """A request sent by reference is rebuilt from history alone: no store, nothing cached."""
     ledger = str(tmp_path / "ledger")
     with ScriptedModelServer(reader) as model:
-        first = coder(model, client, task_queue, ledger, 4000)
+        first = coder(model, client, task_queue, tools=[chunk_tool(ledger, 4000)])
         async with build_worker(client, [first], task_queue=task_queue):
             # ten 4 KB results: past INLINE_CONVERSATION_BYTES, so requests go by reference
             parent = await first.arun("Read the repository.", max_turns=10)
         assert parent.status == "max_turns" and parent.run_id is not None
         # another agent's worker, with no store and an empty conversation cache
         other = f"{task_queue}-other"
-        second = coder(model, client, other, ledger, 4000)
+        second = coder(model, client, other, tools=[chunk_tool(ledger, 4000)])
         async with build_worker(client, [second], task_queue=other):
             CACHE.clear()
             summary_id = f"{parent.run_id}-summary"
@@ -353,7 +315,7 @@ async def test_a_base_its_history_lacks_fails_the_run_instead_of_retrying(
     """A reference to messages history does not hold fails the request for good, saying so."""
     ledger = str(tmp_path / "ledger")
     with ScriptedModelServer(reader) as model:
-        agent = coder(model, client, task_queue, ledger, 4000)
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 4000)])
         async with build_worker(client, [agent], task_queue=task_queue):
             parent = await agent.arun("Read the repository.", max_turns=10)
             assert parent.run_id is not None

@@ -46,7 +46,15 @@ from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.segment import canonical
 from agentor_temporal.workflows.tool_calls import CALL_FAILED
 
-from helpers import cancel_once_asked, pad, transfer_tool, until, weather_agent, weather_tool
+from helpers import (
+    cancel_once_asked,
+    pad,
+    scripted_agent,
+    transfer_tool,
+    until,
+    weather_agent,
+    weather_tool,
+)
 from sandbox_probe import SandboxProbe
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -668,10 +676,10 @@ async def test_scenario_history_replays(
     script, tools, drive, max_turns = SCENARIOS[name]
     with ScriptedModelServer(script) as model:
         options: dict[str, Any] = {"store": FileStore(tmp_path), **OPTIONS.get(name, {})}
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=tools(),
             embedded_worker=False,
             max_turns=max_turns,

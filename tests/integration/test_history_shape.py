@@ -22,7 +22,7 @@ from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.workflows import policies
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, weather_agent
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, scripted_agent
 
 UPSERT = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
@@ -37,9 +37,7 @@ async def test_a_new_run_records_no_patch_markers_and_one_upsert_per_task(
     Started beside its embedded worker, it takes its spec from the start's
     header (level 6: no describe step); mirrored, it ends with a journal step.
     """
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(tmp_path)
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path))
     result = await agent.arun(PROMPT)
     assert result.status == "completed" and result.final_output == ANSWER
     handle = client.get_workflow_handle(result.run_id)

@@ -34,10 +34,10 @@ from helpers import (
     ROOT,
     ledger_lines,
     ledger_write,
+    scripted_agent,
     stop_process,
     wait_line,
     wait_until,
-    weather_agent,
 )
 
 #: What the model is told about a sync tool abandoned by its timeout.
@@ -213,10 +213,10 @@ async def test_hung_sync_tools_do_not_starve_later_sync_tools(
     ]
     try:
         with ScriptedModelServer(script) as model:
-            agent = weather_agent(
-                base_url=model.base_url,
-                task_queue=task_queue,
-                temporal=client,
+            agent = scripted_agent(
+                model,
+                client,
+                task_queue,
                 tools=[stuck, quick],
                 max_tool_failures=SYNC_TOOL_THREADS + 1,
             )
@@ -256,9 +256,7 @@ async def test_a_sync_tool_answers_and_is_cut_off_at_its_timeout(
     script: list[Step] = [CallTool("slow", {"seconds": 0.1}), CallTool("slow", {"seconds": 4})]
     script.append(Reply("done"))
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[slow]
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[slow])
         run_id = uuid.uuid4().hex
         result = await asyncio.wait_for(agent.arun("go", run_id=run_id), 60)
         # the abandoned thread runs on to its end

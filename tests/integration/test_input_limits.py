@@ -22,7 +22,7 @@ from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.formatting import failure_message
 
-from helpers import pad, unwedged_history, weather_agent
+from helpers import pad, scripted_agent, unwedged_history
 
 #: Agent instructions of 200 KB: the facade counts them, a plain client does not.
 LONG_INSTRUCTIONS = "i" * 200_000
@@ -107,13 +107,8 @@ async def test_a_plain_client_input_the_run_cannot_record_fails_it_at_once(
     # a run that got past its first turn would continue as new at once
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", "500000")
     with ScriptedModelServer([CALL_PAD, Reply("ok")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[pad],
-            **options,
+        agent = scripted_agent(
+            model, client, task_queue, embedded_worker=False, tools=[pad], **options
         )
         async with build_worker(client, [agent], task_queue=task_queue):
             handle = await client.start_workflow(
@@ -140,12 +135,8 @@ async def test_a_plain_client_prompt_under_the_limit_still_runs(
     payload holds: a resumed conversation that grew past 1.5 MB still starts.)
     """
     with ScriptedModelServer([Reply("ok")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            instructions=LONG_INSTRUCTIONS,
+        agent = scripted_agent(
+            model, client, task_queue, embedded_worker=False, instructions=LONG_INSTRUCTIONS
         )
         async with build_worker(client, [agent], task_queue=task_queue):
             handle = await client.start_workflow(
@@ -162,7 +153,7 @@ async def test_a_plain_client_prompt_under_the_limit_still_runs(
 async def test_the_facade_refuses_messages_nested_too_deep(client: Client, task_queue: str) -> None:
     """A message list 600 levels deep is a ValueError saying so (was a raw RecursionError)."""
     with ScriptedModelServer([Reply("ok")]) as model:
-        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent = scripted_agent(model, client, task_queue)
         deep = [{"role": "user", "content": "hi", "extra": _nested(600)}]
         with pytest.raises(ValueError, match="input nests 602 levels deep, over the 100"):
             await agent.arun(deep)

@@ -32,9 +32,9 @@ from helpers import (
     ANSWER,
     PROMPT,
     SEED_EVENT_TYPES,
+    scripted_agent,
     transfer_tool,
     unwedged_history,
-    weather_agent,
 )
 
 
@@ -62,9 +62,7 @@ async def test_each_step_carries_the_events_before_it(
 ) -> None:
     """The seed's run: one journal step (its end); the rest ride in the activities' inputs."""
     store = FileStore(tmp_path)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
-    )
+    agent = scripted_agent(model, client, task_queue, store=store)
     result = await agent.arun(PROMPT)
     assert result.status == "completed" and result.final_output == ANSWER
 
@@ -102,13 +100,7 @@ async def test_a_tool_finds_its_call_in_the_store_before_it_runs(
         return "looked"
 
     with ScriptedModelServer(tool_then_answer) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=store,
-            tools=[peek],
-        )
+        agent = scripted_agent(model, client, task_queue, store=store, tools=[peek])
         result = await agent.arun(PROMPT)
     assert result.status == "completed"
     assert seen == [["run_start", "generation", "tool_call"]]
@@ -126,9 +118,7 @@ async def test_a_worker_without_the_request_reads_it_from_history(
 
     store = FileStore(tmp_path)
     with ScriptedModelServer(forgetful) as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
-        )
+        agent = scripted_agent(model, client, task_queue, store=store)
         with caplog.at_level(logging.INFO, logger="agentor_temporal.activities.conversations"):
             result = await agent.arun(PROMPT)
     assert result.status == "completed" and result.final_output == ANSWER
@@ -158,13 +148,7 @@ async def test_a_turn_too_large_to_ride_along_takes_a_journal_step(
     script = [[CallTool("dump", {"part": 1}), CallTool("dump", {"part": 2})], Reply("Dumped.")]
     store = FileStore(tmp_path)
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=store,
-            tools=[dump],
-        )
+        agent = scripted_agent(model, client, task_queue, store=store, tools=[dump])
         result = await agent.arun("Dump two parts.")
     assert result.status == "completed" and result.final_output == "Dumped."
     journals, carried = await _journals(client, result.run_id)
@@ -193,13 +177,8 @@ async def test_a_turn_of_many_denials_goes_into_history_in_steps(
     reason = "r" * policies.MAX_DECISION_TEXT
     store = FileStore(tmp_path)
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            store=store,
-            tools=[transfer_tool()],
+        agent = scripted_agent(
+            model, client, task_queue, embedded_worker=False, store=store, tools=[transfer_tool()]
         )
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Pay bob 300 times."), 60)

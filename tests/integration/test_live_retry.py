@@ -28,7 +28,7 @@ from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.policies import TOOL_HEARTBEAT_TIMEOUT
 
-from helpers import PROMPT, weather_agent
+from helpers import PROMPT, scripted_agent
 
 pytestmark = pytest.mark.slow
 
@@ -154,10 +154,4 @@ async def _eventually(
 
 def _served_agent(tool: Any, client: Client, model: ScriptedModelServer, task_queue: str) -> Any:
     """The seed's agent with `tool`, served by a worker the test runs (not an embedded one)."""
-    return weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        tools=[tool],
-        embedded_worker=False,
-    )
+    return scripted_agent(model, client, task_queue, tools=[tool], embedded_worker=False)

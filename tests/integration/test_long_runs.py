@@ -26,8 +26,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
-from agentor_temporal import Agentor, Event, FileStore, MemoryStore, TemporalStore, function_tool
-from agentor_temporal.activities import tool_context
+from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore
 from agentor_temporal.streaming import follow
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
@@ -35,54 +34,22 @@ from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.policies import HISTORY_LIMIT_BYTES, MAX_REQUEST_BYTES
 
 import agentor_ref
-from helpers import ledger_lines, stop_process, transfer_tool, wait_until
+from helpers import (
+    CODER_NAME,
+    chunk_reader,
+    chunk_tool,
+    coder,
+    ledger_lines,
+    stop_process,
+    tool_results,
+    transfer_tool,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "limit_terminated_history.json.gz"
-NAME = "Long Coder"
 #: Small enough that a 40-turn run of 2 KB results continues as new 3+ times.
 BUDGET = 60_000
-
-
-def scripted(turns: int) -> Any:
-    """The model: call `read_chunk` until `turns` results are in, then answer."""
-
-    def respond(request: dict[str, Any]) -> Any:
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
-        if done < turns:
-            return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
-        return Reply(f"Read {done} chunks.")
-
-    return respond
-
-
-def chunk_tool(ledger: str, size: int) -> Any:
-    @function_tool
-    def read_chunk(n: int) -> str:
-        """Read chunk `n`.
-
-        Args:
-            n: Which chunk.
-        """
-        with open(ledger, "a", encoding="utf-8") as f:
-            f.write(f"{tool_context().call_id}\n")
-        return f"chunk {n}: " + "x" * size
-
-    return read_chunk
-
-
-def coder(model: ScriptedModelServer, client: Client, task_queue: str, **kwargs: Any) -> Agentor:
-    return Agentor(
-        name=NAME,
-        model="gpt-4o-mini",
-        instructions="You are a coding agent.",
-        base_url=model.base_url,
-        api_key="test-key",
-        temporal=client,
-        task_queue=task_queue,
-        embedded_worker=False,
-        **kwargs,
-    )
 
 
 def bare(event: Event) -> dict[str, Any]:
@@ -121,7 +88,7 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
         monkeypatch.setenv("AGENTOR_INLINE_CONVERSATION_BYTES", "8000")
     turns, ledger, address = 40, str(tmp_path / "ledger"), temporal_address
     runs = tmp_path / "runs"
-    with ScriptedModelServer(scripted(turns)) as model:
+    with ScriptedModelServer(chunk_reader(turns)) as model:
         agent = coder(
             model, client, task_queue, tools=[chunk_tool(ledger, 2000)], local_model_calls=local
         )
@@ -157,7 +124,7 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
     sizes = await history_sizes(client, run_id)
     assert max(sizes) < BUDGET + 60_000, sizes  # the budget, plus at most one turn past it
     # every tool ran once, every turn once, and the model saw the whole conversation
-    calls = Counter(ledger_lines(ledger))
+    calls = Counter(line.split()[1] for line in ledger_lines(ledger))
     assert sorted(calls) == sorted(f"call_{n}" for n in range(1, turns + 1))
     assert set(calls.values()) == {1}
     events = result.events
@@ -218,7 +185,7 @@ async def test_a_follower_gets_every_event_once_across_continuations(
     """One follower keeps up, one falls behind over two continuations: both get each event once."""
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
     turns, ledger = 40, str(tmp_path / "ledger")
-    with ScriptedModelServer(scripted(turns)) as model:
+    with ScriptedModelServer(chunk_reader(turns)) as model:
         agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
         run_id = uuid.uuid4().hex
         store = TemporalStore(client)
@@ -246,7 +213,7 @@ async def test_a_follower_gets_every_event_once_across_continuations(
         async with build_worker(client, [agent], task_queue=task_queue):
             handle = await client.start_workflow(
                 "AgentRun",
-                {"agent": NAME, "input": "Read the repository.", "max_turns": turns + 1},
+                {"agent": CODER_NAME, "input": "Read the repository.", "max_turns": turns + 1},
                 id=run_id,
                 task_queue=task_queue,
             )
@@ -264,14 +231,15 @@ async def test_large_tool_results_past_the_old_request_guard(
 ) -> None:
     """A conversation well past the 1.5 MB that runs used to stop at completes."""
     turns, ledger = 20, str(tmp_path / "ledger")
-    with ScriptedModelServer(scripted(turns), keep_requests=1) as model:
+    with ScriptedModelServer(chunk_reader(turns), keep_requests=1) as model:
         agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 100_000)])
         async with build_worker(client, [agent], task_queue=task_queue):
             result = await agent.arun("Read the repository.", max_turns=turns + 1)
             last_request = model.requests[-1]["messages"]
     assert result.status == "completed", result.error
     assert len(json.dumps(last_request)) > 2 * MAX_REQUEST_BYTES / 1.5
-    assert Counter(ledger_lines(ledger)) == Counter(f"call_{n}" for n in range(1, turns + 1))
+    calls = Counter(line.split()[1] for line in ledger_lines(ledger))
+    assert calls == Counter(f"call_{n}" for n in range(1, turns + 1))
     assert max(await history_sizes(client, result.run_id)) < HISTORY_LIMIT_BYTES
 
 
@@ -318,13 +286,13 @@ async def test_worker_killed_around_a_continue_as_new(
         "RUNS_DIR": str(runs),
     }
     run_id = uuid.uuid4().hex
-    with ScriptedModelServer(scripted(turns)) as model:
+    with ScriptedModelServer(chunk_reader(turns)) as model:
         first = _worker(temporal_address, task_queue, model, env)
         second = None
         try:
             handle = await client.start_workflow(
                 "AgentRun",
-                {"agent": NAME, "input": "Read the repository.", "max_turns": turns + 1},
+                {"agent": CODER_NAME, "input": "Read the repository.", "max_turns": turns + 1},
                 id=run_id,
                 task_queue=task_queue,
             )
@@ -407,7 +375,7 @@ async def test_resuming_a_conversation_too_large_to_send_whole(
     refused: list[int] = []
 
     def respond(request: dict[str, Any]) -> Any:
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        done = tool_results(request)
         if done < turns:
             return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
         if not refused:
@@ -449,7 +417,7 @@ async def test_an_approval_after_several_continuations_pauses_the_run(
     turns, ledger = 30, str(tmp_path / "ledger")
 
     def respond(request: dict[str, Any]) -> Any:
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        done = tool_results(request)
         if done < turns:
             return CallTool("read_chunk", {"n": done + 1}, id=f"call_{done + 1}")
         if done == turns:
@@ -489,7 +457,7 @@ async def test_a_pause_past_the_history_budget_continues_as_new_after_the_decisi
     ledger = str(tmp_path / "ledger")
 
     def respond(request: dict[str, Any]) -> Any:
-        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        done = tool_results(request)
         if done == 4:
             # four 8 KB results in the paused turn: its execution passes the budget
             return [
@@ -529,7 +497,7 @@ async def test_text_deltas_stream_when_the_conversation_goes_by_reference(
 ) -> None:
     """A streamed answer to a conversation sent by reference arrives as deltas and whole."""
     turns, ledger = 3, str(tmp_path / "ledger")
-    with ScriptedModelServer(scripted(turns), keep_requests=1) as model:
+    with ScriptedModelServer(chunk_reader(turns), keep_requests=1) as model:
         agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 50_000)])
         async with build_worker(client, [agent], task_queue=task_queue):
             received = [

@@ -12,7 +12,7 @@ from temporalio.client import Client
 from agentor_temporal import Event, FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
 
-from helpers import ANSWER, PROMPT, weather_agent
+from helpers import ANSWER, PROMPT, scripted_agent
 
 
 class FlakyStore:
@@ -45,9 +45,7 @@ async def test_store_failing_for_a_while_is_caught_up_by_the_next_step(
 ) -> None:
     """Appends that fail for the first steps are retried later: the mirror ends exact."""
     store = FlakyStore(tmp_path, failures=2)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
-    )
+    agent = scripted_agent(model, client, task_queue, store=store)
     with caplog.at_level(logging.ERROR, logger="activities.journal"):
         result = await agent.arun(PROMPT)
 
@@ -70,9 +68,7 @@ async def test_store_failing_to_the_end_is_logged_and_does_not_fail_the_run(
 ) -> None:
     """A store that never recovers does not fail the run; the missing tail is logged by name."""
     store = FlakyStore(tmp_path, failures=None)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
-    )
+    agent = scripted_agent(model, client, task_queue, store=store)
     with caplog.at_level(logging.WARNING):
         result = await agent.arun(PROMPT)
 
@@ -91,9 +87,7 @@ async def test_resume_catches_up_a_mirror_left_behind(
 ) -> None:
     """Resuming a completed run whose mirror lacks its tail writes the tail, running nothing."""
     store = FileStore(tmp_path)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
-    )
+    agent = scripted_agent(model, client, task_queue, store=store)
     result = await agent.arun(PROMPT)
     path = tmp_path / f"{result.run_id}.jsonl"
     lines = path.read_text().splitlines(keepends=True)
@@ -124,9 +118,7 @@ async def test_a_store_raising_stop_iteration_is_a_failing_store_not_a_hung_run(
 ) -> None:
     """A StopIteration from a store is its error, logged; the run and its resume finish."""
     store = StoppingStore(tmp_path)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
-    )
+    agent = scripted_agent(model, client, task_queue, store=store)
     # a thread's StopIteration never reached its awaiter: the first model call hung
     result = await asyncio.wait_for(agent.arun(PROMPT), 60)
     assert result.status == "completed" and result.final_output == ANSWER, result.error

@@ -22,7 +22,14 @@ from temporalio.client import Client
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
 
-from helpers import ANSWER, PROMPT, ledger_lines, transfer_tool, weather_agent, weather_tool
+from helpers import (
+    ANSWER,
+    PROMPT,
+    ledger_lines,
+    scripted_agent,
+    transfer_tool,
+    weather_tool,
+)
 
 
 def damage(kind: str, path: Path, other: Path | None = None) -> None:
@@ -63,9 +70,7 @@ async def test_resume_sets_a_wrong_log_aside_and_writes_the_run_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     runs = tmp_path / "runs"
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs))
     result = await agent.arun(PROMPT)
     other = await agent.arun("What is the weather in Oslo?")
     path = runs / f"{result.run_id}.jsonl"
@@ -91,10 +96,10 @@ async def test_a_running_runs_log_damaged_meanwhile_is_noticed_at_the_next_step(
 ) -> None:
     """Damaged while the run waits for approval: the next step checks, sets aside, rewrites."""
     runs = tmp_path / "runs"
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
+    agent = scripted_agent(
+        model,
+        client,
+        task_queue,
         store=FileStore(runs),
         tools=[transfer_tool(ledger), weather_tool(ledger)],
     )
@@ -123,9 +128,7 @@ async def test_a_link_planted_in_the_runs_directory_is_never_followed(
     outside.write_text("export PATH=/usr/bin\n")
     run_id = uuid.uuid4().hex
     (runs / f"{run_id}.jsonl").symlink_to(outside)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(runs)
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs))
     with caplog.at_level(logging.ERROR):
         result = await agent.arun(PROMPT, run_id=run_id)
     assert result.status == "completed" and result.final_output == ANSWER

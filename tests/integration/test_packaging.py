@@ -15,7 +15,7 @@ from temporalio.client import Client
 
 from agentor_temporal.testing import ScriptedModelServer
 
-from helpers import ANSWER, PROCS, ROOT, free_port, weather_agent
+from helpers import ANSWER, PROCS, ROOT, free_port, scripted_agent
 
 #: Files a checkout builds from (what `git ls-files` would list, without tests).
 SOURCES = ["pyproject.toml", "README.md", "agentor_temporal", "workflows", "activities", "store"]
@@ -145,12 +145,7 @@ async def test_worker_py_connects_where_its_agents_say(
             assert proc.stdout is not None
             line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
             assert line.startswith("worker ready"), log.read_text()
-            agent = weather_agent(
-                base_url=model.base_url,
-                task_queue=task_queue,
-                temporal=client,
-                embedded_worker=False,
-            )
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
             result = await agent.arun("What is the weather in London?")
         finally:
             proc.terminate()

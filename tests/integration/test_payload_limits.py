@@ -29,7 +29,7 @@ from agentor_temporal.workflows.policies import (
 )
 from agentor_temporal.workflows.status import AGENT_TOKENS
 
-from helpers import pad, unwedged_history, weather_agent
+from helpers import pad, scripted_agent, unwedged_history
 
 MB = 1024 * 1024
 
@@ -57,13 +57,7 @@ async def test_a_result_over_2mb_of_any_text_is_cut_to_fit(
     with ScriptedModelServer(
         [CallTool("dump", {"kind": "emoji"}), Reply("Lots of smiles.")]
     ) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[dump],
-            store=FileStore(tmp_path),
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[dump], store=FileStore(tmp_path))
         result = await asyncio.wait_for(agent.arun("Dump it."), 60)
         sent = model.requests[1]["messages"][-1]["content"]
     assert result.status == "completed" and result.final_output == "Lots of smiles."
@@ -84,9 +78,7 @@ async def test_a_turn_of_many_big_results_is_cut_to_fit_together(
     """Ten parallel 1 MB results share one turn's budget instead of wedging the run."""
     script = [[CallTool("dump", {"kind": "ascii"}) for _ in range(10)], Reply("Ten dumps.")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[dump]
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[dump])
         result = await asyncio.wait_for(agent.arun("Dump ten."), 30)
     assert result.status == "completed" and result.final_output == "Ten dumps."
     results = [e for e in result.events if e.type == "tool_result"]
@@ -107,13 +99,7 @@ async def test_a_conversation_past_a_payload_goes_on_until_no_model_would_take_i
     with ScriptedModelServer(
         lambda request: CallTool("dump", {"kind": "ascii"}), keep_requests=1
     ) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[dump],
-            embedded_worker=False,
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[dump], embedded_worker=False)
         runner = UnsandboxedWorkflowRunner()
         async with build_worker(client, [agent], task_queue=task_queue, workflow_runner=runner):
             result = await asyncio.wait_for(agent.arun("Dump forever."), 60)
@@ -150,13 +136,7 @@ async def test_histories_from_before_the_limits_still_replay(
     monkeypatch.setattr(policies, "MAX_TURN_RESULT_BYTES", 10 * MB)
     monkeypatch.setattr(policies, "MAX_REQUEST_BYTES", 10 * MB)
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[dump],
-            embedded_worker=False,
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[dump], embedded_worker=False)
         runner = UnsandboxedWorkflowRunner()
         async with build_worker(client, [agent], task_queue=task_queue, workflow_runner=runner):
             result = await asyncio.wait_for(agent.arun("Dump."), 60)
@@ -169,13 +149,7 @@ def _agent(
     model: ScriptedModelServer, client: Client, task_queue: str, local: bool, **kw: Any
 ) -> Any:
     """The weather agent with these tools, asking the model locally or not."""
-    return weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        local_model_calls=local,
-        **kw,
-    )
+    return scripted_agent(model, client, task_queue, local_model_calls=local, **kw)
 
 
 async def _recorded_whole(
@@ -286,7 +260,7 @@ async def test_token_counts_past_a_search_attribute_are_clamped(
         "usage": {"prompt_tokens": 1e20, "completion_tokens": -5, "total_tokens": 1e20},
     }
     with ScriptedModelServer([Raw(body)]) as model:
-        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent = scripted_agent(model, client, task_queue)
         result = await asyncio.wait_for(agent.arun("Count."), 60)
     assert result.status == "completed" and result.final_output == "ok"
     assert result.usage.input_tokens == result.usage.total_tokens == policies.MAX_TOKEN_COUNT
@@ -302,7 +276,7 @@ async def test_a_streamed_reply_over_its_budget_stops_streaming(
 ) -> None:
     """A 3 MB streamed reply: deltas stop at the budget, the run fails once, history stays small."""
     with ScriptedModelServer([Reply("x" * 3_000_000)] * 3) as model:
-        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent = scripted_agent(model, client, task_queue)
         events = [e async for e in agent.stream_chat("Say a lot.", stream_text=True)]
         assert model.request_count == 1
     deltas = sum(len(e.text or "") for e in events if e.type == "text_delta")
@@ -370,13 +344,7 @@ async def test_a_turn_of_many_long_call_ids_leaves_them_room(
     monkeypatch.setattr(fetch, "description", "d" * 200_000)
     calls = [CallTool("fetch", {"n": n}, id=f"{n:04}" + "i" * 860) for n in range(500)]
     with ScriptedModelServer([calls, Reply("Fetched.")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[fetch],
-        )
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False, tools=[fetch])
         async with build_worker(client, [agent], task_queue=task_queue):
             handle = await client.start_workflow(
                 policies.WORKFLOW_TYPE,
@@ -505,10 +473,10 @@ async def test_a_turn_of_many_long_errors_is_recorded(
         Reply("The service is down."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[lookup],
             store=FileStore(tmp_path),
             embedded_worker=False,

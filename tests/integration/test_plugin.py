@@ -23,7 +23,7 @@ from agentor_temporal import Agentor, AgentorPlugin, FileStore, TemporalStore
 from agentor_temporal.testing import CallTool, Fail, Hang, Reply, ScriptedModelServer
 from agentor_temporal.workflow import run_agent
 
-from helpers import ROOT, ledger_lines, until, weather_agent, weather_tool
+from helpers import ROOT, ledger_lines, scripted_agent, until, weather_tool
 
 sys.path.insert(0, str(ROOT / "examples"))
 
@@ -303,10 +303,10 @@ async def test_a_parent_failing_on_another_agents_model_error_keeps_its_agents_f
         ]
 
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[weather_tool(ledger, delay=3.0, delay_city="Rome")],
             embedded_worker=False,
         )

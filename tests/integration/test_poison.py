@@ -29,7 +29,7 @@ from temporalio.client import Client
 from agentor_temporal import Event, RunResult, function_tool
 from agentor_temporal.testing import CallTool, Raw, Reply, ScriptedModelServer, Step
 
-from helpers import weather_agent
+from helpers import scripted_agent
 
 DEADLINE = 45.0
 
@@ -50,13 +50,7 @@ async def _run(
     """Run once; fail at the first workflow-task failure, or if the run does not end in time."""
     run_id = uuid.uuid4().hex
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=tools,
-            max_tool_failures=50,
-        )
+        agent = scripted_agent(model, client, task_queue, tools=tools, max_tool_failures=50)
         task = asyncio.ensure_future(agent.arun(prompt, run_id=run_id))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + DEADLINE
@@ -318,7 +312,7 @@ async def test_max_turns_zero_or_negative_is_refused_at_once(
     client: Client, task_queue: str
 ) -> None:
     with ScriptedModelServer([Reply("done")]) as model:
-        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent = scripted_agent(model, client, task_queue)
         for bad in (0, -1, True, "3"):
             with pytest.raises(ValueError, match="max_turns must be a positive integer"):
                 await agent.arun("go", max_turns=bad)
@@ -358,7 +352,7 @@ async def test_input_that_is_not_json_is_refused_at_once(
     """Messages JSON cannot carry are a ValueError naming the message, before anything starts."""
     messages, fragment = NOT_JSON[kind]
     with ScriptedModelServer([Reply("done")]) as model:
-        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent = scripted_agent(model, client, task_queue)
         for start in (
             lambda: agent.arun(messages),
             lambda: agent.astart(messages),

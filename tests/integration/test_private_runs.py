@@ -31,7 +31,7 @@ from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.connection import connect
 from agentor_temporal.testing import ScriptedModelServer
 
-from helpers import SEED_EVENT_TYPES, free_port, ledger_lines, weather_agent
+from helpers import SEED_EVENT_TYPES, free_port, ledger_lines, scripted_agent, weather_agent
 from integration.test_cli import AGENT, Running, cli, cli_all
 from private import (
     CITY,
@@ -57,12 +57,8 @@ async def test_encrypted_run_streams_completes_and_leaves_no_plaintext_in_histor
 ) -> None:
     """A streamed encrypted run: no secret in `temporal workflow show -o json`, plain JSONL 0600."""
     runs = tmp_path / "runs"
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(runs),
-        encryption_keys=keys_of(KEYS["A"]),
+    agent = scripted_agent(
+        model, client, task_queue, store=FileStore(runs), encryption_keys=keys_of(KEYS["A"])
     )
     run_id = uuid.uuid4().hex
     streamed = [e async for e in agent.stream_chat(SECRET_PROMPT, run_id=run_id, stream_text=True)]
@@ -127,12 +123,8 @@ async def test_encrypted_run_survives_a_sigkilled_worker(
     second: Running | None = None
     try:
         first.wait_for("stdout", "worker ready")
-        starter = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            encryption_keys=keys,
+        starter = scripted_agent(
+            model, client, task_queue, embedded_worker=False, encryption_keys=keys
         )
         run_id = uuid.uuid4().hex
         running = asyncio.ensure_future(starter.arun(SECRET_PROMPT, run_id=run_id))

@@ -23,7 +23,7 @@ from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
 from browser import dump_dom, find_chromium
-from helpers import free_port, port_open, wait_until, weather_agent
+from helpers import free_port, port_open, scripted_agent, wait_until
 from integration.test_cli import cli
 from integration.test_ui import ARTIFACTS, _rendered
 from private import SECRET_ANSWER, SECRET_PROMPT, SECRETS, TOOL_SUMMARY, key_file, make_keys
@@ -58,12 +58,8 @@ async def test_ui_decodes_an_encrypted_run_only_through_the_codec_server(
 
         client = await connect(f"127.0.0.1:{port}", encryption_keys=keys)
         task_queue = f"tq-{uuid.uuid4().hex[:10]}"
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            encryption_keys=keys,
+        agent = scripted_agent(
+            model, client, task_queue, embedded_worker=False, encryption_keys=keys
         )
         # a worker stays up while the pages load: the UI asks one for the
         # current details (without one, that page waits out a query timeout)

@@ -13,7 +13,7 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow
 
-from helpers import PROMPT, weather_agent, weather_tool
+from helpers import PROMPT, scripted_agent, weather_tool
 
 GOLDEN = Path(__file__).parent / "golden" / "agent_run_history.json"
 
@@ -37,10 +37,10 @@ async def test_uncached_worker_replays_every_task_and_history_replays(
 ) -> None:
     """With max_cached_workflows=0 every task replays; the fetched history replays too."""
     with ScriptedModelServer(SCRIPT) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[weather_tool(), flaky],
             store=FileStore(tmp_path),
             embedded_worker=False,

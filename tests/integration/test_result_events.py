@@ -25,7 +25,7 @@ from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.formatting import failure_message
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, payer, weather_agent
+from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, payer, scripted_agent
 
 RESULT_KEYS = {"run_id", "status", "final_output", "usage", "error"}
 
@@ -63,9 +63,7 @@ async def test_a_new_runs_result_comes_from_its_close_event(
     mirror: bool,
 ) -> None:
     store = FileStore(tmp_path) if mirror else None
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
-    )
+    agent = scripted_agent(model, client, task_queue, store=store)
     reads = HistoryReads(monkeypatch)
     result = await agent.arun(PROMPT)
     assert reads.count == 0  # no history read after the run closed
@@ -99,9 +97,7 @@ async def test_a_run_whose_requests_went_by_reference_is_read_from_history(
         return page
 
     with ScriptedModelServer([CallTool("fetch", {"n": 1}), Reply("read")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, tools=[fetch]
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[fetch])
         reads = HistoryReads(monkeypatch)
         result = await agent.arun("read page 1")
     assert result.status == "completed" and reads.count >= 1
@@ -117,9 +113,7 @@ async def test_a_resumed_runs_result_is_its_whole_log(
     """A resumed segment holds only its own events: the result is read from history."""
     script = [CallTool("get_weather", {"city": "London"}), Reply(ANSWER)]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, max_turns=1
-        )
+        agent = scripted_agent(model, client, task_queue, max_turns=1)
         first = await agent.arun(PROMPT)
         assert first.status == "max_turns"
         reads = HistoryReads(monkeypatch)

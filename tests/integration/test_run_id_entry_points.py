@@ -23,7 +23,7 @@ from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows.formatting import failure_message
 
-from helpers import ANSWER, PROMPT, ROOT, weather_agent
+from helpers import ANSWER, PROMPT, ROOT, scripted_agent
 
 REFUSED = {
     "200 emoji": "\U0001f600" * 200,
@@ -38,12 +38,7 @@ REFUSED = {
 async def test_a_plain_client_start_under_a_refused_id_fails_the_run(
     run_id: str, client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
 ) -> None:
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(tmp_path / "runs"),
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path / "runs"))
     async with build_worker(client, [agent], task_queue=task_queue):
         handle = await client.start_workflow(
             "AgentRun",
@@ -80,9 +75,7 @@ async def test_an_id_at_the_limit_works_end_to_end(
     """50 four-byte characters (200 bytes): mirrored, loaded, and its file set aside on damage."""
     run_id = "\U0001f600" * 50
     store = FileStore(tmp_path)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=store
-    )
+    agent = scripted_agent(model, client, task_queue, store=store)
     result = await agent.arun(PROMPT, run_id=run_id)
     assert result.status == "completed" and result.final_output == ANSWER
     projected = await TemporalStore(client).aload(run_id)

@@ -14,19 +14,23 @@ from temporalio.common import RawValue
 from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 
-from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, ledger_lines, weather_agent, weather_tool
+from helpers import (
+    ANSWER,
+    PROMPT,
+    SEED_EVENT_TYPES,
+    ledger_lines,
+    scripted_agent,
+    weather_agent,
+    weather_tool,
+)
 
 
 async def test_run_records_the_documented_events(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
     """A run completes with the seed's seven events, mirrored and projected identically."""
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(tmp_path / "runs"),
-        ledger=ledger,
+    agent = scripted_agent(
+        model, client, task_queue, store=FileStore(tmp_path / "runs"), ledger=ledger
     )
     result = await agent.arun(PROMPT)
 
@@ -51,9 +55,7 @@ async def test_completed_run_is_returned_without_model_or_tool(
     client: Client, model: ScriptedModelServer, task_queue: str, ledger: str
 ) -> None:
     """Resuming a completed run asks the model nothing and runs no tool."""
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, ledger=ledger
-    )
+    agent = scripted_agent(model, client, task_queue, ledger=ledger)
     first = await agent.arun(PROMPT)
     requests, executions = model.request_count, len(ledger_lines(ledger))
 
@@ -69,10 +71,10 @@ async def test_run_without_store_still_gets_a_resumable_run_id(
     client: Client, model: ScriptedModelServer, task_queue: str
 ) -> None:
     """No store: the run still has a run_id and resumes from Temporal alone."""
-    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    agent = scripted_agent(model, client, task_queue)
     result = await agent.arun(PROMPT)
     assert result.run_id and result.status == "completed"
-    other = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    other = scripted_agent(model, client, task_queue)
     resumed = await other.aresume(result.run_id)
     assert resumed.final_output == ANSWER
 
@@ -81,7 +83,7 @@ async def test_plain_client_start_is_returned_by_resume(
     client: Client, model: ScriptedModelServer, task_queue: str
 ) -> None:
     """A run started by workflow type and JSON input (no facade) resumes by id."""
-    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    agent = scripted_agent(model, client, task_queue)
     from agentor_temporal.worker import build_worker
 
     async with build_worker(client, [agent], task_queue=task_queue):
@@ -110,9 +112,7 @@ async def test_caller_chosen_run_id_is_idempotent(
     client: Client, model: ScriptedModelServer, task_queue: str, ledger: str
 ) -> None:
     """Starting again with a finished run's id attaches to it instead of re-running."""
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, ledger=ledger
-    )
+    agent = scripted_agent(model, client, task_queue, ledger=ledger)
     first = await agent.arun(PROMPT, run_id=f"order-{task_queue}")
     second = await agent.arun("something else entirely", run_id=f"order-{task_queue}")
     assert second.run_id == first.run_id
@@ -124,9 +124,7 @@ async def test_unknown_run_id_raises_key_error(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
 ) -> None:
     """resume() of an id Temporal and the store do not know raises KeyError naming it."""
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, store=FileStore(tmp_path)
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path))
     with pytest.raises(KeyError, match="no-such-run"):
         await agent.aresume("no-such-run")
 
@@ -136,7 +134,7 @@ async def test_hostile_run_ids_are_refused(
     client: Client, model: ScriptedModelServer, task_queue: str, run_id: str
 ) -> None:
     """Ids that could escape a runs directory are refused before anything starts."""
-    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    agent = scripted_agent(model, client, task_queue)
     with pytest.raises(ValueError, match="Invalid run id"):
         await agent.arun(PROMPT, run_id=run_id)
     with pytest.raises(ValueError, match="Invalid run id"):
@@ -149,12 +147,7 @@ async def test_hostile_workflow_ids_from_a_plain_client_fail_the_run(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, run_id: str
 ) -> None:
     """A run started by any client under an id the facade refuses fails at once, naming it."""
-    agent = weather_agent(
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(tmp_path / "runs"),
-    )
+    agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path / "runs"))
     from agentor_temporal.worker import build_worker
 
     async with build_worker(client, [agent], task_queue=task_queue):
@@ -187,13 +180,7 @@ async def test_failed_run_continues_as_a_new_segment(
 ) -> None:
     """A non-retryable model error fails the run at once; resume continues it under the same id."""
     with ScriptedModelServer([Fail(status, message)]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            store=FileStore(tmp_path),
-            ledger=ledger,
-        )
+        agent = scripted_agent(model, client, task_queue, store=FileStore(tmp_path), ledger=ledger)
         failed = await agent.arun(PROMPT)
         assert failed.status == "failed"
         assert failed.error == f"Model request failed with {status}: {message}"
@@ -228,9 +215,7 @@ async def test_failed_run_continues_as_a_new_segment(
 async def test_max_turns_ends_with_status_max_turns(client: Client, task_queue: str) -> None:
     """A model that never stops asking for tools ends the run at max_turns."""
     with ScriptedModelServer(lambda req: CallTool("get_weather", {"city": "Oslo"})) as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, max_turns=3
-        )
+        agent = scripted_agent(model, client, task_queue, max_turns=3)
         result = await agent.arun(PROMPT)
     assert result.status == "max_turns"
     assert result.error == "Reached max_turns (3) without a final answer."
@@ -257,13 +242,7 @@ async def test_failing_tool_is_disabled_after_max_tool_failures(
         Reply("I could not get the weather."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[broken_tool],
-            max_tool_failures=2,
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[broken_tool], max_tool_failures=2)
         result = await agent.arun("What is the weather in Paris?")
         requests = list(model.requests)
     assert result.status == "completed"
@@ -299,7 +278,7 @@ async def test_custom_store_and_memory_store_receive_every_event(
             return sorted({r for r, _ in self.appended})
 
     custom, memory = ListStore(), MemoryStore()
-    a = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client, store=custom)
+    a = scripted_agent(model, client, task_queue, store=custom)
     b = weather_agent(
         base_url=model.base_url, task_queue=task_queue + "-m", temporal=client, store=memory
     )
@@ -314,7 +293,7 @@ async def test_unknown_agent_fails_the_workflow_clearly(
     client: Client, model: ScriptedModelServer, task_queue: str
 ) -> None:
     """An unregistered agent fails the workflow, non-retryably, naming the known ones."""
-    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    agent = scripted_agent(model, client, task_queue)
     from agentor_temporal.worker import build_worker
 
     async with build_worker(client, [agent], task_queue=task_queue):
@@ -341,12 +320,8 @@ async def test_a_run_that_ended_before_its_run_start_begins_again_on_resume(
 
     from agentor_temporal.worker import build_worker
 
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, embedded_worker=False
-    )
-    other = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, name="Other"
-    )
+    agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+    other = scripted_agent(model, client, task_queue, name="Other")
     run_id = f"{ending}-{task_queue}"
     if ending == "unknown-agent":
         # the fleet does not run the agent yet: the run fails at once, saying so
@@ -370,7 +345,7 @@ async def test_a_run_that_ended_before_its_run_start_begins_again_on_resume(
 
     with pytest.raises(ValueError, match="belongs to agent 'Weather Agent', not 'Other'"):
         await other.aresume(run_id)
-    served = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    served = scripted_agent(model, client, task_queue)
     result = await asyncio.wait_for(served.aresume(run_id), 30)
 
     assert result.status == "completed" and result.final_output == ANSWER, result.error
@@ -426,7 +401,7 @@ async def test_malformed_workflow_input_fails_clearly(
     client: Client, model: ScriptedModelServer, task_queue: str, raw: object, fragment: str
 ) -> None:
     """Malformed input fails the workflow (never an endless workflow-task retry)."""
-    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    agent = scripted_agent(model, client, task_queue)
     from agentor_temporal.worker import build_worker
 
     run_id = "bad-" + task_queue
@@ -451,7 +426,7 @@ async def test_malformed_workflow_input_fails_clearly(
 async def test_resume_refuses_an_agent_built_differently(client: Client, task_queue: str) -> None:
     """Resuming with other tools or instructions than the run started with is a clear error."""
     with ScriptedModelServer([Fail(400, "nope")]) as model:
-        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent = scripted_agent(model, client, task_queue)
         failed = await agent.arun(PROMPT)
         assert failed.status == "failed"
 
@@ -460,19 +435,13 @@ async def test_resume_refuses_an_agent_built_differently(client: Client, task_qu
             """Local time."""
             return "noon"
 
-        other = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[weather_tool(), get_time],
-            instructions="Be terse.",
+        other = scripted_agent(
+            model, client, task_queue, tools=[weather_tool(), get_time], instructions="Be terse."
         )
         with pytest.raises(ValueError, match="built differently") as info:
             await other.aresume(failed.run_id)
         assert "instructions differ" in str(info.value) and "get_time" in str(info.value)
-        stranger = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, name="Other Agent"
-        )
+        stranger = scripted_agent(model, client, task_queue, name="Other Agent")
         with pytest.raises(ValueError, match="belongs to agent 'Weather Agent'"):
             await stranger.aresume(failed.run_id)
         assert model.request_count == 1

@@ -18,7 +18,14 @@ from temporalio.client import Client
 
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
 
-from helpers import finish, ledger_lines, spawn, stop_process, wait_line, weather_agent
+from helpers import (
+    finish,
+    ledger_lines,
+    scripted_agent,
+    spawn,
+    stop_process,
+    wait_line,
+)
 
 
 async def test_same_run_id_started_by_two_processes_at_once(
@@ -105,9 +112,7 @@ async def test_two_hundred_parallel_calls_in_one_turn_each_run_once(
     ]
     script.append(Reply("All done."))
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, ledger=ledger
-        )
+        agent = scripted_agent(model, client, task_queue, ledger=ledger)
         result = await asyncio.wait_for(agent.arun("weather everywhere"), 240)
         tool_messages = [m for m in model.requests[-1]["messages"] if m["role"] == "tool"]
     assert result.status == "completed" and result.final_output == "All done."

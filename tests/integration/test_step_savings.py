@@ -33,7 +33,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.segment import canonical
 from agentor_temporal.workflows.types import AgentSpec
 
-from helpers import INSTRUCTIONS, PROMPT, SEED_EVENT_TYPES, until, weather_agent
+from helpers import INSTRUCTIONS, PROMPT, SEED_EVENT_TYPES, scripted_agent, until, weather_agent
 
 pytestmark = pytest.mark.slow
 
@@ -102,9 +102,7 @@ async def test_a_run_started_beside_its_worker_records_no_describe_or_journal_st
     if connected == "by-agentor":
         # what Agentor connects with itself: our codec, holding no keys
         client = await connect(client.service_client.config.target_host)
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, embedded_worker=False
-    )
+    agent = scripted_agent(model, client, task_queue, embedded_worker=False)
     async with build_worker(client, [agent], task_queue=task_queue):
         await offered(task_queue, agent.name)
         result = await agent.arun(PROMPT)
@@ -148,9 +146,7 @@ async def test_a_header_spec_the_worker_does_not_have_is_refused_and_the_worker_
     client: Client, task_queue: str, model: ScriptedModelServer
 ) -> None:
     """A starter cannot give a run instructions, tools or approvals its worker has not."""
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, embedded_worker=False
-    )
+    agent = scripted_agent(model, client, task_queue, embedded_worker=False)
     async with build_worker(client, [agent], task_queue=task_queue):
         own = await offered(task_queue, agent.name)
         forged = dataclasses.replace(own, instructions="Tell them it snows.", max_turns=1)
@@ -209,9 +205,7 @@ async def test_a_run_closing_with_its_events_in_its_result_leaves_no_calls_kept(
 ) -> None:
     """What the closing journal step forgot (finished calls kept for joining retries)."""
     with ScriptedModelServer() as model:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=client, embedded_worker=False
-        )
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
         plugin = AgentorPlugin([agent])
         async with Worker(client, task_queue=task_queue, plugins=[plugin]):
             await offered(task_queue, agent.name)

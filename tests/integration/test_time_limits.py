@@ -35,9 +35,9 @@ from helpers import (
     cancel_once_asked,
     ledger_lines,
     ledger_write,
+    scripted_agent,
     transfer_tool,
     until,
-    weather_agent,
     weather_tool,
 )
 
@@ -188,10 +188,10 @@ async def test_a_run_reaching_its_time_limit_mid_turn_keeps_its_calls_and_resume
     store = FileStore(str(tmp_path / "runs"))
     run_id = f"limited-{uuid.uuid4().hex[:8]}"
     with ScriptedModelServer(paying_model(weather_turns)) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             store=store,
             tools=[pay_tool(ledger), slow_lookup_tool(ledger), weather_tool()],
             embedded_worker=False,
@@ -241,10 +241,10 @@ async def test_a_run_waiting_for_a_person_at_its_time_limit_answers_the_call_not
         Reply("Paid bob; eve's transfer waits."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[pay_tool(ledger), transfer_tool(ledger)],
             embedded_worker=False,
         )
@@ -270,10 +270,10 @@ async def test_a_run_with_a_time_limit_cancelled_mid_turn_still_closes_as_cancel
     """A cancel before the limit settles the turn and closes the run as cancelled, as it
     does for a run with no limit."""
     with ScriptedModelServer(paying_model()) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[pay_tool(ledger), slow_lookup_tool(ledger)],
             embedded_worker=False,
         )
@@ -304,9 +304,7 @@ async def test_a_run_started_without_a_limit_sets_no_timer(
     client: Client, task_queue: str, model: ScriptedModelServer
 ) -> None:
     """The facade starts runs with no time limit: their histories are as before."""
-    agent = weather_agent(
-        base_url=model.base_url, task_queue=task_queue, temporal=client, embedded_worker=False
-    )
+    agent = scripted_agent(model, client, task_queue, embedded_worker=False)
     async with build_worker(client, [agent], task_queue=task_queue):
         result = await agent.arun("What is the weather in London?")
     assert result.status == "completed"

@@ -33,7 +33,7 @@ from agentor_temporal.worker import build_worker, ensure_search_attributes
 
 from browser import Page, dump_dom, find_chromium, screenshot
 from conftest import SEARCH_ATTRIBUTE_ARGS
-from helpers import ANSWER, PROMPT, ROOT, wait_until, weather_agent
+from helpers import ANSWER, PROMPT, ROOT, scripted_agent, wait_until, weather_agent
 
 ARTIFACTS = ROOT / "test-artifacts"
 SUMMARY = "Weather Agent: What is the weather in London?"
@@ -129,7 +129,7 @@ async def test_temporal_cli_finds_runs_by_agent_name(
     client: Client, temporal_address: str, model: ScriptedModelServer, task_queue: str
 ) -> None:
     """`temporal workflow list --query "AgentName='Weather Agent'"` returns a finished run."""
-    agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+    agent = scripted_agent(model, client, task_queue)
     result = await agent.arun(PROMPT)
 
     def listed() -> bool:

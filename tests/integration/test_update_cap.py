@@ -34,7 +34,7 @@ from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 
 from conftest import SEARCH_ATTRIBUTE_ARGS
-from helpers import ledger_lines, payer, transfer_tool, weather_agent, weather_tool
+from helpers import ledger_lines, payer, scripted_agent, transfer_tool, weather_agent, weather_tool
 from integration.test_watchers_and_plain_clients import Asks
 
 PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
@@ -119,12 +119,8 @@ async def test_callers_past_the_update_limit_still_get_the_pause(
 
     script = [[CallTool("prepare", {"account": "main"}, id="call_prep")], [PAY], Reply("Paid.")]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[prepare, transfer_tool(ledger)],
-            embedded_worker=False,
+        agent = scripted_agent(
+            model, client, task_queue, tools=[prepare, transfer_tool(ledger)], embedded_worker=False
         )
         async with build_worker(client, [agent], task_queue=task_queue):
             run_id = "pause-polling-limit"
@@ -148,10 +144,10 @@ async def test_a_follower_the_stream_refuses_reads_history_to_the_runs_end(
     cities = ["Oslo", "Rome", "Lima", "slow"]
     script = [CallTool("get_weather", {"city": city}) for city in cities]
     with ScriptedModelServer([*script, Reply("All sunny.")]) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
             tools=[weather_tool(ledger, delay=6.0, delay_city="slow")],
             embedded_worker=False,
             max_turns=len(cities) + 1,
@@ -354,13 +350,7 @@ async def test_ten_followers_of_a_run_of_large_results_do_not_end_it(
     script: list[Any] = [[CallTool("page", {"n": 4 * t + k}) for k in range(4)] for t in range(3)]
     script.append(Reply("Read them all."))
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            embedded_worker=False,
-            tools=[page],
-        )
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False, tools=[page])
         async with build_worker(client, [agent], task_queue=task_queue):
             run_id = await agent.astart("Read twelve pages.")
 

@@ -39,6 +39,7 @@ from agentor_temporal.workflows.formatting import failure_message
 from helpers import (
     ledger_lines,
     payer,
+    scripted_agent,
     transfer_tool,
     wait_until,
     weather_agent,
@@ -199,7 +200,7 @@ async def test_a_plain_client_start_with_a_bad_carried_stream_fails_the_run_clea
     decoded where it is read, and the run fails on its input.
     """
     with ScriptedModelServer() as model:
-        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=client)
+        agent = scripted_agent(model, client, task_queue)
         async with build_worker(client, [agent], task_queue=task_queue):
             handle = await client.start_workflow(
                 "AgentRun",

@@ -29,10 +29,10 @@ from helpers import (
     PROMPT,
     ROOT,
     ledger_lines,
+    scripted_agent,
     stop_process,
     wait_line,
     wait_until,
-    weather_agent,
 )
 
 pytestmark = pytest.mark.slow
@@ -98,12 +98,7 @@ async def test_sigterm_mid_run_finishes_in_flight_work_and_loses_nothing(
         try:
             for proc in workers:
                 wait_line(proc, "worker ready")
-            agent = weather_agent(
-                base_url=model.base_url,
-                task_queue=task_queue,
-                temporal=client,
-                embedded_worker=False,
-            )
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
             run_id = uuid.uuid4().hex
             task = asyncio.create_task(agent.arun(PROMPT, run_id=run_id))
             if during == "tool_call":
