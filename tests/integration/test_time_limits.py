@@ -150,10 +150,20 @@ async def each_execution_stops_at_the_chains_limit(
     chain_start = histories[0].events[0].event_time.ToDatetime()
     fire_at = []
     for history in histories:
-        [timer] = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+        events = list(history.events)
+        [at] = [
+            i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+        ]
+        # the workflow's clock is its task's start, not the (later, under load) moment the
+        # task's commands were recorded
+        task_started = next(
+            e
+            for e in reversed(events[:at])
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+        )
         fire_at.append(
-            timer.event_time.ToDatetime()
-            + timer.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+            task_started.event_time.ToDatetime()
+            + events[at].timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
         )
     # the continued executions started a second or more after the chain did
     assert histories[-1].events[0].event_time.ToDatetime() - chain_start > timedelta(seconds=1)
