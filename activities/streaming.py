@@ -11,6 +11,8 @@ events) is a failed request, never a shorter answer.
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -271,16 +273,63 @@ class PacedDeltas:
 
 
 def _secret_begun(text: str) -> int:
-    """The length of the longest end of `text` that is the beginning of a known secret."""
+    """The length of the longest end of `text` that may begin a known secret.
+
+    In any form `mask_secret` masks: as it is, or JSON-escaped in any mix
+    (`\\/`, `\\u00xx`), an end cut inside an escape included.
+    """
     longest = 0
     for secret in _redact.secrets():
-        at = text.find(secret[0], max(len(text) - len(secret) + 1, 0))
-        while at != -1:
-            if secret.startswith(text[at:]):
-                longest = max(longest, len(text) - at)
+        forms = _char_forms(secret)
+        # a form is at most 12 characters (a surrogate pair's two escapes)
+        for at in range(max(len(text) - 12 * len(secret), 0), len(text) - longest):
+            if text[at] in (secret[0], "\\") and _begins(text, at, forms):
+                longest = len(text) - at
                 break
-            at = text.find(secret[0], at + 1)
     return longest
+
+
+def _begins(text: str, at: int, forms: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether `text[at:]` is a proper beginning of a secret with these character forms."""
+    positions = {at}
+    for char_forms in forms:
+        following = set()
+        for pos in positions:
+            if pos == len(text):
+                return True
+            for form in char_forms:
+                seen = text[pos : pos + len(form)]
+                if _same(seen, form[: len(seen)]):
+                    if len(seen) < len(form):
+                        return True
+                    following.add(pos + len(form))
+        if not following:
+            return False
+        positions = following
+    return False  # the whole secret: masked already, nothing to hold
+
+
+def _same(seen: str, form: str) -> bool:
+    """`seen` is `form`, the hex digits of a `\\uXXXX` escape in either case."""
+    if form.startswith("\\u") and len(form) > 2:
+        return seen[:2] == form[:2] and seen[2:].lower() == form[2:]
+    return seen == form
+
+
+@functools.lru_cache(maxsize=256)
+def _char_forms(secret: str) -> tuple[tuple[str, ...], ...]:
+    """Each character of `secret` as JSON may write it (see `redaction._escaped`)."""
+    forms = []
+    for char in secret:
+        units = char.encode("utf-16-be")
+        escaped = "".join(
+            f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2)
+        )
+        char_forms = {char, json.dumps(char)[1:-1], escaped}
+        if char == "/":
+            char_forms.add("\\/")
+        forms.append(tuple(sorted(char_forms)))
+    return tuple(forms)
 
 
 async def stream_with_deltas(
