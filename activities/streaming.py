@@ -3,9 +3,12 @@
 Used when a run asks for text deltas. Tool calls arrive fragmented and keyed
 by `index` (id and name may come in a later chunk than the first for that
 index); usage arrives in a final chunk when `include_usage` is set. A reply is
-complete only once it says so (`[DONE]`, or a choice's finish_reason): one
-whose connection closed before (a proxy's timeout, an HTML page instead of
-events) is a failed request, never a shorter answer.
+complete only once it says so (`[DONE]`, or a choice's finish_reason and the
+usage count after it): one whose connection closed before (a proxy's
+timeout, an HTML page instead of events) is a failed request, never a
+shorter answer, nor one recorded as costing 0 tokens. Asked again, the
+answer is recorded with the provider's own count; guessing the lost count
+would put a made-up number among the provider's.
 """
 
 from __future__ import annotations
@@ -59,12 +62,14 @@ async def stream_completion(
     reasoning: list[str] = []
     partial: dict[int, dict[str, str]] = {}
     usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    counted = False
     streamed = 0
     try:
         async for chunk in stream:
             chunks += 1
             raw_usage = getattr(chunk, "usage", None)
             if raw_usage is not None:
+                counted = True
                 usage = {
                     "input_tokens": token_count(getattr(raw_usage, "prompt_tokens", 0)),
                     "output_tokens": token_count(getattr(raw_usage, "completion_tokens", 0)),
@@ -90,7 +95,7 @@ async def stream_completion(
                 if streamed > MAX_REPLY_BYTES:
                     # past what a run records of one reply: `generate` refuses it;
                     # publishing the rest would only fill the run's history
-                    finished = True
+                    finished = counted = True
                     break
                 if on_delta is not None:
                     await on_delta(encodable_text(content))
@@ -108,6 +113,13 @@ async def stream_completion(
                 await close()
     if not (finished or (ends is not None and ends.done)):
         raise _unfinished(stream, chunks)
+    if ends is not None and not ends.done and not counted:
+        # the usage count (asked for) comes after the finish_reason: a reply taken
+        # without it would record 0 tokens for a generation that was paid for
+        raise CutOffReply(
+            f"ended after {chunks} chunks, after its finish_reason but before its usage "
+            "count (no [DONE]): the connection closed mid-reply"
+        )
     return GenerateResult(
         text="".join(text) or None,
         reasoning="".join(reasoning) or None,
