@@ -212,6 +212,8 @@ class Runtime:
         self._client_lock: asyncio.Lock | None = None
         self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
         self._closed = False
+        #: set by the exit hook: calls cut off from now on are the interpreter's exit
+        self._exiting = False
         # non-daemon threads that called in: the process waits for them at exit
         self._callers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         self._callers_lock = threading.Lock()
@@ -246,6 +248,21 @@ class Runtime:
             # the run itself carries on in Temporal; only this wait stops
             future.cancel()
             raise
+        except (concurrent.futures.CancelledError, asyncio.CancelledError):
+            if not self._exiting:
+                raise
+            # a daemon thread (the interpreter waits for no other) cut off at
+            # exit: its call went back to Temporal, and a traceback from deep
+            # inside would read as a crash. SystemExit ends the thread quietly.
+            current = threading.current_thread().name
+            print(
+                f"agentor_temporal: the interpreter exited while daemon thread {current!r} "
+                "was in an agent call; the call was cut off and its run stays in Temporal "
+                "(`resume` it by its run id)",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(1) from None
 
     async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await `coro` on the background loop from any loop."""
@@ -370,6 +387,7 @@ class Runtime:
         """
         if self._closed:
             return
+        self._exiting = True
         with self._callers_lock:
             callers = [t for t in self._callers if t is not threading.current_thread()]
         try:
