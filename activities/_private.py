@@ -23,6 +23,10 @@ logger = logging.getLogger(__name__)
 
 #: Longest error text passed back to the model or into an event.
 MAX_ERROR_CHARS = 4_000
+#: Characters of a long text's start and end a log line keeps (`excerpt`):
+#: a message's cause is as often at its end (the last line of a traceback).
+LOG_HEAD_CHARS = 2_000
+LOG_TAIL_CHARS = 1_000
 
 
 @contextlib.asynccontextmanager
@@ -268,6 +272,16 @@ def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"... [truncated {len(text) - limit} characters]"
+
+
+def excerpt(text: str, head: int = LOG_HEAD_CHARS, tail: int = LOG_TAIL_CHARS) -> str:
+    """`text` for a log line: whole if short, else its start, its end and its size."""
+    if len(text) <= head + tail:
+        return text
+    return (
+        f"{text[:head]} ... [{len(text) - head - tail} of {len(text)} characters cut] ... "
+        + (text[-tail:])
+    )
 
 
 def token_count(value: Any) -> int:

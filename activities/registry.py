@@ -9,6 +9,7 @@ input, activity input or history.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -30,6 +31,9 @@ from agentor_temporal.workflows.types import AgentSpec
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 #: Locks guarding mirror writes into stores that cannot append by position.
 _RUN_LOCK_STRIPES = 64
+#: Seconds to wait for dead clients to close: it fails fast (their loop is
+#: gone), and this holds up the request that found them.
+_CLOSE_DEAD_WAIT = 5.0
 
 
 #: `model_settings` that are options of the HTTP request, not of the model:
@@ -305,10 +309,11 @@ class AgentRegistry:
         for secret in url_secrets(base_url):
             _redact.remember(secret)
         loop = asyncio.get_running_loop()
+        dead: list[Any] = []
         with self._lock:
             for stale in [other for other in self._clients if other.is_closed()]:
                 # bound to a loop that is gone: unusable, and holding its pool
-                del self._clients[stale]
+                dead += self._clients.pop(stale).values()
             clients = self._clients.setdefault(loop, {})
             client = clients.get((base_url, api_key))
             if client is None:
@@ -319,6 +324,8 @@ class AgentRegistry:
                     timeout=570.0,  # under the activity's 10-minute start-to-close
                 )
                 clients[(base_url, api_key)] = client
+        if dead:
+            _close_dead(dead)
         return client
 
     def open_clients(self) -> int:
@@ -349,6 +356,28 @@ class AgentRegistry:
                 await client.close()
             except Exception:  # closing is best effort: the process is stopping
                 pass
+
+
+def _close_dead(clients: list[Any]) -> None:
+    """Close openai clients whose event loop is closed, on a loop of their own.
+
+    Dropped open, each one's finaliser would schedule its `aclose()` on
+    whichever loop collects it, a coroutine never awaited once that loop
+    ends (a `RuntimeWarning`). The connections they hold belonged to the
+    dead loop and cannot be shut down gracefully; closing marks each client
+    closed, and its sockets go with it. In a thread: this one runs a loop.
+    """
+
+    async def close_all() -> None:
+        for client in clients:
+            with contextlib.suppress(Exception):  # "Event loop is closed": expected
+                await client.close()
+
+    thread = threading.Thread(
+        target=asyncio.run, args=(close_all(),), name="agentor-close-clients", daemon=True
+    )
+    thread.start()
+    thread.join(_CLOSE_DEAD_WAIT)
 
 
 def check_request_settings(

@@ -3,14 +3,19 @@
 Used when a run asks for text deltas. Tool calls arrive fragmented and keyed
 by `index` (id and name may come in a later chunk than the first for that
 index); usage arrives in a final chunk when `include_usage` is set. A reply is
-complete only once it says so (`[DONE]`, or a choice's finish_reason): one
-whose connection closed before (a proxy's timeout, an HTML page instead of
-events) is a failed request, never a shorter answer.
+complete only once it says so (`[DONE]`, or a choice's finish_reason and the
+usage count after it): one whose connection closed before (a proxy's
+timeout, an HTML page instead of events) is a failed request, never a
+shorter answer, nor one recorded as costing 0 tokens. Asked again, the
+answer is recorded with the provider's own count; guessing the lost count
+would put a made-up number among the provider's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -57,12 +62,14 @@ async def stream_completion(
     reasoning: list[str] = []
     partial: dict[int, dict[str, str]] = {}
     usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    counted = False
     streamed = 0
     try:
         async for chunk in stream:
             chunks += 1
             raw_usage = getattr(chunk, "usage", None)
             if raw_usage is not None:
+                counted = True
                 usage = {
                     "input_tokens": token_count(getattr(raw_usage, "prompt_tokens", 0)),
                     "output_tokens": token_count(getattr(raw_usage, "completion_tokens", 0)),
@@ -88,7 +95,7 @@ async def stream_completion(
                 if streamed > MAX_REPLY_BYTES:
                     # past what a run records of one reply: `generate` refuses it;
                     # publishing the rest would only fill the run's history
-                    finished = True
+                    finished = counted = True
                     break
                 if on_delta is not None:
                     await on_delta(encodable_text(content))
@@ -106,6 +113,13 @@ async def stream_completion(
                 await close()
     if not (finished or (ends is not None and ends.done)):
         raise _unfinished(stream, chunks)
+    if ends is not None and not ends.done and not counted:
+        # the usage count (asked for) comes after the finish_reason: a reply taken
+        # without it would record 0 tokens for a generation that was paid for
+        raise CutOffReply(
+            f"ended after {chunks} chunks, after its finish_reason but before its usage "
+            "count (no [DONE]): the connection closed mid-reply"
+        )
     return GenerateResult(
         text="".join(text) or None,
         reasoning="".join(reasoning) or None,
@@ -271,16 +285,63 @@ class PacedDeltas:
 
 
 def _secret_begun(text: str) -> int:
-    """The length of the longest end of `text` that is the beginning of a known secret."""
+    """The length of the longest end of `text` that may begin a known secret.
+
+    In any form `mask_secret` masks: as it is, or JSON-escaped in any mix
+    (`\\/`, `\\u00xx`), an end cut inside an escape included.
+    """
     longest = 0
     for secret in _redact.secrets():
-        at = text.find(secret[0], max(len(text) - len(secret) + 1, 0))
-        while at != -1:
-            if secret.startswith(text[at:]):
-                longest = max(longest, len(text) - at)
+        forms = _char_forms(secret)
+        # a form is at most 12 characters (a surrogate pair's two escapes)
+        for at in range(max(len(text) - 12 * len(secret), 0), len(text) - longest):
+            if text[at] in (secret[0], "\\") and _begins(text, at, forms):
+                longest = len(text) - at
                 break
-            at = text.find(secret[0], at + 1)
     return longest
+
+
+def _begins(text: str, at: int, forms: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether `text[at:]` is a proper beginning of a secret with these character forms."""
+    positions = {at}
+    for char_forms in forms:
+        following = set()
+        for pos in positions:
+            if pos == len(text):
+                return True
+            for form in char_forms:
+                seen = text[pos : pos + len(form)]
+                if _same(seen, form[: len(seen)]):
+                    if len(seen) < len(form):
+                        return True
+                    following.add(pos + len(form))
+        if not following:
+            return False
+        positions = following
+    return False  # the whole secret: masked already, nothing to hold
+
+
+def _same(seen: str, form: str) -> bool:
+    """`seen` is `form`, the hex digits of a `\\uXXXX` escape in either case."""
+    if form.startswith("\\u") and len(form) > 2:
+        return seen[:2] == form[:2] and seen[2:].lower() == form[2:]
+    return seen == form
+
+
+@functools.lru_cache(maxsize=256)
+def _char_forms(secret: str) -> tuple[tuple[str, ...], ...]:
+    """Each character of `secret` as JSON may write it (see `redaction._escaped`)."""
+    forms = []
+    for char in secret:
+        units = char.encode("utf-16-be")
+        escaped = "".join(
+            f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2)
+        )
+        char_forms = {char, json.dumps(char)[1:-1], escaped}
+        if char == "/":
+            char_forms.add("\\/")
+        forms.append(tuple(sorted(char_forms)))
+    return tuple(forms)
 
 
 async def stream_with_deltas(

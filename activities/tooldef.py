@@ -25,9 +25,12 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import logging
 import re
 import threading
-from collections.abc import Awaitable, Callable
+import time
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, overload
 
 import pydantic
@@ -43,11 +46,14 @@ from agentor_temporal.activities._tool_schema import (
     stringify,
 )
 from agentor_temporal.workflows.policies import (
+    BLOCKING_STEP,
     CANCEL_GRACE,
     SYNC_TOOL_THREAD_WAIT,
     SYNC_TOOL_THREADS,
 )
 from agentor_temporal.workflows.types import ToolSpec
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "NoThreadFree",
@@ -199,10 +205,23 @@ class Tool:
             return bool(self.requires_approval)
         kwargs = self.validate(args)
         if inspect.iscoroutinefunction(self.requires_approval):
-            # an async predicate awaits its lookups: it runs on the loop
-            return bool(await _bounded(_contained(self.requires_approval(**kwargs)), timeout))
+            # an async predicate awaits its lookups: it runs on the loop, timed
+            # step by step, since a blocking call in it holds up the whole worker
+            timed = _timed_steps(self.requires_approval(**kwargs), self._blocked_loop)
+            return bool(await _bounded(_contained(timed), timeout))
         asked = functools.partial(self.needs_approval, kwargs)
         return bool(await _in_thread(threads or _default_threads(), asked, timeout))
+
+    def _blocked_loop(self, seconds: float) -> None:
+        logger.warning(
+            "The approval predicate of %s blocked the worker's event loop for %.1f s without "
+            "awaiting: an `async def` predicate runs on the loop, so a blocking call in it "
+            "(time.sleep, requests, a sync database driver) holds up every run this worker "
+            "serves, and its time limit cannot stop it. Define it with `def` (it then runs "
+            "in a thread) or await non-blocking calls",
+            self.name,
+            seconds,
+        )
 
     async def call(
         self,
@@ -350,6 +369,42 @@ async def _contained(awaitable: Any) -> Any:
         return await awaitable
     except (SystemExit, KeyboardInterrupt) as exc:
         raise _Exited(exc) from None
+
+
+@types.coroutine
+def _timed_steps(
+    coro: Coroutine[Any, Any, Any], blocked: Callable[[float], None]
+) -> Generator[Any, Any, Any]:
+    """Await `coro`, calling `blocked` once if one of its steps held the loop `BLOCKING_STEP`.
+
+    A step is what runs between two awaits that suspend; asyncio's debug
+    mode times callbacks the same way (`slow_callback_duration`), but is off
+    in production.
+    """
+    limit = BLOCKING_STEP.total_seconds()
+    told = False
+    sent: Any = None
+    thrown: BaseException | None = None
+    try:
+        while True:
+            started = time.monotonic()
+            try:
+                yielded = coro.send(sent) if thrown is None else coro.throw(thrown)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                took = time.monotonic() - started
+                if took >= limit and not told:
+                    told = True
+                    blocked(took)
+            try:
+                sent, thrown = (yield yielded), None
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # cancellation and the like: the coroutine's to handle
+                sent, thrown = None, exc
+    finally:
+        coro.close()
 
 
 async def _bounded(awaitable: Any, timeout: float | None) -> Any:

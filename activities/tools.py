@@ -33,7 +33,7 @@ from agentor_temporal.activities._errors import (
     worker_busy,
     worker_stopping,
 )
-from agentor_temporal.activities._private import clip, heartbeating, tool_heartbeats
+from agentor_temporal.activities._private import clip, excerpt, heartbeating, tool_heartbeats
 from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.activities.tooldef import (
     NoThreadFree,
@@ -59,7 +59,16 @@ TOOL_FAILED = "ToolFailed"
 
 def error_result(error: str, **extra: float | None) -> CallToolResult:
     """The result a failed call answers the model with (`result` = "Error: ...")."""
-    error = clip(_redact.clean(encodable_text(error)))
+    return _failed(failure_text(error), **extra)
+
+
+def failure_text(error: str) -> str:
+    """A failure's whole text as it may be shown: secrets masked (not yet cut)."""
+    return _redact.clean(encodable_text(error))
+
+
+def _failed(text: str, **extra: float | None) -> CallToolResult:
+    error = clip(text)
     return CallToolResult(result=f"Error: {error}", error=error, **extra)  # type: ignore[arg-type]
 
 
@@ -98,6 +107,7 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         return error_result(_lost_text(tool.name, starts.lost))
     limit = tool.timeout or policies.TOOL_START_TO_CLOSE.total_seconds()
     started = time.time()
+    failure: str | None = None
     try:
         async with heartbeating():
             with tool_heartbeats(tool.name):
@@ -130,11 +140,19 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
     except BaseException as exc:  # noqa: B036 - whatever the tool raised is its answer
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and being_cancelled():
             raise
-        answer = error_result(safe_str(exc), started_at=started, ended_at=time.time())
+        # the whole text, for the log's excerpt: its cause is often at its end,
+        # past what the model is told
+        failure = failure_text(safe_str(exc))
+        answer = _failed(failure, started_at=started, ended_at=time.time())
     else:
         answer = _result(text, inp, started)
     if answer.error is not None:
-        logger.warning("Tool %s failed in run %s: %s", summary, inp.run_id, answer.error)
+        logger.warning(
+            "Tool %s failed in run %s: %s",
+            summary,
+            inp.run_id,
+            excerpt(failure if failure is not None else answer.error),
+        )
         if attempt <= tool.retries:
             # the tool opted into retries: Temporal runs it again, with backoff
             await _starts.end(starts)
@@ -221,6 +239,8 @@ async def needs_approval(registry: AgentRegistry, inp: ApprovalCheckInput) -> bo
         # raised in its thread, it stops nothing here; let out, it failed the
         # check, which was asked again five times before a person was
         logger.warning(
-            "Approval predicate of %s failed (%s); asking a person", inp.name, safe_str(exc)
+            "Approval predicate of %s failed (%s); asking a person",
+            inp.name,
+            excerpt(safe_str(exc)),
         )
         return True

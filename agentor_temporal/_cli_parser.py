@@ -9,6 +9,7 @@ mistake is a usage error (exit 2) before anything connects.
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from agentor_temporal import worker
 from agentor_temporal._inspect import STATUSES
@@ -91,6 +92,61 @@ the run itself failed); 2 usage error (bad arguments, agent path, run id, age).
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors say how to pass a run id starting with `-`.
+
+    argparse reads such an id as an option it does not know (`show -abc`),
+    or as a missing value (`--run-id -abc`), and says only that the run id
+    is missing; `--` before it, or `=` after the option, is the way.
+    """
+
+    _given: list[str] = []
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(args) if args is not None else []
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        # the command's own parser knows its options; the top one knows none of them
+        dashed = self._dashed() if self._subparsers is None else None
+        if dashed is not None:
+            arg, option = dashed
+            if option is not None:
+                message += f"\n(a value starting with '-' goes after `=`: {option}={arg})"
+            else:
+                message += (
+                    f"\n({arg!r} reads as an option: a run id starting with '-' goes after "
+                    f"`--`, which ends the options: {self.prog} [options] -- {arg})"
+                )
+        super().error(message)
+
+    def _dashed(self) -> tuple[str, str | None] | None:
+        """The first argument before any `--` that starts with `-` but names no option,
+        with the option it was meant as the value of (None: meant as a positional)."""
+        options = self._option_string_actions
+        previous = None
+        for arg in self._given:
+            if arg == "--":
+                return None
+            name = arg.split("=", 1)[0]
+            known = name in options or (
+                # an abbreviated option (argparse takes those)
+                arg.startswith("--") and any(o.startswith(name) for o in options)
+            )
+            if (
+                len(arg) > 1
+                and arg.startswith("-")
+                and not known
+                and not self._negative_number_matcher.match(arg)
+            ):
+                taker = options.get(previous or "")
+                return arg, previous if taker is not None and taker.nargs != 0 else None
+            previous = arg
+        return None
+
+
 class _Formatter(argparse.HelpFormatter):
     """Wraps prose (descriptions) but keeps text with line breaks (examples) as written."""
 
@@ -103,7 +159,7 @@ class _Formatter(argparse.HelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     """The `agentor-temporal` argument parser."""
     formatter = _Formatter
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agentor-temporal",
         description="Operate durable agent runs on Temporal.",
         epilog=_EPILOG,

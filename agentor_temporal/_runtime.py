@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
@@ -121,6 +122,8 @@ class Runtime:
         self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
         self._closed = False
         self._callers = Callers()
+        #: set by the exit hook: calls cut off from now on are the interpreter's exit
+        self._exiting = False
         at_interpreter_exit(self._at_exit)
 
     @classmethod
@@ -152,6 +155,21 @@ class Runtime:
             # the run itself carries on in Temporal; only this wait stops
             future.cancel()
             raise
+        except (concurrent.futures.CancelledError, asyncio.CancelledError):
+            if not self._exiting:
+                raise
+            # a daemon thread (the interpreter waits for no other) cut off at
+            # exit: its call went back to Temporal, and a traceback from deep
+            # inside would read as a crash. SystemExit ends the thread quietly.
+            current = threading.current_thread().name
+            print(
+                f"agentor_temporal: the interpreter exited while daemon thread {current!r} "
+                "was in an agent call; the call was cut off and its run stays in Temporal "
+                "(`resume` it by its run id)",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(1) from None
 
     async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await `coro` on the background loop from any loop."""
@@ -264,6 +282,7 @@ class Runtime:
         """The exit hook: let the other threads that call agents finish, then `close`."""
         if self._closed:
             return
+        self._exiting = True
         self._callers.join()
         with patient_exit(self.serving()):
             self.close()

@@ -147,6 +147,13 @@ DEADLINE_MARGIN_SHARE = 0.5
 #: run again. A loop that has not run for this long is taken for hung: its
 #: calls stop beating, time out and are retried elsewhere.
 STALLED_LOOP_LIMIT = timedelta(seconds=60)
+#: An `async def` approval predicate that holds the worker's event loop this
+#: long in one step (a `time.sleep` or a sync HTTP call inside it) is warned
+#: about: every run on the worker waited that long, and nothing can stop it
+#: (its timeout is checked on the same loop). Long enough that a loaded
+#: worker's ordinary steps (parsing a large reply) are not flagged; asyncio's
+#: debug mode flags 0.1 s, which a GIL shared with busy tool threads exceeds.
+BLOCKING_STEP = timedelta(seconds=1)
 
 # Patch ids (workflow.patched): each marks a change of commands, so histories
 # recorded before it replay unchanged. Never reuse or rename one.

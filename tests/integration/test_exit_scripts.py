@@ -230,6 +230,34 @@ async def test_a_thread_running_the_agent_finishes_after_the_main_thread_returns
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
 
 
+async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A daemon thread still in `run()` as the interpreter exits is cut off with one line on
+    stderr saying so, not a CancelledError traceback; its call goes back to Temporal."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(PROCS / "plain_script.py"), "daemon", run_id],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": True}
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1, proc.stderr
+        line = lines[0]
+        assert "daemon thread" in line and "cut off" in line and "resume" in line, proc.stderr
+        # the next worker runs the call handed back, and the run completes
+        agent = plain_agent(ledger, base_url=model.base_url, task_queue=task_queue, temporal=client)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+    assert outcome["status"] == "completed"
+
+
 async def test_a_forked_child_runs_the_agent_on_its_own_runtime(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:

@@ -148,6 +148,10 @@ _HELLO = {
     "object": "chat.completion.chunk",
     "choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}],
 }
+_FINISHED = {
+    "object": "chat.completion.chunk",
+    "choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}],
+}
 
 
 @pytest.mark.parametrize(
@@ -165,6 +169,13 @@ _HELLO = {
             "text/event-stream",
             "streamed reply ended after 1 chunks, before it was complete",
         ),
+        # closed after the finish_reason, before the usage count and [DONE]: taken,
+        # the answer would record 0 tokens for a generation that was paid for
+        (
+            f"data: {json.dumps(_HELLO)}\n\ndata: {json.dumps(_FINISHED)}\n\n",
+            "text/event-stream",
+            "streamed reply ended after 2 chunks, after its finish_reason but before its usage",
+        ),
         # a proxy's page where the events should be
         (
             "<html><body>Gateway timeout</body></html>",
@@ -172,12 +183,13 @@ _HELLO = {
             "not a stream of events, but text/html",
         ),
     ],
-    ids=["mid-json", "between-events", "html"],
+    ids=["mid-json", "between-events", "before-usage", "html"],
 )
 async def test_a_streamed_reply_cut_off_is_retried_not_taken_as_the_answer(
     client: Client, task_queue: str, tmp_path: Path, body: str, content_type: str, failure: str
 ) -> None:
-    """A streamed reply that ends without [DONE] or a finish_reason is a failed request."""
+    """A streamed reply that ends before it is complete (no [DONE], and no finish_reason or
+    no usage count after it) is a failed request."""
     script = Recorder(Raw(body, content_type=content_type))
     with ScriptedModelServer(script) as model:
         agent = weather_agent(
@@ -194,4 +206,4 @@ async def test_a_streamed_reply_cut_off_is_retried_not_taken_as_the_answer(
     assert attempt == 2 and failure in previous, previous
     # the part that arrived was never recorded as a turn's answer
     texts = [e.text for e in FileStore(tmp_path).load(run_id) if e.type == "message"]
-    assert "Hel" not in texts and texts[-1] == ANSWER
+    assert "Hel" not in texts and "Hello" not in texts and texts[-1] == ANSWER

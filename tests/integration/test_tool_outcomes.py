@@ -10,6 +10,7 @@ answer), and another worker runs it again with the same idempotency key.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import timedelta
 from typing import Any
@@ -23,6 +24,9 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
 from helpers import ledger_lines, ledger_write, until
+
+#: Characters of the `huge_failure` tool's message.
+HUGE = 5_000_000
 
 
 class Unprintable(Exception):
@@ -123,8 +127,14 @@ def tools(ledger: str) -> list[Any]:
             value = [value]
         return value
 
+    @function_tool
+    def huge_failure() -> str:
+        """Fails with a 5 MB message, its end telling what went wrong."""
+        ledger_write(ledger, "huge_failure")
+        raise ValueError("x" * HUGE + " the end that says why")
+
     listed = [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
-    return [*listed, beats_oddly, beats_oddly_in_thread, beats_with_progress]
+    return [*listed, beats_oddly, beats_oddly_in_thread, beats_with_progress, huge_failure]
 
 
 def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -> Agentor:
@@ -279,3 +289,22 @@ async def test_a_tools_own_heartbeat_keeps_the_calls_start_count(
     assert details is not None, "the tool's heartbeat never reached the server"
     assert b"agentor_lost_starts" in details and b"progress" not in details, details
     assert result.status == "completed" and result.final_output == "Understood."
+
+
+async def test_a_huge_tool_failure_is_logged_by_its_head_tail_and_size(
+    client: Client, task_queue: str, ledger: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tool's 5 MB failure message is logged by its start, its end and its size, never whole;
+    the model is told its start, as before."""
+    caplog.set_level(logging.WARNING, logger="agentor_temporal")
+    with ScriptedModelServer([CallTool("huge_failure"), Reply("Understood.")]) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            result = await asyncio.wait_for(outcomes.arun("go"), 60)
+        answered = model.requests[1]["messages"][-1]["content"]
+    assert result.status == "completed"
+    [logged] = [r.getMessage() for r in caplog.records if "huge_failure() failed" in r.getMessage()]
+    assert len(logged) < 4_000
+    total = len("ValueError: ") + HUGE + len(" the end that says why")
+    assert f"of {total} characters cut" in logged and logged.endswith("the end that says why")
+    assert answered.startswith("Error: ValueError: xxx") and len(answered) < 4_100

@@ -63,6 +63,20 @@ elif command == "thread":
     deadline = time.monotonic() + 30
     while not ledger_lines(ledger) and time.monotonic() < deadline:
         time.sleep(0.01)
+elif command == "daemon":
+    # a daemon thread runs the agent; the main thread returns while the thread's
+    # tool call is in flight, and the thread is cut off at exit
+    ledger = os.environ["AGENT_LEDGER"]
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=2)])
+
+    def cut_off() -> None:
+        slow.run(WEATHER, run_id=run_id)
+
+    threading.Thread(target=cut_off, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not ledger_lines(ledger) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps({"started": bool(ledger_lines(ledger))}))
 elif command == "fork":
     # the parent's runtime and embedded worker are up when it forks
     first = agent.run(WEATHER, run_id=run_id).status

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from datetime import timedelta
@@ -434,3 +435,26 @@ async def test_journal_survives_a_failing_store() -> None:
     inp.strict = True
     with pytest.raises(ApplicationError, match="disk full"):
         await ActivityEnvironment().run(acts.journal, inp)
+
+
+def test_clients_of_a_closed_loop_are_closed_when_dropped() -> None:
+    """An openai client whose event loop is gone is closed when dropped, never left for its
+    finaliser to schedule an `aclose()` that no loop awaits."""
+    with ScriptedModelServer([Reply("hi")]) as model:
+        definition = AgentDefinition(
+            name="A", model="m", tools=[], api_key="sk-dropped-0001", base_url=model.base_url
+        )
+        registry = AgentRegistry([definition])
+
+        async def used() -> Any:
+            client = registry.openai_client(definition)
+            await client.chat.completions.create(model="m", messages=[])
+            return client
+
+        first = asyncio.run(used())  # its loop closed, a connection still in its pool
+        loop = asyncio.new_event_loop()
+        try:
+            second = loop.run_until_complete(used())
+        finally:
+            loop.close()
+    assert second is not first and first.is_closed()

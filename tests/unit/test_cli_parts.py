@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._inspect import list_query, summarize_events
 from agentor_temporal._progress import Progress
 from agentor_temporal._prune import apply, parse_age, plan
@@ -127,3 +128,48 @@ def test_list_filters_quote_agent_names_safely() -> None:
     assert "ExecutionStatus" not in list_query(None, "failed")
     with pytest.raises(ValueError, match="both kinds of quote"):
         list_query("""it's "quoted\"""", None)
+
+
+_AGENT = ["--agent", "app:agent"]
+
+
+@pytest.mark.parametrize(
+    "argv, run_ids",
+    [
+        (["show", "--", "-abc"], {"run_id": "-abc"}),
+        (["export", "--", "-abc"], {"run_id": "-abc"}),
+        (["resume", *_AGENT, "--", "-abc"], {"run_id": "-abc"}),
+        (["fork", *_AGENT, "--fork-id=-new", "--", "-abc"], {"run_id": "-abc", "fork_id": "-new"}),
+        (["approve", "--", "-abc", "-call"], {"run_id": "-abc", "call_id": "-call"}),
+        (["deny", "--reason", "no", "--", "-abc", "-call"], {"run_id": "-abc"}),
+        (["run", *_AGENT, "--run-id=-abc", "hi"], {"run_id": "-abc"}),
+    ],
+    ids=["show", "export", "resume", "fork", "approve", "deny", "run"],
+)
+def test_every_command_takes_a_run_id_starting_with_a_dash(
+    argv: list[str], run_ids: dict[str, str]
+) -> None:
+    """A run id starting with `-` is taken after `--`, or after `=` as an option's value."""
+    args = build_parser().parse_args(argv)
+    assert {name: getattr(args, name) for name in run_ids} == run_ids
+
+
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["show", "-abc"], "agentor-temporal show [options] -- -abc"),
+        (["resume", *_AGENT, "-abc"], "agentor-temporal resume [options] -- -abc"),
+        (["approve", "-abc", "-call"], "agentor-temporal approve [options] -- -abc"),
+        (["run", *_AGENT, "--run-id", "-abc", "hi"], "goes after `=`: --run-id=-abc"),
+        (["fork", "p", *_AGENT, "--fork-id", "-new"], "goes after `=`: --fork-id=-new"),
+    ],
+    ids=["show", "resume", "approve", "run-id", "fork-id"],
+)
+def test_a_run_id_read_as_an_option_is_a_usage_error_that_says_how(
+    capsys: pytest.CaptureFixture[str], argv: list[str], hint: str
+) -> None:
+    """A run id starting with `-` given bare is a usage error naming `--` or `=`."""
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == 2
+    assert hint in capsys.readouterr().err

@@ -147,6 +147,42 @@ async def test_streamed_deltas_never_spell_a_key_even_split_across_them(
     assert sent[-2:] == [" and more text", " to end."]
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        "sk-esc/aped-key-0123456789",  # as it is
+        "sk\\u002Desc\\/aped-key-0123456789",  # JSON-escaped, upper-case hex
+        "\\u0073k-esc\\/aped\\u002dkey-01234567\\u0038\\u0039",  # escapes at both ends
+    ],
+)
+async def test_streamed_deltas_never_show_a_key_in_any_masked_form_at_any_split(
+    monkeypatch: pytest.MonkeyPatch, written: str
+) -> None:
+    """Followers never see any part of a key, as it is or JSON-escaped, wherever deltas split it."""
+    from agentor_temporal.activities.streaming import MaskedDeltas
+    from agentor_temporal.workflows.redaction import mask_secret
+
+    key = "sk-esc/aped-key-0123456789"
+    monkeypatch.setattr(_redact, "secrets", lambda: [key])
+    reply = f'Here: {{"key": "{written}"}} done.'
+    final = mask_secret(reply, key)
+    assert key not in final and "***" in final
+    for first in range(1, len(reply)):
+        for second in range(first, len(reply)):
+            sent: list[str] = []
+
+            async def sink(text: str, sent: list[str] = sent) -> None:
+                sent.append(text)
+
+            masked = MaskedDeltas(sink)
+            for piece in (reply[:first], reply[first:second], reply[second:]):
+                await masked(piece)
+                # what followers have seen is always the start of the masked reply
+                assert final.startswith("".join(sent)), (first, second, sent)
+            await masked.flush()
+            assert "".join(sent) == final
+
+
 _PASSWORD = "p@ss/w0rd!Zq7-unit"
 _KEY = "sk-unit/Ab+Cd=Ef9876543210"
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import datetime
 import gc
+import logging
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from agentor_temporal.activities.tooldef import (
     parse_docstring,
     tool_context,
 )
+from agentor_temporal.workflows.policies import BLOCKING_STEP
 
 
 @function_tool
@@ -144,6 +147,38 @@ async def test_an_async_approval_predicate_is_awaited(recwarn: pytest.WarningsRe
         await odd.asks_person({"amount": 5}, timeout=10)
     gc.collect()
     assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+async def test_an_async_predicate_blocking_the_loop_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An `async def` predicate that blocks the event loop (time.sleep) is named in a warning
+    that says how to fix it; one that awaits is not, and either answer stands."""
+
+    def transfer(amount: int) -> str:
+        """Moves money."""
+        return "ok"
+
+    async def blocks(amount: int) -> bool:
+        time.sleep(BLOCKING_STEP.total_seconds() + 0.2)  # the mistake this is about
+        await asyncio.sleep(0)
+        time.sleep(BLOCKING_STEP.total_seconds() + 0.2)
+        return amount > 10
+
+    async def awaits(amount: int) -> bool:
+        await asyncio.sleep(BLOCKING_STEP.total_seconds() + 0.2)
+        return amount > 10
+
+    with caplog.at_level(logging.WARNING, logger="agentor_temporal.activities.tooldef"):
+        assert await function_tool(requires_approval=awaits)(transfer).asks_person(
+            {"amount": 11}, timeout=10
+        )
+        assert not caplog.records
+        blocking = function_tool(name="blocking", requires_approval=blocks)(transfer)
+        assert await blocking.asks_person({"amount": 11}, timeout=10) is True
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "approval predicate of blocking blocked the worker's event loop" in warning
+    assert "Define it with `def`" in warning
 
 
 async def test_async_tools_are_awaited() -> None:
