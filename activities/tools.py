@@ -40,6 +40,7 @@ from agentor_temporal.activities.tooldef import (
     PoolUnavailable,
     ToolContext,
     ToolTimedOut,
+    settle_by,
 )
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
@@ -98,6 +99,7 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         return error_result(_lost_text(tool.name, starts.lost))
     limit = tool.timeout or policies.TOOL_START_TO_CLOSE.total_seconds()
     started = time.time()
+    settling = settle_by.set(inp.settle_by)
     try:
         async with heartbeating():
             with tool_heartbeats(tool.name):
@@ -133,6 +135,8 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         answer = error_result(safe_str(exc), started_at=started, ended_at=time.time())
     else:
         answer = _result(text, inp, started)
+    finally:
+        settle_by.reset(settling)
     if answer.error is not None:
         logger.warning("Tool %s failed in run %s: %s", summary, inp.run_id, answer.error)
         if attempt <= tool.retries:

@@ -267,6 +267,7 @@ class AgentRunWorkflow(Continuing):
             self._deadline = run_deadline(seg.carry)
         if self._deadline is None:
             return await self._loop(inp, seg)
+        self._tools.settle_by = self._deadline.settle_by.timestamp()
         loop = asyncio.ensure_future(self._loop(inp, seg))
         left = (self._deadline.stop_at - workflow.now()).total_seconds()
         timer = asyncio.ensure_future(workflow.sleep(max(left, 0.0), summary="time limit"))

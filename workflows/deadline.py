@@ -32,10 +32,19 @@ class Deadline:
     limit: timedelta
 
     @property
+    def margin(self) -> timedelta:
+        """How long before `at` the run stops itself."""
+        return min(policies.DEADLINE_MARGIN, self.limit * policies.DEADLINE_MARGIN_SHARE)
+
+    @property
     def stop_at(self) -> datetime:
         """When the run stops itself: the margin before `at`."""
-        margin = min(policies.DEADLINE_MARGIN, self.limit * policies.DEADLINE_MARGIN_SHARE)
-        return self.at - margin
+        return self.at - self.margin
+
+    @property
+    def settle_by(self) -> datetime:
+        """When the stopped run's calls must have answered, to leave its closing time."""
+        return self.at - min(policies.DEADLINE_CLOSE, self.margin / 2)
 
     def error(self) -> str:
         """The `run_end` error of a run stopped by it."""
