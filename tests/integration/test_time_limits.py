@@ -27,7 +27,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.worker import Worker
 
 from agentor_temporal import AgentorPlugin, FileStore, function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflow import run_agent
 from agentor_temporal.workflows import TemporalStore, policies
@@ -275,6 +275,25 @@ async def test_a_sync_call_still_running_at_the_time_limit_is_answered_before_it
             resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
     assert resumed.status == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["pay", "slow_lookup"]
+
+
+async def test_a_model_request_cut_off_by_the_time_limit_is_named_in_the_error(
+    client: Client, task_queue: str
+) -> None:
+    """A request still unanswered when the run stops is lost (its answer never arrives):
+    the error says resume sends it again, a second paid request."""
+    with ScriptedModelServer([Hang(60), Reply("Sunny.")]) as model:
+        agent = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, embedded_worker=False
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = f"limited-{uuid.uuid4().hex[:8]}"
+            outcome = await start_limited(client, "execution_timeout", agent, task_queue, run_id)
+            assert outcome["status"] == "failed", outcome
+            assert "time limit" in outcome["error"]
+            assert "Turn 1's model request was cut off" in outcome["error"], outcome["error"]
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed" and model.request_count == 2
 
 
 async def test_a_run_waiting_for_a_person_at_its_time_limit_answers_the_call_not_run(
