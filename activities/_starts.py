@@ -20,6 +20,16 @@ request, and a tool is started at most `LOST_TOOL_STARTS + 1` times.
 
 Every heartbeat of an attempt carries the details it holds (`beat_details`):
 a heartbeat without details would erase them on the server.
+
+A local activity (a model request with `local_model_calls=True`) has no
+heartbeat details: it runs inside its workflow task, and a worker lost in it
+leaves that task to time out. So the run's history is its record: each
+workflow task timed out since the last event that was not a workflow task's
+(the step that decided the request) is a send lost with its worker, the
+first timeout of a chain of retried tasks being the only one history keeps
+(the server counts the rest in the pending task's attempt). A local send
+reads that tail before it starts (one request to the server; a second only
+after a lost task), and past the bound is not sent again either.
 """
 
 from __future__ import annotations
@@ -30,8 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import activity
-from temporalio.api.common.v1 import Payload, Payloads
-from temporalio.api.workflowservice.v1 import RecordActivityTaskHeartbeatRequest
+from temporalio.api.common.v1 import Payload, Payloads, WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkflowExecutionRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+    RecordActivityTaskHeartbeatRequest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +55,23 @@ _LOST = "agentor_lost_starts"
 _RUNNING = "agentor_running"
 #: Seconds an acknowledged heartbeat may take before the attempt goes on without it.
 _RECORD_TIMEOUT = 5.0
+#: Events of a workflow task: the tail of them since the last other event is
+#: the workflow tasks that ran (or were lost) since the run decided the request.
+_TASK_EVENTS = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+}
+#: Events read per page of the history's tail (a request's tail is a few
+#: events, plus three per workflow task heartbeat of a long request).
+_TAIL_PAGE = 50
+#: Seconds a local send waits for the history's tail: it runs inside its
+#: workflow task, whose timeout is 5 s.
+_READ_TIMEOUT = 2.0
+#: Set once a local send could not read its lost sends in this process.
+_UNREAD: list[bool] = []
 
 
 @dataclass
@@ -108,7 +140,11 @@ async def begin(limit: int) -> Starts:
 
     With `limit` or more lost, nothing is recorded: the caller does not start the tool.
     """
-    if not activity.in_activity() or activity.info().is_local or activity.info().attempt < 2:
+    if not activity.in_activity():
+        return Starts()
+    if activity.info().is_local:
+        return Starts(lost=await _lost_local_sends())
+    if activity.info().attempt < 2:
         return Starts()
     value = received() or {}
     lost = int(value.get(_LOST, 0)) + (1 if value.get(_RUNNING) else 0)
@@ -162,3 +198,69 @@ async def _record(value: dict[str, Any]) -> bool:
         )
         return False
     return True
+
+
+async def _lost_local_sends() -> int:
+    """Sends of the running local activity's request lost with their worker, by the history.
+
+    Each worker lost in a workflow task leaves that task timed out. History
+    keeps the first timeout of a chain of retried tasks only; the pending
+    task's attempt counts the chain.
+    """
+    info = activity.info()
+    try:
+        client = activity.client()
+    except RuntimeError:
+        return 0  # no client (a test environment): nothing to read
+    execution = WorkflowExecution(
+        workflow_id=info.workflow_id or "", run_id=info.workflow_run_id or ""
+    )
+    try:
+        timeouts, retried = await asyncio.wait_for(_task_timeouts(client, execution), _READ_TIMEOUT)
+        if not retried:
+            return max(0, timeouts - 1)
+        described = await asyncio.wait_for(
+            client.workflow_service.describe_workflow_execution(
+                DescribeWorkflowExecutionRequest(namespace=client.namespace, execution=execution)
+            ),
+            _READ_TIMEOUT,
+        )
+    except Exception as exc:  # the count is a bound, not the request's outcome
+        # once a process: a worker not allowed to read history would say it at every request
+        log = logger.debug if _UNREAD else logger.warning
+        _UNREAD[:] = [True]
+        log(
+            "Could not read the lost sends of %s of run %s from its history (sent unbounded): %s",
+            info.activity_type,
+            info.workflow_id,
+            exc,
+        )
+        return 0
+    # the chain's first timeout is in `timeouts`, its later ones only in the attempt;
+    # and as for an activity, the first send is not counted (it records nothing)
+    return max(0, timeouts - 1 + described.pending_workflow_task.attempt - 2)
+
+
+async def _task_timeouts(client: Any, execution: WorkflowExecution) -> tuple[int, bool]:
+    """Workflow tasks timed out since the last other event; whether the running one retries one."""
+    timeouts, newest, retried = 0, True, False
+    token = b""
+    while True:
+        page = await client.workflow_service.get_workflow_execution_history_reverse(
+            GetWorkflowExecutionHistoryReverseRequest(
+                namespace=client.namespace,
+                execution=execution,
+                maximum_page_size=_TAIL_PAGE,
+                next_page_token=token,
+            )
+        )
+        for event in page.history.events:
+            if event.event_type not in _TASK_EVENTS:
+                return timeouts, retried
+            timed_out = event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+            timeouts += timed_out
+            # history ends in a timeout: the running task retries it, and is not in history
+            retried, newest = retried or (newest and timed_out), False
+        token = page.next_page_token
+        if not token:
+            return timeouts, retried

@@ -262,6 +262,22 @@ class Tool:
 _default: ToolThreads | None = None
 _default_lock = threading.Lock()
 
+#: When (epoch seconds) a call whose run stopped at its time limit must answer
+#: (`CallToolInput.settle_by`): set around a call of a run with a limit.
+settle_by: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "agentor_settle_by", default=None
+)
+
+
+def _grace_end(loop: asyncio.AbstractEventLoop) -> tuple[float, bool]:
+    """When a run's cancel stops waiting for a sync call; whether its time limit set that."""
+    grace = loop.time() + CANCEL_GRACE.total_seconds()
+    limit = settle_by.get()
+    if limit is None:
+        return grace, False
+    by_limit = loop.time() + max(0.0, limit - time.time())
+    return min(grace, by_limit), by_limit < grace
+
 
 def _default_threads() -> ToolThreads:
     """The process's sync-tool threads for calls made without a registry's."""
@@ -315,8 +331,9 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     grace = CANCEL_GRACE.total_seconds()
-    #: when a run's cancel stops waiting for the call (None: not cancelled)
-    given_up = loop.time() + grace if outlived else None
+    #: when a run's cancel stops waiting for the call (None: not cancelled), and
+    #: whether the run's time limit leaves less than the grace
+    given_up, by_limit = _grace_end(loop) if outlived else (None, False)
     while True:
         ends = [t for t in (deadline, given_up) if t is not None]
         left = max(0.0, min(ends) - loop.time()) if ends else None
@@ -330,13 +347,18 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
                 # most), so the run records it instead of running the tool
                 # again on resume
                 outlived = True
-                given_up = loop.time() + grace
+                given_up, by_limit = _grace_end(loop)
                 continue
             outcome.cancel()
             threads.abandon(call)  # cancelled: nobody waits for it any more
             raise
     if not done and threads.abandon(call):
         outcome.cancel()  # what it returns or raises later is dropped unseen
+        if given_up is not None and by_limit and (deadline is None or given_up < deadline):
+            raise ToolTimedOut(
+                "was still running when its run stopped at its time limit; its thread was "
+                "abandoned (it may still have effects; its result will be discarded)"
+            )
         if given_up is not None and (deadline is None or given_up < deadline):
             raise ToolTimedOut(
                 f"was still running {grace:g} s after its run was cancelled; its thread "

@@ -40,6 +40,7 @@ from agentor_temporal.activities.tooldef import (
     PoolUnavailable,
     ToolContext,
     ToolTimedOut,
+    settle_by,
 )
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
@@ -108,6 +109,7 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
     limit = tool.timeout or policies.TOOL_START_TO_CLOSE.total_seconds()
     started = time.time()
     failure: str | None = None
+    settling = settle_by.set(inp.settle_by)
     try:
         async with heartbeating():
             with tool_heartbeats(tool.name):
@@ -146,6 +148,8 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         answer = _failed(failure, started_at=started, ended_at=time.time())
     else:
         answer = _result(text, inp, started)
+    finally:
+        settle_by.reset(settling)
     if answer.error is not None:
         logger.warning(
             "Tool %s failed in run %s: %s",

@@ -24,6 +24,7 @@ carry their conversation touches this module alone.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,8 @@ from agentor_temporal.workflows.policies import (
 )
 from agentor_temporal.workflows.projection import known_messages, resolve_requests
 from agentor_temporal.workflows.types import AgentRunInput, ForkOrigin
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from agentor_temporal.agent import Agentor
@@ -218,6 +221,8 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         )
     journaled = min(at, len(events))
     copied = pending[: at - journaled]
+    if segments and segments[-1].status == "running":
+        _warn_in_flight(run_id, events[:journaled] + copied)
     origin = ForkOrigin(
         run_id=run_id,
         at=journaled,
@@ -225,6 +230,32 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         events=[e.to_dict() for e in copied],
     )
     return ForkPoint(run_id, events[:journaled] + copied, origin, in_temporal_from)
+
+
+def _warn_in_flight(run_id: str, kept: list[Event]) -> None:
+    """Say so when a running parent's calls the fork keeps have no results yet.
+
+    The parent may still be running them (or, its worker lost, will run them
+    again): the fork has no answer for them, so it asks the model again and
+    may run them a second time, under its own idempotency keys.
+    """
+    generations = [i for i, e in enumerate(kept) if e.type == "generation"]
+    batch = kept[generations[-1] :] if generations else []  # models reuse call ids across turns
+    answered = {e.call_id for e in batch if e.type == "tool_result"}
+    open_calls = [
+        f"{e.name}({e.call_id})"
+        for e in batch
+        if e.type == "tool_call" and e.call_id not in answered
+    ]
+    if open_calls:
+        logger.warning(
+            "Run %s is still running, and the fork has no results for its call(s) %s: the "
+            "parent may still be running them. The fork asks the model again and may run "
+            "them a second time, under its own idempotency keys. To keep their results, "
+            "fork once the parent has finished (or cancel it first).",
+            run_id,
+            ", ".join(open_calls),
+        )
 
 
 async def completed_batch(temporal: TemporalStore, segment: Segment) -> list[Event]:

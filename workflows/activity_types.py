@@ -154,6 +154,10 @@ class CallToolInput:
     #: `policies.MAX_TOOL_RESULT_BYTES`), so the activity's own result, which
     #: history records too, is never larger than the run keeps of it
     max_result_bytes: int | None = None
+    #: for a run with a time limit, when (epoch seconds) the call must have
+    #: answered once its run stops (`Deadline.settle_by`): a sync tool's thread
+    #: is waited for until then at most, not `policies.CANCEL_GRACE`
+    settle_by: float | None = None
 
 
 @dataclass

@@ -118,6 +118,8 @@ class AgentRunWorkflow(Continuing):
         self._deadline: Deadline | None = None
         #: set when the run stopped itself at its time limit: its `run_end` error
         self._out_of_time: str | None = None
+        #: the turn whose model request is in flight, if one is
+        self._asking: int | None = None
 
     #: this worker's spec for an agent, set on each run by the worker's
     #: interceptor (`agentor_temporal._local_spec`); None: the describe step
@@ -267,6 +269,7 @@ class AgentRunWorkflow(Continuing):
             self._deadline = run_deadline(seg.carry)
         if self._deadline is None:
             return await self._loop(inp, seg)
+        self._tools.settle_by = self._deadline.settle_by.timestamp()
         loop = asyncio.ensure_future(self._loop(inp, seg))
         left = (self._deadline.stop_at - workflow.now()).total_seconds()
         timer = asyncio.ensure_future(workflow.sleep(max(left, 0.0), summary="time limit"))
@@ -276,7 +279,7 @@ class AgentRunWorkflow(Continuing):
             # the run is cancelled: its loop settles the turn, as it would unwrapped
             loop.cancel()
         if not loop.done() and timer.done():
-            self._out_of_time = self._deadline.error()
+            self._out_of_time = self._deadline.error(cut_off=self._asking)
             self._tools.stopped_by = "the run reached its time limit"
             loop.cancel()
         if not timer.done():
@@ -415,14 +418,18 @@ class AgentRunWorkflow(Continuing):
             f"Turn {turn} of {seg.budget}: asking {seg.spec.model} · {self._tokens()} tokens so far"
             f" · {self._history.describe()}"
         )
-        gen = await self._generation.ask(
-            seg,
-            conversation,
-            disabled,
-            turn,
-            refs=self._refs_allowed,
-            fold_allowed=self._journal_in_activities,
-        )
+        self._asking = turn
+        try:
+            gen = await self._generation.ask(
+                seg,
+                conversation,
+                disabled,
+                turn,
+                refs=self._refs_allowed,
+                fold_allowed=self._journal_in_activities,
+            )
+        finally:
+            self._asking = None
         if not isinstance(gen, str):
             self._usage = self._usage + Usage.from_dict(gen.usage)
         return gen

@@ -32,17 +32,32 @@ class Deadline:
     limit: timedelta
 
     @property
+    def margin(self) -> timedelta:
+        """How long before `at` the run stops itself."""
+        return min(policies.DEADLINE_MARGIN, self.limit * policies.DEADLINE_MARGIN_SHARE)
+
+    @property
     def stop_at(self) -> datetime:
         """When the run stops itself: the margin before `at`."""
-        margin = min(policies.DEADLINE_MARGIN, self.limit * policies.DEADLINE_MARGIN_SHARE)
-        return self.at - margin
+        return self.at - self.margin
 
-    def error(self) -> str:
-        """The `run_end` error of a run stopped by it."""
+    @property
+    def settle_by(self) -> datetime:
+        """When the stopped run's calls must have answered, to leave its closing time."""
+        return self.at - min(policies.DEADLINE_CLOSE, self.margin / 2)
+
+    def error(self, cut_off: int | None = None) -> str:
+        """The `run_end` error of a run stopped by it; `cut_off`: the turn whose request was."""
+        lost = (
+            f" Turn {cut_off}'s model request was cut off unanswered: resume sends it again "
+            "(a second paid request)."
+            if cut_off is not None
+            else ""
+        )
         return (
             f"The run reached its time limit of {_duration(self.limit)} (the timeout it was "
             "started with) and stopped; the calls that ran are recorded, and resume(run_id) "
-            "continues it."
+            f"continues it.{lost}"
         )
 
 

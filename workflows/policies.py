@@ -141,6 +141,12 @@ CANCEL_GRACE = timedelta(seconds=60)
 #: timed out by the server mid-turn.
 DEADLINE_MARGIN = timedelta(seconds=10)
 DEADLINE_MARGIN_SHARE = 0.5
+#: Of that margin, what a run stopped by its time limit keeps for its closing
+#: (the workflow tasks that record the turn and close, a mirror step): a sync
+#: tool's thread is waited for until then at most, not `CANCEL_GRACE`, so the
+#: server does not time the run out first, losing the turn's finished calls
+#: (which `resume` then ran again). Half the margin at most, for short limits.
+DEADLINE_CLOSE = timedelta(seconds=3)
 #: Heartbeats go out from a thread, so a worker whose event loop is blocked
 #: (an async tool calling `time.sleep`, a long CPU-bound step) still shows
 #: its calls alive and the server does not hand them to another worker to

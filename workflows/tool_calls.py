@@ -116,6 +116,8 @@ class ToolCalls:
         self._wait_cancelled = False
         #: what stopped the turn's calls, as their answers say (`policies.DEADLINE_SETTLES`)
         self.stopped_by = "the run was cancelled"
+        #: `CallToolInput.settle_by` of the segment's calls (a run with a time limit)
+        self.settle_by: float | None = None
 
     async def run_turn(
         self,
@@ -430,6 +432,7 @@ class ToolCalls:
                     fingerprint=spec.fingerprint,
                     journal=folded,
                     max_result_bytes=max_result_bytes,
+                    settle_by=self.settle_by,
                 ),
                 result_type=CallToolResult,
                 # the activity answers "timed out" at the tool's limit; this

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import threading
 from pathlib import Path
@@ -37,6 +38,7 @@ from helpers import (
     until,
     wait_until,
     weather_agent,
+    weather_tool,
 )
 
 #: What the model hears after a continuation message in the tests below.
@@ -99,6 +101,40 @@ async def test_fork_keeps_the_whole_trace_then_the_marker_and_continues_with_inp
     assert FileStore(tmp_path / "runs").load(parent.run_id) == parent_mirror
     assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
     assert len(await TemporalStore(client).segments(parent.run_id)) == 1
+
+
+async def test_a_fork_of_a_parent_still_running_a_call_says_it_may_run_again(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Forked while its call runs, the parent has no result for it to copy: the fork asks
+    the model again and may run the call a second time (its own idempotency key), and
+    the user is told so, naming the call."""
+    caplog.set_level(logging.WARNING)
+    agent = weather_agent(
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(tmp_path / "runs"),
+        tools=[weather_tool(ledger, delay=8, delay_city="London")],
+    )
+    run_id = await agent.astart(PROMPT)
+    await until(lambda: ledger_lines(ledger), "the parent's call to start")
+    fork = await agent.afork(run_id)
+    parent = await agent.aresume(run_id)
+    assert fork.status == parent.status == "completed"
+    call = next(e for e in parent.events if e.type == "tool_call")
+    [warning] = [r.getMessage() for r in caplog.records if "is still running" in r.getMessage()]
+    assert f"get_weather({call.call_id})" in warning and "second time" in warning
+    # as it said: the call ran in both, each under its run's key
+    assert [line.split()[1] for line in ledger_lines(ledger)] == [
+        f"{parent.run_id}:{call.call_id}",
+        f"{fork.run_id}:{next(e for e in fork.events[4:] if e.type == 'tool_call').call_id}",
+    ]
 
 
 async def test_fork_takes_a_message_list_too(

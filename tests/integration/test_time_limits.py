@@ -14,6 +14,7 @@ limit, and such a run issues no command for it.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +27,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.worker import Worker
 
 from agentor_temporal import AgentorPlugin, FileStore, function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflow import run_agent
 from agentor_temporal.workflows import TemporalStore, policies
@@ -76,6 +77,23 @@ def slow_lookup_tool(ledger: str) -> Any:
         ledger_write(ledger, "slow_lookup", topic)
         if first:
             await asyncio.sleep(60)
+        return f"Nothing new on {topic}."
+
+    return slow_lookup
+
+
+def sync_slow_lookup_tool(ledger: str) -> Any:
+    @function_tool
+    def slow_lookup(topic: str) -> str:
+        """Look a topic up in a blocking library; the first lookup outlasts the run's limit.
+
+        Args:
+            topic: What to look up.
+        """
+        first = not any(line.startswith("slow_lookup") for line in ledger_lines(ledger))
+        ledger_write(ledger, "slow_lookup", topic)
+        if first:
+            time.sleep(30)  # a thread cannot be stopped
         return f"Nothing new on {topic}."
 
     return slow_lookup
@@ -236,6 +254,54 @@ async def test_a_run_reaching_its_time_limit_mid_turn_keeps_its_calls_and_resume
     # the reply after resume read both answers of the settled turn
     answers = [m["content"] for m in model.requests[-1]["messages"] if m.get("role") == "tool"]
     assert answers[-2] == PAID and answers[-1].startswith(STOPPED_WHILE_RUNNING)
+
+
+async def test_a_sync_call_still_running_at_the_time_limit_is_answered_before_it(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A sync tool's thread, which cannot be stopped, is waited for only as long as the
+    limit leaves, not CANCEL_GRACE: the run settles before the server times it out, so
+    the finished payment is recorded and resume does not pay bob again."""
+    with ScriptedModelServer(paying_model()) as model:
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            tools=[pay_tool(ledger), sync_slow_lookup_tool(ledger)],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = f"limited-{uuid.uuid4().hex[:8]}"
+            outcome = await start_limited(client, "execution_timeout", agent, task_queue, run_id)
+            assert outcome["status"] == "failed" and "time limit" in outcome["error"], outcome
+            described = await client.get_workflow_handle(run_id).describe()
+            assert described.status == WorkflowExecutionStatus.COMPLETED
+            events = await TemporalStore(client).aload(run_id)
+            results = {e.call_id: e for e in events if e.type == "tool_result"}
+            assert results["c_pay"].result == PAID
+            assert str(results["c_look"].result).startswith(
+                "Error: slow_lookup was still running when its run stopped at its time limit"
+            )
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["pay", "slow_lookup"]
+
+
+async def test_a_model_request_cut_off_by_the_time_limit_is_named_in_the_error(
+    client: Client, task_queue: str
+) -> None:
+    """A request still unanswered when the run stops is lost (its answer never arrives):
+    the error says resume sends it again, a second paid request."""
+    with ScriptedModelServer([Hang(60), Reply("Sunny.")]) as model:
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = f"limited-{uuid.uuid4().hex[:8]}"
+            outcome = await start_limited(client, "execution_timeout", agent, task_queue, run_id)
+            assert outcome["status"] == "failed", outcome
+            assert "time limit" in outcome["error"]
+            assert "Turn 1's model request was cut off" in outcome["error"], outcome["error"]
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed" and model.request_count == 2
 
 
 async def test_a_run_waiting_for_a_person_at_its_time_limit_answers_the_call_not_run(

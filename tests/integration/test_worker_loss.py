@@ -217,7 +217,14 @@ async def test_a_tool_that_kills_its_process_is_started_three_times_then_answere
     assert model.request_count == 2
 
 
+@pytest.mark.parametrize(
+    ("local", "dies_after"),
+    [(False, 0.0), (True, 0.0), (True, 6.0)],
+    ids=["activity", "local_at_once", "local_after_task_heartbeats"],
+)
 async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fails_the_run(
+    local: bool,
+    dies_after: float,
     client: Client,
     temporal_address: str,
     model: ScriptedModelServer,
@@ -227,12 +234,18 @@ async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fa
 ) -> None:
     """A model request whose every send loses its worker (killed mid-request, as for its
     memory on a huge body) is sent by three of them, then the run fails saying so, and
-    resume continues it: before, every worker of a fleet sent it again, each a paid request."""
+    resume continues it: before, every worker of a fleet sent it again, each a paid request.
+    A local request (`local_model_calls=True`) too, counted by its workflow tasks lost in
+    history; one that outlasted its workflow task (completed meanwhile) is late on the next
+    worker, so is sent as an activity from then on: one local send, then three."""
     model.set_script(lambda request: Hang(60))
     run_id = uuid.uuid4().hex
     env = _env(temporal_address, model, task_queue, tmp_path / "runs", ledger)
+    if local:
+        env.update(LOCAL)
+    sent_at: list[float] = []
     procs = [spawn(["run", "--run-id", run_id], env, stderr=subprocess.DEVNULL)]
-    sends = 1 + policies.LOST_MODEL_STARTS
+    sends = 1 + policies.LOST_MODEL_STARTS + (1 if dies_after else 0)
     result: asyncio.Future[Any] | None = None
     try:
         wait_until(lambda: model.request_count, "the first send")
@@ -241,7 +254,10 @@ async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fa
         while not result.done():
             assert asyncio.get_running_loop().time() < deadline, "the run did not end"
             assert model.request_count <= sends, f"sent {model.request_count} times"
-            if model.request_count == len(procs) <= sends:
+            now = asyncio.get_running_loop().time()
+            if model.request_count == len(procs) <= sends and len(sent_at) < len(procs):
+                sent_at.append(now)
+            if model.request_count == len(procs) <= sends and now >= sent_at[-1] + dies_after:
                 # the worker sending it dies mid-request; a supervisor starts another
                 procs[-1].send_signal(signal.SIGKILL)
                 procs[-1].communicate(timeout=10)
@@ -249,7 +265,8 @@ async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fa
             await asyncio.wait([result], timeout=0.2)
         outcome = result.result()
         assert outcome["status"] == "failed", outcome
-        assert f"was sent {sends} times and never answered" in outcome["error"]
+        sent = 1 + policies.LOST_MODEL_STARTS  # by the path that refused: the activity's
+        assert f"was sent {sent} times and never answered" in outcome["error"]
         assert "resume(run_id)" in outcome["error"]
         assert model.request_count == sends
         # the cause found, resume continues the run from that turn (the last worker serves it)
