@@ -264,7 +264,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 12
+BEHAVIOUR = 13
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -393,6 +393,18 @@ FAILURE_KEEPS_CALLS = 11
 #: turn and ran them again (a transfer made twice). A run with no limit (the
 #: facade's) issues no command for it.
 DEADLINE_SETTLES = 12
+#: From this level a call whose completion reaches the run in the same
+#: workflow task as the run's cancel (or its time limit's stop) keeps its
+#: result: the run lets the completions of that task reach their calls
+#: (`CANCEL_READ_STEPS` loop steps, no command) before it asks the turn's
+#: calls to stop. Before, the finished call was asked to stop first, read as
+#: not run, and when no other call had finished the turn was rewound: resume
+#: asked the model again and the call ran a second time (seen under load,
+#: where the worker took the cancel's task only after the call had finished).
+CANCEL_KEEPS_ENDED = 13
+#: Loop steps the run gives a turn's completions before cancelling its calls
+#: (a completion needs two: its handle's, then its call's).
+CANCEL_READ_STEPS = 4
 #: The metadata key of a result payload that carries its run's last events
 #: ({"start", "events", "refs"}, as a journal step's result has them).
 RESULT_JOURNAL = "agentor-journal"

@@ -186,6 +186,8 @@ class ToolCalls:
             # each call's activity is asked to stop, and answers once its
             # worker says how the call ended (a sync tool's thread cannot be
             # stopped: that worker waits for it)
+            if level() >= policies.CANCEL_KEEPS_ENDED:
+                await _read_what_came_with_the_cancel()
             for task in tasks:
                 task.cancel()
             await workflow.wait(tasks)
@@ -553,3 +555,17 @@ class ToolCalls:
         if sum(sizes) <= budget:
             return [None] * len(calls)
         return share_budget(sizes, budget)
+
+
+async def _read_what_came_with_the_cancel() -> None:
+    """Let the calls whose completion came in the cancel's workflow task take their results.
+
+    A completion resolves its activity's handle, which then hands the result
+    to the call's task a loop step later; a call's task cancelled before that
+    gets `CancelledError` instead (the SDK's rule for cancelling a completed
+    activity), and its result, though in history, would read as not run. Two
+    steps carry a result to its call (one to the handle, one to the call);
+    nothing here starts or stops anything.
+    """
+    for _ in range(policies.CANCEL_READ_STEPS):
+        await asyncio.sleep(0)

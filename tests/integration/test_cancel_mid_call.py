@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.worker import Worker
 
-from agentor_temporal import FileStore, function_tool
+from agentor_temporal import AgentorPlugin, FileStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import TemporalStore, policies
@@ -34,6 +35,7 @@ from agentor_temporal.workflows import TemporalStore, policies
 from helpers import (
     PROMPT,
     cancel_once_asked,
+    history_shows,
     ledger_lines,
     ledger_write,
     scripted_agent,
@@ -192,6 +194,59 @@ async def test_a_turn_cancelled_with_one_call_done_and_one_stopped_keeps_both_an
     answers = tool_messages(model.requests[-1])
     assert answers[0] == "The weather in London is sunny and 22C."
     assert answers[1].startswith(CANCELLED_WHILE_RUNNING)
+
+
+async def test_a_call_that_finished_as_the_cancel_came_keeps_its_result(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """The cancel and a call's completion reach the run in one workflow task (its worker
+    was busy or away): the call's result stands, beside the stopped call's answer. Before
+    behaviour level 13 the turn's calls were cancelled before the finished one's result
+    was read, so it read as not run, the turn was rewound, and resume ran it again."""
+    gate, weather_started, lookup_started = threading.Event(), threading.Event(), threading.Event()
+    script = [
+        [
+            CallTool("get_weather", {"city": "London"}, id="call_w"),
+            CallTool("lookup", {"topic": "umbrellas"}, id="call_l"),
+        ],
+        Reply("Sunny; the lookup did not finish."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            tools=[gated_weather(ledger, gate, weather_started), endless_lookup(lookup_started)],
+            embedded_worker=False,
+        )
+        # the calls run on a worker of their own, so that the run's workflow tasks can
+        # wait while the cancel and the call's completion both reach history
+        calls = Worker(
+            client, task_queue=task_queue, activities=AgentorPlugin([agent]).bundle.all()
+        )
+        async with calls:
+            async with build_worker(
+                client, [agent], task_queue=task_queue, no_remote_activities=True
+            ):
+                run_id = await agent.astart(PROMPT)
+                assert await asyncio.to_thread(weather_started.wait, 30)
+                assert await asyncio.to_thread(lookup_started.wait, 30)
+            handle = client.get_workflow_handle(run_id)
+            await handle.cancel()
+            gate.set()
+            await history_shows(client, run_id, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+            async with build_worker(
+                client, [agent], task_queue=task_queue, no_remote_activities=True
+            ):
+                await closed_cancelled(handle)
+                events = await TemporalStore(client).aload(run_id)
+                results = {e.call_id: e for e in events if e.type == "tool_result"}
+                assert results["call_w"].result == "The weather in London is sunny and 22C."
+                assert str(results["call_l"].result).startswith(CANCELLED_WHILE_RUNNING)
+                resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed"
+    assert len(ledger_lines(ledger)) == 1
+    assert model.request_count == 2
 
 
 async def test_a_call_waiting_for_a_person_when_the_run_is_cancelled_is_answered_not_run(

@@ -651,6 +651,9 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 12: a run started with a time limit stops itself before it,
     # its turn's results kept
     "behaviour_12_deadline_turn_history": DEADLINE_TURN,
+    # recorded at level 13: completions that came with the cancel are read before the
+    # turn's calls are asked to stop
+    "behaviour_13_cancelled_mid_call_history": CANCELLED_MID_CALL,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)
