@@ -159,7 +159,7 @@ class FileStore:
                     return have, same, None
                 if not events:
                     return have, same, have
-                if st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n":
+                if st.st_size > 0 and _last_byte(fd, st.st_size) != b"\n":
                     torn = True  # rare: cut by `append_from` below, under its own open
                 else:
                     torn = False
@@ -388,6 +388,13 @@ def _readable(line: bytes) -> int:
     except UNREADABLE:
         pass
     return 0
+
+
+def _last_byte(fd: int, size: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, 1, size - 1)
+    os.lseek(fd, size - 1, os.SEEK_SET)  # Windows: no pread (appends still go to the end)
+    return os.read(fd, 1)
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int]:
