@@ -106,6 +106,78 @@ class FileStore:
                 self._write(run_id, f, fresh)
             return max(have, start + len(events))
 
+    def append_next(
+        self, run_id: str, start: int, events: list[Event]
+    ) -> tuple[int, bool, int | None]:
+        """The mirror's usual step in one visit: `(count, unchanged, new length)`.
+
+        What `count` and `unchanged` say, and when the log is exactly `start`
+        events long and unchanged, `events` appended (the new length; also
+        when it already holds exactly them). None when the log must be
+        checked first (a gap, an overlap, a file someone else touched).
+
+        The same checks as `count`, `unchanged` and `append_from` in turn,
+        with under half their system calls (10 instead of 22 for an append:
+        one open and one lock, the file read and written through its
+        descriptor, nothing looked up by name again). A busy worker pays for
+        each call twice: the writing thread lets go of the GIL for it, then
+        waits for the event loop to hand it back.
+        """
+        path = self.path(run_id)
+        flags = os.O_RDWR | os.O_APPEND
+        with self._run_lock(run_id):
+            created = False
+            try:
+                if start == 0:  # a new run's first step: its file is made here
+                    try:
+                        fd = _open_fd(path, flags | os.O_CREAT | os.O_EXCL)
+                        created = True
+                    except FileExistsError:
+                        fd = _open_fd(path, flags)
+                else:
+                    fd = _open_fd(path, flags)
+            except FileNotFoundError:  # as `count` and `unchanged` say for no file
+                return 0, True, None
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.fstat(fd)
+                identity = _identity(st)
+                # a file made just now is as new as no file: unchanged, empty
+                same = created or self._written.get(run_id) == identity
+                cached = self._counts.get(run_id)
+                if cached is not None and cached[0] == identity:
+                    have = cached[1]
+                elif created:
+                    have = 0
+                else:
+                    have = len(self.load(run_id))
+                    self._counts[run_id] = (identity, have)
+                if same and events and have == start + len(events):
+                    return have, same, have
+                if not (same and have == start):
+                    return have, same, None
+                if not events:
+                    return have, same, have
+                if st.st_size > 0 and _last_byte(fd, st.st_size) != b"\n":
+                    torn = True  # rare: cut by `append_from` below, under its own open
+                else:
+                    torn = False
+                    data = b"".join((e.to_json() + "\n").encode("utf-8") for e in events)
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    # fsync: a crash is the case this store exists for
+                    os.fsync(fd)
+                    after = _identity(os.fstat(fd))
+                    self._counts[run_id] = (after, have + len(events))
+                    self._written[run_id] = after
+            finally:
+                os.close(fd)
+        if torn:
+            return have, same, self.append_from(run_id, start, events)
+        return have, same, start + len(events)
+
     @contextlib.contextmanager
     def _locked(self, run_id: str) -> Iterator[BinaryIO]:
         path = self.path(run_id)
@@ -318,12 +390,38 @@ def _readable(line: bytes) -> int:
     return 0
 
 
+def _last_byte(fd: int, size: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, 1, size - 1)
+    os.lseek(fd, size - 1, os.SEEK_SET)  # Windows: no pread (appends still go to the end)
+    return os.read(fd, 1)
+
+
 def _identity(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @contextlib.contextmanager
 def _open_safely(path: Path, flags: int) -> Iterator[BinaryIO]:
+    """Open a run's file without following a link out of the store's directory.
+
+    Raises:
+        UnsafeLogFile: for a symbolic link, a hard link (the same file also
+            lives elsewhere), or anything but a regular file.
+        FileNotFoundError: when it does not exist (and `flags` do not create it).
+    """
+    fd = _open_fd(path, flags)
+    try:
+        mode = "rb" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "rb+"
+        f = cast(BinaryIO, os.fdopen(fd, mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
+
+
+def _open_fd(path: Path, flags: int) -> int:
     """Open a run's file without following a link out of the store's directory.
 
     Raises:
@@ -354,13 +452,10 @@ def _open_safely(path: Path, flags: int) -> Iterator[BinaryIO]:
         # regular files ignore O_NONBLOCK; cleared anyway so writes block as usual
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
-        mode = "rb" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "rb+"
-        f = cast(BinaryIO, os.fdopen(fd, mode))
     except BaseException:
         os.close(fd)
         raise
-    with f:
-        yield f
+    return fd
 
 
 def _refusal(path: Path, why: str) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentor_temporal.activities.journal import catch_up, mirror_into
+from agentor_temporal.activities.journal import _next_in_line, catch_up, mirror_into
 from agentor_temporal.store import Event, FileStore, MemoryStore
 
 RUN = "r1"
@@ -66,6 +67,9 @@ def test_the_store_never_follows_a_link_or_writes_a_special_file(kind: str, tmp_
         store.load(RUN)
     with pytest.raises(OSError, match="Refusing to use"):
         mirror_into(store, RUN, 0, story())
+    for start in (0, 3):  # the mirror's usual step, a new run's and a later one
+        with pytest.raises(OSError, match="Refusing to use"):
+            _next_in_line(store, RUN, start, story(), threading.Lock())
     assert outside.read_text() == "precious\n"
     assert not (tmp_path / "created-by-nobody.txt").exists()
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentor_temporal.activities.journal import catch_up, mirror_into
+from agentor_temporal.activities.journal import _next_in_line, catch_up, mirror_into
+from agentor_temporal.activities.mirror import store_count, unchanged
 from agentor_temporal.store import Event, FileStore, MemoryStore
 
 
@@ -163,3 +165,91 @@ def test_count_notices_an_edit_that_keeps_the_size(tmp_path: Path) -> None:
 
     assert catch_up(store, "r", events, "A") == 3
     assert [e.to_dict() for e in store.load("r")] == [e.to_dict() for e in events]
+
+
+def _three_steps(store: FileStore, run_id: str, start: int, events: list[Event]) -> Any:
+    """The mirror's usual step as any store takes it: count, check, then append."""
+    have, same = store_count(store, run_id), unchanged(store, run_id)
+    if same and events and have == start + len(events):
+        return have, same, have
+    if same and have == start:
+        return have, same, mirror_into(store, run_id, start, events)
+    return have, same, None
+
+
+def _torn(path: Path) -> None:
+    with open(path, "a") as f:
+        f.write('{"type": "generation", "tu')
+
+
+def _touched(path: Path) -> None:
+    with open(path, "a") as f:
+        f.write(Event(type="message", text="from elsewhere").to_json() + "\n")
+
+
+@pytest.mark.parametrize(
+    ("case", "before", "start", "n"),
+    [
+        ("new run", None, 0, 2),
+        ("new run, nothing to write", None, 0, 0),
+        ("no file yet, events further on", None, 3, 2),
+        ("next in line", None, 2, 2),
+        ("a retry: already written", None, 0, 2),
+        ("a gap", None, 5, 2),
+        ("an overlap", None, 1, 2),
+        ("touched by someone else", _touched, 2, 2),
+        ("a torn final line", _torn, 2, 2),
+        ("an empty file", "empty", 0, 2),
+    ],
+)
+def test_the_one_visit_step_answers_as_count_check_append(
+    tmp_path: Path, case: str, before: Any, start: int, n: int
+) -> None:
+    """`FileStore.append_next` (one open, one lock) leaves the log and answers as the
+    three-step route does, in every case the mirror meets; and never creates a file
+    it does not write to."""
+    answers, logs = [], []
+    for route in ("three steps", "one visit"):
+        store = FileStore(tmp_path / route)
+        path = store.path("r")
+        if before == "empty":
+            path.write_bytes(b"")
+        elif case not in ("new run", "new run, nothing to write", "no file yet, events further on"):
+            mirror_into(store, "r", 0, events(2))
+            if callable(before):
+                before(path)
+        fresh = events(n, start=start)
+        if route == "one visit":
+            answers.append(store.append_next("r", start, fresh))
+        else:
+            answers.append(_three_steps(store, "r", start, fresh))
+        logs.append(path.read_bytes() if path.exists() else None)
+        answers.append((store.count("r"), store.unchanged("r")))
+    assert answers[2:] == answers[:2], case
+    assert logs[1] == logs[0], case
+
+
+def test_a_mirror_step_opens_the_file_once_and_asks_it_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usual step opens the run's file once and stats nothing by name.
+
+    Each system call of the step lets go of the GIL in the writing thread,
+    which then waits for a busy worker's event loop to hand it back: the
+    three-step route made 22 calls (3 opens or stats by name), this one 10.
+    """
+    store = FileStore(tmp_path)
+    mirror_into(store, "r", 0, events(2))
+    calls: list[str] = []
+    for name in ("open", "stat"):
+        real = getattr(os, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(os, name, counted)
+    lock = threading.Lock()
+    assert _next_in_line(store, "r", 2, events(2, start=2), lock) == (2, True, 4)
+    assert calls == ["open"]
+    assert [e.call_id for e in store.load("r")] == ["c0", "c1", "c2", "c3"]
