@@ -26,6 +26,7 @@ older build took would make that build's histories replay differently.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -47,6 +48,9 @@ from agentor_temporal.workflows.formatting import (
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.types import Decision, ToolSpec
 from agentor_temporal.workflows.versions import level
+
+#: Waiting calls the run's current details name (the rest are counted).
+DETAILS_CALLS = 10
 
 
 def signalled(value: Any) -> Decision:
@@ -95,6 +99,8 @@ class Approvals:
     def __init__(self) -> None:
         #: call_id -> the approval request waiting for a person
         self.awaiting: dict[str, dict[str, Any]] = {}
+        #: the current details' line for a waiting call, by call id (`details`)
+        self._summaries: dict[str, str] = {}
         #: use key (`call_uses.use_key`) -> the decision taken on that use (first one wins)
         self.decisions: dict[str, Decision] = {}
         #: call_id -> the use key of its call waiting now, or of the latest that waited
@@ -245,10 +251,25 @@ class Approvals:
         )
 
     def details(self) -> str:
-        """The run's current details while calls wait: what for, by call id."""
-        waiting = "; ".join(
-            f"{call_summary(r['tool'], r['args'])} [{r['call_id']}]" for r in self.awaiting.values()
-        )
+        """The run's current details while calls wait: what for, by call id.
+
+        The first `DETAILS_CALLS` only, each summarised once: every call that
+        begins to wait sets the details again, and naming every call cost a turn
+        of 400 such calls 80,000 summaries in one workflow task, past the SDK's
+        2 s deadlock limit (the task failed on every retry and the run hung).
+        """
+        if len(self._summaries) > 2 * len(self.awaiting) + DETAILS_CALLS:
+            self._summaries = {k: v for k, v in self._summaries.items() if k in self.awaiting}
+        shown = []
+        for r in itertools.islice(self.awaiting.values(), DETAILS_CALLS):
+            call_id = r["call_id"]
+            if call_id not in self._summaries:
+                self._summaries[call_id] = (
+                    f"{call_summary(r['tool'], r['args'])} [{fit(call_id, SUMMARY_BYTES)}]"
+                )
+            shown.append(self._summaries[call_id])
+        more = len(self.awaiting) - len(shown)
+        waiting = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
         return f"**Waiting for approval:** {waiting}"
 
     async def gate(
@@ -300,6 +321,7 @@ class Approvals:
             )
         )
         self.awaiting[call_id] = {"call_id": call_id, "tool": name, "args": args, "turn": turn}
+        self._summaries.pop(call_id, None)  # another call with this id may have waited
         self.turns[call_id] = turn
         if key is not None:
             self.keys[call_id] = key

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
@@ -493,3 +494,56 @@ async def test_a_turn_of_many_long_errors_is_recorded(
         MAX_TURN_RESULT_BYTES
     )
     assert max(await _history_sizes(client, run_id)) < policies.HISTORY_LIMIT_BYTES
+
+
+@function_tool(requires_approval=True, approval_timeout=1.0)
+def release(n: int, note: str) -> str:
+    """Release one item (a person approves each).
+
+    Args:
+        n: Which item.
+        note: Why.
+    """
+    return f"released {n}"
+
+
+async def test_a_turn_of_the_most_calls_all_waiting_for_a_person_pauses_and_goes_on(
+    client: Client, task_queue: str
+) -> None:
+    """500 calls that each wait for a person, in one turn: the run pauses, then goes on.
+
+    Each call that began to wait set the run's current details naming every
+    call waiting: 125,000 summaries in the workflow task that started them,
+    past the SDK's 2 s deadlock limit on every retry, and the run hung.
+    """
+    count = policies.MAX_CALLS_PER_REPLY
+    note = "n" * (policies.MAX_REPLY_BYTES // count - 150)
+    script: list[Step] = [
+        [CallTool("release", {"n": n, "note": note}, id=f"call_{n}") for n in range(count)],
+        Reply("None released."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            tools=[release],
+            embedded_worker=False,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Release them all."), 60)
+            assert paused.status == "awaiting_approval", paused.error
+            assert len(paused.pending_approvals) == count
+            handle = client.get_workflow_handle(paused.run_id)
+            metadata = await handle.query(
+                "__temporal_workflow_metadata", result_type=WorkflowMetadata
+            )
+            # the approvals expire (denied): the model reads every call's answer
+            outcome = await asyncio.wait_for(handle.result(), 60)
+    assert metadata.current_details.startswith("**Waiting for approval:** release(n=")
+    assert metadata.current_details.endswith(f"; and {count - 10} more")
+    assert outcome["status"] == "completed", outcome
+    events = await TemporalStore(client).aload(paused.run_id)
+    assert [e.text for e in events if e.type == "message"] == ["None released."]
+    denied = [e for e in events if e.type == "tool_result" and e.error == "approval expired"]
+    assert len(denied) == count
