@@ -523,13 +523,7 @@ async def test_a_turn_of_the_most_calls_all_waiting_for_a_person_pauses_and_goes
         Reply("None released."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = weather_agent(
-            base_url=model.base_url,
-            task_queue=task_queue,
-            temporal=client,
-            tools=[release],
-            embedded_worker=False,
-        )
+        agent = scripted_agent(model, client, task_queue, tools=[release], embedded_worker=False)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Release them all."), 60)
             assert paused.status == "awaiting_approval", paused.error
