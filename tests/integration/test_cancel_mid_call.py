@@ -359,8 +359,14 @@ async def test_a_run_cancelled_after_its_worker_died_mid_call_closes_and_resumes
         first.communicate(timeout=10)
         handle = client.get_workflow_handle(run_id)
         await handle.cancel()
-        # a worker takes the cancel; the dead worker's call times out on its heartbeat
-        worker = spawn(["worker"], {**env, "TOOL_DELAY": "0"}, stderr=subprocess.DEVNULL)
+        # a worker takes the cancel; the dead worker's call times out on its heartbeat. It
+        # runs no calls: one that took the call's retry (its heartbeat timeout passing
+        # first, on a loaded machine) would finish it, and its result would rightly stand
+        worker = spawn(
+            ["worker"],
+            {**env, "TOOL_DELAY": "0", "NO_REMOTE_ACTIVITIES": "1"},
+            stderr=subprocess.DEVNULL,
+        )
         await closed_cancelled(handle)
         events = await TemporalStore(client).aload(run_id)
         assert "tool_result" not in [e.type for e in events]

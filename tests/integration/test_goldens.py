@@ -74,7 +74,14 @@ async def _replay(history: WorkflowHistory, runner: WorkflowRunner) -> None:
     async def histories() -> AsyncIterator[WorkflowHistory]:
         yield history
 
-    replayer = Replayer(workflows=[], plugins=[AgentorPlugin()], unsandboxed_workflow_runner=runner)
+    # debug_mode: no deadlock timer; in a replay it measures only how busy the machine is
+    # (a 2 s activation of the oversize golden in the sandbox, with a loaded CPU)
+    replayer = Replayer(
+        workflows=[],
+        plugins=[AgentorPlugin()],
+        unsandboxed_workflow_runner=runner,
+        debug_mode=True,
+    )
     results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}
 

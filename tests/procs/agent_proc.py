@@ -71,6 +71,8 @@ async def serve_worker(agent: object) -> None:
     options = {}
     if os.environ.get("MAX_CACHED_WORKFLOWS"):
         options["max_cached_workflows"] = int(os.environ["MAX_CACHED_WORKFLOWS"])
+    if os.environ.get("NO_REMOTE_ACTIVITIES") == "1":
+        options["no_remote_activities"] = True  # workflow tasks (and their local steps) only
     worker = build_worker(client, [agent], task_queue=os.environ["AGENT_TASK_QUEUE"], **options)
     async with worker:
         print("worker ready", flush=True)
