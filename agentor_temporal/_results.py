@@ -112,7 +112,9 @@ def check_turns(max_turns: Any, what: str = "max_turns", *, optional: bool = Tru
 
 #: settings the run sets itself in every request: given by the user they would clash
 OWN_SETTINGS = ("model", "messages", "tools", "stream")
-#: the most a name goes into a search attribute with (Temporal refuses over 2 KB)
+#: the most a name goes into a search attribute with, as Temporal measures it
+#: (its JSON, non-ASCII escaped: "é" is 6 bytes, an emoji 12); Temporal
+#: refuses a value over 2 KB, and the run fails
 MAX_NAME_BYTES = 1024
 
 
@@ -129,10 +131,13 @@ def check_definition(agent: AgentDefinition) -> None:
         ValueError: naming what is wrong and the limit.
     """
     for what, value in (("name", agent.name), ("model", agent.model)):
-        size = len(value.encode("utf-8", "surrogatepass"))
+        # measured as recorded: 512 "é" are 1,024 bytes of UTF-8 but 3,074 of
+        # JSON, and every run failed with BadSearchAttributes
+        size = len(json.dumps(value))
         if size > MAX_NAME_BYTES:
             raise ValueError(
-                f"the agent's {what} is {size:,} bytes; at most {MAX_NAME_BYTES:,} "
+                f"the agent's {what} is {size:,} bytes as Temporal records it (JSON, "
+                f"non-ASCII characters escaped); at most {MAX_NAME_BYTES:,} "
                 "(it is a search attribute of every run)"
             )
     clashing = sorted(set(OWN_SETTINGS) & agent.model_settings.keys())

@@ -21,6 +21,12 @@ call the person saw, and the `decide` validator refuses it when the call
 with that id waiting is another turn's. Only the validator: a refused
 update leaves nothing in history, whereas a handler refusing a decision an
 older build took would make that build's histories replay differently.
+
+A waiting run cannot continue as new, yet every signal or accepted update
+sent to it adds history, which a client's retry loop can take to the size
+at which Temporal terminates the run. So a run whose history passes
+`policies.PAUSED_HISTORY_BYTES` or `PAUSED_HISTORY_EVENTS` while it waits
+stops (`PauseOvergrown`), failed and resumable, as an expiry with "fail" does.
 """
 
 from __future__ import annotations
@@ -87,6 +93,14 @@ class ApprovalExpired(Exception):
         super().__init__(message)
         self.answer = answer
         self.results: list[Event] | None = None
+
+
+class PauseOvergrown(ApprovalExpired):
+    """The run waited for a person until its history neared Temporal's limits.
+
+    Handled as an expiry that fails the run: the turn's calls are all
+    answered (the waiting ones as not run) and the run ends, resumable.
+    """
 
 
 #: `error` of the result answering a call that waited for a person when its run failed
@@ -230,6 +244,26 @@ class Approvals:
         while len(self.signalled) > policies.SIGNALLED_DECISIONS_KEPT:
             del self.signalled[next(iter(self.signalled))]
 
+    @staticmethod
+    def _overgrown() -> str | None:
+        """Why the run must stop waiting for a person: its history nears Temporal's limits.
+
+        A waiting run cannot continue as new, and each signal or accepted
+        update sent to it adds history (`policies.PAUSE_STOPS_SHORT`). Read
+        from the workflow task's info: deterministic, and no command.
+        """
+        if level() < policies.PAUSE_STOPS_SHORT:
+            return None
+        info = workflow.info()
+        size, events = info.get_current_history_size(), info.get_current_history_length()
+        if size <= policies.PAUSED_HISTORY_BYTES and events <= policies.PAUSED_HISTORY_EVENTS:
+            return None
+        return (
+            f"its history reached {size / 1e6:.1f} MB and {events:,} events while it waited "
+            f"(it stops at {policies.PAUSED_HISTORY_BYTES / 1e6:g} MB or "
+            f"{policies.PAUSED_HISTORY_EVENTS:,} events)"
+        )
+
     def end_waiting(self, why: str) -> None:
         """The run fails: calls waiting for a person are answered as not run.
 
@@ -334,12 +368,31 @@ class Approvals:
         try:
             await journal.flush(agent, mirror)
             await workflow.wait_condition(
-                lambda: decided_by in self.decisions or self.ended is not None, timeout=timeout
+                lambda: (
+                    decided_by in self.decisions
+                    or self.ended is not None
+                    or self._overgrown() is not None
+                ),
+                timeout=timeout,
             )
             decision = self.decisions.get(decided_by)
             if decision is None:
                 # `end_waiting`: the run fails, and this call is not decided
                 self.awaiting.pop(call_id, None)
+                overgrown = self._overgrown() if self.ended is None else None
+                if overgrown is not None:
+                    # the first call to see it ends every call's wait; the
+                    # other calls waiting are answered as not run
+                    self.end_waiting(overgrown)
+                    raise PauseOvergrown(
+                        f"The run stopped while waiting for a person: {overgrown} "
+                        f"(every signal or update sent to a waiting run adds to its history, "
+                        f"and Temporal terminates a run at 50 MB or 51,200 events). The calls "
+                        f"that ran keep their results, the ones waiting did not run; resume "
+                        f"continues the run, and the model may ask for them again. Find what "
+                        f"sent it so many signals or updates.",
+                        self._not_run(name, args, call_id),
+                    )
                 return self._not_run(name, args, call_id)
         except asyncio.TimeoutError:
             pass

@@ -264,7 +264,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 13
+BEHAVIOUR = 15
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -402,6 +402,14 @@ DEADLINE_SETTLES = 12
 #: asked the model again and the call ran a second time (seen under load,
 #: where the worker took the cancel's task only after the call had finished).
 CANCEL_KEEPS_ENDED = 13
+#: From this level a run waiting for a person whose history passes
+#: PAUSED_HISTORY_BYTES or PAUSED_HISTORY_EVENTS stops, failed and resumable,
+#: keeping its turn's results (`Approvals.gate`). A waiting run cannot
+#: continue as new, and every signal or accepted update sent to it adds
+#: history: ~12,000 repeated `decide_signal`s (a client's retry loop), or 25
+#: junk signals of 2 MB, reached Temporal's limit, and the server terminated
+#: the run. (14 is another change's.)
+PAUSE_STOPS_SHORT = 15
 #: Loop steps the run gives a turn's completions before cancelling its calls
 #: (a completion needs two: its handle's, then its call's).
 CANCEL_READ_STEPS = 4
@@ -562,6 +570,12 @@ HISTORY_BUDGET_BYTES = 8_000_000
 HISTORY_LIMIT_BYTES = 10_000_000
 #: The same for events (Temporal terminates at 51,200).
 HISTORY_EVENTS_BUDGET = 20_000
+#: What a run waiting for a person may grow to before it stops
+#: (`PAUSE_STOPS_SHORT`): short of Temporal's 50 MB and 51,200 events by
+#: what the rest of a turn adds once decided (10 MB: a turn's results are
+#: at most MAX_TURN_RESULT_BYTES; 11,200 events: 500 calls take ~3,000).
+PAUSED_HISTORY_BYTES = 40_000_000
+PAUSED_HISTORY_EVENTS = 40_000
 
 #: Stream topics: recorded events (published by the workflow) and text
 #: deltas (published by the generate activity while the model streams).

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.service import RPCError
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -96,9 +97,20 @@ REPLAYS = [
 ]
 
 
+#: Policies a golden was recorded with (and replays with), where not the defaults
+KNOBS: dict[str, dict[str, int]] = {
+    # a paused run stops at 40,000 events by default: signals to 80 take a second
+    "behaviour_15_overgrown_pause_history": {"PAUSED_HISTORY_EVENTS": 80},
+}
+
+
 @pytest.mark.parametrize("path, sandboxed", REPLAYS)
-async def test_golden_history_replays_with_the_plugin(path: Path, sandboxed: bool) -> None:
+async def test_golden_history_replays_with_the_plugin(
+    path: Path, sandboxed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A history recorded by an earlier build replays with today's code and plugin."""
+    for knob, value in KNOBS.get(path.name.split(".")[0], {}).items():
+        monkeypatch.setattr(policies, knob, value)
     await _replay(_load(path), SANDBOXED if sandboxed else UnsandboxedWorkflowRunner())
 
 
@@ -583,6 +595,43 @@ async def _deadline_turn(agent: Agentor) -> str:
 #: turn settled as a cancel settles it, recorded at level 12.
 DEADLINE_TURN: Scenario = (CANCELLED_MID_CALL[0], _mid_call_tools, _deadline_turn, 20)
 
+
+async def _overgrown_pause(agent: Agentor) -> str:
+    """Paused, then sent signals until its history passes the (lowered) limit: it stops."""
+    paused = await agent.arun("Pay bob and look up Oslo.")
+    assert paused.status == "awaiting_approval", paused
+    client = await agent._client()
+    handle = client.get_workflow_handle(paused.run_id)
+    state = await handle.query("state", result_type=dict)
+    assert state["history_events"] < policies.PAUSED_HISTORY_EVENTS, state  # lowered: KNOBS
+    for _ in range(200):
+        try:
+            await handle.signal("decide_signal", {"request_id": "again", "decision": 1})
+        except RPCError:
+            break  # closed
+    outcome = await handle.result()
+    assert outcome["status"] == "failed" and "stopped while waiting" in outcome["error"], outcome
+    events = await TemporalStore(client).aload(paused.run_id)
+    results = {e.call_id: e.error for e in events if e.type == "tool_result"}
+    assert results == {"c_pay": "run failed", "c_wx": None}, results
+    return str(paused.run_id)
+
+
+#: A paused run whose history nears Temporal's limits stops (policies.PAUSE_STOPS_SHORT),
+#: its turn's results kept, recorded at level 15.
+OVERGROWN_PAUSE: Scenario = (
+    [
+        [
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="c_pay"),
+            CallTool("get_weather", {"city": "Oslo"}, id="c_wx"),
+        ],
+        Reply("never asked"),
+    ],
+    lambda: [transfer_tool(), weather_tool()],
+    _overgrown_pause,
+    20,
+)
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -661,6 +710,9 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 13: completions that came with the cancel are read before the
     # turn's calls are asked to stop
     "behaviour_13_cancelled_mid_call_history": CANCELLED_MID_CALL,
+    # recorded at level 15: a paused run sent signals until its history neared the
+    # limits stops, its turn's results kept
+    "behaviour_15_overgrown_pause_history": OVERGROWN_PAUSE,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)
@@ -680,9 +732,11 @@ OPTIONS: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 async def test_scenario_history_replays(
-    name: str, client: Client, task_queue: str, tmp_path: Path
+    name: str, client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scenario behind each recorded golden still runs, and its fresh history replays."""
+    for knob, value in KNOBS.get(name, {}).items():
+        monkeypatch.setattr(policies, knob, value)
     script, tools, drive, max_turns = SCENARIOS[name]
     with ScriptedModelServer(script) as model:
         options: dict[str, Any] = {"store": FileStore(tmp_path), **OPTIONS.get(name, {})}

@@ -23,14 +23,15 @@ from typing import Any
 
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore
 from agentor_temporal.streaming import follow
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
-from agentor_temporal.workflows import AgentRunWorkflow
+from agentor_temporal.workflows import AgentRunWorkflow, policies
 from agentor_temporal.workflows.policies import HISTORY_LIMIT_BYTES, MAX_REQUEST_BYTES
 
 import agentor_ref
@@ -508,3 +509,78 @@ async def test_text_deltas_stream_when_the_conversation_goes_by_reference(
     assert "".join(e.text or "" for e in deltas) == f"Read {turns} chunks."
     assert received[-1].type == "run_end" and received[-1].status == "completed"
     assert sum(1 for m in last_request if m["role"] == "tool") == turns
+
+
+@pytest.mark.parametrize("flood", ["events", "bytes"])
+async def test_a_paused_run_flooded_with_signals_stops_resumable_before_temporals_limit(
+    flood: str,
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A waiting run whose history nears Temporal's limits (signals sent to it) ends failed,
+    keeping its turn, and resume goes on after it: never terminated by the server."""
+    ledger = str(tmp_path / "ledger")
+
+    def respond(request: dict[str, Any]) -> Any:
+        answers = [m for m in request["messages"] if m["role"] == "tool"]
+        if not answers:
+            return [
+                CallTool("read_chunk", {"n": 1}, id="call_read"),
+                CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"),
+            ]
+        if len(answers) == 2:
+            # told the transfer did not run: asks for it again
+            return CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay_2")
+        return Reply("Read and paid.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(
+            model, client, task_queue, tools=[chunk_tool(ledger, 100), transfer_tool(ledger)]
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Read and pay.", max_turns=10), 60)
+            assert paused.status == "awaiting_approval", paused.error
+            run_id = paused.run_id
+            assert run_id is not None
+            handle = client.get_workflow_handle(run_id)
+            state = await handle.query("state", result_type=dict)
+            if flood == "events":
+                limit = state["history_events"] + 100
+                monkeypatch.setattr(policies, "PAUSED_HISTORY_EVENTS", limit)
+                junk: Any = {"request_id": "again", "decision": "junk"}
+            else:
+                limit = state["history_bytes"] + 1_000_000
+                monkeypatch.setattr(policies, "PAUSED_HISTORY_BYTES", limit)
+                junk = "x" * 300_000
+            # a client's retry loop: far more signals than the limit allows
+            most = 400 if flood == "events" else 40
+            for _ in range(most):
+                try:
+                    await handle.signal("decide_signal", junk)
+                except RPCError:
+                    break  # the run closed: Temporal refuses signals to it
+            else:
+                pytest.fail(f"the run still waits after {most} signals")
+            description = await handle.describe()
+            stopped = await asyncio.wait_for(agent.aresume(run_id), 60)
+            assert stopped.status == "awaiting_approval", stopped.error
+            await agent.aapprove(run_id, "call_pay_2", by="carol")
+            result = await asyncio.wait_for(agent.aresume(run_id), 60)
+    # closed by the run itself, short of the limit, not terminated by the server
+    assert description.status == WorkflowExecutionStatus.COMPLETED
+    info = description.raw_description.workflow_execution_info
+    grown = info.history_length if flood == "events" else info.history_size_bytes
+    # stopped once past the limit, far short of Temporal's 51,200 events or 50 MB (the
+    # signals the worker had not yet taken are recorded too)
+    assert limit < grown < (limit + 200 if flood == "events" else HISTORY_LIMIT_BYTES)
+    assert result.status == "completed" and result.final_output == "Read and paid."
+    ends = [e for e in result.events if e.type == "run_end"]
+    assert ends[0].status == "failed" and "stopped while waiting" in (ends[0].error or "")
+    answers = {e.call_id: e for e in result.events if e.type == "tool_result"}
+    assert answers["call_pay"].error == "run failed" and answers["call_read"].error is None
+    # the chunk was read once, and the transfer ran once: the second call's
+    lines = ledger_lines(ledger)
+    assert sum(1 for line in lines if line.startswith("transfer")) == 1
+    assert sum(1 for line in lines if line.endswith("call_read")) == 1
