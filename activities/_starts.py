@@ -135,7 +135,7 @@ def release() -> None:
     _HELD.pop(activity.info().task_token, None)
 
 
-async def begin(limit: int) -> Starts:
+async def begin(limit: int, *, first_send: bool = False) -> Starts:
     """Before the tool starts: how many starts were lost, and record this one (attempt 2 on).
 
     With `limit` or more lost, nothing is recorded: the caller does not start the tool.
@@ -143,7 +143,8 @@ async def begin(limit: int) -> Starts:
     if not activity.in_activity():
         return Starts()
     if activity.info().is_local:
-        return Starts(lost=await _lost_local_sends())
+        # the workflow knows no earlier send can have been lost: nothing to read
+        return Starts(lost=0 if first_send else await _lost_local_sends())
     if activity.info().attempt < 2:
         return Starts()
     value = received() or {}
