@@ -29,7 +29,10 @@ workflow task timed out since the last event that was not a workflow task's
 first timeout of a chain of retried tasks being the only one history keeps
 (the server counts the rest in the pending task's attempt). A local send
 reads that tail before it starts (one request to the server; a second only
-after a lost task), and past the bound is not sent again either.
+after a lost task), and past the bound is not sent again either. Unless its
+workflow knows no send can have been lost (`GenerateInput.first_send`: the
+run stayed on this worker, with no task timeout's time since its last step),
+as for nearly every request: then nothing is read.
 """
 
 from __future__ import annotations
