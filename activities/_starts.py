@@ -29,7 +29,10 @@ workflow task timed out since the last event that was not a workflow task's
 first timeout of a chain of retried tasks being the only one history keeps
 (the server counts the rest in the pending task's attempt). A local send
 reads that tail before it starts (one request to the server; a second only
-after a lost task), and past the bound is not sent again either.
+after a lost task), and past the bound is not sent again either. Unless its
+workflow knows no send can have been lost (`GenerateInput.first_send`: the
+run stayed on this worker, with no task timeout's time since its last step),
+as for nearly every request: then nothing is read.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ def release() -> None:
     _HELD.pop(activity.info().task_token, None)
 
 
-async def begin(limit: int) -> Starts:
+async def begin(limit: int, *, first_send: bool = False) -> Starts:
     """Before the tool starts: how many starts were lost, and record this one (attempt 2 on).
 
     With `limit` or more lost, nothing is recorded: the caller does not start the tool.
@@ -143,7 +146,8 @@ async def begin(limit: int) -> Starts:
     if not activity.in_activity():
         return Starts()
     if activity.info().is_local:
-        return Starts(lost=await _lost_local_sends())
+        # the workflow knows no earlier send can have been lost: nothing to read
+        return Starts(lost=0 if first_send else await _lost_local_sends())
     if activity.info().attempt < 2:
         return Starts()
     value = received() or {}

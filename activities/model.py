@@ -182,7 +182,7 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
     try:
         async with heartbeating():
             # after the beats hold what this attempt received: they must not erase the count
-            starts = await _starts.begin(policies.LOST_MODEL_STARTS)
+            starts = await _starts.begin(policies.LOST_MODEL_STARTS, first_send=inp.first_send)
             if starts.lost >= policies.LOST_MODEL_STARTS:
                 raise _lost(inp, starts.lost)
             try:

@@ -108,6 +108,11 @@ class GenerateInput:
     #: request that would begin past `policies.LOCAL_START_LIMIT` of it is
     #: refused before the model is asked, and the run asks in an activity
     task_started: float | None = None
+    #: a local request no earlier send of which can have been lost with its
+    #: worker (see `Generation._first_send`): the worker does not read the
+    #: run's history for lost sends. False (as from a workflow before this
+    #: field) reads it
+    first_send: bool = False
 
 
 @dataclass

@@ -38,6 +38,40 @@ class Generation:
     def __init__(self, journal: Journal, trace: RunTrace) -> None:
         self.journal = journal
         self.trace = trace
+        #: (time, history length) of the workflow tasks this code last ran in, newest last
+        self._tasks: list[tuple[float, int]] = []
+        self._ran()
+
+    def _ran(self) -> None:
+        """Note the workflow task this code runs in, for `_first_send`."""
+        task = (workflow.now().timestamp(), workflow.info().get_current_history_length())
+        if not self._tasks or self._tasks[-1][1] != task[1]:
+            self._tasks = [*self._tasks[-1:], task]
+
+    def _first_send(self) -> bool:
+        """Whether a local request decided now cannot have been sent before by a lost worker.
+
+        A worker lost mid-request leaves its workflow task to time out, and
+        the next worker decides the request again. That worker's instance of
+        the run either replayed the run's history up to here, or began in
+        this very task with lost tasks before it in history; and this
+        instance last ran in an earlier task (at T), the lost task started
+        after T and timed out a task timeout after it started. So when this
+        instance ran in an earlier task less than a task timeout ago, or
+        began in the run's first task (3 events: none lost), no send of
+        this request was lost, and the worker need not read the run's
+        history to count them (a request to the server per local request).
+        Not knowing (replaying, a long tool call since), it reads.
+        """
+        if workflow.unsafe.is_replaying():
+            return False
+        now, length = workflow.now().timestamp(), workflow.info().get_current_history_length()
+        earlier = [at for at, seen in self._tasks if seen < length]
+        if not earlier:
+            # this instance began in this task: the run's first, unless tasks were lost before it
+            return length <= 3
+        # a margin for the server's clocks: the times are its events'
+        return now - earlier[-1] < workflow.info().task_timeout.total_seconds() * 0.8
 
     async def ask(
         self,
@@ -108,7 +142,9 @@ class Generation:
             fingerprint=spec.fingerprint,
             journal=folded,
             task_started=workflow.now().timestamp() if local else None,
+            first_send=local and self._first_send(),
         )
+        self._ran()
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
             summary = fit(f"{spec.model}, turn {turn}", SUMMARY_BYTES)
@@ -171,7 +207,7 @@ class Generation:
                 if getattr(cause, "type", None) != policies.LOCAL_CALL_LATE:
                     raise
             # the worker was too busy to ask promptly: the model was not asked
-            inp = dataclasses.replace(inp, task_started=None)
+            inp = dataclasses.replace(inp, task_started=None, first_send=False)
         result = await workflow.execute_activity(
             policies.GENERATE,
             inp,

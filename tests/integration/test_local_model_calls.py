@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 
@@ -94,6 +95,33 @@ async def test_the_seed_run_asks_the_model_in_local_activities(
 async def _mode(client: Client, run_id: str) -> tuple[list[str], list[str]]:
     scheduled, local, _ = await _shape(client, run_id)
     return scheduled, local
+
+
+async def test_a_run_that_lost_no_worker_reads_no_history_for_lost_sends(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local request counts its sends lost with a worker in the run's history (a request to
+    the server each): a run that lost none knows it, and its requests read nothing."""
+    service = client.workflow_service
+    real = service.get_workflow_execution_history_reverse
+    reads: list[str] = []
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        if activity.in_activity():
+            reads.append(activity.info().activity_type)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(service, "get_workflow_execution_history_reverse", counted)
+    agent = weather_agent(
+        base_url=model.base_url, task_queue=task_queue, temporal=client, local_model_calls=True
+    )
+    result = await agent.arun(PROMPT)
+    assert result.status == "completed" and result.final_output == ANSWER
+    assert model.request_count == 2
+    assert reads == []
 
 
 async def test_model_faults_in_local_requests(
