@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
 from helpers import (
     ANSWER,
@@ -23,8 +23,10 @@ from helpers import (
     ledger_lines,
     spawn,
     stop_process,
+    transfer_tool,
     wait_until,
     weather_agent,
+    weather_tool,
 )
 
 pytestmark = pytest.mark.slow
@@ -193,3 +195,41 @@ async def test_a_run_started_while_the_server_is_down_starts_once_it_is_back(
 
     assert result.status == "completed" and result.final_output == ANSWER
     assert len(segments) == 1  # started once
+
+
+async def test_an_approval_sent_during_an_outage_is_delivered_once_the_server_is_back(
+    task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`aapprove` in a 12 s outage decides once the server is back; the run then completes."""
+    script = [
+        [
+            CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+            CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        ],
+        Reply("Paid and checked."),
+    ]
+    server = DevServerProcess(tmp_path / "temporal.db", tmp_path / "server.log").start()
+    try:
+        with ScriptedModelServer(script) as model:
+            agent = weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=server.address,
+                tools=[weather_tool(ledger), transfer_tool(ledger)],
+            )
+            paused = await agent.arun("Pay bob 5000 and tell me the weather in Oslo.")
+            assert paused.status == "awaiting_approval"
+            server.kill()
+            task = asyncio.ensure_future(agent.aapprove(paused.run_id, "call_pay", by="alice"))
+            await asyncio.wait({task}, timeout=OUTAGE)
+            assert not task.done(), task.exception()
+            server.start()
+            await asyncio.wait_for(task, 60)
+            result = await asyncio.wait_for(agent.aresume(paused.run_id), 60)
+    finally:
+        server.stop()
+
+    assert result.status == "completed" and result.final_output == "Paid and checked."
+    decisions = [e for e in result.events if e.type == "approval_decision"]
+    assert [(e.status, e.result) for e in decisions] == [("approved", "alice")]
+    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["get_weather", "transfer"]
