@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
+from agentor_temporal._outage import riding_outages
 from agentor_temporal._start import start_segment
 from agentor_temporal.store import Event
 from agentor_temporal.streaming import follow
@@ -41,7 +42,12 @@ async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
         async with agent._serving(client):
             ready.set()
             with contextlib.suppress(Exception):
-                await client.get_workflow_handle(run_id).result()
+                await riding_outages(
+                    lambda: client.get_workflow_handle(run_id).result(),
+                    client,
+                    what=f"serving run {run_id!r}",
+                    run_id=run_id,
+                )
 
     task = asyncio.get_running_loop().create_task(hold())
     _background.add(task)
@@ -53,13 +59,18 @@ async def start_new(agent: Agentor, run_id: str, inp: AgentRunInput) -> Client:
     """Start the run (an id that exists is attached to) and have it served; its client."""
     client = await agent._client()
     # started first: the worker's lease waits on the run, which must exist
-    await start_segment(
+    # by run id, USE_EXISTING: repeated after an outage, it attaches to the run
+    await riding_outages(
+        lambda: start_segment(
+            client,
+            agent.definition,
+            agent.task_queue,
+            run_id,
+            inp,
+            WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        ),
         client,
-        agent.definition,
-        agent.task_queue,
-        run_id,
-        inp,
-        WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        what=f"starting run {run_id!r}",
     )
     await serve_until_done(agent, client, run_id)
     return client
@@ -79,7 +90,9 @@ async def start_following(
 async def attach(agent: Agentor, run_id: str, after: int, text: bool) -> AsyncIterator[Event]:
     """Yield a run's events from `after`, a running one served meanwhile (`stream`)."""
     client = await agent._client()
-    latest = await TemporalStore(client).latest(run_id)
+    latest = await riding_outages(
+        lambda: TemporalStore(client).latest(run_id), client, what=f"reading run {run_id!r}"
+    )
     if latest is not None and latest.status == "running":
         await serve_until_done(agent, client, run_id)
     async for event in follow(

@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input, restart_input
+from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
     check_input,
     check_owner,
@@ -84,13 +85,19 @@ async def start_run(
     run_id, inp = new_input(agent, input, run_id, max_turns)
     client = await agent._client()
     async with agent._serving(client):
-        await start_segment(
+        # started by run id, with USE_EXISTING: a start repeated after an outage
+        # attaches to the run the first one made (a closed one is waited for)
+        await riding_outages(
+            lambda: start_segment(
+                client,
+                agent.definition,
+                agent.task_queue,
+                run_id,
+                inp,
+                WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            ),
             client,
-            agent.definition,
-            agent.task_queue,
-            run_id,
-            inp,
-            WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            what=f"starting run {run_id!r}",
         )
         return await agent._result(client, run_id)
 
@@ -100,7 +107,10 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
     validate_run_id(run_id)
     check_turns(max_turns)
     client = await agent._client()
-    segments = await TemporalStore(client).segments(run_id)
+    reading = f"reading run {run_id!r}"
+    segments = await riding_outages(
+        lambda: TemporalStore(client).segments(run_id), client, what=reading
+    )
     if not segments:
         events = await agent._store_events(run_id)
         if not events:
@@ -119,7 +129,7 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
         return await _continue(agent, client, run_id, inp, len(events))
 
     latest = segments[-1]
-    events = await agent._events(run_id, segments)
+    events = await riding_outages(lambda: agent._events(run_id, segments), client, what=reading)
     if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
         if agent.store is not None:
             # a mirror that failed until the run's end is completed here
@@ -167,14 +177,19 @@ async def _continue(
         # resumer that started first is attached to (USE_EXISTING), or, if
         # its segment already finished, deduplicated by the request id
         request_id = segment_request_id(run_id, previous, recorded)
-        await start_segment(
+        # repeated after an outage, the same request id starts it once
+        await riding_outages(
+            lambda: start_segment(
+                client,
+                agent.definition,
+                agent.task_queue,
+                run_id,
+                inp,
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                request_id,
+            ),
             client,
-            agent.definition,
-            agent.task_queue,
-            run_id,
-            inp,
-            WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            request_id,
+            what=f"continuing run {run_id!r}",
         )
         return await agent._result(client, run_id)
 

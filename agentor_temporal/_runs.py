@@ -32,6 +32,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
+from agentor_temporal._outage import riding_outages
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import (
     Event,
@@ -193,7 +194,11 @@ async def waiting_call(client: Client, run_id: str, call_id: str) -> PendingAppr
     run's own validator then says what it waits for.
     """
     try:
-        latest = await TemporalStore(client).latest(run_id)
+        latest = await riding_outages(
+            lambda: TemporalStore(client).latest(run_id),
+            client,
+            what=f"reading the pending approvals of run {run_id!r}",
+        )
     except (EncryptionKeyError, RPCError) as exc:
         logger.warning("Could not read the pending approvals of run %s: %s", run_id, exc)
         return None
@@ -325,7 +330,11 @@ async def send_decision(
     problem = decision.problem() or decision.size_problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)
-    await check_waiting(client, run_id, execution_run_id, decision.call_id)
+    await riding_outages(
+        lambda: check_waiting(client, run_id, execution_run_id, decision.call_id),
+        client,
+        what=f"checking that run {run_id!r} waits for a decision",
+    )
     if decision.turn is None:
         waiting = await waiting_call(client, run_id, decision.call_id)
         if waiting is not None:
@@ -335,7 +344,13 @@ async def send_decision(
         decision = replace(decision, at=time.time())
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     try:
-        result: dict[str, Any] = await _update_decision(handle, decision)
+        update_id = uuid.uuid4().hex
+        # sent again under its id while the server is unreachable: taken once
+        result: dict[str, Any] = await riding_outages(
+            lambda: _update_decision(handle, decision, update_id),
+            client,
+            what=f"deciding {decision.call_id} of run {run_id!r}",
+        )
     except WorkflowUpdateFailedError as exc:
         raise ValueError(failure_message(exc)) from None
     except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
@@ -356,16 +371,19 @@ async def send_decision(
     return result
 
 
-async def _update_decision(handle: WorkflowHandle[Any, Any], decision: Decision) -> dict[str, Any]:
+async def _update_decision(
+    handle: WorkflowHandle[Any, Any], decision: Decision, update_id: str | None = None
+) -> dict[str, Any]:
     """The `decide` update, sent again under its id while Temporal aborts it.
 
     Temporal aborts updates it has admitted but not yet handed to a worker
     when the execution's state is reloaded (UNAVAILABLE "workflow update was
     aborted", seen with a few hundred decisions sent at once); the same
     update id makes a second send of an update already taken return its
-    outcome, so it is never taken twice.
+    outcome, so it is never taken twice. (A caller that sends it again after
+    a server outage passes the id it sent first, for the same reason.)
     """
-    update_id = uuid.uuid4().hex
+    update_id = update_id or uuid.uuid4().hex
     deadline = time.monotonic() + policies.DECISION_PATIENCE.total_seconds()
     delay = 0.1
     while True:

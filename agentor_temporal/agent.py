@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from agentor_temporal._fork import run_fork
 from agentor_temporal._live import attach, start_following, start_new
+from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import await_result, check_definition, check_turns
 from agentor_temporal._resume import new_input, resume_run, start_run
 from agentor_temporal._runs import (
@@ -470,7 +471,11 @@ class Agentor:
     ) -> dict[str, Any]:
         validate_run_id(run_id)
         client = await self._client()
-        await check_waiting(client, run_id, call_id=decision.call_id)
+        await riding_outages(
+            lambda: check_waiting(client, run_id, call_id=decision.call_id),
+            client,
+            what=f"checking that run {run_id!r} waits for a decision",
+        )
         # the decision is taken by the workflow, so a worker must be polling
         async with self._serving(client):
             patience = policies.DECISION_PATIENCE.total_seconds()
@@ -483,8 +488,13 @@ class Agentor:
 
     async def _result(self, client: Client, run_id: str) -> RunResult:
         """Wait for the run's latest execution (or its pause) and build its `RunResult`."""
-        return await await_result(
-            client, run_id, pauses=self._pauses, events_of=lambda s: self._events(run_id, s)
+        return await riding_outages(
+            lambda: await_result(
+                client, run_id, pauses=self._pauses, events_of=lambda s: self._events(run_id, s)
+            ),
+            client,
+            what=f"waiting for run {run_id!r}",
+            run_id=run_id,
         )
 
     async def _events(self, run_id: str, segments: list[Segment]) -> list[Event]:

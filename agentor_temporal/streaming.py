@@ -37,6 +37,7 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
+from agentor_temporal._outage import riding_outages, unreachable, until_reachable
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import draining_on_sigterm
 from agentor_temporal.store import Event, pending_approvals
@@ -103,10 +104,19 @@ async def follow_timed(
 ) -> AsyncIterator[tuple[Event, float | None]]:
     """`follow`, with the workflow time each live event was recorded (for benchmarks)."""
     store = TemporalStore(client)
-    segments = await store.segments(run_id)
+    what = f"following run {run_id!r}"
+
+    async def read() -> tuple[list[Segment], list[Event]]:
+        segments = await store.segments(run_id)
+        return segments, (await history_events(segments) if segments else [])
+
+    async def reading() -> tuple[list[Segment], list[Event]]:
+        # a server outage is waited out (within `outage_patience`), never an end
+        return await riding_outages(read, client, what=what, run_id=run_id)
+
+    segments, events = await reading()
     if not segments:
         raise KeyError(f"No run with id {run_id!r} in Temporal")
-    events = await history_events(segments)
     latest = segments[-1]
     if latest.status != "running":
         for event in events[after:]:
@@ -157,8 +167,8 @@ async def follow_timed(
                         if index > next_index:
                             # the run continued as new while this follower was
                             # behind: the events in between are in history
-                            segments = await store.segments(run_id)
-                            for missed in (await history_events(segments))[next_index:index]:
+                            segments, events = await reading()
+                            for missed in events[next_index:index]:
                                 yield missed, None
                                 next_index += 1
                             if index > next_index:
@@ -183,12 +193,17 @@ async def follow_timed(
             break  # the stream ended: the workflow closed without our run_end
         except (asyncio.CancelledError, GeneratorExit):
             raise
-        except Exception:
+        except Exception as exc:
             if retries >= len(RESUBSCRIBE_BACKOFF):
                 break
+            if unreachable(exc):
+                # the server went away: subscribe again once it is back
+                await until_reachable(client, what=what, run_id=run_id)
             await asyncio.sleep(RESUBSCRIBE_BACKOFF[retries])
             retries += 1
-            latest_now = await store.latest(run_id)
+            latest_now = await riding_outages(
+                lambda: store.latest(run_id), client, what=what, run_id=run_id
+            )
             # a newer execution (continue-as-new) is the same run: follow it
             if latest_now is None or latest_now.status != "running":
                 break
@@ -197,8 +212,7 @@ async def follow_timed(
     # history has, again each HISTORY_POLL, until the run's workflow closes
     ended = False
     while True:
-        segments = await store.segments(run_id)
-        events = await history_events(segments)
+        segments, events = await reading()
         for event in events[next_index:]:
             ended = ended or event.type == "run_end"
             yield event, None
