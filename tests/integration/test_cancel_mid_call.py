@@ -327,18 +327,29 @@ async def test_a_turn_in_which_no_call_finished_is_rewound_on_resume(
     assert tool_messages(model.requests[-1]) == []  # the turn was asked again
 
 
-@pytest.mark.parametrize("final", [False, True], ids=["calls", "final-answer"])
+@pytest.mark.parametrize(
+    "final, local", [(False, False), (True, False), (False, True)], ids=["calls", "final", "local"]
+)
 async def test_a_model_answer_that_comes_after_the_cancel_is_recorded_not_asked_again(
-    final: bool, client: Client, task_queue: str, tmp_path: Any
+    final: bool, local: bool, client: Client, task_queue: str, tmp_path: Any
 ) -> None:
     """A run cancelled while its model request is in flight waits for the answer and records
     it (policies.GENERATION_KEPT), running none of its calls; resume goes on from it, so the
     request is not sent a second time."""
     answer: Any = Reply("Sunny.") if final else CallTool("get_weather", {"city": "London"})
-    script = [Hang(3, answer), Reply("Sunny.")]
+    # a local request holds its workflow task: the cancel reaches the run only when the
+    # worker renews the task (at 80% of its 10 s timeout), so that request answers later
+    script = [Hang(12 if local else 3, answer), Reply("Sunny.")]
     store = FileStore(str(tmp_path / "runs"))
     with ScriptedModelServer(script) as model:
-        agent = scripted_agent(model, client, task_queue, store=store, embedded_worker=False)
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            store=store,
+            embedded_worker=False,
+            local_model_calls=local,
+        )
         async with build_worker(client, [agent], task_queue=task_queue):
             run_id = await agent.astart(PROMPT)
             await asyncio.to_thread(model.wait_for_requests, 1)
