@@ -373,6 +373,40 @@ async def test_a_model_answer_that_comes_after_the_cancel_is_recorded_not_asked_
         assert tool_messages(model.requests[-1]) == ["The weather in London is sunny and 22C."]
 
 
+async def test_a_model_answer_that_came_with_the_cancel_is_recorded_not_asked_again(
+    client: Client, task_queue: str
+) -> None:
+    """The cancel and the model request's completion reach the run in one workflow task:
+    the answer is recorded, not read as stopped (before behaviour level 14 it was lost and
+    resume sent the request again)."""
+    script = [Hang(2, CallTool("get_weather", {"city": "London"})), Reply("Sunny.")]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+        # the request runs on a worker of its own, so that the run's workflow tasks can
+        # wait while the cancel and the request's completion both reach history
+        calls = Worker(
+            client, task_queue=task_queue, activities=AgentorPlugin([agent]).bundle.all()
+        )
+        async with calls:
+            async with build_worker(
+                client, [agent], task_queue=task_queue, no_remote_activities=True
+            ):
+                run_id = await agent.astart(PROMPT)
+                await asyncio.to_thread(model.wait_for_requests, 1)
+            handle = client.get_workflow_handle(run_id)
+            await handle.cancel()
+            await history_shows(client, run_id, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+            async with build_worker(
+                client, [agent], task_queue=task_queue, no_remote_activities=True
+            ):
+                await closed_cancelled(handle)
+                events = await TemporalStore(client).aload(run_id)
+                assert [e.type for e in events][-2:] == ["generation", "run_end"], events
+                resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed" and resumed.final_output == "Sunny."
+    assert model.request_count == 2
+
+
 @pytest.mark.slow
 async def test_a_run_cancelled_after_its_worker_died_mid_call_closes_and_resumes(
     client: Client,
