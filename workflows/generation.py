@@ -280,7 +280,7 @@ class Generation:
                 except asyncio.CancelledError:
                     pass  # stopped again (a time limit after a cancel): waits no more
             if not handle.done():
-                self.unanswered = max(bound, 0.0)
+                self.unanswered = bound if bound > 0 else None
                 handle.cancel()
                 raise
             if handle.cancelled() or handle.exception() is not None:
