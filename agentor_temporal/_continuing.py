@@ -11,13 +11,14 @@ long run (see `agentor_temporal.workflows.conversation`).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict
 from typing import Any
 
 from agentor_temporal._results import check_input
 from agentor_temporal.store import Event, replay_messages, total_usage
 from agentor_temporal.store.encoding import nesting
-from agentor_temporal.store.replay import replay_base
+from agentor_temporal.store.replay import replay_base, segment_events
 from agentor_temporal.workflows.call_uses import CallUses
 from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.payloads import encoded_size
@@ -53,6 +54,10 @@ def continuation_input(
             nested too deeply for a run to take.
     """
     messages = replay_messages(events)
+    answer = kept_answer(events)
+    if answer is not None and not answer["calls"] and messages[-1:]:
+        # a final answer is replayed after its request: the segment records it again
+        messages = messages[:-1]
     if not messages:
         raise ValueError(f"Run {run_id!r} has no recoverable messages; start a new run.")
     check_replayed(run_id, messages)
@@ -63,8 +68,32 @@ def continuation_input(
         event_offset=len(events),
         prior_usage=prior_usage(events),
         previous_execution=previous,
+        answer=answer,
     )
     return by_reference(inp, events, in_temporal_from) if previous is not None else inp
+
+
+def kept_answer(events: list[Event]) -> dict[str, Any] | None:
+    """The answer a stopped segment recorded last and left unused, for the next to go on from.
+
+    From `policies.GENERATION_KEPT` a run stopped while its model request was
+    in flight records the answer when it comes, then its `run_end` at once: a
+    `generation` the `run_end` directly follows, in the latest segment, is
+    such an answer (any other ends with a `message`, or its `tool_call`s).
+    Its request is what `replay_messages` rewinds to, so the next segment
+    records it again and goes on from it rather than sending the request again.
+    """
+    segment = segment_events(events)
+    if len(segment) < 2 or segment[-1].type != "run_end" or segment[-2].type != "generation":
+        return None
+    answer = segment[-2]
+    return {
+        "text": answer.text,
+        "reasoning": answer.reasoning,
+        "calls": copy.deepcopy(answer.calls or []),
+        "started_at": answer.started_at,
+        "ended_at": answer.ended_at,
+    }
 
 
 def restart_input(

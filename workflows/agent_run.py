@@ -43,9 +43,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentor_temporal.workflows.continuing import Continuing
     from agentor_temporal.workflows.conversation import Conversation
-    from agentor_temporal.workflows.deadline import Deadline, run_deadline
+    from agentor_temporal.workflows.deadline import Deadline, model_request, run_deadline
     from agentor_temporal.workflows.formatting import call_summary
-    from agentor_temporal.workflows.generation import Generation
+    from agentor_temporal.workflows.generation import AnswerKept, Generation
     from agentor_temporal.workflows.input_limits import depth_problem, input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
@@ -120,6 +120,10 @@ class AgentRunWorkflow(Continuing):
         self._out_of_time: str | None = None
         #: the turn whose model request is in flight, if one is
         self._asking: int | None = None
+        #: the turn whose request was in flight when the run was stopped, and what
+        #: became of it (`policies.GENERATION_KEPT`): its answer recorded, or not
+        self._stopped_asking: int | None = None
+        self._answer_kept = False
 
     #: this worker's spec for an agent, set on each run by the worker's
     #: interceptor (`agentor_temporal._local_spec`); None: the describe step
@@ -251,10 +255,14 @@ class AgentRunWorkflow(Continuing):
                 if self._out_of_time is not None:
                     # stopped by its own time limit, not cancelled: it fails, resumable
                     return await self._end(
-                        "failed", seg, turn=self._turn or None, error=self._out_of_time
+                        "failed", seg, turn=self._turn or None, error=self._stop_error()
                     )
                 await self._end(
-                    "failed", seg, turn=self._turn or None, error=CANCELLED, returning=False
+                    "failed",
+                    seg,
+                    turn=self._turn or None,
+                    error=self._stop_error(),
+                    returning=False,
                 )
                 raise
 
@@ -270,6 +278,7 @@ class AgentRunWorkflow(Continuing):
         if self._deadline is None:
             return await self._loop(inp, seg)
         self._tools.settle_by = self._deadline.settle_by.timestamp()
+        self._generation.settle_by = self._tools.settle_by
         loop = asyncio.ensure_future(self._loop(inp, seg))
         left = (self._deadline.stop_at - workflow.now()).total_seconds()
         timer = asyncio.ensure_future(workflow.sleep(max(left, 0.0), summary="time limit"))
@@ -306,7 +315,8 @@ class AgentRunWorkflow(Continuing):
                 if stop is not None:
                     return await self._end("failed", seg, turn=turn - 1, error=stop)
             self._turn = turn
-            gen = await self._generate(seg, conversation, failures.disabled, turn)
+            given = _given(inp) if turn == first and seg.carry is None else None
+            gen = await self._generate(seg, conversation, failures.disabled, turn, given)
             if isinstance(gen, str):
                 return await self._end("failed", seg, turn=turn, error=gen)
             conversation.append(assistant_message(gen.text, gen.calls))
@@ -409,9 +419,18 @@ class AgentRunWorkflow(Continuing):
         )
 
     async def _generate(
-        self, seg: Setup, conversation: Conversation, disabled: list[str], turn: int
+        self,
+        seg: Setup,
+        conversation: Conversation,
+        disabled: list[str],
+        turn: int,
+        given: GenerateResult | None = None,
     ) -> GenerateResult | str:
-        """Ask the model once and record the `generation`; a str is why the run fails."""
+        """Ask the model once and record the `generation`; a str is why the run fails.
+
+        Raises:
+            AnswerKept: the run was stopped meanwhile, and the answer recorded.
+        """
         if self._history is None or turn == 1:
             self._history = HistoryGauge.now()
         workflow.set_current_details(
@@ -427,12 +446,32 @@ class AgentRunWorkflow(Continuing):
                 turn,
                 refs=self._refs_allowed,
                 fold_allowed=self._journal_in_activities,
+                given=given,
             )
+        except AnswerKept as kept:
+            self._usage = self._usage + Usage.from_dict(kept.answer.usage)
+            self._answer_kept = True
+            raise
+        except asyncio.CancelledError:
+            if level() >= policies.GENERATION_KEPT:
+                self._stopped_asking = turn
+            raise
         finally:
             self._asking = None
         if not isinstance(gen, str):
             self._usage = self._usage + Usage.from_dict(gen.usage)
         return gen
+
+    def _stop_error(self) -> str:
+        """The `run_end` error of a run cancelled or stopped at its time limit."""
+        if level() < policies.GENERATION_KEPT:
+            return self._out_of_time or CANCELLED
+        kept = self._turn if self._answer_kept else None
+        cut_off = self._stopped_asking if not self._answer_kept else None
+        waited = self._generation.unanswered
+        if self._out_of_time is not None and self._deadline is not None:
+            return self._deadline.error(cut_off, kept=kept, waited=waited)
+        return CANCELLED + model_request(cut_off, kept=kept, waited=waited)
 
     async def _run_tools(
         self, seg: Setup, calls: list[dict[str, Any]], turn: int, disabled: list[str]
@@ -468,3 +507,17 @@ class AgentRunWorkflow(Continuing):
         ):
             await self._journal.flush(seg.spec.name, seg.spec.mirror)
         return await self._tools.run_turn(seg.spec, calls, turn, disabled, fold=fold)
+
+
+def _given(inp: AgentRunInput) -> GenerateResult | None:
+    """The answer a stopped segment recorded and left for this one (`AgentRunInput.answer`)."""
+    if inp.answer is None:
+        return None
+    answer = inp.answer
+    return GenerateResult(
+        text=answer.get("text"),
+        reasoning=answer.get("reasoning"),
+        calls=list(answer.get("calls") or []),
+        started_at=answer.get("started_at"),
+        ended_at=answer.get("ended_at"),
+    )

@@ -46,19 +46,44 @@ class Deadline:
         """When the stopped run's calls must have answered, to leave its closing time."""
         return self.at - min(policies.DEADLINE_CLOSE, self.margin / 2)
 
-    def error(self, cut_off: int | None = None) -> str:
-        """The `run_end` error of a run stopped by it; `cut_off`: the turn whose request was."""
-        lost = (
-            f" Turn {cut_off}'s model request was cut off unanswered: resume sends it again "
-            "(a second paid request)."
-            if cut_off is not None
-            else ""
-        )
+    def error(
+        self, cut_off: int | None = None, *, kept: int | None = None, waited: float | None = None
+    ) -> str:
+        """The `run_end` error of a run stopped by it.
+
+        Args:
+            cut_off: the turn whose model request was in flight, unanswered.
+            kept: the turn whose request was answered after the stop, and recorded
+                (`policies.GENERATION_KEPT`).
+            waited: with `cut_off`, the seconds its answer was waited for.
+        """
         return (
             f"The run reached its time limit of {_duration(self.limit)} (the timeout it was "
             "started with) and stopped; the calls that ran are recorded, and resume(run_id) "
-            f"continues it.{lost}"
+            f"continues it.{model_request(cut_off, kept=kept, waited=waited)}"
         )
+
+
+def model_request(
+    cut_off: int | None, *, kept: int | None = None, waited: float | None = None
+) -> str:
+    """What a stopped run's error adds about its model request in flight, if it had one."""
+    if kept is not None:
+        return (
+            f" Turn {kept}'s model answer came after the stop and is recorded: resume goes on "
+            "from it without asking the model again."
+        )
+    if cut_off is None:
+        return ""
+    within = (
+        f" (its answer did not come within the {round(waited, 1):g} s the run waited for it)"
+        if waited is not None
+        else ""
+    )
+    return (
+        f" Turn {cut_off}'s model request was cut off unanswered{within}: resume sends it "
+        "again (a second paid request)."
+    )
 
 
 def chain_expiry(carry: Carry | None) -> datetime | None:

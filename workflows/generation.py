@@ -29,7 +29,20 @@ from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
 from agentor_temporal.workflows.segment import Setup
 from agentor_temporal.workflows.tracing import RunTrace
-from agentor_temporal.workflows.versions import adopted
+from agentor_temporal.workflows.versions import adopted, level
+
+
+class AnswerKept(asyncio.CancelledError):
+    """The run was stopped while its model request was in flight, and the answer was kept.
+
+    From `policies.GENERATION_KEPT` the answer that came within the bound is
+    recorded (`generation`) before this is raised; the run then closes as a
+    stopped run does, and `resume` goes on from the answer.
+    """
+
+    def __init__(self, answer: GenerateResult) -> None:
+        super().__init__("the run was stopped; its model answer was recorded")
+        self.answer = answer
 
 
 class Generation:
@@ -72,6 +85,11 @@ class Generation:
             return length <= 3
         # a margin for the server's clocks: the times are its events'
         return now - earlier[-1] < workflow.info().task_timeout.total_seconds() * 0.8
+        #: as a timestamp): a stopped run's request is waited for until then at most
+        self.settle_by: float | None = None
+        #: set when a stopped run's request was not answered within the bound:
+        #: the seconds it was waited for
+        self.unanswered: float | None = None
 
     async def ask(
         self,
@@ -82,12 +100,19 @@ class Generation:
         *,
         refs: Callable[[], bool],
         fold_allowed: Callable[[], bool],
+        given: GenerateResult | None = None,
     ) -> GenerateResult | str:
         """Ask the model once and record the `generation`; a str is why the run fails.
 
         `refs` and `fold_allowed` say whether requests may go by reference and new
         events with the next activity; each asks `versions.adopted` once,
-        when first needed, so they are passed uncalled.
+        when first needed, so they are passed uncalled. `given`: the answer a
+        stopped segment recorded and left for this one (`AgentRunInput.answer`):
+        recorded again, its usage not counted twice, and the model not asked.
+
+        Raises:
+            AnswerKept: the run was stopped while the request was in flight, and
+                its answer came within the bound (recorded before this is raised).
         """
         spec = seg.spec
         schemas = [t.openai_schema() for t in spec.tools if t.name not in disabled]
@@ -100,7 +125,7 @@ class Generation:
         # step (a tool call, the run's end) instead of a journal step. Its
         # marker carries the request, in the completion that also records
         # what follows: a large one goes as an activity.
-        local = (
+        local = given is not None or (
             spec.local_model_calls
             and not seg.stream_text
             and encoded_size(request) + self.journal.pending_bytes()
@@ -110,10 +135,14 @@ class Generation:
         if not fold and not local:
             await self.journal.flush(spec.name, spec.mirror)
         refusal = (
-            oversized(request, schemas)
-            if base is None
-            else too_big(conversation.size + encoded_size(schemas))
-            or tail_too_big(request, schemas)
+            None
+            if given is not None
+            else (
+                oversized(request, schemas)
+                if base is None
+                else too_big(conversation.size + encoded_size(schemas))
+                or tail_too_big(request, schemas)
+            )
         )
         if refusal is not None:
             return refusal
@@ -145,11 +174,16 @@ class Generation:
             first_send=local and self._first_send(),
         )
         self._ran()
+        kept: list[bool] = []
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
             summary = fit(f"{spec.model}, turn {turn}", SUMMARY_BYTES)
-            call = self._answer(inp, activity_id, summary, local=local)
-            gen: GenerateResult = await self.trace.generation(spec.model, turn, request, call)
+            if given is not None:
+                # answered in the segment that was stopped (its usage counted there)
+                gen = dataclasses.replace(given, usage={}, request=None, mirrored=None)
+            else:
+                call = self._answer(inp, activity_id, summary, local=local, kept=kept)
+                gen = await self.trace.generation(spec.model, turn, request, call)
         except (ActivityError, ApplicationError, TemporalTimeoutError, CancelledError) as exc:
             if not local and not isinstance(exc, ActivityError):
                 raise
@@ -180,18 +214,38 @@ class Generation:
                 started_at=gen.started_at,
                 ended_at=gen.ended_at,
             ),
-            ref=activity_id,
+            # a given answer has no request in this history: its event keeps it
+            ref=activity_id if given is None else None,
             request=None if base is None else {"conversation": base.to_dict(), "messages": request},
         )
         conversation.recorded(position)
+        if kept:
+            raise AnswerKept(gen)
         return gen
 
     async def _answer(
-        self, inp: GenerateInput, activity_id: str, summary: str, *, local: bool
+        self, inp: GenerateInput, activity_id: str, summary: str, *, local: bool, kept: list[bool]
     ) -> GenerateResult:
-        """The model's answer: from a local activity, or an activity (also when that came late)."""
+        """The model's answer: from a local activity, or an activity (also when that came late).
+
+        From `policies.GENERATION_KEPT` a stop while the request is in flight
+        does not stop it: its answer is waited for (`_through_the_stop`), and
+        `kept` is appended to when it came.
+        """
+        keeps = level() >= policies.GENERATION_KEPT
         if local:
             try:
+                if keeps:
+                    handle = workflow.start_local_activity(
+                        policies.GENERATE,
+                        inp,
+                        result_type=GenerateResult,
+                        start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+                        retry_policy=policies.MODEL_RETRY_POLICY,
+                        activity_id=activity_id,
+                        summary=summary,
+                    )
+                    return await self._through_the_stop(handle, kept)
                 result: GenerateResult = await workflow.execute_local_activity(
                     policies.GENERATE,
                     inp,
@@ -208,6 +262,20 @@ class Generation:
                     raise
             # the worker was too busy to ask promptly: the model was not asked
             inp = dataclasses.replace(inp, task_started=None, first_send=False)
+        if keeps:
+            return await self._through_the_stop(
+                workflow.start_activity(
+                    policies.GENERATE,
+                    inp,
+                    result_type=GenerateResult,
+                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+                    heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
+                    retry_policy=policies.MODEL_RETRY_POLICY,
+                    activity_id=activity_id,
+                    summary=summary,
+                ),
+                kept,
+            )
         result = await workflow.execute_activity(
             policies.GENERATE,
             inp,
@@ -219,3 +287,38 @@ class Generation:
             summary=summary,
         )
         return result
+
+    async def _through_the_stop(
+        self, handle: asyncio.Future[GenerateResult], kept: list[bool]
+    ) -> GenerateResult:
+        """`handle`'s answer; a stop meanwhile waits for it, within a bound, before it stops it.
+
+        The bound: `policies.ANSWER_GRACE` after a cancel, and for a run with a
+        time limit no later than its `settle_by`, which leaves its closing time.
+        A paid request stopped mid-answer is lost: resume would send it again.
+        """
+        try:
+            return await asyncio.shield(handle)
+        except asyncio.CancelledError:
+            # an answer that came in the stop's own workflow task reaches its
+            # handle a loop step or two later (see tool_calls' reading of it)
+            for _ in range(policies.CANCEL_READ_STEPS):
+                if handle.done():
+                    break
+                await asyncio.sleep(0)
+            bound = policies.ANSWER_GRACE.total_seconds()
+            if self.settle_by is not None:
+                bound = min(bound, self.settle_by - workflow.now().timestamp())
+            if not handle.done() and bound > 0:
+                try:
+                    await workflow.wait([handle], timeout=bound)
+                except asyncio.CancelledError:
+                    pass  # stopped again (a time limit after a cancel): waits no more
+            if not handle.done():
+                self.unanswered = bound if bound > 0 else None
+                handle.cancel()
+                raise
+            if handle.cancelled() or handle.exception() is not None:
+                raise  # it failed meanwhile: the run closes as stopped, as before
+            kept.append(True)
+            return handle.result()

@@ -127,6 +127,11 @@ SIGNALLED_DECISION_POLL = timedelta(milliseconds=100)
 #: again on resume. Past it, the call is abandoned and answered "still running
 #: after its run was cancelled", and the run closes as cancelled.
 CANCEL_GRACE = timedelta(seconds=60)
+#: How long a run cancelled while its model request is in flight waits for
+#: that answer (`policies.GENERATION_KEPT`): the smaller of the request's own
+#: timeout and CANCEL_GRACE, the patience a cancel already gives a sync tool's
+#: thread. Past it the request is stopped and resume sends it again.
+ANSWER_GRACE = min(CANCEL_GRACE, MODEL_START_TO_CLOSE)
 #: How long before its own time limit (a start's `execution_timeout` or
 #: `run_timeout`) a run stops itself, settling its turn as a cancel does
 #: (`policies.DEADLINE_SETTLES`): its running calls are asked to stop and
@@ -402,13 +407,24 @@ DEADLINE_SETTLES = 12
 #: asked the model again and the call ran a second time (seen under load,
 #: where the worker took the cancel's task only after the call had finished).
 CANCEL_KEEPS_ENDED = 13
+#: From this level a run stopped (cancelled, or at its time limit) while its
+#: model request is in flight leaves the request running and waits for its
+#: answer, within a bound (`ANSWER_GRACE`; at a time limit, until
+#: DEADLINE_CLOSE before it): the answer is recorded (its `generation`, usage
+#: counted; its tool calls not run) and the run closes as before. `resume`
+#: then goes on from that answer (`AgentRunInput.answer`): it runs the calls,
+#: or takes the final text, without asking the model again. Before, the
+#: request was asked to stop and its answer lost: resume sent it again, a
+#: second paid request (also for an answer that came in the cancel's own
+#: workflow task). Past the bound the request is stopped, as before.
+GENERATION_KEPT = 14
 #: From this level a run waiting for a person whose history passes
 #: PAUSED_HISTORY_BYTES or PAUSED_HISTORY_EVENTS stops, failed and resumable,
 #: keeping its turn's results (`Approvals.gate`). A waiting run cannot
 #: continue as new, and every signal or accepted update sent to it adds
 #: history: ~12,000 repeated `decide_signal`s (a client's retry loop), or 25
 #: junk signals of 2 MB, reached Temporal's limit, and the server terminated
-#: the run. (14 is another change's.)
+#: the run.
 PAUSE_STOPS_SHORT = 15
 #: Loop steps the run gives a turn's completions before cancelling its calls
 #: (a completion needs two: its handle's, then its call's).

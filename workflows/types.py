@@ -36,6 +36,7 @@ _INPUT_KEYS = frozenset(
         "fingerprint",
         "call_uses",
         "call_seen",
+        "answer",
     }
 )
 
@@ -161,6 +162,12 @@ class AgentRunInput:
     #: with `call_uses`: the ids used once it leaves out (`call_uses.SeenIds`),
     #: when counting them one by one passed `policies.CARRIED_USES_BYTES`
     call_seen: str | None = None
+    #: a resumed segment's first answer, when the segment before was stopped
+    #: with it just recorded (`policies.GENERATION_KEPT`): {"text", "reasoning",
+    #: "calls", "started_at", "ended_at"} of that `generation`, whose request is
+    #: `input`. The segment records it again and goes on from it (runs its
+    #: calls) instead of sending the request a second time.
+    answer: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -257,6 +264,14 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         if not isinstance(seen, str):
             raise ValueError('"call_seen" must be a string')
         SeenIds(seen)  # raises naming what is wrong
+    answer = raw.get("answer")
+    if answer is not None and not (
+        isinstance(answer, dict)
+        and isinstance(answer.get("calls") or [], list)
+        and all(isinstance(c, dict) for c in answer.get("calls") or [])
+        and isinstance(answer.get("text"), (str, type(None)))
+    ):
+        raise ValueError('"answer" must be an object {"text", "calls": [...]} (set by resume)')
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -271,6 +286,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         fingerprint=fingerprint or None,
         call_uses=uses,
         call_seen=seen,
+        answer=answer,
     )
 
 

@@ -28,7 +28,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.worker import Worker
 
 from agentor_temporal import AgentorPlugin, FileStore, function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import TemporalStore, policies
 
@@ -325,6 +325,86 @@ async def test_a_turn_in_which_no_call_finished_is_rewound_on_resume(
     assert resumed.status == "completed"
     assert model.request_count == 2
     assert tool_messages(model.requests[-1]) == []  # the turn was asked again
+
+
+@pytest.mark.parametrize(
+    "final, local", [(False, False), (True, False), (False, True)], ids=["calls", "final", "local"]
+)
+async def test_a_model_answer_that_comes_after_the_cancel_is_recorded_not_asked_again(
+    final: bool, local: bool, client: Client, task_queue: str, tmp_path: Any
+) -> None:
+    """A run cancelled while its model request is in flight waits for the answer and records
+    it (policies.GENERATION_KEPT), running none of its calls; resume goes on from it, so the
+    request is not sent a second time."""
+    answer: Any = Reply("Sunny.") if final else CallTool("get_weather", {"city": "London"})
+    # a local request holds its workflow task: the cancel reaches the run only when the
+    # worker renews the task (at 80% of its 10 s timeout), so that request answers later
+    script = [Hang(12 if local else 3, answer), Reply("Sunny.")]
+    store = FileStore(str(tmp_path / "runs"))
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            store=store,
+            embedded_worker=False,
+            local_model_calls=local,
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart(PROMPT)
+            await asyncio.to_thread(model.wait_for_requests, 1)
+            handle = client.get_workflow_handle(run_id)
+            await handle.cancel()
+            await closed_cancelled(handle)
+            events = await TemporalStore(client).aload(run_id)
+            assert [e.type for e in events][-2:] == ["generation", "run_end"], events
+            assert events[-2].usage is not None and events[-2].usage.total_tokens > 0
+            assert "answer came after the stop and is recorded" in str(events[-1].error)
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+            # the answer recorded again by the resumed segment: whole in both logs
+            projected = await TemporalStore(client).aload(run_id)
+    mirrored = store.load(run_id)
+    assert [e.to_dict() for e in projected] == [e.to_dict() for e in mirrored]
+    again = [e for e in mirrored if e.type == "generation"][1]
+    assert again.messages == events[-2].messages and again.calls == events[-2].calls
+    assert resumed.status == "completed" and resumed.final_output == "Sunny."
+    assert model.request_count == (1 if final else 2)
+    if not final:
+        assert tool_messages(model.requests[-1]) == ["The weather in London is sunny and 22C."]
+
+
+async def test_a_model_answer_that_came_with_the_cancel_is_recorded_not_asked_again(
+    client: Client, task_queue: str
+) -> None:
+    """The cancel and the model request's completion reach the run in one workflow task:
+    the answer is recorded, not read as stopped (before behaviour level 14 it was lost and
+    resume sent the request again)."""
+    script = [Hang(2, CallTool("get_weather", {"city": "London"})), Reply("Sunny.")]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+        # the request runs on a worker of its own, so that the run's workflow tasks can
+        # wait while the cancel and the request's completion both reach history
+        calls = Worker(
+            client, task_queue=task_queue, activities=AgentorPlugin([agent]).bundle.all()
+        )
+        async with calls:
+            async with build_worker(
+                client, [agent], task_queue=task_queue, no_remote_activities=True
+            ):
+                run_id = await agent.astart(PROMPT)
+                await asyncio.to_thread(model.wait_for_requests, 1)
+            handle = client.get_workflow_handle(run_id)
+            await handle.cancel()
+            await history_shows(client, run_id, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+            async with build_worker(
+                client, [agent], task_queue=task_queue, no_remote_activities=True
+            ):
+                await closed_cancelled(handle)
+                events = await TemporalStore(client).aload(run_id)
+                assert [e.type for e in events][-2:] == ["generation", "run_end"], events
+                resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed" and resumed.final_output == "Sunny."
+    assert model.request_count == 2
 
 
 @pytest.mark.slow

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.service import RPCError
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
@@ -40,7 +41,7 @@ from agentor_temporal import Agentor, AgentorPlugin, FileStore, function_tool
 from agentor_temporal._local_spec import headed, sending, starter_spec
 from agentor_temporal._runs import decide_by_signal
 from agentor_temporal.plugin import with_passthrough
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, tool_then_answer
+from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer, tool_then_answer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
@@ -49,6 +50,7 @@ from agentor_temporal.workflows.tool_calls import CALL_FAILED
 
 from helpers import (
     cancel_once_asked,
+    history_shows,
     pad,
     scripted_agent,
     transfer_tool,
@@ -632,6 +634,41 @@ OVERGROWN_PAUSE: Scenario = (
     20,
 )
 
+
+async def _answer_kept(agent: Agentor, resume: bool = False) -> str:
+    """Cancelled while its model request is in flight: the answer is waited for and recorded,
+    its call not run; resumed, the run goes on from that answer without asking again."""
+    client = await agent._client()
+    run_id = await agent.astart("What is the weather in London?")
+    handle = client.get_workflow_handle(run_id)
+    # the run's first activity is its model request (its events go with it)
+    await history_shows(client, run_id, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    events = await TemporalStore(client).aload(run_id)
+    assert [e.type for e in events][-2:] == ["generation", "run_end"], events
+    if resume:
+        resumed = await agent.aresume(run_id)
+        assert resumed.status == "completed", resumed
+    return run_id
+
+
+#: A run cancelled while its model request is in flight (policies.GENERATION_KEPT): the
+#: answer recorded, at level 14; and the segment that resumes from it.
+ANSWER_KEPT: Scenario = (
+    [Hang(3, CallTool("get_weather", {"city": "London"})), Reply("Sunny.")],
+    lambda: [weather_tool()],
+    _answer_kept,
+    20,
+)
+ANSWER_RESUMED: Scenario = (
+    ANSWER_KEPT[0],
+    ANSWER_KEPT[1],
+    lambda agent: _answer_kept(agent, resume=True),
+    20,
+)
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -710,6 +747,10 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 13: completions that came with the cancel are read before the
     # turn's calls are asked to stop
     "behaviour_13_cancelled_mid_call_history": CANCELLED_MID_CALL,
+    # recorded at level 14: a cancel while the model request is in flight keeps its answer,
+    # and the resumed segment goes on from it
+    "behaviour_14_answer_kept_history": ANSWER_KEPT,
+    "behaviour_14_answer_resumed_history": ANSWER_RESUMED,
     # recorded at level 15: a paused run sent signals until its history neared the
     # limits stops, its turn's results kept
     "behaviour_15_overgrown_pause_history": OVERGROWN_PAUSE,

@@ -169,9 +169,11 @@ async def test_model_faults_in_local_requests(
 async def test_a_run_cancelled_during_a_local_request_says_so_and_resumes(
     client: Client, task_queue: str
 ) -> None:
-    """Cancelled mid-request: its log ends as a cancelled run does, and `resume` finishes it."""
-    # then the default agent (`tool_then_answer`)
-    with ScriptedModelServer([Hang(30)]) as model:
+    """Cancelled mid-request: the request's answer is waited for and recorded (behaviour level
+    14), its log ends as a cancelled run does, and `resume` finishes it from that answer."""
+    # then the default agent (`tool_then_answer`); the cancel reaches the run when its
+    # worker renews the workflow task the local request holds (at 8 s)
+    with ScriptedModelServer([Hang(12)]) as model:
         agent = weather_agent(
             base_url=model.base_url, task_queue=task_queue, temporal=client, local_model_calls=True
         )
@@ -181,9 +183,10 @@ async def test_a_run_cancelled_during_a_local_request_says_so_and_resumes(
         with pytest.raises(WorkflowFailureError):
             await client.get_workflow_handle(run_id).result()
         events = await TemporalStore(client).aload(run_id)
-        assert [e.type for e in events] == ["run_start", "run_end"]
-        assert events[-1].error == CANCELLED
+        assert [e.type for e in events] == ["run_start", "generation", "run_end"]
+        assert str(events[-1].error).startswith(CANCELLED)
         resumed = await agent.aresume(run_id)
+    assert model.request_count == 2  # the recorded answer's call ran, then the answer
     assert resumed.status == "completed" and resumed.final_output == ANSWER
 
 

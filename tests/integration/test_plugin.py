@@ -145,7 +145,9 @@ async def test_a_parent_that_goes_away_cancels_its_agent_run_which_resumes_later
     def script(request: dict[str, object]) -> object:
         answers["n"] += 1
         if answers["n"] == 1:
-            return Hang(3600)  # the agent is thinking when the parent goes away
+            # the agent is thinking when the parent goes away; its answer, come after
+            # the cancel, is kept for resume (behaviour level 14)
+            return Hang(5, Reply("NO REFUND\nWorn twice."))
         return Reply("NO REFUND\nWorn twice.")
 
     with ScriptedModelServer(script) as model:
@@ -183,6 +185,7 @@ async def test_a_parent_that_goes_away_cancels_its_agent_run_which_resumes_later
             result = await agent.aresume(child)
     assert result.status == "completed" and result.final_output == "NO REFUND\nWorn twice."
     assert [e.type for e in store.load(child)].count("run_start") == 2
+    assert answers["n"] == 1  # resume went on from the kept answer
 
 
 async def test_the_plugin_encrypts_a_users_app_when_given_keys(

@@ -290,8 +290,8 @@ async def test_a_sync_call_still_running_at_the_time_limit_is_answered_before_it
 async def test_a_model_request_cut_off_by_the_time_limit_is_named_in_the_error(
     client: Client, task_queue: str
 ) -> None:
-    """A request still unanswered when the run stops is lost (its answer never arrives):
-    the error says resume sends it again, a second paid request."""
+    """A request still unanswered when the run must close (DEADLINE_CLOSE before the limit)
+    is lost: the error says resume sends it again, a second paid request."""
     with ScriptedModelServer([Hang(60), Reply("Sunny.")]) as model:
         agent = scripted_agent(model, client, task_queue, embedded_worker=False)
         async with build_worker(client, [agent], task_queue=task_queue):
@@ -302,6 +302,33 @@ async def test_a_model_request_cut_off_by_the_time_limit_is_named_in_the_error(
             assert "Turn 1's model request was cut off" in outcome["error"], outcome["error"]
             resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
     assert resumed.status == "completed" and model.request_count == 2
+
+
+async def test_a_model_answer_that_comes_after_the_time_limit_stop_is_recorded_not_asked_again(
+    client: Client, task_queue: str
+) -> None:
+    """A request answered after the run stopped but before its closing time is waited for
+    and recorded (policies.GENERATION_KEPT), its call not run; resume runs the call and
+    does not send the request again."""
+    # asked at ~0.5 s, answered at ~9.5 s: after the stop (7 s), before settle_by (11 s)
+    script = [Hang(9, CallTool("get_weather", {"city": "London"})), Reply("Sunny.")]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = f"limited-{uuid.uuid4().hex[:8]}"
+            outcome = await start_limited(client, "execution_timeout", agent, task_queue, run_id)
+            assert outcome["status"] == "failed" and "time limit" in outcome["error"], outcome
+            assert "answer came after the stop and is recorded" in outcome["error"], outcome
+            assert outcome["usage"]["total_tokens"] > 0, outcome
+            described = await client.get_workflow_handle(run_id).describe()
+            assert described.status == WorkflowExecutionStatus.COMPLETED
+            events = await TemporalStore(client).aload(run_id)
+            assert [e.type for e in events][-2:] == ["generation", "run_end"], events
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed" and resumed.final_output == "Sunny."
+    assert model.request_count == 2
+    tools = [m["content"] for m in model.requests[-1]["messages"] if m.get("role") == "tool"]
+    assert tools == ["The weather in London is sunny and 22C."]
 
 
 async def test_a_run_waiting_for_a_person_at_its_time_limit_answers_the_call_not_run(
