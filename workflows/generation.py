@@ -51,6 +51,12 @@ class Generation:
     def __init__(self, journal: Journal, trace: RunTrace) -> None:
         self.journal = journal
         self.trace = trace
+        #: when a run with a time limit must have settled by (`Deadline.settle_by`,
+        #: as a timestamp): a stopped run's request is waited for until then at most
+        self.settle_by: float | None = None
+        #: set when a stopped run's request was not answered within the bound:
+        #: the seconds it was waited for
+        self.unanswered: float | None = None
         #: (time, history length) of the workflow tasks this code last ran in, newest last
         self._tasks: list[tuple[float, int]] = []
         self._ran()
@@ -85,11 +91,6 @@ class Generation:
             return length <= 3
         # a margin for the server's clocks: the times are its events'
         return now - earlier[-1] < workflow.info().task_timeout.total_seconds() * 0.8
-        #: as a timestamp): a stopped run's request is waited for until then at most
-        self.settle_by: float | None = None
-        #: set when a stopped run's request was not answered within the bound:
-        #: the seconds it was waited for
-        self.unanswered: float | None = None
 
     async def ask(
         self,
