@@ -263,21 +263,8 @@ class Generation:
                     raise
             # the worker was too busy to ask promptly: the model was not asked
             inp = dataclasses.replace(inp, task_started=None, first_send=False)
-        if keeps:
-            return await self._through_the_stop(
-                workflow.start_activity(
-                    policies.GENERATE,
-                    inp,
-                    result_type=GenerateResult,
-                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
-                    heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
-                    retry_policy=policies.MODEL_RETRY_POLICY,
-                    activity_id=activity_id,
-                    summary=summary,
-                ),
-                kept,
-            )
-        result = await workflow.execute_activity(
+        # the same command either way (`execute_activity` is `start_activity` awaited)
+        handle: workflow.ActivityHandle[GenerateResult] = workflow.start_activity(
             policies.GENERATE,
             inp,
             result_type=GenerateResult,
@@ -287,7 +274,9 @@ class Generation:
             activity_id=activity_id,
             summary=summary,
         )
-        return result
+        if keeps:
+            return await self._through_the_stop(handle, kept)
+        return await handle
 
     async def _through_the_stop(
         self, handle: asyncio.Future[GenerateResult], kept: list[bool]
