@@ -264,7 +264,7 @@ class Generation:
             # the worker was too busy to ask promptly: the model was not asked
             inp = dataclasses.replace(inp, task_started=None, first_send=False)
         # the same command either way (`execute_activity` is `start_activity` awaited)
-        handle: workflow.ActivityHandle[GenerateResult] = workflow.start_activity(
+        remote: workflow.ActivityHandle[GenerateResult] = workflow.start_activity(
             policies.GENERATE,
             inp,
             result_type=GenerateResult,
@@ -275,8 +275,9 @@ class Generation:
             summary=summary,
         )
         if keeps:
-            return await self._through_the_stop(handle, kept)
-        return await handle
+            return await self._through_the_stop(remote, kept)
+        answer: GenerateResult = await remote
+        return answer
 
     async def _through_the_stop(
         self, handle: asyncio.Future[GenerateResult], kept: list[bool]
