@@ -276,10 +276,11 @@ class ScriptedModelServer:
             writer.transport.abort()
             return False
         if isinstance(step, Raw):
-            body = step.body
-            if not isinstance(body, (str, bytes)):
-                body = json.dumps(body)
-            data = body.encode() if isinstance(body, str) else body
+            raw: Any = step.body
+            if isinstance(raw, bytes):
+                data = raw
+            else:
+                data = (raw if isinstance(raw, str) else json.dumps(raw)).encode()
             writer.write(
                 f"HTTP/1.1 {step.status} Scripted\r\nContent-Type: {step.content_type}\r\n"
                 f"Content-Length: {len(data)}\r\n\r\n".encode()
