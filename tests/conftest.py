@@ -11,6 +11,7 @@ queue and run ids so tests never see each other's work.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agentor_temporal.connection import DEV_SEARCH_ATTRIBUTES, temporal_binary  # noqa: E402
 from agentor_temporal.testing import ScriptedModelServer  # noqa: E402
+
+# Under `nohup` (or any parent ignoring SIGHUP) every process the tests start
+# would inherit the ignore, and the tests that send SIGHUP to a script or a
+# worker would see it do nothing: they test our handling, so it starts from
+# the default, as in a terminal.
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 SEARCH_ATTRIBUTE_ARGS = [
     arg

@@ -496,7 +496,9 @@ async def test_a_turn_of_many_long_errors_is_recorded(
     assert max(await _history_sizes(client, run_id)) < policies.HISTORY_LIMIT_BYTES
 
 
-@function_tool(requires_approval=True, approval_timeout=1.0)
+# long enough that the details are read before the first call expires, on a
+# loaded machine too (1 s let 372 of 500 expire before the query)
+@function_tool(requires_approval=True, approval_timeout=4.0)
 def release(n: int, note: str) -> str:
     """Release one item (a person approves each).
 
