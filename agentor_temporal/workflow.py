@@ -83,11 +83,26 @@ async def run_agent(
         comes back as status "failed" with the reason in `error`.
 
     Raises:
-        ValueError: for an invalid run id, input or max_turns (before anything starts).
+        ValueError: for an invalid run id, input, max_turns or execution_timeout
+            (before anything starts).
         asyncio.CancelledError: when the calling workflow is cancelled.
     """
     child_id = validate_run_id(run_id) if run_id is not None else workflow.uuid4().hex
     inp = parse_run_input(AgentRunInput(agent=agent, input=input, max_turns=max_turns).to_dict())
+    if execution_timeout is not None and (
+        not isinstance(execution_timeout, timedelta) or execution_timeout < timedelta(0)
+    ):
+        # the server refuses the child's start, failing this workflow's task again
+        # on every retry ("BadStartChildExecutionAttributes: negative duration")
+        given = (
+            f"{execution_timeout.total_seconds():g} s"
+            if isinstance(execution_timeout, timedelta)
+            else f"{type(execution_timeout).__name__} {execution_timeout!r}"
+        )
+        raise ValueError(
+            "execution_timeout must be a timedelta of zero or more (zero or None: no limit), "
+            f"got {given}"
+        )
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,

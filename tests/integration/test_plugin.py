@@ -10,11 +10,13 @@ import asyncio
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
@@ -129,6 +131,48 @@ async def test_an_unknown_agent_comes_back_as_a_failed_outcome(
             )
     assert not decision.refunded
     assert "agent failed" in decision.reason and "'Billing Agent'" in decision.reason
+
+
+@workflow.defn(sandboxed=False)
+class OddLimitWorkflow:
+    """Gives its agent run a time limit the server would refuse, and catches the refusal."""
+
+    @workflow.run
+    async def run(self, seconds: float) -> str:
+        # a negative timedelta, or a number where a timedelta belongs
+        limit: Any = timedelta(seconds=seconds) if seconds < 0 else int(seconds)
+        try:
+            await run_agent("Support Agent", "Is A-1001 refundable?", execution_timeout=limit)
+        except ValueError as exc:
+            return str(exc)
+        return "started"
+
+
+async def test_a_time_limit_the_server_refuses_is_a_value_error_before_anything_starts(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The child's start was refused in every workflow task of the parent, for ever
+    ("BadStartChildExecutionAttributes: negative duration"); now `run_agent` raises."""
+    with ScriptedModelServer(REFUND_SCRIPT) as model:
+        agent = support(model)
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[OddLimitWorkflow],
+            plugins=[AgentorPlugin(agents=[agent], store=FileStore(tmp_path))],
+        ):
+            for seconds, shown in ((-1.0, "got -1 s"), (30.0, "got int 30")):
+                wid = uuid.uuid4().hex
+                handle = await client.start_workflow(
+                    OddLimitWorkflow.run, seconds, id=wid, task_queue=task_queue
+                )
+                refused = await asyncio.wait_for(handle.result(), 20)
+                assert refused.startswith("execution_timeout must be a timedelta"), refused
+                assert refused.endswith(shown), refused
+                kinds = {e.event_type for e in (await handle.fetch_history()).events}
+                assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+                assert EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED not in kinds
+        assert model.request_count == 0
 
 
 @pytest.mark.parametrize("how", ["cancel", "terminate", "cancel-agent"])
