@@ -17,6 +17,10 @@ from temporalio.common import RetryPolicy
 WORKFLOW_TYPE = "AgentRun"
 #: Default task queue, shared by the facade, the worker and the CLI.
 TASK_QUEUE = "agentor"
+#: The longest task queue name Temporal takes (its `limit.maxIDLength`, in
+#: bytes): `run_agent` refuses a longer one, whose child start the server would
+#: refuse in every workflow task of the caller's workflow.
+MAX_TASK_QUEUE_BYTES = 1000
 
 # Activity names are written into history and shown in the UI: renaming one
 # is a versioning change (workflow.patched), never a refactor.
