@@ -48,6 +48,7 @@ from agentor_temporal.activities._tool_schema import (
 from agentor_temporal.workflows.policies import (
     BLOCKING_STEP,
     CANCEL_GRACE,
+    MAX_WAIT_SECONDS,
     SYNC_TOOL_THREAD_WAIT,
     SYNC_TOOL_THREADS,
 )
@@ -100,10 +101,8 @@ class Tool:
             raise TypeError(f"a tool must be callable, got {type(fn).__name__}")
         if on_approval_timeout not in ("deny", "fail"):
             raise ValueError('on_approval_timeout must be "deny" or "fail"')
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
-        ):
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        _check_seconds("timeout", timeout)
+        _check_seconds("approval_timeout", approval_timeout)
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries must be a non-negative integer, got {retries!r}")
         self.fn = fn
@@ -134,7 +133,14 @@ class Tool:
         return f"Tool({self.name!r})"
 
     def spec(self) -> ToolSpec:
-        """The tool as recorded in the agent spec."""
+        """The tool as recorded in the agent spec.
+
+        Raises:
+            ValueError: a time setting changed since the tool was built is none
+                a run can wait for.
+        """
+        _check_seconds("timeout", self.timeout)
+        _check_seconds("approval_timeout", self.approval_timeout)
         if callable(self.requires_approval):
             approval = "predicate"
         else:
@@ -441,6 +447,25 @@ async def _bounded(awaitable: Any, timeout: float | None) -> Any:
         future.cancel()
         raise ToolTimedOut(f"timed out after {timeout:g} s")
     return future.result()
+
+
+def _check_seconds(setting: str, value: Any) -> None:
+    """Refuse a time setting the run cannot wait for (None: no setting).
+
+    The run makes it a timer or an activity timeout in workflow code, where
+    a value a timedelta cannot hold would fail every workflow task for ever.
+    """
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_WAIT_SECONDS  # NaN fails this too
+    ):
+        raise ValueError(
+            f"{setting} must be a positive number of seconds, at most {MAX_WAIT_SECONDS:,} "
+            f"(about 31 years); got {value!r}"
+        )
 
 
 @overload

@@ -41,8 +41,12 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 from agentor_temporal.store.base import validate_run_id
-from agentor_temporal.workflows.formatting import failure_message, preview_input
-from agentor_temporal.workflows.policies import WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
+from agentor_temporal.workflows.formatting import failure_message, fit, preview_input
+from agentor_temporal.workflows.policies import (
+    MAX_TASK_QUEUE_BYTES,
+    WORKFLOW_TASK_TIMEOUT,
+    WORKFLOW_TYPE,
+)
 from agentor_temporal.workflows.types import AgentRunInput, RunOutcome, parse_run_input
 
 __all__ = ["ParentClosePolicy", "RunOutcome", "run_agent"]
@@ -83,11 +87,34 @@ async def run_agent(
         comes back as status "failed" with the reason in `error`.
 
     Raises:
-        ValueError: for an invalid run id, input or max_turns (before anything starts).
+        ValueError: for an invalid run id, input, max_turns, task_queue or
+            execution_timeout (before anything starts).
         asyncio.CancelledError: when the calling workflow is cancelled.
     """
     child_id = validate_run_id(run_id) if run_id is not None else workflow.uuid4().hex
     inp = parse_run_input(AgentRunInput(agent=agent, input=input, max_turns=max_turns).to_dict())
+    if task_queue is not None and (
+        not isinstance(task_queue, str) or len(task_queue.encode()) > MAX_TASK_QUEUE_BYTES
+    ):
+        # as below: the server refuses the child's start in every task of this workflow
+        raise ValueError(
+            f"task_queue must be text of at most {MAX_TASK_QUEUE_BYTES:,} bytes (Temporal's "
+            f"limit), got {fit(repr(task_queue), 100)}"
+        )
+    if execution_timeout is not None and (
+        not isinstance(execution_timeout, timedelta) or execution_timeout < timedelta(0)
+    ):
+        # the server refuses the child's start, failing this workflow's task again
+        # on every retry ("BadStartChildExecutionAttributes: negative duration")
+        given = (
+            f"{execution_timeout.total_seconds():g} s"
+            if isinstance(execution_timeout, timedelta)
+            else f"{type(execution_timeout).__name__} {execution_timeout!r}"
+        )
+        raise ValueError(
+            "execution_timeout must be a timedelta of zero or more (zero or None: no limit), "
+            f"got {given}"
+        )
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,

@@ -59,6 +59,35 @@ from agentor_temporal.workflows.versions import level
 DETAILS_CALLS = 10
 
 
+def tool_wait(tool: ToolSpec, setting: str, extra: timedelta = timedelta(0)) -> timedelta | None:
+    """A tool's `timeout` or `approval_timeout` (+ `extra`) as a timedelta; None when unset.
+
+    A recorded spec may hold what the facade refuses now (inf, NaN, 1e20, a
+    string: an older build, a tool changed after it was built), which a
+    timedelta cannot hold: every workflow task of the run failed on it, for
+    ever. Such a value ends the call (and the run) instead, naming the fix.
+    (Only values that raised are refused: the others replay as recorded.)
+
+    Raises:
+        BadToolSetting: the value is none a run can wait for.
+    """
+    value = getattr(tool, setting)
+    if not value:
+        return None
+    try:
+        return timedelta(seconds=value) + extra
+    except (TypeError, ValueError, OverflowError):
+        raise BadToolSetting(
+            f"Tool {tool.name!r} has {setting}={fit(repr(value), 100)}, which is not a number "
+            f"of seconds a run can wait (a positive number up to {policies.MAX_WAIT_SECONDS:,}): "
+            "fix the tool's definition on the workers, then resume(run_id)."
+        ) from None
+
+
+class BadToolSetting(Exception):
+    """A tool's recorded time setting no timer can hold (`tool_wait`): its call cannot run."""
+
+
 def signalled(value: Any) -> Decision:
     """The `Decision` a `decide_signal` carries, checked as the update's converter checks.
 
@@ -343,6 +372,7 @@ class Approvals:
         if self.ended is not None:
             # the run failed while the predicate was asked: nobody is asked now
             return self._not_run(name, args, call_id)
+        timeout = tool_wait(tool, "approval_timeout")
         requested = journal.now()
         journal.record(
             Event(
@@ -363,7 +393,6 @@ class Approvals:
             self.decisions.pop(key, None)
         decided_by = key if key is not None else call_id
         workflow.set_current_details(self.details())
-        timeout = timedelta(seconds=tool.approval_timeout) if tool.approval_timeout else None
         decision: Decision | None = None
         try:
             await journal.flush(agent, mirror)

@@ -17,6 +17,10 @@ from temporalio.common import RetryPolicy
 WORKFLOW_TYPE = "AgentRun"
 #: Default task queue, shared by the facade, the worker and the CLI.
 TASK_QUEUE = "agentor"
+#: The longest task queue name Temporal takes (its `limit.maxIDLength`, in
+#: bytes): `run_agent` refuses a longer one, whose child start the server would
+#: refuse in every workflow task of the caller's workflow.
+MAX_TASK_QUEUE_BYTES = 1000
 
 # Activity names are written into history and shown in the UI: renaming one
 # is a versioning change (workflow.patched), never a refactor.
@@ -72,6 +76,12 @@ DEFINITION_PATIENCE = timedelta(minutes=5)
 #: TOOL_TIMEOUT_GRACE, so it fires only for a worker that stopped answering.
 TOOL_START_TO_CLOSE = timedelta(minutes=30)
 TOOL_TIMEOUT_GRACE = timedelta(seconds=30)
+#: The longest a tool's `timeout=` or `approval_timeout=` may be, in seconds
+#: (about 31 years: far past any call or decision a run waits for). A run
+#: turns each into a timer or an activity timeout in workflow code, where a
+#: value Python's timedelta cannot hold (inf, 1e20) failed every workflow
+#: task of the run, for ever.
+MAX_WAIT_SECONDS = 1_000_000_000
 #: As for the model: a killed worker's tool call reruns elsewhere in seconds.
 #: A false alarm here is worse than for the model (an in-flight tool runs
 #: twice, though with the same idempotency key), so no shorter than the model's.

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -32,7 +31,13 @@ from temporalio.exceptions import ActivityError, CancelledError
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import CallToolInput, CallToolResult
-from agentor_temporal.workflows.approvals import NOT_RUN, ApprovalExpired, Approvals
+from agentor_temporal.workflows.approvals import (
+    NOT_RUN,
+    ApprovalExpired,
+    Approvals,
+    BadToolSetting,
+    tool_wait,
+)
 from agentor_temporal.workflows.call_uses import CallUses, use_key
 from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.journaling import Journal
@@ -79,6 +84,17 @@ CALL_FAILED = "call failed"
 def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
     return Event(
         type="tool_result", name=name, call_id=call_id, error=error, result=result, **extra
+    )
+
+
+def _not_started(name: str, call_id: Any, message: str, args: dict[str, Any]) -> Event:
+    """The answer to a call the run could not start (`BadToolSetting`), should its turn be kept."""
+    return _answer(
+        name,
+        call_id,
+        CALL_FAILED,
+        f"Error: {message} The run stopped there; this call did not run.",
+        args=args,
     )
 
 
@@ -397,6 +413,27 @@ class ToolCalls:
         name, args, tool = screened
         call_id = call.get("id")
         key = use_key(str(call_id), use)
+        try:
+            return await self._gated(
+                spec, name, args, tool, call_id, turn, index, use, key, max_result_bytes
+            )
+        except BadToolSetting as exc:
+            # where the run failed every workflow task on it: the run ends instead
+            raise CallFailed(str(exc), _not_started(name, call_id, str(exc), args)) from None
+
+    async def _gated(
+        self,
+        spec: AgentSpec,
+        name: str,
+        args: dict[str, Any],
+        tool: ToolSpec,
+        call_id: Any,
+        turn: int,
+        index: int,
+        use: int,
+        key: str,
+        max_result_bytes: int | None,
+    ) -> Event:
         if tool.approval != "never":
             answered = await self.approvals.gate(
                 self.journal,
@@ -413,6 +450,9 @@ class ToolCalls:
             )
             if answered is not None:
                 return answered
+        limit = tool_wait(tool, "timeout", policies.TOOL_TIMEOUT_GRACE)
+        if limit is None:
+            limit = policies.TOOL_START_TO_CLOSE + policies.TOOL_TIMEOUT_GRACE
         self.running += 1
         folded = (
             self.journal.fold(spec.name, spec.mirror, beside=encoded_size(args))
@@ -439,12 +479,7 @@ class ToolCalls:
                 result_type=CallToolResult,
                 # the activity answers "timed out" at the tool's limit; this
                 # fires only for a worker that stopped answering altogether
-                start_to_close_timeout=(
-                    timedelta(seconds=tool.timeout)
-                    if tool.timeout
-                    else policies.TOOL_START_TO_CLOSE
-                )
-                + policies.TOOL_TIMEOUT_GRACE,
+                start_to_close_timeout=limit,
                 heartbeat_timeout=policies.TOOL_HEARTBEAT_TIMEOUT,
                 retry_policy=policies.TOOL_RETRY_POLICY,
                 activity_id=f"tool-{turn}-{index}",

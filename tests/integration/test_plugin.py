@@ -10,11 +10,13 @@ import asyncio
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
@@ -129,6 +131,58 @@ async def test_an_unknown_agent_comes_back_as_a_failed_outcome(
             )
     assert not decision.refunded
     assert "agent failed" in decision.reason and "'Billing Agent'" in decision.reason
+
+
+#: `run_agent` settings the server would refuse, and the refusal's start and end
+ODD_STARTS: dict[str, tuple[dict[str, Any], str, str]] = {
+    "negative-limit": (
+        {"execution_timeout": timedelta(seconds=-1)},
+        "execution_timeout must be a timedelta",
+        "got -1 s",
+    ),
+    "number-limit": ({"execution_timeout": 30}, "execution_timeout must be a", "got int 30"),
+    "long-queue": ({"task_queue": "q" * 1001}, "task_queue must be text of at most", "qq..."),
+    "number-queue": ({"task_queue": 5}, "task_queue must be text", "got 5"),
+}
+
+
+@workflow.defn(sandboxed=False)
+class OddStartWorkflow:
+    """Starts its agent run with a setting the server would refuse, and catches the refusal."""
+
+    @workflow.run
+    async def run(self, case: str) -> str:
+        try:
+            await run_agent("Support Agent", "Is A-1001 refundable?", **ODD_STARTS[case][0])
+        except ValueError as exc:
+            return str(exc)
+        return "started"
+
+
+async def test_a_setting_the_server_refuses_is_a_value_error_before_anything_starts(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The child's start was refused in every workflow task of the parent, for ever
+    ("BadStartChildExecutionAttributes: negative duration", "taskQueue length exceeds
+    limit"); now `run_agent` raises, and the parent can catch it."""
+    with ScriptedModelServer(REFUND_SCRIPT) as model:
+        agent = support(model)
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[OddStartWorkflow],
+            plugins=[AgentorPlugin(agents=[agent], store=FileStore(tmp_path))],
+        ):
+            for case, (_, begins, ends) in ODD_STARTS.items():
+                handle = await client.start_workflow(
+                    OddStartWorkflow.run, case, id=uuid.uuid4().hex, task_queue=task_queue
+                )
+                refused = await asyncio.wait_for(handle.result(), 20)
+                assert refused.startswith(begins) and refused.endswith(ends), (case, refused)
+                kinds = {e.event_type for e in (await handle.fetch_history()).events}
+                assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds, case
+                assert EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED not in kinds
+        assert model.request_count == 0
 
 
 @pytest.mark.parametrize("how", ["cancel", "terminate", "cancel-agent"])

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import math
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -27,7 +28,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import Event, RunResult, function_tool
+from agentor_temporal.activities import Tool
 from agentor_temporal.testing import CallTool, Raw, Reply, ScriptedModelServer, Step
+from agentor_temporal.workflows.types import ToolSpec
 
 from helpers import scripted_agent
 
@@ -365,3 +368,71 @@ async def test_input_that_is_not_json_is_refused_at_once(
             async for _ in agent.stream_chat(messages):
                 pass
         assert model.request_count == 0
+
+
+class EarlierBuild(Tool):
+    """`probe`, whose spec records `odd` for `setting`: as a build that did not refuse it did.
+
+    The facade refuses such a time setting now (tests/unit/test_tools.py); a
+    run recorded before holds it in history, and a worker of this build takes
+    that run's next workflow task.
+    """
+
+    def __init__(self, setting: str, odd: float, **options: Any) -> None:
+        def probe() -> str:
+            """Answers "probed"."""
+            return "probed"
+
+        super().__init__(probe, **options)
+        self.odd = {setting: odd}
+
+    def spec(self) -> ToolSpec:
+        return replace(super().spec(), **self.odd)
+
+
+#: recorded time settings Python's timedelta cannot hold
+ODD_WAITS = [
+    ("timeout", math.inf, {}),
+    ("timeout", 1e20, {}),
+    ("approval_timeout", math.nan, {"requires_approval": True}),
+    ("approval_timeout", math.inf, {"requires_approval": True}),
+]
+
+
+async def test_a_recorded_time_no_timer_can_hold_fails_the_run_and_resume_goes_on(
+    client: Client, task_queue: str
+) -> None:
+    """Each failed every workflow task of the run, for ever; now the run fails saying what to fix.
+
+    The call that could not start is answered so, its sibling's result is
+    kept, and once the workers have the tool fixed `resume` goes on.
+    """
+    for case, (setting, odd, options) in enumerate(ODD_WAITS):
+        tool = EarlierBuild(setting, odd, **options)
+        script: list[Step] = [
+            [CallTool("echo", '{"text": "hi"}', id="c_echo"), CallTool("probe", id="c_probe")]
+        ]
+        # a queue each: a worker takes only runs of its own build
+        result, model = await _run(client, f"{task_queue}-{case}", [echo, tool], script)
+        assert result.status == "failed", (setting, odd, result)
+        assert f"Tool 'probe' has {setting}={odd!r}, which is not a number of seconds" in str(
+            result.error
+        )
+        assert "fix the tool's definition on the workers, then resume(run_id)" in str(result.error)
+        answers = {e.call_id: e for e in result.events if e.type == "tool_result"}
+        assert answers["c_echo"].result == "hi" and answers["c_echo"].error is None, answers
+        assert answers["c_probe"].error == "call failed", answers
+        assert "this call did not run" in str(answers["c_probe"].result)
+        assert model.request_count == 1
+    # the workers fixed (another queue: this one's worker keeps the earlier build)
+    fixed = EarlierBuild("timeout", 60.0)
+    with ScriptedModelServer([Reply("done")]) as model:
+        agent = scripted_agent(
+            model, client, f"{task_queue}-fixed", tools=[echo, fixed], max_tool_failures=50
+        )
+        resumed = await asyncio.wait_for(agent.aresume(result.run_id), DEADLINE)
+    assert resumed.status == "completed" and resumed.final_output == "done", resumed.error
+    [request] = model.requests
+    sent = [m for m in request["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in sent] == ["c_echo", "c_probe"], sent
+    assert await _task_failures(client, result.run_id) == []

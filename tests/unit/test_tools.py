@@ -6,6 +6,7 @@ import asyncio
 import datetime
 import gc
 import logging
+import math
 import threading
 import time
 import uuid
@@ -20,6 +21,7 @@ from agentor_temporal.activities.tooldef import (
     parse_docstring,
     tool_context,
 )
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.policies import BLOCKING_STEP
 
 
@@ -94,6 +96,25 @@ def test_options_and_agentor_compat_names() -> None:
     assert approval.spec().approval == "predicate" and approval.needs_approval({"amount": 11})
     with pytest.raises(ValueError, match="tool name"):
         function_tool(name="bad name")(plain)
+
+
+@pytest.mark.parametrize("setting", ["timeout", "approval_timeout"])
+@pytest.mark.parametrize("value", [math.inf, math.nan, 1e20, 0, -5, True, "5"])
+def test_a_time_no_run_can_wait_for_is_refused_when_defined(setting: str, value: object) -> None:
+    """inf, NaN or 1e20 seconds failed every workflow task of a run that called the tool."""
+
+    def plain() -> str:
+        return "x"
+
+    with pytest.raises(ValueError, match=f"^{setting} must be a positive number of seconds"):
+        function_tool(**{setting: value})(plain)
+    # changed after it was built: refused when a worker takes its spec
+    tool = function_tool(**{setting: 60})(plain)
+    setattr(tool, setting, value)
+    with pytest.raises(ValueError, match=f"^{setting} must be a positive number of seconds"):
+        tool.spec()
+    longest = function_tool(**{setting: policies.MAX_WAIT_SECONDS})(plain)
+    assert getattr(longest.spec(), setting) == policies.MAX_WAIT_SECONDS
 
 
 async def test_an_approval_predicate_runs_beside_the_loop_and_is_given_up_on_when_slow() -> None:
