@@ -118,6 +118,9 @@ class AgentRunWorkflow(Continuing):
         self._deadline: Deadline | None = None
         #: set when the run stopped itself at its time limit: its `run_end` error
         self._out_of_time: str | None = None
+        #: set when the run stopped itself mid-turn, its history near Temporal's
+        #: limits (`policies.HISTORY_STOPS_SHORT`): its `run_end` error
+        self._overgrown: str | None = None
         #: the turn whose model request is in flight, if one is
         self._asking: int | None = None
         #: the turn whose request was in flight when the run was stopped, and what
@@ -252,8 +255,9 @@ class AgentRunWorkflow(Continuing):
                     for event in exc.results:
                         event.turn = self._turn
                         self._journal.record(event)
-                if self._out_of_time is not None:
-                    # stopped by its own time limit, not cancelled: it fails, resumable
+                if self._out_of_time is not None or self._overgrown is not None:
+                    # stopped by its own time limit or history, not cancelled: it
+                    # fails, resumable
                     return await self._end(
                         "failed", seg, turn=self._turn or None, error=self._stop_error()
                     )
@@ -267,33 +271,76 @@ class AgentRunWorkflow(Continuing):
                 raise
 
     async def _within_limit(self, inp: AgentRunInput, seg: Setup) -> dict[str, Any]:
-        """The loop; stopped as a cancel would, shortly before the run's time limit.
+        """The loop; stopped as a cancel would, shortly before the run's time limit,
+        or mid-turn when its history nears Temporal's limits (`policies.HISTORY_STOPS_SHORT`).
 
         Raises:
             asyncio.CancelledError: the run was cancelled, or stopped at its limit
-                (`_out_of_time` set); `TurnCancelled` when its turn's calls are kept.
+                (`_out_of_time` set) or by its history (`_overgrown` set);
+                `TurnCancelled` when its turn's calls are kept.
         """
         if level() >= policies.DEADLINE_SETTLES:
             self._deadline = run_deadline(seg.carry)
-        if self._deadline is None:
+        watched = level() >= policies.HISTORY_STOPS_SHORT
+        if self._deadline is None and not watched:
             return await self._loop(inp, seg)
-        self._tools.settle_by = self._deadline.settle_by.timestamp()
-        self._generation.settle_by = self._tools.settle_by
         loop = asyncio.ensure_future(self._loop(inp, seg))
-        left = (self._deadline.stop_at - workflow.now()).total_seconds()
-        timer = asyncio.ensure_future(workflow.sleep(max(left, 0.0), summary="time limit"))
+        stops: list[asyncio.Future[Any]] = []
+        timer: asyncio.Future[Any] | None = None
+        if self._deadline is not None:
+            self._tools.settle_by = self._deadline.settle_by.timestamp()
+            self._generation.settle_by = self._tools.settle_by
+            left = (self._deadline.stop_at - workflow.now()).total_seconds()
+            timer = asyncio.ensure_future(workflow.sleep(max(left, 0.0), summary="time limit"))
+            stops.append(timer)
+        grown: asyncio.Future[Any] | None = None
+        if watched:
+            # no command: a condition read in each workflow task
+            grown = asyncio.ensure_future(workflow.wait_condition(self._grown_mid_turn))
+            stops.append(grown)
         try:
-            await workflow.wait([loop, timer], return_when=asyncio.FIRST_COMPLETED)
+            await workflow.wait([loop, *stops], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             # the run is cancelled: its loop settles the turn, as it would unwrapped
             loop.cancel()
-        if not loop.done() and timer.done():
+        if not loop.done() and timer is not None and timer.done() and self._deadline:
             self._out_of_time = self._deadline.error(cut_off=self._asking)
             self._tools.stopped_by = "the run reached its time limit"
             loop.cancel()
-        if not timer.done():
-            timer.cancel()
+        elif not loop.done() and grown is not None and grown.done():
+            self._overgrown = self._grown_error()
+            self._tools.stopped_by = "the run's history neared Temporal's limits"
+            loop.cancel()
+        for stop in stops:
+            if not stop.done():
+                stop.cancel()
         return await loop
+
+    def _grown_mid_turn(self) -> bool:
+        """Whether the running loop's history passed what a run may grow to mid-turn.
+
+        A run waiting for a person stops itself (`Approvals.gate`); a closing or
+        continuing one is past the point where stopping could help.
+        """
+        if self._status != "running" or self._approvals.awaiting:
+            return False
+        info = workflow.info()
+        return (
+            info.get_current_history_size() > policies.PAUSED_HISTORY_BYTES
+            or info.get_current_history_length() > policies.PAUSED_HISTORY_EVENTS
+        )
+
+    def _grown_error(self) -> str:
+        """The `run_end` error of a run stopped by its history mid-turn."""
+        gauge = HistoryGauge.now()
+        return (
+            f"The run stopped mid-turn: its history reached {gauge.bytes / 1e6:.1f} MB and "
+            f"{gauge.events:,} events (it stops at {policies.PAUSED_HISTORY_BYTES / 1e6:g} MB "
+            f"or {policies.PAUSED_HISTORY_EVENTS:,} events; Temporal terminates a run at 50 MB "
+            "or 51,200 events, and a run continues as new only between turns). Every signal "
+            "or update sent to a run adds to its history: find what sent it so many. The "
+            "calls that ran are recorded, and resume(run_id) continues it."
+        )
 
     async def _loop(self, inp: AgentRunInput, seg: Setup) -> dict[str, Any]:
         spec = seg.spec
@@ -471,6 +518,8 @@ class AgentRunWorkflow(Continuing):
         waited = self._generation.unanswered
         if self._out_of_time is not None and self._deadline is not None:
             return self._deadline.error(cut_off, kept=kept, waited=waited)
+        if self._overgrown is not None:
+            return self._overgrown + model_request(cut_off, kept=kept, waited=waited)
         return CANCELLED + model_request(cut_off, kept=kept, waited=waited)
 
     async def _run_tools(
