@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.deadline import Deadline, model_request, run_deadline
     from agentor_temporal.workflows.formatting import call_summary
     from agentor_temporal.workflows.generation import AnswerKept, Generation
+    from agentor_temporal.workflows.history_watch import HistoryWatch
     from agentor_temporal.workflows.input_limits import depth_problem, input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
@@ -279,41 +280,31 @@ class AgentRunWorkflow(Continuing):
                 (`_out_of_time` set) or by its history (`_overgrown` set);
                 `TurnCancelled` when its turn's calls are kept.
         """
+        if level() >= policies.HISTORY_STOPS_SHORT:
+            # around the turn's waits only: a run that never nears the limits
+            # issues the commands it did before, in the same workflow tasks
+            watch = HistoryWatch(self._grown_mid_turn, self._stop_grown)
+            self._tools.watch = self._generation.watch = watch
         if level() >= policies.DEADLINE_SETTLES:
             self._deadline = run_deadline(seg.carry)
-        watched = level() >= policies.HISTORY_STOPS_SHORT
-        if self._deadline is None and not watched:
+        if self._deadline is None:
             return await self._loop(inp, seg)
+        self._tools.settle_by = self._deadline.settle_by.timestamp()
+        self._generation.settle_by = self._tools.settle_by
         loop = asyncio.ensure_future(self._loop(inp, seg))
-        stops: list[asyncio.Future[Any]] = []
-        timer: asyncio.Future[Any] | None = None
-        if self._deadline is not None:
-            self._tools.settle_by = self._deadline.settle_by.timestamp()
-            self._generation.settle_by = self._tools.settle_by
-            left = (self._deadline.stop_at - workflow.now()).total_seconds()
-            timer = asyncio.ensure_future(workflow.sleep(max(left, 0.0), summary="time limit"))
-            stops.append(timer)
-        grown: asyncio.Future[Any] | None = None
-        if watched:
-            # no command: a condition read in each workflow task
-            grown = asyncio.ensure_future(workflow.wait_condition(self._grown_mid_turn))
-            stops.append(grown)
+        left = (self._deadline.stop_at - workflow.now()).total_seconds()
+        timer = asyncio.ensure_future(workflow.sleep(max(left, 0.0), summary="time limit"))
         try:
-            await workflow.wait([loop, *stops], return_when=asyncio.FIRST_COMPLETED)
+            await workflow.wait([loop, timer], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             # the run is cancelled: its loop settles the turn, as it would unwrapped
             loop.cancel()
-        if not loop.done() and timer is not None and timer.done() and self._deadline:
+        if not loop.done() and timer.done():
             self._out_of_time = self._deadline.error(cut_off=self._asking)
             self._tools.stopped_by = "the run reached its time limit"
             loop.cancel()
-        elif not loop.done() and grown is not None and grown.done():
-            self._overgrown = self._grown_error()
-            self._tools.stopped_by = "the run's history neared Temporal's limits"
-            loop.cancel()
-        for stop in stops:
-            if not stop.done():
-                stop.cancel()
+        if not timer.done():
+            timer.cancel()
         return await loop
 
     def _grown_mid_turn(self) -> bool:
@@ -329,6 +320,11 @@ class AgentRunWorkflow(Continuing):
             info.get_current_history_size() > policies.PAUSED_HISTORY_BYTES
             or info.get_current_history_length() > policies.PAUSED_HISTORY_EVENTS
         )
+
+    def _stop_grown(self) -> None:
+        """Note why the run stops, before the watch cancels its wait (`HistoryWatch`)."""
+        self._overgrown = self._grown_error()
+        self._tools.stopped_by = "the run's history neared Temporal's limits"
 
     def _grown_error(self) -> str:
         """The `run_end` error of a run stopped by its history mid-turn."""

@@ -429,10 +429,11 @@ PAUSE_STOPS_SHORT = 15
 #: From this level a run whose history passes PAUSED_HISTORY_BYTES or
 #: PAUSED_HISTORY_EVENTS mid-turn, not waiting for a person (a tool running
 #: for long, its model request in flight), stops as a cancel would, failed and
-#: resumable, keeping what its calls did (`AgentRunWorkflow._within_limit`). It
-#: cannot continue as new mid-turn either, and 25 junk signals of 2 MB sent
-#: while a tool ran an hour took it to Temporal's 50 MB, where the server
-#: terminated it, its turn lost.
+#: resumable, keeping what its calls did (`history_watch`: its tool calls' and
+#: model request's waits are watched, not the whole loop). It cannot continue
+#: as new mid-turn either, and 25 junk signals of 2 MB sent while a tool ran an
+#: hour took it to Temporal's 50 MB, where the server terminated it, its turn
+#: lost.
 HISTORY_STOPS_SHORT = 16
 #: Loop steps the run gives a turn's completions before cancelling its calls
 #: (a completion needs two: its handle's, then its call's).
