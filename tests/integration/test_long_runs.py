@@ -29,7 +29,7 @@ from temporalio.worker import Replayer
 
 from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.streaming import follow
-from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Fail, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow, policies
 from agentor_temporal.workflows.policies import HISTORY_LIMIT_BYTES, MAX_REQUEST_BYTES
@@ -666,4 +666,35 @@ async def test_a_run_flooded_with_signals_while_a_tool_runs_stops_resumable_befo
     assert "history" in (answers["call_crawl"].result or ""), answers["call_crawl"]
     assert answers["call_crawl_2"].result == "crawled a.example"
     # the chunk was read once
+    assert len(ledger_lines(ledger)) == 1
+
+
+async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_keeps_the_answer(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its model request in flight, a run whose history nears Temporal's limits stops as a
+    cancel would: the answer that comes is recorded, and resume goes on from it unasked."""
+    ledger = str(tmp_path / "ledger")
+    script = [Hang(4, CallTool("read_chunk", {"n": 1}, id="call_read")), Reply("Read.")]
+    with ScriptedModelServer(script) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 100)])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Read.", max_turns=10)
+            await asyncio.to_thread(model.wait_for_requests, 1)
+            handle = client.get_workflow_handle(run_id)
+            state = await handle.query("state", result_type=dict)
+            monkeypatch.setattr(
+                policies, "PAUSED_HISTORY_BYTES", state["history_bytes"] + 1_000_000
+            )
+            for _ in range(6):  # 1.8 MB of junk, while the model thinks
+                await handle.signal("decide_signal", "x" * 300_000)
+            outcome = await asyncio.wait_for(handle.result(), 30)
+            result = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"], outcome
+    assert "model answer came after the stop and is recorded" in outcome["error"]
+    assert result.status == "completed" and result.final_output == "Read."
+    assert model.request_count == 2  # the kept answer was not asked for again
     assert len(ledger_lines(ledger)) == 1
