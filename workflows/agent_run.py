@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.deadline import Deadline, model_request, run_deadline
     from agentor_temporal.workflows.formatting import call_summary
     from agentor_temporal.workflows.generation import AnswerKept, Generation
+    from agentor_temporal.workflows.history_watch import HistoryWatch
     from agentor_temporal.workflows.input_limits import depth_problem, input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
@@ -118,6 +119,9 @@ class AgentRunWorkflow(Continuing):
         self._deadline: Deadline | None = None
         #: set when the run stopped itself at its time limit: its `run_end` error
         self._out_of_time: str | None = None
+        #: set when the run stopped itself mid-turn, its history near Temporal's
+        #: limits (`policies.HISTORY_STOPS_SHORT`): its `run_end` error
+        self._overgrown: str | None = None
         #: the turn whose model request is in flight, if one is
         self._asking: int | None = None
         #: the turn whose request was in flight when the run was stopped, and what
@@ -252,8 +256,9 @@ class AgentRunWorkflow(Continuing):
                     for event in exc.results:
                         event.turn = self._turn
                         self._journal.record(event)
-                if self._out_of_time is not None:
-                    # stopped by its own time limit, not cancelled: it fails, resumable
+                if self._out_of_time is not None or self._overgrown is not None:
+                    # stopped by its own time limit or history, not cancelled: it
+                    # fails, resumable
                     return await self._end(
                         "failed", seg, turn=self._turn or None, error=self._stop_error()
                     )
@@ -267,12 +272,19 @@ class AgentRunWorkflow(Continuing):
                 raise
 
     async def _within_limit(self, inp: AgentRunInput, seg: Setup) -> dict[str, Any]:
-        """The loop; stopped as a cancel would, shortly before the run's time limit.
+        """The loop; stopped as a cancel would, shortly before the run's time limit,
+        or mid-turn when its history nears Temporal's limits (`policies.HISTORY_STOPS_SHORT`).
 
         Raises:
             asyncio.CancelledError: the run was cancelled, or stopped at its limit
-                (`_out_of_time` set); `TurnCancelled` when its turn's calls are kept.
+                (`_out_of_time` set) or by its history (`_overgrown` set);
+                `TurnCancelled` when its turn's calls are kept.
         """
+        if level() >= policies.HISTORY_STOPS_SHORT:
+            # around the turn's waits only: a run that never nears the limits
+            # issues the commands it did before, in the same workflow tasks
+            watch = HistoryWatch(self._grown_mid_turn, self._stop_grown)
+            self._tools.watch = self._generation.watch = watch
         if level() >= policies.DEADLINE_SETTLES:
             self._deadline = run_deadline(seg.carry)
         if self._deadline is None:
@@ -294,6 +306,37 @@ class AgentRunWorkflow(Continuing):
         if not timer.done():
             timer.cancel()
         return await loop
+
+    def _grown_mid_turn(self) -> bool:
+        """Whether the running loop's history passed what a run may grow to mid-turn.
+
+        A run waiting for a person stops itself (`Approvals.gate`); a closing or
+        continuing one is past the point where stopping could help.
+        """
+        if self._status != "running" or self._approvals.awaiting:
+            return False
+        info = workflow.info()
+        return (
+            info.get_current_history_size() > policies.PAUSED_HISTORY_BYTES
+            or info.get_current_history_length() > policies.PAUSED_HISTORY_EVENTS
+        )
+
+    def _stop_grown(self) -> None:
+        """Note why the run stops, before the watch cancels its wait (`HistoryWatch`)."""
+        self._overgrown = self._grown_error()
+        self._tools.stopped_by = "the run's history neared Temporal's limits"
+
+    def _grown_error(self) -> str:
+        """The `run_end` error of a run stopped by its history mid-turn."""
+        gauge = HistoryGauge.now()
+        return (
+            f"The run stopped mid-turn: its history reached {gauge.bytes / 1e6:.1f} MB and "
+            f"{gauge.events:,} events (it stops at {policies.PAUSED_HISTORY_BYTES / 1e6:g} MB "
+            f"or {policies.PAUSED_HISTORY_EVENTS:,} events; Temporal terminates a run at 50 MB "
+            "or 51,200 events, and a run continues as new only between turns). Every signal "
+            "or update sent to a run adds to its history: find what sent it so many. The "
+            "calls that ran are recorded, and resume(run_id) continues it."
+        )
 
     async def _loop(self, inp: AgentRunInput, seg: Setup) -> dict[str, Any]:
         spec = seg.spec
@@ -471,6 +514,8 @@ class AgentRunWorkflow(Continuing):
         waited = self._generation.unanswered
         if self._out_of_time is not None and self._deadline is not None:
             return self._deadline.error(cut_off, kept=kept, waited=waited)
+        if self._overgrown is not None:
+            return self._overgrown + model_request(cut_off, kept=kept, waited=waited)
         return CANCELLED + model_request(cut_off, kept=kept, waited=waited)
 
     async def _run_tools(

@@ -24,6 +24,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message, fit
+from agentor_temporal.workflows.history_watch import HistoryWatch, watching
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
@@ -57,6 +58,9 @@ class Generation:
         #: set when a stopped run's request was not answered within the bound:
         #: the seconds it was waited for
         self.unanswered: float | None = None
+        #: stops the wait for an answer once the history nears Temporal's limits
+        #: (`policies.HISTORY_STOPS_SHORT`; None before)
+        self.watch: HistoryWatch | None = None
         #: (time, history length) of the workflow tasks this code last ran in, newest last
         self._tasks: list[tuple[float, int]] = []
         self._ran()
@@ -289,7 +293,8 @@ class Generation:
         A paid request stopped mid-answer is lost: resume would send it again.
         """
         try:
-            return await asyncio.shield(handle)
+            async with watching(self.watch):
+                return await asyncio.shield(handle)
         except asyncio.CancelledError:
             # an answer that came in the stop's own workflow task reaches its
             # handle a loop step or two later (see tool_calls' reading of it)

@@ -279,7 +279,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 15
+BEHAVIOUR = 16
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -436,6 +436,15 @@ GENERATION_KEPT = 14
 #: junk signals of 2 MB, reached Temporal's limit, and the server terminated
 #: the run.
 PAUSE_STOPS_SHORT = 15
+#: From this level a run whose history passes PAUSED_HISTORY_BYTES or
+#: PAUSED_HISTORY_EVENTS mid-turn, not waiting for a person (a tool running
+#: for long, its model request in flight), stops as a cancel would, failed and
+#: resumable, keeping what its calls did (`history_watch`: its tool calls' and
+#: model request's waits are watched, not the whole loop). It cannot continue
+#: as new mid-turn either, and 25 junk signals of 2 MB sent while a tool ran an
+#: hour took it to Temporal's 50 MB, where the server terminated it, its turn
+#: lost.
+HISTORY_STOPS_SHORT = 16
 #: Loop steps the run gives a turn's completions before cancelling its calls
 #: (a completion needs two: its handle's, then its call's).
 CANCEL_READ_STEPS = 4

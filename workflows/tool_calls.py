@@ -40,6 +40,7 @@ from agentor_temporal.workflows.approvals import (
 )
 from agentor_temporal.workflows.call_uses import CallUses, use_key
 from agentor_temporal.workflows.formatting import call_summary, failure_message
+from agentor_temporal.workflows.history_watch import HistoryWatch, watching
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.tracing import RunTrace
@@ -134,6 +135,9 @@ class ToolCalls:
         self.stopped_by = "the run was cancelled"
         #: `CallToolInput.settle_by` of the segment's calls (a run with a time limit)
         self.settle_by: float | None = None
+        #: stops the turn's wait once the history nears Temporal's limits
+        #: (`policies.HISTORY_STOPS_SHORT`; None before)
+        self.watch: HistoryWatch | None = None
 
     async def run_turn(
         self,
@@ -184,14 +188,16 @@ class ToolCalls:
         """The turn's results; when the run is cancelled meanwhile, what its calls did.
 
         Raises:
-            TurnCancelled: the run was cancelled, and some call ran to its end.
+            TurnCancelled: the run was cancelled (or stopped by its time limit or
+                its history's size), and some call ran to its end.
             asyncio.CancelledError: the run was cancelled, and the turn is to be
                 rewound on resume (see `_ended`).
             ApprovalExpired: an approval expired on a tool that fails the run;
                 from `policies.EXPIRY_KEEPS_CALLS` with every call's result.
         """
         try:
-            await workflow.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            async with watching(self.watch):
+                await workflow.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             failed = self._first_error(tasks)
             if self._keeps_calls(failed) and not all(task.done() for task in tasks):
                 # the run fails, but what its calls did is kept: none waits for a

@@ -103,6 +103,7 @@ REPLAYS = [
 KNOBS: dict[str, dict[str, int]] = {
     # a paused run stops at 40,000 events by default: signals to 80 take a second
     "behaviour_15_overgrown_pause_history": {"PAUSED_HISTORY_EVENTS": 80},
+    "behaviour_16_overgrown_turn_history": {"PAUSED_HISTORY_EVENTS": 80},
 }
 
 
@@ -635,6 +636,49 @@ OVERGROWN_PAUSE: Scenario = (
 )
 
 
+async def _overgrown_turn(agent: Agentor) -> str:
+    """Sent signals while a tool runs until its history passes the (lowered) limit: it stops
+    mid-turn, the finished call's result kept and the running one stopped."""
+    client = await agent._client()
+    run_id = await agent.astart("Look it up and check the weather.")
+    assert await asyncio.to_thread(MID_CALL["looking"].wait, 30)
+    handle = client.get_workflow_handle(run_id)
+    async with asyncio.timeout(30):  # the weather's answer is in: a call to keep
+        while not any(
+            b"Oslo" in e.activity_task_completed_event_attributes.SerializeToString()
+            for e in (await handle.fetch_history()).events
+        ):
+            await asyncio.sleep(0.05)
+    for _ in range(400):
+        try:
+            await handle.signal("decide_signal", {"request_id": "again", "decision": 1})
+        except RPCError:
+            break  # closed
+        await asyncio.sleep(0.02)
+    outcome = await handle.result()
+    assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"], outcome
+    events = await TemporalStore(client).aload(run_id)
+    results = {e.call_id: e.error for e in events if e.type == "tool_result"}
+    assert results["c_wx"] is None and results["c_l"] is not None, results
+    return run_id
+
+
+#: A run whose history nears Temporal's limits mid-turn stops as a cancel would
+#: (policies.HISTORY_STOPS_SHORT), recorded at level 16.
+OVERGROWN_TURN: Scenario = (
+    [
+        [
+            CallTool("get_weather", {"city": "Oslo"}, id="c_wx"),
+            CallTool("lookup", {"topic": "x"}, id="c_l"),
+        ],
+        Reply("never asked"),
+    ],
+    lambda: [weather_tool(), *_mid_call_tools()],
+    _overgrown_turn,
+    20,
+)
+
+
 async def _answer_kept(agent: Agentor, resume: bool = False) -> str:
     """Cancelled while its model request is in flight: the answer is waited for and recorded,
     its call not run; resumed, the run goes on from that answer without asking again."""
@@ -754,6 +798,9 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 15: a paused run sent signals until its history neared the
     # limits stops, its turn's results kept
     "behaviour_15_overgrown_pause_history": OVERGROWN_PAUSE,
+    # recorded at level 16: a run sent signals while a tool ran stops mid-turn short of
+    # the limits, its finished call's result kept
+    "behaviour_16_overgrown_turn_history": OVERGROWN_TURN,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

@@ -27,9 +27,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore
+from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.streaming import follow
-from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Fail, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow, policies
 from agentor_temporal.workflows.policies import HISTORY_LIMIT_BYTES, MAX_REQUEST_BYTES
@@ -584,3 +584,117 @@ async def test_a_paused_run_flooded_with_signals_stops_resumable_before_temporal
     lines = ledger_lines(ledger)
     assert sum(1 for line in lines if line.startswith("transfer")) == 1
     assert sum(1 for line in lines if line.endswith("call_read")) == 1
+
+
+async def test_a_run_flooded_with_signals_while_a_tool_runs_stops_resumable_before_the_limit(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mid-turn (a tool running for long, nobody asked to approve) a run cannot continue as
+    new either: one whose history nears Temporal's limits stops itself, failed, keeping its
+    finished call and answering the running one as stopped; resume goes on after it."""
+    ledger = str(tmp_path / "ledger")
+    started = asyncio.Event()
+    slow_calls = 0
+
+    @function_tool
+    async def crawl(site: str) -> str:
+        """Crawl a site (takes long; a cancel stops it).
+
+        Args:
+            site: Which site.
+        """
+        nonlocal slow_calls
+        slow_calls += 1
+        if slow_calls == 1:
+            started.set()
+            await asyncio.sleep(60)
+        return f"crawled {site}"
+
+    def respond(request: dict[str, Any]) -> Any:
+        answers = [m for m in request["messages"] if m["role"] == "tool"]
+        if not answers:
+            return [
+                CallTool("read_chunk", {"n": 1}, id="call_read"),
+                CallTool("crawl", {"site": "a.example"}, id="call_crawl"),
+            ]
+        if len(answers) == 2:
+            # told the crawl was stopped: asks for it again
+            return CallTool("crawl", {"site": "a.example"}, id="call_crawl_2")
+        return Reply("Read and crawled.")
+
+    with ScriptedModelServer(respond) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 100), crawl])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Read and crawl.", max_turns=10)
+            await asyncio.wait_for(started.wait(), 30)
+            handle = client.get_workflow_handle(run_id)
+            # the read's result reached the run: it has a call to keep
+            async with asyncio.timeout(30):
+                while not any(
+                    b"chunk 1: " in e.activity_task_completed_event_attributes.SerializeToString()
+                    for e in (await handle.fetch_history()).events
+                ):
+                    await asyncio.sleep(0.05)
+            state = await handle.query("state", result_type=dict)
+            limit = state["history_bytes"] + 1_000_000
+            monkeypatch.setattr(policies, "PAUSED_HISTORY_BYTES", limit)
+            # junk signals while the crawl runs, 3 MB a second: each one in history. The
+            # crawl hears of its stop with its next heartbeat's answer, seconds later
+            for _ in range(100):
+                try:
+                    await handle.signal("decide_signal", "x" * 300_000)
+                except RPCError:
+                    break  # the run closed: Temporal refuses signals to it
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the run still runs after 100 signals of 300 kB")
+            description = await handle.describe()
+            outcome = await asyncio.wait_for(handle.result(), 30)
+            result = await asyncio.wait_for(agent.aresume(run_id), 60)
+    # closed by the run itself, short of the limit, not terminated by the server
+    assert description.status == WorkflowExecutionStatus.COMPLETED
+    info = description.raw_description.workflow_execution_info
+    assert limit < info.history_size_bytes < limit + 20_000_000
+    assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"]
+    assert "resume(run_id)" in outcome["error"]
+    assert result.status == "completed" and result.final_output == "Read and crawled."
+    answers = {e.call_id: e for e in result.events if e.type == "tool_result"}
+    assert answers["call_read"].error is None and answers["call_read"].result
+    assert "history" in (answers["call_crawl"].result or ""), answers["call_crawl"]
+    assert answers["call_crawl_2"].result == "crawled a.example"
+    # the chunk was read once
+    assert len(ledger_lines(ledger)) == 1
+
+
+async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_keeps_the_answer(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its model request in flight, a run whose history nears Temporal's limits stops as a
+    cancel would: the answer that comes is recorded, and resume goes on from it unasked."""
+    ledger = str(tmp_path / "ledger")
+    script = [Hang(4, CallTool("read_chunk", {"n": 1}, id="call_read")), Reply("Read.")]
+    with ScriptedModelServer(script) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 100)])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Read.", max_turns=10)
+            await asyncio.to_thread(model.wait_for_requests, 1)
+            handle = client.get_workflow_handle(run_id)
+            state = await handle.query("state", result_type=dict)
+            monkeypatch.setattr(
+                policies, "PAUSED_HISTORY_BYTES", state["history_bytes"] + 1_000_000
+            )
+            for _ in range(6):  # 1.8 MB of junk, while the model thinks
+                await handle.signal("decide_signal", "x" * 300_000)
+            outcome = await asyncio.wait_for(handle.result(), 30)
+            result = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"], outcome
+    assert "model answer came after the stop and is recorded" in outcome["error"]
+    assert result.status == "completed" and result.final_output == "Read."
+    assert model.request_count == 2  # the kept answer was not asked for again
+    assert len(ledger_lines(ledger)) == 1

@@ -1,0 +1,57 @@
+"""`HistoryWatch`: stops a run's long waits mid-turn once its history nears Temporal's limits.
+
+Mid-turn a run cannot continue as new, and every signal or update sent to it
+while a tool runs or its model request is in flight adds to its history; at
+50 MB or 51,200 events the server terminates it, its turn lost. So from
+`policies.HISTORY_STOPS_SHORT` the turn's waits (its tool calls', its model
+request's) are watched: when the history passes what a run may grow to, the
+task that waits is cancelled there, as a cancel of the run would, and the run
+settles the turn and fails, resumable. The watch is a condition, read in each
+workflow task, that issues no command, and it is set only around those
+waits: a run that never nears the limits records the history it always did
+(wrapping the whole loop in a task beside a watcher moved the first search-
+attribute upsert into a command of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+
+from temporalio import workflow
+
+
+class HistoryWatch:
+    """Cancels the waiting task when `grown()` holds, after calling `stop()`.
+
+    `grown` is read in every workflow task while a watched wait is under way;
+    `stop` notes why the run stops (its `run_end` error, what the calls'
+    answers say) before the cancel reaches the wait.
+    """
+
+    def __init__(self, grown: Callable[[], bool], stop: Callable[[], None]) -> None:
+        self._grown = grown
+        self._stop = stop
+
+    @asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        """Within: the current task is cancelled should the history grow past the limit."""
+        waiting = asyncio.current_task()
+        assert waiting is not None  # workflow code runs in tasks
+        watch = asyncio.ensure_future(self._cancel_when_grown(waiting))
+        try:
+            yield
+        finally:
+            if not watch.done():
+                watch.cancel()
+
+    async def _cancel_when_grown(self, waiting: asyncio.Task[object]) -> None:
+        await workflow.wait_condition(self._grown)
+        self._stop()
+        waiting.cancel()
+
+
+def watching(watch: HistoryWatch | None) -> AbstractAsyncContextManager[None]:
+    """`watch.watching()`, or nothing to enter for a run recorded before the watch."""
+    return nullcontext() if watch is None else watch.watching()
