@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import os
 import re
@@ -177,8 +178,10 @@ async def test_a_tools_exception_never_shows_the_key(
         Raw(f"<html>502 for key {API_KEY}</html>", 502, "text/html"),
         Raw(f'{{"choices": "no", "echo": "{API_KEY}"}}'),
         Raw(f'{{"truncated": "{API_KEY}'),
+        # the key across the 200th character of the reply's text, where its error cuts it
+        Raw(json.dumps({"choices": "x" * 177 + API_KEY})),
     ],
-    ids=["html-200", "html-502", "malformed-json", "broken-json"],
+    ids=["html-200", "html-502", "malformed-json", "broken-json", "key-at-the-cut"],
 )
 async def test_replies_that_are_not_completions_never_show_the_key(
     client: Client,
@@ -209,7 +212,8 @@ async def test_replies_that_are_not_completions_never_show_the_key(
         "store": _store_text(tmp_path),
         "logs": _log_text(warnings_log),
     }
-    assert not _found(where, [API_KEY, URL_USER, URL_PASSWORD])
+    # no part of the key either: a text cut inside it keeps its start
+    assert not _found(where, [API_KEY, API_KEY[:10], URL_USER, URL_PASSWORD])
 
 
 async def test_a_read_timeout_never_shows_url_credentials(
@@ -336,6 +340,44 @@ async def test_a_stores_error_never_shows_its_credentials(
     }
     assert not _found(where, [API_KEY, URL_PASSWORD])
     assert "could not connect to postgresql://***@127.0.0.1" in where["history"]
+
+
+async def test_a_long_error_cut_for_its_log_line_never_shows_part_of_the_key(
+    client: Client, task_queue: str, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """An approval predicate's long exception, cut for its log line with the key across the
+    cut: no piece of the key is logged (the log filter masks only whole keys)."""
+    from agentor_temporal import function_tool
+
+    def over(amount: float, to: str) -> bool:
+        # "RuntimeError: " and the padding put the key across the log line's 2,000th character
+        raise RuntimeError("x" * 1976 + API_KEY + "y" * 2000)
+
+    @function_tool(requires_approval=over)
+    def transfer(amount: float, to: str) -> str:
+        """Send money.
+
+        Args:
+            amount: How much.
+            to: To whom.
+        """
+        return "sent"
+
+    script = [CallTool("transfer", {"amount": 5, "to": "bob"}), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key=API_KEY,
+            tools=[transfer],
+        )
+        paused = await agent.arun(PROMPT)
+    await client.get_workflow_handle(paused.run_id).terminate("test done")
+    assert paused.status == "awaiting_approval", paused.error
+    logs = _log_text(warnings_log)
+    assert "Approval predicate of transfer failed" in logs, logs[:300]
+    assert not _found({"logs": logs}, [API_KEY, API_KEY[:10]])
 
 
 def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
