@@ -171,7 +171,11 @@ def header_secrets(name: str, value: object) -> list[str]:
 
     The whole value, the token after an auth scheme (`Bearer <token>`), the
     `user:password` and password inside a Basic one, and each cookie's value.
+    A value given as bytes (a key read from a file in binary mode) is sent as
+    it is, so it is a credential as its text.
     """
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
     if not isinstance(value, str) or name.strip().lower() in _PLAIN_HEADERS:
         return []
     found = [value.strip()]

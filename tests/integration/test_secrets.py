@@ -434,6 +434,12 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
             Reply("hello"),
             token,
         ),
+        # a key read from a file in binary mode: the client sends bytes as they are
+        "bytes-header": (
+            {"default_headers": {"api-key": token.encode()}},
+            Fail(401, f"Access denied due to invalid subscription key {token}"),
+            token,
+        ),
         "extra-body": ({"extra_body": {"api_key": token}}, Reply("hello"), token),
         "model-setting": ({"metadata": {"session_token": token}}, Reply("hello"), token),
     }[case]
@@ -450,6 +456,7 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
         "key-urlencoded",
         "key-base64",
         "default-headers",
+        "bytes-header",
         "extra-body",
         "model-setting",
     ],
