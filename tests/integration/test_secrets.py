@@ -441,6 +441,11 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
             token,
         ),
         "extra-body": ({"extra_body": {"api_key": token}}, Reply("hello"), token),
+        "listed-tokens": (
+            {"metadata": {"session_tokens": ["short", token]}},
+            Fail(401, f"session {token} has expired"),
+            token,
+        ),
         "model-setting": ({"metadata": {"session_token": token}}, Reply("hello"), token),
     }[case]
 
@@ -458,6 +463,7 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
         "default-headers",
         "bytes-header",
         "extra-body",
+        "listed-tokens",
         "model-setting",
     ],
 )
