@@ -195,19 +195,45 @@ def header_secrets(name: str, value: object) -> list[str]:
     return list(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET_CHARS))
 
 
+#: Shortest piece of a secret's base64 inside a longer base64 text that is
+#: masked (12 bytes of the secret): a shorter run of base64 letters could be
+#: anything, and masking it would garble unrelated text.
+MIN_BASE64_PIECE = 16
+
+
 def secret_forms(secret: str) -> list[str]:
     """`secret` and the encodings a server may echo it in.
 
     Percent-encoded (as `quote` and `quote_plus` write it: a key sent in a
     query or a form) and base64 (standard and URL-safe, padded or not: how a
-    Basic header carries `user:password`). Not found: the secret's base64
-    inside a longer base64 text, whose alignment differs.
+    Basic header carries `user:password`), and the secret's base64 inside a
+    longer base64 text (an env file holding the key, base64'd as a Kubernetes
+    secret keeps it): at each of base64's three alignments, the characters
+    that encode the secret's bytes alone, all but at most two bytes at each
+    end (`_base64_pieces`).
     """
     forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
     raw = secret.encode("utf-8", "surrogatepass")
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms += [encoded.decode(), encoded.decode().rstrip("=")]
+    forms += _base64_pieces(raw)
     return list(dict.fromkeys(forms))
+
+
+def _base64_pieces(raw: bytes) -> list[str]:
+    """The base64 characters that encode `raw` alone when it begins 0, 1 or 2 bytes into a
+    3-byte group of a longer text (both alphabets)."""
+    pieces = []
+    for shift in range(3):
+        # the groups wholly inside `raw`: from the first boundary on, to the last
+        start = (3 - shift) % 3
+        whole = (len(raw) - start) // 3 * 3
+        if whole * 4 // 3 < MIN_BASE64_PIECE:
+            continue
+        piece = raw[start : start + whole]
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            pieces.append(encode(piece).decode())
+    return pieces
 
 
 def redact_url(url: str) -> str:

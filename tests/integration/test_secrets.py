@@ -608,3 +608,55 @@ async def test_a_key_echoed_json_escaped_by_a_tool_never_shows(
     texts = {"result": answer.result, "error": answer.error or "", "model": sent}
     texts["logs"] = _log_text(warnings_log)
     assert not _found(texts, [echoed, SLASHED_KEY])
+
+
+def _base64_hides(text: str, secret: str) -> bool:
+    """Whether no base64 run in `text`, read from any of its 4 character offsets, decodes
+    to bytes holding `secret` (standard or URL-safe alphabet)."""
+    for run in re.findall(r"[A-Za-z0-9+/_\-]{8,}", text):
+        for start in range(4):
+            part = run[start:]
+            part = part[: len(part) // 4 * 4].replace("-", "+").replace("_", "/")
+            if secret.encode() in base64.b64decode(part):
+                return False
+    return True
+
+
+async def test_a_key_inside_a_longer_base64_text_never_shows(
+    client: Client, task_queue: str, tmp_path: Path, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """A tool returning base64 of a text holding the key (a Kubernetes secret's env file), at
+    each of base64's three alignments: no base64 run in what is recorded decodes to it."""
+    from agentor_temporal import function_tool
+
+    prefixes = ("KEY=", "export KEY=", "OPENAI_API_KEY=")
+    assert sorted(len(prefix) % 3 for prefix in prefixes) == [0, 1, 2]
+    files = [f"{prefix}{API_KEY}\n" for prefix in prefixes]
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        data = {f"f{i}": base64.b64encode(f.encode()).decode() for i, f in enumerate(files)}
+        data["url"] = base64.urlsafe_b64encode(files[1].encode()).decode()
+        return json.dumps({"kind": "Secret", "data": data})
+
+    with ScriptedModelServer([CallTool("get_weather", {"city": "London"}), Reply("ok")]) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+            tools=[get_weather],
+        )
+        result = await agent.arun(PROMPT)
+        sent = model.requests[-1]["messages"][-1]["content"]
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert "***" in answer.result and '"kind": "Secret"' in answer.result, answer.result
+    texts = {"result": answer.result, "model": sent, "store": _store_text(tmp_path)}
+    assert [name for name, text in texts.items() if not _base64_hides(text, API_KEY)] == []
