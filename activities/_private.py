@@ -112,7 +112,10 @@ def tool_heartbeats(name: str) -> Iterator[None]:
         nonlocal warned
         if details and not warned:
             warned = True
-            logger.debug("Tool %s heartbeat details are not recorded: %.200r", name, details)
+            # cut here, redacted first (`clip`): `%.200r` would cut inside a key
+            logger.debug(
+                "Tool %s heartbeat details are not recorded: %s", name, clip(repr(details), 200)
+            )
         if send is not None:
             send()
         elif original is not None and _on_loop(loop):

@@ -380,6 +380,44 @@ async def test_a_long_error_cut_for_its_log_line_never_shows_part_of_the_key(
     assert not _found({"logs": logs}, [API_KEY, API_KEY[:10]])
 
 
+async def test_a_tools_heartbeat_details_never_show_part_of_the_key(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tool beating with details that hold the key: they are not recorded, and the DEBUG
+    line saying so, which cuts them to 200 characters, shows no piece of the key."""
+    from temporalio import activity
+
+    from agentor_temporal import function_tool
+
+    caplog.set_level(logging.DEBUG, logger="agentor_temporal.activities._private")
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        # "('" and the padding put the key across the line's 200-character cut
+        activity.heartbeat("x" * 188 + API_KEY)
+        return "sunny"
+
+    script = [CallTool("get_weather", {"city": "London"}), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key=API_KEY,
+            tools=[get_weather],
+        )
+        result = await agent.arun(PROMPT)
+    assert result.status == "completed", result.error
+    logs = _log_text(caplog)
+    assert "heartbeat details are not recorded" in logs
+    assert not _found({"logs": logs}, [API_KEY, API_KEY[:10]])
+
+
 def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
     """A connection failure with TEMPORAL_API_KEY set does not print the key."""
     port = free_port()
