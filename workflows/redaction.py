@@ -98,13 +98,36 @@ def mask_secret(text: str, secret: str) -> str:
     """`text` with `secret` masked, as it is and JSON-escaped (in any mix of escapes)."""
     if secret in text:
         text = text.replace(secret, MASK)
-    if "\\" in text:
-        # an escape is a backslash: without one, the plain form was all there was
+    # an escape is a backslash: without one, the plain form was all there was
+    if "\\" in text and _may_hold_escaped(text, secret):
         text = _escaped(secret).sub(MASK, text)
     return text
 
 
-@functools.lru_cache(maxsize=256)
+_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+
+
+def _may_hold_escaped(text: str, secret: str) -> bool:
+    """Whether `text` may hold `secret` JSON-escaped: it does when its escapes decoded
+    and its backslashes dropped (`_unescaped`) hold the secret.
+
+    A quick test before `_escaped`'s pattern, which is slow on long texts (each
+    character of the secret an alternation) and is run for every known form.
+    Never wrong the other way for a secret of printable characters in the basic
+    plane without a backslash; for any other the pattern decides alone.
+    """
+    if "\\" in secret or not secret.isprintable() or any(ord(c) > 0xFFFF for c in secret):
+        return True
+    return secret in _unescaped(text)
+
+
+@functools.lru_cache(maxsize=4)  # one text is tested against every known form in turn
+def _unescaped(text: str) -> str:
+    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).replace("\\", "")
+
+
+# one pattern per known form: a worker with a few dozen credentials knows hundreds
+@functools.lru_cache(maxsize=2048)
 def _escaped(secret: str) -> re.Pattern[str]:
     """`secret` as JSON may write it: each character as it is or escaped.
 
