@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import activity
 
-from agentor_temporal.activities import _starts
+from agentor_temporal.activities import _redact, _starts
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.policies import HEARTBEAT_INTERVAL
 
@@ -112,7 +112,10 @@ def tool_heartbeats(name: str) -> Iterator[None]:
         nonlocal warned
         if details and not warned:
             warned = True
-            logger.debug("Tool %s heartbeat details are not recorded: %.200r", name, details)
+            # cut here, redacted first (`clip`): `%.200r` would cut inside a key
+            logger.debug(
+                "Tool %s heartbeat details are not recorded: %s", name, clip(repr(details), 200)
+            )
         if send is not None:
             send()
         elif original is not None and _on_loop(loop):
@@ -268,14 +271,23 @@ def waited() -> float:
 
 
 def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """`text` cut to `limit` characters, saying so when it was cut."""
+    """`text` cut to `limit` characters, saying so when it was cut.
+
+    Redacted first (`_redact.clean`): a cut inside a key or a URL's credentials
+    would leave a piece that no later redaction recognises.
+    """
+    text = _redact.clean(text)
     if len(text) <= limit:
         return text
     return text[:limit] + f"... [truncated {len(text) - limit} characters]"
 
 
 def excerpt(text: str, head: int = LOG_HEAD_CHARS, tail: int = LOG_TAIL_CHARS) -> str:
-    """`text` for a log line: whole if short, else its start, its end and its size."""
+    """`text` for a log line: whole if short, else its start, its end and its size.
+
+    Redacted first, as `clip` is: the log filter cannot mask a key cut in two.
+    """
+    text = _redact.clean(text)
     if len(text) <= head + tail:
         return text
     return (

@@ -68,6 +68,43 @@ LOGGERS = (
     "temporalio.workflow",
     "temporalio.worker._activity",
     "temporalio.worker._workflow_instance",
+    # each module logger of the libraries, by name too (a parent's filter does
+    # not see a child's records: `httpcore2.http11` logs the response's headers
+    # at DEBUG); `tests/unit/test_redaction.py` checks this list against their
+    # source
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "httpcore.socks",
+    "httpcore2.connection",
+    "httpcore2.http11",
+    "httpcore2.http2",
+    "httpcore2.proxy",
+    "httpcore2.socks",
+    "openai._legacy_response",
+    "openai._response",
+    "openai.audio.transcriptions",
+    "openai.lib.parsing",
+    "openai.resources.beta.realtime.realtime",
+    "openai.resources.beta.responses.responses",
+    "openai.resources.live.forks",
+    "openai.resources.live.live",
+    "openai.resources.live.sideband",
+    "openai.resources.realtime.realtime",
+    "openai.resources.realtime.translations.translations",
+    "openai.resources.responses.responses",
+    "openai.resources.uploads.uploads",
+    "temporalio.converter",
+    "temporalio.nexus",
+    "temporalio.nexus._link_conversion",
+    "temporalio.service",
+    "temporalio.worker._replayer",
+    "temporalio.worker._tuning",
+    "temporalio.worker._worker",
+    "temporalio.worker.workflow_sandbox._importer",
+    "temporalio.worker.workflow_sandbox._in_sandbox",
+    "temporalio.worker.workflow_sandbox._restrictions",
 )
 
 

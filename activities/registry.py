@@ -53,16 +53,19 @@ def _client_secrets(options: dict[str, Any]) -> list[str]:
         for name, value in (options.get("extra_headers") or {}).items()
         for secret in header_secrets(str(name), value)
     ]
-    pending = [options.get("extra_query"), options.get("extra_body")]
+    # named as `_holds_credential` finds them: a list takes the name it is under
+    pending: list[tuple[str, Any]] = [
+        ("", options.get("extra_query")),
+        ("", options.get("extra_body")),
+    ]
     while pending:
-        values = pending.pop()
-        if not isinstance(values, dict):
-            continue
-        for name, value in values.items():
-            if isinstance(value, dict):
-                pending.append(value)
-            elif isinstance(value, str) and CREDENTIAL_NAME.search(str(name)):
-                found.append(value)
+        name, value = pending.pop()
+        if isinstance(value, dict):
+            pending += [(str(key), item) for key, item in value.items()]
+        elif isinstance(value, list):
+            pending += [(name, item) for item in value]
+        elif isinstance(value, str) and CREDENTIAL_NAME.search(name):
+            found.append(value)
     return found
 
 

@@ -328,7 +328,7 @@ def _same(seen: str, form: str) -> bool:
     return seen == form
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=2048)  # per known form, as `redaction._escaped`
 def _char_forms(secret: str) -> tuple[tuple[str, ...], ...]:
     """Each character of `secret` as JSON may write it (see `redaction._escaped`)."""
     forms = []

@@ -171,6 +171,19 @@ def parse_keys(text: str, source: str = KEYS_ENV) -> EncryptionKeys:
     return EncryptionKeys(tuple(entries), source)
 
 
+def _holds_a_key(text: str) -> bool:
+    """Whether `text` holds a key: an entry (`key_id:base64`) or a bare key, whose base64
+    decodes to `KEY_BYTES`."""
+    for item in re.split(r"[,\s]+", text):
+        for part in (item, item.partition(":")[2]):
+            try:
+                if len(base64.b64decode(part.strip(), validate=True)) == KEY_BYTES:
+                    return True
+            except (binascii.Error, ValueError):
+                continue
+    return False
+
+
 def _shown_id(key_id: str) -> str:
     """A bad key id as an error may quote it: not at all when it reads as key material
     (an entry written `base64-key:key_id`, the other way round)."""
@@ -197,6 +210,14 @@ def keys_from_file(path: str | os.PathLike[str]) -> EncryptionKeys:
         text = file.read_text()
         mode = file.stat().st_mode
     except OSError as exc:
+        if _holds_a_key(str(path)):
+            # the two settings mixed up: quoted, the "path" would print the keys
+            raise EncryptionConfigError(
+                f"cannot read the encryption keys file: the setting naming it ({KEYS_FILE_ENV}, "
+                "--encryption-keys-file or encryption_keys=Path(...)) holds a key "
+                f"(key_id:base64-key), not a file's path; give key entries as {KEYS_ENV} or "
+                "encryption_keys='key_id:base64,...' (the value is not shown: it is a key)"
+            ) from None
         raise EncryptionConfigError(
             f"cannot read the encryption keys file {str(file)!r}: {exc.strerror or exc}"
         ) from None

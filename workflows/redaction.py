@@ -98,13 +98,36 @@ def mask_secret(text: str, secret: str) -> str:
     """`text` with `secret` masked, as it is and JSON-escaped (in any mix of escapes)."""
     if secret in text:
         text = text.replace(secret, MASK)
-    if "\\" in text:
-        # an escape is a backslash: without one, the plain form was all there was
+    # an escape is a backslash: without one, the plain form was all there was
+    if "\\" in text and _may_hold_escaped(text, secret):
         text = _escaped(secret).sub(MASK, text)
     return text
 
 
-@functools.lru_cache(maxsize=256)
+_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+
+
+def _may_hold_escaped(text: str, secret: str) -> bool:
+    """Whether `text` may hold `secret` JSON-escaped: it does when its escapes decoded
+    and its backslashes dropped (`_unescaped`) hold the secret.
+
+    A quick test before `_escaped`'s pattern, which is slow on long texts (each
+    character of the secret an alternation) and is run for every known form.
+    Never wrong the other way for a secret of printable characters in the basic
+    plane without a backslash; for any other the pattern decides alone.
+    """
+    if "\\" in secret or not secret.isprintable() or any(ord(c) > 0xFFFF for c in secret):
+        return True
+    return secret in _unescaped(text)
+
+
+@functools.lru_cache(maxsize=4)  # one text is tested against every known form in turn
+def _unescaped(text: str) -> str:
+    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).replace("\\", "")
+
+
+# one pattern per known form: a worker with a few dozen credentials knows hundreds
+@functools.lru_cache(maxsize=2048)
 def _escaped(secret: str) -> re.Pattern[str]:
     """`secret` as JSON may write it: each character as it is or escaped.
 
@@ -171,7 +194,11 @@ def header_secrets(name: str, value: object) -> list[str]:
 
     The whole value, the token after an auth scheme (`Bearer <token>`), the
     `user:password` and password inside a Basic one, and each cookie's value.
+    A value given as bytes (a key read from a file in binary mode) is sent as
+    it is, so it is a credential as its text.
     """
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
     if not isinstance(value, str) or name.strip().lower() in _PLAIN_HEADERS:
         return []
     found = [value.strip()]
@@ -191,19 +218,45 @@ def header_secrets(name: str, value: object) -> list[str]:
     return list(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET_CHARS))
 
 
+#: Shortest piece of a secret's base64 inside a longer base64 text that is
+#: masked (12 bytes of the secret): a shorter run of base64 letters could be
+#: anything, and masking it would garble unrelated text.
+MIN_BASE64_PIECE = 16
+
+
 def secret_forms(secret: str) -> list[str]:
     """`secret` and the encodings a server may echo it in.
 
     Percent-encoded (as `quote` and `quote_plus` write it: a key sent in a
     query or a form) and base64 (standard and URL-safe, padded or not: how a
-    Basic header carries `user:password`). Not found: the secret's base64
-    inside a longer base64 text, whose alignment differs.
+    Basic header carries `user:password`), and the secret's base64 inside a
+    longer base64 text (an env file holding the key, base64'd as a Kubernetes
+    secret keeps it): at each of base64's three alignments, the characters
+    that encode the secret's bytes alone, all but at most two bytes at each
+    end (`_base64_pieces`).
     """
     forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
     raw = secret.encode("utf-8", "surrogatepass")
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms += [encoded.decode(), encoded.decode().rstrip("=")]
+    forms += _base64_pieces(raw)
     return list(dict.fromkeys(forms))
+
+
+def _base64_pieces(raw: bytes) -> list[str]:
+    """The base64 characters that encode `raw` alone when it begins 0, 1 or 2 bytes into a
+    3-byte group of a longer text (both alphabets)."""
+    pieces = []
+    for shift in range(3):
+        # the groups wholly inside `raw`: from the first boundary on, to the last
+        start = (3 - shift) % 3
+        whole = (len(raw) - start) // 3 * 3
+        if whole * 4 // 3 < MIN_BASE64_PIECE:
+            continue
+        piece = raw[start : start + whole]
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            pieces.append(encode(piece).decode())
+    return pieces
 
 
 def redact_url(url: str) -> str:

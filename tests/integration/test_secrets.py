@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import os
 import re
@@ -177,8 +178,10 @@ async def test_a_tools_exception_never_shows_the_key(
         Raw(f"<html>502 for key {API_KEY}</html>", 502, "text/html"),
         Raw(f'{{"choices": "no", "echo": "{API_KEY}"}}'),
         Raw(f'{{"truncated": "{API_KEY}'),
+        # the key across the 200th character of the reply's text, where its error cuts it
+        Raw(json.dumps({"choices": "x" * 177 + API_KEY})),
     ],
-    ids=["html-200", "html-502", "malformed-json", "broken-json"],
+    ids=["html-200", "html-502", "malformed-json", "broken-json", "key-at-the-cut"],
 )
 async def test_replies_that_are_not_completions_never_show_the_key(
     client: Client,
@@ -209,7 +212,8 @@ async def test_replies_that_are_not_completions_never_show_the_key(
         "store": _store_text(tmp_path),
         "logs": _log_text(warnings_log),
     }
-    assert not _found(where, [API_KEY, URL_USER, URL_PASSWORD])
+    # no part of the key either: a text cut inside it keeps its start
+    assert not _found(where, [API_KEY, API_KEY[:10], URL_USER, URL_PASSWORD])
 
 
 async def test_a_read_timeout_never_shows_url_credentials(
@@ -338,6 +342,82 @@ async def test_a_stores_error_never_shows_its_credentials(
     assert "could not connect to postgresql://***@127.0.0.1" in where["history"]
 
 
+async def test_a_long_error_cut_for_its_log_line_never_shows_part_of_the_key(
+    client: Client, task_queue: str, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """An approval predicate's long exception, cut for its log line with the key across the
+    cut: no piece of the key is logged (the log filter masks only whole keys)."""
+    from agentor_temporal import function_tool
+
+    def over(amount: float, to: str) -> bool:
+        # "RuntimeError: " and the padding put the key across the log line's 2,000th character
+        raise RuntimeError("x" * 1976 + API_KEY + "y" * 2000)
+
+    @function_tool(requires_approval=over)
+    def transfer(amount: float, to: str) -> str:
+        """Send money.
+
+        Args:
+            amount: How much.
+            to: To whom.
+        """
+        return "sent"
+
+    script = [CallTool("transfer", {"amount": 5, "to": "bob"}), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key=API_KEY,
+            tools=[transfer],
+        )
+        paused = await agent.arun(PROMPT)
+    await client.get_workflow_handle(paused.run_id).terminate("test done")
+    assert paused.status == "awaiting_approval", paused.error
+    logs = _log_text(warnings_log)
+    assert "Approval predicate of transfer failed" in logs, logs[:300]
+    assert not _found({"logs": logs}, [API_KEY, API_KEY[:10]])
+
+
+async def test_a_tools_heartbeat_details_never_show_part_of_the_key(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tool beating with details that hold the key: they are not recorded, and the DEBUG
+    line saying so, which cuts them to 200 characters, shows no piece of the key."""
+    from temporalio import activity
+
+    from agentor_temporal import function_tool
+
+    caplog.set_level(logging.DEBUG, logger="agentor_temporal.activities._private")
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        # "('" and the padding put the key across the line's 200-character cut
+        activity.heartbeat("x" * 188 + API_KEY)
+        return "sunny"
+
+    script = [CallTool("get_weather", {"city": "London"}), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key=API_KEY,
+            tools=[get_weather],
+        )
+        result = await agent.arun(PROMPT)
+    assert result.status == "completed", result.error
+    logs = _log_text(caplog)
+    assert "heartbeat details are not recorded" in logs
+    assert not _found({"logs": logs}, [API_KEY, API_KEY[:10]])
+
+
 def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
     """A connection failure with TEMPORAL_API_KEY set does not print the key."""
     port = free_port()
@@ -392,7 +472,18 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
             Reply("hello"),
             token,
         ),
+        # a key read from a file in binary mode: the client sends bytes as they are
+        "bytes-header": (
+            {"default_headers": {"api-key": token.encode()}},
+            Fail(401, f"Access denied due to invalid subscription key {token}"),
+            token,
+        ),
         "extra-body": ({"extra_body": {"api_key": token}}, Reply("hello"), token),
+        "listed-tokens": (
+            {"metadata": {"session_tokens": ["short", token]}},
+            Fail(401, f"session {token} has expired"),
+            token,
+        ),
         "model-setting": ({"metadata": {"session_token": token}}, Reply("hello"), token),
     }[case]
 
@@ -408,7 +499,9 @@ def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], A
         "key-urlencoded",
         "key-base64",
         "default-headers",
+        "bytes-header",
         "extra-body",
+        "listed-tokens",
         "model-setting",
     ],
 )
@@ -553,3 +646,55 @@ async def test_a_key_echoed_json_escaped_by_a_tool_never_shows(
     texts = {"result": answer.result, "error": answer.error or "", "model": sent}
     texts["logs"] = _log_text(warnings_log)
     assert not _found(texts, [echoed, SLASHED_KEY])
+
+
+def _base64_hides(text: str, secret: str) -> bool:
+    """Whether no base64 run in `text`, read from any of its 4 character offsets, decodes
+    to bytes holding `secret` (standard or URL-safe alphabet)."""
+    for run in re.findall(r"[A-Za-z0-9+/_\-]{8,}", text):
+        for start in range(4):
+            part = run[start:]
+            part = part[: len(part) // 4 * 4].replace("-", "+").replace("_", "/")
+            if secret.encode() in base64.b64decode(part):
+                return False
+    return True
+
+
+async def test_a_key_inside_a_longer_base64_text_never_shows(
+    client: Client, task_queue: str, tmp_path: Path, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """A tool returning base64 of a text holding the key (a Kubernetes secret's env file), at
+    each of base64's three alignments: no base64 run in what is recorded decodes to it."""
+    from agentor_temporal import function_tool
+
+    prefixes = ("KEY=", "export KEY=", "OPENAI_API_KEY=")
+    assert sorted(len(prefix) % 3 for prefix in prefixes) == [0, 1, 2]
+    files = [f"{prefix}{API_KEY}\n" for prefix in prefixes]
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        data = {f"f{i}": base64.b64encode(f.encode()).decode() for i, f in enumerate(files)}
+        data["url"] = base64.urlsafe_b64encode(files[1].encode()).decode()
+        return json.dumps({"kind": "Secret", "data": data})
+
+    with ScriptedModelServer([CallTool("get_weather", {"city": "London"}), Reply("ok")]) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+            tools=[get_weather],
+        )
+        result = await agent.arun(PROMPT)
+        sent = model.requests[-1]["messages"][-1]["content"]
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert "***" in answer.result and '"kind": "Secret"' in answer.result, answer.result
+    texts = {"result": answer.result, "model": sent, "store": _store_text(tmp_path)}
+    assert [name for name, text in texts.items() if not _base64_hides(text, API_KEY)] == []

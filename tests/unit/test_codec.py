@@ -193,6 +193,28 @@ def test_keys_come_from_the_environment_or_a_file(
         resolve_keys(b"A:xyz")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "where", ["env", "path"], ids=["AGENTOR_ENCRYPTION_KEYS_FILE", "encryption_keys=Path"]
+)
+def test_keys_given_where_a_file_is_named_are_never_shown(tmp_path: Path, where: str) -> None:
+    """Key entries set as the keys file's path (the two settings mixed up): the error says
+    so, and quotes neither the entries nor their keys."""
+    entries = f"A:{KEY_A},B:{KEY_B}"
+    with pytest.raises(EncryptionConfigError) as failed:
+        if where == "env":
+            keys_from_env({"AGENTOR_ENCRYPTION_KEYS_FILE": entries})
+        else:
+            resolve_keys(Path(entries))
+    message = str(failed.value)
+    assert (
+        "cannot read the encryption keys file" in message and "AGENTOR_ENCRYPTION_KEYS" in message
+    )
+    assert KEY_A[:12] not in message and KEY_B[:12] not in message, message
+    # a path that is a path is still named
+    with pytest.raises(EncryptionConfigError, match="missing.txt"):
+        keys_from_file(tmp_path / "missing.txt")
+
+
 def test_agents_and_workers_take_keys_from_their_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -115,7 +115,14 @@ def test_codec_server_serves_the_ui_and_secrets_come_from_the_env_file() -> None
         # compose read the (example) env file into the service's environment
         assert services[name]["environment"]["AGENTOR_ENCRYPTION_KEYS"] == ""
     secrets = {"AGENTOR_ENCRYPTION_KEYS", "OPENAI_API_KEY", "AGENTOR_CODEC_TOKEN"}
-    assert not any(secrets & set(service.get("environment") or {}) for service in raw.values())
+    # named here only to be emptied for a service that must not hold them
+    given = [
+        name
+        for service in raw.values()
+        for name, value in (service.get("environment") or {}).items()
+        if name in secrets and value != ""
+    ]
+    assert not given
     example = dict(
         line.split("=", 1)
         for line in (ROOT / EXAMPLE_ENV).read_text().splitlines()
@@ -128,3 +135,32 @@ def test_dockerfile_runs_the_worker_with_encryption() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert 'CMD ["python", "worker.py"]' in text and "STOPSIGNAL SIGTERM" in text
     assert "[encryption]" in text
+
+
+@needs_compose
+def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
+    """From one filled-in env file, the codec server (which faces browsers) never holds the
+    model's API key or endpoint, and the workers never hold the codec server's token."""
+    import yaml
+
+    env_file = tmp_path / "agentor.env"
+    env_file.write_text(
+        "OPENAI_API_KEY=sk-compose-MODELKEY-0123\n"
+        "OPENAI_BASE_URL=https://user:compose-URLPASS@gw.example/v1\n"
+        "AGENTOR_ENCRYPTION_KEYS=k1:q5kq5kq5kq5kq5kq5kq5kq5kq5kq5kq5kq5kq5kq5ks=\n"
+        "AGENTOR_CODEC_TOKEN=compose-CODECTOKEN-4567\n"
+    )
+    env = {**os.environ, "AGENTOR_ENV_FILE": str(env_file)}
+    resolved = subprocess.run(
+        ["docker-compose", "config"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    services = yaml.safe_load(resolved.stdout)["services"]
+    codec, worker = services["codec-server"]["environment"], services["worker"]["environment"]
+    assert codec["AGENTOR_CODEC_TOKEN"] == "compose-CODECTOKEN-4567"
+    assert worker["OPENAI_API_KEY"] == "sk-compose-MODELKEY-0123"
+    assert codec["AGENTOR_ENCRYPTION_KEYS"] == worker["AGENTOR_ENCRYPTION_KEYS"] != ""
+    held = {name: json.dumps(service.get("environment")) for name, service in services.items()}
+    assert not [n for n, text in held.items() if n != "worker" and "MODELKEY" in text]
+    assert not [n for n, text in held.items() if n != "worker" and "URLPASS" in text]
+    assert not [n for n, text in held.items() if n != "codec-server" and "CODECTOKEN" in text]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import importlib
+import importlib.util
 import logging
 import os
 import re
@@ -12,7 +14,6 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-import agentor_temporal
 from agentor_temporal.activities import AgentDefinition, _redact
 from agentor_temporal.telemetry import CORE_LOGGER
 from agentor_temporal.workflows.redaction import RedactingFilter, redact, redact_url
@@ -74,17 +75,19 @@ def test_log_lines_and_tracebacks_are_redacted(caplog: pytest.LogCaptureFixture)
     assert "http://***@h/v1/chat?api-key=***" in text
 
 
-def _package_loggers() -> set[str]:
-    """Every logger name this package's source asks for (`getLogger(...)`)."""
-    root = Path(agentor_temporal.__file__).resolve().parent
+def _package_loggers(package: str = "agentor_temporal") -> set[str]:
+    """Every logger name a package's source asks for (`getLogger(...)`)."""
+    root = Path(importlib.import_module(package).__file__ or "").resolve().parent
     names = set()
     for directory, _, files in os.walk(root, followlinks=True):
+        if {"contrib", "testing"} & set(Path(directory).relative_to(root).parts):
+            continue  # integrations and test helpers a worker does not run
         for file in files:
             if not file.endswith(".py"):
                 continue
             path = Path(directory) / file
             module = ".".join(
-                ("agentor_temporal", *path.relative_to(root).with_suffix("").parts)
+                (package, *path.relative_to(root).with_suffix("").parts)
             ).removesuffix(".__init__")
             for literal in re.findall(r"getLogger\(([^)]*)\)", path.read_text()):
                 if literal == "__name__":
@@ -107,8 +110,39 @@ def test_every_logger_of_the_package_is_redacted() -> None:
     assert uncovered == []
 
 
+#: The libraries a worker sends model requests and runs activities with.
+LIBRARIES = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "temporalio")
+
+
+def test_every_logger_of_the_libraries_is_redacted() -> None:
+    """Each logger the HTTP client, openai and Temporal's SDK create carries the filter:
+    `httpcore2.http11` logs the response's headers at DEBUG, and `httpcore2`'s filter does
+    not see its records."""
+    names = {
+        name
+        for library in LIBRARIES
+        if importlib.util.find_spec(library) is not None
+        for name in _package_loggers(library)
+    }
+    assert "httpcore.http11" in names and "temporalio.worker._worker" in names
+    _redact.install()
+    uncovered = sorted(
+        name
+        for name in names
+        if not any(isinstance(f, RedactingFilter) for f in logging.getLogger(name).filters)
+    )
+    assert uncovered == []
+
+
 @pytest.mark.parametrize(
-    "name", ["agentor_temporal.serve", "agentor_temporal.codec_server", CORE_LOGGER]
+    "name",
+    [
+        "agentor_temporal.serve",
+        "agentor_temporal.codec_server",
+        CORE_LOGGER,
+        "httpcore.http11",
+        "temporalio.worker._worker",
+    ],
 )
 def test_records_of_every_named_logger_lose_secrets(
     caplog: pytest.LogCaptureFixture, name: str
