@@ -64,9 +64,13 @@ class Callers:
     worker).
     """
 
+    #: How often the wait looks whether it was told to stop (by a signal's handler).
+    POLL = 0.05
+
     def __init__(self) -> None:
         self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def note(self) -> None:
         """Remember the current thread, unless it is a daemon (the process never waits for it)."""
@@ -75,12 +79,23 @@ class Callers:
             with self._lock:
                 self._threads.add(current)
 
+    def waiting(self) -> bool:
+        """Whether another thread noted is still alive (`join` would wait for it)."""
+        with self._lock:
+            return any(t.is_alive() and t is not threading.current_thread() for t in self._threads)
+
+    def stop_waiting(self) -> None:
+        """End a `join` under way (callable from a signal handler)."""
+        self._stop.set()
+
     def join(self) -> None:
-        """Wait for the other threads noted; a Ctrl+C meanwhile stops the wait, never the drain."""
+        """Wait for the other threads noted, until `stop_waiting` or a Ctrl+C; never the drain."""
         with self._lock:
             others = [t for t in self._threads if t is not threading.current_thread()]
         try:
             for thread in others:
-                thread.join()
+                # in steps: a signal's handler ends the wait by `stop_waiting`
+                while thread.is_alive() and not self._stop.is_set():
+                    thread.join(self.POLL)
         except KeyboardInterrupt:
             pass

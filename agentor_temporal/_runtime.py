@@ -158,12 +158,14 @@ class Runtime:
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             if not self._exiting:
                 raise
-            # a daemon thread (the interpreter waits for no other) cut off at
-            # exit: its call went back to Temporal, and a traceback from deep
-            # inside would read as a crash. SystemExit ends the thread quietly.
-            current = threading.current_thread().name
+            # a daemon thread (the interpreter waits for no other), or one the
+            # exit hook stopped waiting for at an interrupt, cut off at exit:
+            # its call went back to Temporal, and a traceback from deep inside
+            # would read as a crash. SystemExit ends the thread quietly.
+            current = threading.current_thread()
+            kind = "daemon thread" if current.daemon else "thread"
             print(
-                f"agentor_temporal: the interpreter exited while daemon thread {current!r} "
+                f"agentor_temporal: the interpreter exited while {kind} {current.name!r} "
                 "was in an agent call; the call was cut off and its run stays in Temporal "
                 "(`resume` it by its run id)",
                 file=sys.stderr,
@@ -283,8 +285,12 @@ class Runtime:
         if self._closed:
             return
         self._exiting = True
-        self._callers.join()
-        with patient_exit(self.serving()):
+        # the interrupts are patient while the other threads finish too: a
+        # SIGTERM then, with the default handler, cut off the call a thread's
+        # run had on this process's worker, and the next worker ran it again.
+        # The first one ends that wait; the calls in flight are drained.
+        with patient_exit(self.serving() or self._callers.waiting(), self._callers.stop_waiting):
+            self._callers.join()
             self.close()
 
     def close(self, timeout: float = EXIT_DRAIN) -> None:

@@ -199,16 +199,26 @@ def _noted_at_exit(signum: signal.Signals) -> None:
     )
 
 
-def patient_exit(draining: bool) -> AbstractContextManager[None]:
+def patient_exit(
+    draining: bool, stop_waiting: Callable[[], None] | None = None
+) -> AbstractContextManager[None]:
     """While the exit hook drains the embedded workers, a first interrupt is noted, not obeyed.
 
     A script's main thread has returned, and its worker finishes the calls it
-    runs (an approved transfer, say). A Ctrl+C, SIGTERM or SIGHUP then, with
-    Python's default handling, cut the call off and the next worker ran it
-    again. The first one now says what the process is finishing; a second
-    acts as the default does. Only in the main thread, and only over the
-    default handlers (an application's own are left alone).
+    runs (an approved transfer, say), perhaps for threads still in an agent
+    call. A Ctrl+C, SIGTERM or SIGHUP then, with Python's default handling,
+    cut the call off and the next worker ran it again. The first one now
+    says what the process is finishing and calls `stop_waiting` (the hook
+    stops waiting for those threads' runs to end); a second acts as the
+    default does. Only in the main thread, and only over the default
+    handlers (an application's own are left alone).
     """
     if not draining:
         return contextlib.nullcontext()
-    return NoteFirst(EXIT_SIGNALS, _noted_at_exit, over=over_default).installed()
+
+    def note(signum: signal.Signals) -> None:
+        _noted_at_exit(signum)
+        if stop_waiting is not None:
+            stop_waiting()
+
+    return NoteFirst(EXIT_SIGNALS, note, over=over_default).installed()
