@@ -18,9 +18,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-#: How long the exit hook waits for embedded workers to finish in-flight work
-#: (the SDK's graceful shutdown, then cancellation, which hands the task back).
-EXIT_DRAIN = 40.0
+#: How much longer than the workers' graceful shutdown the exit hook waits for
+#: them: the SDK's cancellation after it, which hands the task back.
+EXIT_MARGIN = 10.0
 #: How long the exit hook leaves the SDK's core threads, once everything is
 #: cancelled, to finish what they were running for Python. Each finished
 #: future takes the GIL once more on a core thread; if that happens after
@@ -30,6 +30,29 @@ EXIT_DRAIN = 40.0
 #: six times). A core thread needs well under a millisecond for it; the
 #: margin is for a loaded machine.
 EXIT_SETTLE = 0.25
+
+
+def calls_grace() -> float:
+    """Seconds an embedded worker's calls get to finish as it stops: its graceful shutdown.
+
+    That is `AGENTOR_GRACEFUL_SHUTDOWN` where set (the README's setting for
+    tools longer than 30 s), as for any worker. A fixed wait of its own cut
+    the drain short of it: a 60 s tool of a script whose setting said 90 was
+    abandoned at 40 s, and the next worker ran it again. A bad value is the
+    worker's error to report (it refuses to start); here the default stands.
+    """
+    from agentor_temporal.plugin import ConfigError, graceful_shutdown
+    from agentor_temporal.workflows.policies import GRACEFUL_SHUTDOWN
+
+    try:
+        return graceful_shutdown().total_seconds()
+    except ConfigError:
+        return GRACEFUL_SHUTDOWN.total_seconds()
+
+
+def exit_drain() -> float:
+    """How long the exit hook waits for the embedded workers to stop: `calls_grace`, a margin."""
+    return calls_grace() + EXIT_MARGIN
 
 
 def at_interpreter_exit(callback: Callable[[], Any]) -> None:

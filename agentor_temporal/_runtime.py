@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agentor_temporal._exit import EXIT_DRAIN, EXIT_SETTLE, Callers, at_interpreter_exit
+from agentor_temporal._exit import EXIT_SETTLE, Callers, at_interpreter_exit, exit_drain
 from agentor_temporal._sigterm import draining_on_sigterm, patient_exit
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import EncryptionKeys
@@ -262,12 +262,16 @@ class Runtime:
         # list() copies under the GIL: the loop thread may add a worker meanwhile
         return any(w.worker is not None for w in list(self._workers.values()))
 
-    def stop_workers(self, timeout: float = 30.0) -> None:
+    def stop_workers(self, timeout: float | None = None) -> None:
         """Stop every embedded worker now, finishing in-flight work.
 
         Call it while the Temporal server is still reachable (a test suite's
         teardown, say): a worker torn down with the interpreter can leave the
         SDK's core threads calling back into a finalizing Python.
+
+        Args:
+            timeout: Seconds to wait; default `exit_drain()` (the workers'
+                graceful shutdown and a margin).
         """
         if not self.loop.is_running() or threading.current_thread() is self.thread:
             return
@@ -278,7 +282,9 @@ class Runtime:
             await asyncio.gather(*(w.stop() for w in workers))
 
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(timeout)
+            asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(
+                exit_drain() if timeout is None else timeout
+            )
 
     def _at_exit(self) -> None:
         """The exit hook: let the other threads that call agents finish, then `close`."""
@@ -293,10 +299,14 @@ class Runtime:
             self._callers.join()
             self.close()
 
-    def close(self, timeout: float = EXIT_DRAIN) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Stop embedded workers, then the loop and its thread (runs at exit).
 
         Safe to call more than once and from any thread but the loop's.
+
+        Args:
+            timeout: Seconds to wait for the workers; default `exit_drain()`,
+                their graceful shutdown (`AGENTOR_GRACEFUL_SHUTDOWN`) and a margin.
         """
         if self._closed or threading.current_thread() is self.thread:
             return
@@ -306,7 +316,7 @@ class Runtime:
                 Runtime._instance = None
         if not self.loop.is_running():
             return
-        self.stop_workers(timeout)
+        self.stop_workers(exit_drain() if timeout is None else timeout)
 
         async def cancel_rest() -> None:
             current = asyncio.current_task()

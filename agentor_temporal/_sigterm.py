@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any
 
-from agentor_temporal._exit import EXIT_DRAIN
+from agentor_temporal._exit import calls_grace, exit_drain
 
 logger = logging.getLogger("agentor_temporal")
 
@@ -159,9 +159,9 @@ def _drain_then_end(signum: signal.Signals) -> None:
     if runtime is not None and runtime.serving():
         logger.warning(
             "SIGTERM: finishing the calls this process's worker runs (up to %g s), then exiting",
-            EXIT_DRAIN,
+            calls_grace(),
         )
-        runtime.stop_workers(EXIT_DRAIN)
+        runtime.stop_workers(exit_drain())
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -193,7 +193,7 @@ EXIT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 def _noted_at_exit(signum: signal.Signals) -> None:
     print(
         f"{signum.name}: finishing the calls this process's worker runs "
-        f"(up to {EXIT_DRAIN:g} s); send it again to abandon them",
+        f"(up to {calls_grace():g} s); send it again to abandon them",
         file=sys.stderr,
         flush=True,
     )
