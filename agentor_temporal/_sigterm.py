@@ -4,8 +4,9 @@ An embedded worker may be running a tool call (an approved transfer, say)
 when the process is told to end. With Python's default handling the call
 was cut off, and the next worker ran it again (a transfer done twice). So
 in three places a first interrupt lets the calls finish and a second acts
-as before: a script's facade call (`draining_on_sigterm`: SIGTERM drains the
-workers, then ends the process as the default would, exit status 143), a
+as before: a script's facade call (`draining_on_sigterm`: SIGTERM or SIGHUP
+drains the workers, then ends the process as the default would, exit status
+143 or 129), a
 script's exit (`patient_exit`: the exit hook drains them anyway, so Ctrl+C,
 SIGTERM or SIGHUP is only noted) and the CLI (`cli.main`, once a command's
 outcome is decided). `NoteFirst` is their one mechanism; each place says
@@ -152,33 +153,37 @@ class NoteFirst:
 
 def _drain_then_end(signum: signal.Signals) -> None:
     """Stop the embedded workers as the exit hook does (the SDK's graceful shutdown: calls in
-    flight finish and are recorded), then end the process by SIGTERM as the default would."""
+    flight finish and are recorded), then end the process by `signum` as the default would."""
     from agentor_temporal._runtime import Runtime
 
     runtime = Runtime._instance
     if runtime is not None and runtime.serving():
         logger.warning(
-            "SIGTERM: finishing the calls this process's worker runs (up to %g s), then exiting",
+            "%s: finishing the calls this process's worker runs (up to %g s), then exiting",
+            signum.name,
             calls_grace(),
         )
         runtime.stop_workers(exit_drain())
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os.kill(os.getpid(), signal.SIGTERM)  # the default handler is back (a second one's too)
+    os.kill(os.getpid(), signum)  # the default handler is back (a second one's too)
 
 
 #: Following `asyncio.Runner`'s precedent for SIGINT: only while a facade
 #: call runs, only over the default; the CLI's handler is left alone too.
-_DRAINING = NoteFirst(("SIGTERM",), _drain_then_end, over=over_default)
+#: SIGHUP (the terminal closed, an ssh session dropped) as SIGTERM: by its
+#: default, a script's tool was cut off mid-call and the next worker ran it
+#: again. Each missing on a platform (SIGHUP on Windows) is skipped.
+_DRAINING = NoteFirst(("SIGTERM", "SIGHUP"), _drain_then_end, over=over_default)
 
 
 def draining_on_sigterm() -> AbstractContextManager[None]:
-    """While the body runs, SIGTERM drains the embedded workers before ending the process.
+    """While the body runs, SIGTERM or SIGHUP drains the embedded workers, then ends the process.
 
-    Does nothing outside the main thread or when SIGTERM already has a
-    handler other than the default (Python's signal API allows handlers only
-    in the main thread; another handler is the application's decision).
+    Does nothing outside the main thread, nor for a signal that already has
+    a handler other than the default (Python's signal API allows handlers
+    only in the main thread; another handler is the application's decision).
     """
     return _DRAINING.installed()
 

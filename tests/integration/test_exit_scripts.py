@@ -152,11 +152,18 @@ async def test_short_scripts_exit_cleanly_under_load(
     assert len(keys) == len(set(keys)) == (cycles + 1) // 2
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 async def test_a_terminated_script_finishes_the_tool_call_it_runs(
-    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    signum: signal.Signals,
 ) -> None:
-    """SIGTERM to a script mid-tool: its embedded worker finishes the call, the script ends
-    as SIGTERM ends it, and resuming from another process does not run the tool again."""
+    """SIGTERM (or SIGHUP: its terminal closed) to a script mid-tool: its embedded worker
+    finishes the call, the script ends as the signal ends it, and resuming from another process
+    does not run the tool again (SIGHUP's default cut the call off, and it ran twice)."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
@@ -172,17 +179,17 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
         )
         try:
             await until(lambda: ledger_lines(ledger), "the tool to start")
-            running.terminate()
+            running.send_signal(signum)
             _, stderr = await asyncio.to_thread(running.communicate, None, 60)
         finally:
             running.kill()
-        assert running.returncode == -signal.SIGTERM, stderr
+        assert running.returncode == -signum, stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.result == "The weather in Paris is sunny and 22C.", result.result
-    assert "SIGTERM: finishing" in stderr and "Traceback" not in stderr, stderr
+    assert f"{signum.name}: finishing" in stderr and "Traceback" not in stderr, stderr
 
 
 async def test_sigterm_handler_is_installed_only_over_the_default_and_restored(
