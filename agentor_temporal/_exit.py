@@ -18,9 +18,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-#: How long the exit hook waits for embedded workers to finish in-flight work
-#: (the SDK's graceful shutdown, then cancellation, which hands the task back).
-EXIT_DRAIN = 40.0
+#: How much longer than the workers' graceful shutdown the exit hook waits for
+#: them: the SDK's cancellation after it, which hands the task back.
+EXIT_MARGIN = 10.0
 #: How long the exit hook leaves the SDK's core threads, once everything is
 #: cancelled, to finish what they were running for Python. Each finished
 #: future takes the GIL once more on a core thread; if that happens after
@@ -30,6 +30,29 @@ EXIT_DRAIN = 40.0
 #: six times). A core thread needs well under a millisecond for it; the
 #: margin is for a loaded machine.
 EXIT_SETTLE = 0.25
+
+
+def calls_grace() -> float:
+    """Seconds an embedded worker's calls get to finish as it stops: its graceful shutdown.
+
+    That is `AGENTOR_GRACEFUL_SHUTDOWN` where set (the README's setting for
+    tools longer than 30 s), as for any worker. A fixed wait of its own cut
+    the drain short of it: a 60 s tool of a script whose setting said 90 was
+    abandoned at 40 s, and the next worker ran it again. A bad value is the
+    worker's error to report (it refuses to start); here the default stands.
+    """
+    from agentor_temporal.plugin import ConfigError, graceful_shutdown
+    from agentor_temporal.workflows.policies import GRACEFUL_SHUTDOWN
+
+    try:
+        return graceful_shutdown().total_seconds()
+    except ConfigError:
+        return GRACEFUL_SHUTDOWN.total_seconds()
+
+
+def exit_drain() -> float:
+    """How long the exit hook waits for the embedded workers to stop: `calls_grace`, a margin."""
+    return calls_grace() + EXIT_MARGIN
 
 
 def at_interpreter_exit(callback: Callable[[], Any]) -> None:
@@ -64,9 +87,13 @@ class Callers:
     worker).
     """
 
+    #: How often the wait looks whether it was told to stop (by a signal's handler).
+    POLL = 0.05
+
     def __init__(self) -> None:
         self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def note(self) -> None:
         """Remember the current thread, unless it is a daemon (the process never waits for it)."""
@@ -75,12 +102,23 @@ class Callers:
             with self._lock:
                 self._threads.add(current)
 
+    def waiting(self) -> bool:
+        """Whether another thread noted is still alive (`join` would wait for it)."""
+        with self._lock:
+            return any(t.is_alive() and t is not threading.current_thread() for t in self._threads)
+
+    def stop_waiting(self) -> None:
+        """End a `join` under way (callable from a signal handler)."""
+        self._stop.set()
+
     def join(self) -> None:
-        """Wait for the other threads noted; a Ctrl+C meanwhile stops the wait, never the drain."""
+        """Wait for the other threads noted, until `stop_waiting` or a Ctrl+C; never the drain."""
         with self._lock:
             others = [t for t in self._threads if t is not threading.current_thread()]
         try:
             for thread in others:
-                thread.join()
+                # in steps: a signal's handler ends the wait by `stop_waiting`
+                while thread.is_alive() and not self._stop.is_set():
+                    thread.join(self.POLL)
         except KeyboardInterrupt:
             pass

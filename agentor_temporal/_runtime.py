@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agentor_temporal._exit import EXIT_DRAIN, EXIT_SETTLE, Callers, at_interpreter_exit
+from agentor_temporal._exit import EXIT_SETTLE, Callers, at_interpreter_exit, exit_drain
 from agentor_temporal._sigterm import draining_on_sigterm, patient_exit
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import EncryptionKeys
@@ -158,12 +158,14 @@ class Runtime:
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             if not self._exiting:
                 raise
-            # a daemon thread (the interpreter waits for no other) cut off at
-            # exit: its call went back to Temporal, and a traceback from deep
-            # inside would read as a crash. SystemExit ends the thread quietly.
-            current = threading.current_thread().name
+            # a daemon thread (the interpreter waits for no other), or one the
+            # exit hook stopped waiting for at an interrupt, cut off at exit:
+            # its call went back to Temporal, and a traceback from deep inside
+            # would read as a crash. SystemExit ends the thread quietly.
+            current = threading.current_thread()
+            kind = "daemon thread" if current.daemon else "thread"
             print(
-                f"agentor_temporal: the interpreter exited while daemon thread {current!r} "
+                f"agentor_temporal: the interpreter exited while {kind} {current.name!r} "
                 "was in an agent call; the call was cut off and its run stays in Temporal "
                 "(`resume` it by its run id)",
                 file=sys.stderr,
@@ -260,12 +262,16 @@ class Runtime:
         # list() copies under the GIL: the loop thread may add a worker meanwhile
         return any(w.worker is not None for w in list(self._workers.values()))
 
-    def stop_workers(self, timeout: float = 30.0) -> None:
+    def stop_workers(self, timeout: float | None = None) -> None:
         """Stop every embedded worker now, finishing in-flight work.
 
         Call it while the Temporal server is still reachable (a test suite's
         teardown, say): a worker torn down with the interpreter can leave the
         SDK's core threads calling back into a finalizing Python.
+
+        Args:
+            timeout: Seconds to wait; default `exit_drain()` (the workers'
+                graceful shutdown and a margin).
         """
         if not self.loop.is_running() or threading.current_thread() is self.thread:
             return
@@ -276,21 +282,31 @@ class Runtime:
             await asyncio.gather(*(w.stop() for w in workers))
 
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(timeout)
+            asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(
+                exit_drain() if timeout is None else timeout
+            )
 
     def _at_exit(self) -> None:
         """The exit hook: let the other threads that call agents finish, then `close`."""
         if self._closed:
             return
         self._exiting = True
-        self._callers.join()
-        with patient_exit(self.serving()):
+        # the interrupts are patient while the other threads finish too: a
+        # SIGTERM then, with the default handler, cut off the call a thread's
+        # run had on this process's worker, and the next worker ran it again.
+        # The first one ends that wait; the calls in flight are drained.
+        with patient_exit(self.serving() or self._callers.waiting(), self._callers.stop_waiting):
+            self._callers.join()
             self.close()
 
-    def close(self, timeout: float = EXIT_DRAIN) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Stop embedded workers, then the loop and its thread (runs at exit).
 
         Safe to call more than once and from any thread but the loop's.
+
+        Args:
+            timeout: Seconds to wait for the workers; default `exit_drain()`,
+                their graceful shutdown (`AGENTOR_GRACEFUL_SHUTDOWN`) and a margin.
         """
         if self._closed or threading.current_thread() is self.thread:
             return
@@ -300,7 +316,7 @@ class Runtime:
                 Runtime._instance = None
         if not self.loop.is_running():
             return
-        self.stop_workers(timeout)
+        self.stop_workers(exit_drain() if timeout is None else timeout)
 
         async def cancel_rest() -> None:
             current = asyncio.current_task()

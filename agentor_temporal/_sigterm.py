@@ -4,8 +4,9 @@ An embedded worker may be running a tool call (an approved transfer, say)
 when the process is told to end. With Python's default handling the call
 was cut off, and the next worker ran it again (a transfer done twice). So
 in three places a first interrupt lets the calls finish and a second acts
-as before: a script's facade call (`draining_on_sigterm`: SIGTERM drains the
-workers, then ends the process as the default would, exit status 143), a
+as before: a script's facade call (`draining_on_sigterm`: SIGTERM or SIGHUP
+drains the workers, then ends the process as the default would, exit status
+143 or 129), a
 script's exit (`patient_exit`: the exit hook drains them anyway, so Ctrl+C,
 SIGTERM or SIGHUP is only noted) and the CLI (`cli.main`, once a command's
 outcome is decided). `NoteFirst` is their one mechanism; each place says
@@ -28,7 +29,7 @@ from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any
 
-from agentor_temporal._exit import EXIT_DRAIN
+from agentor_temporal._exit import calls_grace, exit_drain
 
 logger = logging.getLogger("agentor_temporal")
 
@@ -152,33 +153,37 @@ class NoteFirst:
 
 def _drain_then_end(signum: signal.Signals) -> None:
     """Stop the embedded workers as the exit hook does (the SDK's graceful shutdown: calls in
-    flight finish and are recorded), then end the process by SIGTERM as the default would."""
+    flight finish and are recorded), then end the process by `signum` as the default would."""
     from agentor_temporal._runtime import Runtime
 
     runtime = Runtime._instance
     if runtime is not None and runtime.serving():
         logger.warning(
-            "SIGTERM: finishing the calls this process's worker runs (up to %g s), then exiting",
-            EXIT_DRAIN,
+            "%s: finishing the calls this process's worker runs (up to %g s), then exiting",
+            signum.name,
+            calls_grace(),
         )
-        runtime.stop_workers(EXIT_DRAIN)
+        runtime.stop_workers(exit_drain())
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os.kill(os.getpid(), signal.SIGTERM)  # the default handler is back (a second one's too)
+    os.kill(os.getpid(), signum)  # the default handler is back (a second one's too)
 
 
 #: Following `asyncio.Runner`'s precedent for SIGINT: only while a facade
 #: call runs, only over the default; the CLI's handler is left alone too.
-_DRAINING = NoteFirst(("SIGTERM",), _drain_then_end, over=over_default)
+#: SIGHUP (the terminal closed, an ssh session dropped) as SIGTERM: by its
+#: default, a script's tool was cut off mid-call and the next worker ran it
+#: again. Each missing on a platform (SIGHUP on Windows) is skipped.
+_DRAINING = NoteFirst(("SIGTERM", "SIGHUP"), _drain_then_end, over=over_default)
 
 
 def draining_on_sigterm() -> AbstractContextManager[None]:
-    """While the body runs, SIGTERM drains the embedded workers before ending the process.
+    """While the body runs, SIGTERM or SIGHUP drains the embedded workers, then ends the process.
 
-    Does nothing outside the main thread or when SIGTERM already has a
-    handler other than the default (Python's signal API allows handlers only
-    in the main thread; another handler is the application's decision).
+    Does nothing outside the main thread, nor for a signal that already has
+    a handler other than the default (Python's signal API allows handlers
+    only in the main thread; another handler is the application's decision).
     """
     return _DRAINING.installed()
 
@@ -193,22 +198,32 @@ EXIT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 def _noted_at_exit(signum: signal.Signals) -> None:
     print(
         f"{signum.name}: finishing the calls this process's worker runs "
-        f"(up to {EXIT_DRAIN:g} s); send it again to abandon them",
+        f"(up to {calls_grace():g} s); send it again to abandon them",
         file=sys.stderr,
         flush=True,
     )
 
 
-def patient_exit(draining: bool) -> AbstractContextManager[None]:
+def patient_exit(
+    draining: bool, stop_waiting: Callable[[], None] | None = None
+) -> AbstractContextManager[None]:
     """While the exit hook drains the embedded workers, a first interrupt is noted, not obeyed.
 
     A script's main thread has returned, and its worker finishes the calls it
-    runs (an approved transfer, say). A Ctrl+C, SIGTERM or SIGHUP then, with
-    Python's default handling, cut the call off and the next worker ran it
-    again. The first one now says what the process is finishing; a second
-    acts as the default does. Only in the main thread, and only over the
-    default handlers (an application's own are left alone).
+    runs (an approved transfer, say), perhaps for threads still in an agent
+    call. A Ctrl+C, SIGTERM or SIGHUP then, with Python's default handling,
+    cut the call off and the next worker ran it again. The first one now
+    says what the process is finishing and calls `stop_waiting` (the hook
+    stops waiting for those threads' runs to end); a second acts as the
+    default does. Only in the main thread, and only over the default
+    handlers (an application's own are left alone).
     """
     if not draining:
         return contextlib.nullcontext()
-    return NoteFirst(EXIT_SIGNALS, _noted_at_exit, over=over_default).installed()
+
+    def note(signum: signal.Signals) -> None:
+        _noted_at_exit(signum)
+        if stop_waiting is not None:
+            stop_waiting()
+
+    return NoteFirst(EXIT_SIGNALS, note, over=over_default).installed()

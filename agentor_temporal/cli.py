@@ -40,7 +40,7 @@ from agentor_temporal._cli_common import (
 from agentor_temporal._cli_fork import cmd_fork
 from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_show
 from agentor_temporal._cli_parser import build_parser
-from agentor_temporal._exit import EXIT_DRAIN
+from agentor_temporal._exit import calls_grace
 from agentor_temporal._progress import Progress, follow, latest_execution
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import NoteFirst
@@ -278,7 +278,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 def _noted(signum: signal.Signals) -> None:
     with contextlib.suppress(OSError, ValueError):  # a closed terminal
         print(
-            f"finishing the calls this command's worker runs (up to {EXIT_DRAIN:g} s); "
+            f"finishing the calls this command's worker runs (up to {calls_grace():g} s); "
             "interrupt again to abandon them (another worker then runs them again)",
             file=sys.stderr,
             flush=True,

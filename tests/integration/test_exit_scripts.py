@@ -12,6 +12,7 @@ no `os._exit`: `procs/plain_script.py` ends as a user's script does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -151,11 +152,18 @@ async def test_short_scripts_exit_cleanly_under_load(
     assert len(keys) == len(set(keys)) == (cycles + 1) // 2
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 async def test_a_terminated_script_finishes_the_tool_call_it_runs(
-    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    signum: signal.Signals,
 ) -> None:
-    """SIGTERM to a script mid-tool: its embedded worker finishes the call, the script ends
-    as SIGTERM ends it, and resuming from another process does not run the tool again."""
+    """SIGTERM (or SIGHUP: its terminal closed) to a script mid-tool: its embedded worker
+    finishes the call, the script ends as the signal ends it, and resuming from another process
+    does not run the tool again (SIGHUP's default cut the call off, and it ran twice)."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
@@ -171,17 +179,17 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
         )
         try:
             await until(lambda: ledger_lines(ledger), "the tool to start")
-            running.terminate()
+            running.send_signal(signum)
             _, stderr = await asyncio.to_thread(running.communicate, None, 60)
         finally:
             running.kill()
-        assert running.returncode == -signal.SIGTERM, stderr
+        assert running.returncode == -signum, stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.result == "The weather in Paris is sunny and 22C.", result.result
-    assert "SIGTERM: finishing" in stderr and "Traceback" not in stderr, stderr
+    assert f"{signum.name}: finishing" in stderr and "Traceback" not in stderr, stderr
 
 
 async def test_sigterm_handler_is_installed_only_over_the_default_and_restored(
@@ -228,6 +236,56 @@ async def test_a_thread_running_the_agent_finishes_after_the_main_thread_returns
     outcome = await client.get_workflow_handle(run_id).result()
     assert outcome["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+def catches(pid: int, signum: signal.Signals) -> bool:
+    """Whether process `pid` has a handler on `signum` now (Linux: /proc's SigCgt mask)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_a_sigterm_while_exit_waits_for_a_thread_finishes_its_tool_call_once(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """SIGTERM while the exit hook waits for a thread's `run()`: the tool call it runs finishes,
+    recorded, and the script says so in a line; before, the default handler killed the process
+    mid-call, and the next worker ran the tool again."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **env_for(temporal_address, model, task_queue, tmp_path, ledger),
+            "AGENT_TOOL_SECONDS": "5",
+            # the drain's limit is the workers' graceful shutdown
+            "AGENTOR_GRACEFUL_SHUTDOWN": "90",
+        }
+        run_id = uuid.uuid4().hex
+        running = subprocess.Popen(
+            [sys.executable, str(PROCS / "plain_script.py"), "thread", run_id],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            await until(lambda: ledger_lines(ledger), "the tool to start")
+            # the main thread returns at once and the exit hook waits for the
+            # thread, its handler on (without one, the signal goes in anyway)
+            with contextlib.suppress(AssertionError):
+                await until(lambda: catches(running.pid, signal.SIGTERM), "a handler", timeout=3)
+            assert running.poll() is None, "the script ended before the tool did"
+            running.terminate()
+            _, stderr = await asyncio.to_thread(running.communicate, None, 60)
+        finally:
+            running.kill()
+        resumed = await asyncio.to_thread(script, env, "resume", run_id)
+    assert resumed["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
+    assert result.result == "The weather in Paris is sunny and 22C.", result.result
+    assert "SIGTERM: finishing the calls this process's worker runs (up to 90 s)" in stderr
+    assert "Traceback" not in stderr, stderr
 
 
 async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(

@@ -54,7 +54,8 @@ elif command == "thread":
     # a web framework's worker thread (not a daemon) runs the agent; the main
     # thread returns while the thread's tool call is in flight
     ledger = os.environ["AGENT_LEDGER"]
-    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=1)])
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
 
     def work() -> None:
         print(json.dumps({"status": slow.run(WEATHER, run_id=run_id).status}), flush=True)

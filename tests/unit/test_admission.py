@@ -101,3 +101,17 @@ def test_a_stopping_worker_waits_as_long_as_the_environment_says(
         monkeypatch.setenv("AGENTOR_GRACEFUL_SHUTDOWN", bad)
         with pytest.raises(ConfigError, match="AGENTOR_GRACEFUL_SHUTDOWN must be"):
             tune({})
+
+
+def test_a_script_exit_waits_for_its_calls_as_long_as_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The exit hook's drain outlasts AGENTOR_GRACEFUL_SHUTDOWN (a fixed 40 s cut a 90 s grace
+    short, and the next worker ran the abandoned call again); a bad value leaves the default."""
+    from agentor_temporal._exit import calls_grace, exit_drain
+    from agentor_temporal.workflows.policies import GRACEFUL_SHUTDOWN
+
+    monkeypatch.setenv("AGENTOR_GRACEFUL_SHUTDOWN", "90")
+    assert calls_grace() == 90 and exit_drain() > 90
+    monkeypatch.setenv("AGENTOR_GRACEFUL_SHUTDOWN", "soon")
+    assert calls_grace() == GRACEFUL_SHUTDOWN.total_seconds() < exit_drain()
