@@ -32,7 +32,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from agentor_temporal._continuing import by_reference, check_replayed, prior_usage
+from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
 from agentor_temporal._live import serve_until_done
 from agentor_temporal._results import await_result, check_input, check_turns
 from agentor_temporal.activities import AgentDefinition
@@ -321,6 +321,13 @@ def fork_input(
     """
     events = point.events
     messages = replay_messages(events)
+    # a parent stopped with its answer in hand kept it (`policies.GENERATION_KEPT`):
+    # continued without input, the fork goes on from that answer, as resume does,
+    # rather than paying for the same request again
+    answer = kept_answer(events) if input is None else None
+    if answer is not None and not answer["calls"] and messages[-1:]:
+        # a final answer is replayed after its request: the fork records it again
+        messages = messages[:-1]
     if not messages:
         raise ValueError(f"Run {point.parent!r} has no recoverable messages; start a new run.")
     check_replayed(point.parent, messages)
@@ -341,6 +348,7 @@ def fork_input(
         event_offset=origin.at,
         prior_usage=prior_usage(events),
         fork=origin,
+        answer=answer,
     )
     if point.in_temporal_from is None:
         return inp

@@ -16,14 +16,21 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.worker import Worker
 
 from agentor_temporal import Agentor, Event, FileStore, RunResult, TemporalStore, function_tool
 from agentor_temporal.activities import AgentActivities, AgentRegistry
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.store import replay_messages, total_usage
-from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, tool_then_answer
+from agentor_temporal.testing import (
+    CallTool,
+    Fail,
+    Hang,
+    Reply,
+    ScriptedModelServer,
+    tool_then_answer,
+)
 from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.segment import FORKED_FROM
 from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
@@ -220,6 +227,36 @@ async def test_fork_without_input_completes_an_unfinished_parent_on_the_fork(
     latest = await TemporalStore(client).latest(parent.run_id)
     assert latest is not None and (latest.result or {}).get("status") == "failed"
     assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
+
+
+@pytest.mark.parametrize("final", [False, True], ids=["calls", "final"])
+async def test_a_fork_of_a_run_stopped_with_its_answer_kept_does_not_ask_again(
+    final: bool, client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A parent cancelled while its model request was in flight kept the answer
+    (policies.GENERATION_KEPT): a fork without input goes on from it, as resume does, so the
+    request is not sent again and its calls run once."""
+    answer: Any = Reply(ANSWER) if final else CallTool("get_weather", {"city": "London"})
+    with ScriptedModelServer([Hang(2, answer), Reply(ANSWER)]) as model:
+        agent = _agent(model, client, task_queue, tmp_path, ledger)
+        run_id = await agent.astart(PROMPT)
+        await asyncio.to_thread(model.wait_for_requests, 1)
+        handle = client.get_workflow_handle(run_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 30)
+        kept = await TemporalStore(client).aload(run_id)
+        assert [e.type for e in kept][-2:] == ["generation", "run_end"], kept
+
+        fork = await asyncio.wait_for(agent.afork(run_id), 30)
+
+    assert fork.status == "completed" and fork.final_output == ANSWER
+    assert model.request_count == (1 if final else 2), "the kept answer was asked for again"
+    assert len(ledger_lines(ledger)) == (0 if final else 1)
+    again = [e for e in fork.events[len(kept) :] if e.type == "generation"][0]
+    assert again.calls == kept[-2].calls and again.text == kept[-2].text
+    assert fork.usage == total_usage(fork.events)
+    await _same_everywhere(client, tmp_path, fork)
 
 
 async def test_a_parent_resumed_after_its_fork_leaves_the_fork_as_it_was(
