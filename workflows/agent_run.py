@@ -227,6 +227,10 @@ class AgentRunWorkflow(Continuing):
         seg = await self._begin(inp)
         spent = self._prior + self._usage  # the usage carried over, after continue-as-new
         with self._observer.begin(seg.spec, inp, workflow.info().workflow_id, spent):
+            # only a resume sets it (never an input recorded before it existed),
+            # so recorded histories replay unchanged
+            for data in inp.recovered or []:
+                self._journal.record(Event.from_dict(data))
             if inp.fork is not None:
                 self._journal.record_fork(inp.fork)
                 if inp.fork.snapshot:

@@ -37,6 +37,7 @@ _INPUT_KEYS = frozenset(
         "call_uses",
         "call_seen",
         "answer",
+        "recovered",
     }
 )
 
@@ -168,6 +169,12 @@ class AgentRunInput:
     #: `input`. The segment records it again and goes on from it (runs its
     #: calls) instead of sending the request a second time.
     answer: dict[str, Any] | None = None
+    #: a resumed segment's first events: the results of the tool batch the
+    #: segment before had run to completion in history, but was stopped
+    #: (terminated, timed out) before it recorded them. The segment records
+    #: them before its `run_start` and goes on from them (`input` answers the
+    #: calls with them) instead of running the calls a second time.
+    recovered: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -272,6 +279,17 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         and isinstance(answer.get("text"), (str, type(None)))
     ):
         raise ValueError('"answer" must be an object {"text", "calls": [...]} (set by resume)')
+    recovered = raw.get("recovered")
+    if recovered is not None:
+        if not isinstance(recovered, list) or not all(
+            isinstance(e, dict) and e.get("type") == "tool_result" for e in recovered
+        ):
+            raise ValueError('"recovered" must be a list of tool_result events (set by resume)')
+        for index, event in enumerate(recovered):
+            try:
+                Event.from_dict(event)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f'"recovered"[{index}] is not an event: {exc}') from None
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -287,6 +305,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         call_uses=uses,
         call_seen=seen,
         answer=answer,
+        recovered=recovered or None,
     )
 
 

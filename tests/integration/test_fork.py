@@ -510,12 +510,13 @@ async def test_fork_inside_a_tool_batch_rewinds_it(
 async def test_a_tool_result_history_holds_but_no_step_recorded_is_kept(
     client: Client, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
-    """The tool answered, then no workflow task ran: the fork copies the answer, runs no tool.
+    """The tool answered, then no workflow task ran: the fork copies the answer, runs no tool;
+    so does resume once the parent is terminated.
 
     The parent's workflow worker stops while its tool runs on another worker;
     the tool's completion reaches history, but no workflow task records its
     `tool_result` (nor sends it on with the next request). The fork finds it
-    among the completed activities.
+    among the completed activities, and so does the parent's resume.
     """
     started, release = threading.Event(), threading.Event()
 
@@ -606,6 +607,35 @@ async def test_a_tool_result_history_holds_but_no_step_recorded_is_kept(
     ]
     assert fork.events[3].result == "The weather in London is sunny and 22C."
     await _same_everywhere(client, tmp_path, fork)
+
+    # the parent, stopped for good with the answer unrecorded, resumes from it too
+    await handle.terminate("stuck")
+    with ScriptedModelServer(tool_then_answer) as model:
+        resumer = weather_agent(
+            base_url=model.base_url,
+            task_queue=f"{task_queue}-resumes",
+            temporal=client,
+            store=FileStore(tmp_path / "runs"),
+            tools=[get_weather],
+        )
+        resumed = await asyncio.wait_for(resumer.aresume(run_id), 30)
+    assert resumed.status == "completed" and resumed.final_output == ANSWER
+    assert len(ledger_lines(ledger)) == 1, "the answered call ran again on resume"
+    assert model.request_count == 1
+    assert model.requests[0]["messages"][-1]["role"] == "tool"
+    assert [e.type for e in resumed.events] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "run_start",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    assert resumed.events[3].to_dict() == fork.events[3].to_dict()
+    assert resumed.usage == total_usage(resumed.events)
+    await _same_everywhere(client, tmp_path, resumed)
 
 
 async def test_at_outside_the_parent_is_refused(
