@@ -43,6 +43,7 @@ def continuation_input(
     in_temporal_from: int,
     max_turns: int | None,
     recovered: list[Event] | None = None,
+    unrecorded: dict[str, Any] | None = None,
 ) -> AgentRunInput:
     """The next segment's input for a run that did not complete.
 
@@ -56,6 +57,8 @@ def continuation_input(
         recovered: results of the last tool batch that history holds but the
             log lacks (`_fork.completed_batch`): the segment records them and
             goes on from them, so their calls do not run again.
+        unrecorded: a model answer history holds but the log lacks
+            (`_fork.completed_answer`), to the request the log replays to.
 
     Raises:
         ValueError: when the events hold no conversation to continue, or one
@@ -64,7 +67,9 @@ def continuation_input(
     recovered = recovered or []
     messages = replay_messages(events + recovered)
     answer = kept_answer(events)
-    if answer is not None and not answer["calls"] and messages[-1:]:
+    if unrecorded is not None and answer is None and not recovered:
+        answer = unrecorded
+    elif answer is not None and not answer["calls"] and messages[-1:]:
         # a final answer is replayed after its request: the segment records it again
         messages = messages[:-1]
     if not messages:

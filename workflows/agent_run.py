@@ -522,6 +522,8 @@ def _given(inp: AgentRunInput) -> GenerateResult | None:
         text=answer.get("text"),
         reasoning=answer.get("reasoning"),
         calls=list(answer.get("calls") or []),
+        # only an answer no segment recorded has it (`AgentRunInput.answer`)
+        usage=dict(answer.get("usage") or {}),
         started_at=answer.get("started_at"),
         ended_at=answer.get("ended_at"),
     )

@@ -167,7 +167,9 @@ class AgentRunInput:
     #: with it just recorded (`policies.GENERATION_KEPT`): {"text", "reasoning",
     #: "calls", "started_at", "ended_at"} of that `generation`, whose request is
     #: `input`. The segment records it again and goes on from it (runs its
-    #: calls) instead of sending the request a second time.
+    #: calls) instead of sending the request a second time. Also an answer
+    #: history holds that the segment before never recorded (it was
+    #: terminated or timed out first); that one has "usage" too, counted here.
     answer: dict[str, Any] | None = None
     #: a resumed segment's first events: the results of the tool batch the
     #: segment before had run to completion in history, but was stopped
@@ -277,6 +279,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         and isinstance(answer.get("calls") or [], list)
         and all(isinstance(c, dict) for c in answer.get("calls") or [])
         and isinstance(answer.get("text"), (str, type(None)))
+        and _usage_ok(answer.get("usage"))
     ):
         raise ValueError('"answer" must be an object {"text", "calls": [...]} (set by resume)')
     recovered = raw.get("recovered")
@@ -307,6 +310,17 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         answer=answer,
         recovered=recovered or None,
     )
+
+
+def _usage_ok(usage: Any) -> bool:
+    """Whether `usage` is absent or token counts a run can take (read in a workflow task)."""
+    if usage is None:
+        return True
+    try:
+        Usage.from_dict(usage)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return False
+    return isinstance(usage, dict)
 
 
 @dataclass

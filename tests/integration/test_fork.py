@@ -638,6 +638,85 @@ async def test_a_tool_result_history_holds_but_no_step_recorded_is_kept(
     await _same_everywhere(client, tmp_path, resumed)
 
 
+async def test_a_model_answer_history_holds_but_no_step_recorded_is_not_asked_again(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """The model answered, then no workflow task ran and the run was terminated: a fork and
+    resume go on from that answer (its tokens counted once), not sending the request again."""
+    run_id = f"unrecorded-{task_queue}"
+    script = [Hang(1, CallTool("get_weather", {"city": "London"})), Reply(ANSWER), Reply(ANSWER)]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, ledger=ledger, embedded_worker=False)
+        acts = AgentActivities(AgentRegistry([agent.definition]))
+        # the request runs apart, so its answer comes after the workflow worker is gone
+        flow = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[AgentRunWorkflow],
+            activities=[acts.describe_agent, acts.journal],
+            no_remote_activities=True,
+        )
+        other = await Client.connect(client.service_client.config.target_host)
+        async with Worker(other, task_queue=task_queue, activities=[acts.generate, acts.journal]):
+            async with flow:
+                handle = await client.start_workflow(
+                    "AgentRun",
+                    {"agent": agent.name, "input": PROMPT},
+                    id=run_id,
+                    task_queue=task_queue,
+                )
+                await asyncio.to_thread(model.wait_for_requests, 1)
+
+            async def answered() -> bool:
+                events = (await handle.fetch_history()).events
+                asked = {
+                    e.event_id
+                    for e in events
+                    if e.activity_task_scheduled_event_attributes.activity_type.name == "generate"
+                }
+                return any(
+                    e.activity_task_completed_event_attributes.scheduled_event_id in asked
+                    for e in events
+                    if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                )
+
+            deadline = asyncio.get_running_loop().time() + 30
+            while not await answered():
+                assert asyncio.get_running_loop().time() < deadline, "the model's answer"
+                await asyncio.sleep(0.05)
+        await handle.terminate("stuck")
+        assert "generation" not in [e.type for e in await TemporalStore(client).aload(run_id)]
+
+        resumer = scripted_agent(
+            model,
+            client,
+            f"{task_queue}-resumes",
+            store=FileStore(tmp_path / "runs"),
+            ledger=ledger,
+        )
+        fork = await asyncio.wait_for(resumer.afork(run_id), 30)
+        assert fork.status == "completed" and fork.final_output == ANSWER
+        assert model.request_count == 2, "the fork sent the answered request again"
+        assert len(ledger_lines(ledger)) == 1
+        assert fork.usage == total_usage(fork.events)
+        await _same_everywhere(client, tmp_path, fork)
+
+        resumed = await asyncio.wait_for(resumer.aresume(run_id), 30)
+
+    assert resumed.status == "completed" and resumed.final_output == ANSWER
+    assert model.request_count == 3, "the answered request was sent again"
+    assert [r["messages"][-1]["role"] for r in model.requests[1:]] == ["tool", "tool"]
+    assert len(ledger_lines(ledger)) == 2  # once in the fork, once in the run
+    gens = [e for e in resumed.events if e.type == "generation"]
+    assert gens[0].calls and gens[0].calls[0]["function"]["name"] == "get_weather"
+    assert gens[0].usage is not None and gens[0].usage.total_tokens > 0
+    assert resumed.usage == total_usage(resumed.events)
+    assert resumed.usage.total_tokens == sum(g.usage.total_tokens for g in gens if g.usage)
+    assert [e.to_dict() for e in await TemporalStore(client).aload(run_id)] == [
+        e.to_dict() for e in resumed.events
+    ]
+
+
 async def test_at_outside_the_parent_is_refused(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
