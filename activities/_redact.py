@@ -36,6 +36,7 @@ _installed = False
 #: list against every `getLogger` in the source), and the libraries' own.
 LOGGERS = (
     "agentor_temporal",
+    "agentor_temporal._continuing",
     "agentor_temporal._fork",
     "agentor_temporal._memory",
     "agentor_temporal.activities._definition",

@@ -12,6 +12,7 @@ long run (see `agentor_temporal.workflows.conversation`).
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import asdict
 from typing import Any
 
@@ -25,9 +26,12 @@ from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import (
     INLINE_CONVERSATION_BYTES,
     MAX_INPUT_DEPTH,
+    MAX_REQUEST_BYTES,
     MAX_TOKEN_COUNT,
 )
 from agentor_temporal.workflows.types import AgentRunInput, parse_run_input
+
+logger = logging.getLogger(__name__)
 
 
 def continuation_input(
@@ -38,6 +42,8 @@ def continuation_input(
     previous: str | None,
     in_temporal_from: int,
     max_turns: int | None,
+    recovered: list[Event] | None = None,
+    unrecorded: dict[str, Any] | None = None,
 ) -> AgentRunInput:
     """The next segment's input for a run that did not complete.
 
@@ -48,14 +54,22 @@ def continuation_input(
         previous: the closed execution continued (None when only a store has the run).
         in_temporal_from: position of the first event Temporal's history has.
         max_turns: the new segment's turn budget (None: the agent's).
+        recovered: results of the last tool batch that history holds but the
+            log lacks (`_fork.completed_batch`): the segment records them and
+            goes on from them, so their calls do not run again.
+        unrecorded: a model answer history holds but the log lacks
+            (`_fork.completed_answer`), to the request the log replays to.
 
     Raises:
         ValueError: when the events hold no conversation to continue, or one
             nested too deeply for a run to take.
     """
-    messages = replay_messages(events)
+    recovered = recovered or []
+    messages = replay_messages(events + recovered)
     answer = kept_answer(events)
-    if answer is not None and not answer["calls"] and messages[-1:]:
+    if unrecorded is not None and answer is None and not recovered:
+        answer = unrecorded
+    elif answer is not None and not answer["calls"] and messages[-1:]:
         # a final answer is replayed after its request: the segment records it again
         messages = messages[:-1]
     if not messages:
@@ -69,8 +83,29 @@ def continuation_input(
         prior_usage=prior_usage(events),
         previous_execution=previous,
         answer=answer,
+        recovered=[e.to_dict() for e in recovered] or None,
     )
-    return by_reference(inp, events, in_temporal_from) if previous is not None else inp
+    if previous is None:
+        return inp
+    # the recovered results are after the base `replay_base` finds in `events`
+    inp = by_reference(inp, events + recovered, in_temporal_from)
+    if recovered and encoded_size(inp.to_dict()) > MAX_REQUEST_BYTES:
+        # they travel twice (as events and as tool messages): results too large
+        # for that are dropped, and the batch rewound as it was before
+        logger.warning(
+            "Run %s: the results its last calls left in history are too large to carry "
+            "into its resume; the model decides that turn again",
+            run_id,
+        )
+        return continuation_input(
+            agent,
+            run_id,
+            events,
+            previous=previous,
+            in_temporal_from=in_temporal_from,
+            max_turns=max_turns,
+        )
+    return inp
 
 
 def kept_answer(events: list[Event]) -> dict[str, Any] | None:

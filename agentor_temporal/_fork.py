@@ -32,7 +32,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from agentor_temporal._continuing import by_reference, check_replayed, prior_usage
+from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
 from agentor_temporal._live import serve_until_done
 from agentor_temporal._results import await_result, check_input, check_turns
 from agentor_temporal.activities import AgentDefinition
@@ -154,6 +154,9 @@ class ForkPoint:
     #: position of the first parent event its own history holds (None: the
     #: parent is only in a store); a conversation based there goes by reference
     in_temporal_from: int | None = None
+    #: a model answer the parent's history holds but its log lacks (it was
+    #: stopped first, `completed_answer`), for a fork of its whole log
+    unrecorded: dict[str, Any] | None = None
 
 
 def check_fork_input(input: MessageInput | None) -> None:
@@ -192,6 +195,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
     execution: str | None = None
     in_temporal_from: int | None = None
     pending: list[Event] = []
+    unrecorded: dict[str, Any] | None = None
     if segments:
         events, missing = await temporal.whole(run_id, segments, store)
         if missing:
@@ -202,6 +206,9 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         execution = segments[-1].execution_run_id
         in_temporal_from = segments[0].event_offset
         pending = await completed_batch(temporal, segments[-1])
+        if not pending and segments[-1].status != "running":
+            # a running parent records it itself; the fork would ask again
+            unrecorded = await completed_answer(temporal, segments[-1])
     else:
         events = await in_thread(store.load, run_id) if store is not None else []
     if not events:
@@ -229,7 +236,14 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         execution=execution,
         events=[e.to_dict() for e in copied],
     )
-    return ForkPoint(run_id, events[:journaled] + copied, origin, in_temporal_from)
+    whole = at == total
+    return ForkPoint(
+        run_id,
+        events[:journaled] + copied,
+        origin,
+        in_temporal_from,
+        unrecorded=unrecorded if whole else None,
+    )
 
 
 def _warn_in_flight(run_id: str, kept: list[Event]) -> None:
@@ -307,6 +321,57 @@ async def completed_batch(temporal: TemporalStore, segment: Segment) -> list[Eve
     return results
 
 
+async def completed_answer(temporal: TemporalStore, segment: Segment) -> dict[str, Any] | None:
+    """A model answer history holds but the segment never recorded, as `AgentRunInput.answer`.
+
+    A segment stopped for good (terminated, timed out) after its `generate`
+    activity completed, before a workflow task recorded the `generation`:
+    its request is what the log replays to (the turn before it is whole), so
+    the next segment goes on from the answer rather than paying for it again.
+    None when the segment ended itself (`run_end`), or its last answer is
+    recorded, or its last turn's results are not all recorded.
+    """
+    events = segment.events
+    if not segment.completed_generations or any(e.type == "run_end" for e in events):
+        return None
+    generations = [i for i, e in enumerate(events) if e.type == "generation"]
+    if generations:
+        last = events[generations[-1]]
+        answered = [e for e in events[generations[-1] + 1 :] if e.type == "tool_result"]
+        if last.turn is None or not last.calls or len(answered) < len(last.calls):
+            return None
+        turn = last.turn + 1
+    elif any(e.type == "run_start" for e in events):
+        turn = min(_turns(segment.completed_generations), default=0)
+    else:
+        return None
+    payload = segment.completed_generations.get(f"generate-{turn}")
+    if payload is None or len(segment.completed_generations) > len(generations) + 1:
+        return None
+    answer = await temporal.decode(payload)
+    if not isinstance(answer, dict):
+        return None
+    calls = answer.get("calls") or []
+    usage = answer.get("usage") or {}
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        return None
+    if not isinstance(answer.get("text"), (str, type(None))) or not isinstance(usage, dict):
+        return None
+    return {
+        "text": answer.get("text"),
+        "reasoning": answer.get("reasoning"),
+        "calls": calls,
+        "usage": usage,
+        "started_at": answer.get("started_at"),
+        "ended_at": answer.get("ended_at"),
+    }
+
+
+def _turns(ids: dict[str, Any]) -> list[int]:
+    numbers = (name.removeprefix("generate-") for name in ids)
+    return [int(n) for n in numbers if n.isdigit()]
+
+
 def fork_input(
     agent: str, point: ForkPoint, input: MessageInput | None, max_turns: int | None
 ) -> AgentRunInput:
@@ -321,6 +386,16 @@ def fork_input(
     """
     events = point.events
     messages = replay_messages(events)
+    # a parent stopped with its answer in hand kept it (`policies.GENERATION_KEPT`):
+    # continued without input, the fork goes on from that answer, as resume does,
+    # rather than paying for the same request again
+    answer = kept_answer(events) if input is None else None
+    if answer is not None and not answer["calls"] and messages[-1:]:
+        # a final answer is replayed after its request: the fork records it again
+        messages = messages[:-1]
+    elif input is None and answer is None:
+        # an answer the parent never recorded: its request is what the log replays to
+        answer = point.unrecorded
     if not messages:
         raise ValueError(f"Run {point.parent!r} has no recoverable messages; start a new run.")
     check_replayed(point.parent, messages)
@@ -341,6 +416,7 @@ def fork_input(
         event_offset=origin.at,
         prior_usage=prior_usage(events),
         fork=origin,
+        answer=answer,
     )
     if point.in_temporal_from is None:
         return inp

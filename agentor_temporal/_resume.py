@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input, restart_input
+from agentor_temporal._fork import completed_answer, completed_batch
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
     check_input,
@@ -152,6 +153,11 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
             max_turns=max_turns,
         )
     else:
+        # stopped (terminated, timed out) after its last calls finished but
+        # before it recorded them: their results are taken, not paid for again
+        recovered = await completed_batch(TemporalStore(client), latest)
+        # or its model's answer came, and was never recorded: not asked for again
+        unrecorded = None if recovered else await completed_answer(TemporalStore(client), latest)
         inp = continuation_input(
             agent.name,
             run_id,
@@ -159,6 +165,8 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
             previous=latest.execution_run_id,
             in_temporal_from=seeded_prefix(segments),
             max_turns=max_turns,
+            recovered=recovered,
+            unrecorded=unrecorded,
         )
     return await _continue(agent, client, run_id, inp, len(events))
 

@@ -231,6 +231,10 @@ class AgentRunWorkflow(Continuing):
         seg = await self._begin(inp)
         spent = self._prior + self._usage  # the usage carried over, after continue-as-new
         with self._observer.begin(seg.spec, inp, workflow.info().workflow_id, spent):
+            # only a resume sets it (never an input recorded before it existed),
+            # so recorded histories replay unchanged
+            for data in inp.recovered or []:
+                self._journal.record(Event.from_dict(data))
             if inp.fork is not None:
                 self._journal.record_fork(inp.fork)
                 if inp.fork.snapshot:
@@ -563,6 +567,8 @@ def _given(inp: AgentRunInput) -> GenerateResult | None:
         text=answer.get("text"),
         reasoning=answer.get("reasoning"),
         calls=list(answer.get("calls") or []),
+        # only an answer no segment recorded has it (`AgentRunInput.answer`)
+        usage=dict(answer.get("usage") or {}),
         started_at=answer.get("started_at"),
         ended_at=answer.get("ended_at"),
     )

@@ -184,8 +184,9 @@ class Generation:
             # not yet awaited: the activity is scheduled inside the generation's span
             summary = fit(f"{spec.model}, turn {turn}", SUMMARY_BYTES)
             if given is not None:
-                # answered in the segment that was stopped (its usage counted there)
-                gen = dataclasses.replace(given, usage={}, request=None, mirrored=None)
+                # answered in the segment that was stopped: counted there, unless
+                # that segment never recorded it (then its input carries the usage)
+                gen = dataclasses.replace(given, request=None, mirrored=None)
             else:
                 call = self._answer(inp, activity_id, summary, local=local, kept=kept)
                 gen = await self.trace.generation(spec.model, turn, request, call)

@@ -77,6 +77,9 @@ class Segment:
     #: still encoded: a tool batch may be done in history before the workflow
     #: has journaled its results (see `agentor_temporal._fork`)
     completed_tools: dict[str, tuple[Payload, Payload]] = field(default_factory=dict)
+    #: activity id -> result of each completed `generate` activity (not a local
+    #: one), still encoded: an answer the workflow may not have recorded yet
+    completed_generations: dict[str, Payload] = field(default_factory=dict)
 
     @property
     def fork(self) -> ForkOrigin | None:
@@ -142,7 +145,7 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
             attrs_s = event.activity_task_scheduled_event_attributes
             if attrs_s.input.payloads:
                 scheduled[attrs_s.activity_id] = attrs_s.input.payloads[0]
-            if attrs_s.activity_type.name == CALL_TOOL:
+            if attrs_s.activity_type.name in (CALL_TOOL, GENERATE):
                 tools[event.event_id] = attrs_s.activity_id
             if attrs_s.activity_type.name in (GENERATE, CALL_TOOL) and attrs_s.input.payloads:
                 # it may carry the events new since the last journal step
@@ -153,7 +156,10 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attrs_c = event.activity_task_completed_event_attributes
             activity_id = tools.get(attrs_c.scheduled_event_id)
-            if activity_id in scheduled and attrs_c.result.payloads:
+            if activity_id is not None and activity_id.startswith("generate-"):
+                if attrs_c.result.payloads:
+                    segment.completed_generations[activity_id] = attrs_c.result.payloads[0]
+            elif activity_id in scheduled and attrs_c.result.payloads:
                 segment.completed_tools[activity_id] = (
                     scheduled[activity_id],
                     attrs_c.result.payloads[0],

@@ -37,6 +37,7 @@ _INPUT_KEYS = frozenset(
         "call_uses",
         "call_seen",
         "answer",
+        "recovered",
     }
 )
 
@@ -166,8 +167,16 @@ class AgentRunInput:
     #: with it just recorded (`policies.GENERATION_KEPT`): {"text", "reasoning",
     #: "calls", "started_at", "ended_at"} of that `generation`, whose request is
     #: `input`. The segment records it again and goes on from it (runs its
-    #: calls) instead of sending the request a second time.
+    #: calls) instead of sending the request a second time. Also an answer
+    #: history holds that the segment before never recorded (it was
+    #: terminated or timed out first); that one has "usage" too, counted here.
     answer: dict[str, Any] | None = None
+    #: a resumed segment's first events: the results of the tool batch the
+    #: segment before had run to completion in history, but was stopped
+    #: (terminated, timed out) before it recorded them. The segment records
+    #: them before its `run_start` and goes on from them (`input` answers the
+    #: calls with them) instead of running the calls a second time.
+    recovered: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -270,8 +279,20 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         and isinstance(answer.get("calls") or [], list)
         and all(isinstance(c, dict) for c in answer.get("calls") or [])
         and isinstance(answer.get("text"), (str, type(None)))
+        and _usage_ok(answer.get("usage"))
     ):
         raise ValueError('"answer" must be an object {"text", "calls": [...]} (set by resume)')
+    recovered = raw.get("recovered")
+    if recovered is not None:
+        if not isinstance(recovered, list) or not all(
+            isinstance(e, dict) and e.get("type") == "tool_result" for e in recovered
+        ):
+            raise ValueError('"recovered" must be a list of tool_result events (set by resume)')
+        for index, event in enumerate(recovered):
+            try:
+                Event.from_dict(event)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f'"recovered"[{index}] is not an event: {exc}') from None
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -287,7 +308,19 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         call_uses=uses,
         call_seen=seen,
         answer=answer,
+        recovered=recovered or None,
     )
+
+
+def _usage_ok(usage: Any) -> bool:
+    """Whether `usage` is absent or token counts a run can take (read in a workflow task)."""
+    if usage is None:
+        return True
+    try:
+        Usage.from_dict(usage)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return False
+    return isinstance(usage, dict)
 
 
 @dataclass

@@ -16,14 +16,21 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.worker import Worker
 
 from agentor_temporal import Agentor, Event, FileStore, RunResult, TemporalStore, function_tool
 from agentor_temporal.activities import AgentActivities, AgentRegistry
 from agentor_temporal.connection import temporal_binary
 from agentor_temporal.store import replay_messages, total_usage
-from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer, tool_then_answer
+from agentor_temporal.testing import (
+    CallTool,
+    Fail,
+    Hang,
+    Reply,
+    ScriptedModelServer,
+    tool_then_answer,
+)
 from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.segment import FORKED_FROM
 from agentor_temporal.workflows.status import AGENT_STATUS, AGENT_TOKENS
@@ -220,6 +227,36 @@ async def test_fork_without_input_completes_an_unfinished_parent_on_the_fork(
     latest = await TemporalStore(client).latest(parent.run_id)
     assert latest is not None and (latest.result or {}).get("status") == "failed"
     assert _dicts(await TemporalStore(client).aload(parent.run_id)) == _dicts(parent.events)
+
+
+@pytest.mark.parametrize("final", [False, True], ids=["calls", "final"])
+async def test_a_fork_of_a_run_stopped_with_its_answer_kept_does_not_ask_again(
+    final: bool, client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A parent cancelled while its model request was in flight kept the answer
+    (policies.GENERATION_KEPT): a fork without input goes on from it, as resume does, so the
+    request is not sent again and its calls run once."""
+    answer: Any = Reply(ANSWER) if final else CallTool("get_weather", {"city": "London"})
+    with ScriptedModelServer([Hang(2, answer), Reply(ANSWER)]) as model:
+        agent = _agent(model, client, task_queue, tmp_path, ledger)
+        run_id = await agent.astart(PROMPT)
+        await asyncio.to_thread(model.wait_for_requests, 1)
+        handle = client.get_workflow_handle(run_id)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 30)
+        kept = await TemporalStore(client).aload(run_id)
+        assert [e.type for e in kept][-2:] == ["generation", "run_end"], kept
+
+        fork = await asyncio.wait_for(agent.afork(run_id), 30)
+
+    assert fork.status == "completed" and fork.final_output == ANSWER
+    assert model.request_count == (1 if final else 2), "the kept answer was asked for again"
+    assert len(ledger_lines(ledger)) == (0 if final else 1)
+    again = [e for e in fork.events[len(kept) :] if e.type == "generation"][0]
+    assert again.calls == kept[-2].calls and again.text == kept[-2].text
+    assert fork.usage == total_usage(fork.events)
+    await _same_everywhere(client, tmp_path, fork)
 
 
 async def test_a_parent_resumed_after_its_fork_leaves_the_fork_as_it_was(
@@ -473,12 +510,13 @@ async def test_fork_inside_a_tool_batch_rewinds_it(
 async def test_a_tool_result_history_holds_but_no_step_recorded_is_kept(
     client: Client, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
-    """The tool answered, then no workflow task ran: the fork copies the answer, runs no tool.
+    """The tool answered, then no workflow task ran: the fork copies the answer, runs no tool;
+    so does resume once the parent is terminated.
 
     The parent's workflow worker stops while its tool runs on another worker;
     the tool's completion reaches history, but no workflow task records its
     `tool_result` (nor sends it on with the next request). The fork finds it
-    among the completed activities.
+    among the completed activities, and so does the parent's resume.
     """
     started, release = threading.Event(), threading.Event()
 
@@ -569,6 +607,114 @@ async def test_a_tool_result_history_holds_but_no_step_recorded_is_kept(
     ]
     assert fork.events[3].result == "The weather in London is sunny and 22C."
     await _same_everywhere(client, tmp_path, fork)
+
+    # the parent, stopped for good with the answer unrecorded, resumes from it too
+    await handle.terminate("stuck")
+    with ScriptedModelServer(tool_then_answer) as model:
+        resumer = weather_agent(
+            base_url=model.base_url,
+            task_queue=f"{task_queue}-resumes",
+            temporal=client,
+            store=FileStore(tmp_path / "runs"),
+            tools=[get_weather],
+        )
+        resumed = await asyncio.wait_for(resumer.aresume(run_id), 30)
+    assert resumed.status == "completed" and resumed.final_output == ANSWER
+    assert len(ledger_lines(ledger)) == 1, "the answered call ran again on resume"
+    assert model.request_count == 1
+    assert model.requests[0]["messages"][-1]["role"] == "tool"
+    assert [e.type for e in resumed.events] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+        "run_start",
+        "generation",
+        "message",
+        "run_end",
+    ]
+    assert resumed.events[3].to_dict() == fork.events[3].to_dict()
+    assert resumed.usage == total_usage(resumed.events)
+    await _same_everywhere(client, tmp_path, resumed)
+
+
+async def test_a_model_answer_history_holds_but_no_step_recorded_is_not_asked_again(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """The model answered, then no workflow task ran and the run was terminated: a fork and
+    resume go on from that answer (its tokens counted once), not sending the request again."""
+    run_id = f"unrecorded-{task_queue}"
+    script = [Hang(1, CallTool("get_weather", {"city": "London"})), Reply(ANSWER), Reply(ANSWER)]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, ledger=ledger, embedded_worker=False)
+        acts = AgentActivities(AgentRegistry([agent.definition]))
+        # the request runs apart, so its answer comes after the workflow worker is gone
+        flow = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[AgentRunWorkflow],
+            activities=[acts.describe_agent, acts.journal],
+            no_remote_activities=True,
+        )
+        other = await Client.connect(client.service_client.config.target_host)
+        async with Worker(other, task_queue=task_queue, activities=[acts.generate, acts.journal]):
+            async with flow:
+                handle = await client.start_workflow(
+                    "AgentRun",
+                    {"agent": agent.name, "input": PROMPT},
+                    id=run_id,
+                    task_queue=task_queue,
+                )
+                await asyncio.to_thread(model.wait_for_requests, 1)
+
+            async def answered() -> bool:
+                events = (await handle.fetch_history()).events
+                asked = {
+                    e.event_id
+                    for e in events
+                    if e.activity_task_scheduled_event_attributes.activity_type.name == "generate"
+                }
+                return any(
+                    e.activity_task_completed_event_attributes.scheduled_event_id in asked
+                    for e in events
+                    if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                )
+
+            deadline = asyncio.get_running_loop().time() + 30
+            while not await answered():
+                assert asyncio.get_running_loop().time() < deadline, "the model's answer"
+                await asyncio.sleep(0.05)
+        await handle.terminate("stuck")
+        assert "generation" not in [e.type for e in await TemporalStore(client).aload(run_id)]
+
+        resumer = scripted_agent(
+            model,
+            client,
+            f"{task_queue}-resumes",
+            store=FileStore(tmp_path / "runs"),
+            ledger=ledger,
+        )
+        fork = await asyncio.wait_for(resumer.afork(run_id), 30)
+        assert fork.status == "completed" and fork.final_output == ANSWER
+        assert model.request_count == 2, "the fork sent the answered request again"
+        assert len(ledger_lines(ledger)) == 1
+        assert fork.usage == total_usage(fork.events)
+        await _same_everywhere(client, tmp_path, fork)
+
+        resumed = await asyncio.wait_for(resumer.aresume(run_id), 30)
+
+    assert resumed.status == "completed" and resumed.final_output == ANSWER
+    assert model.request_count == 3, "the answered request was sent again"
+    assert [r["messages"][-1]["role"] for r in model.requests[1:]] == ["tool", "tool"]
+    assert len(ledger_lines(ledger)) == 2  # once in the fork, once in the run
+    gens = [e for e in resumed.events if e.type == "generation"]
+    assert gens[0].calls and gens[0].calls[0]["function"]["name"] == "get_weather"
+    assert gens[0].usage is not None and gens[0].usage.total_tokens > 0
+    assert resumed.usage == total_usage(resumed.events)
+    assert resumed.usage.total_tokens == sum(g.usage.total_tokens for g in gens if g.usage)
+    assert [e.to_dict() for e in await TemporalStore(client).aload(run_id)] == [
+        e.to_dict() for e in resumed.events
+    ]
 
 
 async def test_at_outside_the_parent_is_refused(
