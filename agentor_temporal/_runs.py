@@ -32,7 +32,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
-from agentor_temporal._outage import riding_outages
+from agentor_temporal._outage import patiently, riding_outages
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import (
     Event,
@@ -443,23 +443,32 @@ async def decide_by_signal(
                 "ended); nothing changed."
             ) from None
         raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
-    poll = policies.SIGNALLED_DECISION_POLL.total_seconds()
     patience = policies.DECISION_PATIENCE.total_seconds()
-    deadline = asyncio.get_running_loop().time() + patience
-    while True:
-        try:
-            outcome = await handle.query("signalled_decision", request_id, result_type=dict)
-        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
-            logger.debug("Run %s: asking for the decision's outcome failed: %s", run_id, exc)
-            outcome = None
-        if outcome is not None:
-            break
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(undelivered(run_id, decision.call_id, patience))
-        await asyncio.sleep(poll)
-        # each ask is a task for the run's worker: hundreds of senders asking
-        # ten times a second kept it from taking their signals
-        poll = min(poll * 1.5, 1.0)
+
+    async def asked() -> dict[str, Any]:
+        poll = policies.SIGNALLED_DECISION_POLL.total_seconds()
+        while True:
+            try:
+                outcome: dict[str, Any] | None = await riding_outages(
+                    lambda: handle.query("signalled_decision", request_id, result_type=dict),
+                    client,
+                    what=f"asking run {run_id!r} for the outcome of a decision",
+                )
+            except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+                logger.debug("Run %s: asking for the decision's outcome failed: %s", run_id, exc)
+                outcome = None
+            if outcome is not None:
+                return outcome
+            await asyncio.sleep(poll)
+            # each ask is a task for the run's worker: hundreds of senders asking
+            # ten times a second kept it from taking their signals
+            poll = min(poll * 1.5, 1.0)
+
+    try:
+        # the bound is on the worker: time the server is unreachable does not count
+        outcome = await patiently(asked(), patience)
+    except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
+        raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
     if "refused" in outcome:
         raise ValueError(str(outcome["refused"]))
     decided: dict[str, Any] = outcome["decided"]
