@@ -336,7 +336,11 @@ async def send_decision(
         what=f"checking that run {run_id!r} waits for a decision",
     )
     if decision.turn is None:
-        waiting = await waiting_call(client, run_id, decision.call_id)
+        waiting = await riding_outages(
+            lambda: waiting_call(client, run_id, decision.call_id),
+            client,
+            what=f"reading which turn of run {run_id!r} waits for {decision.call_id}",
+        )
         if waiting is not None:
             decision = replace(decision, turn=waiting.turn)
             execution_run_id = execution_run_id or waiting.execution_run_id
@@ -429,12 +433,23 @@ async def decide_by_signal(
         TimeoutError: when no worker took it within `DECISION_PATIENCE`.
     """
     if execution_run_id is None:
-        execution_run_id = (await client.get_workflow_handle(run_id).describe()).run_id
+        execution_run_id = (
+            await riding_outages(
+                lambda: client.get_workflow_handle(run_id).describe(),
+                client,
+                what=f"reading run {run_id!r} to decide {decision.call_id}",
+            )
+        ).run_id
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     request_id = uuid.uuid4().hex
     try:
-        await handle.signal(
-            "decide_signal", {"request_id": request_id, "decision": asdict(decision)}
+        # sent again after an outage, the run takes it once (by its request id)
+        await riding_outages(
+            lambda: handle.signal(
+                "decide_signal", {"request_id": request_id, "decision": asdict(decision)}
+            ),
+            client,
+            what=f"deciding {decision.call_id} of run {run_id!r}",
         )
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
