@@ -178,6 +178,10 @@ async def test_a_run_started_while_the_server_is_down_starts_once_it_is_back(
     assert len(segments) == 1  # started once
 
 
+#: longer than the decisions' patience in the test below, so that it would run out
+DOWN = 20.0
+
+
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     """`agentor-temporal ARGS` in its own process, its output kept."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
@@ -194,7 +198,7 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re_attach(
     task_queue: str, tmp_path: Path, ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One 12 s outage serves five callers.
+    """One 20 s outage serves six callers.
 
     `aapprove`, a decision by signal and `afork` sent while the server is down go through once it is
     back (the decision's bound on a worker, shorter than the outage, does not
@@ -202,8 +206,9 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
     CLI command whose patience is 2 s give up, each clearly: where, and how that
     entry point re-attaches.
     """
-    # shorter than the outage: only the time the server answers counts against it
-    monkeypatch.setattr(policies, "DECISION_PATIENCE", timedelta(seconds=8))
+    # shorter than the outage (DOWN): only the time the server answers counts against
+    # it; longer than the client's own retries (~10 s), which show the server gone
+    monkeypatch.setattr(policies, "DECISION_PATIENCE", timedelta(seconds=15))
     server = DevServerProcess(tmp_path / "temporal.db", tmp_path / "server.log").start()
     ran, streamed, commanded = (uuid.uuid4().hex for _ in range(3))
     run_ledger, stream_ledger = str(tmp_path / "run.ledger"), str(tmp_path / "stream.ledger")
@@ -236,11 +241,11 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
 
             procs = [
                 spawn(
-                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="1")
+                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="5")
                 ),
                 spawn(
                     ["stream", "--run-id", streamed],
-                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="1"),
+                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="5"),
                 ),
                 _cli(
                     ["run", "--agent", "procs.cli_agents:agent", "--run-id", commanded, PROMPT],
@@ -257,17 +262,28 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
             async with asyncio.timeout(60):  # the command's run at its (gated) tool
                 while "tool_call" not in [e.type for e in await store.aload(commanded)]:
                     await asyncio.sleep(0.1)
+            # sent before the outage by a caller with no worker: it waits for one when
+            # the server dies, and the run's next worker takes it once the server is back
+            decider = weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=server.address,
+                tools=[weather_tool(ledger), transfer_tool(ledger)],
+                embedded_worker=False,
+            )
+            decided = asyncio.ensure_future(decider.aapprove(paused.run_id, pending.call_id))
+            await asyncio.wait({decided}, timeout=2)
+            assert not decided.done(), decided.exception()
             server.kill()
             down = time.monotonic()
             gate.touch()  # the command's tool finishes (its outcome waits for the server)
-            decided = asyncio.ensure_future(agent.aapprove(paused.run_id, pending.call_id))
             forked = asyncio.ensure_future(agent.afork(parent.run_id, "Weather in Oslo?"))
             # as sent when Temporal takes no more updates from a run
             denial = Decision(signalled.call_id, False, "not today", "carol")
             denied = asyncio.ensure_future(decide_by_signal(client, by_signal.run_id, denial))
             await until(
                 lambda: (
-                    time.monotonic() - down > OUTAGE
+                    time.monotonic() - down > DOWN
                     and all(proc.poll() is not None for proc in procs)
                 ),
                 "the outage, and the impatient callers to give up",
