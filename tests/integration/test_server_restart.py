@@ -152,32 +152,6 @@ async def test_a_stream_follower_rides_out_a_server_outage(
     assert events[-1]["status"] == "completed"
 
 
-async def test_a_run_started_while_the_server_is_down_starts_once_it_is_back(
-    model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
-) -> None:
-    """A connected caller's `arun` in a 12 s outage starts the run once the server is back."""
-    server = DevServerProcess(tmp_path / "temporal.db", tmp_path / "server.log").start()
-    try:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=server.address, ledger=ledger
-        )
-        assert (await agent.arun(PROMPT)).status == "completed"  # connected
-        server.kill()
-        run_id = uuid.uuid4().hex
-        task = asyncio.ensure_future(agent.arun(PROMPT, run_id=run_id))
-        await asyncio.wait({task}, timeout=OUTAGE)
-        assert not task.done(), task.exception()
-        server.start()
-        result = await asyncio.wait_for(task, 60)
-        client = await Client.connect(server.address)
-        segments = await TemporalStore(client).segments(run_id)
-    finally:
-        server.stop()
-
-    assert result.status == "completed" and result.final_output == ANSWER
-    assert len(segments) == 1  # started once
-
-
 #: longer than the decisions' patience in the test below, so that it would run out
 DOWN = 20.0
 
@@ -198,13 +172,14 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re_attach(
     task_queue: str, tmp_path: Path, ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One 20 s outage serves six callers.
+    """One 20 s outage serves seven callers.
 
-    `aapprove`, a decision by signal and `afork` sent while the server is down go through once it is
-    back (the decision's bound on a worker, shorter than the outage, does not
-    count it; the fork starts once); a script's `run()`, a stream follower and a
-    CLI command whose patience is 2 s give up, each clearly: where, and how that
-    entry point re-attaches.
+    `aapprove`, a decision by signal, `afork` and `arun` sent while the server
+    is down go through once it is back (the decision's bound on a worker,
+    shorter than the outage, does not count it; the fork and the run start
+    once); a script's `run()`, a stream follower and a CLI command whose
+    patience is 2 s give up, each clearly: where, and how that entry point
+    re-attaches.
     """
     # shorter than the outage (DOWN): only the time the server answers counts against
     # it; longer than the client's own retries (~10 s), which show the server gone
@@ -278,6 +253,8 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
             down = time.monotonic()
             gate.touch()  # the command's tool finishes (its outcome waits for the server)
             forked = asyncio.ensure_future(agent.afork(parent.run_id, "Weather in Oslo?"))
+            new_id = uuid.uuid4().hex
+            started = asyncio.ensure_future(agent.arun(PROMPT, run_id=new_id))
             # as sent when Temporal takes no more updates from a run
             denial = Decision(signalled.call_id, False, "not today", "carol")
             denied = asyncio.ensure_future(decide_by_signal(client, by_signal.run_id, denial))
@@ -290,16 +267,18 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
                 timeout=60,
             )
             outputs = [proc.communicate(timeout=10) for proc in procs]
-            for task in (decided, forked, denied):
+            for task in (decided, forked, denied, started):
                 assert not task.done(), task.exception()
             server.start()
             # a worker for the signalled run (the others' calls serve theirs)
             async with build_worker(client, [agent], task_queue=task_queue):
                 await asyncio.wait_for(asyncio.gather(decided, denied), 60)
             fork = await asyncio.wait_for(forked, 60)
+            begun = await asyncio.wait_for(started, 60)
             result = await asyncio.wait_for(agent.aresume(paused.run_id), 60)
             refused = await asyncio.wait_for(agent.aresume(by_signal.run_id), 60)
             fork_segments = await TemporalStore(client).segments(fork.run_id)
+            new_segments = await TemporalStore(client).segments(new_id)
     finally:
         for proc in procs:
             stop_process(proc)
@@ -313,7 +292,10 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
     assert [(e.status, e.result) for e in decisions] == [("denied", "carol")]
     assert fork.status == "completed" and fork.run_id != parent.run_id
     assert len(fork_segments) == 1  # started once
+    assert begun.status == "completed" and begun.final_output.startswith("Done: The weather")
+    assert len(new_segments) == 1
     assert sorted(line.split()[0] for line in ledger_lines(ledger)) == [
+        "get_weather",
         "get_weather",
         "get_weather",
         "transfer",
