@@ -17,6 +17,7 @@ from agentor_temporal._cli_common import (
     load_agent,
     run_id_arg,
 )
+from agentor_temporal._outage import patiently
 from agentor_temporal._runs import send_decision, undelivered, waiting_calls
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.codec import keys_from_file
@@ -90,7 +91,7 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
             if args.encryption_keys_file:
                 agent.encryption_keys = keys_from_file(args.encryption_keys_file)
             client = await agent._client()
-            decided = await asyncio.wait_for(
+            decided = await patiently(
                 agent.aapprove(run_id, call, decision.reason, by=by, turn=args.turn)
                 if approved
                 else agent.adeny(run_id, call, decision.reason, by=by, turn=args.turn),
@@ -98,7 +99,8 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
             )
             return {**decided, "address": address(client)}
         client = await connect_for_reading(args)
-        decided = await asyncio.wait_for(
+        # --wait bounds the worker: a server outage is ridden out apart
+        decided = await patiently(
             send_decision(client, run_id, decision, args.execution), args.wait
         )
         return {**decided, "address": address(client)}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
 from agentor_temporal._live import serve_until_done
+from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import await_result, check_input, check_turns
+from agentor_temporal._start import start_once
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.store import (
     Event,
@@ -86,12 +89,17 @@ async def run_fork(
             client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input
         )
         try:
-            result = await await_result(
+            result = await riding_outages(
+                lambda: await_result(
+                    client,
+                    fork_id,
+                    pauses=agent._pauses,
+                    # the parent's events were read above: only the fork's own are new
+                    events_of=lambda segments: _forked_log(point, segments),
+                ),
                 client,
-                fork_id,
-                pauses=agent._pauses,
-                # the parent's events were read above: only the fork's own are new
-                events_of=lambda segments: _forked_log(point, segments),
+                what=f"waiting for fork {fork_id!r}",
+                run_id=fork_id,
             )
             return with_note(result, fork_id)
         except Exception as exc:
@@ -131,7 +139,11 @@ async def _prepare(
     check_turns(max_turns)
     fork_id = new_run_id() if fork_id is None else validate_run_id(fork_id)
     client = await agent._client()
-    point = await fork_point(client, run_id, at, agent.store)
+    point = await riding_outages(
+        lambda: fork_point(client, run_id, at, agent.store),
+        client,
+        what=f"reading run {run_id!r} to fork it",
+    )
     return client, fork_id, point, fork_input(agent.name, point, input, max_turns)
 
 
@@ -465,23 +477,31 @@ async def start_fork(
     summary = f"{agent.name}: fork of {parent}"
     if prompt is not None:
         summary += f": {preview_input(prompt)}"
+    # one request id for every try: a start sent again after a server outage
+    # (its answer lost) is the one Temporal took, not "id in use"
+    request_id = uuid.uuid4().hex
     try:
-        await client.start_workflow(
-            WORKFLOW_TYPE,
-            inp.to_dict(),
-            id=fork_id,
-            task_queue=task_queue,
-            # an id used before (finished or running) is refused, atomically:
-            # two forks racing for one id cannot both start
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            task_timeout=WORKFLOW_TASK_TIMEOUT,
-            static_summary=summary,
-            static_details=(
-                f"**Forked from** {parent} (its first {at} events)  \n"
-                f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
+        await riding_outages(
+            lambda: start_once(
+                client,
+                WORKFLOW_TYPE,
+                inp.to_dict(),
+                id=fork_id,
+                task_queue=task_queue,
+                request_id=request_id,
+                # an id used before (finished or running) is refused, atomically:
+                # two forks racing for one id cannot both start
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
+                static_summary=summary,
+                static_details=(
+                    f"**Forked from** {parent} (its first {at} events)  \n"
+                    f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
+                ),
             ),
-            request_eager_start=True,
+            client,
+            what=f"starting fork {fork_id!r} of run {parent!r}",
         )
     except WorkflowAlreadyStartedError:
         raise taken from None

@@ -16,10 +16,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client
-from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._outage import riding_outages
-from agentor_temporal._start import start_segment
+from agentor_temporal._start import start_riding_outages
 from agentor_temporal.store import Event
 from agentor_temporal.streaming import follow
 from agentor_temporal.workflows import TemporalStore
@@ -59,18 +58,8 @@ async def start_new(agent: Agentor, run_id: str, inp: AgentRunInput) -> Client:
     """Start the run (an id that exists is attached to) and have it served; its client."""
     client = await agent._client()
     # started first: the worker's lease waits on the run, which must exist
-    # by run id, USE_EXISTING: repeated after an outage, it attaches to the run
-    await riding_outages(
-        lambda: start_segment(
-            client,
-            agent.definition,
-            agent.task_queue,
-            run_id,
-            inp,
-            WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        ),
-        client,
-        what=f"starting run {run_id!r}",
+    await start_riding_outages(
+        client, agent.definition, agent.task_queue, run_id, inp, what=f"starting run {run_id!r}"
     )
     await serve_until_done(agent, client, run_id)
     return client

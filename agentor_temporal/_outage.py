@@ -17,10 +17,13 @@ deduplicated by its request id), and an update sent again under its id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
@@ -80,15 +83,105 @@ def unreachable(exc: BaseException) -> bool:
     )
 
 
-def gave_up(address: str, waited: float, run_id: str | None, what: str) -> str:
-    """What to tell a caller whose wait outlasted the server's outage."""
+def gave_up(
+    address: str, waited: float, run_id: str | None, what: str, again: str | None = None
+) -> str:
+    """What to tell a caller whose wait outlasted the server's outage.
+
+    Args:
+        again: how this caller picks the run up again (default: `resume(run_id)`).
+    """
     run = f"Run {run_id!r} goes on in Temporal (nothing is lost or cancelled): " if run_id else ""
-    again = f"`resume({run_id!r})` re-attaches to it" if run_id else "try again"
+    if again is None:
+        again = f"`resume({run_id!r})` re-attaches to it" if run_id else "try again"
     return (
         f"Temporal at {address} has been unreachable for at least {waited:.0f} s while {what}; "
         f"gave up waiting ({OUTAGE_PATIENCE_ENV} sets how long, default {OUTAGE_PATIENCE:g} s). "
         f"{run}once the server is back, {again}. Check that the server is up."
     )
+
+
+@dataclass
+class Outage:
+    """What a wait that gave up on an unreachable server was about.
+
+    Kept on the `ConnectionFailed` it raises (`outage_of`), so an entry point
+    that re-attaches otherwise (the CLI) can say it its own way (`told`).
+    """
+
+    address: str
+    waited: float
+    run_id: str | None
+    what: str
+
+    def told(self, again: str) -> str:
+        """The message, saying `again` for how to pick the run up."""
+        return gave_up(self.address, self.waited, self.run_id, self.what, again)
+
+
+def outage_of(exc: BaseException) -> Outage | None:
+    """The outage a `ConnectionFailed` from `riding_outages` gave up on, if it is one."""
+    outage = getattr(exc, "outage", None)
+    return outage if isinstance(outage, Outage) else None
+
+
+class _Downtime:
+    """Seconds the server was unreachable while a `patiently` wait went on."""
+
+    def __init__(self) -> None:
+        self.past = 0.0
+        self.since: float | None = None
+
+    def total(self) -> float:
+        now = time.monotonic()
+        return self.past + (now - self.since if self.since is not None else 0.0)
+
+    def begin(self, at: float) -> None:
+        if self.since is None:
+            self.since = at
+
+    def end(self) -> None:
+        if self.since is not None:
+            self.past += time.monotonic() - self.since
+            self.since = None
+
+
+#: The clock of the `patiently` wait a step runs in, if any.
+_downtime: ContextVar[_Downtime | None] = ContextVar("agentor_downtime", default=None)
+#: How much of a failed step's time counts as the outage (the SDK's own retries).
+_SDK_RETRIES = 10.0
+
+
+async def patiently(aw: Awaitable[T], patience: float) -> T:
+    """`asyncio.wait_for(aw, patience)`, its clock stopped while Temporal is unreachable.
+
+    A bound on how long a *worker* may take (to take a decision) is no bound
+    on a server outage, which `riding_outages` inside `aw` rides out within
+    its own patience: the time it spends on one is not counted.
+
+    Raises:
+        TimeoutError: past `patience` seconds with the server reachable.
+    """
+    clock = _Downtime()
+    token = _downtime.set(clock)
+    try:
+        task = asyncio.ensure_future(aw)  # runs in a copy of this context: with the clock
+    finally:
+        _downtime.reset(token)
+    started = time.monotonic()
+    try:
+        while True:
+            left = patience + clock.total() - (time.monotonic() - started)
+            if left <= 0:
+                raise TimeoutError(f"not done within {patience:g} s")
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 async def riding_outages(
@@ -97,6 +190,7 @@ async def riding_outages(
     *,
     what: str,
     run_id: str | None = None,
+    again: str | None = None,
 ) -> T:
     """`await step()`, repeated while Temporal is unreachable, within `outage_patience()`.
 
@@ -107,11 +201,14 @@ async def riding_outages(
         client: the client the step uses (for the address in messages).
         what: what the caller is doing, for messages ("waiting for run x").
         run_id: the run waited on, if any (the error says how to re-attach).
+        again: how this caller re-attaches, for the error (default `resume(run_id)`).
 
     Raises:
-        ConnectionFailed: when the server stayed unreachable past the patience.
+        ConnectionFailed: when the server stayed unreachable past the patience
+            (`outage_of` tells what about).
     """
     patience = outage_patience()
+    clock = _downtime.get()
     began: float | None = None
     attempt = 0
     while True:
@@ -134,24 +231,33 @@ async def riding_outages(
                     goes_on,
                 )
                 began, attempt = now, 0
+            if clock is not None:
+                # down since the step's first failed try, the SDK's retries ago
+                clock.begin(max(started, now - _SDK_RETRIES))
             # then asked cheaply, after each pause, whether the server is back:
             # the step itself would spend the SDK's ~10 s of retries on each try
             while True:
                 waited = time.monotonic() - began
                 if waited >= patience:
-                    raise ConnectionFailed(
-                        gave_up(_address(client), waited, run_id, what)
-                    ) from None
+                    failed = ConnectionFailed(
+                        gave_up(_address(client), waited, run_id, what, again)
+                    )
+                    failed.outage = Outage(_address(client), waited, run_id, what)  # type: ignore[attr-defined]
+                    raise failed from None
                 pause = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
                 await asyncio.sleep(min(pause, patience - waited))
                 attempt += 1
                 if await _answers(client):
                     break
+            if clock is not None:
+                clock.end()
             continue
         return result
 
 
-async def until_reachable(client: Client, *, what: str, run_id: str | None = None) -> None:
+async def until_reachable(
+    client: Client, *, what: str, run_id: str | None = None, again: str | None = None
+) -> None:
     """Return once the server answers, as `riding_outages` waits (a warning, then the bound).
 
     For a caller whose own call failed for an outage and that cannot simply
@@ -160,7 +266,7 @@ async def until_reachable(client: Client, *, what: str, run_id: str | None = Non
     Raises:
         ConnectionFailed: when the server stayed unreachable past the patience.
     """
-    await riding_outages(lambda: _probe(client), client, what=what, run_id=run_id)
+    await riding_outages(lambda: _probe(client), client, what=what, run_id=run_id, again=again)
 
 
 async def _probe(client: Client) -> None:

@@ -26,7 +26,7 @@ from agentor_temporal._results import (
     result_from,
 )
 from agentor_temporal._runs import seeded_prefix
-from agentor_temporal._start import segment_request_id, start_segment
+from agentor_temporal._start import segment_request_id, start_riding_outages
 from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.store import RunResult, is_complete, new_run_id, validate_run_id
 from agentor_temporal.store.base import in_thread
@@ -86,19 +86,8 @@ async def start_run(
     run_id, inp = new_input(agent, input, run_id, max_turns)
     client = await agent._client()
     async with agent._serving(client):
-        # started by run id, with USE_EXISTING: a start repeated after an outage
-        # attaches to the run the first one made (a closed one is waited for)
-        await riding_outages(
-            lambda: start_segment(
-                client,
-                agent.definition,
-                agent.task_queue,
-                run_id,
-                inp,
-                WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            ),
-            client,
-            what=f"starting run {run_id!r}",
+        await start_riding_outages(
+            client, agent.definition, agent.task_queue, run_id, inp, what=f"starting run {run_id!r}"
         )
         return await agent._result(client, run_id)
 
@@ -186,17 +175,14 @@ async def _continue(
         # its segment already finished, deduplicated by the request id
         request_id = segment_request_id(run_id, previous, recorded)
         # repeated after an outage, the same request id starts it once
-        await riding_outages(
-            lambda: start_segment(
-                client,
-                agent.definition,
-                agent.task_queue,
-                run_id,
-                inp,
-                WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                request_id,
-            ),
+        await start_riding_outages(
             client,
+            agent.definition,
+            agent.task_queue,
+            run_id,
+            inp,
+            WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            request_id,
             what=f"continuing run {run_id!r}",
         )
         return await agent._result(client, run_id)

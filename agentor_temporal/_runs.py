@@ -32,7 +32,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
-from agentor_temporal._outage import riding_outages
+from agentor_temporal._outage import patiently, riding_outages
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import (
     Event,
@@ -336,7 +336,11 @@ async def send_decision(
         what=f"checking that run {run_id!r} waits for a decision",
     )
     if decision.turn is None:
-        waiting = await waiting_call(client, run_id, decision.call_id)
+        waiting = await riding_outages(
+            lambda: waiting_call(client, run_id, decision.call_id),
+            client,
+            what=f"reading which turn of run {run_id!r} waits for {decision.call_id}",
+        )
         if waiting is not None:
             decision = replace(decision, turn=waiting.turn)
             execution_run_id = execution_run_id or waiting.execution_run_id
@@ -429,12 +433,23 @@ async def decide_by_signal(
         TimeoutError: when no worker took it within `DECISION_PATIENCE`.
     """
     if execution_run_id is None:
-        execution_run_id = (await client.get_workflow_handle(run_id).describe()).run_id
+        execution_run_id = (
+            await riding_outages(
+                lambda: client.get_workflow_handle(run_id).describe(),
+                client,
+                what=f"reading run {run_id!r} to decide {decision.call_id}",
+            )
+        ).run_id
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     request_id = uuid.uuid4().hex
     try:
-        await handle.signal(
-            "decide_signal", {"request_id": request_id, "decision": asdict(decision)}
+        # sent again after an outage, the run takes it once (by its request id)
+        await riding_outages(
+            lambda: handle.signal(
+                "decide_signal", {"request_id": request_id, "decision": asdict(decision)}
+            ),
+            client,
+            what=f"deciding {decision.call_id} of run {run_id!r}",
         )
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
@@ -443,23 +458,32 @@ async def decide_by_signal(
                 "ended); nothing changed."
             ) from None
         raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
-    poll = policies.SIGNALLED_DECISION_POLL.total_seconds()
     patience = policies.DECISION_PATIENCE.total_seconds()
-    deadline = asyncio.get_running_loop().time() + patience
-    while True:
-        try:
-            outcome = await handle.query("signalled_decision", request_id, result_type=dict)
-        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
-            logger.debug("Run %s: asking for the decision's outcome failed: %s", run_id, exc)
-            outcome = None
-        if outcome is not None:
-            break
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(undelivered(run_id, decision.call_id, patience))
-        await asyncio.sleep(poll)
-        # each ask is a task for the run's worker: hundreds of senders asking
-        # ten times a second kept it from taking their signals
-        poll = min(poll * 1.5, 1.0)
+
+    async def asked() -> dict[str, Any]:
+        poll = policies.SIGNALLED_DECISION_POLL.total_seconds()
+        while True:
+            try:
+                outcome: dict[str, Any] | None = await riding_outages(
+                    lambda: handle.query("signalled_decision", request_id, result_type=dict),
+                    client,
+                    what=f"asking run {run_id!r} for the outcome of a decision",
+                )
+            except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+                logger.debug("Run %s: asking for the decision's outcome failed: %s", run_id, exc)
+                outcome = None
+            if outcome is not None:
+                return outcome
+            await asyncio.sleep(poll)
+            # each ask is a task for the run's worker: hundreds of senders asking
+            # ten times a second kept it from taking their signals
+            poll = min(poll * 1.5, 1.0)
+
+    try:
+        # the bound is on the worker: time the server is unreachable does not count
+        outcome = await patiently(asked(), patience)
+    except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
+        raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
     if "refused" in outcome:
         raise ValueError(str(outcome["refused"]))
     decided: dict[str, Any] = outcome["decided"]

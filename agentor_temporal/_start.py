@@ -30,6 +30,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._local_spec import headed, sending, spec_header
+from agentor_temporal._outage import riding_outages
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
@@ -179,3 +180,28 @@ async def start_segment(
             )
     except WorkflowAlreadyStartedError:
         return None
+
+
+async def start_riding_outages(
+    client: Client,
+    agent: AgentDefinition,
+    task_queue: str,
+    run_id: str,
+    inp: AgentRunInput,
+    reuse: WorkflowIDReusePolicy = WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    request_id: str | None = None,
+    *,
+    what: str,
+) -> None:
+    """`start_segment`, sent again while Temporal is unreachable (see `riding_outages`).
+
+    Safe to repeat: a new run's start (`REJECT_DUPLICATE`, by run id with
+    `USE_EXISTING`) attaches to the run an earlier try made, or is blocked by
+    it once closed (its result is then waited for); a next segment's start
+    is deduplicated by its `request_id`.
+    """
+    await riding_outages(
+        lambda: start_segment(client, agent, task_queue, run_id, inp, reuse, request_id),
+        client,
+        what=what,
+    )

@@ -21,7 +21,7 @@ from temporalio.client import Client
 
 from agentor_temporal._fork import run_fork
 from agentor_temporal._live import attach, start_following, start_new
-from agentor_temporal._outage import riding_outages
+from agentor_temporal._outage import patiently, riding_outages
 from agentor_temporal._results import await_result, check_definition, check_turns
 from agentor_temporal._resume import new_input, resume_run, start_run
 from agentor_temporal._runs import (
@@ -480,7 +480,8 @@ class Agentor:
         async with self._serving(client):
             patience = policies.DECISION_PATIENCE.total_seconds()
             try:
-                return await asyncio.wait_for(
+                # a bound on the worker, not on a server outage (ridden out apart)
+                return await patiently(
                     send_decision(client, run_id, decision, execution_run_id), patience
                 )
             except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11

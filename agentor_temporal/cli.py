@@ -41,6 +41,7 @@ from agentor_temporal._cli_fork import cmd_fork
 from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_show
 from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._exit import calls_grace
+from agentor_temporal._outage import outage_of
 from agentor_temporal._progress import Progress, follow, latest_execution
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import NoteFirst
@@ -264,11 +265,28 @@ def execute(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:
+        outage = outage_of(exc)
+        if outage is not None:  # said as this command's user re-attaches
+            print(f"error: {outage.told(_again(args, outage.run_id))}", file=sys.stderr)
+            return EXIT_FAILED
         code = _known_failure(exc)
         if code is None:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return code
+
+
+def _again(args: argparse.Namespace, run_id: str | None) -> str:
+    """How a command's user picks up a run its wait gave up on (the CLI's words)."""
+    if run_id is None:
+        return "run the command again"
+    agent = getattr(args, "agent", None)
+    if agent:
+        return f"`agentor-temporal resume {run_id} --agent {agent}` re-attaches to it"
+    return (
+        f"`agentor-temporal show {run_id}` shows it (`agentor-temporal resume {run_id} "
+        "--agent MODULE:ATTR` re-attaches to it)"
+    )
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -105,6 +105,8 @@ async def follow_timed(
     """`follow`, with the workflow time each live event was recorded (for benchmarks)."""
     store = TemporalStore(client)
     what = f"following run {run_id!r}"
+    # a follower picks the run up again from the events it has, not by `resume`
+    again = f"`stream({run_id!r}, after=<events you have>)` follows it on"
 
     async def read() -> tuple[list[Segment], list[Event]]:
         segments = await store.segments(run_id)
@@ -112,7 +114,7 @@ async def follow_timed(
 
     async def reading() -> tuple[list[Segment], list[Event]]:
         # a server outage is waited out (within `outage_patience`), never an end
-        return await riding_outages(read, client, what=what, run_id=run_id)
+        return await riding_outages(read, client, what=what, run_id=run_id, again=again)
 
     segments, events = await reading()
     if not segments:
@@ -198,11 +200,11 @@ async def follow_timed(
                 break
             if unreachable(exc):
                 # the server went away: subscribe again once it is back
-                await until_reachable(client, what=what, run_id=run_id)
+                await until_reachable(client, what=what, run_id=run_id, again=again)
             await asyncio.sleep(RESUBSCRIBE_BACKOFF[retries])
             retries += 1
             latest_now = await riding_outages(
-                lambda: store.latest(run_id), client, what=what, run_id=run_id
+                lambda: store.latest(run_id), client, what=what, run_id=run_id, again=again
             )
             # a newer execution (continue-as-new) is the same run: follow it
             if latest_now is None or latest_now.status != "running":

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal._runs import decide_by_signal
+from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import Decision, policies
 
 from helpers import (
     ANSWER,
     PROMPT,
+    ROOT,
     SEED_EVENT_TYPES,
     DevServerProcess,
     finish,
@@ -24,8 +32,10 @@ from helpers import (
     spawn,
     stop_process,
     transfer_tool,
+    until,
     wait_until,
     weather_agent,
+    weather_or_transfer,
     weather_tool,
 )
 
@@ -109,35 +119,6 @@ async def test_a_waiting_caller_rides_out_a_server_outage(
     assert len(said) == 1 and server.address in said[0], err[-4000:]
 
 
-async def test_a_caller_gives_up_on_a_server_that_stays_down(
-    model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
-) -> None:
-    """Past AGENTOR_OUTAGE_PATIENCE the caller fails clearly: where, and how to re-attach."""
-    server = DevServerProcess(tmp_path / "temporal.db", tmp_path / "server.log").start()
-    run_id = uuid.uuid4().hex
-    env = {
-        "TEMPORAL_ADDRESS": server.address,
-        "MODEL_BASE_URL": model.base_url,
-        "AGENT_TASK_QUEUE": task_queue,
-        "AGENT_LEDGER": ledger,
-        "TOOL_DELAY": "1",
-        "AGENTOR_OUTAGE_PATIENCE": "2",
-    }
-    proc = spawn(["run", "--run-id", run_id], env)
-    try:
-        wait_until(lambda: ledger_lines(ledger), "the tool to start", timeout=60)
-        server.kill()
-        out, err = proc.communicate(timeout=60)
-    finally:
-        stop_process(proc)
-        server.stop()
-
-    assert proc.returncode != 0
-    last = err.strip().splitlines()[-1]
-    assert "ConnectionFailed" in last and server.address in last, err[-4000:]
-    assert f"resume({run_id!r})" in last and "AGENTOR_OUTAGE_PATIENCE" in last, last
-
-
 async def test_a_stream_follower_rides_out_a_server_outage(
     model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
@@ -171,65 +152,165 @@ async def test_a_stream_follower_rides_out_a_server_outage(
     assert events[-1]["status"] == "completed"
 
 
-async def test_a_run_started_while_the_server_is_down_starts_once_it_is_back(
-    model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+#: longer than the decisions' patience in the test below, so that it would run out
+DOWN = 20.0
+
+
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """`agentor-temporal ARGS` in its own process, its output kept."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    full.update(env, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentor_temporal", *args],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re_attach(
+    task_queue: str, tmp_path: Path, ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A connected caller's `arun` in a 12 s outage starts the run once the server is back."""
+    """One 20 s outage serves seven callers.
+
+    `aapprove`, a decision by signal, `afork` and `arun` sent while the server
+    is down go through once it is back (the decision's bound on a worker,
+    shorter than the outage, does not count it; the fork and the run start
+    once); a script's `run()`, a stream follower and a CLI command whose
+    patience is 2 s give up, each clearly: where, and how that entry point
+    re-attaches.
+    """
+    # shorter than the outage (DOWN): only the time the server answers counts against
+    # it; longer than the client's own retries (~10 s), which show the server gone
+    monkeypatch.setattr(policies, "DECISION_PATIENCE", timedelta(seconds=15))
     server = DevServerProcess(tmp_path / "temporal.db", tmp_path / "server.log").start()
+    ran, streamed, commanded = (uuid.uuid4().hex for _ in range(3))
+    run_ledger, stream_ledger = str(tmp_path / "run.ledger"), str(tmp_path / "stream.ledger")
+    gate = tmp_path / "gate"
+    procs: list[subprocess.Popen[str]] = []
     try:
-        agent = weather_agent(
-            base_url=model.base_url, task_queue=task_queue, temporal=server.address, ledger=ledger
-        )
-        assert (await agent.arun(PROMPT)).status == "completed"  # connected
-        server.kill()
-        run_id = uuid.uuid4().hex
-        task = asyncio.ensure_future(agent.arun(PROMPT, run_id=run_id))
-        await asyncio.wait({task}, timeout=OUTAGE)
-        assert not task.done(), task.exception()
-        server.start()
-        result = await asyncio.wait_for(task, 60)
-        client = await Client.connect(server.address)
-        segments = await TemporalStore(client).segments(run_id)
-    finally:
-        server.stop()
-
-    assert result.status == "completed" and result.final_output == ANSWER
-    assert len(segments) == 1  # started once
-
-
-async def test_an_approval_sent_during_an_outage_is_delivered_once_the_server_is_back(
-    task_queue: str, tmp_path: Path, ledger: str
-) -> None:
-    """`aapprove` in a 12 s outage decides once the server is back; the run then completes."""
-    script = [
-        [
-            CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
-            CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
-        ],
-        Reply("Paid and checked."),
-    ]
-    server = DevServerProcess(tmp_path / "temporal.db", tmp_path / "server.log").start()
-    try:
-        with ScriptedModelServer(script) as model:
+        with ScriptedModelServer(weather_or_transfer) as model:
             agent = weather_agent(
                 base_url=model.base_url,
                 task_queue=task_queue,
                 temporal=server.address,
                 tools=[weather_tool(ledger), transfer_tool(ledger)],
             )
-            paused = await agent.arun("Pay bob 5000 and tell me the weather in Oslo.")
-            assert paused.status == "awaiting_approval"
+            paused, by_signal = [await agent.arun("Pay bob 5") for _ in range(2)]
+            assert paused.status == by_signal.status == "awaiting_approval"
+            (pending,), (signalled,) = paused.pending_approvals, by_signal.pending_approvals
+            parent = await agent.arun(PROMPT)
+            assert parent.status == "completed"
+
+            def env(name: str, **more: str) -> dict[str, str]:
+                # a queue each: one process's worker would take another's tool (the
+                # CLI's waits at its gate, and its ledger is not theirs)
+                return {
+                    "TEMPORAL_ADDRESS": server.address,
+                    "MODEL_BASE_URL": model.base_url,
+                    "AGENT_TASK_QUEUE": f"{task_queue}-{name}",
+                    "AGENTOR_OUTAGE_PATIENCE": "2",
+                    **more,
+                }
+
+            procs = [
+                spawn(
+                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="5")
+                ),
+                spawn(
+                    ["stream", "--run-id", streamed],
+                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="5"),
+                ),
+                _cli(
+                    ["run", "--agent", "procs.cli_agents:agent", "--run-id", commanded, PROMPT],
+                    env("cli", AGENT_GATE=str(gate)),
+                ),
+            ]
+            client = await Client.connect(server.address)
+            store = TemporalStore(client)
+            wait_until(
+                lambda: ledger_lines(run_ledger) and ledger_lines(stream_ledger),
+                "the script's runs' tools",
+                timeout=60,
+            )
+            async with asyncio.timeout(60):  # the command's run at its (gated) tool
+                while "tool_call" not in [e.type for e in await store.aload(commanded)]:
+                    await asyncio.sleep(0.1)
+            # sent before the outage by a caller with no worker: it waits for one when
+            # the server dies, and the run's next worker takes it once the server is back
+            decider = weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=server.address,
+                tools=[weather_tool(ledger), transfer_tool(ledger)],
+                embedded_worker=False,
+            )
+            decided = asyncio.ensure_future(decider.aapprove(paused.run_id, pending.call_id))
+            await asyncio.wait({decided}, timeout=2)
+            assert not decided.done(), decided.exception()
             server.kill()
-            task = asyncio.ensure_future(agent.aapprove(paused.run_id, "call_pay", by="alice"))
-            await asyncio.wait({task}, timeout=OUTAGE)
-            assert not task.done(), task.exception()
+            down = time.monotonic()
+            gate.touch()  # the command's tool finishes (its outcome waits for the server)
+            forked = asyncio.ensure_future(agent.afork(parent.run_id, "Weather in Oslo?"))
+            new_id = uuid.uuid4().hex
+            started = asyncio.ensure_future(agent.arun(PROMPT, run_id=new_id))
+            # as sent when Temporal takes no more updates from a run
+            denial = Decision(signalled.call_id, False, "not today", "carol")
+            denied = asyncio.ensure_future(decide_by_signal(client, by_signal.run_id, denial))
+            await until(
+                lambda: (
+                    time.monotonic() - down > DOWN
+                    and all(proc.poll() is not None for proc in procs)
+                ),
+                "the outage, and the impatient callers to give up",
+                timeout=60,
+            )
+            outputs = [proc.communicate(timeout=10) for proc in procs]
+            for task in (decided, forked, denied, started):
+                assert not task.done(), task.exception()
             server.start()
-            await asyncio.wait_for(task, 60)
+            # a worker for the signalled run (the others' calls serve theirs)
+            async with build_worker(client, [agent], task_queue=task_queue):
+                await asyncio.wait_for(asyncio.gather(decided, denied), 60)
+            fork = await asyncio.wait_for(forked, 60)
+            begun = await asyncio.wait_for(started, 60)
             result = await asyncio.wait_for(agent.aresume(paused.run_id), 60)
+            refused = await asyncio.wait_for(agent.aresume(by_signal.run_id), 60)
+            fork_segments = await TemporalStore(client).segments(fork.run_id)
+            new_segments = await TemporalStore(client).segments(new_id)
     finally:
+        for proc in procs:
+            stop_process(proc)
         server.stop()
 
-    assert result.status == "completed" and result.final_output == "Paid and checked."
+    assert result.status == "completed" and result.final_output.startswith("Done: Sent")
     decisions = [e for e in result.events if e.type == "approval_decision"]
-    assert [(e.status, e.result) for e in decisions] == [("approved", "alice")]
-    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["get_weather", "transfer"]
+    assert [e.status for e in decisions] == ["approved"]
+    assert refused.status == "completed"
+    decisions = [e for e in refused.events if e.type == "approval_decision"]
+    assert [(e.status, e.result) for e in decisions] == [("denied", "carol")]
+    assert fork.status == "completed" and fork.run_id != parent.run_id
+    assert len(fork_segments) == 1  # started once
+    assert begun.status == "completed" and begun.final_output.startswith("Done: The weather")
+    assert len(new_segments) == 1
+    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == [
+        "get_weather",
+        "get_weather",
+        "get_weather",
+        "transfer",
+    ]
+    # each gave up saying where, and how its own entry point picks the run up
+    (_, run_err), (_, stream_err), (_, cli_err) = outputs
+    run_said = run_err.strip().splitlines()[-1]
+    assert procs[0].returncode != 0 and "ConnectionFailed" in run_said, run_err[-4000:]
+    assert server.address in run_said and "AGENTOR_OUTAGE_PATIENCE" in run_said, run_said
+    assert f"resume({ran!r})" in run_said, run_said
+    stream_said = stream_err.strip().splitlines()[-1]
+    assert procs[1].returncode != 0 and server.address in stream_said, stream_err[-4000:]
+    assert f"stream({streamed!r}, after=" in stream_said, stream_said
+    assert "resume(" not in stream_said, stream_said
+    cli_said = cli_err.strip().splitlines()[-1]
+    assert procs[2].returncode != 0 and server.address in cli_said, cli_err[-4000:]
+    again = f"agentor-temporal resume {commanded} --agent procs.cli_agents:agent"
+    assert again in cli_said and "Traceback" not in cli_err, cli_err[-4000:]

@@ -2,18 +2,41 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import time
+from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._outage import (
     OUTAGE_PATIENCE,
+    outage_of,
     outage_patience,
+    patiently,
     riding_outages,
     unreachable,
 )
+from agentor_temporal.cli import _again
 from agentor_temporal.connection import ConnectionFailed
+
+ADDRESS = "temporal.internal:7233"
+
+
+def _client(down: Callable[[], bool] = lambda: True) -> Any:
+    """A client whose server at ADDRESS is unreachable while `down()`."""
+
+    async def get_system_info(*args: object, **kwargs: object) -> None:
+        if down():
+            raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
+
+    return SimpleNamespace(
+        service_client=SimpleNamespace(config=SimpleNamespace(target_host=ADDRESS)),
+        workflow_service=SimpleNamespace(get_system_info=get_system_info),
+    )
 
 
 def test_patience_defaults_and_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,3 +86,49 @@ async def test_other_errors_pass_through_at_once() -> None:
 
     with pytest.raises(RPCError, match="not found"):
         await riding_outages(step, object(), what="reading run 'r1'")  # type: ignore[arg-type]
+
+
+async def test_each_entry_point_says_how_it_re_attaches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream says `stream(.., after=..)`, the CLI its own commands: not `resume(run_id)`."""
+    monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "0")
+
+    async def step() -> None:
+        raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
+
+    again = "`stream('r1', after=<events you have>)` follows it on"
+    with pytest.raises(ConnectionFailed) as caught:
+        await riding_outages(step, _client(), what="following run 'r1'", run_id="r1", again=again)
+    message = str(caught.value)
+    assert again in message and "resume(" not in message and ADDRESS in message
+    outage = outage_of(caught.value)
+    assert outage is not None and outage.run_id == "r1" and outage.address == ADDRESS
+    by_cli = outage.told(_again(argparse.Namespace(agent="app:agent"), "r1"))
+    assert "`agentor-temporal resume r1 --agent app:agent` re-attaches" in by_cli
+    assert "resume('r1')" not in by_cli and "AGENTOR_OUTAGE_PATIENCE" in by_cli
+    assert "`agentor-temporal show r1`" in outage.told(_again(argparse.Namespace(), "r1"))
+    assert outage_of(ConnectionFailed("refused")) is None
+
+
+async def test_a_patient_wait_does_not_count_the_time_the_server_was_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bound on the worker (a decision's) outlasts an outage longer than itself."""
+    monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "30")
+    back_at = time.monotonic() + 1.5
+    client = _client(lambda: time.monotonic() < back_at)
+
+    async def step() -> str:
+        if time.monotonic() < back_at:
+            raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
+        return "decided"
+
+    async def deciding() -> str:
+        await asyncio.sleep(0.2)  # the worker's own time: counted
+        return await riding_outages(step, client, what="deciding")
+
+    assert await patiently(deciding(), 1.0) == "decided"
+    # with the server there, the bound holds (and the wait is cancelled)
+    slow = asyncio.ensure_future(asyncio.sleep(5))
+    with pytest.raises(TimeoutError):
+        await patiently(slow, 0.2)
+    assert slow.cancelled()
