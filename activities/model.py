@@ -439,6 +439,17 @@ def _classified(exc: Exception, inp: GenerateInput) -> ApplicationError:
     return mapped
 
 
+def refusal_text(value: Any) -> str | None:
+    """A message's (or delta's) `refusal`, when it is text.
+
+    Raises:
+        MalformedReply: when it is something else (not null).
+    """
+    if value is not None and not isinstance(value, str):
+        raise MalformedReply(f"the message's refusal is {json_kind(value)}, not text")
+    return value
+
+
 def parse_reply(raw: Any) -> GenerateResult:
     """A chat completion as a `GenerateResult`.
 
@@ -458,6 +469,10 @@ def parse_reply(raw: Any) -> GenerateResult:
     content = getattr(message, "content", None)
     if content is not None and not isinstance(content, str):
         raise MalformedReply(f"the message content is {type(content).__name__}, not text")
+    if not content:
+        # a refusal comes as `content: null` and its text in `refusal`: it is the
+        # model's answer, and the run's `message` and final output carry it
+        content = refusal_text(getattr(message, "refusal", None)) or content
     tool_calls = getattr(message, "tool_calls", None)
     if tool_calls is not None and not isinstance(tool_calls, list):
         raise MalformedReply(f"the message's tool_calls are {json_kind(tool_calls)}, not a list")

@@ -89,6 +89,11 @@ async def stream_completion(
             content = getattr(_object(delta, "a chunk's delta"), "content", None)
             if content is not None and not isinstance(content, str):
                 raise MalformedReply(f"a chunk's content is {json_kind(content)}, not text")
+            refusal = getattr(delta, "refusal", None)
+            if refusal is not None and not isinstance(refusal, str):
+                raise MalformedReply(f"a chunk's refusal is {json_kind(refusal)}, not text")
+            # a refusal streams in `refusal` deltas: the reply's text, as `parse_reply` takes it
+            content = content or refusal
             if content:
                 text.append(content)
                 streamed += len(content)

@@ -72,7 +72,10 @@ def configure(agent: Agentor, args: argparse.Namespace) -> None:
     if getattr(args, "encryption_keys_file", None):
         agent.encryption_keys = keys_from_file(args.encryption_keys_file)
     if args.task_queue:
-        agent.task_queue = args.task_queue
+        try:
+            agent.task_queue = args.task_queue
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_USAGE) from None
     if args.no_worker:
         agent.embedded_worker = False
 

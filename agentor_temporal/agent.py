@@ -45,7 +45,7 @@ from agentor_temporal.store.base import in_thread
 from agentor_temporal.streaming import on_runtime
 from agentor_temporal.telemetry import enable_tracing
 from agentor_temporal.workflows import Segment, policies
-from agentor_temporal.workflows.policies import TASK_QUEUE
+from agentor_temporal.workflows.policies import TASK_QUEUE, validate_task_queue
 from agentor_temporal.workflows.types import Decision
 
 MessageInput = str | list[dict[str, Any]]
@@ -66,7 +66,8 @@ class Agentor:
         api_key: default `OPENAI_API_KEY`; read by the worker, never recorded.
         temporal: "host:port", a `temporalio.client.Client`, or None for the
             Temporal environment or the embedded dev server.
-        task_queue: where runs are scheduled (default "agentor").
+        task_queue: where runs are scheduled (default "agentor"); a blank name,
+            or one no worker could poll, is a ValueError.
         max_turns: model calls per run segment before it ends as `max_turns`.
         max_tool_failures: failures after which a tool is withdrawn.
         embedded_worker: run a worker for this agent in-process while a call
@@ -116,6 +117,7 @@ class Agentor:
             raise ValueError("name must be a non-empty string")
         if not isinstance(model, str) or not model:
             raise ValueError("model must be a model name string")
+        validate_task_queue(task_queue)
         check_turns(max_turns, optional=False)
         check_turns(max_tool_failures, "max_tool_failures", optional=False)
         resolved = [as_tool(t) for t in tools or []]
@@ -178,6 +180,15 @@ class Agentor:
     def store(self) -> Store | None:
         """The JSONL mirror, if any."""
         return self.definition.store
+
+    @property
+    def task_queue(self) -> str:
+        """Where runs are scheduled; a name no worker could poll is refused when set."""
+        return self._task_queue
+
+    @task_queue.setter
+    def task_queue(self, value: str) -> None:
+        self._task_queue = validate_task_queue(value)
 
     # -- public API ----------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from agentor_temporal.plugin import (
 )
 from agentor_temporal.store import FileStore, Store
 from agentor_temporal.telemetry import TelemetryError
-from agentor_temporal.workflows.policies import TASK_QUEUE
+from agentor_temporal.workflows.policies import TASK_QUEUE, validate_task_queue
 
 __all__ = [
     "ConfigError",
@@ -223,6 +223,7 @@ def build_worker(
     Returns:
         The worker; run it with `await worker.run()` or `async with worker:`.
     """
+    validate_task_queue(task_queue)
     plugins = [*options.pop("plugins", []), AgentorPlugin(agents, store=store)]
     return Worker(client, task_queue=task_queue, plugins=plugins, **options)
 
@@ -316,6 +317,10 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     keys = worker_keys(args, objects)
     client = await connect(target, runtime=runtime, encryption_keys=keys)
     task_queue = args.task_queue or agents_task_queue(objects)
+    try:
+        validate_task_queue(task_queue)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     options: dict[str, Any] = {}
     if args.max_cached_workflows is not None:
         options["max_cached_workflows"] = args.max_cached_workflows

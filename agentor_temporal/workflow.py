@@ -41,11 +41,11 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
 from agentor_temporal.store.base import validate_run_id
-from agentor_temporal.workflows.formatting import failure_message, fit, preview_input
+from agentor_temporal.workflows.formatting import failure_message, preview_input
 from agentor_temporal.workflows.policies import (
-    MAX_TASK_QUEUE_BYTES,
     WORKFLOW_TASK_TIMEOUT,
     WORKFLOW_TYPE,
+    validate_task_queue,
 )
 from agentor_temporal.workflows.types import AgentRunInput, RunOutcome, parse_run_input
 
@@ -93,14 +93,10 @@ async def run_agent(
     """
     child_id = validate_run_id(run_id) if run_id is not None else workflow.uuid4().hex
     inp = parse_run_input(AgentRunInput(agent=agent, input=input, max_turns=max_turns).to_dict())
-    if task_queue is not None and (
-        not isinstance(task_queue, str) or len(task_queue.encode()) > MAX_TASK_QUEUE_BYTES
-    ):
-        # as below: the server refuses the child's start in every task of this workflow
-        raise ValueError(
-            f"task_queue must be text of at most {MAX_TASK_QUEUE_BYTES:,} bytes (Temporal's "
-            f"limit), got {fit(repr(task_queue), 100)}"
-        )
+    if task_queue is not None:
+        # the server refuses a child's start on some names in every task of this
+        # workflow; on others (blank) the child waits for ever for a worker
+        validate_task_queue(task_queue)
     if execution_timeout is not None and (
         not isinstance(execution_timeout, timedelta) or execution_timeout < timedelta(0)
     ):

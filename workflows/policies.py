@@ -21,6 +21,46 @@ TASK_QUEUE = "agentor"
 #: bytes): `run_agent` refuses a longer one, whose child start the server would
 #: refuse in every workflow task of the caller's workflow.
 MAX_TASK_QUEUE_BYTES = 1000
+#: Task queue names the server keeps for itself: it refuses a start on one.
+RESERVED_TASK_QUEUE_PREFIX = "/_sys/"
+
+
+def validate_task_queue(task_queue: object) -> str:
+    """Return `task_queue` if a worker of ours can poll it.
+
+    Temporal takes a blank name, one with whitespace at either end and one
+    with control characters, and a run started on it waits for ever: no
+    worker's `--task-queue` or environment setting names it (shells, env
+    files and YAML lose the whitespace, and cannot carry the rest). So these
+    are refused, as are what the server would refuse (no text, over
+    `MAX_TASK_QUEUE_BYTES`, the reserved prefix), before anything starts.
+
+    Raises:
+        ValueError: naming the value and what is wrong with it.
+    """
+    if not isinstance(task_queue, str) or len(task_queue.encode()) > MAX_TASK_QUEUE_BYTES:
+        shown = repr(task_queue)
+        raise ValueError(
+            f"task_queue must be text of at most {MAX_TASK_QUEUE_BYTES:,} bytes (Temporal's "
+            f"limit), got {shown if len(shown) <= 100 else shown[:97] + '...'}"
+        )
+    problem = None
+    if not task_queue.strip():
+        problem = "is blank"
+    elif task_queue != task_queue.strip():
+        problem = "begins or ends with whitespace"
+    elif not all(c.isprintable() or c == " " for c in task_queue):
+        problem = "holds control or invisible characters"
+    elif task_queue.startswith(RESERVED_TASK_QUEUE_PREFIX):
+        problem = f"starts with {RESERVED_TASK_QUEUE_PREFIX!r}, which Temporal reserves"
+    if problem is not None:
+        shown = ascii(task_queue if len(task_queue) <= 60 else task_queue[:60] + "...")
+        raise ValueError(
+            f"task_queue {shown} {problem}: no worker would poll it, and runs on it "
+            f"would wait for ever. Name the queue your workers poll (default {TASK_QUEUE!r})."
+        )
+    return task_queue
+
 
 # Activity names are written into history and shown in the UI: renaming one
 # is a versioning change (workflow.patched), never a refactor.

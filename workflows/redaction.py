@@ -162,7 +162,8 @@ def _mask_value(match: re.Match[str]) -> str:
 
 
 def url_secrets(url: str | None) -> list[str]:
-    """The credentials a URL carries: its userinfo and its query values.
+    """The credentials a URL carries: its userinfo and its credential query values
+    (`query_credential`: `key=`, `code=`, a key's shape; not `api-version=`).
 
     Remembered as secrets, they are masked wherever they turn up, even in a
     form no URL pattern matches (a client that glued the query into a path).
@@ -184,9 +185,50 @@ def url_secrets(url: str | None) -> list[str]:
         found.append(f"{unquote(parts.username or '')}:{unquote(parts.password or '')}")
     for pair in parts.query.split("&"):
         if "=" in pair:
-            value = pair.split("=", 1)[1]
-            found += [value, unquote_plus(value)]
+            name, value = pair.split("=", 1)
+            if query_credential(unquote_plus(name), unquote_plus(value)):
+                found += [value, unquote_plus(value)]
     return list(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET_CHARS))
+
+
+#: Query names that carry a credential though `CREDENTIAL_NAME` does not say so:
+#: Azure Functions' function key (`?code=`).
+_CREDENTIAL_QUERY_NAMES = frozenset({"code"})
+#: A key's characters (`looks_like_key`): base64, URL-safe base64, hex, dashes.
+_KEYLIKE = re.compile(r"[A-Za-z0-9_\-+/=.~]{20,}")
+
+
+def query_credential(name: str, value: str) -> bool:
+    """Whether a query value of a model endpoint's URL is a credential.
+
+    When its name says so (as for `extra_query`: `key`, `api-key`, `sig`, ...,
+    and Azure Functions' `code`), or its value looks like a key (long, letters
+    and digits mixed). Any other value (`api-version=2024-06-01`) is plain
+    data: masked as a secret it would be masked in every answer, tool result
+    and final output that holds it.
+    """
+    if CREDENTIAL_NAME.search(name) or name.strip().lower() in _CREDENTIAL_QUERY_NAMES:
+        return True
+    return looks_like_key(value)
+
+
+def looks_like_key(value: str) -> bool:
+    """Whether `value` looks like a generated key: 20+ token characters, letters
+    and digits both, their kind (digit, lower, upper, other) changing at least
+    every fifth character: not words and dates (`2024-06-01-preview`)."""
+    if not _KEYLIKE.fullmatch(value):
+        return False
+    digits = sum(c.isdigit() for c in value)
+    letters = sum(c.isalpha() for c in value)
+    if not digits or not letters:
+        return False
+    # a key's characters change kind often; a name's or a date's come in long runs
+    changes = sum(1 for i in range(1, len(value)) if _kind(value[i - 1]) != _kind(value[i]))
+    return changes >= len(value) // 5
+
+
+def _kind(char: str) -> int:
+    return 0 if char.isdigit() else 1 if char.islower() else 2 if char.isupper() else 3
 
 
 def header_secrets(name: str, value: object) -> list[str]:

@@ -208,6 +208,52 @@ async def test_a_lone_surrogate_in_a_reply_is_recorded_encodable(
         json.dumps(value, ensure_ascii=False).encode("utf-8")
 
 
+REFUSAL = "I'm sorry, I can't help with that request."
+REFUSAL_REPLIES = {
+    "plain": _completion({"role": "assistant", "content": None, "refusal": REFUSAL}),
+    "streamed": _sse(
+        _chunk({"role": "assistant", "content": None, "refusal": ""}),
+        _chunk({"refusal": REFUSAL[:12]}),
+        _chunk({"refusal": REFUSAL[12:]}),
+        {
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("how", ["plain", "streamed"])
+async def test_a_refusal_is_the_runs_answer(
+    how: str, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A refusal (`content: null`, its text in `refusal`) is the final output, the
+    `message` event's text and the streamed deltas alike: never an empty answer."""
+    with ScriptedModelServer(lambda request: REFUSAL_REPLIES[how]) as model:
+        agent = weather_agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+        )
+        run_id = uuid.uuid4().hex
+        events = await asyncio.wait_for(
+            _collect(agent.stream_chat("Weather?", run_id=run_id, stream_text=how == "streamed")),
+            30,
+        )
+        result = await agent.aresume(run_id)
+    assert result.status == "completed" and result.final_output == REFUSAL
+    message = [e for e in result.events if e.type == "message"]
+    assert [e.text for e in message] == [REFUSAL]
+    mirrored = [
+        json.loads(line) for line in (tmp_path / f"{run_id}.jsonl").read_text().splitlines()
+    ]
+    assert [e["text"] for e in mirrored if e["type"] == "message"] == [REFUSAL]
+    assert mirrored[-1]["type"] == "run_end" and mirrored[-1]["text"] == REFUSAL
+    deltas = "".join(e.text or "" for e in events if e.type == "text_delta")
+    assert deltas == (REFUSAL if how == "streamed" else "")
+
+
 async def test_a_lone_surrogate_in_the_input_is_recorded_as_it_is_sent(
     client: Client, task_queue: str
 ) -> None:

@@ -143,6 +143,18 @@ ODD_STARTS: dict[str, tuple[dict[str, Any], str, str]] = {
     "number-limit": ({"execution_timeout": 30}, "execution_timeout must be a", "got int 30"),
     "long-queue": ({"task_queue": "q" * 1001}, "task_queue must be text of at most", "qq..."),
     "number-queue": ({"task_queue": 5}, "task_queue must be text", "got 5"),
+    # the server takes these, and the child waited for ever for a worker
+    "blank-queue": ({"task_queue": "  "}, "task_queue '  ' is blank", "(default 'agentor')."),
+    "spaced-queue": (
+        {"task_queue": "orders "},
+        "task_queue 'orders ' begins or ends with whitespace",
+        "(default 'agentor').",
+    ),
+    "invisible-queue": (
+        {"task_queue": "ord\u200bers"},
+        "task_queue 'ord\\u200bers' holds control or invisible characters",
+        "would wait for ever. Name the queue your workers poll (default 'agentor').",
+    ),
 }
 
 
@@ -164,7 +176,8 @@ async def test_a_setting_the_server_refuses_is_a_value_error_before_anything_sta
 ) -> None:
     """The child's start was refused in every workflow task of the parent, for ever
     ("BadStartChildExecutionAttributes: negative duration", "taskQueue length exceeds
-    limit"); now `run_agent` raises, and the parent can catch it."""
+    limit"), or waited for ever on a queue no worker polls ("  "); now `run_agent`
+    raises, and the parent can catch it."""
     with ScriptedModelServer(REFUND_SCRIPT) as model:
         agent = support(model)
         async with Worker(
@@ -183,6 +196,24 @@ async def test_a_setting_the_server_refuses_is_a_value_error_before_anything_sta
                 assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds, case
                 assert EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED not in kinds
         assert model.request_count == 0
+
+
+@pytest.mark.parametrize("queue", ["  ", "orders ", "ord\u200bers", "/_sys/orders"])
+def test_a_queue_no_worker_could_poll_is_refused_by_the_facade_and_worker(
+    queue: str, client: Client
+) -> None:
+    """`Agentor(task_queue=...)`, setting it later (the CLI's --task-queue) and
+    `build_worker` refuse a name whose runs would wait for ever, naming it."""
+    from agentor_temporal.worker import build_worker
+
+    with pytest.raises(ValueError, match="no worker would poll it"):
+        Agentor(name="Support Agent", model="gpt-4o-mini", task_queue=queue)
+    agent = Agentor(name="Support Agent", model="gpt-4o-mini", task_queue="orders")
+    with pytest.raises(ValueError, match="no worker would poll it"):
+        agent.task_queue = queue
+    assert agent.task_queue == "orders"
+    with pytest.raises(ValueError, match="no worker would poll it"):
+        build_worker(client, [agent], task_queue=queue)
 
 
 @pytest.mark.parametrize("how", ["cancel", "terminate", "cancel-agent"])

@@ -698,3 +698,55 @@ async def test_a_key_inside_a_longer_base64_text_never_shows(
     assert "***" in answer.result and '"kind": "Secret"' in answer.result, answer.result
     texts = {"result": answer.result, "model": sent, "store": _store_text(tmp_path)}
     assert [name for name, text in texts.items() if not _base64_hides(text, API_KEY)] == []
+
+
+#: An Azure Functions key, given in a model endpoint's query (`?code=`)
+FUNCTION_CODE = "azfn-CODE-0a1B2c3D4e5F"
+API_VERSION = "2024-06-01"
+
+
+async def test_a_base_urls_plain_query_values_are_data_and_its_keys_secrets(
+    client: Client, task_queue: str, tmp_path: Path, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """With a worker's endpoint at `?api-version=2024-06-01&code=<key>`, the date in an answer,
+    a tool result, the JSONL and the final output stays as it is; the key shows nowhere."""
+    from agentor_temporal import function_tool
+
+    @function_tool
+    def get_deployment() -> str:
+        """The model deployment in use."""
+        return f"gpt-4o on api-version={API_VERSION}, code={FUNCTION_CODE}"
+
+    answer = f"Deployed on {API_VERSION} (code {FUNCTION_CODE})."
+    with ScriptedModelServer([CallTool("get_deployment"), Reply(answer)]) as model:
+        # another agent of the process, on Azure: its endpoint's query is remembered
+        Agentor(
+            name="Azure Agent",
+            model="gpt-4o-mini",
+            base_url=f"{model.base_url}?api-version={API_VERSION}&code={FUNCTION_CODE}",
+            api_key=API_KEY,
+        )
+        agent = _agent(
+            base_url=model.base_url,
+            api_key=API_KEY,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            tools=[get_deployment],
+        )
+        result = await asyncio.wait_for(agent.arun("Which deployment?"), 30)
+        sent = model.requests[-1]["messages"][-1]["content"]
+    assert result.status == "completed", result.error
+    assert result.final_output == f"Deployed on {API_VERSION} (code ***)."
+    [tool] = [e for e in result.events if e.type == "tool_result"]
+    assert tool.result == f"gpt-4o on api-version={API_VERSION}, code=***"
+    assert sent == tool.result
+    mirrored = _store_text(tmp_path)
+    assert mirrored.count(API_VERSION) >= 3  # the tool's result, the message, run_end
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": mirrored,
+        "RunResult": repr(result),
+        "logs": _log_text(warnings_log),
+    }
+    assert not _found(where, [FUNCTION_CODE])

@@ -16,7 +16,7 @@ import pytest
 
 from agentor_temporal.activities import AgentDefinition, _redact
 from agentor_temporal.telemetry import CORE_LOGGER
-from agentor_temporal.workflows.redaction import RedactingFilter, redact, redact_url
+from agentor_temporal.workflows.redaction import RedactingFilter, redact, redact_url, url_secrets
 
 
 @pytest.mark.parametrize(
@@ -215,6 +215,33 @@ async def test_streamed_deltas_never_show_a_key_in_any_masked_form_at_any_split(
                 assert final.startswith("".join(sent)), (first, second, sent)
             await masked.flush()
             assert "".join(sent) == final
+
+
+#: Keys as endpoints take them in the query: a key, Azure's api-key, an Azure
+#: Functions code, a SAS signature, and a key under a name that says nothing
+_QUERY_KEYS = {
+    "key": "AIzaSyQk-unit0123456789abc",
+    "api-key": "azkey-unit-0a1b2c3d",
+    "code": "fnCode-unit-0048",
+    "sig": "q+v/sig-unit-0049",
+    "x": "Zx81kQ2mN7pL4vR9sT3wY6aB",
+}
+
+
+def test_only_credential_query_values_of_a_base_url_are_secrets() -> None:
+    """`api-version=2024-06-01` is data, masked nowhere; a credential's query value
+    (by its name, or a key's shape under any name) is masked in content too."""
+    query = "&".join(f"{name}={quote_plus(value)}" for name, value in _QUERY_KEYS.items())
+    url = f"http://h/v1?api-version=2024-06-01&deployment=gpt-4o-mini&{query}"
+    assert url_secrets(url) == [
+        form for value in _QUERY_KEYS.values() for form in dict.fromkeys([quote_plus(value), value])
+    ]
+    AgentDefinition(name="A", model="m", base_url=url, api_key="sk-unit-query-0050")
+    answer = "Azure's api-version 2024-06-01 serves gpt-4o-mini."
+    assert _redact.mask_secrets(answer) == answer
+    assert _redact.clean(answer) == answer
+    for value in _QUERY_KEYS.values():
+        assert _redact.mask_secrets(f"echoed {value} back") == "echoed *** back", value
 
 
 _PASSWORD = "p@ss/w0rd!Zq7-unit"
