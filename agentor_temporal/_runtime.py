@@ -152,9 +152,11 @@ class Runtime:
             with draining_on_sigterm():
                 return future.result()
         except KeyboardInterrupt:
-            # the run itself carries on in Temporal; only this wait stops
+            # the run itself carries on in Temporal; only this wait stops. Ctrl+C
+            # reaches the caller as Python's KeyboardInterrupt, its traceback
+            # ending here rather than in the wait's locks or the drain's handler
             future.cancel()
-            raise
+            raise KeyboardInterrupt from None
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             if not self._exiting:
                 raise
