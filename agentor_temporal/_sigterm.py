@@ -8,7 +8,7 @@ as before: a script's facade call (`draining_on_sigterm`: Ctrl+C, SIGTERM or
 SIGHUP drains the workers, then acts as the default would: KeyboardInterrupt,
 or the process ended, exit status 143 or 129), a script's exit
 (`patient_exit`: the exit hook drains them anyway, so Ctrl+C, SIGTERM or
-SIGHUP is only noted) and the CLI
+SIGHUP is only noted, and ends the process once they are done) and the CLI
 (`cli.main`, once a command's outcome is decided). `NoteFirst` is their one
 mechanism; each place says which signals, over which handlers (Python's
 defaults only, for a script: an application's own are its decision), and
@@ -229,7 +229,7 @@ EXIT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 def patient_exit(
-    draining: bool, stop_waiting: Callable[[], None] | None = None
+    draining: bool, noted: Callable[[signal.Signals], None] | None = None
 ) -> AbstractContextManager[None]:
     """While the exit hook drains the embedded workers, a first interrupt is noted, not obeyed.
 
@@ -237,17 +237,18 @@ def patient_exit(
     runs (an approved transfer, say), perhaps for threads still in an agent
     call. A Ctrl+C, SIGTERM or SIGHUP then, with Python's default handling,
     cut the call off and the next worker ran it again. The first one now
-    says what the process is finishing and calls `stop_waiting` (the hook
-    stops waiting for those threads' runs to end); a second acts as the
-    default does. Only in the main thread, and only over the default
-    handlers (an application's own are left alone).
+    says what the process is finishing and is passed to `noted` (the hook
+    stops waiting for those threads' runs to end, and ends the process by it
+    once the calls are done); a second acts as the default does. Only in the
+    main thread, and only over the default handlers (an application's own
+    are left alone).
     """
     if not draining:
         return contextlib.nullcontext()
 
     def note(signum: signal.Signals) -> None:
-        note_line(signum)
-        if stop_waiting is not None:
-            stop_waiting()
+        note_line(signum, ", then exiting")
+        if noted is not None:
+            noted(signum)
 
     return NoteFirst(EXIT_SIGNALS, note, over=over_default).installed()

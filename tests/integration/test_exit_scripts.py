@@ -296,6 +296,8 @@ async def test_a_sigterm_while_exit_waits_for_a_thread_finishes_its_tool_call_on
             _, stderr = await asyncio.to_thread(running.communicate, None, 60)
         finally:
             running.kill()
+        # ended as SIGTERM ends a process (143), not 0: the thread's run was cut off
+        assert running.returncode == -signal.SIGTERM, stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
@@ -361,7 +363,8 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
 ) -> None:
     """A script approves and ends; as it exits, its worker runs the approved transfer. A first
     Ctrl+C or SIGTERM then is noted and the transfer finishes, recorded; before, it cut the
-    transfer off, and the next worker (here the resuming script's) made it again."""
+    transfer off, and the next worker (here the resuming script's) made it again. The script
+    then ends as the signal ends a process (it exited 0, as if never interrupted)."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
@@ -387,6 +390,8 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
             _, stderr = await asyncio.to_thread(approving.communicate, None, 60)
         finally:
             approving.kill()
+        # ended as the signal ends a process (128 + signum), once the transfer finished
+        assert approving.returncode == -signum, stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
