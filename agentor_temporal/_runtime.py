@@ -14,10 +14,12 @@ parent's, whose threads it does not have.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Coroutine
@@ -27,7 +29,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal._exit import EXIT_SETTLE, Callers, at_interpreter_exit, exit_drain
-from agentor_temporal._sigterm import draining_on_sigterm, patient_exit
+from agentor_temporal._sigterm import draining_on_sigterm, end_by, patient_exit
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import EncryptionKeys
 from agentor_temporal.telemetry import with_caller_context
@@ -152,9 +154,11 @@ class Runtime:
             with draining_on_sigterm():
                 return future.result()
         except KeyboardInterrupt:
-            # the run itself carries on in Temporal; only this wait stops
+            # the run itself carries on in Temporal; only this wait stops. Ctrl+C
+            # reaches the caller as Python's KeyboardInterrupt, its traceback
+            # ending here rather than in the wait's locks or the drain's handler
             future.cancel()
-            raise
+            raise KeyboardInterrupt from None
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             if not self._exiting:
                 raise
@@ -295,9 +299,25 @@ class Runtime:
         # SIGTERM then, with the default handler, cut off the call a thread's
         # run had on this process's worker, and the next worker ran it again.
         # The first one ends that wait; the calls in flight are drained.
-        with patient_exit(self.serving() or self._callers.waiting(), self._callers.stop_waiting):
-            self._callers.join()
-            self.close()
+        ended_by: list[signal.Signals] = []
+
+        def noted(signum: signal.Signals) -> None:
+            ended_by.append(signum)
+            self._callers.stop_waiting()
+
+        try:
+            with patient_exit(self.serving() or self._callers.waiting(), noted):
+                self._callers.join()
+                self.close()
+        except KeyboardInterrupt:
+            # a second Ctrl+C: the calls are abandoned (the next worker runs them
+            # again), and the process ends as the default's KeyboardInterrupt does,
+            # not with a traceback from this hook
+            end_by(signal.SIGINT)
+        if ended_by:
+            # a signal handled ends the process as its default would (exit status
+            # 128 + signum, as during a call), once the threads Python waits for end
+            atexit.register(end_by, ended_by[0])
 
     def close(self, timeout: float | None = None) -> None:
         """Stop embedded workers, then the loop and its thread (runs at exit).

@@ -4,14 +4,15 @@ An embedded worker may be running a tool call (an approved transfer, say)
 when the process is told to end. With Python's default handling the call
 was cut off, and the next worker ran it again (a transfer done twice). So
 in three places a first interrupt lets the calls finish and a second acts
-as before: a script's facade call (`draining_on_sigterm`: SIGTERM or SIGHUP
-drains the workers, then ends the process as the default would, exit status
-143 or 129), a
-script's exit (`patient_exit`: the exit hook drains them anyway, so Ctrl+C,
-SIGTERM or SIGHUP is only noted) and the CLI (`cli.main`, once a command's
-outcome is decided). `NoteFirst` is their one mechanism; each place says
-which signals, over which handlers (Python's defaults only, for a script:
-an application's own are its decision), and what the first one does.
+as before: a script's facade call (`draining_on_sigterm`: Ctrl+C, SIGTERM or
+SIGHUP drains the workers, then acts as the default would: KeyboardInterrupt,
+or the process ended, exit status 143 or 129), a script's exit
+(`patient_exit`: the exit hook drains them anyway, so Ctrl+C, SIGTERM or
+SIGHUP is only noted, and ends the process once they are done) and the CLI
+(`cli.main`, once a command's outcome is decided). `NoteFirst` is their one
+mechanism; each place says which signals, over which handlers (Python's
+defaults only, for a script: an application's own are its decision), and
+what the first one does.
 Python's signal API allows handlers only in the main thread; elsewhere
 nothing is installed.
 """
@@ -151,39 +152,71 @@ class NoteFirst:
 # -- a script's facade call ---------------------------------------------------------------
 
 
+def note_line(signum: signal.Signals, then: str = "") -> None:
+    """Say on stderr that the calls are being finished, and how to abandon them (one line)."""
+    again = "press Ctrl+C again" if signum == signal.SIGINT else "send it again"
+    with contextlib.suppress(OSError, ValueError):  # a closed terminal
+        print(
+            f"{signum.name}: finishing the calls this process's worker runs "
+            f"(up to {calls_grace():g} s){then}; {again} to abandon them "
+            "(the next worker runs them again)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def end_by(signum: signal.Signals) -> None:
+    """End the process as `signum`'s default does (exit status 128 + signum), streams flushed."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(ValueError, OSError):  # off the main thread: the default stands
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 def _drain_then_end(signum: signal.Signals) -> None:
     """Stop the embedded workers as the exit hook does (the SDK's graceful shutdown: calls in
-    flight finish and are recorded), then end the process by `signum` as the default would."""
+    flight finish and are recorded), then act as the signal's default: SIGTERM and SIGHUP end
+    the process, SIGINT raises KeyboardInterrupt (in the facade call, which ends).
+
+    A second signal meanwhile meets the handler replaced (the default): it abandons the calls
+    and ends the process at once, a second Ctrl+C as well (its KeyboardInterrupt, raised here,
+    left the worker's shutdown to the exit hook, which cut the calls off with the SDK's
+    tracebacks).
+    """
     from agentor_temporal._runtime import Runtime
 
     runtime = Runtime._instance
     if runtime is not None and runtime.serving():
-        logger.warning(
-            "%s: finishing the calls this process's worker runs (up to %g s), then exiting",
-            signum.name,
-            calls_grace(),
-        )
-        runtime.stop_workers(exit_drain())
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os.kill(os.getpid(), signum)  # the default handler is back (a second one's too)
+        note_line(signum, ", then stopping" if signum == signal.SIGINT else ", then exiting")
+        try:
+            runtime.stop_workers(exit_drain())
+        except KeyboardInterrupt:
+            end_by(signal.SIGINT)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    end_by(signum)
 
 
 #: Following `asyncio.Runner`'s precedent for SIGINT: only while a facade
 #: call runs, only over the default; the CLI's handler is left alone too.
 #: SIGHUP (the terminal closed, an ssh session dropped) as SIGTERM: by its
 #: default, a script's tool was cut off mid-call and the next worker ran it
-#: again. Each missing on a platform (SIGHUP on Windows) is skipped.
-_DRAINING = NoteFirst(("SIGTERM", "SIGHUP"), _drain_then_end, over=over_default)
+#: again. Ctrl+C too: by its default, KeyboardInterrupt left the call the
+#: worker ran to the exit hook, which finished it silently after a traceback
+#: from the wait's locks. Each missing on a platform (SIGHUP on Windows) is skipped.
+_DRAINING = NoteFirst(("SIGINT", "SIGTERM", "SIGHUP"), _drain_then_end, over=over_default)
 
 
 def draining_on_sigterm() -> AbstractContextManager[None]:
-    """While the body runs, SIGTERM or SIGHUP drains the embedded workers, then ends the process.
+    """While the body runs, SIGINT, SIGTERM or SIGHUP drains the embedded workers, then acts.
 
-    Does nothing outside the main thread, nor for a signal that already has
-    a handler other than the default (Python's signal API allows handlers
-    only in the main thread; another handler is the application's decision).
+    SIGTERM and SIGHUP then end the process by that signal; SIGINT raises
+    KeyboardInterrupt. Does nothing outside the main thread, nor for a
+    signal that already has a handler other than the default (Python's
+    signal API allows handlers only in the main thread; another handler is
+    the application's decision).
     """
     return _DRAINING.installed()
 
@@ -195,17 +228,8 @@ def draining_on_sigterm() -> AbstractContextManager[None]:
 EXIT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
-def _noted_at_exit(signum: signal.Signals) -> None:
-    print(
-        f"{signum.name}: finishing the calls this process's worker runs "
-        f"(up to {calls_grace():g} s); send it again to abandon them",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
 def patient_exit(
-    draining: bool, stop_waiting: Callable[[], None] | None = None
+    draining: bool, noted: Callable[[signal.Signals], None] | None = None
 ) -> AbstractContextManager[None]:
     """While the exit hook drains the embedded workers, a first interrupt is noted, not obeyed.
 
@@ -213,17 +237,18 @@ def patient_exit(
     runs (an approved transfer, say), perhaps for threads still in an agent
     call. A Ctrl+C, SIGTERM or SIGHUP then, with Python's default handling,
     cut the call off and the next worker ran it again. The first one now
-    says what the process is finishing and calls `stop_waiting` (the hook
-    stops waiting for those threads' runs to end); a second acts as the
-    default does. Only in the main thread, and only over the default
-    handlers (an application's own are left alone).
+    says what the process is finishing and is passed to `noted` (the hook
+    stops waiting for those threads' runs to end, and ends the process by it
+    once the calls are done); a second acts as the default does. Only in the
+    main thread, and only over the default handlers (an application's own
+    are left alone).
     """
     if not draining:
         return contextlib.nullcontext()
 
     def note(signum: signal.Signals) -> None:
-        _noted_at_exit(signum)
-        if stop_waiting is not None:
-            stop_waiting()
+        note_line(signum, ", then exiting")
+        if noted is not None:
+            noted(signum)
 
     return NoteFirst(EXIT_SIGNALS, note, over=over_default).installed()

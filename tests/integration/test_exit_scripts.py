@@ -152,7 +152,9 @@ async def test_short_scripts_exit_cleanly_under_load(
     assert len(keys) == len(set(keys)) == (cycles + 1) // 2
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 async def test_a_terminated_script_finishes_the_tool_call_it_runs(
     client: Client,
     temporal_address: str,
@@ -161,9 +163,12 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
     ledger: str,
     signum: signal.Signals,
 ) -> None:
-    """SIGTERM (or SIGHUP: its terminal closed) to a script mid-tool: its embedded worker
-    finishes the call, the script ends as the signal ends it, and resuming from another process
-    does not run the tool again (SIGHUP's default cut the call off, and it ran twice)."""
+    """SIGTERM (or SIGHUP: its terminal closed; or Ctrl+C) to a script mid-tool: one line says
+    its embedded worker finishes the call, and another signal would abandon it; the script ends
+    as the signal ends it (Ctrl+C: a KeyboardInterrupt out of `run()`, its traceback the
+    script's), and resuming from another process does not run the tool again (SIGHUP's default
+    cut the call off, and it ran twice; Ctrl+C's showed a traceback from the wait's locks, then
+    finished the call silently at exit)."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
@@ -189,7 +194,19 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.result == "The weather in Paris is sunny and 22C.", result.result
-    assert f"{signum.name}: finishing" in stderr and "Traceback" not in stderr, stderr
+    [line] = [line for line in stderr.splitlines() if f"{signum.name}: finishing" in line]
+    assert "again to abandon them" in line, stderr
+    if signum == signal.SIGINT:
+        # Python's KeyboardInterrupt reaches the script, its traceback ending in the facade
+        frames = [line for line in stderr.splitlines() if line.startswith("  File ")]
+        assert frames and "plain_script.py" in frames[0], stderr
+        assert all(
+            any(name in frame for name in ("plain_script.py", "agent.py", "_runtime.py"))
+            for frame in frames
+        ), stderr
+        assert stderr.rstrip().endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
+    else:
+        assert "Traceback" not in stderr, stderr
 
 
 async def test_sigterm_handler_is_installed_only_over_the_default_and_restored(
@@ -279,6 +296,8 @@ async def test_a_sigterm_while_exit_waits_for_a_thread_finishes_its_tool_call_on
             _, stderr = await asyncio.to_thread(running.communicate, None, 60)
         finally:
             running.kill()
+        # ended as SIGTERM ends a process (143), not 0: the thread's run was cut off
+        assert running.returncode == -signal.SIGTERM, stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
@@ -344,7 +363,8 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
 ) -> None:
     """A script approves and ends; as it exits, its worker runs the approved transfer. A first
     Ctrl+C or SIGTERM then is noted and the transfer finishes, recorded; before, it cut the
-    transfer off, and the next worker (here the resuming script's) made it again."""
+    transfer off, and the next worker (here the resuming script's) made it again. The script
+    then ends as the signal ends a process (it exited 0, as if never interrupted)."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
@@ -370,6 +390,8 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
             _, stderr = await asyncio.to_thread(approving.communicate, None, 60)
         finally:
             approving.kill()
+        # ended as the signal ends a process (128 + signum), once the transfer finished
+        assert approving.returncode == -signum, stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
