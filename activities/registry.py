@@ -403,9 +403,11 @@ def check_request_settings(
             else "The API key (api_key, or OPENAI_API_KEY) holds a space, a control or a "
             "non-ASCII character, which an HTTP header cannot carry"
         )
-    from openai import NotGiven, Omit  # what the client takes to leave a header out
-
     headers = client_options.get("extra_headers") or model_settings.get("extra_headers")
+    if isinstance(headers, dict) and headers:
+        # imported only here: importing openai takes most of a second, which a process
+        # building an agent only to approve, deny or list never needs
+        from openai import NotGiven, Omit  # what the client takes to leave a header out
     for name, value in headers.items() if isinstance(headers, dict) else ():
         if not isinstance(name, str):
             raise ValueError(

@@ -109,10 +109,11 @@ async def throughput(scenario: Scenario, concurrency: int, total: int) -> float:
 
 
 async def rate_and_requests(
-    model: ScriptedModelServer, level: int, total: int, system: Scenario
+    model: ScriptedModelServer, level: int, total: int, system: Scenario, warmup: int = 6
 ) -> tuple[float, float]:
     """Runs per second at `level` in flight, and model requests per run."""
-    await throughput(system, 3, 6)  # warm up
+    if warmup:
+        await throughput(system, 3, warmup)
     before = model.request_count
     rate = await throughput(system, level, total)
     return rate, (model.request_count - before) / total
@@ -175,7 +176,12 @@ async def history_growth(
 
 
 async def in_flight(
-    address: str, client: Any, runs: int, latency_s: float, local: bool = False
+    address: str,
+    client: Any,
+    runs: int,
+    latency_s: float,
+    local: bool = False,
+    settle_s: float = 3.0,
 ) -> dict[str, Any]:
     """`runs` runs at once on one worker process, model latency `latency_s`.
 
@@ -206,7 +212,7 @@ async def in_flight(
             results = [t.result() for t in tasks]
             elapsed = time.perf_counter() - start
             # what the worker keeps once its runs are over (cache, buffers)
-            await asyncio.sleep(3)
+            await asyncio.sleep(settle_s)
             after = rss_mb(worker.pid)
         finally:
             worker.terminate()
@@ -235,6 +241,10 @@ async def main(smoke: bool) -> dict[str, Any]:
         "concurrency": [3] if smoke else [1, 10, 100, 250],
         "in_flight": [10] if smoke else [100, 500, 1000],
         "turns": [1, 2] if smoke else [1, 10, 50],
+        # the smoke test checks the harness, not the numbers: no unmeasured
+        # warm-up runs, and a short settle before the in-flight RSS "after"
+        "warmup": 0 if smoke else 2,
+        "settle_s": 0.5 if smoke else 3.0,
     }
     out: dict[str, Any] = {
         "machine": machine(),
@@ -252,7 +262,7 @@ async def main(smoke: bool) -> dict[str, Any]:
                 s for s in scenarios(address, env.client, model.base_url, smoke) if s.name != B
             ]
             halves = await interleaved(
-                systems, lambda s: latency_times(s, sizes["latency_runs"] // 2)
+                systems, lambda s: latency_times(s, sizes["latency_runs"] // 2, sizes["warmup"])
             )
             for name, (first, second) in halves.items():
                 stats = summary(first + second)
@@ -272,7 +282,7 @@ async def main(smoke: bool) -> dict[str, Any]:
             with ScriptedModelServer(latency=model_latency) as model:
                 systems = scenarios(address, client, model.base_url, smoke)
                 halves = await interleaved(
-                    systems, lambda s: latency_times(s, sizes["latency_runs"] // 2)
+                    systems, lambda s: latency_times(s, sizes["latency_runs"] // 2, sizes["warmup"])
                 )
                 for name, (first, second) in halves.items():
                     stats = summary(first + second)
@@ -294,7 +304,10 @@ async def main(smoke: bool) -> dict[str, Any]:
             for level in sizes["concurrency"]:
                 total = max(2 * level, 6 if smoke else 60)
                 passes = await interleaved(
-                    systems, functools.partial(rate_and_requests, model, level, total)
+                    systems,
+                    functools.partial(
+                        rate_and_requests, model, level, total, warmup=3 * sizes["warmup"]
+                    ),
                 )
                 for name, measured in passes.items():
                     rate = sum(r for r, _ in measured) / len(measured)
@@ -314,7 +327,9 @@ async def main(smoke: bool) -> dict[str, Any]:
             out["load"][f"in flight {runs}"] = os.getloadavg()[0]
             log(f"== {runs} runs in flight on one worker process (load {os.getloadavg()[0]:.2f})")
             for local in (False, True):
-                row = await in_flight(address, client, runs, 0.5 if smoke else 2.0, local)
+                row = await in_flight(
+                    address, client, runs, 0.5 if smoke else 2.0, local, sizes["settle_s"]
+                )
                 out.setdefault("in_flight", []).append(row)
                 log(f"  {row}")
 

@@ -25,7 +25,7 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
 from agentor_temporal.workflows import AgentRunWorkflow, Decision
 
 from helpers import ledger_lines, scripted_agent, transfer_tool, weather_tool
-from integration.test_cli import cli
+from integration.test_cli import cli, cli_all
 from integration.test_cli_approval import AGENT, agent_env
 
 #: How long one step of a run may take before a test gives up on it.
@@ -158,26 +158,30 @@ def test_cli_pending_shows_the_turn_and_approve_refuses_another_turns_call(
         resumed = cli("resume", run_id, "--json", *common, env=env)
         assert json.loads(resumed.stdout)["status"] == "awaiting_approval", resumed.stderr
 
-        listed = cli("pending", "--json", "--temporal", temporal_address, env=env)
+        # what reads or is refused changes nothing: side by side
+        listed, tabled, stale, elsewhere, malformed = cli_all(
+            [
+                ("pending", "--json", "--temporal", temporal_address),
+                ("pending", "--temporal", temporal_address),
+                ("approve", run_id, "call_0", "--turn", "1", *common),
+                ("approve", run_id, "call_0", "--execution", str(uuid.uuid4()), *common),
+                ("approve", run_id, "call_0", "--execution", "x", *common),
+            ],
+            env=env,
+        )
         mine = [r for r in json.loads(listed.stdout) if r["run_id"] == run_id]
         assert [(r["call_id"], r["turn"], r["args"]) for r in mine] == [
             ("call_0", 2, {"amount": 7000, "to": "eve"})
         ]
-        table = cli("pending", "--temporal", temporal_address, env=env).stdout
-        assert "TURN" in table.splitlines()[0]
+        assert "TURN" in tabled.stdout.splitlines()[0]
 
-        stale = cli("approve", run_id, "call_0", "--turn", "1", *common, env=env)
         assert stale.returncode == 1
         assert "not waiting for turn 1's call 'call_0'" in stale.stderr
         assert "Traceback" not in stale.stderr
         # pinned to the execution that asked, as `pending --json` shows it
         [execution] = {r["execution_run_id"] for r in mine}
         assert execution, mine
-        elsewhere = cli(
-            "approve", run_id, "call_0", "--execution", str(uuid.uuid4()), *common, env=env
-        )
         assert elsewhere.returncode == 1 and "has no execution" in elsewhere.stderr
-        malformed = cli("approve", run_id, "call_0", "--execution", "x", *common, env=env)
         assert malformed.returncode == 1 and "not an execution run id" in malformed.stderr
         assert "Traceback" not in elsewhere.stderr + malformed.stderr
         approved = cli(

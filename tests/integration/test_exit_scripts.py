@@ -70,18 +70,14 @@ def env_for(
 async def test_a_decision_then_exit_never_loses_the_tool_call(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
-    """Approve and exit, four times: each approved tool runs once and answers with its result."""
+    """Approve and exit, four times: each approved tool runs once and answers with its result.
+
+    Four approving scripts, one after another, because the loss was a race at exit that one
+    script did not always hit. The runs are started here, not by scripts: a starting script's
+    exit is `test_short_scripts_exit_cleanly_under_load`'s subject, and the worker here is
+    stopped before the first approval, so each approving script's worker is alone."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
-        run_ids = []
-        for _ in range(4):
-            run_id = uuid.uuid4().hex
-            started = await asyncio.to_thread(script, env, "run", run_id)
-            assert started["status"] == "awaiting_approval"
-            # the approving script's embedded worker is the only one polling
-            # as it exits: the tool call is scheduled for it right then
-            await asyncio.to_thread(script, env, "approve", run_id, started["pending"][0])
-            run_ids.append(run_id)
         agent = plain_agent(
             base_url=model.base_url,
             task_queue=task_queue,
@@ -90,6 +86,18 @@ async def test_a_decision_then_exit_never_loses_the_tool_call(
             ledger=ledger,
             embedded_worker=False,
         )
+        run_ids = [uuid.uuid4().hex for _ in range(4)]
+        async with build_worker(client, [agent], task_queue=task_queue):
+            started = await asyncio.gather(
+                *(agent.arun("Send 5 to bob", run_id=r) for r in run_ids)
+            )
+        for run_id, paused in zip(run_ids, started, strict=True):
+            assert paused.status == "awaiting_approval"
+            # the approving script's embedded worker is the only one polling
+            # as it exits: the tool call is scheduled for it right then
+            await asyncio.to_thread(
+                script, env, "approve", run_id, paused.pending_approvals[0].call_id
+            )
         async with build_worker(client, [agent], task_queue=task_queue):
             outcomes = [await client.get_workflow_handle(r).result() for r in run_ids]
 
@@ -131,16 +139,24 @@ async def test_short_scripts_exit_cleanly_under_load(
             try:
                 count = 0
                 for i in range(cycles):
-                    run_id = uuid.uuid4().hex
-                    started = await asyncio.to_thread(script, env, "run", run_id)
-                    decision = "approve" if i % 2 == 0 else "deny"
-                    if started["status"] == "awaiting_approval":
-                        await asyncio.to_thread(
-                            script, env, decision, run_id, started["pending"][0]
+
+                    async def decided(decision: str) -> None:
+                        run_id = uuid.uuid4().hex
+                        started = await asyncio.to_thread(script, env, "run", run_id)
+                        if started["status"] == "awaiting_approval":
+                            await asyncio.to_thread(
+                                script, env, decision, run_id, started["pending"][0]
+                            )
+                        resumed = await asyncio.to_thread(script, env, "resume", run_id)
+                        assert resumed["status"] == "completed"
+
+                    # the streaming script beside the deciding ones: more load, not less
+                    streamed = (
+                        await asyncio.gather(
+                            decided("approve" if i % 2 == 0 else "deny"),
+                            asyncio.to_thread(script, env, "stream", uuid.uuid4().hex),
                         )
-                    resumed = await asyncio.to_thread(script, env, "resume", run_id)
-                    assert resumed["status"] == "completed"
-                    streamed = await asyncio.to_thread(script, env, "stream", uuid.uuid4().hex)
+                    )[1]
                     assert streamed["events"][-1] == "run_end"
                     count += 4
             finally:

@@ -22,7 +22,7 @@ from agentor_temporal.connection import connect, stop_dev_server
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from browser import dump_dom, find_chromium
+from browser import Page, find_chromium
 from helpers import free_port, port_open, scripted_agent, wait_until
 from integration.test_cli import cli
 from integration.test_ui import ARTIFACTS, _rendered
@@ -73,11 +73,27 @@ async def test_ui_decodes_an_encrypted_run_only_through_the_codec_server(
                 f"{page}/{execution}/user-metadata",
             )
 
-            decoded = await asyncio.to_thread(dump_dom, history_page, tmp_path / "p1")
-            assert f"Weather Agent: {SECRET_PROMPT}" in decoded, "the decoded run summary"
+            prompt_summary = f"Weather Agent: {SECRET_PROMPT}"
+
+            def read_decoded() -> tuple[str, list[str]]:
+                # one browser for both pages, each read once it shows what is checked
+                with Page(tmp_path / "p1") as tab:
+                    tab.open(history_page)
+                    decoded = tab.wait_for_text(prompt_summary, TOOL_SUMMARY)
+                    tab.open(metadata_page)
+                    shown = tab.wait_for(
+                        lambda html: (
+                            prompt_summary in (r := _rendered(html))
+                            and any(x.startswith("Finished: completed after 2 turns") for x in r)
+                        ),
+                        "the decoded current details",
+                    )
+                return decoded, _rendered(shown)
+
+            decoded, rendered = await asyncio.to_thread(read_decoded)
+            assert prompt_summary in decoded, "the decoded run summary"
             assert TOOL_SUMMARY in decoded, "the decoded tool call summary"
-            rendered = _rendered(await asyncio.to_thread(dump_dom, metadata_page, tmp_path / "p2"))
-            assert f"Weather Agent: {SECRET_PROMPT}" in rendered
+            assert prompt_summary in rendered
             assert any(r.startswith("Finished: completed after 2 turns") for r in rendered)
 
             assert stop_codec_server(data)
@@ -93,11 +109,20 @@ async def test_ui_decodes_an_encrypted_run_only_through_the_codec_server(
                     *e.workflow_execution_completed_event_attributes.result.payloads,
                 ]
             ]
-            encrypted = await asyncio.to_thread(dump_dom, history_page, tmp_path / "p3")
             shot = ARTIFACTS / "ui-encrypted.png"
-            from browser import screenshot
 
-            await asyncio.to_thread(screenshot, history_page, shot, tmp_path / "p4")
+            def read_encrypted() -> str:
+                # a fresh profile: nothing the decoding browser kept
+                with Page(tmp_path / "p3") as tab:
+                    tab.open(history_page)
+                    html = tab.wait_for(
+                        lambda html: any(c in html for c in _ciphertexts(payloads)),
+                        "a payload's ciphertext",
+                    )
+                    tab.screenshot(shot)
+                return html
+
+            encrypted = await asyncio.to_thread(read_encrypted)
         shown = [c for c in _ciphertexts(payloads) if c in encrypted]
         assert shown, "no payload's ciphertext is on the page"
         assert [s for s in SECRETS if s in encrypted] == []

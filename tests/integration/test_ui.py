@@ -15,6 +15,7 @@ import json
 import socket
 import subprocess
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
@@ -31,7 +32,7 @@ from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker, ensure_search_attributes
 
-from browser import Page, dump_dom, find_chromium, screenshot
+from browser import Page, find_chromium
 from conftest import SEARCH_ATTRIBUTE_ARGS
 from helpers import ANSWER, PROMPT, ROOT, scripted_agent, wait_until, weather_agent
 
@@ -208,34 +209,72 @@ async def test_finished_run_page_shows_its_summary_and_activity_summaries(
             assert result.final_output == ANSWER
 
             history = await ui_server.page_url(result.run_id, "history")
-            dom = await asyncio.to_thread(dump_dom, history, tmp_path / "profile")
+            metadata = await ui_server.page_url(result.run_id, "user-metadata")
+            query = urllib.parse.quote(f'AgentName="Weather Agent" AND TaskQueue="{task_queue}"')
+            listing = f"{ui_server.ui}/namespaces/default/workflows?query={query}"
+            timeline = await ui_server.page_url(result.run_id, "timeline")
+            shot = ARTIFACTS / ("ui-run-local.png" if local else "ui-run.png")
+            finished = "Finished: completed after 2 turns · 30 tokens · history "
+            about = "**Agent** Weather Agent  \n**Model** gpt-4o-mini  \n**Tools** get_weather"
+
+            def look() -> tuple[str, list[str]]:
+                # one browser for the four pages, each read once what the test
+                # expects is there (a missing summary fails at its deadline)
+                with Page(tmp_path / "profile") as page:
+
+                    def go(url: str) -> None:
+                        """Open `url`, and wait until the tab shows it (not the page before)."""
+                        page.open(url)
+                        path = urllib.parse.urlsplit(url).path
+                        deadline = time.monotonic() + 30
+                        while page.settled("location.pathname") != path:
+                            assert time.monotonic() < deadline, f"the tab never opened {url}"
+                            time.sleep(0.05)
+
+                    go(history)
+                    dom = page.wait_for_text(
+                        result.run_id,
+                        SUMMARY,
+                        TOOL_SUMMARY,
+                        "gpt-4o-mini, turn 1",
+                        "gpt-4o-mini, turn 2",
+                    )
+                    go(metadata)
+                    rendered = _rendered(
+                        page.wait_for(
+                            lambda html: (
+                                SUMMARY in (shown := _rendered(html))
+                                and about in shown
+                                and any(line.startswith(finished) for line in shown)
+                            ),
+                            "the finished run's current details",
+                        )
+                    )
+                    # the list is read from the visibility store, a moment behind
+                    deadline = time.monotonic() + 60
+                    while True:
+                        go(listing)
+                        try:
+                            page.wait_for_text(result.run_id, timeout=5)
+                            break
+                        except AssertionError:
+                            if time.monotonic() > deadline:
+                                raise AssertionError(
+                                    "the UI's AgentName filter never listed the run"
+                                ) from None
+                    go(timeline)
+                    page.wait_for_text(TOOL_SUMMARY)
+                    page.screenshot(shot)
+                return dom, rendered
+
+            dom, rendered = await asyncio.to_thread(look)
             assert result.run_id in dom
             assert SUMMARY in dom, "the workflow summary is not on the run's page"
             assert TOOL_SUMMARY in dom, "the tool activity's summary is not on the run's page"
             assert "gpt-4o-mini, turn 1" in dom and "gpt-4o-mini, turn 2" in dom
-
-            metadata = await ui_server.page_url(result.run_id, "user-metadata")
-            rendered = _rendered(await asyncio.to_thread(dump_dom, metadata, tmp_path / "profile"))
             assert SUMMARY in rendered
-            assert (
-                "**Agent** Weather Agent  \n**Model** gpt-4o-mini  \n**Tools** get_weather"
-                in rendered
-            )
-            finished = "Finished: completed after 2 turns · 30 tokens · history "
+            assert about in rendered
             assert any(line.startswith(finished) for line in rendered), rendered
-
-            query = urllib.parse.quote(f'AgentName="Weather Agent" AND TaskQueue="{task_queue}"')
-            listing = f"{ui_server.ui}/namespaces/default/workflows?query={query}"
-            await asyncio.to_thread(
-                wait_until,
-                lambda: result.run_id in dump_dom(listing, tmp_path / "profile"),
-                "the UI's AgentName filter to list the run",
-                60,
-            )
-
-            shot = ARTIFACTS / ("ui-run-local.png" if local else "ui-run.png")
-            timeline = await ui_server.page_url(result.run_id, "timeline")
-            await asyncio.to_thread(screenshot, timeline, shot, tmp_path / "profile")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
