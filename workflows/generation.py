@@ -241,18 +241,8 @@ class Generation:
         keeps = level() >= policies.GENERATION_KEPT
         if local:
             try:
-                if keeps:
-                    handle = workflow.start_local_activity(
-                        policies.GENERATE,
-                        inp,
-                        result_type=GenerateResult,
-                        start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
-                        retry_policy=policies.MODEL_RETRY_POLICY,
-                        activity_id=activity_id,
-                        summary=summary,
-                    )
-                    return await self._through_the_stop(handle, kept)
-                result: GenerateResult = await workflow.execute_local_activity(
+                # one command either way (`execute_local_activity` is this, awaited)
+                handle = workflow.start_local_activity(
                     policies.GENERATE,
                     inp,
                     result_type=GenerateResult,
@@ -261,6 +251,9 @@ class Generation:
                     activity_id=activity_id,
                     summary=summary,
                 )
+                if keeps:
+                    return await self._through_the_stop(handle, kept)
+                result: GenerateResult = await handle
                 return result
             except (ActivityError, ApplicationError) as exc:
                 cause = exc.cause if isinstance(exc, ActivityError) else exc
