@@ -25,7 +25,12 @@ from agentor_temporal.activities.tooldef import Tool
 from agentor_temporal.store.base import Store
 from agentor_temporal.workflows.formatting import quoted
 from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
-from agentor_temporal.workflows.redaction import CREDENTIAL_NAME, header_secrets, url_secrets
+from agentor_temporal.workflows.redaction import (
+    CREDENTIAL_NAME,
+    header_secrets,
+    query_credential,
+    url_secrets,
+)
 from agentor_temporal.workflows.types import AgentSpec
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
@@ -46,13 +51,23 @@ CLIENT_OPTIONS = ("extra_headers", "extra_query", "extra_body", "default_headers
 
 def _client_secrets(options: dict[str, Any]) -> list[str]:
     """The credentials in client options: every header value that is not plainly
-    descriptive (`header_secrets`), and the query and body values whose names
+    descriptive (`header_secrets`), the query values a base_url's query would
+    have taken for one (`query_credential`), and the body values whose names
     say credential (`api_key`, `sig`, ...)."""
     found = [
         secret
         for name, value in (options.get("extra_headers") or {}).items()
         for secret in header_secrets(str(name), value)
     ]
+    # the query's values as a base_url's query would have them (`query_credential`:
+    # by name, Azure Functions' `code` too, or shaped like a key)
+    for name, value in (options.get("extra_query") or {}).items():
+        values = value if isinstance(value, list | tuple) else [value]
+        found += [
+            str(item)
+            for item in values
+            if isinstance(item, str | int) and query_credential(str(name), str(item))
+        ]
     # named as `_holds_credential` finds them: a list takes the name it is under
     pending: list[tuple[str, Any]] = [
         ("", options.get("extra_query")),

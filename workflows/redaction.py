@@ -162,8 +162,9 @@ def _mask_value(match: re.Match[str]) -> str:
 
 
 def url_secrets(url: str | None) -> list[str]:
-    """The credentials a URL carries: its userinfo and its credential query values
-    (`query_credential`: `key=`, `code=`, a key's shape; not `api-version=`).
+    """The credentials a URL carries: its userinfo, its credential query values
+    (`query_credential`: `key=`, `code=`, a key's shape; not `api-version=`)
+    and the path segments shaped like a key (`looks_like_key`).
 
     Remembered as secrets, they are masked wherever they turn up, even in a
     form no URL pattern matches (a client that glued the query into a path).
@@ -188,6 +189,10 @@ def url_secrets(url: str | None) -> list[str]:
             name, value = pair.split("=", 1)
             if query_credential(unquote_plus(name), unquote_plus(value)):
                 found += [value, unquote_plus(value)]
+    # a gateway that takes its key in the path (`https://gw.example/<key>/v1`)
+    for segment in parts.path.split("/"):
+        if looks_like_key(unquote(segment)):
+            found += [segment, unquote(segment)]
     return list(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET_CHARS))
 
 

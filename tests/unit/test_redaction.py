@@ -282,6 +282,16 @@ _KEY = "sk-unit/Ab+Cd=Ef9876543210"
         ),
         ({"default_headers": {"Authorization": "Bearer dflt-TOKEN-0049"}}, ["dflt-TOKEN-0049"]),
         ({"extra_body": {"auth": {"api_key": "body-KEY-0050"}}}, ["body-KEY-0050"]),
+        # the query values a base_url's query would have taken for credentials
+        (
+            {"extra_query": {"code": "fnQueryCode-0055", "v": ["Zx81kQ2mN7pL4vR9sT3w0056"]}},
+            ["fnQueryCode-0055", "Zx81kQ2mN7pL4vR9sT3w0056"],
+        ),
+        # a gateway's key in the endpoint's path, as written and as sent
+        (
+            {"base_url": "https://gw.example/v1/gwPathKey%2B8a7B6c5D4e0057/openai"},
+            ["gwPathKey%2B8a7B6c5D4e0057", "gwPathKey+8a7B6c5D4e0057"],
+        ),
     ],
     ids=[
         "url-password-decoded",
@@ -294,6 +304,8 @@ _KEY = "sk-unit/Ab+Cd=Ef9876543210"
         "basic-header",
         "default-headers",
         "extra-body",
+        "extra-query",
+        "url-path-key",
     ],
 )
 def test_credentials_are_masked_in_the_forms_a_provider_echoes(
