@@ -20,6 +20,7 @@ from agentor_temporal.codec import KeysSetting, keys_from_file
 from agentor_temporal.connection import connect
 from agentor_temporal.store import Event, FileStore, validate_run_id
 from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.redaction import redact_address
 
 #: Set once a command's outcome is decided (an `approve` whose decision the run
 #: took): an interrupt from then on lets its embedded worker finish the calls
@@ -86,7 +87,7 @@ async def connect_for_reading(args: argparse.Namespace) -> Client:
 
 
 def address(client: Client) -> str:
-    return client.service_client.config.target_host
+    return redact_address(client.service_client.config.target_host)
 
 
 def store_dir(path: str) -> Path:

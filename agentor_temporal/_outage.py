@@ -32,6 +32,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._dev_server import ConnectionFailed
+from agentor_temporal.workflows.redaction import redact_address
 
 logger = logging.getLogger("agentor_temporal")
 
@@ -286,7 +287,7 @@ async def _answers(client: Client) -> bool:
 
 
 def _address(client: Client) -> str:
-    return client.service_client.config.target_host
+    return redact_address(client.service_client.config.target_host)
 
 
 def _short(exc: BaseException) -> str:

@@ -44,6 +44,7 @@ from agentor_temporal._dev_server import (
     stop_dev_server,
     temporal_binary,
 )
+from agentor_temporal.activities import _redact
 from agentor_temporal.codec import (
     EncryptionKeys,
     KeysSetting,
@@ -51,7 +52,13 @@ from agentor_temporal.codec import (
     encryption_codec_of,
     resolve_keys,
 )
-from agentor_temporal.workflows.redaction import CREDENTIAL_NAME, MASK, redact
+from agentor_temporal.workflows.redaction import (
+    CREDENTIAL_NAME,
+    MASK,
+    address_secrets,
+    redact,
+    redact_address,
+)
 
 __all__ = [
     "DEV_DATA_DIR",
@@ -69,6 +76,7 @@ __all__ = [
     "dev_server_status",
     "environment_configured",
     "process_running",
+    "shown_address",
     "start_dev_server",
     "stop_dev_server",
     "temporal_binary",
@@ -140,16 +148,22 @@ def environment_configured() -> bool:
 
 
 def describe_target(target: str | Client | None) -> str:
-    """The address `connect(target)` would use, for messages."""
+    """The address `connect(target)` would use, for messages (credentials masked)."""
     if isinstance(target, Client):
-        return target.service_client.config.target_host
+        return shown_address(target)
     if target:
-        return target
+        return redact_address(target)
     if environment_configured():
         with contextlib.suppress(Exception):
             config = ClientConfig.load_client_connect_config()
-            return str(config.get("target_host") or f"localhost:{DEV_PORT}")
+            return redact_address(str(config.get("target_host") or f"localhost:{DEV_PORT}"))
     return f"localhost:{DEV_PORT}"
+
+
+def shown_address(client: Client) -> str:
+    """The address `client` is connected to, safe to show: a `user:password@` in it
+    (`TEMPORAL_ADDRESS`, `--temporal`) is masked."""
+    return redact_address(client.service_client.config.target_host)
 
 
 def with_encryption(client: Client, keys: EncryptionKeys | None) -> Client:
@@ -214,6 +228,10 @@ async def connect(
         if start_dev and not port_open(DEV_HOST, DEV_PORT):
             await asyncio.to_thread(start_dev_server)
     address = str(config["target_host"])
+    # credentials of the connection: masked in every message and log line of this process
+    connection_secrets = [*address_secrets(address), config.get("api_key")]
+    for secret in connection_secrets:
+        _redact.remember(secret)
     if runtime is not None:
         config["runtime"] = runtime
     if interceptors:
@@ -228,4 +246,8 @@ async def connect(
             hint = "check the address, and that the server is up"
         else:
             hint = "check TEMPORAL_ADDRESS / your Temporal profile, or that the server is up"
-        raise ConnectionFailed(f"Cannot reach Temporal at {address}: {exc} ({hint})") from None
+        shown = redact(
+            f"Cannot reach Temporal at {redact_address(address)}: {exc}",
+            [*connection_secrets, os.environ.get("TEMPORAL_API_KEY")],
+        )
+        raise ConnectionFailed(f"{shown} ({hint})") from None

@@ -42,6 +42,7 @@ from agentor_temporal.plugin import (
 from agentor_temporal.store import FileStore, Store
 from agentor_temporal.telemetry import TelemetryError
 from agentor_temporal.workflows.policies import TASK_QUEUE, validate_task_queue
+from agentor_temporal.workflows.redaction import redact_address
 
 __all__ = [
     "ConfigError",
@@ -157,7 +158,9 @@ def agents_target(agents: Sequence[Any]) -> str | Client | None:
         key = target.service_client.config.target_host if isinstance(target, Client) else target
         named.setdefault(key, (target, []))[1].append(definition_of(agent).name)
     if len(named) > 1:
-        places = "; ".join(f"{', '.join(names)} -> {key}" for key, (_, names) in named.items())
+        places = "; ".join(
+            f"{', '.join(names)} -> {redact_address(key)}" for key, (_, names) in named.items()
+        )
         raise ConfigError(
             f"the agents name different Temporal servers ({places}); run one worker per "
             "server, or pass --temporal to choose"
@@ -340,7 +343,7 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     logger.info(
         "Worker polling %r on %s (namespace %s) for %s%s",
         task_queue,
-        client.service_client.config.target_host,
+        redact_address(client.service_client.config.target_host),
         client.namespace,
         names,
         f", mirroring into {args.store}/" if store else "",

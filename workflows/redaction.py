@@ -311,6 +311,26 @@ def redact_url(url: str) -> str:
     return _redact_url(url)
 
 
+def redact_address(address: str) -> str:
+    """A server address (`host:port`, or a URL) safe to show: `user:password@` masked.
+
+    A Temporal address is given as `host:port`, without a scheme, so the URL
+    pattern of `redact` does not see its userinfo.
+    """
+    if "://" in address:
+        return _redact_url(address)
+    if "@" not in address:
+        return address
+    return MASK + "@" + address.rsplit("@", 1)[1]
+
+
+def address_secrets(address: str | None) -> list[str]:
+    """The credentials a server address carries (`url_secrets`, with or without a scheme)."""
+    if not address:
+        return []
+    return url_secrets(address if "://" in address else "//" + address)
+
+
 class RedactingFilter(logging.Filter):
     """A logging filter that redacts each record's message (URLs and `secrets()`).
 

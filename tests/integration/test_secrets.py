@@ -4,8 +4,9 @@ Real dev server, scripted model, real `openai` client. A tool whose exception
 carries the API key and URL credentials, replies that are not chat
 completions quoting the key, a read timeout against a base_url with
 credentials, and the CLI failing to reach a Temporal server with
-TEMPORAL_API_KEY set, a provider echoing a credential in another form than it
-was given (decoded, percent-encoded, base64, the token of a header), client
+TEMPORAL_API_KEY set or credentials in the Temporal address, a provider
+echoing a credential in another form than it was given (decoded,
+percent-encoded, base64, the token of a header), client
 settings that carry one, and a Temporal config file that does not parse
 quoting its key: each test dumps the whole history (payloads decoded,
 base64 nested inside them too), the store's files, the result and the
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -418,12 +420,34 @@ async def test_a_tools_heartbeat_details_never_show_part_of_the_key(
     assert not _found({"logs": logs}, [API_KEY, API_KEY[:10]])
 
 
-def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path) -> None:
-    """A connection failure with TEMPORAL_API_KEY set does not print the key."""
+#: A password in a Temporal address (`user:password@host:port`: a proxy in front of it)
+TEMPORAL_PASSWORD = "leak-ADDRPASS-9191"
+
+
+def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path, temporal_address: str) -> None:
+    """A connection failure with TEMPORAL_API_KEY set does not print the key; nor does
+    any message naming a Temporal address with credentials (TEMPORAL_ADDRESS, --temporal,
+    with or without a scheme; unreachable, or reached and asked for a run it lacks)."""
     port = free_port()
-    out = _cli_list(tmp_path, TEMPORAL_ADDRESS=f"127.0.0.1:{port}", TEMPORAL_API_KEY=TEMPORAL_KEY)
-    assert out.returncode != 0
-    assert TEMPORAL_KEY not in out.stdout + out.stderr, out.stdout + out.stderr
+    userinfo = f"bob:{TEMPORAL_PASSWORD}@"
+    commands: list[tuple[str | None, list[str], dict[str, str]]] = [
+        (
+            None,
+            ["list"],
+            {"TEMPORAL_ADDRESS": f"{userinfo}127.0.0.1:{port}", "TEMPORAL_API_KEY": TEMPORAL_KEY},
+        ),
+        (f"http://{userinfo}127.0.0.1:{port}", ["list"], {}),
+        (f"{userinfo}{temporal_address}", ["show", "no-such-run-4711"], {}),
+    ]
+    # side by side: each is a fresh interpreter
+    with ThreadPoolExecutor(len(commands)) as pool:
+        runs = list(pool.map(lambda c: _cli(tmp_path, c[0], *c[1], **c[2]), commands))
+    for out in runs:
+        shown = out.stdout + out.stderr
+        assert out.returncode != 0, shown
+        assert not _found({"output": shown}, [TEMPORAL_KEY, TEMPORAL_PASSWORD]), shown
+        assert "***@" in shown, shown
+    assert "no-such-run-4711" in runs[-1].stderr, runs[-1].stderr
 
 
 def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], Any, str]:

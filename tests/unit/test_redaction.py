@@ -16,7 +16,14 @@ import pytest
 
 from agentor_temporal.activities import AgentDefinition, _redact
 from agentor_temporal.telemetry import CORE_LOGGER
-from agentor_temporal.workflows.redaction import RedactingFilter, redact, redact_url, url_secrets
+from agentor_temporal.workflows.redaction import (
+    RedactingFilter,
+    address_secrets,
+    redact,
+    redact_address,
+    redact_url,
+    url_secrets,
+)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +48,23 @@ def test_url_shape_and_sentence_survive() -> None:
         == "Model endpoint unreachable at http://***@127.0.0.1:9/v1/chat?api-key=***: Error."
     )
     assert redact_url("http://h/v1") == "http://h/v1"
+
+
+@pytest.mark.parametrize(
+    "address, shown",
+    [
+        ("bob:pw%2F0058@temporal.example:7233", "***@temporal.example:7233"),
+        ("https://bob:pw%2F0058@temporal.example:7233", "https://***@temporal.example:7233"),
+        ("temporal.example:7233", "temporal.example:7233"),
+    ],
+)
+def test_a_temporal_addresss_credentials_are_masked(address: str, shown: str) -> None:
+    """A Temporal address has no scheme, so the URL pattern misses its `user:password@`."""
+    assert redact_address(address) == shown
+    if "@" in address:
+        assert {"pw%2F0058", "pw/0058"} <= set(address_secrets(address))
+    else:
+        assert address_secrets(address) == []
 
 
 def test_known_secrets_are_masked_anywhere() -> None:
