@@ -22,12 +22,14 @@ from agentor_temporal.codec import (
 )
 from agentor_temporal.codec_server import (
     DEFAULT_ORIGINS,
+    TOKEN_ENV,
     CodecServer,
     read_token,
     running_codec_server,
     start_codec_server,
 )
 from agentor_temporal.connection import DevServer, dev_server_status
+from agentor_temporal.workflows.redaction import looks_like_key
 
 
 def cli_keys(args: argparse.Namespace) -> EncryptionKeys | None:
@@ -48,7 +50,7 @@ def cmd_codec_server(args: argparse.Namespace) -> int:
     try:
         token = read_token(args.token_file)
     except OSError as exc:
-        raise CliError(f"cannot read the token file {args.token_file!r}: {exc}") from None
+        raise CliError(_token_file_error(args.token_file, exc)) from None
     origins = args.cors_origin or list(DEFAULT_ORIGINS)
     try:
         server = CodecServer(keys, host=args.host, port=args.port, origins=origins, token=token)
@@ -106,3 +108,16 @@ def report_codec(args: argparse.Namespace, server: DevServer) -> None:
             "  codec    none: this dev server was started without encryption keys, so its UI "
             "shows payloads encrypted; `agentor-temporal dev stop`, then `dev` again"
         )
+
+
+def _token_file_error(path: str, exc: OSError) -> str:
+    """Why the token file cannot be read; its path is not quoted when it is the token
+    itself (the two settings mixed up: `--token-file <token>`), as the keys file's is not."""
+    reason = exc.strerror or type(exc).__name__
+    if "/" not in path and looks_like_key(path):
+        return (
+            f"cannot read the token file ({reason}): --token-file holds what looks like a "
+            f"token, not a file's path; put the token in a file and pass its path, or set "
+            f"{TOKEN_ENV} (the value is not shown: it may be the token)"
+        )
+    return f"cannot read the token file {path!r}: {reason}"

@@ -121,3 +121,20 @@ def test_a_payload_under_an_unknown_key_comes_back_as_it_was(
     assert base64.b64decode(first["metadata"]["encryption-key-id"]) == b"Z"
     assert json.loads(base64.b64decode(second["data"])) == "y"
     assert "key 'Z'" in caplog.text
+
+
+def test_a_token_given_as_the_token_files_path_is_never_printed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    """`--token-file <the token>` (the two settings mixed up) fails without printing the
+    token; a missing file's path is still named, once."""
+    from agentor_temporal.cli import execute
+
+    monkeypatch.setenv("AGENTOR_ENCRYPTION_KEYS", f"A:{new_key()}")
+    token = base64.urlsafe_b64encode(b"codec-token-0059-" + bytes(range(16))).decode()
+    missing = str(tmp_path / "codec.token")
+    for given in (token, missing):
+        assert execute(["codec-server", "--token-file", given]) != 0
+    err = capsys.readouterr().err
+    assert token not in err and "looks like a token" in err and "AGENTOR_CODEC_TOKEN" in err
+    assert err.count(missing) == 1, err
