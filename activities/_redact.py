@@ -106,6 +106,15 @@ LOGGERS = (
     "temporalio.worker.workflow_sandbox._importer",
     "temporalio.worker.workflow_sandbox._in_sandbox",
     "temporalio.worker.workflow_sandbox._restrictions",
+    # the OTLP exporters' (`telemetry`): a failed export is logged with the
+    # request's URL, its query too, or the endpoint
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    "opentelemetry.sdk._shared_internal",
+    "opentelemetry.sdk.trace.export",
 )
 
 

@@ -220,8 +220,35 @@ def _otlp_exporter() -> Any:
     except ImportError as exc:
         extra = " and opentelemetry-exporter-otlp-proto-grpc" if protocol == "grpc" else ""
         raise TelemetryError(f"no OTLP exporter ({exc}); {_INSTALL_HINT}{extra}") from None
+    _remember_otlp_credentials()
     # endpoint, headers, timeout and compression come from OTEL_EXPORTER_OTLP_*
     return exporter()
+
+
+#: The OTLP settings that may carry a credential: endpoints (userinfo, a key in
+#: the query) and headers (`x-honeycomb-team=<key>`, `authorization=Basic ...`)
+_OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_OTLP_HEADERS = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+
+
+def _remember_otlp_credentials() -> None:
+    """Mask the exporter's credentials in every log line of this process: it logs
+    each failed export with the request's URL (`Max retries exceeded with url:
+    /v1/traces?api_key=...`)."""
+    from urllib.parse import unquote
+
+    from agentor_temporal.activities import _redact
+    from agentor_temporal.workflows.redaction import header_secrets, url_secrets
+
+    for name in _OTLP_ENDPOINTS:
+        for secret in url_secrets(os.environ.get(name)):
+            _redact.remember(secret)
+    for name in _OTLP_HEADERS:
+        # `key=value,key=value`, values percent-encoded (the OTLP exporter's format)
+        for pair in (os.environ.get(name) or "").split(","):
+            header, _, value = pair.partition("=")
+            for secret in header_secrets(unquote(header), unquote(value)):
+                _redact.remember(secret)
 
 
 def flush(timeout: float = 5.0) -> None:

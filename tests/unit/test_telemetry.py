@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from agentor_temporal.activities import _redact
 from agentor_temporal.plugin import AgentorPlugin, ConfigError
 from agentor_temporal.telemetry import (
     TelemetryError,
@@ -18,7 +20,7 @@ from agentor_temporal.telemetry import (
 )
 from agentor_temporal.workflows.tracing import run_trace_ids
 
-from helpers import ROOT
+from helpers import ROOT, free_port
 
 
 @pytest.mark.parametrize(
@@ -128,3 +130,34 @@ def test_timeline_reads_temporal_only() -> None:
     assert done.returncode == 2
     assert "--timeline reads Temporal history" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_failed_export_never_logs_the_collectors_credentials(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The OTLP exporter logs a failed export with its request's URL: a key in the
+    endpoint's query, its userinfo and the headers' values are masked there."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from agentor_temporal import telemetry
+
+    query_key, password, header = "otlpKEY-0060-q", "otlpPW-0061", "otlpHDR-0062-h"
+    port = free_port()  # nothing listens: the export fails at once
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        f"http://u:{password}@127.0.0.1:{port}/v1/traces?api_key={query_key}",
+    )
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"x-honeycomb-team={header}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "3")  # one retry
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    [exporter] = telemetry._exporters()
+    span = TracerProvider().get_tracer("t").start_span("s")
+    span.end()
+    caplog.set_level(logging.WARNING)
+    exporter.export([span])
+    exporter.shutdown()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "/v1/traces" in logged  # the failure is logged, with its URL
+    assert [s for s in (query_key, password, header) if s in logged] == []
+    # and wherever else this process shows them
+    assert _redact.clean(f"{password} {header}") == "*** ***"
