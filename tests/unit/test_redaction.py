@@ -289,6 +289,8 @@ _KEY = "sk-unit/Ab+Cd=Ef9876543210"
                 quote(_KEY, safe=""),
                 quote(_KEY),
                 quote_plus(_KEY),
+                # lower-case hex, as .NET's HttpUtility.UrlEncode writes it
+                quote_plus(_KEY).replace("%2F", "%2f").replace("%2B", "%2b").replace("%3D", "%3d"),
                 base64.b64encode(_KEY.encode()).decode(),
                 base64.urlsafe_b64encode(_KEY.encode()).decode().rstrip("="),
             ],
