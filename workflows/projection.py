@@ -28,6 +28,7 @@ from agentor_temporal.store.base import Store, in_thread, validate_run_id
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.history_reader import Segment, read_segment
 from agentor_temporal.workflows.policies import WORKFLOW_TYPE
+from agentor_temporal.workflows.redaction import redact_address
 from agentor_temporal.workflows.types import ForkOrigin
 
 __all__ = ["MAX_FORK_DEPTH", "Segment", "TemporalStore", "known_messages", "resolve_requests"]
@@ -113,7 +114,8 @@ class TemporalStore:
         self.client = client
 
     def __repr__(self) -> str:
-        return f"TemporalStore({self.client.service_client.config.target_host!r})"
+        # a `user:password@` in the address (TEMPORAL_ADDRESS) is not shown
+        return f"TemporalStore({redact_address(self.client.service_client.config.target_host)!r})"
 
     # -- the Store protocol ------------------------------------------------
 

@@ -450,6 +450,30 @@ def test_the_cli_never_prints_the_temporal_api_key(tmp_path: Path, temporal_addr
     assert "no-such-run-4711" in runs[-1].stderr, runs[-1].stderr
 
 
+async def test_a_client_on_an_address_with_credentials_never_shows_them(
+    temporal_address: str,
+) -> None:
+    """Connected through `user:password@host:port`, the client's address is shown masked:
+    by the store projecting its runs (and a definition holding that store), and by the
+    message for a run it lacks."""
+    from agentor_temporal import Agentor as Facade
+    from agentor_temporal import connect
+    from agentor_temporal.workflows import TemporalStore
+
+    client = await connect(f"bob:{TEMPORAL_PASSWORD}@{temporal_address}", start_dev=False)
+    store = TemporalStore(client)
+    agent = Facade(name="A", model="m", store=store, temporal=client)
+    with pytest.raises(Exception) as missing:
+        await agent.aresume("no-such-run-4712")
+    shown = {
+        "store": repr(store),
+        "definition": repr(agent.definition),
+        "missing run": str(missing.value),
+    }
+    assert not _found(shown, [TEMPORAL_PASSWORD]), shown
+    assert f"***@{temporal_address}" in shown["store"], shown
+
+
 def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], Any, str]:
     """The agent settings, the model's answer and the secret it echoes, for one case."""
     password, token = f"p@ss/w0rd!{case}", f"echo-TOKEN-{case}-5f4e3d"
