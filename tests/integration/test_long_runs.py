@@ -707,6 +707,45 @@ async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_k
     assert len(ledger_lines(ledger)) == 1
 
 
+async def test_a_run_still_flooded_while_its_model_answer_is_awaited_closes_short_of_the_limit(
+    client: Client,
+    task_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stopped by its history while its model request is in flight, a run waits for the
+    answer (ANSWER_GRACE) only short of the last line: signals going on meanwhile, it stops
+    the request there and closes, saying the request was cut off, before the server's limit."""
+    script = [Hang(20, CallTool("read_chunk", {"n": 1}, id="call_read")), Reply("Read.")]
+    with ScriptedModelServer(script) as model:
+        agent = coder(model, client, task_queue, tools=[])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Read.", max_turns=10)
+            await asyncio.to_thread(model.wait_for_requests, 1)
+            handle = client.get_workflow_handle(run_id)
+            state = await handle.query("state", result_type=dict)
+            stop = state["history_bytes"] + 1_000_000
+            last = state["history_bytes"] + 4_000_000
+            monkeypatch.setattr(policies, "PAUSED_HISTORY_BYTES", stop)
+            monkeypatch.setattr(policies, "LAST_HISTORY_BYTES", last, raising=False)
+            for _ in range(100):  # 3 MB a second, on after the stop
+                try:
+                    await handle.signal("decide_signal", "x" * 300_000)
+                except RPCError:
+                    break  # the run closed: Temporal refuses signals to it
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the run still waits for its model's answer after 30 MB of signals")
+            description = await handle.describe()
+            outcome = await asyncio.wait_for(handle.result(), 30)
+            result = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert description.status == WorkflowExecutionStatus.COMPLETED
+    info = description.raw_description.workflow_execution_info
+    assert stop < info.history_size_bytes < last + 3_000_000
+    assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"], outcome
+    assert "model request was cut off unanswered" in outcome["error"], outcome
+    assert result.status == "completed" and result.final_output == "Read."
+
+
 @pytest.mark.parametrize("waiting", ["beside_a_pause", "sync_tool"])
 async def test_a_run_still_flooded_while_it_stops_closes_short_of_the_limit(
     waiting: str,
