@@ -112,7 +112,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 16
+BEHAVIOUR = 17
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -278,3 +278,15 @@ PAUSE_STOPS_SHORT = 15
 #: hour took it to Temporal's 50 MB, where the server terminated it, its turn
 #: lost.
 HISTORY_STOPS_SHORT = 16
+#: From this level what a run still waits for once it stops (its calls running
+#: after a cancel, a time limit or its history's stop; the calls beside one
+#: whose approval expired or whose pause its history stopped; its model
+#: request's answer) is waited for only while its history stays short of
+#: LAST_HISTORY_BYTES and LAST_HISTORY_EVENTS: past them the calls still
+#: running are asked to stop and answered as cut off (they may or may not
+#: have run; the turn is kept, not rewound), the request is stopped, and the
+#: run closes. Before, those waits had no bound on history: signals sent on
+#: after the stop (2 MB a second while a call beside a stopped pause ran for
+#: an hour, or a sync tool its CANCEL_GRACE) took the run past 50 MB, and the
+#: server terminated it, its turn lost.
+HISTORY_LAST_LINE = 17

@@ -24,7 +24,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message, fit
-from agentor_temporal.workflows.history_watch import HistoryWatch, watching
+from agentor_temporal.workflows.history_watch import HistoryWatch, past_last_line, watching
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
@@ -299,12 +299,23 @@ class Generation:
             bound = policies.ANSWER_GRACE.total_seconds()
             if self.settle_by is not None:
                 bound = min(bound, self.settle_by - workflow.now().timestamp())
+            waited_from = workflow.now()
             if not handle.done() and bound > 0:
                 try:
-                    await workflow.wait([handle], timeout=bound)
+                    if level() >= policies.HISTORY_LAST_LINE:
+                        # and short of the last line: signals may go on meanwhile
+                        await workflow.wait_condition(
+                            lambda: handle.done() or past_last_line(), timeout=bound
+                        )
+                    else:
+                        await workflow.wait([handle], timeout=bound)
+                except asyncio.TimeoutError:
+                    pass
                 except asyncio.CancelledError:
                     pass  # stopped again (a time limit after a cancel): waits no more
             if not handle.done():
+                if bound > 0 and level() >= policies.HISTORY_LAST_LINE:
+                    bound = min(bound, (workflow.now() - waited_from).total_seconds())
                 self.unanswered = bound if bound > 0 else None
                 handle.cancel()
                 raise

@@ -11,6 +11,10 @@ workflow task, that issues no command, and it is set only around those
 waits: a run that never nears the limits records the history it always did
 (wrapping the whole loop in a task beside a watcher moved the first search-
 attribute upsert into a command of its own).
+
+Once a run stops, what it still waits for (calls running, a model answer) is
+waited for only short of a last line (`within_last_line`, from
+`policies.HISTORY_LAST_LINE`): signals may go on arriving meanwhile.
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from typing import Any
 
 from temporalio import workflow
+
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.versions import level
 
 
 class HistoryWatch:
@@ -55,3 +63,29 @@ class HistoryWatch:
 def watching(watch: HistoryWatch | None) -> AbstractAsyncContextManager[None]:
     """`watch.watching()`, or nothing to enter for a run recorded before the watch."""
     return nullcontext() if watch is None else watch.watching()
+
+
+def past_last_line() -> bool:
+    """Whether a stopping run's history passed the line past which it waits for nothing more.
+
+    Read from the workflow task's info: deterministic, and no command.
+    """
+    if level() < policies.HISTORY_LAST_LINE:
+        return False
+    info = workflow.info()
+    return (
+        info.get_current_history_size() > policies.LAST_HISTORY_BYTES
+        or info.get_current_history_length() > policies.LAST_HISTORY_EVENTS
+    )
+
+
+async def within_last_line(tasks: list[asyncio.Task[Any]]) -> bool:
+    """Wait for `tasks` to end, or for the history to pass the last line; whether they all ended.
+
+    A run recorded before `policies.HISTORY_LAST_LINE` waits for them all, as it did.
+    """
+    if level() < policies.HISTORY_LAST_LINE:
+        await workflow.wait(tasks)
+        return True
+    await workflow.wait_condition(lambda: all(t.done() for t in tasks) or past_last_line())
+    return all(t.done() for t in tasks)

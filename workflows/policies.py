@@ -386,6 +386,13 @@ HISTORY_EVENTS_BUDGET = 20_000
 #: at most MAX_TURN_RESULT_BYTES; 11,200 events: 500 calls take ~3,000).
 PAUSED_HISTORY_BYTES = 40_000_000
 PAUSED_HISTORY_EVENTS = 40_000
+#: Past these, a run that stopped waits for nothing more and closes
+#: (`HISTORY_LAST_LINE`): short of Temporal's 50 MB and 51,200 events by what
+#: its close adds (its turn's results, at most MAX_TURN_RESULT_BYTES, its last
+#: journal step and result, ~1,000 events for 500 answered calls) and by a
+#: workflow task's worth of signals more.
+LAST_HISTORY_BYTES = 46_000_000
+LAST_HISTORY_EVENTS = 48_000
 
 #: Stream topics: recorded events (published by the workflow) and text
 #: deltas (published by the generate activity while the model streams).

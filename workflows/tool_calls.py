@@ -40,7 +40,7 @@ from agentor_temporal.workflows.approvals import (
 )
 from agentor_temporal.workflows.call_uses import CallUses, use_key
 from agentor_temporal.workflows.formatting import call_summary, failure_message
-from agentor_temporal.workflows.history_watch import HistoryWatch, watching
+from agentor_temporal.workflows.history_watch import HistoryWatch, watching, within_last_line
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.tracing import RunTrace
@@ -80,11 +80,28 @@ class TurnCancelled(asyncio.CancelledError):
 STOPPED = "cancelled"
 #: `error` of the result answering a call that failed for a reason not the tool's (`CallFailed`)
 CALL_FAILED = "call failed"
+#: `error` of the result answering a call still running when its stopped run's
+#: history reached the last line (`policies.HISTORY_LAST_LINE`)
+CUT_OFF = "cut off"
 
 
 def _answer(name: str, call_id: Any, error: str, result: str, **extra: Any) -> Event:
     return Event(
         type="tool_result", name=name, call_id=call_id, error=error, result=result, **extra
+    )
+
+
+def _cut_off(call: dict[str, Any], item: Event | tuple[str, dict[str, Any], ToolSpec]) -> Event:
+    """The answer of a call still running when its stopped run's history reached the last line."""
+    name, args = (item.name, item.args) if isinstance(item, Event) else item[:2]
+    return _answer(
+        str(name or ""),
+        call.get("id"),
+        CUT_OFF,
+        "Error: this call was still running when its run had to close, its history near "
+        "Temporal's limits (too many signals or updates sent to it); it may or may not have "
+        "run, and its result, if any, was not recorded.",
+        args=args,
     )
 
 
@@ -201,9 +218,13 @@ class ToolCalls:
             failed = self._first_error(tasks)
             if self._keeps_calls(failed) and not all(task.done() for task in tasks):
                 # the run fails, but what its calls did is kept: none waits for a
-                # person any more, and the ones running are waited for
+                # person any more, and the ones running are waited for, short of
+                # the last line
                 self.approvals.end_waiting(str(failed))
-                await workflow.wait(tasks)
+                if not await within_last_line(tasks):
+                    for task in tasks:
+                        if not task.done():
+                            task.cancel()  # asked to stop; not waited for
         except asyncio.CancelledError:
             # each call's activity is asked to stop, and answers once its
             # worker says how the call ended (a sync tool's thread cannot be
@@ -212,7 +233,7 @@ class ToolCalls:
                 await _read_what_came_with_the_cancel()
             for task in tasks:
                 task.cancel()
-            await workflow.wait(tasks)
+            await within_last_line(tasks)
             ended = self._ended(calls, screened, tasks, self.stopped_by)
             if ended is None:
                 raise
@@ -222,7 +243,9 @@ class ToolCalls:
         if error is None:
             return [task.result() for task in tasks]
         if isinstance(error, (ApprovalExpired, CallFailed)) and self._keeps_calls(error):
-            error.results = self._failed_turn(tasks)
+            error.results = self._failed_turn(
+                tasks, [_cut_off(c, i) for c, i in zip(calls, screened, strict=True)]
+            )
         raise error  # the first call's, in the model's order: the run ends
 
     @staticmethod
@@ -242,18 +265,24 @@ class ToolCalls:
         return None
 
     @classmethod
-    def _failed_turn(cls, tasks: list[asyncio.Task[Event]]) -> list[Event] | None:
+    def _failed_turn(cls, tasks: list[asyncio.Task[Event]], cut: list[Event]) -> list[Event] | None:
         """Every call's result of a turn that fails its run, or None to rewind it.
 
         An expired approval's call is answered as not approved; from
         `policies.FAILURE_KEEPS_CALLS` a call that failed for a reason not the
         tool's is answered that it may or may not have run (before, such a
         call rewound the turn, and resume ran its finished siblings again),
-        and a turn in which no call ran to an answer of its own is rewound.
+        and a turn in which no call ran to an answer of its own is rewound. A
+        call still running (the history reached the last line) is answered
+        from `cut`: cut off, it may or may not have run.
         """
         results: list[Event] = []
         kept = False
-        for task in tasks:
+        for task, cut_off in zip(tasks, cut, strict=True):
+            if not task.done():
+                results.append(cut_off)
+                kept = True
+                continue
             error = task.exception()
             if isinstance(error, ApprovalExpired) and error.answer is not None:
                 results.append(error.answer)
@@ -289,6 +318,10 @@ class ToolCalls:
         """
         results: list[Event] = []
         for call, item, task in zip(calls, screened, tasks, strict=True):
+            if not task.done():
+                # still running at the last line (`within_last_line`): not waited for
+                results.append(_cut_off(call, item))
+                continue
             error = None if task.cancelled() else task.exception()
             if (
                 isinstance(error, ApprovalExpired)

@@ -104,6 +104,7 @@ KNOBS: dict[str, dict[str, int]] = {
     # a paused run stops at 40,000 events by default: signals to 80 take a second
     "behaviour_15_overgrown_pause_history": {"PAUSED_HISTORY_EVENTS": 80},
     "behaviour_16_overgrown_turn_history": {"PAUSED_HISTORY_EVENTS": 80},
+    "behaviour_17_cut_off_turn_history": {"PAUSED_HISTORY_EVENTS": 80, "LAST_HISTORY_EVENTS": 120},
 }
 
 
@@ -679,6 +680,46 @@ OVERGROWN_TURN: Scenario = (
 )
 
 
+async def _cut_off_turn(agent: Agentor) -> str:
+    """Paused beside a running call, then sent signals past the (lowered) stop and on: the
+    pause stops, and at the last line the running call is answered as cut off, not awaited."""
+    client = await agent._client()
+    run_id = await agent.astart("Pay bob and look it up.")
+    assert await asyncio.to_thread(MID_CALL["looking"].wait, 30)
+    handle = client.get_workflow_handle(run_id)
+    async with asyncio.timeout(30):  # the transfer waits for a person
+        while (await handle.query("state", result_type=dict))["status"] != "awaiting_approval":
+            await asyncio.sleep(0.05)
+    for _ in range(400):
+        try:
+            await handle.signal("decide_signal", {"request_id": "again", "decision": 1})
+        except RPCError:
+            break  # closed
+        await asyncio.sleep(0.02)
+    outcome = await handle.result()
+    assert outcome["status"] == "failed" and "stopped while waiting" in outcome["error"], outcome
+    events = await TemporalStore(client).aload(run_id)
+    results = {e.call_id: e.error for e in events if e.type == "tool_result"}
+    assert results == {"c_pay": "run failed", "c_l": "cut off"}, results
+    return run_id
+
+
+#: A stopped run still flooded past the last line closes without waiting for its running
+#: call (policies.HISTORY_LAST_LINE), recorded at level 17.
+CUT_OFF_TURN: Scenario = (
+    [
+        [
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="c_pay"),
+            CallTool("lookup", {"topic": "x"}, id="c_l"),
+        ],
+        Reply("never asked"),
+    ],
+    lambda: [transfer_tool(), *_mid_call_tools()],
+    _cut_off_turn,
+    20,
+)
+
+
 async def _answer_kept(agent: Agentor, resume: bool = False) -> str:
     """Cancelled while its model request is in flight: the answer is waited for and recorded,
     its call not run; resumed, the run goes on from that answer without asking again."""
@@ -801,6 +842,9 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 16: a run sent signals while a tool ran stops mid-turn short of
     # the limits, its finished call's result kept
     "behaviour_16_overgrown_turn_history": OVERGROWN_TURN,
+    # recorded at level 17: a stopped run flooded on past the last line answers its running
+    # call as cut off and closes, not waiting for it
+    "behaviour_17_cut_off_turn_history": CUT_OFF_TURN,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -704,3 +705,146 @@ async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_k
     assert result.status == "completed" and result.final_output == "Read."
     assert model.request_count == 2  # the kept answer was not asked for again
     assert len(ledger_lines(ledger)) == 1
+
+
+async def test_a_run_still_flooded_while_its_model_answer_is_awaited_closes_short_of_the_limit(
+    client: Client,
+    task_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stopped by its history while its model request is in flight, a run waits for the
+    answer (ANSWER_GRACE) only short of the last line: signals going on meanwhile, it stops
+    the request there and closes, saying the request was cut off, before the server's limit."""
+    script = [Hang(20, CallTool("read_chunk", {"n": 1}, id="call_read")), Reply("Read.")]
+    with ScriptedModelServer(script) as model:
+        agent = coder(model, client, task_queue, tools=[])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Read.", max_turns=10)
+            await asyncio.to_thread(model.wait_for_requests, 1)
+            handle = client.get_workflow_handle(run_id)
+            state = await handle.query("state", result_type=dict)
+            stop = state["history_bytes"] + 1_000_000
+            last = state["history_bytes"] + 4_000_000
+            monkeypatch.setattr(policies, "PAUSED_HISTORY_BYTES", stop)
+            monkeypatch.setattr(policies, "LAST_HISTORY_BYTES", last, raising=False)
+            for _ in range(100):  # 3 MB a second, on after the stop
+                try:
+                    await handle.signal("decide_signal", "x" * 300_000)
+                except RPCError:
+                    break  # the run closed: Temporal refuses signals to it
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the run still waits for its model's answer after 30 MB of signals")
+            description = await handle.describe()
+            outcome = await asyncio.wait_for(handle.result(), 30)
+            result = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert description.status == WorkflowExecutionStatus.COMPLETED
+    info = description.raw_description.workflow_execution_info
+    assert stop < info.history_size_bytes < last + 3_000_000
+    assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"], outcome
+    assert "model request was cut off unanswered" in outcome["error"], outcome
+    assert result.status == "completed" and result.final_output == "Read."
+
+
+@pytest.mark.parametrize("waiting", ["beside_a_pause", "sync_tool"])
+async def test_a_run_still_flooded_while_it_stops_closes_short_of_the_limit(
+    waiting: str,
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that stopped for its history still waits for the calls running: one beside the
+    call whose wait for a person the flood stopped (an hour's crawl), or a sync tool a stop
+    cannot end (CANCEL_GRACE). Past a last line short of Temporal's limits it waits no more:
+    it asks them to stop, answers them as cut off (they may have run) and closes, before the
+    flood that goes on takes it to the server's limit."""
+    ledger = str(tmp_path / "ledger")
+    started = threading.Event()
+    release = threading.Event()
+    crawls = 0
+
+    @function_tool(name="crawl")
+    async def crawl_async(site: str) -> str:
+        """Crawl a site (takes an hour; a cancel stops it).
+
+        Args:
+            site: Which site.
+        """
+        nonlocal crawls
+        crawls += 1
+        started.set()
+        await asyncio.sleep(3600)
+        return f"crawled {site}"
+
+    @function_tool(name="crawl")
+    def crawl_sync(site: str) -> str:
+        """Crawl a site (a thread a cancel cannot stop).
+
+        Args:
+            site: Which site.
+        """
+        nonlocal crawls
+        crawls += 1
+        started.set()
+        release.wait(120)
+        return f"crawled {site}"
+
+    paying = waiting == "beside_a_pause"
+
+    def respond(request: dict[str, Any]) -> Any:
+        if not [m for m in request["messages"] if m["role"] == "tool"]:
+            crawling = CallTool("crawl", {"site": "a.example"}, id="call_crawl")
+            if not paying:
+                return crawling
+            return [CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"), crawling]
+        return Reply("Stopped.")
+
+    tools = [transfer_tool(ledger), crawl_async] if paying else [crawl_sync]
+    with ScriptedModelServer(respond) as model:
+        agent = coder(model, client, task_queue, tools=tools)
+        try:
+            async with build_worker(client, [agent], task_queue=task_queue):
+                run_id = await agent.astart("Crawl.", max_turns=10)
+                assert await asyncio.to_thread(started.wait, 30)
+                handle = client.get_workflow_handle(run_id)
+                async with asyncio.timeout(30):  # the transfer waits for a person
+                    while (
+                        paying
+                        and (await handle.query("state", result_type=dict))["status"]
+                        != "awaiting_approval"
+                    ):
+                        await asyncio.sleep(0.05)
+                state = await handle.query("state", result_type=dict)
+                stop = state["history_bytes"] + 1_000_000
+                last = state["history_bytes"] + 4_000_000
+                monkeypatch.setattr(policies, "PAUSED_HISTORY_BYTES", stop)
+                monkeypatch.setattr(policies, "LAST_HISTORY_BYTES", last, raising=False)
+                # 3 MB a second, on after the stop: the crawl would be waited for
+                for _ in range(100):
+                    try:
+                        await handle.signal("decide_signal", "x" * 300_000)
+                    except RPCError:
+                        break  # the run closed: Temporal refuses signals to it
+                    await asyncio.sleep(0.1)
+                else:
+                    pytest.fail("the run still waits for its crawl after 30 MB of signals")
+                description = await handle.describe()
+                outcome = await asyncio.wait_for(handle.result(), 30)
+                release.set()
+                result = await asyncio.wait_for(agent.aresume(run_id), 60)
+        finally:
+            release.set()
+    assert description.status == WorkflowExecutionStatus.COMPLETED
+    info = description.raw_description.workflow_execution_info
+    assert stop < info.history_size_bytes < last + 3_000_000
+    assert outcome["status"] == "failed", outcome
+    stopped = "stopped while waiting" if paying else "stopped mid-turn"
+    assert stopped in outcome["error"], outcome
+    answers = {e.call_id: e for e in result.events if e.type == "tool_result"}
+    if paying:
+        assert answers["call_pay"].error == "run failed"
+    crawled = answers["call_crawl"]
+    assert crawled.error == "cut off" and "may or may not have run" in str(crawled.result)
+    assert result.status == "completed" and result.final_output == "Stopped."
+    assert crawls == 1 and ledger_lines(ledger) == []
