@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input, restart_input
-from agentor_temporal._fork import completed_answer, completed_batch
+from agentor_temporal._history_answers import completed_answer, completed_batch
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
     check_input,
