@@ -260,14 +260,15 @@ async def test_a_fork_of_a_run_stopped_with_its_answer_kept_does_not_ask_again(
     await _same_everywhere(client, tmp_path, fork)
 
 
+@pytest.mark.parametrize("how", ["fork", "resume_terminated"])
 async def test_a_fork_of_a_run_waiting_for_a_person_goes_on_from_its_answer(
-    client: Client, task_queue: str, tmp_path: Path, ledger: str
+    how: str, client: Client, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
     """A parent paused for approval has its answer recorded, and the call beside the one
     waiting ran (history holds its result): a fork without input goes on from that answer,
-    keeping that result and asking its own approval for the waiting call. It asked the model
-    again instead (a paid request the parent had answered), and the finished call could run
-    a second time."""
+    keeping that result and asking its own approval for the waiting call; so does resume
+    once the paused run was terminated. Both asked the model again instead (a paid request
+    the parent had answered), and the finished call could run a second time."""
     script = [
         [
             CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
@@ -296,7 +297,11 @@ async def test_a_fork_of_a_run_waiting_for_a_person_goes_on_from_its_answer(
         else:
             raise AssertionError("the parent's weather call did not finish")
 
-        fork = await asyncio.wait_for(agent.afork(paused.run_id), 30)
+        if how == "fork":
+            fork = await asyncio.wait_for(agent.afork(paused.run_id), 30)
+        else:
+            await handle.terminate("an operator's forced stop")
+            fork = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
         assert fork.run_id is not None
         assert fork.status == "awaiting_approval", fork.final_output
         assert [p.call_id for p in fork.pending_approvals] == ["call_pay"]
@@ -304,12 +309,14 @@ async def test_a_fork_of_a_run_waiting_for_a_person_goes_on_from_its_answer(
 
         await asyncio.wait_for(agent.aapprove(fork.run_id, "call_pay"), 30)
         done = await asyncio.wait_for(agent.aresume(fork.run_id), 30)
-        await handle.terminate("test over")
+        if how == "fork":
+            await handle.terminate("test over")
 
     assert done.status == "completed" and done.final_output == "Paid and checked."
     assert model.request_count == 2
     assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["get_weather", "transfer"]
-    own = done.events[[e.type for e in done.events].index("fork") :]
+    starts = [i for i, e in enumerate(done.events) if e.type == "run_start"]
+    own = done.events[starts[-1] :]
     results = {e.call_id: e.result for e in own if e.type == "tool_result"}
     assert results == {
         "call_pay": "Sent 5000 to bob.",
