@@ -74,13 +74,14 @@ async def _ran(temporal: TemporalStore, segment: Segment, gen: Event, index: int
 
 
 async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str, Any] | None:
-    """The recorded answer of a running parent that waits for a person, as `AgentRunInput.answer`.
+    """The recorded answer of a segment waiting for a person, as `AgentRunInput.answer`.
 
     Its last batch is open only because some calls wait for a decision (an
     `approval_request` and none since); the others ran to their end in
-    history. A fork goes on from that answer: those calls' results are kept
-    ("results"), the waiting calls ask the fork's own approval, and the model
-    is not asked again. None when any call of the batch may be running.
+    history. A fork of the running parent, or the resume of one terminated
+    or timed out so, goes on from that answer: those calls' results are kept
+    ("results"), the waiting calls ask for a decision again, and the model is
+    not asked again. None when any call of the batch may be running.
     """
     events = segment.events
     generations = [i for i, e in enumerate(events) if e.type == "generation"]
