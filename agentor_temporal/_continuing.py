@@ -55,10 +55,10 @@ def continuation_input(
         in_temporal_from: position of the first event Temporal's history has.
         max_turns: the new segment's turn budget (None: the agent's).
         recovered: results of the last tool batch that history holds but the
-            log lacks (`_fork.completed_batch`): the segment records them and
+            log lacks (`_history_answers.completed_batch`): the segment records them and
             goes on from them, so their calls do not run again.
         unrecorded: a model answer history holds but the log lacks
-            (`_fork.completed_answer`), to the request the log replays to.
+            (`_history_answers.completed_answer`), to the request the log replays to.
 
     Raises:
         ValueError: when the events hold no conversation to continue, or one

@@ -34,6 +34,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
+from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
 from agentor_temporal._live import serve_until_done
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import await_result, check_input, check_turns
@@ -52,10 +53,9 @@ from agentor_temporal.store import (
 from agentor_temporal.store.base import in_thread
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import preview_input
-from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import (
     MAX_REQUEST_BYTES,
-    MAX_TURN_RESULT_BYTES,
     WORKFLOW_TASK_TIMEOUT,
     WORKFLOW_TYPE,
 )
@@ -167,7 +167,8 @@ class ForkPoint:
     #: parent is only in a store); a conversation based there goes by reference
     in_temporal_from: int | None = None
     #: a model answer the parent's history holds but its log lacks (it was
-    #: stopped first, `completed_answer`), for a fork of its whole log
+    #: stopped first, `completed_answer`), or the recorded answer of a parent
+    #: waiting for a person (`waiting_answer`), for a fork of its whole log
     unrecorded: dict[str, Any] | None = None
 
 
@@ -221,6 +222,9 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         if not pending and segments[-1].status != "running":
             # a running parent records it itself; the fork would ask again
             unrecorded = await completed_answer(temporal, segments[-1])
+        elif not pending:
+            # one waiting for a person: the fork goes on from its recorded answer
+            unrecorded = await waiting_answer(temporal, segments[-1])
     else:
         events = await in_thread(store.load, run_id) if store is not None else []
     if not events:
@@ -240,7 +244,8 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         )
     journaled = min(at, len(events))
     copied = pending[: at - journaled]
-    if segments and segments[-1].status == "running":
+    whole = at == total
+    if segments and segments[-1].status == "running" and not (whole and unrecorded):
         _warn_in_flight(run_id, events[:journaled] + copied)
     origin = ForkOrigin(
         run_id=run_id,
@@ -248,7 +253,6 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         execution=execution,
         events=[e.to_dict() for e in copied],
     )
-    whole = at == total
     return ForkPoint(
         run_id,
         events[:journaled] + copied,
@@ -284,106 +288,6 @@ def _warn_in_flight(run_id: str, kept: list[Event]) -> None:
         )
 
 
-async def completed_batch(temporal: TemporalStore, segment: Segment) -> list[Event]:
-    """Results of the segment's last tool batch that history holds but the journal lacks.
-
-    All or nothing: the workflow journals a batch's results together once the
-    last call is done, so a batch with any call still open is rewound (the
-    model decides again), as on resume. A call answered without an activity
-    (bad arguments, unknown tool) counts as open here.
-    """
-    generations = [i for i, e in enumerate(segment.events) if e.type == "generation"]
-    if not generations:
-        return []
-    gen = segment.events[generations[-1]]
-    after = segment.events[generations[-1] + 1 :]
-    calls = gen.calls or []
-    recorded = {e.call_id for e in after if e.type == "tool_call"}
-    if not calls or any(e.type in ("tool_result", "run_end") for e in after):
-        return []
-    results: list[Event] = []
-    for index, call in enumerate(calls):
-        done = segment.completed_tools.get(f"tool-{gen.turn}-{index}")
-        if done is None or call.get("id") not in recorded:
-            return []
-        request, answer = await temporal.decode(done[0]), await temporal.decode(done[1])
-        if not isinstance(request, dict) or not isinstance(answer, dict):
-            return []
-        if request.get("call_id") != str(call.get("id")):
-            return []
-        results.append(
-            Event(
-                type="tool_result",
-                name=request.get("name"),
-                args=request.get("args"),
-                result=answer.get("result"),
-                error=answer.get("error"),
-                call_id=call.get("id"),
-                turn=gen.turn,
-                started_at=answer.get("started_at"),
-                ended_at=answer.get("ended_at"),
-            )
-        )
-    # as the workflow cuts a turn's results to fit one payload together
-    sizes = [encoded_size(e.result) for e in results]
-    if sum(sizes) > MAX_TURN_RESULT_BYTES:
-        for event, limit in zip(results, share_budget(sizes, MAX_TURN_RESULT_BYTES), strict=True):
-            if limit is not None and event.result is not None:
-                event.result = clip_to_size(event.result, limit)
-    return results
-
-
-async def completed_answer(temporal: TemporalStore, segment: Segment) -> dict[str, Any] | None:
-    """A model answer history holds but the segment never recorded, as `AgentRunInput.answer`.
-
-    A segment stopped for good (terminated, timed out) after its `generate`
-    activity completed, before a workflow task recorded the `generation`:
-    its request is what the log replays to (the turn before it is whole), so
-    the next segment goes on from the answer rather than paying for it again.
-    None when the segment ended itself (`run_end`), or its last answer is
-    recorded, or its last turn's results are not all recorded.
-    """
-    events = segment.events
-    if not segment.completed_generations or any(e.type == "run_end" for e in events):
-        return None
-    generations = [i for i, e in enumerate(events) if e.type == "generation"]
-    if generations:
-        last = events[generations[-1]]
-        answered = [e for e in events[generations[-1] + 1 :] if e.type == "tool_result"]
-        if last.turn is None or not last.calls or len(answered) < len(last.calls):
-            return None
-        turn = last.turn + 1
-    elif any(e.type == "run_start" for e in events):
-        turn = min(_turns(segment.completed_generations), default=0)
-    else:
-        return None
-    payload = segment.completed_generations.get(f"generate-{turn}")
-    if payload is None or len(segment.completed_generations) > len(generations) + 1:
-        return None
-    answer = await temporal.decode(payload)
-    if not isinstance(answer, dict):
-        return None
-    calls = answer.get("calls") or []
-    usage = answer.get("usage") or {}
-    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
-        return None
-    if not isinstance(answer.get("text"), (str, type(None))) or not isinstance(usage, dict):
-        return None
-    return {
-        "text": answer.get("text"),
-        "reasoning": answer.get("reasoning"),
-        "calls": calls,
-        "usage": usage,
-        "started_at": answer.get("started_at"),
-        "ended_at": answer.get("ended_at"),
-    }
-
-
-def _turns(ids: dict[str, Any]) -> list[int]:
-    numbers = (name.removeprefix("generate-") for name in ids)
-    return [int(n) for n in numbers if n.isdigit()]
-
-
 def fork_input(
     agent: str, point: ForkPoint, input: MessageInput | None, max_turns: int | None
 ) -> AgentRunInput:
@@ -406,7 +310,8 @@ def fork_input(
         # a final answer is replayed after its request: the fork records it again
         messages = messages[:-1]
     elif input is None and answer is None:
-        # an answer the parent never recorded: its request is what the log replays to
+        # an answer the parent never recorded, or one whose calls wait for a person:
+        # its request is what the log replays to
         answer = point.unrecorded
     if not messages:
         raise ValueError(f"Run {point.parent!r} has no recoverable messages; start a new run.")

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input, restart_input
-from agentor_temporal._fork import completed_answer, completed_batch
+from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
     check_input,
@@ -145,8 +145,14 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
         # stopped (terminated, timed out) after its last calls finished but
         # before it recorded them: their results are taken, not paid for again
         recovered = await completed_batch(TemporalStore(client), latest)
-        # or its model's answer came, and was never recorded: not asked for again
-        unrecorded = None if recovered else await completed_answer(TemporalStore(client), latest)
+        # or its model's answer came, and was never recorded: not asked for again;
+        # or it waited for a person: its answer is gone on from, the calls that ran kept
+        temporal = TemporalStore(client)
+        unrecorded = None
+        if not recovered:
+            unrecorded = await completed_answer(temporal, latest) or await waiting_answer(
+                temporal, latest
+            )
         inp = continuation_input(
             agent.name,
             run_id,

@@ -372,8 +372,10 @@ class AgentRunWorkflow(Continuing):
                 usage = Usage.from_dict(gen.usage)
                 self._journal.record(Event(type="message", text=text, turn=turn, usage=usage))
                 return await self._end("completed", seg, turn=turn, text=text)
+            # a fork of a run waiting for a person: the calls that ran there are answered
+            known = _answered(inp) if given is not None else None
             try:
-                results = await self._run_tools(seg, gen.calls, turn, failures.disabled)
+                results = await self._run_tools(seg, gen.calls, turn, failures.disabled, known)
             except (ApprovalExpired, CallFailed) as exc:
                 if exc.results is not None:
                     # what the calls did stays: resume goes on after them
@@ -523,7 +525,12 @@ class AgentRunWorkflow(Continuing):
         return CANCELLED + model_request(cut_off, kept=kept, waited=waited)
 
     async def _run_tools(
-        self, seg: Setup, calls: list[dict[str, Any]], turn: int, disabled: list[str]
+        self,
+        seg: Setup,
+        calls: list[dict[str, Any]],
+        turn: int,
+        disabled: list[str],
+        known: dict[int, Event] | None = None,
     ) -> list[Event]:
         """Record the turn's `tool_call`s, then run them (see `ToolCalls`)."""
         for call in calls:
@@ -555,7 +562,7 @@ class AgentRunWorkflow(Continuing):
             and adopted(policies.PATCH_TURN_ARGS_BUDGET)
         ):
             await self._journal.flush(seg.spec.name, seg.spec.mirror)
-        return await self._tools.run_turn(seg.spec, calls, turn, disabled, fold=fold)
+        return await self._tools.run_turn(seg.spec, calls, turn, disabled, fold=fold, known=known)
 
 
 def _given(inp: AgentRunInput) -> GenerateResult | None:
@@ -572,3 +579,11 @@ def _given(inp: AgentRunInput) -> GenerateResult | None:
         started_at=answer.get("started_at"),
         ended_at=answer.get("ended_at"),
     )
+
+
+def _answered(inp: AgentRunInput) -> dict[int, Event] | None:
+    """The results of `AgentRunInput.answer`'s calls that ran before (a fork's), by position."""
+    results = (inp.answer or {}).get("results")
+    if not results:
+        return None
+    return {i: Event.from_dict(e) for i, e in enumerate(results) if e is not None}

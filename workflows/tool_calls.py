@@ -164,18 +164,24 @@ class ToolCalls:
         disabled: list[str],
         *,
         fold: bool = False,
+        known: dict[int, Event] | None = None,
     ) -> list[Event]:
         """Every call's `tool_result`, in the order the model asked.
 
         Args:
             fold: new events go into history with the first call scheduled
                 (see `Journal.fold`), not through a journal step before.
+            known: the results of calls (by position) that ran before this
+                segment (`AgentRunInput.answer`): they are not run again.
 
         Raises:
             ApprovalExpired: when an approval expired on a tool that fails the run.
         """
         self._fold = fold
         screened = self._shared(calls, [self._screen(spec, call, disabled) for call in calls])
+        for index, event in (known or {}).items():
+            if index < len(screened):
+                screened[index] = event
         uses = [self.uses.next(str(call.get("id"))) for call in calls]
         self._wait_cancelled = adopted(policies.PATCH_RECORD_CANCELLED_CALLS)
         limits: list[int | None] = (

@@ -170,6 +170,9 @@ class AgentRunInput:
     #: calls) instead of sending the request a second time. Also an answer
     #: history holds that the segment before never recorded (it was
     #: terminated or timed out first); that one has "usage" too, counted here.
+    #: A fork of a run waiting for a person goes on from its recorded answer
+    #: too; its "results" (one per call: a `tool_result` event, or None) are
+    #: the answers of the calls that ran in the parent, which are not run again.
     answer: dict[str, Any] | None = None
     #: a resumed segment's first events: the results of the tool batch the
     #: segment before had run to completion in history, but was stopped
@@ -282,6 +285,8 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         and _usage_ok(answer.get("usage"))
     ):
         raise ValueError('"answer" must be an object {"text", "calls": [...]} (set by resume)')
+    if answer is not None and answer.get("results") is not None:
+        _check_answered(answer["results"], len(answer.get("calls") or []))
     recovered = raw.get("recovered")
     if recovered is not None:
         if not isinstance(recovered, list) or not all(
@@ -310,6 +315,26 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         answer=answer,
         recovered=recovered or None,
     )
+
+
+def _check_answered(results: Any, calls: int) -> None:
+    """Validate `AgentRunInput.answer["results"]`: one `tool_result` event or None per call.
+
+    Raises:
+        ValueError: saying what is wrong.
+    """
+    wrong = '"answer"."results" must be a list of tool_result events or nulls, one per call'
+    if not isinstance(results, list) or len(results) != calls:
+        raise ValueError(f"{wrong} (set by fork)")
+    for index, event in enumerate(results):
+        if event is None:
+            continue
+        if not isinstance(event, dict) or event.get("type") != "tool_result":
+            raise ValueError(f"{wrong}; [{index}] is not one")
+        try:
+            Event.from_dict(event)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f'"answer"."results"[{index}] is not an event: {exc}') from None
 
 
 def _usage_ok(usage: Any) -> bool:

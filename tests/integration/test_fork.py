@@ -42,6 +42,7 @@ from helpers import (
     ledger_lines,
     ledger_write,
     scripted_agent,
+    transfer_tool,
     until,
     wait_until,
     weather_agent,
@@ -257,6 +258,72 @@ async def test_a_fork_of_a_run_stopped_with_its_answer_kept_does_not_ask_again(
     assert again.calls == kept[-2].calls and again.text == kept[-2].text
     assert fork.usage == total_usage(fork.events)
     await _same_everywhere(client, tmp_path, fork)
+
+
+@pytest.mark.parametrize("how", ["fork", "resume_terminated"])
+async def test_a_fork_of_a_run_waiting_for_a_person_goes_on_from_its_answer(
+    how: str, client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A parent paused for approval has its answer recorded, and the call beside the one
+    waiting ran (history holds its result): a fork without input goes on from that answer,
+    keeping that result and asking its own approval for the waiting call; so does resume
+    once the paused run was terminated. Both asked the model again instead (a paid request
+    the parent had answered), and the finished call could run a second time."""
+    script = [
+        [
+            CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+            CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+        ],
+        Reply("Paid and checked."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            tools=[weather_tool(ledger), transfer_tool(ledger)],
+            store=FileStore(tmp_path / "runs"),
+        )
+        paused = await asyncio.wait_for(agent.arun("Pay bob 5000 and tell me the weather."), 60)
+        assert paused.status == "awaiting_approval" and paused.run_id is not None
+        handle = client.get_workflow_handle(paused.run_id)
+
+        # the weather call ran to its end in the parent: its result is in history only
+        await until(lambda: ledger_lines(ledger), "the parent's weather call")
+        for _ in range(600):
+            if not (await handle.describe()).raw_description.pending_activities:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the parent's weather call did not finish")
+
+        if how == "fork":
+            fork = await asyncio.wait_for(agent.afork(paused.run_id), 30)
+        else:
+            await handle.terminate("an operator's forced stop")
+            fork = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+        assert fork.run_id is not None
+        assert fork.status == "awaiting_approval", fork.final_output
+        assert [p.call_id for p in fork.pending_approvals] == ["call_pay"]
+        assert model.request_count == 1, "the parent's answer was asked for again"
+
+        await asyncio.wait_for(agent.aapprove(fork.run_id, "call_pay"), 30)
+        done = await asyncio.wait_for(agent.aresume(fork.run_id), 30)
+        if how == "fork":
+            await handle.terminate("test over")
+
+    assert done.status == "completed" and done.final_output == "Paid and checked."
+    assert model.request_count == 2
+    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["get_weather", "transfer"]
+    starts = [i for i, e in enumerate(done.events) if e.type == "run_start"]
+    own = done.events[starts[-1] :]
+    results = {e.call_id: e.result for e in own if e.type == "tool_result"}
+    assert results == {
+        "call_pay": "Sent 5000 to bob.",
+        "call_wx": "The weather in Oslo is sunny and 22C.",
+    }
+    assert done.usage == total_usage(done.events)
+    await _same_everywhere(client, tmp_path, done)
 
 
 async def test_a_parent_resumed_after_its_fork_leaves_the_fork_as_it_was(

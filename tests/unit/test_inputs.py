@@ -75,6 +75,12 @@ def test_malformed_fork_inputs(fork: object, fragment: str) -> None:
     assert fragment in str(info.value)
 
 
+def _answered(results: object) -> dict[str, object]:
+    """An input going on from a one-call answer whose calls' results are `results`."""
+    call = {"id": "c", "function": {"name": "f", "arguments": "{}"}}
+    return {"agent": "A", "input": "x", "answer": {"calls": [call], "results": results}}
+
+
 @pytest.mark.parametrize(
     "raw, fragment",
     [
@@ -88,6 +94,9 @@ def test_malformed_fork_inputs(fork: object, fragment: str) -> None:
         ({"agent": "A", "input": "x", "max_turns": True}, "max_turns"),
         ({"agent": "A", "input": "x", "event_offset": -1}, "event_offset"),
         ({"agent": "A", "input": "x", "extra": 1}, "unknown input field"),
+        (_answered([None, None]), "one per call"),
+        (_answered({"0": None}), "one per call"),
+        (_answered([{"type": "message"}]), "[0] is not one"),
     ],
 )
 def test_malformed_inputs(raw: object, fragment: str) -> None:

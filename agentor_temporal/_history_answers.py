@@ -1,0 +1,169 @@
+"""What a segment's history holds that its log lacks, for the next segment or a fork.
+
+A run records its events in workflow tasks; an activity that completed
+before the run recorded what it did (the run was terminated, timed out, or
+is waiting for a person) still has its result in Temporal's history. Resume
+and fork read it from there, so that work is not paid for again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentor_temporal.store import Event
+from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+from agentor_temporal.workflows.policies import MAX_TURN_RESULT_BYTES
+
+
+async def completed_batch(temporal: TemporalStore, segment: Segment) -> list[Event]:
+    """Results of the segment's last tool batch that history holds but the journal lacks.
+
+    All or nothing: the workflow journals a batch's results together once the
+    last call is done, so a batch with any call still open is rewound (the
+    model decides again), as on resume. A call answered without an activity
+    (bad arguments, unknown tool) counts as open here.
+    """
+    generations = [i for i, e in enumerate(segment.events) if e.type == "generation"]
+    if not generations:
+        return []
+    gen = segment.events[generations[-1]]
+    after = segment.events[generations[-1] + 1 :]
+    calls = gen.calls or []
+    recorded = {e.call_id for e in after if e.type == "tool_call"}
+    if not calls or any(e.type in ("tool_result", "run_end") for e in after):
+        return []
+    results: list[Event] = []
+    for index, call in enumerate(calls):
+        done = await _ran(temporal, segment, gen, index) if call.get("id") in recorded else None
+        if done is None:
+            return []
+        results.append(done)
+    # as the workflow cuts a turn's results to fit one payload together
+    sizes = [encoded_size(e.result) for e in results]
+    if sum(sizes) > MAX_TURN_RESULT_BYTES:
+        for event, limit in zip(results, share_budget(sizes, MAX_TURN_RESULT_BYTES), strict=True):
+            if limit is not None and event.result is not None:
+                event.result = clip_to_size(event.result, limit)
+    return results
+
+
+async def _ran(temporal: TemporalStore, segment: Segment, gen: Event, index: int) -> Event | None:
+    """The `tool_result` of call `index` of `gen`'s batch, if history holds its activity's
+    completion (None: not run to its end, or not readable as that call's)."""
+    call = (gen.calls or [])[index]
+    done = segment.completed_tools.get(f"tool-{gen.turn}-{index}")
+    if done is None:
+        return None
+    request, answer = await temporal.decode(done[0]), await temporal.decode(done[1])
+    if not isinstance(request, dict) or not isinstance(answer, dict):
+        return None
+    if request.get("call_id") != str(call.get("id")):
+        return None
+    return Event(
+        type="tool_result",
+        name=request.get("name"),
+        args=request.get("args"),
+        result=answer.get("result"),
+        error=answer.get("error"),
+        call_id=call.get("id"),
+        turn=gen.turn,
+        started_at=answer.get("started_at"),
+        ended_at=answer.get("ended_at"),
+    )
+
+
+async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str, Any] | None:
+    """The recorded answer of a segment waiting for a person, as `AgentRunInput.answer`.
+
+    Its last batch is open only because some calls wait for a decision (an
+    `approval_request` and none since); the others ran to their end in
+    history. A fork of the running parent, or the resume of one terminated
+    or timed out so, goes on from that answer: those calls' results are kept
+    ("results"), the waiting calls ask for a decision again, and the model is
+    not asked again. None when any call of the batch may be running.
+    """
+    events = segment.events
+    generations = [i for i, e in enumerate(events) if e.type == "generation"]
+    if not generations:
+        return None
+    gen, after = events[generations[-1]], events[generations[-1] + 1 :]
+    calls = gen.calls or []
+    if not calls or gen.turn is None or any(e.type in ("tool_result", "run_end") for e in after):
+        return None
+    asked = {e.call_id for e in after if e.type == "approval_request"}
+    decided = {e.call_id for e in after if e.type == "approval_decision"}
+    results: list[dict[str, Any] | None] = []
+    for index, call in enumerate(calls):
+        done = await _ran(temporal, segment, gen, index)
+        if done is not None:
+            results.append(done.to_dict())
+        elif call.get("id") in asked and call.get("id") not in decided:
+            results.append(None)
+        else:
+            return None  # running, or about to: the fork would run it a second time
+    if all(r is not None for r in results) or len(set(map(_call_id, calls))) < len(calls):
+        return None  # all ran (`completed_batch`), or ids a decision cannot tell apart
+    return {
+        "text": gen.text,
+        "reasoning": gen.reasoning,
+        "calls": [dict(c) for c in calls],
+        "started_at": gen.started_at,
+        "ended_at": gen.ended_at,
+        "results": results,
+    }
+
+
+def _call_id(call: dict[str, Any]) -> str:
+    return str(call.get("id"))
+
+
+async def completed_answer(temporal: TemporalStore, segment: Segment) -> dict[str, Any] | None:
+    """A model answer history holds but the segment never recorded, as `AgentRunInput.answer`.
+
+    A segment stopped for good (terminated, timed out) after its `generate`
+    activity completed, before a workflow task recorded the `generation`:
+    its request is what the log replays to (the turn before it is whole), so
+    the next segment goes on from the answer rather than paying for it again.
+    None when the segment ended itself (`run_end`), or its last answer is
+    recorded, or its last turn's results are not all recorded.
+    """
+    events = segment.events
+    if not segment.completed_generations or any(e.type == "run_end" for e in events):
+        return None
+    generations = [i for i, e in enumerate(events) if e.type == "generation"]
+    if generations:
+        last = events[generations[-1]]
+        answered = [e for e in events[generations[-1] + 1 :] if e.type == "tool_result"]
+        if last.turn is None or not last.calls or len(answered) < len(last.calls):
+            return None
+        turn = last.turn + 1
+    elif any(e.type == "run_start" for e in events):
+        turn = min(_turns(segment.completed_generations), default=0)
+    else:
+        return None
+    payload = segment.completed_generations.get(f"generate-{turn}")
+    if payload is None or len(segment.completed_generations) > len(generations) + 1:
+        return None
+    answer = await temporal.decode(payload)
+    if not isinstance(answer, dict):
+        return None
+    calls = answer.get("calls") or []
+    usage = answer.get("usage") or {}
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        return None
+    if not isinstance(answer.get("text"), (str, type(None))) or not isinstance(usage, dict):
+        return None
+    return {
+        "text": answer.get("text"),
+        "reasoning": answer.get("reasoning"),
+        "calls": calls,
+        "usage": usage,
+        "started_at": answer.get("started_at"),
+        "ended_at": answer.get("ended_at"),
+    }
+
+
+def _turns(ids: dict[str, Any]) -> list[int]:
+    numbers = (name.removeprefix("generate-") for name in ids)
+    return [int(n) for n in numbers if n.isdigit()]
