@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -239,8 +239,8 @@ async def _registered(client: Client) -> set[str]:
             listing = await client.operator_service.list_search_attributes(
                 ListSearchAttributesRequest(namespace=client.namespace)
             )
-            have = set(listing.custom_attributes) | set(listing.system_attributes)
-            missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in have}
+            kinds = {**listing.custom_attributes, **listing.system_attributes}
+            missing = {k: v for k, v in SEARCH_ATTRIBUTES.items() if k not in kinds}
             if missing:
                 await client.operator_service.add_search_attributes(
                     AddSearchAttributesRequest(
@@ -248,7 +248,7 @@ async def _registered(client: Client) -> set[str]:
                     )
                 )
                 logger.info("Registered search attributes %s", ", ".join(sorted(missing)))
-            return have | set(missing)
+            return set(missing) | set(kinds) - _mistyped(kinds)
         except RPCError as exc:
             transient = exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
             if not transient or asyncio.get_running_loop().time() + delay > deadline:
@@ -256,6 +256,41 @@ async def _registered(client: Client) -> set[str]:
             logger.info("Waiting for Temporal to list search attributes: %s", exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+
+def _mistyped(kinds: Mapping[str, int]) -> set[str]:
+    """Our attributes the namespace has with another type, each named in a warning.
+
+    A run upserting one fails every workflow task (BadSearchAttributes, retried
+    for ever), and a namespace's attribute cannot change its type: runs do not
+    set it, nor the one set with it (AgentName with AgentModel, AgentStatus
+    with AgentTokens).
+    """
+    wrong = {
+        name: kinds[name]
+        for name, kind in SEARCH_ATTRIBUTES.items()
+        if name in kinds and kinds[name] != kind
+    }
+    for name, kind in sorted(wrong.items()):
+        logger.warning(
+            "Search attribute %s is registered as %s in this namespace, not %s; runs will "
+            "not set it. Remove it (temporal operator search-attribute remove --name %s) "
+            "to have it registered as %s, or use another namespace",
+            name,
+            _type_name(kind),
+            _type_name(SEARCH_ATTRIBUTES[name]),
+            name,
+            _type_name(SEARCH_ATTRIBUTES[name]),
+        )
+    return set(wrong)
+
+
+def _type_name(kind: int) -> str:
+    try:
+        name = IndexedValueType.Name(kind)  # type: ignore[arg-type]
+    except ValueError:
+        return f"type {kind}"
+    return name.removeprefix("INDEXED_VALUE_TYPE_").title()
 
 
 class AgentorPlugin(SimplePlugin):

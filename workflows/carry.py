@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from typing import Any
 
 from temporalio import workflow
@@ -105,7 +106,9 @@ class Carry:
             )
             if carry.seen is not None:
                 SeenIds(carry.seen)  # raises naming what is wrong
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            for name in ("started", "deadline"):
+                _check_time(name, getattr(carry, name))
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise ValueError(f'"carry" is malformed: {exc}') from None
         Conversation.from_dict(carry.conversation)
         return carry
@@ -117,6 +120,25 @@ class Carry:
             k: Decision(**{n: x for n, x in v.items() if n in known})
             for k, v in self.decisions.items()
         }
+
+
+def _check_time(name: str, value: float | None) -> None:
+    """Refuse a carried time no datetime holds (a plain client's input may carry any).
+
+    A `deadline` of Infinity, NaN or 1e300 raised as the run read it (with an
+    execution timeout), failing every workflow task of the run, for ever.
+
+    Raises:
+        ValueError: naming the field.
+    """
+    if value is None:
+        return
+    try:
+        datetime.fromtimestamp(value, timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        raise ValueError(
+            f"{name} must be a time in seconds since the epoch, got {value!r}"
+        ) from None
 
 
 def carried_decisions(

@@ -81,7 +81,13 @@ def input_problem(inp: AgentRunInput, spec: AgentSpec, *, opening: bool) -> str 
         except ValueError as exc:
             return f'"fork"."run_id" is not a run id: {exc}'
     carried = (inp.carry or {}).get("usage")
-    for name, usage in (("prior_usage", inp.prior_usage), ("carry.usage", carried)):
+    # a stopped segment's answer (set by resume) is counted as the run takes it
+    given = (inp.answer or {}).get("usage")
+    for name, usage in (
+        ("prior_usage", inp.prior_usage),
+        ("carry.usage", carried),
+        ("answer.usage", given),
+    ):
         counts = Usage.from_dict(usage if isinstance(usage, dict) else None)
         for field, count in vars(counts).items():
             if not 0 <= count <= policies.MAX_TOKEN_COUNT:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +36,7 @@ from agentor_temporal.workflows.conversation import ConversationRef, chain_diges
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.stream_window import StreamWindow
-from agentor_temporal.workflows.types import ForkOrigin
+from agentor_temporal.workflows.types import ForkOrigin, finite
 from agentor_temporal.workflows.versions import adopted, level
 
 
@@ -143,7 +142,7 @@ class Journal:
         if self._window is not None:
             self._offsets[len(self.events)] = self._window.end()
         for at in (event.started_at, event.ended_at):
-            if isinstance(at, (int, float)) and math.isfinite(at) and at > self._latest:
+            if isinstance(at, (int, float)) and finite(at) and at > self._latest:
                 self._latest = float(at)
         self._last_task = workflow.now().timestamp()
         self._topic.publish(

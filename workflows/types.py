@@ -109,6 +109,7 @@ def parse_fork_origin(raw: Any) -> ForkOrigin:
     for index, event in enumerate(events):
         try:
             Event.from_dict(event)
+            _check_times(event)
         except (ValueError, TypeError) as exc:
             raise ValueError(f'"fork"."events"[{index}] is not an event: {exc}') from None
     output = raw.get("final_output")
@@ -296,6 +297,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         for index, event in enumerate(recovered):
             try:
                 Event.from_dict(event)
+                _check_times(event)
             except (ValueError, TypeError) as exc:
                 raise ValueError(f'"recovered"[{index}] is not an event: {exc}') from None
     return AgentRunInput(
@@ -494,7 +496,7 @@ class Decision:
         """Why the decision cannot be taken as given (None when it can)."""
         at = self.at
         if at is not None and (
-            isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)
+            isinstance(at, bool) or not isinstance(at, (int, float)) or not finite(at)
         ):
             return f"at must be a time in seconds since the epoch, got {at!r}"
         for name in ("reason", "by"):
@@ -532,6 +534,34 @@ class Decision:
                     f"{MAX_DECISION_BYTES:,}: shorten it"
                 )
         return None
+
+
+def _check_times(event: dict[str, Any]) -> None:
+    """Refuse an event time no float holds (10**400, Infinity, NaN) in a plain client's input.
+
+    The run records such an event as it starts: the times 10**400 raised
+    OverflowError there, failing every workflow task of the run, for ever.
+
+    Raises:
+        ValueError: naming the field.
+    """
+    for key in ("started_at", "ended_at"):
+        value = event.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not finite(value):
+            raise ValueError(f"field '{key}' must be a time in seconds since the epoch")
+
+
+def finite(number: float) -> bool:
+    """Whether `number` is a finite float, or an int a float holds.
+
+    A plain client's JSON may carry an integer of any length, which
+    `math.isfinite` cannot take: a `decide_signal` whose `at` was 10**400
+    raised OverflowError in its handler, failing every workflow task for ever.
+    """
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 @dataclass

@@ -12,10 +12,15 @@ whole in the failure. Each of these made every workflow task fail, for good.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError
 
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
@@ -75,6 +80,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {},
         '"prior_usage".total_tokens is 100000000000000000000',
     ),
+    # a stopped segment's answer, set by resume: counted into AgentTokens
+    "answer_usage": (
+        {"input": "hi", "answer": {"text": "hi", "usage": {"total_tokens": 10**20}}},
+        {},
+        '"answer.usage".total_tokens is 100000000000000000000',
+    ),
     # read in the run's first task, which raised on it
     "prior_usage_text": (
         {"input": "hi", "prior_usage": {"total_tokens": "many"}},
@@ -92,6 +103,21 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {"input": [{"role": "user", "content": "hi", "extra": _nested(600)}]},
         {},
         "The input nests 602 levels deep, over the 100 a run takes",
+    ),
+    # event times no float holds, raised on as the run recorded the events
+    "recovered_time": (
+        {"input": "hi", "recovered": [{"type": "tool_result", "started_at": 10**400}]},
+        {},
+        "\"recovered\"[0] is not an event: field 'started_at' must be a time",
+    ),
+    "fork_time": (
+        {
+            "input": "hi",
+            "fork": {"run_id": "parent", "at": 1, "events": [{"type": "x", "ended_at": 10**400}]},
+            "event_offset": 1,
+        },
+        {},
+        '"fork"."events"[0] is not an event: field \'ended_at\' must be a time',
     ),
     # quoted whole, twice in one task completion: over gRPC's 4 MB
     "agent_name": ({"input": "hi", "agent": "a" * 1_900_000}, {}, "Unknown agent 'aaaa"),
@@ -124,6 +150,44 @@ async def test_a_plain_client_input_the_run_cannot_record_fails_it_at_once(
     message = failure_message(info.value)
     assert says in message
     assert len(message) < 2_000
+
+
+@pytest.mark.parametrize("deadline", [math.inf, math.nan, 1e300])
+async def test_a_carried_deadline_no_clock_holds_fails_the_run_at_once(
+    deadline: float, client: Client, task_queue: str
+) -> None:
+    """A carry (continue-as-new's input) whose deadline is no time, in a run with an
+    execution timeout: the run read it in its first task and raised, failing every task."""
+    carry = {
+        "turn": 1,
+        "budget": 5,
+        "started": time.time(),
+        "deadline": deadline,
+        "conversation": {
+            "base": {"position": 0, "count": 1, "digest": "d"},
+            "tail": [{"role": "user", "content": "hi"}],
+        },
+    }
+    with ScriptedModelServer([Reply("ok")]) as model:
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            handle = await client.start_workflow(
+                policies.WORKFLOW_TYPE,
+                {"agent": agent.name, "input": "hi", "carry": carry},
+                id=f"plain-{task_queue}",
+                task_queue=task_queue,
+                execution_timeout=timedelta(hours=1),
+            )
+            try:
+                await unwedged_history(client, handle.id, 15)
+            finally:
+                with contextlib.suppress(RPCError):  # closed
+                    await handle.terminate("test over")
+            with pytest.raises(WorkflowFailureError) as info:
+                await handle.result()
+        assert model.request_count == 0
+    says = f"deadline must be a time in seconds since the epoch, got {deadline!r}"
+    assert f'"carry" is malformed: {says}' in failure_message(info.value)
 
 
 async def test_a_plain_client_prompt_under_the_limit_still_runs(

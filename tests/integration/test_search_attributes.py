@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import EventType, IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -172,6 +175,57 @@ async def test_a_run_without_attributes_is_still_found_waiting(
         c for c in await waiting_calls(client, agent="Someone Else") if c.run_id == paused.run_id
     ]
     await client.get_workflow_handle(paused.run_id).terminate("test over")
+
+
+async def test_attributes_registered_with_other_types_are_left_unset(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A namespace with AgentName as Int and AgentTokens as Keyword: runs complete without them.
+
+    The worker saw the names registered and upserted them; the server refused
+    each upsert (BadSearchAttributes), which failed every workflow task of
+    every run, for ever. An attribute cannot change its type, so the worker
+    names each in a warning saying what to do, and runs leave it (and the one
+    set with it) unset.
+    """
+    namespace = f"mistyped-{uuid.uuid4().hex[:8]}"
+    await client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=namespace, workflow_execution_retention_period=Duration(seconds=86_400)
+        )
+    )
+    other = await Client.connect(client.service_client.config.target_host, namespace=namespace)
+    mistyped = {
+        "AgentName": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+        "AgentTokens": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    }
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await other.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=mistyped)
+            )
+            break
+        except RPCError:  # the new namespace is not served yet
+            assert time.monotonic() < deadline, "the namespace never took search attributes"
+            await asyncio.sleep(0.1)
+    with ScriptedModelServer() as model:
+        agent = weather_agent(base_url=model.base_url, task_queue=task_queue, temporal=other)
+        result = await asyncio.wait_for(agent.arun(PROMPT), 60)
+    assert (result.status, result.final_output) == ("completed", ANSWER)
+    handle = other.get_workflow_handle(result.run_id)
+    kinds = [event.event_type async for event in handle.fetch_history_events()]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+    values = {p.key.name for p in (await handle.describe()).typed_search_attributes}
+    assert not {"AgentName", "AgentModel", "AgentStatus", "AgentTokens"} & values
+    warned = [r.getMessage() for r in caplog.records if "registered as" in r.getMessage()]
+    assert any(
+        "Search attribute AgentName is registered as Int in this namespace, not Keyword" in w
+        and "temporal operator search-attribute remove --name AgentName" in w
+        for w in warned
+    ), warned
+    assert any("AgentTokens is registered as Keyword" in w for w in warned), warned
 
 
 async def test_tokens_alone_are_sent_once_the_interval_has_passed(

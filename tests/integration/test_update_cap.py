@@ -206,6 +206,14 @@ async def test_a_run_past_the_update_limit_still_takes_decisions(
                 while (outcome := await handle.query("signalled_decision", "bad-1")) is None:
                     await asyncio.sleep(0.05)
             assert outcome["type"] == "BadDecision", outcome
+            # an integer no float holds (plain JSON may carry one): it raised in the
+            # handler, failing every workflow task of the run, for ever
+            huge = {"call_id": "call_eve", "approved": True, "at": 10**400}
+            await handle.signal("decide_signal", {"request_id": "bad-2", "decision": huge})
+            async with asyncio.timeout(30):
+                while (outcome := await handle.query("signalled_decision", "bad-2")) is None:
+                    await asyncio.sleep(0.05)
+            assert "at must be a time in seconds since the epoch" in outcome["refused"], outcome
 
             await asyncio.wait_for(agent.adeny(paused.run_id, "call_eve", "not eve"), 30)
             done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
