@@ -8,7 +8,7 @@ worker, facade and tests all share this one definition.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
 from agentor_temporal.store.encoding import encodable, standard_json
@@ -56,6 +56,28 @@ def _canonical(value: Any) -> Any:
         return {k: _canonical(value[k]) for k in keys}
     if isinstance(value, list):
         return [_canonical(v) for v in value]
+    return _copied(value)
+
+
+_ATOMIC = (str, int, float, bool, type(None))
+
+
+def _copied(value: Any) -> Any:
+    """A copy of a JSON-like value as `dataclasses.asdict` makes one, without copying strings.
+
+    Containers are new (a caller may change them), dataclasses become dicts,
+    everything else is shared (strings and numbers cannot change).
+    """
+    if type(value) in _ATOMIC:
+        return value
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_copied(v) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
     return value
 
 
@@ -148,10 +170,15 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         """The event as a JSON-ready dict, without the fields that are None."""
-        data = {k: v for k, v in asdict(self).items() if v is not None}
-        for key in ("messages", "calls"):
-            if key in data:
-                data[key] = _canonical(data[key])
+        # by hand: `asdict` deep-copied every string too, and a turn of 500
+        # calls spent most of its workflow task in it (past the SDK's 2 s
+        # deadlock limit on a loaded worker, every retry of the task)
+        data: dict[str, Any] = {}
+        for name in _EVENT_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            data[name] = _canonical(value) if name in _ORDERED else _copied(value)
         return data
 
     def to_json(self) -> str:
@@ -185,6 +212,11 @@ class Event:
             raise ValueError("event has no 'type'")
         _check_types(data)
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+#: the fields `Event.to_dict` writes, in order; messages and calls in Agentor's key order
+_EVENT_FIELDS = tuple(f.name for f in fields(Event))
+_ORDERED = frozenset(("messages", "calls"))
 
 
 @dataclass
