@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import pytest
@@ -58,6 +58,35 @@ def test_to_dict_drops_none_and_round_trips() -> None:
         "total_tokens": 3,
     }
     assert Event.from_dict(json.loads(event.to_json())) == event
+
+
+def test_to_dict_is_asdict_in_agentors_key_order_and_a_copy() -> None:
+    """What `dataclasses.asdict` gave (which the dict is now built without), and a copy:
+    changing the dict, however deep, leaves the event as it was."""
+    calls = [{"name": "f", "id": "c1", "type": "function", "arguments": '{"n": 1}'}]
+    event = Event(
+        type="generation",
+        messages=[{"content": "hi", "role": "user"}],
+        calls=calls,
+        args={"a": [1, (2, {"b": None})], "u": Usage(1, 2, 3)},
+        usage=Usage(4, 5, 9),
+        started_at=1.0,
+    )
+    data = event.to_dict()
+    expected = {k: v for k, v in asdict(event).items() if v is not None}
+    assert data == expected
+    assert list(data) == list(expected)
+    assert list(data["calls"][0]) == ["id", "type", "name", "arguments"]
+    assert list(data["messages"][0]) == ["role", "content"]
+    assert data["args"]["u"] == {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}
+    data["args"]["a"].append(3)
+    data["args"]["a"][1][1]["b"] = 1
+    data["calls"][0]["name"] = "g"
+    data["messages"].append({})
+    data["usage"]["input_tokens"] = 0
+    assert event.args is not None and event.args["a"] == [1, (2, {"b": None})]
+    assert calls[0]["name"] == "f" and event.messages == [{"content": "hi", "role": "user"}]
+    assert event.usage == Usage(4, 5, 9)
 
 
 def test_from_dict_ignores_unknown_keys_also_inside_usage() -> None:
