@@ -314,3 +314,66 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
     assert procs[2].returncode != 0 and server.address in cli_said, cli_err[-4000:]
     again = f"agentor-temporal resume {commanded} --agent procs.cli_agents:agent"
     assert again in cli_said and "Traceback" not in cli_err, cli_err[-4000:]
+
+
+async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_has_it(
+    task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """The server restarted without its database (an in-memory dev server, a lost disk).
+
+    A caller waiting in `arun`, a follower of that run and one of a run
+    waiting for approval, and a decision sent then, each end in a `KeyError`
+    saying the run is gone from the server and that its JSONL mirror has it
+    (before: the SDK's raw `workflow not found` traceback from `run()`, a
+    stream that ended quietly as if done, a paused run's follower that waited
+    for ever). `aresume` then continues each from the mirror.
+    """
+    db = tmp_path / "temporal.db"
+    server = DevServerProcess(db, tmp_path / "server.log").start()
+    mirror = FileStore(tmp_path / "runs")
+    running, paused_id = uuid.uuid4().hex, uuid.uuid4().hex
+
+    async def followed(run_id: str) -> list[str]:
+        return [e.type async for e in agent.stream(run_id)]
+
+    try:
+        with ScriptedModelServer(weather_or_transfer) as model:
+            agent = weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=server.address,
+                store=mirror,
+                tools=[weather_tool(ledger, delay=3), transfer_tool(ledger)],
+            )
+            paused = await agent.arun("Pay bob 5", run_id=paused_id)
+            assert paused.status == "awaiting_approval"
+            waiting = asyncio.ensure_future(agent.arun(PROMPT, run_id=running))
+            await until(lambda: ledger_lines(ledger), "the weather tool to start")
+            followers = [asyncio.ensure_future(followed(r)) for r in (running, paused_id)]
+            await asyncio.wait(followers, timeout=1)
+            assert not any(f.done() for f in followers)
+            server.kill()
+            db.unlink()
+            server.start()
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(waiting, *followers, return_exceptions=True), 60
+            )
+            (call,) = paused.pending_approvals
+            with pytest.raises(KeyError) as refused:
+                await asyncio.wait_for(agent.aapprove(paused_id, call), 60)
+            outcomes.append(refused.value)
+            restored = await asyncio.wait_for(agent.aresume(running), 60)
+            paused_again = await asyncio.wait_for(agent.aresume(paused_id), 60)
+    finally:
+        server.stop()
+
+    for (run_id, events), outcome in zip(
+        [(running, 3), (running, 3), (paused_id, 4), (paused_id, 4)], outcomes, strict=True
+    ):
+        assert isinstance(outcome, KeyError), outcome
+        said = str(outcome.args[0])
+        assert f"Run {run_id!r} is gone from Temporal at {server.address}" in said, said
+        assert f"its first {events} events: `resume({run_id!r})`" in said, said
+    assert restored.status == "completed" and restored.final_output.startswith("Done: The weat")
+    assert paused_again.status == "awaiting_approval"
+    assert [p.tool for p in paused_again.pending_approvals] == ["transfer"]
