@@ -502,7 +502,7 @@ class Agentor:
             try:
                 # a bound on the worker, not on a server outage (ridden out apart)
                 return await patiently(
-                    send_decision(client, run_id, decision, execution_run_id), patience
+                    send_decision(client, run_id, decision, execution_run_id), patience, client
                 )
             except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
                 raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
