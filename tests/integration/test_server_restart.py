@@ -368,6 +368,7 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
     server = DevServerProcess(db, tmp_path / "server.log").start()
     mirror = FileStore(tmp_path / "runs")
     running, paused_id = uuid.uuid4().hex, uuid.uuid4().hex
+    command: subprocess.Popen[str] | None = None
 
     async def followed(run_id: str) -> list[str]:
         return [e.type async for e in agent.stream(run_id)]
@@ -381,6 +382,21 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
                 store=mirror,
                 tools=[weather_tool(ledger, delay=3), transfer_tool(ledger)],
             )
+            # the CLI's `run`, at its (gated) tool: it printed a KeyError's traceback
+            commanded = uuid.uuid4().hex
+            command = _cli(
+                ["run", "--agent", "procs.cli_agents:agent", "--run-id", commanded, PROMPT],
+                {
+                    "TEMPORAL_ADDRESS": server.address,
+                    "MODEL_BASE_URL": model.base_url,
+                    "AGENT_TASK_QUEUE": f"{task_queue}-cli",
+                    "AGENT_GATE": str(tmp_path / "gate"),
+                },
+            )
+            store = TemporalStore(await Client.connect(server.address))
+            async with asyncio.timeout(60):
+                while "tool_call" not in [e.type for e in await store.aload(commanded)]:
+                    await asyncio.sleep(0.1)
             paused = await agent.arun("Pay bob 5", run_id=paused_id)
             assert paused.status == "awaiting_approval"
             waiting = asyncio.ensure_future(agent.arun(PROMPT, run_id=running))
@@ -391,6 +407,8 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
             server.kill()
             db.unlink()
             server.start()
+            (tmp_path / "gate").touch()
+            _, command_err = await asyncio.to_thread(command.communicate, timeout=60)
             outcomes = await asyncio.wait_for(
                 asyncio.gather(waiting, *followers, return_exceptions=True), 60
             )
@@ -401,6 +419,7 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
             restored = await asyncio.wait_for(agent.aresume(running), 60)
             paused_again = await asyncio.wait_for(agent.aresume(paused_id), 60)
     finally:
+        stop_process(command)
         server.stop()
 
     for (run_id, events), outcome in zip(
@@ -410,6 +429,9 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
         said = str(outcome.args[0])
         assert f"Run {run_id!r} is gone from Temporal at {server.address}" in said, said
         assert f"its first {events} events: `resume({run_id!r})`" in said, said
+    assert command.returncode != 0 and "Traceback" not in command_err, command_err[-4000:]
+    said = command_err.strip().splitlines()[-1]
+    assert f"Run {commanded!r} is gone from Temporal at {server.address}" in said, said
     assert restored.status == "completed" and restored.final_output.startswith("Done: The weat")
     assert paused_again.status == "awaiting_approval"
     assert [p.tool for p in paused_again.pending_approvals] == ["transfer"]
