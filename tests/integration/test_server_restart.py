@@ -393,14 +393,21 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
                     "AGENT_GATE": str(tmp_path / "gate"),
                 },
             )
-            store = TemporalStore(await Client.connect(server.address))
+            async with asyncio.timeout(30):  # the server's frontend may not be healthy yet
+                while True:
+                    try:
+                        store = TemporalStore(await Client.connect(server.address))
+                        break
+                    except RuntimeError:
+                        await asyncio.sleep(0.1)
             async with asyncio.timeout(60):
                 while "tool_call" not in [e.type for e in await store.aload(commanded)]:
                     await asyncio.sleep(0.1)
             paused = await agent.arun("Pay bob 5", run_id=paused_id)
             assert paused.status == "awaiting_approval"
             waiting = asyncio.ensure_future(agent.arun(PROMPT, run_id=running))
-            await until(lambda: ledger_lines(ledger), "the weather tool to start")
+            forked = asyncio.ensure_future(agent.afork(paused_id, "Weather in Oslo?"))
+            await until(lambda: len(ledger_lines(ledger)) == 2, "the weather tools to start")
             followers = [asyncio.ensure_future(followed(r)) for r in (running, paused_id)]
             await asyncio.wait(followers, timeout=1)
             assert not any(f.done() for f in followers)
@@ -412,6 +419,8 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
             outcomes = await asyncio.wait_for(
                 asyncio.gather(waiting, *followers, return_exceptions=True), 60
             )
+            with pytest.raises(KeyError) as fork_gone:
+                await asyncio.wait_for(forked, 60)
             (call,) = paused.pending_approvals
             with pytest.raises(KeyError) as refused:
                 await asyncio.wait_for(agent.aapprove(paused_id, call), 60)
@@ -429,6 +438,8 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
         said = str(outcome.args[0])
         assert f"Run {run_id!r} is gone from Temporal at {server.address}" in said, said
         assert f"its first {events} events: `resume({run_id!r})`" in said, said
+    said = str(fork_gone.value.args[0])
+    assert "is gone from Temporal" in said and "`resume(" in said, said
     assert command.returncode != 0 and "Traceback" not in command_err, command_err[-4000:]
     said = command_err.strip().splitlines()[-1]
     assert f"Run {commanded!r} is gone from Temporal at {server.address}" in said, said
