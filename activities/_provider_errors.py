@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import ssl
 import time
 from datetime import timedelta
 from typing import Any
@@ -120,9 +121,26 @@ def model_error(exc: Exception) -> ApplicationError | None:
         if unsent is not None:
             return unsent
         url = getattr(getattr(exc, "request", None), "url", None)
-        kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
         where = f" at {redact_url(str(url))}" if url else ""
-        return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}"))
+        untrusted = _cause(exc, ssl.SSLCertVerificationError)
+        if untrusted is not None:
+            # the same certificate is refused again: retried, the run waited minutes
+            reason = getattr(untrusted, "verify_message", None) or untrusted
+            return ApplicationError(
+                _redact.clean(
+                    f"Model endpoint{where} refused: its TLS certificate is not trusted "
+                    f"({reason}). Fix the endpoint's certificate, or have this worker trust "
+                    "the CA that signed it (SSL_CERT_FILE); this is not retried."
+                ),
+                type="ModelRequestError",
+                non_retryable=True,
+            )
+        kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
+        # openai says only "Connection error.": the reason (a name that does not
+        # resolve, a refused port, a TLS failure) is in what it was raised from
+        root = _root(exc)
+        why = f" ({root})" if root and root not in str(exc) else ""
+        return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}{why}"))
     if isinstance(exc, (openai.APIResponseValidationError, MalformedReply)):
         return malformed(_redact.clean(str(exc)))
     if isinstance(exc, CutOffReply):
@@ -150,6 +168,30 @@ _UNSENDABLE = {
     ),
     "UnsupportedProtocol": "base_url does not begin with http:// or https://",
 }
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and what it was raised from (or during), outermost first."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and all(cause is not seen for seen in chain):
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return chain
+
+
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of `kind` in `exc`'s chain, if any."""
+    return next((e for e in _chain(exc) if isinstance(e, kind)), None)
+
+
+def _root(exc: BaseException) -> str:
+    """The innermost non-empty message of `exc`'s chain, clipped ("" if none)."""
+    for cause in reversed(_chain(exc)[1:]):
+        text = str(cause).strip()
+        if text:
+            return clip(text.splitlines()[0])
+    return ""
 
 
 def _unsendable(exc: BaseException) -> ApplicationError | None:

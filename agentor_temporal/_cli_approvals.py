@@ -96,12 +96,13 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
                 if approved
                 else agent.adeny(run_id, call, decision.reason, by=by, turn=args.turn),
                 args.wait,
+                client,
             )
             return {**decided, "address": address(client)}
         client = await connect_for_reading(args)
         # --wait bounds the worker: a server outage is ridden out apart
         decided = await patiently(
-            send_decision(client, run_id, decision, args.execution), args.wait
+            send_decision(client, run_id, decision, args.execution), args.wait, client
         )
         return {**decided, "address": address(client)}
 

@@ -34,6 +34,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
+from agentor_temporal._gone import not_found, run_gone
 from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
 from agentor_temporal._live import serve_until_done
 from agentor_temporal._outage import riding_outages
@@ -103,6 +104,10 @@ async def run_fork(
             )
             return with_note(result, fork_id)
         except Exception as exc:
+            if not_found(exc):  # gone from the server meanwhile (it came back empty)
+                exc = await run_gone(client, fork_id, agent.store)
+                add_note(exc, fork_id)
+                raise exc from None
             add_note(exc, fork_id)
             raise
 

@@ -71,7 +71,11 @@ async def start_following(
     """Start the run (as `start_new`), then yield its events (`stream_chat`)."""
     client = await start_new(agent, run_id, inp)
     async for event in follow(
-        client, run_id, text=text, history_events=lambda s: agent._events(run_id, s)
+        client,
+        run_id,
+        text=text,
+        history_events=lambda s: agent._events(run_id, s),
+        mirror=agent.store,
     ):
         yield event
 
@@ -90,5 +94,6 @@ async def attach(agent: Agentor, run_id: str, after: int, text: bool) -> AsyncIt
         after=after,
         text=text,
         history_events=lambda s: agent._events(run_id, s),
+        mirror=agent.store,
     ):
         yield event

@@ -129,9 +129,11 @@ def outage_of(exc: BaseException) -> Outage | None:
 class _Downtime:
     """Seconds the server was unreachable while a `patiently` wait went on."""
 
-    def __init__(self) -> None:
+    def __init__(self, outer: _Downtime | None = None) -> None:
         self.past = 0.0
         self.since: float | None = None
+        #: the clock of a `patiently` wait around this one: it counts the same outage
+        self.outer = outer
 
     def total(self) -> float:
         now = time.monotonic()
@@ -140,11 +142,15 @@ class _Downtime:
     def begin(self, at: float) -> None:
         if self.since is None:
             self.since = at
+        if self.outer is not None:
+            self.outer.begin(at)
 
     def end(self) -> None:
         if self.since is not None:
             self.past += time.monotonic() - self.since
             self.since = None
+        if self.outer is not None:
+            self.outer.end()
 
 
 #: The clock of the `patiently` wait a step runs in, if any.
@@ -153,28 +159,43 @@ _downtime: ContextVar[_Downtime | None] = ContextVar("agentor_downtime", default
 _SDK_RETRIES = 10.0
 
 
-async def patiently(aw: Awaitable[T], patience: float) -> T:
+async def patiently(aw: Awaitable[T], patience: float, client: Client | None = None) -> T:
     """`asyncio.wait_for(aw, patience)`, its clock stopped while Temporal is unreachable.
 
     A bound on how long a *worker* may take (to take a decision) is no bound
     on a server outage, which `riding_outages` inside `aw` rides out within
     its own patience: the time it spends on one is not counted.
 
+    Args:
+        client: the client `aw` uses. Given, the bound is not reached while it
+            cannot reach the server, even before `riding_outages` saw the outage:
+            a step spends the SDK's own retries (~10 s) failing first, and a
+            bound shorter than that (`approve --wait 5`) ran out in them.
+
     Raises:
         TimeoutError: past `patience` seconds with the server reachable.
     """
-    clock = _Downtime()
+    clock = _Downtime(_downtime.get())
     token = _downtime.set(clock)
     try:
         task = asyncio.ensure_future(aw)  # runs in a copy of this context: with the clock
     finally:
         _downtime.reset(token)
     started = time.monotonic()
+    # down time seen here, while no step had yet failed for it (not on `clock`)
+    unseen = 0.0
     try:
         while True:
-            left = patience + clock.total() - (time.monotonic() - started)
+            left = patience + clock.total() + unseen - (time.monotonic() - started)
             if left <= 0:
-                raise TimeoutError(f"not done within {patience:g} s")
+                asked = time.monotonic()
+                if client is None or clock.since is not None or await _answers(client):
+                    raise TimeoutError(f"not done within {patience:g} s")
+                done, _ = await asyncio.wait({task}, timeout=_BACKOFF[-1])
+                unseen += time.monotonic() - asked
+                if done:
+                    return task.result()
+                continue
             done, _ = await asyncio.wait({task}, timeout=left)
             if done:
                 return task.result()

@@ -481,7 +481,7 @@ async def decide_by_signal(
 
     try:
         # the bound is on the worker: time the server is unreachable does not count
-        outcome = await patiently(asked(), patience)
+        outcome = await patiently(asked(), patience, client)
     except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
         raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
     if "refused" in outcome:

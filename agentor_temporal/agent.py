@@ -18,8 +18,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from agentor_temporal._fork import run_fork
+from agentor_temporal._gone import mirrored_only, not_found, run_gone
 from agentor_temporal._live import attach, start_following, start_new
 from agentor_temporal._outage import patiently, riding_outages
 from agentor_temporal._results import await_result, check_definition, check_turns
@@ -482,32 +484,52 @@ class Agentor:
     ) -> dict[str, Any]:
         validate_run_id(run_id)
         client = await self._client()
-        await riding_outages(
-            lambda: check_waiting(client, run_id, call_id=decision.call_id),
-            client,
-            what=f"checking that run {run_id!r} waits for a decision",
-        )
+        try:
+            await riding_outages(
+                lambda: check_waiting(client, run_id, call_id=decision.call_id),
+                client,
+                what=f"checking that run {run_id!r} waits for a decision",
+            )
+        except KeyError:
+            # a run the server lost (it came back empty) that the mirror still has
+            gone = await mirrored_only(client, run_id, self.store)
+            if gone is not None:
+                raise gone from None
+            raise
         # the decision is taken by the workflow, so a worker must be polling
         async with self._serving(client):
             patience = policies.DECISION_PATIENCE.total_seconds()
             try:
                 # a bound on the worker, not on a server outage (ridden out apart)
                 return await patiently(
-                    send_decision(client, run_id, decision, execution_run_id), patience
+                    send_decision(client, run_id, decision, execution_run_id), patience, client
                 )
             except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
                 raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
 
     async def _result(self, client: Client, run_id: str) -> RunResult:
-        """Wait for the run's latest execution (or its pause) and build its `RunResult`."""
-        return await riding_outages(
-            lambda: await_result(
-                client, run_id, pauses=self._pauses, events_of=lambda s: self._events(run_id, s)
-            ),
-            client,
-            what=f"waiting for run {run_id!r}",
-            run_id=run_id,
-        )
+        """Wait for the run's latest execution (or its pause) and build its `RunResult`.
+
+        Raises:
+            KeyError: when the run is gone from Temporal meanwhile (the server came
+                back empty), saying whether the store can restore it.
+        """
+        try:
+            return await riding_outages(
+                lambda: await_result(
+                    client,
+                    run_id,
+                    pauses=self._pauses,
+                    events_of=lambda s: self._events(run_id, s),
+                ),
+                client,
+                what=f"waiting for run {run_id!r}",
+                run_id=run_id,
+            )
+        except RPCError as exc:
+            if not_found(exc):
+                raise await run_gone(client, run_id, self.store) from None
+            raise
 
     async def _events(self, run_id: str, segments: list[Segment]) -> list[Event]:
         """The run's whole log: Temporal's segments, after any store-seeded prefix."""

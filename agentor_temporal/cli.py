@@ -178,6 +178,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         result = Runtime.get().run_sync(go())
+    except KeyError as exc:  # the run is gone from the server meanwhile (it came back empty)
+        raise CliError(str(exc.args[0]) if exc.args else f"unknown run {run_id!r}") from None
     except ValueError as exc:
         raise CliError(str(exc)) from None
     except KeyboardInterrupt:

@@ -37,10 +37,11 @@ from temporalio.client import (
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
+from agentor_temporal._gone import not_found, run_gone
 from agentor_temporal._outage import riding_outages, unreachable, until_reachable
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import draining_on_sigterm
-from agentor_temporal.store import Event, pending_approvals
+from agentor_temporal.store import Event, Store, pending_approvals
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
 
@@ -79,17 +80,22 @@ async def follow(
     after: int = 0,
     text: bool = False,
     history_events: Callable[[list[Segment]], Awaitable[list[Event]]],
+    mirror: Store | None = None,
 ) -> AsyncIterator[Event]:
     """Yield the run's events from position `after` (and deltas if `text`).
 
     Ends after the latest segment's `run_end`.
 
+    Args:
+        mirror: the run's store (its JSONL mirror), named when the run is gone from Temporal.
+
     Raises:
-        KeyError: when Temporal has no run with this id.
+        KeyError: when Temporal has no run with this id, or no longer has it
+            (the server came back empty): never a quiet end.
         RunFailedError: when the run's workflow ended without a `run_end`.
     """
     async for event, _ in follow_timed(
-        client, run_id, after=after, text=text, history_events=history_events
+        client, run_id, after=after, text=text, history_events=history_events, mirror=mirror
     ):
         yield event
 
@@ -101,6 +107,7 @@ async def follow_timed(
     after: int = 0,
     text: bool = False,
     history_events: Callable[[list[Segment]], Awaitable[list[Event]]],
+    mirror: Store | None = None,
 ) -> AsyncIterator[tuple[Event, float | None]]:
     """`follow`, with the workflow time each live event was recorded (for benchmarks)."""
     store = TemporalStore(client)
@@ -206,8 +213,10 @@ async def follow_timed(
             latest_now = await riding_outages(
                 lambda: store.latest(run_id), client, what=what, run_id=run_id, again=again
             )
+            if latest_now is None:  # the server came back without it
+                raise await run_gone(client, run_id, mirror) from None
             # a newer execution (continue-as-new) is the same run: follow it
-            if latest_now is None or latest_now.status != "running":
+            if latest_now.status != "running":
                 break
     # closed without a run_end seen live, or the stream refused this follower
     # (Temporal caps an execution's updates, and each poll is one): read what
@@ -215,6 +224,8 @@ async def follow_timed(
     ended = False
     while True:
         segments, events = await reading()
+        if not segments:  # the server came back without it
+            raise await run_gone(client, run_id, mirror)
         for event in events[next_index:]:
             ended = ended or event.type == "run_end"
             yield event, None
@@ -253,7 +264,9 @@ async def _quiet(handle: WorkflowHandle[Any, Any], next_index: int) -> None:
     while True:
         try:
             description = await handle.describe()
-        except RPCError:
+        except RPCError as exc:
+            if not_found(exc):
+                return  # gone (the server came back empty): the stream says so
             description = None  # Temporal is unreachable for now: look again
         if description is not None:
             if description.status != WorkflowExecutionStatus.RUNNING:

@@ -22,6 +22,7 @@ from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import Fail, Hang, Raw, ScriptedModelServer, Step, tool_then_answer
 
 from helpers import ANSWER, PROMPT, free_port, weather_agent
+from tls import TlsProxy, make_certs
 
 
 class Recorder:
@@ -114,12 +115,34 @@ async def test_refused_connection_is_retried_until_the_endpoint_is_up(
             await asyncio.sleep(0.05)
         assert message is not None, "the generation was not retried"
         assert f"unreachable at http://127.0.0.1:{port}/v1/chat/completions" in message
+        # why, not only openai's "Connection error."
+        assert "[Errno 111]" in message, message
         with ScriptedModelServer(port=port) as model:
             result = await asyncio.wait_for(pending, 60)
             assert model.request_count == 2
     finally:
         pending.cancel()
     assert result.status == "completed" and result.final_output == ANSWER
+
+
+async def test_an_untrusted_tls_certificate_fails_the_run_at_once_saying_so(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """An endpoint whose certificate this worker does not trust: the same certificate is
+    refused on every retry, so the run fails at once, saying what to fix (before: "Model
+    endpoint unreachable: Connection error.", retried for MODEL_RETRY_BUDGET, 5 min)."""
+    with TlsProxy(
+        model.base_url.split("//")[1].split("/")[0], make_certs(tmp_path), require_client_cert=False
+    ) as proxy:
+        agent = weather_agent(
+            base_url=f"https://{proxy.address}/v1", task_queue=task_queue, temporal=client
+        )
+        result = await asyncio.wait_for(agent.arun(PROMPT), 30)
+    assert result.status == "failed", result.status
+    (ended,) = [e for e in result.events if e.type == "run_end"]
+    said = str(ended.error)
+    assert f"https://{proxy.address}/v1" in said and "certificate is not trusted" in said, said
+    assert "not retried" in said and model.request_count == 0, said
 
 
 async def test_an_error_event_mid_stream_is_retried_and_the_run_completes(

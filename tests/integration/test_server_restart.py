@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -156,6 +157,24 @@ async def test_a_stream_follower_rides_out_a_server_outage(
 DOWN = 20.0
 
 
+def _connected(pid: int, port: int) -> bool:
+    """Whether process `pid` holds an open TCP connection to `port` on this host."""
+    sockets = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    sockets.add(target[8:-1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        # remote address, state (01: established), inode
+        if int(fields[2].split(":")[1], 16) == port and fields[3] == "01":
+            if fields[9] in sockets:
+                return True
+    return False
+
+
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     """`agentor-temporal ARGS` in its own process, its output kept."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
@@ -172,14 +191,15 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re_attach(
     task_queue: str, tmp_path: Path, ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One 20 s outage serves seven callers.
+    """One 20 s outage serves eight callers.
 
     `aapprove`, a decision by signal, `afork` and `arun` sent while the server
     is down go through once it is back (the decision's bound on a worker,
     shorter than the outage, does not count it; the fork and the run start
-    once); a script's `run()`, a stream follower and a CLI command whose
-    patience is 2 s give up, each clearly: where, and how that entry point
-    re-attaches.
+    once), and so does `approve --wait 5` from the CLI (no `--agent`), whose
+    bound is shorter than the SDK's own retries before the outage shows; a
+    script's `run()`, a stream follower and a CLI command whose patience is
+    2 s give up, each clearly: where, and how that entry point re-attaches.
     """
     # shorter than the outage (DOWN): only the time the server answers counts against
     # it; longer than the client's own retries (~10 s), which show the server gone
@@ -189,6 +209,7 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
     run_ledger, stream_ledger = str(tmp_path / "run.ledger"), str(tmp_path / "stream.ledger")
     gate = tmp_path / "gate"
     procs: list[subprocess.Popen[str]] = []
+    approving: subprocess.Popen[str] | None = None
     try:
         with ScriptedModelServer(weather_or_transfer) as model:
             agent = weather_agent(
@@ -197,9 +218,10 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
                 temporal=server.address,
                 tools=[weather_tool(ledger), transfer_tool(ledger)],
             )
-            paused, by_signal = [await agent.arun("Pay bob 5") for _ in range(2)]
-            assert paused.status == by_signal.status == "awaiting_approval"
+            paused, by_signal, by_cli = [await agent.arun("Pay bob 5") for _ in range(3)]
+            assert paused.status == by_signal.status == by_cli.status == "awaiting_approval"
             (pending,), (signalled,) = paused.pending_approvals, by_signal.pending_approvals
+            (asked,) = by_cli.pending_approvals
             parent = await agent.arun(PROMPT)
             assert parent.status == "completed"
 
@@ -216,11 +238,11 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
 
             procs = [
                 spawn(
-                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="5")
+                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="9")
                 ),
                 spawn(
                     ["stream", "--run-id", streamed],
-                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="5"),
+                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="9"),
                 ),
                 _cli(
                     ["run", "--agent", "procs.cli_agents:agent", "--run-id", commanded, PROMPT],
@@ -249,6 +271,13 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
             decided = asyncio.ensure_future(decider.aapprove(paused.run_id, pending.call_id))
             await asyncio.wait({decided}, timeout=2)
             assert not decided.done(), decided.exception()
+            # a bound on the worker (5 s) shorter than the SDK's own retries (~10 s), which
+            # fail first when the server dies: it ran out in them ("no worker took it")
+            approving = _cli(
+                ["approve", by_cli.run_id, asked.call_id, "--wait", "5", "--by", "dave"],
+                {"TEMPORAL_ADDRESS": server.address},
+            )
+            await until(lambda: _connected(approving.pid, server.port), "the CLI to connect")
             server.kill()
             down = time.monotonic()
             gate.touch()  # the command's tool finishes (its outcome waits for the server)
@@ -269,21 +298,27 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
             outputs = [proc.communicate(timeout=10) for proc in procs]
             for task in (decided, forked, denied, started):
                 assert not task.done(), task.exception()
+            assert approving.poll() is None, approving.communicate()[1][-4000:]
             server.start()
             # a worker for the signalled run (the others' calls serve theirs)
             async with build_worker(client, [agent], task_queue=task_queue):
                 await asyncio.wait_for(asyncio.gather(decided, denied), 60)
+                approved_out, approved_err = await asyncio.to_thread(approving.communicate, 60)
             fork = await asyncio.wait_for(forked, 60)
             begun = await asyncio.wait_for(started, 60)
             result = await asyncio.wait_for(agent.aresume(paused.run_id), 60)
             refused = await asyncio.wait_for(agent.aresume(by_signal.run_id), 60)
+            by_cli_result = await asyncio.wait_for(agent.aresume(by_cli.run_id), 60)
             fork_segments = await TemporalStore(client).segments(fork.run_id)
             new_segments = await TemporalStore(client).segments(new_id)
     finally:
-        for proc in procs:
+        for proc in [*procs, approving]:
             stop_process(proc)
         server.stop()
 
+    assert approving is not None and approving.returncode == 0, approved_err[-4000:]
+    decisions = [e for e in by_cli_result.events if e.type == "approval_decision"]
+    assert [(e.status, e.result) for e in decisions] == [("approved", "dave")], approved_out
     assert result.status == "completed" and result.final_output.startswith("Done: Sent")
     decisions = [e for e in result.events if e.type == "approval_decision"]
     assert [e.status for e in decisions] == ["approved"]
@@ -298,6 +333,7 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
         "get_weather",
         "get_weather",
         "get_weather",
+        "transfer",
         "transfer",
     ]
     # each gave up saying where, and how its own entry point picks the run up
@@ -314,3 +350,99 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
     assert procs[2].returncode != 0 and server.address in cli_said, cli_err[-4000:]
     again = f"agentor-temporal resume {commanded} --agent procs.cli_agents:agent"
     assert again in cli_said and "Traceback" not in cli_err, cli_err[-4000:]
+
+
+async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_has_it(
+    task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """The server restarted without its database (an in-memory dev server, a lost disk).
+
+    A caller waiting in `arun`, a follower of that run and one of a run
+    waiting for approval, and a decision sent then, each end in a `KeyError`
+    saying the run is gone from the server and that its JSONL mirror has it
+    (before: the SDK's raw `workflow not found` traceback from `run()`, a
+    stream that ended quietly as if done, a paused run's follower that waited
+    for ever). `aresume` then continues each from the mirror.
+    """
+    db = tmp_path / "temporal.db"
+    server = DevServerProcess(db, tmp_path / "server.log").start()
+    mirror = FileStore(tmp_path / "runs")
+    running, paused_id = uuid.uuid4().hex, uuid.uuid4().hex
+    command: subprocess.Popen[str] | None = None
+
+    async def followed(run_id: str) -> list[str]:
+        return [e.type async for e in agent.stream(run_id)]
+
+    try:
+        with ScriptedModelServer(weather_or_transfer) as model:
+            agent = weather_agent(
+                base_url=model.base_url,
+                task_queue=task_queue,
+                temporal=server.address,
+                store=mirror,
+                tools=[weather_tool(ledger, delay=3), transfer_tool(ledger)],
+            )
+            # the CLI's `run`, at its (gated) tool: it printed a KeyError's traceback
+            commanded = uuid.uuid4().hex
+            command = _cli(
+                ["run", "--agent", "procs.cli_agents:agent", "--run-id", commanded, PROMPT],
+                {
+                    "TEMPORAL_ADDRESS": server.address,
+                    "MODEL_BASE_URL": model.base_url,
+                    "AGENT_TASK_QUEUE": f"{task_queue}-cli",
+                    "AGENT_GATE": str(tmp_path / "gate"),
+                },
+            )
+            async with asyncio.timeout(30):  # the server's frontend may not be healthy yet
+                while True:
+                    try:
+                        store = TemporalStore(await Client.connect(server.address))
+                        break
+                    except RuntimeError:
+                        await asyncio.sleep(0.1)
+            async with asyncio.timeout(60):
+                while "tool_call" not in [e.type for e in await store.aload(commanded)]:
+                    await asyncio.sleep(0.1)
+            paused = await agent.arun("Pay bob 5", run_id=paused_id)
+            assert paused.status == "awaiting_approval"
+            waiting = asyncio.ensure_future(agent.arun(PROMPT, run_id=running))
+            forked = asyncio.ensure_future(agent.afork(paused_id, "Weather in Oslo?"))
+            await until(lambda: len(ledger_lines(ledger)) == 2, "the weather tools to start")
+            followers = [asyncio.ensure_future(followed(r)) for r in (running, paused_id)]
+            await asyncio.wait(followers, timeout=1)
+            assert not any(f.done() for f in followers)
+            server.kill()
+            db.unlink()
+            server.start()
+            (tmp_path / "gate").touch()
+            _, command_err = await asyncio.to_thread(command.communicate, timeout=60)
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(waiting, *followers, return_exceptions=True), 60
+            )
+            with pytest.raises(KeyError) as fork_gone:
+                await asyncio.wait_for(forked, 60)
+            (call,) = paused.pending_approvals
+            with pytest.raises(KeyError) as refused:
+                await asyncio.wait_for(agent.aapprove(paused_id, call), 60)
+            outcomes.append(refused.value)
+            restored = await asyncio.wait_for(agent.aresume(running), 60)
+            paused_again = await asyncio.wait_for(agent.aresume(paused_id), 60)
+    finally:
+        stop_process(command)
+        server.stop()
+
+    for (run_id, events), outcome in zip(
+        [(running, 3), (running, 3), (paused_id, 4), (paused_id, 4)], outcomes, strict=True
+    ):
+        assert isinstance(outcome, KeyError), outcome
+        said = str(outcome.args[0])
+        assert f"Run {run_id!r} is gone from Temporal at {server.address}" in said, said
+        assert f"its first {events} events: `resume({run_id!r})`" in said, said
+    said = str(fork_gone.value.args[0])
+    assert "is gone from Temporal" in said and "`resume(" in said, said
+    assert command.returncode != 0 and "Traceback" not in command_err, command_err[-4000:]
+    said = command_err.strip().splitlines()[-1]
+    assert f"Run {commanded!r} is gone from Temporal at {server.address}" in said, said
+    assert restored.status == "completed" and restored.final_output.startswith("Done: The weat")
+    assert paused_again.status == "awaiting_approval"
+    assert [p.tool for p in paused_again.pending_approvals] == ["transfer"]

@@ -132,3 +132,32 @@ async def test_a_patient_wait_does_not_count_the_time_the_server_was_down(
     with pytest.raises(TimeoutError):
         await patiently(slow, 0.2)
     assert slow.cancelled()
+
+
+async def test_a_patient_wait_outlasts_the_sdk_retries_before_an_outage_shows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`approve --wait 1` during an outage: the step spends the SDK's own retries (here
+    1.5 s) failing before `riding_outages` sees the server gone. They are not the
+    worker's time: the wait goes on while the server does not answer, and a decision
+    taken once it is back is returned (before: TimeoutError, "no worker took it")."""
+    monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "30")
+    back_at = time.monotonic() + 2.5
+    client = _client(lambda: time.monotonic() < back_at)
+
+    async def step() -> str:
+        if time.monotonic() < back_at:
+            await asyncio.sleep(1.5)  # the SDK retrying the call, then giving up
+            raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
+        return "decided"
+
+    async def deciding() -> str:
+        return await riding_outages(step, client, what="deciding")
+
+    assert await patiently(deciding(), 1.0, client) == "decided"
+    # nested (a decision's wait around the wait for its outcome): one outage, both clocks
+    back_at = time.monotonic() + 2.5
+    assert await patiently(patiently(deciding(), 1.0, client), 1.0, client) == "decided"
+    # with the server there, the bound holds
+    with pytest.raises(TimeoutError):
+        await patiently(asyncio.sleep(5), 0.2, _client(lambda: False))
