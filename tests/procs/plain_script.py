@@ -42,6 +42,13 @@ elif command in ("approve", "deny"):
     print(json.dumps({"decided": decided["call_id"]}))
 elif command == "resume":
     print(json.dumps({"status": agent.resume(run_id).status}))
+elif command == "arun":
+    # async code on asyncio.run's loop, whose own Ctrl+C handler cancels the main task
+
+    async def answer() -> str:
+        return (await agent.arun(WEATHER, run_id=run_id)).status
+
+    print(json.dumps({"status": asyncio.run(answer())}))
 elif command == "stream":
 
     async def follow() -> list[str]:
