@@ -115,6 +115,10 @@ class NoteFirst:
             self.restore()  # a second one acts as before
         self._note(signal.Signals(signum))
 
+    def count_noted(self) -> None:
+        """Take a signal handled elsewhere as the one noted: the next one is obeyed."""
+        self._noted = True
+
     def _ours(self) -> bool:
         return any(signal.getsignal(number) is self._handler for number in self._kept)
 
