@@ -148,10 +148,9 @@ class Runtime:
                 "sync agent methods cannot be called from a tool or worker; "
                 "await the async variant instead"
             )
-        self._callers.note()
         future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
-            with draining_on_sigterm():
+            with self._callers.calling(), draining_on_sigterm():
                 return future.result()
         except KeyboardInterrupt:
             # the run itself carries on in Temporal; only this wait stops. Ctrl+C
@@ -185,11 +184,10 @@ class Runtime:
             running = None
         if running is self.loop:
             return await coro
-        self._callers.note()
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
             with_caller_context(coro), self.loop
         )
-        with draining_on_sigterm():
+        with self._callers.calling(), draining_on_sigterm():
             return await asyncio.wrap_future(future)
 
     # -- clients and workers (call on the background loop) -----------------------

@@ -319,6 +319,22 @@ async def test_a_thread_running_the_agent_finishes_after_the_main_thread_returns
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
 
 
+async def test_a_pool_thread_running_the_agent_finishes_its_call_and_the_script_exits(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`ThreadPoolExecutor().submit(agent.run, ...)`, the pool never shut down, mid-call as the
+    main thread returns: the exit waits for the call, not for the pool's thread, which idles
+    until the pool's own exit hook (after ours). Before, the script hung at exit for ever."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        finished = await asyncio.to_thread(script, env, "pool", run_id, timeout=60)
+    assert finished == {"status": "completed"}
+    outcome = await client.get_workflow_handle(run_id).result()
+    assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
 def catches(pid: int, signum: signal.Signals) -> bool:
     """Whether process `pid` has a handler on `signum` now (Linux: /proc's SigCgt mask)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -10,6 +10,7 @@ MODEL_BASE_URL, AGENT_STORE, AGENT_LEDGER). Prints one JSON line.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import multiprocessing
 import os
@@ -68,6 +69,22 @@ elif command == "thread":
         print(json.dumps({"status": slow.run(WEATHER, run_id=run_id).status}), flush=True)
 
     threading.Thread(target=work).start()
+    deadline = time.monotonic() + 30
+    while not ledger_lines(ledger) and time.monotonic() < deadline:
+        time.sleep(0.01)
+elif command == "pool":
+    # a thread pool, never shut down, runs the agent; the main thread returns
+    # while the pool thread's tool call is in flight
+    ledger = os.environ["AGENT_LEDGER"]
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+
+    def pooled() -> None:
+        print(json.dumps({"status": slow.run(WEATHER, run_id=run_id).status}), flush=True)
+
+    # kept, as an application keeps its pool (one collected ends its threads)
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+    pool.submit(pooled)
     deadline = time.monotonic() + 30
     while not ledger_lines(ledger) and time.monotonic() < deadline:
         time.sleep(0.01)
