@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
@@ -333,6 +334,22 @@ async def test_a_pool_thread_running_the_agent_finishes_its_call_and_the_script_
     outcome = await client.get_workflow_handle(run_id).result()
     assert outcome["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+async def test_an_agent_call_from_an_atexit_handler_is_refused_at_once(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`agent.run()` in an `atexit` handler: the thread pools refuse work by then, so the
+    call is refused, saying why, before a run starts; before, the embedded worker failed the
+    run's first workflow task over and over, and the script never exited."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        refused = await asyncio.to_thread(script, env, "atexit", run_id, timeout=60)
+    assert "while the interpreter exits" in refused["refused"], refused
+    assert "before the script ends" in refused["refused"], refused
+    with pytest.raises(RPCError):
+        await client.get_workflow_handle(run_id).describe()
 
 
 def catches(pid: int, signum: signal.Signals) -> bool:

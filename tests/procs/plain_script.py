@@ -10,6 +10,7 @@ MODEL_BASE_URL, AGENT_STORE, AGENT_LEDGER). Prints one JSON line.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import json
 import multiprocessing
@@ -88,6 +89,16 @@ elif command == "pool":
     deadline = time.monotonic() + 30
     while not ledger_lines(ledger) and time.monotonic() < deadline:
         time.sleep(0.01)
+elif command == "atexit":
+    # a cleanup handler that makes one more call as the script ends
+
+    def last_call() -> None:
+        try:
+            agent.run(WEATHER, run_id=run_id)
+        except RuntimeError as exc:
+            print(json.dumps({"refused": str(exc)}), flush=True)
+
+    atexit.register(last_call)
 elif command == "daemon":
     # a daemon thread runs the agent; the main thread returns while the thread's
     # tool call is in flight, and the thread is cut off at exit
