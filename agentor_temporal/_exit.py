@@ -12,11 +12,16 @@ meanwhile is `_sigterm`'s part.
 from __future__ import annotations
 
 import atexit
-import concurrent.futures.thread  # noqa: F401 - its exit hook must be registered before ours
+import concurrent.futures.thread  # its exit hook must be registered before ours
+import contextlib
+import queue
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+#: What a `ThreadPoolExecutor`'s worker threads run (their `Thread._target`).
+_pool_worker = getattr(concurrent.futures.thread, "_worker", None)
 
 #: How much longer than the workers' graceful shutdown the exit hook waits for
 #: them: the SDK's cancellation after it, which hands the task back.
@@ -84,7 +89,10 @@ class Callers:
     The interpreter waits for non-daemon threads, but only after the exit
     hook: draining first cut their calls off (a web framework's worker
     thread in `agent.run()` got a CancelledError, its run left to another
-    worker).
+    worker). A thread pool's worker (`ThreadPoolExecutor.submit(agent.run,
+    ...)`) is waited for only while it is in a call or its pool has work
+    queued: idle, it lives until the pool's own exit hook, which runs after
+    this one, and the wait for its end never ended (the script hung at exit).
     """
 
     #: How often the wait looks whether it was told to stop (by a signal's handler).
@@ -92,20 +100,45 @@ class Callers:
 
     def __init__(self) -> None:
         self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        #: calls under way, by thread (a thread's calls may nest: async ones on its loop)
+        self._calls: weakref.WeakKeyDictionary[threading.Thread, int] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
-    def note(self) -> None:
-        """Remember the current thread, unless it is a daemon (the process never waits for it)."""
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Note the current thread (unless a daemon: the process never waits for it) and
+        that it is in a call while the body runs."""
         current = threading.current_thread()
-        if not current.daemon:
+        if current.daemon:
+            yield
+            return
+        with self._lock:
+            self._threads.add(current)
+            self._calls[current] = self._calls.get(current, 0) + 1
+        try:
+            yield
+        finally:
             with self._lock:
-                self._threads.add(current)
+                self._calls[current] -= 1
+
+    def _busy(self, thread: threading.Thread) -> bool:
+        """Whether the exit hook waits for `thread` now: alive and, if a pool's, working."""
+        if not thread.is_alive() or thread is threading.current_thread():
+            return False
+        if getattr(thread, "_target", None) is not _pool_worker:
+            return True
+        # _worker(executor_reference, work_queue, initializer, initargs)
+        queued = any(
+            isinstance(arg, queue.SimpleQueue) and not arg.empty()
+            for arg in getattr(thread, "_args", ())
+        )
+        return queued or self._calls.get(thread, 0) > 0
 
     def waiting(self) -> bool:
-        """Whether another thread noted is still alive (`join` would wait for it)."""
+        """Whether another thread noted is still busy (`join` would wait for it)."""
         with self._lock:
-            return any(t.is_alive() and t is not threading.current_thread() for t in self._threads)
+            return any(self._busy(t) for t in self._threads)
 
     def stop_waiting(self) -> None:
         """End a `join` under way (callable from a signal handler)."""
@@ -114,11 +147,15 @@ class Callers:
     def join(self) -> None:
         """Wait for the other threads noted, until `stop_waiting` or a Ctrl+C; never the drain."""
         with self._lock:
-            others = [t for t in self._threads if t is not threading.current_thread()]
+            others = list(self._threads)
         try:
             for thread in others:
                 # in steps: a signal's handler ends the wait by `stop_waiting`
-                while thread.is_alive() and not self._stop.is_set():
+                while not self._stop.is_set():
+                    with self._lock:
+                        busy = self._busy(thread)
+                    if not busy:
+                        break
                     thread.join(self.POLL)
         except KeyboardInterrupt:
             pass

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import concurrent.futures.thread
 import contextlib
 import logging
 import os
@@ -107,6 +108,25 @@ class _EmbeddedWorker:
             await self.registry.close_clients()
 
 
+def refuse_at_exit(coro: Coroutine[Any, Any, Any]) -> None:
+    """Refuse an agent call made once the interpreter's thread pools refuse work.
+
+    That is during exit, after the exit hooks (an `atexit` handler's call, say):
+    the embedded worker's workflow tasks need a thread pool, so the run's
+    first task failed again and again, and the process waited for ever.
+
+    Raises:
+        RuntimeError: saying so, before anything starts.
+    """
+    if getattr(concurrent.futures.thread, "_shutdown", False):
+        coro.close()
+        raise RuntimeError(
+            "an agent call while the interpreter exits (from an atexit handler, say) "
+            "cannot run: its thread pools refuse new work, which this process's worker "
+            "needs; make the call before the script ends"
+        )
+
+
 class Runtime:
     """The process's background loop (use `Runtime.get()`)."""
 
@@ -148,10 +168,10 @@ class Runtime:
                 "sync agent methods cannot be called from a tool or worker; "
                 "await the async variant instead"
             )
-        self._callers.note()
+        refuse_at_exit(coro)
         future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
-            with draining_on_sigterm():
+            with self._callers.calling(), draining_on_sigterm():
                 return future.result()
         except KeyboardInterrupt:
             # the run itself carries on in Temporal; only this wait stops. Ctrl+C
@@ -185,11 +205,11 @@ class Runtime:
             running = None
         if running is self.loop:
             return await coro
-        self._callers.note()
+        refuse_at_exit(coro)
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
             with_caller_context(coro), self.loop
         )
-        with draining_on_sigterm():
+        with self._callers.calling(), draining_on_sigterm():
             return await asyncio.wrap_future(future)
 
     # -- clients and workers (call on the background loop) -----------------------

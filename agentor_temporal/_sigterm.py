@@ -19,7 +19,9 @@ nothing is installed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -42,6 +44,23 @@ def over_default(signum: signal.Signals, current: Handler) -> bool:
     """Whether `current` is Python's own handler for `signum` (what a script leaves alone)."""
     default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
     return current is default
+
+
+def asyncio_runs(current: Handler) -> bool:
+    """Whether `current` is `asyncio.run`'s own Ctrl+C handler (its Runner's: it cancels the
+    main task, and `asyncio.run` raises KeyboardInterrupt), Python's default for async code."""
+    runner = getattr(asyncio, "Runner", None)  # Python 3.11+; before, the default stays on
+    method = getattr(current, "func", None) if isinstance(current, functools.partial) else None
+    return (
+        runner is not None
+        and isinstance(getattr(method, "__self__", None), runner)
+        and getattr(method, "__name__", "") == "_on_sigint"
+    )
+
+
+def over_python(signum: signal.Signals, current: Handler) -> bool:
+    """`over_default`, or for SIGINT `asyncio.run`'s handler (a call awaited on its loop)."""
+    return over_default(signum, current) or (signum == signal.SIGINT and asyncio_runs(current))
 
 
 class NoteFirst:
@@ -95,6 +114,10 @@ class NoteFirst:
         if self._obey is None:
             self.restore()  # a second one acts as before
         self._note(signal.Signals(signum))
+
+    def count_noted(self) -> None:
+        """Take a signal handled elsewhere as the one noted: the next one is obeyed."""
+        self._noted = True
 
     def _ours(self) -> bool:
         return any(signal.getsignal(number) is self._handler for number in self._kept)
@@ -184,29 +207,48 @@ def _drain_then_end(signum: signal.Signals) -> None:
     and ends the process at once, a second Ctrl+C as well (its KeyboardInterrupt, raised here,
     left the worker's shutdown to the exit hook, which cut the calls off with the SDK's
     tracebacks).
+
+    Under `asyncio.run`, Ctrl+C then goes to asyncio's handler (back on by now), which
+    cancels the main task: `asyncio.run` raises KeyboardInterrupt, as it would have. Before,
+    asyncio's handler took it alone: a traceback, then a silent wait while the exit hook
+    finished the calls, and a second Ctrl+C only got the line saying a third abandons them.
+    During the drain a second Ctrl+C meets Python's default, to abandon them as in `run()`
+    (asyncio's handler would only cancel the main task again).
     """
     from agentor_temporal._runtime import Runtime
 
+    runner = signal.getsignal(signum) if signum == signal.SIGINT else None
+    if not asyncio_runs(runner):
+        runner = None
     runtime = Runtime._instance
     if runtime is not None and runtime.serving():
         note_line(signum, ", then stopping" if signum == signal.SIGINT else ", then exiting")
         try:
+            if runner is not None:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             runtime.stop_workers(exit_drain())
         except KeyboardInterrupt:
             end_by(signal.SIGINT)
+        finally:
+            if runner is not None and signal.getsignal(signum) is signal.default_int_handler:
+                signal.signal(signum, runner)
+    if callable(runner):
+        runner(signum, None)
+        return
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     end_by(signum)
 
 
 #: Following `asyncio.Runner`'s precedent for SIGINT: only while a facade
-#: call runs, only over the default; the CLI's handler is left alone too.
+#: call runs, only over Python's own (the default; for SIGINT also
+#: `asyncio.run`'s, which is asked after the drain); the CLI's handler is left alone too.
 #: SIGHUP (the terminal closed, an ssh session dropped) as SIGTERM: by its
 #: default, a script's tool was cut off mid-call and the next worker ran it
 #: again. Ctrl+C too: by its default, KeyboardInterrupt left the call the
 #: worker ran to the exit hook, which finished it silently after a traceback
 #: from the wait's locks. Each missing on a platform (SIGHUP on Windows) is skipped.
-_DRAINING = NoteFirst(("SIGINT", "SIGTERM", "SIGHUP"), _drain_then_end, over=over_default)
+_DRAINING = NoteFirst(("SIGINT", "SIGTERM", "SIGHUP"), _drain_then_end, over=over_python)
 
 
 def draining_on_sigterm() -> AbstractContextManager[None]:

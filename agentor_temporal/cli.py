@@ -130,7 +130,7 @@ def _ui_hint(agent: Agentor, run_id: str) -> None:
 
 
 def _interrupted(run_id: str, args: argparse.Namespace) -> str:
-    where = "its workers" if args.no_worker else "a worker (this one has stopped)"
+    where = "its workers" if args.no_worker else "a worker (this one stops)"
     return (
         f"interrupted: run {run_id} stays in Temporal and continues with {where}; "
         f"`agentor-temporal resume {run_id} --agent {args.agent}` returns it"
@@ -291,7 +291,12 @@ def _again(args: argparse.Namespace, run_id: str | None) -> str:
     )
 
 
+#: The signal that ended the command's wait (its KeyboardInterrupt), if one did.
+_ENDED_BY: list[signal.Signals] = []
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    _ENDED_BY.append(signal.Signals(signum))
     raise KeyboardInterrupt
 
 
@@ -320,11 +325,20 @@ INTERRUPTS = NoteFirst(
 
 
 def _drain() -> None:
-    """Stop the embedded worker, finishing its calls; a first interrupt meanwhile waits on."""
+    """Stop the embedded worker, finishing its calls; a first interrupt meanwhile waits on.
+
+    A command whose wait an interrupt ended (`run`, `resume`, `fork` mid-tool) has had its
+    first: its worker's calls finish, said in a line, and the next interrupt abandons them.
+    Before, that wait was silent, the next interrupt only got the line, and a third was
+    needed to abandon the calls.
+    """
     DECIDED.set()
     runtime = Runtime._instance
     if runtime is None:
         return
+    if _ENDED_BY and runtime.serving():
+        INTERRUPTS.count_noted()
+        _noted(_ENDED_BY[0])
     with contextlib.suppress(KeyboardInterrupt):  # abandoned, as asked twice
         runtime.close()
 

@@ -198,6 +198,36 @@ def test_run_prints_its_id_at_once_then_progress_then_the_answer(
     assert len(ledger_lines(ledger)) == 1
 
 
+def test_an_interrupted_run_says_its_worker_finishes_the_call_and_a_second_abandons_it(
+    temporal_address: str, agent_env: dict[str, str], ledger: str, tmp_path: Path
+) -> None:
+    """Ctrl+C to `run` mid-tool: it says it was interrupted, then in one line that its worker
+    finishes the call and that another interrupt abandons it; another does, at once (exit
+    130). Before, the first said "this one has stopped" and waited silently for the call, a
+    second only got that line, and it took a third to abandon the call."""
+    gate = tmp_path / "gate"
+    run = Running(
+        ["run", "--agent", AGENT, "--temporal", temporal_address, PROMPT],
+        {**agent_env, "AGENT_GATE": str(gate)},
+    )
+    try:
+        run.wait_for("stderr", "turn 1: calling get_weather(city='London')")
+        run.process.send_signal(signal.SIGINT)
+        noted = run.wait_for("stderr", "finishing the calls this command's worker runs")
+        assert "interrupt again to abandon them" in noted
+        # the tool is still held at its gate: the second interrupt abandons it
+        run.process.send_signal(signal.SIGINT)
+        assert run.finish(30) == 130
+    finally:
+        gate.touch()
+        run.kill()
+    assert ledger_lines(ledger) == []
+    stderr = run.lines["stderr"]
+    [interrupted] = [line for line in stderr if "interrupted: run" in line]
+    assert "has stopped" not in interrupted and stderr.index(interrupted) < stderr.index(noted)
+    assert not any("Traceback" in line for line in stderr), stderr
+
+
 def test_run_json_prints_the_run_result_and_resume_returns_it_without_work(
     temporal_address: str, agent_env: dict[str, str], model: ScriptedModelServer, ledger: str
 ) -> None:

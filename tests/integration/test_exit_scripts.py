@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
@@ -225,6 +226,54 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
         assert "Traceback" not in stderr, stderr
 
 
+@pytest.mark.parametrize("command", ["arun", "stream"])
+async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    command: str,
+) -> None:
+    """Ctrl+C to `asyncio.run(agent.arun(...))` or a streaming loop mid-tool: as for `run()`,
+    one line says the embedded worker finishes the call, it does, and then asyncio's own
+    handler has its way (the main task cancelled, KeyboardInterrupt out of `asyncio.run`,
+    exit status 130). Before, asyncio's handler took it alone: a traceback, then a silent wait
+    while the exit hook finished the call, and only the second Ctrl+C got the line, saying a
+    third would abandon the call."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **env_for(temporal_address, model, task_queue, tmp_path, ledger),
+            "AGENT_TOOL_SECONDS": "3",
+        }
+        run_id = uuid.uuid4().hex
+        running = subprocess.Popen(
+            [sys.executable, str(PROCS / "plain_script.py"), command, run_id],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            await until(lambda: ledger_lines(ledger), "the tool to start")
+            running.send_signal(signal.SIGINT)
+            _, stderr = await asyncio.to_thread(running.communicate, None, 60)
+        finally:
+            running.kill()
+        assert running.returncode == -signal.SIGINT, stderr
+        # the call finished and was recorded before asyncio's KeyboardInterrupt: the line
+        # comes first, and the traceback ends the output
+        [line] = [line for line in stderr.splitlines() if "SIGINT: finishing" in line]
+        assert "then stopping; press Ctrl+C again to abandon them" in line, stderr
+        assert stderr.index(line) < stderr.index("Traceback"), stderr
+        assert stderr.rstrip().endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
+        resumed = await asyncio.to_thread(script, env, "resume", run_id)
+    assert resumed["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
+    assert result.result == "The weather in Paris is sunny and 22C.", result.result
+
+
 async def test_sigterm_handler_is_installed_only_over_the_default_and_restored(
     client: Client, task_queue: str, ledger: str
 ) -> None:
@@ -269,6 +318,38 @@ async def test_a_thread_running_the_agent_finishes_after_the_main_thread_returns
     outcome = await client.get_workflow_handle(run_id).result()
     assert outcome["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+async def test_a_pool_thread_running_the_agent_finishes_its_call_and_the_script_exits(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`ThreadPoolExecutor().submit(agent.run, ...)`, the pool never shut down, mid-call as the
+    main thread returns: the exit waits for the call, not for the pool's thread, which idles
+    until the pool's own exit hook (after ours). Before, the script hung at exit for ever."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        finished = await asyncio.to_thread(script, env, "pool", run_id, timeout=60)
+    assert finished == {"status": "completed"}
+    outcome = await client.get_workflow_handle(run_id).result()
+    assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+async def test_an_agent_call_from_an_atexit_handler_is_refused_at_once(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`agent.run()` in an `atexit` handler: the thread pools refuse work by then, so the
+    call is refused, saying why, before a run starts; before, the embedded worker failed the
+    run's first workflow task over and over, and the script never exited."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        refused = await asyncio.to_thread(script, env, "atexit", run_id, timeout=60)
+    assert "while the interpreter exits" in refused["refused"], refused
+    assert "before the script ends" in refused["refused"], refused
+    with pytest.raises(RPCError):
+        await client.get_workflow_handle(run_id).describe()
 
 
 def catches(pid: int, signum: signal.Signals) -> bool:

@@ -10,6 +10,8 @@ MODEL_BASE_URL, AGENT_STORE, AGENT_LEDGER). Prints one JSON line.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import concurrent.futures
 import json
 import multiprocessing
 import os
@@ -42,6 +44,13 @@ elif command in ("approve", "deny"):
     print(json.dumps({"decided": decided["call_id"]}))
 elif command == "resume":
     print(json.dumps({"status": agent.resume(run_id).status}))
+elif command == "arun":
+    # async code on asyncio.run's loop, whose own Ctrl+C handler cancels the main task
+
+    async def answer() -> str:
+        return (await agent.arun(WEATHER, run_id=run_id)).status
+
+    print(json.dumps({"status": asyncio.run(answer())}))
 elif command == "stream":
 
     async def follow() -> list[str]:
@@ -64,6 +73,32 @@ elif command == "thread":
     deadline = time.monotonic() + 30
     while not ledger_lines(ledger) and time.monotonic() < deadline:
         time.sleep(0.01)
+elif command == "pool":
+    # a thread pool, never shut down, runs the agent; the main thread returns
+    # while the pool thread's tool call is in flight
+    ledger = os.environ["AGENT_LEDGER"]
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+
+    def pooled() -> None:
+        print(json.dumps({"status": slow.run(WEATHER, run_id=run_id).status}), flush=True)
+
+    # kept, as an application keeps its pool (one collected ends its threads)
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+    pool.submit(pooled)
+    deadline = time.monotonic() + 30
+    while not ledger_lines(ledger) and time.monotonic() < deadline:
+        time.sleep(0.01)
+elif command == "atexit":
+    # a cleanup handler that makes one more call as the script ends
+
+    def last_call() -> None:
+        try:
+            agent.run(WEATHER, run_id=run_id)
+        except RuntimeError as exc:
+            print(json.dumps({"refused": str(exc)}), flush=True)
+
+    atexit.register(last_call)
 elif command == "daemon":
     # a daemon thread runs the agent; the main thread returns while the thread's
     # tool call is in flight, and the thread is cut off at exit
