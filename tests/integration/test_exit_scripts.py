@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
@@ -351,19 +352,25 @@ async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
     assert outcome["status"] == "completed"
 
 
-async def test_a_forked_child_runs_the_agent_on_its_own_runtime(
+async def test_a_child_forked_after_the_parents_first_call_is_refused_clearly(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
-    """A child forked (multiprocessing, fork) from a process whose embedded worker is up runs
-    its own run and exits at once, instead of waiting forever on the parent's loop and
-    Temporal threads, which do not exist in it; the parent's worker carries on."""
+    """A child forked (multiprocessing, fork) once the parent's worker is up is refused with a
+    clear error at its first call, its run never started, and exits at once; the parent
+    carries on. Temporal's core is not fork-safe: such a child with a core of its own died
+    of SIGSEGV or "free(): invalid pointer" about 1 time in 7 under load (the parent's
+    parked core threads stay in the core's process-wide table, and glibc frees their
+    memory when the child's threads reuse their stacks)."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
         outcome = await asyncio.to_thread(script, env, "fork", run_id, timeout=60)
-    assert outcome == {"parent": ["completed", "completed"], "child": 0, "stuck": False}
+    # 3: refused with FORKED_AFTER_CORE (see child_run)
+    assert outcome == {"parent": ["completed", "completed"], "child": 3, "stuck": False}
     keys = [line.split()[1] for line in ledger_lines(ledger)]
-    assert sorted(k.split(":")[0] for k in keys) == sorted([run_id, f"{run_id}-c", f"{run_id}-p"])
+    assert sorted(k.split(":")[0] for k in keys) == sorted([run_id, f"{run_id}-p"])
+    with pytest.raises(RPCError):  # the refused child's run was never started
+        await client.get_workflow_handle(f"{run_id}-c").describe()
 
 
 @pytest.mark.parametrize(

@@ -25,8 +25,30 @@ WEATHER = "What is the weather in Paris?"
 
 
 def child_run(child_id: str) -> None:
-    """A forked child's own run (multiprocessing with the fork start method)."""
-    sys.exit(0 if agent.run(WEATHER, run_id=child_id).status == "completed" else 1)
+    """A forked child's own run (multiprocessing with the fork start method); exit status 3
+    if the library refused it as forked after the parent started Temporal's core."""
+    try:
+        status = agent.run(WEATHER, run_id=child_id).status
+    except RuntimeError as e:
+        sys.exit(3 if "not fork-safe" in str(e) else 2)
+    sys.exit(0 if status == "completed" else 1)
+
+
+def fork(child_id: str) -> multiprocessing.process.BaseProcess:
+    """Fork a child running `child_run`."""
+    child = multiprocessing.get_context("fork").Process(target=child_run, args=(child_id,))
+    child.start()
+    return child
+
+
+def ended(child: multiprocessing.process.BaseProcess) -> tuple[int | None, bool]:
+    """The child's exit code once it ends, and whether it was stuck (killed after 20 s)."""
+    child.join(20)
+    stuck = child.is_alive()
+    if stuck:
+        child.kill()
+        child.join()
+    return child.exitcode, stuck
 
 
 if command == "run":
@@ -79,16 +101,11 @@ elif command == "daemon":
         time.sleep(0.01)
     print(json.dumps({"started": bool(ledger_lines(ledger))}))
 elif command == "fork":
-    # the parent's runtime and embedded worker are up when it forks
+    # the parent's runtime and embedded worker are up when it forks: the child is refused
     first = agent.run(WEATHER, run_id=run_id).status
-    child = multiprocessing.get_context("fork").Process(target=child_run, args=(f"{run_id}-c",))
-    child.start()
-    child.join(20)
-    stuck = child.is_alive()
-    if stuck:
-        child.kill()
+    child, stuck = ended(fork(f"{run_id}-c"))
     after = agent.run(WEATHER, run_id=f"{run_id}-p").status
-    print(json.dumps({"parent": [first, after], "child": child.exitcode, "stuck": stuck}))
+    print(json.dumps({"parent": [first, after], "child": child, "stuck": stuck}))
 else:
     raise SystemExit(f"unknown command {command!r}")
 sys.stdout.flush()
