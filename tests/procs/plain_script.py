@@ -101,11 +101,14 @@ elif command == "daemon":
         time.sleep(0.01)
     print(json.dumps({"started": bool(ledger_lines(ledger))}))
 elif command == "fork":
-    # the parent's runtime and embedded worker are up when it forks: the child is refused
+    # a child forked before the parent's first call runs its own run; one forked
+    # once the parent's runtime and embedded worker are up is refused
+    early, early_stuck = ended(fork(f"{run_id}-e"))
     first = agent.run(WEATHER, run_id=run_id).status
-    child, stuck = ended(fork(f"{run_id}-c"))
+    late, late_stuck = ended(fork(f"{run_id}-c"))
     after = agent.run(WEATHER, run_id=f"{run_id}-p").status
-    print(json.dumps({"parent": [first, after], "child": child, "stuck": stuck}))
+    outcome = {"parent": [first, after], "children": [early, late]}
+    print(json.dumps({**outcome, "stuck": early_stuck or late_stuck}))
 else:
     raise SystemExit(f"unknown command {command!r}")
 sys.stdout.flush()
