@@ -6,9 +6,9 @@ fresh `asyncio.run()` and so breaks on the second call ("Event loop is
 closed"). Here every call, sync or async, runs on one background loop in a
 daemon thread: sync methods submit to it and block, async methods await it
 from whatever loop they are on. At exit the loop waits for the non-daemon
-threads still calling in, then drains its workers; a forked child starts a
-loop (and a Temporal core runtime) of its own instead of waiting on the
-parent's, whose threads it does not have.
+threads still calling in, then drains its workers. A child forked before the
+parent's first call starts a loop of its own; one forked after it is refused
+(`FORKED_AFTER_CORE`): Temporal's core is not fork-safe.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class Runtime:
         with cls._guard:
             if cls._instance is None:
                 if _core_stale:
-                    _fresh_core_runtime()
+                    raise RuntimeError(FORKED_AFTER_CORE)
                 cls._instance = Runtime()
             return cls._instance
 
@@ -387,12 +387,35 @@ class Runtime:
 #: on a loop nothing runs. Kept here, never collected: dropping the core's
 #: objects joins threads the child does not have.
 _INHERITED: list[object] = []
-#: Whether the Temporal core runtime is the parent's, its threads gone.
+#: Whether this process was forked after its parent started a Temporal core.
 _core_stale = False
+
+#: Why a child forked after its parent's first agent call cannot make one.
+#: The core (Rust) keeps a process-wide table of its parked threads
+#: (`parking_lot`); the parent's were parked at the fork, and glibc frees
+#: their thread-local memory when the child's new threads reuse their
+#: stacks, so a child with a core of its own crashed at random (SIGSEGV,
+#: "free(): invalid pointer", or a lost wake-up: 5 children in 60 with
+#: temporalio alone). No state of ours can mend that table.
+FORKED_AFTER_CORE = (
+    "agentor_temporal cannot run agents in a process forked (os.fork(), or multiprocessing "
+    "with the 'fork' start method) after its parent started Temporal's core: the core is not "
+    "fork-safe, and a child using it crashes at random. Start the child with "
+    "multiprocessing.get_context('spawn') (or 'forkserver'), or fork before the parent's "
+    "first agent call or Temporal connection."
+)
+
+
+def _parent_core_started() -> bool:
+    """Whether this process has a Temporal core runtime (and so its threads), as far as known."""
+    core = sys.modules.get("temporalio.runtime")
+    ref = getattr(core, "_runtime_ref", None)
+    return getattr(ref, "_default_runtime", None) is not None
 
 
 def _after_fork_in_child() -> None:
-    """Forget the parent's runtime in a forked child; the first call there starts its own."""
+    """Forget the parent's runtime in a forked child; the first call there is refused
+    (`FORKED_AFTER_CORE`) if the parent had started Temporal's core."""
     global _core_stale
     Runtime._guard = threading.Lock()  # another thread may have held it at the fork
     runtime = Runtime._instance
@@ -400,22 +423,8 @@ def _after_fork_in_child() -> None:
     if runtime is not None:
         runtime._closed = True  # its exit hook: nothing of it runs here
         _INHERITED.append(runtime)
+    if runtime is not None or _parent_core_started():
         _core_stale = True
-
-
-def _fresh_core_runtime() -> None:
-    """Give a forked child a Temporal core runtime of its own (its clients connect on it)."""
-    global _core_stale
-    from temporalio.runtime import Runtime as CoreRuntime
-    from temporalio.runtime import TelemetryConfig
-
-    from agentor_temporal.telemetry import core_logging
-
-    _core_stale = False
-    _INHERITED.append(CoreRuntime.default())
-    CoreRuntime.set_default(
-        CoreRuntime(telemetry=TelemetryConfig(logging=core_logging())), error_if_already_set=False
-    )
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork

@@ -432,19 +432,26 @@ async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
     assert outcome["status"] == "completed"
 
 
-async def test_a_forked_child_runs_the_agent_on_its_own_runtime(
+async def test_a_forked_child_runs_only_if_forked_before_the_parents_first_call(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
-    """A child forked (multiprocessing, fork) from a process whose embedded worker is up runs
-    its own run and exits at once, instead of waiting forever on the parent's loop and
-    Temporal threads, which do not exist in it; the parent's worker carries on."""
+    """A child forked (multiprocessing, fork) before the parent's first call runs its own run
+    and exits. One forked once the parent's worker is up is refused with a clear error at
+    its first call, its run never started, and exits at once; the parent carries on.
+    Temporal's core is not fork-safe: such a child with a core of its own died of SIGSEGV
+    or "free(): invalid pointer" about 1 time in 7 under load (the parent's parked core
+    threads stay in the core's process-wide table, and glibc frees their memory when the
+    child's threads reuse their stacks)."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
         outcome = await asyncio.to_thread(script, env, "fork", run_id, timeout=60)
-    assert outcome == {"parent": ["completed", "completed"], "child": 0, "stuck": False}
+    # 3: refused with FORKED_AFTER_CORE (see child_run)
+    assert outcome == {"parent": ["completed", "completed"], "children": [0, 3], "stuck": False}
     keys = [line.split()[1] for line in ledger_lines(ledger)]
-    assert sorted(k.split(":")[0] for k in keys) == sorted([run_id, f"{run_id}-c", f"{run_id}-p"])
+    assert sorted(k.split(":")[0] for k in keys) == sorted([run_id, f"{run_id}-e", f"{run_id}-p"])
+    with pytest.raises(RPCError):  # the refused child's run was never started
+        await client.get_workflow_handle(f"{run_id}-c").describe()
 
 
 @pytest.mark.parametrize(

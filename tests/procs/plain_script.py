@@ -27,8 +27,30 @@ WEATHER = "What is the weather in Paris?"
 
 
 def child_run(child_id: str) -> None:
-    """A forked child's own run (multiprocessing with the fork start method)."""
-    sys.exit(0 if agent.run(WEATHER, run_id=child_id).status == "completed" else 1)
+    """A forked child's own run (multiprocessing with the fork start method); exit status 3
+    if the library refused it as forked after the parent started Temporal's core."""
+    try:
+        status = agent.run(WEATHER, run_id=child_id).status
+    except RuntimeError as e:
+        sys.exit(3 if "not fork-safe" in str(e) else 2)
+    sys.exit(0 if status == "completed" else 1)
+
+
+def fork(child_id: str) -> multiprocessing.process.BaseProcess:
+    """Fork a child running `child_run`."""
+    child = multiprocessing.get_context("fork").Process(target=child_run, args=(child_id,))
+    child.start()
+    return child
+
+
+def ended(child: multiprocessing.process.BaseProcess) -> tuple[int | None, bool]:
+    """The child's exit code once it ends, and whether it was stuck (killed after 20 s)."""
+    child.join(20)
+    stuck = child.is_alive()
+    if stuck:
+        child.kill()
+        child.join()
+    return child.exitcode, stuck
 
 
 if command == "run":
@@ -114,16 +136,14 @@ elif command == "daemon":
         time.sleep(0.01)
     print(json.dumps({"started": bool(ledger_lines(ledger))}))
 elif command == "fork":
-    # the parent's runtime and embedded worker are up when it forks
+    # a child forked before the parent's first call runs its own run; one forked
+    # once the parent's runtime and embedded worker are up is refused
+    early, early_stuck = ended(fork(f"{run_id}-e"))
     first = agent.run(WEATHER, run_id=run_id).status
-    child = multiprocessing.get_context("fork").Process(target=child_run, args=(f"{run_id}-c",))
-    child.start()
-    child.join(20)
-    stuck = child.is_alive()
-    if stuck:
-        child.kill()
+    late, late_stuck = ended(fork(f"{run_id}-c"))
     after = agent.run(WEATHER, run_id=f"{run_id}-p").status
-    print(json.dumps({"parent": [first, after], "child": child.exitcode, "stuck": stuck}))
+    outcome = {"parent": [first, after], "children": [early, late]}
+    print(json.dumps({**outcome, "stuck": early_stuck or late_stuck}))
 else:
     raise SystemExit(f"unknown command {command!r}")
 sys.stdout.flush()
