@@ -356,7 +356,12 @@ class DevServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> DevServerProcess:
-        """Start (or restart) the server and wait until its port answers."""
+        """Start (or restart) the server and wait until its frontend reports SERVING.
+
+        An open port is not yet a server that answers: for a moment after, its
+        frontend refuses clients ("Frontend is not healthy yet"), which failed a
+        test connecting at once on a loaded machine.
+        """
         command = [
             temporal_binary(),
             "server",
@@ -383,13 +388,26 @@ class DevServerProcess:
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
         deadline = time.monotonic() + timeout
-        while not port_open(self.port):
+        while not (port_open(self.port) and self.serving()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 tail = Path(self.log).read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"the dev server did not come up on {self.address}:\n{tail}")
             time.sleep(0.05)
         return self
+
+    def serving(self) -> bool:
+        """Whether the server's frontend reports itself healthy (SERVING)."""
+        try:
+            done = subprocess.run(
+                [temporal_binary(), "operator", "cluster", "health", "--address", self.address],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
+        except subprocess.TimeoutExpired:
+            return False
+        return done.returncode == 0 and done.stdout.split()[-1:] == ["SERVING"]
 
     def kill(self) -> None:
         """SIGKILL the server (a crash: no shutdown, no flush beyond what the OS has)."""

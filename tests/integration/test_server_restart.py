@@ -393,13 +393,7 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
                     "AGENT_GATE": str(tmp_path / "gate"),
                 },
             )
-            async with asyncio.timeout(30):  # the server's frontend may not be healthy yet
-                while True:
-                    try:
-                        store = TemporalStore(await Client.connect(server.address))
-                        break
-                    except RuntimeError:
-                        await asyncio.sleep(0.1)
+            store = TemporalStore(await Client.connect(server.address))
             async with asyncio.timeout(60):
                 while "tool_call" not in [e.type for e in await store.aload(commanded)]:
                     await asyncio.sleep(0.1)
