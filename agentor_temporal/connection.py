@@ -234,6 +234,13 @@ async def connect(
         _redact.remember(secret)
     if runtime is not None:
         config["runtime"] = runtime
+    else:
+        # the core's own log lines (a poll "retried 6 times" each second of an
+        # outage) through Python logging, as the CLI has them: left to itself the
+        # core prints them to the script's stdout, in the middle of its output
+        from agentor_temporal.telemetry import route_core_logs
+
+        route_core_logs()
     if interceptors:
         config["interceptors"] = list(interceptors)
     config["data_converter"] = encrypted_data_converter(keys)
