@@ -356,7 +356,9 @@ async def _wait_paused(
     A run already paused answers a query, which leaves no trace in its
     history; only a run still working is sent the `wait_paused` update. A run
     that refuses it (Temporal caps an execution's updates) is asked by query
-    again each second, until it pauses or the caller sees it end.
+    again each second, until it pauses or the caller sees it end. A `partial`
+    answer (many callers answered in one workflow task share its size) is
+    read whole by query; a run no longer paused by then is waited for again.
     """
     while True:
         now = await _paused_now(handle) if ask_first else None
@@ -374,6 +376,8 @@ async def _wait_paused(
             # default); the caller's wait for the run's end stops this one
             await asyncio.sleep(UPDATES_REFUSED_POLL)
             continue
+        if state.partial:
+            continue  # the query first, then the update again if it is not paused
         return state
 
 

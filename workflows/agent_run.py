@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import LocalSpec, Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import PollGuard, StreamWindow, guard_publish
+    from agentor_temporal.workflows.task_answers import TaskAnswers
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls, TurnCancelled
     from agentor_temporal.workflows.types import (
         AgentRunInput,
@@ -85,7 +86,9 @@ class AgentRunWorkflow(Continuing):
         value = decoded(raw)
         self._stream = WorkflowStream(stream_state(value))
         guard_publish()
-        PollGuard(self._stream).install()
+        #: the update answers of a workflow task share one budget (its completion's)
+        self._answers = TaskAnswers()
+        PollGuard(self._stream, self._answers).install()
         self._journal = Journal(
             self._stream.topic(policies.EVENTS_TOPIC), StreamWindow(self._stream)
         )
@@ -183,7 +186,11 @@ class AgentRunWorkflow(Continuing):
     async def wait_paused(self) -> PausedState:
         """Return once the run waits only for people (or has ended)."""
         await workflow.wait_condition(lambda: self._closing or self._paused())
-        return self.paused() or PausedState(self._status)  # "continued_as_new": ask the next
+        paused = self.paused()
+        if paused is None:
+            return PausedState(self._status)  # "continued_as_new": ask the next
+        # every caller waiting is answered in this one task: they share its budget
+        return self._answers.pause(paused)
 
     @workflow.query(name="paused")
     def paused(self) -> PausedState | None:

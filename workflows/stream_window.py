@@ -23,6 +23,7 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult, PublishIn
 from temporalio.exceptions import ApplicationError
 
 from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.task_answers import TaskAnswers
 
 
 class StreamWindow:
@@ -121,12 +122,16 @@ class PollGuard:
     new polls are refused, and their followers read history instead (as
     past Temporal's update cap). Neither changes a command: answers are not
     compared on replay, and validators do not run then.
+
+    Args:
+        stream: the run's stream.
+        answers: the task's budget, shared with the run's other update
+            answers (`task_answers`); its own when not given.
     """
 
-    def __init__(self, stream: WorkflowStream) -> None:
+    def __init__(self, stream: WorkflowStream, answers: TaskAnswers | None = None) -> None:
         self._stream = stream
-        #: (history length of the workflow task, bytes answered in it)
-        self._task: tuple[int, int] = (-1, 0)
+        self._answers = answers if answers is not None else TaskAnswers()
         #: bytes of poll answers this execution has recorded
         self.answered = 0
 
@@ -152,18 +157,17 @@ class PollGuard:
         workflow.set_update_handler(policies.STREAM_POLL_UPDATE, guarded, validator=validator)
 
     def _fit(self, payload: PollInput, result: PollResult) -> PollResult:
-        task = workflow.info().get_current_history_length()
-        used = self._task[1] if self._task[0] == task else 0
+        used = self._answers.used()
         kept: list[Any] = []
         size = 0
         for item in result.items:
             item_size = len(item.data) + len(item.topic) + 32
             # the task's first answer keeps one item, however large (the stream caps it)
-            if used + size + item_size > policies.POLL_BYTES_PER_TASK and (kept or used):
+            if used + size + item_size > self._answers.budget and (kept or used):
                 break
             kept.append(item)
             size += item_size
-        self._task = (task, used + size)
+        self._answers.add(size)
         self.answered += size
         if len(kept) == len(result.items):
             return result

@@ -572,3 +572,6 @@ class PausedState:
     status: str
     #: pending approvals: {"call_id", "tool", "args", "turn"}
     pending: list[dict[str, Any]] = field(default_factory=list)
+    #: the answer left the calls' args out, or every call (`task_answers.TaskAnswers`):
+    #: the caller reads the pause whole by the `paused` query
+    partial: bool = False

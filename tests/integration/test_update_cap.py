@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowUpdateStage
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateStage
 from temporalio.contrib.workflow_streams import PollInput
 from temporalio.service import RetryConfig, RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -374,3 +374,72 @@ async def test_ten_followers_of_a_run_of_large_results_do_not_end_it(
         handle = client.get_workflow_handle(run_id, run_id=segment.execution_run_id)
         history = await handle.fetch_history()
         assert sum(e.ByteSize() for e in history.events) < 15_000_000
+
+
+async def test_ten_callers_waiting_for_a_wide_turns_pause_do_not_end_it(
+    client: Client, task_queue: str
+) -> None:
+    """Ten callers wait while the model asks for 500 calls a person must approve (half a
+    MB of arguments): the run pauses, and every caller gets the whole pause.
+
+    Every caller's `wait_paused` was answered in the one workflow task that
+    paused the run, each with every call's arguments: ten answers passed
+    gRPC's 4 MB, the task failed as GrpcMessageTooLarge and Temporal
+    terminated the run. Past the task's share the answers leave out what does
+    not fit, and their callers read the pause by query.
+    """
+    started, gate = asyncio.Event(), asyncio.Event()
+
+    @function_tool
+    async def prepare(account: str) -> str:
+        """Get an account ready.
+
+        Args:
+            account: Which account.
+        """
+        started.set()
+        await gate.wait()
+        return f"{account} is ready."
+
+    @function_tool(requires_approval=True)
+    def release(n: int, note: str) -> str:
+        """Release one item (a person approves each).
+
+        Args:
+            n: Which item.
+            note: Why.
+        """
+        return f"released {n}"
+
+    count = policies.MAX_CALLS_PER_REPLY
+    note = "n" * (policies.MAX_REPLY_BYTES // count - 150)
+    wide = [CallTool("release", {"n": n, "note": note}, id=f"call_{n}") for n in range(count)]
+    script = [[CallTool("prepare", {"account": "main"}, id="call_prep")], wide, Reply("Done.")]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(
+            model, client, task_queue, tools=[prepare, release], embedded_worker=False
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = f"wide-pause-{task_queue}"
+            first = asyncio.ensure_future(agent.arun("Prepare, then release all.", run_id=run_id))
+            # while the run works, as many callers wait for it as it takes updates at once
+            await asyncio.wait_for(started.wait(), 30)
+            callers = [asyncio.ensure_future(agent.aresume(run_id)) for _ in range(IN_FLIGHT - 1)]
+            handle = client.get_workflow_handle(run_id)
+            accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+            async with asyncio.timeout(30):
+                while (
+                    sum(e.event_type == accepted for e in (await handle.fetch_history()).events)
+                    < IN_FLIGHT
+                ):
+                    await asyncio.sleep(0.05)
+            gate.set()
+            async with asyncio.timeout(60):
+                results = await asyncio.gather(first, *callers)
+            description = await handle.describe()
+    assert description.status == WorkflowExecutionStatus.RUNNING
+    assert [r.status for r in results] == ["awaiting_approval"] * IN_FLIGHT
+    for result in results:
+        pending = sorted(result.pending_approvals, key=lambda p: int(p.call_id[5:]))
+        assert [p.call_id for p in pending] == [f"call_{n}" for n in range(count)]
+        assert all(p.args == {"n": n, "note": note} for n, p in enumerate(pending))
