@@ -30,8 +30,13 @@ from agentor_temporal.testing import ScriptedModelServer  # noqa: E402
 # Under `nohup` (or any parent ignoring SIGHUP) every process the tests start
 # would inherit the ignore, and the tests that send SIGHUP to a script or a
 # worker would see it do nothing: they test our handling, so it starts from
-# the default, as in a terminal.
+# the default, as in a terminal. The same for SIGINT, which a shell without
+# job control ignores in the commands it starts in the background (`cmd &`
+# in a script): a Python child then keeps ignoring it, never raising
+# KeyboardInterrupt. A handler (unlike an ignore) is not inherited by exec.
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SEARCH_ATTRIBUTE_ARGS = [
     arg

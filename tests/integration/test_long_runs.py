@@ -177,6 +177,8 @@ def _local_requests(history: WorkflowHistory) -> list[dict[str, Any]]:
     for event in history.events:
         details = event.marker_recorded_event_attributes.details
         if "data" in details and b'"generate"' in details["data"].payloads[0].data:
+            if not details["result"].payloads:
+                continue  # a request that failed (timed out on a loaded machine): no answer
             found.append(json.loads(details["result"].payloads[0].data)["request"])
     return found
 
