@@ -30,8 +30,9 @@ logger = logging.getLogger("agentor_temporal")
 #: retries a failed task at once, then about every 10 s: a task failing once
 #: under load is not worth a warning).
 STUCK_ATTEMPTS = 3
-#: How often the waiting caller looks at the run's pending workflow task.
-STUCK_POLL = 5.0
+#: How often the waiting caller looks at the run's pending workflow task: one
+#: describe per waiting caller, so a thousand callers cost the server 100 a second.
+STUCK_POLL = 10.0
 #: History events read back from the end looking for the task's failure.
 FAILURE_LOOKBACK = 200
 
