@@ -25,6 +25,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from agentor_temporal._closed import closed
+from agentor_temporal._stuck import watching_stuck
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.activities._redact import secrets as known_secrets
 from agentor_temporal.store import (
@@ -272,6 +273,17 @@ async def await_result(
             pause returns a result with status `awaiting_approval`).
         events_of: the run's whole log, given its segments.
     """
+    async with watching_stuck(client, run_id):
+        return await _await_result(client, run_id, pauses=pauses, events_of=events_of)
+
+
+async def _await_result(
+    client: Client,
+    run_id: str,
+    *,
+    pauses: bool,
+    events_of: Callable[[list[Segment]], Awaitable[list[Event]]],
+) -> RunResult:
     handle = client.get_workflow_handle(run_id)
     outcome: dict[str, Any] | None = None
     failure: str | None = None

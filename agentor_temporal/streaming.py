@@ -41,6 +41,7 @@ from agentor_temporal._gone import not_found, run_gone
 from agentor_temporal._outage import riding_outages, unreachable, until_reachable
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import draining_on_sigterm
+from agentor_temporal._stuck import watching_stuck
 from agentor_temporal.store import Event, Store, pending_approvals
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
@@ -110,6 +111,25 @@ async def follow_timed(
     mirror: Store | None = None,
 ) -> AsyncIterator[tuple[Event, float | None]]:
     """`follow`, with the workflow time each live event was recorded (for benchmarks)."""
+    # a run whose workflow task fails on every try is named in a warning, not waited on mutely
+    async with watching_stuck(client, run_id):
+        follower = _follow_timed(
+            client, run_id, after=after, text=text, history_events=history_events, mirror=mirror
+        )
+        async with contextlib.aclosing(follower) as items:
+            async for item in items:
+                yield item
+
+
+async def _follow_timed(
+    client: Client,
+    run_id: str,
+    *,
+    after: int,
+    text: bool,
+    history_events: Callable[[list[Segment]], Awaitable[list[Event]]],
+    mirror: Store | None,
+) -> AsyncGenerator[tuple[Event, float | None], None]:
     store = TemporalStore(client)
     what = f"following run {run_id!r}"
     # a follower picks the run up again from the events it has, not by `resume`

@@ -42,7 +42,9 @@ from temporalio.workflow import ParentClosePolicy
 
 from agentor_temporal.store.base import validate_run_id
 from agentor_temporal.workflows.formatting import failure_message, preview_input
+from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import (
+    MAX_REQUEST_BYTES,
     WORKFLOW_TASK_TIMEOUT,
     WORKFLOW_TYPE,
     validate_task_queue,
@@ -50,6 +52,9 @@ from agentor_temporal.workflows.policies import (
 from agentor_temporal.workflows.types import AgentRunInput, RunOutcome, parse_run_input
 
 __all__ = ["ParentClosePolicy", "RunOutcome", "run_agent"]
+
+#: The patch under which `run_agent` refuses an input too large to start a child with.
+PATCH_INPUT_SIZE = "agentor-run-agent-input-size"
 
 
 async def run_agent(
@@ -87,12 +92,22 @@ async def run_agent(
         comes back as status "failed" with the reason in `error`.
 
     Raises:
-        ValueError: for an invalid run id, input, max_turns, task_queue or
-            execution_timeout (before anything starts).
+        ValueError: for an invalid run id, input (or one over 1.5 MB encoded),
+            max_turns, task_queue or execution_timeout (before anything starts).
         asyncio.CancelledError: when the calling workflow is cancelled.
     """
     child_id = validate_run_id(run_id) if run_id is not None else workflow.uuid4().hex
     inp = parse_run_input(AgentRunInput(agent=agent, input=input, max_turns=max_turns).to_dict())
+    size = encoded_size(inp.input)
+    # over Temporal's 2 MB the child's start is refused in every task of this workflow, for
+    # ever; the patch leaves a parent that started such a child (a compressing codec) as it was
+    if size > MAX_REQUEST_BYTES and workflow.patched(PATCH_INPUT_SIZE):
+        raise ValueError(
+            f"The agent's input is too large: {size / 1e6:.2f} MB as Temporal encodes it, over "
+            f"the {MAX_REQUEST_BYTES / 1e6:.1f} MB limit of one request (Temporal accepts at "
+            "most 2 MB in one payload). Send less, or pass a reference (a file name, a URL) "
+            "and let a tool read it."
+        )
     if task_queue is not None:
         # the server refuses a child's start on some names in every task of this
         # workflow; on others (blank) the child waits for ever for a worker

@@ -21,6 +21,19 @@ from agentor_temporal.workflows.types import AgentRunInput, parse_run_input
 
 #: What `run` receives when a client starts the workflow with no argument.
 NO_INPUT = RawValue(Payload())
+#: An encrypted payload's encoding and key metadata (`agentor_temporal.codec`'s, which
+#: workflow code does not import): a worker with no codec sees the payload so.
+ENCRYPTED = b"binary/encrypted"
+KEY_ID_METADATA = "encryption-key-id"
+
+
+class EncryptedInput(RuntimeError):
+    """The input is encrypted and this worker has no codec to read it.
+
+    Not an `ApplicationError`: it fails the workflow *task*, which Temporal
+    retries, so a worker with the run's key (or this one, given it) runs the
+    run; failing the run would lose it to one worker's misconfiguration.
+    """
 
 
 def decoded(raw: RawValue) -> Any:
@@ -40,6 +53,14 @@ def validated_input(raw: RawValue) -> AgentRunInput:
         ApplicationError: non-retryable, `InvalidInput` naming the problem (the
             JSON problem last, when decoding failed), or `InvalidRunId`.
     """
+    if raw is not NO_INPUT and raw.payload.metadata.get("encoding") == ENCRYPTED:
+        key_id = raw.payload.metadata.get(KEY_ID_METADATA, b"?").decode(errors="replace")
+        raise EncryptedInput(
+            f"This run's input is encrypted with key {key_id!r}, and this worker has no "
+            "encryption codec: build it with the keys (AGENTOR_ENCRYPTION_KEYS, "
+            "--encryption-keys-file, or a client from agentor_temporal.connect(..., "
+            "encryption_keys=...))"
+        )
     try:
         value = None if raw is NO_INPUT else workflow.payload_converter().from_payload(raw.payload)
         inp = parse_run_input(value)

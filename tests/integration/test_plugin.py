@@ -143,6 +143,12 @@ ODD_STARTS: dict[str, tuple[dict[str, Any], str, str]] = {
     "number-limit": ({"execution_timeout": 30}, "execution_timeout must be a", "got int 30"),
     "long-queue": ({"task_queue": "q" * 1001}, "task_queue must be text of at most", "qq..."),
     "number-queue": ({"task_queue": 5}, "task_queue must be text", "got 5"),
+    # over 2 MB: the server refused the child's start in every task of the parent
+    "huge-input": (
+        {"input": "x" * 2_500_000},
+        "The agent's input is too large: 2.50 MB",
+        "let a tool read it.",
+    ),
     # the server takes these, and the child waited for ever for a worker
     "blank-queue": ({"task_queue": "  "}, "task_queue '  ' is blank", "(default 'agentor')."),
     "spaced-queue": (
@@ -165,7 +171,8 @@ class OddStartWorkflow:
     @workflow.run
     async def run(self, case: str) -> str:
         try:
-            await run_agent("Support Agent", "Is A-1001 refundable?", **ODD_STARTS[case][0])
+            settings = {"input": "Is A-1001 refundable?", **ODD_STARTS[case][0]}
+            await run_agent("Support Agent", **settings)
         except ValueError as exc:
             return str(exc)
         return "started"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import urllib.error
 import urllib.request
@@ -25,13 +26,21 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal import FileStore, TemporalStore, _stuck
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.connection import connect
 from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.worker import build_worker
 
-from helpers import SEED_EVENT_TYPES, free_port, ledger_lines, scripted_agent, weather_agent
+from helpers import (
+    SEED_EVENT_TYPES,
+    free_port,
+    ledger_lines,
+    scripted_agent,
+    until,
+    weather_agent,
+)
 from integration.test_cli import AGENT, Running, cli, cli_all
 from private import (
     CITY,
@@ -411,3 +420,66 @@ def test_the_private_run_commands_explain_themselves() -> None:
         assert f"agentor-temporal {command}" in out.stdout or command == "worker"
         for needle in needles:
             assert needle in out.stdout, (command, needle)
+
+
+@pytest.mark.slow
+async def test_a_worker_without_the_key_leaves_the_run_and_the_caller_is_told(
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker that cannot read an encrypted run fails its workflow task, which Temporal
+    retries: the run waits for a worker with the key, and its caller (arun, stream) is told
+    once why nothing moves, in a warning naming the run and the missing key. A worker with
+    no codec at all failed the run for good as 'Invalid AgentRun input'; the caller of a
+    worker with a codec but no keys waited in silence."""
+    monkeypatch.setattr(_stuck, "STUCK_POLL", 0.2)
+    monkeypatch.setattr(_stuck, "STUCK_ATTEMPTS", 2)  # Temporal waits ~10 s before the third
+    caplog.set_level(logging.WARNING, logger="agentor_temporal")
+    keyed = await connect(client, encryption_keys=keys_of(KEYS["A"]))
+    agent = scripted_agent(model, keyed, task_queue, embedded_worker=False)
+
+    def warned(run_id: str) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "agentor_temporal" and f"Run {run_id} is not moving" in r.getMessage()
+        ]
+
+    # a worker with no codec at all (a plain Temporal client): the run waits
+    run_id = uuid.uuid4().hex
+    plain = await Client.connect(temporal_address)
+    no_codec = scripted_agent(model, plain, task_queue)
+    async with build_worker(plain, [no_codec], task_queue=task_queue):
+        waiting = asyncio.ensure_future(agent.arun(SECRET_PROMPT, run_id=run_id))
+        await until(lambda: warned(run_id) or waiting.done(), "a warning for the stuck run")
+        assert not waiting.done(), waiting.result()
+    message = warned(run_id)[0]
+    assert "encrypted with key 'A', and this worker has no encryption codec" in message
+    assert f"temporal workflow cancel --workflow-id {run_id}" in message
+
+    # a worker with the codec but no keys: a follower is told too
+    streamed: list[str] = []
+    stream_id = uuid.uuid4().hex
+
+    async def follow() -> None:
+        async for event in agent.stream_chat(SECRET_PROMPT, run_id=stream_id):
+            streamed.append(event.type)
+
+    keyless = await connect(temporal_address)
+    no_keys = scripted_agent(model, keyless, task_queue)
+    async with build_worker(keyless, [no_keys], task_queue=task_queue):
+        following = asyncio.ensure_future(follow())
+        await until(lambda: warned(stream_id), "a warning for the stuck stream")
+    assert "key 'A', and no encryption keys are configured here" in warned(stream_id)[0]
+
+    # a worker with the key takes both runs over and finishes them; one warning each
+    async with build_worker(keyed, [agent], task_queue=task_queue):
+        done = await asyncio.wait_for(waiting, 60)
+        await asyncio.wait_for(following, 60)
+    assert done.status == "completed" and done.final_output == SECRET_ANSWER
+    assert streamed[-1] == "run_end" and "tool_call" in streamed
+    assert len(warned(run_id)) == 1 and len(warned(stream_id)) == 1

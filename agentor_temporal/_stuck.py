@@ -1,0 +1,106 @@
+"""Telling a waiting caller that its run's workflow task fails on every try.
+
+A workflow task that fails (a worker without the run's encryption key, a
+non-determinism error after a code change, a worker of an older build) is
+retried by Temporal for as long as the run lives: the run neither moves nor
+ends, and a caller of `arun()`, `resume()` or `stream()` waited in silence.
+While it waits, the caller looks at the run's pending workflow task now and
+then (`DescribeWorkflowExecution`, no worker needed); once the task has
+failed `STUCK_ATTEMPTS` times in a row, it logs one warning naming the run
+and the task's failure (its first one, which history records) and goes on
+waiting: a worker that can run the task (given the key, the old build) still
+finishes the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.client import Client
+
+logger = logging.getLogger("agentor_temporal")
+
+#: Failed attempts of one workflow task before the caller is told (Temporal
+#: retries a failed task at once, then about every 10 s: a task failing once
+#: under load is not worth a warning).
+STUCK_ATTEMPTS = 3
+#: How often the waiting caller looks at the run's pending workflow task: one
+#: describe per waiting caller, so a thousand callers cost the server 100 a second.
+STUCK_POLL = 10.0
+#: History events read back from the end looking for the task's failure.
+FAILURE_LOOKBACK = 200
+
+
+async def stuck_reason(client: Client, run_id: str) -> str | None:
+    """Why the run's pending workflow task keeps failing, or None while it does not."""
+    described = await client.get_workflow_handle(run_id).describe()
+    raw = described.raw_description
+    if described.close_time is not None:
+        return None
+    attempt = raw.pending_workflow_task.attempt
+    if attempt < STUCK_ATTEMPTS:
+        return None
+    failure = await _last_task_failure(client, run_id, raw.workflow_execution_info.execution.run_id)
+    return f"its workflow task has failed {attempt - 1} times in a row: {failure.rstrip('.')}"
+
+
+async def _last_task_failure(client: Client, run_id: str, execution: str) -> str:
+    """The message of the latest failed workflow task in the execution's history."""
+    request = GetWorkflowExecutionHistoryReverseRequest(
+        namespace=client.namespace, maximum_page_size=FAILURE_LOOKBACK
+    )
+    request.execution.workflow_id = run_id
+    request.execution.run_id = execution
+    response = await client.workflow_service.get_workflow_execution_history_reverse(request)
+    for event in response.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            return await _message(client, event.workflow_task_failed_event_attributes.failure)
+    return "(its failure is not in the latest history events)"
+
+
+async def _message(client: Client, failure: Failure) -> str:
+    """A failure's message, decoded when its attributes are encoded (an encrypted app)."""
+    try:
+        error = await client.data_converter.decode_failure(failure)
+    except Exception:  # a codec that cannot read it: the raw message is all there is
+        return failure.message or "(no message)"
+    return str(error) or failure.message or "(no message)"
+
+
+async def warn_when_stuck(client: Client, run_id: str) -> None:
+    """Log one warning once the run's workflow task fails on every try; then return."""
+    while True:
+        await asyncio.sleep(STUCK_POLL)
+        try:
+            reason = await stuck_reason(client, run_id)
+        except Exception:  # an outage, a run gone: the caller's own wait says so
+            continue
+        if reason is not None:
+            logger.warning(
+                "Run %s is not moving: %s. Temporal retries the task for as long as the run "
+                "lives, so the run waits for a worker that can run it (one with the run's "
+                "encryption key, or of the build that started it): fix the worker, or end the "
+                "run (`temporal workflow cancel --workflow-id %s`).",
+                run_id,
+                reason,
+                run_id,
+            )
+            return
+
+
+@contextlib.asynccontextmanager
+async def watching_stuck(client: Client, run_id: str) -> AsyncIterator[None]:
+    """Run `warn_when_stuck` while the body waits for the run."""
+    watch = asyncio.ensure_future(warn_when_stuck(client, run_id))
+    try:
+        yield
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
