@@ -86,7 +86,8 @@ async def warn_when_stuck(client: Client, run_id: str) -> None:
                 "Run %s is not moving: %s. Temporal retries the task for as long as the run "
                 "lives, so the run waits for a worker that can run it (one with the run's "
                 "encryption key, or of the build that started it): fix the worker, or end the "
-                "run (`temporal workflow cancel --workflow-id %s`).",
+                "run (`temporal workflow terminate --workflow-id %s`; a cancel needs the same "
+                "task to run; `resume` goes on from what it recorded).",
                 run_id,
                 reason,
                 run_id,

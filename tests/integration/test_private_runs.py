@@ -459,7 +459,7 @@ async def test_a_worker_without_the_key_leaves_the_run_and_the_caller_is_told(
         assert not waiting.done(), waiting.result()
     message = warned(run_id)[0]
     assert "encrypted with key 'A', and this worker has no encryption codec" in message
-    assert f"temporal workflow cancel --workflow-id {run_id}" in message
+    assert f"temporal workflow terminate --workflow-id {run_id}" in message
 
     # a worker with the codec but no keys: a follower is told too
     streamed: list[str] = []
