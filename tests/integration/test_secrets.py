@@ -474,6 +474,65 @@ async def test_a_client_on_an_address_with_credentials_never_shows_them(
     assert f"***@{temporal_address}" in shown["store"], shown
 
 
+class _DownDatabaseStore:
+    """A store whose repr shows its URL; once its database is down, reads fail quoting it."""
+
+    dsn = f"postgresql://runs:{URL_PASSWORD}@127.0.0.1:5432/runs"
+    down = False
+
+    def __repr__(self) -> str:
+        return f"SQLStore({self.dsn!r})"
+
+    def append(self, run_id: str, event: Any) -> None:
+        raise ConnectionError(f"could not connect to {self.dsn} (token {API_KEY})")
+
+    def load(self, run_id: str) -> list[Any]:
+        if self.down:
+            raise ConnectionError(f"could not connect to {self.dsn} (token {API_KEY})")
+        return []
+
+    def list_runs(self) -> list[str]:
+        return []
+
+
+async def test_a_run_gone_or_missing_is_told_without_the_stores_or_addresss_credentials(
+    temporal_address: str, task_queue: str
+) -> None:
+    """The KeyError for a run Temporal lacks names the store (its repr) and, for a run the
+    server lost (`run_gone`: it came back empty), the Temporal address and why the store
+    could not be read: each masked.
+
+    Before: `Run ... is gone from Temporal at bob:<password>@host ... Its mirror in
+    SQLStore('postgresql://runs:<password>@...') could not be read (could not connect to
+    ... (token <key>))`, raised to the caller, printed by the CLI, answered by HTTP routes.
+    """
+    from agentor_temporal import connect
+    from agentor_temporal._gone import run_gone
+
+    client = await connect(f"bob:{TEMPORAL_PASSWORD}@{temporal_address}", start_dev=False)
+    store = _DownDatabaseStore()
+    agent = _agent(
+        base_url="http://127.0.0.1:9/v1",
+        task_queue=task_queue,
+        temporal=client,
+        store=store,
+        api_key=API_KEY,
+    )
+    with pytest.raises(KeyError) as missing:
+        await agent.aresume("no-such-run-4713")
+    with pytest.raises(KeyError) as unforked:
+        await agent.afork("no-such-run-4714")
+    # the message a waiter (run, resume, fork, a stream) gets once the server lost its run
+    store.down = True
+    gone = await run_gone(client, "lost-run-4715", store)
+    shown = {"missing": str(missing.value), "unforked": str(unforked.value), "gone": str(gone)}
+    assert not _found(shown, [URL_PASSWORD, API_KEY, TEMPORAL_PASSWORD]), shown
+    for name in ("missing", "unforked"):
+        assert "SQLStore('postgresql://***@127.0.0.1:5432/runs')" in shown[name], shown
+    assert f"is gone from Temporal at ***@{temporal_address}" in shown["gone"], shown
+    assert "could not be read (could not connect to postgresql://***@" in shown["gone"], shown
+
+
 def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], Any, str]:
     """The agent settings, the model's answer and the secret it echoes, for one case."""
     password, token = f"p@ss/w0rd!{case}", f"echo-TOKEN-{case}-5f4e3d"
