@@ -484,11 +484,11 @@ class _DownDatabaseStore:
         return f"SQLStore({self.dsn!r})"
 
     def append(self, run_id: str, event: Any) -> None:
-        raise ConnectionError(f"could not connect to {self.dsn} (token {API_KEY})")
-
-    def load(self, run_id: str) -> list[Any]:
         if self.down:
             raise ConnectionError(f"could not connect to {self.dsn} (token {API_KEY})")
+
+    def load(self, run_id: str) -> list[Any]:
+        self.append(run_id, None)
         return []
 
     def list_runs(self) -> list[str]:
@@ -857,3 +857,60 @@ async def test_a_base_urls_plain_query_values_are_data_and_its_keys_secrets(
         "logs": _log_text(warnings_log),
     }
     assert not _found(where, [FUNCTION_CODE])
+
+
+async def test_a_request_that_failed_never_shows_credentials_in_the_servers_log(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A route failing with an error that quotes the store's URL and the key (the fork route
+    asks the store whether the fork's id is taken; its database is down): the 500 answer and
+    every log line of the HTTP server mask both.
+
+    Before: our handler answered 500 and logged it redacted, then uvicorn logged the
+    request's traceback as it was (`Exception in ASGI application ... ConnectionError: could
+    not connect to postgresql://runs:<password>@... (token <key>)`).
+    """
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from agentor_temporal.serve import create_app
+
+    store = _DownDatabaseStore()
+    with ScriptedModelServer() as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=store,
+            api_key=API_KEY,
+        )
+        run_id = (await agent.arun(PROMPT)).run_id
+    store.down = True
+    agent.embedded_worker = False  # the route fails before any run would need one
+    port = free_port()
+    # uvicorn's own loggers, propagating to the test's capture (no log config of its own)
+    config = uvicorn.Config(create_app([agent]), port=port, log_config=None, log_level="info")
+    server = uvicorn.Server(config)
+    serving = threading.Thread(target=server.run, daemon=True)
+    caplog.set_level(logging.INFO)
+    serving.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert serving.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            await asyncio.sleep(0.02)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            failed = await http.post(f"/runs/{run_id}/fork", json={"input": "And in Paris?"})
+        assert failed.status_code == 500, failed.text
+        deadline = time.monotonic() + 10
+        while "Exception in ASGI application" not in _log_text(caplog):
+            assert time.monotonic() < deadline, "uvicorn never logged the failed request"
+            await asyncio.sleep(0.02)
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(serving.join, 10)
+    where = {"answer": failed.text, "logs": _log_text(caplog)}
+    assert not _found(where, [API_KEY, URL_PASSWORD]), where["logs"]
+    assert "could not connect to postgresql://***@127.0.0.1" in where["logs"]
