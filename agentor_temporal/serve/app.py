@@ -36,6 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentor_temporal._fork import ForkIdInUse, start_fork_run
 from agentor_temporal._runs import EXECUTION_RUN_ID_PATTERN, run_events, undelivered
 from agentor_temporal._runtime import Runtime
+from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import ConnectionFailed
 from agentor_temporal.serve import a2a, page
@@ -223,6 +224,9 @@ def create_app(agents: Sequence[Agentor], *, token: str | None = None) -> FastAP
     """
     served = Agents(agents)
     token = token or None
+    # a secret of this process, as the agents' keys are: masked in every log line
+    # (the access log's path, whatever query name it came under) and error
+    _redact.remember(token)
     app = FastAPI(
         title="agentor-temporal",
         lifespan=_lifespan(served),
