@@ -914,3 +914,47 @@ async def test_a_request_that_failed_never_shows_credentials_in_the_servers_log(
     where = {"answer": failed.text, "logs": _log_text(caplog)}
     assert not _found(where, [API_KEY, URL_PASSWORD]), where["logs"]
     assert "could not connect to postgresql://***@127.0.0.1" in where["logs"]
+
+
+DOWN_STORE_AGENT = f"""
+from agentor_temporal import Agentor
+
+DSN = "postgresql://runs:{URL_PASSWORD}@127.0.0.1:5432/runs"
+
+
+class SQLStore:
+    # a database store whose database is down: its errors quote its URL and the key
+    def __repr__(self):
+        return f"SQLStore({{DSN!r}})"
+
+    def append(self, run_id, event):
+        raise ConnectionError(f"could not connect to {{DSN}} (token {API_KEY})")
+
+    def load(self, run_id):
+        self.append(run_id, None)
+
+    def list_runs(self):
+        return []
+
+
+agent = Agentor(name="A", model="m", base_url="http://127.0.0.1:9/v1", api_key="{API_KEY}",
+                store=SQLStore())
+"""
+
+
+def test_the_cli_never_prints_a_stores_error_unmasked(
+    tmp_path: Path, temporal_address: str
+) -> None:
+    """A command failing on the agent's store (its database is down, its error quoting its URL
+    and the key): the CLI's one `error:` line masks both.
+
+    Before: `error: could not connect to postgresql://runs:<password>@... (token <key>)`.
+    """
+    (tmp_path / "down_agent.py").write_text(DOWN_STORE_AGENT)
+    out = _cli(
+        tmp_path, temporal_address, "resume", "no-such-run-4716", "--agent", "down_agent:agent"
+    )
+    shown = out.stdout + out.stderr
+    assert out.returncode == 1, shown
+    assert not _found({"output": shown}, [API_KEY, URL_PASSWORD]), shown
+    assert "error: could not connect to postgresql://***@127.0.0.1:5432/runs" in shown, shown
