@@ -479,13 +479,14 @@ class _DownDatabaseStore:
 
     dsn = f"postgresql://runs:{URL_PASSWORD}@127.0.0.1:5432/runs"
     down = False
+    error: type[Exception] = ConnectionError
 
     def __repr__(self) -> str:
         return f"SQLStore({self.dsn!r})"
 
     def append(self, run_id: str, event: Any) -> None:
         if self.down:
-            raise ConnectionError(f"could not connect to {self.dsn} (token {API_KEY})")
+            raise self.error(f"could not connect to {self.dsn} (token {API_KEY})")
 
     def load(self, run_id: str) -> list[Any]:
         self.append(run_id, None)
@@ -901,9 +902,15 @@ async def test_a_request_that_failed_never_shows_credentials_in_the_servers_log(
         while not server.started:
             assert serving.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
             await asyncio.sleep(0.02)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            failed = await http.post(f"/runs/{run_id}/fork", json={"input": "And in Paris?"})
+        fork = (f"http://127.0.0.1:{port}/runs/{run_id}/fork", {"input": "And in Paris?"})
+        async with httpx.AsyncClient(timeout=30) as http:
+            failed = await http.post(fork[0], json=fork[1])
+        # a driver raising ValueError: the route answers 400 with the error's text
+        store.error = ValueError
+        async with httpx.AsyncClient(timeout=30) as http:  # the failure closed the last one
+            refused = await http.post(fork[0], json=fork[1])
         assert failed.status_code == 500, failed.text
+        assert refused.status_code == 400, refused.text
         deadline = time.monotonic() + 10
         while "Exception in ASGI application" not in _log_text(caplog):
             assert time.monotonic() < deadline, "uvicorn never logged the failed request"
@@ -911,9 +918,10 @@ async def test_a_request_that_failed_never_shows_credentials_in_the_servers_log(
     finally:
         server.should_exit = True
         await asyncio.to_thread(serving.join, 10)
-    where = {"answer": failed.text, "logs": _log_text(caplog)}
+    where = {"answer": failed.text, "refused": refused.text, "logs": _log_text(caplog)}
     assert not _found(where, [API_KEY, URL_PASSWORD]), where["logs"]
     assert "could not connect to postgresql://***@127.0.0.1" in where["logs"]
+    assert "could not connect to postgresql://***@127.0.0.1" in where["refused"]
 
 
 DOWN_STORE_AGENT = f"""
