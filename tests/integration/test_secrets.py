@@ -864,12 +864,13 @@ async def test_a_request_that_failed_never_shows_credentials_in_the_servers_log(
     client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A route failing with an error that quotes the store's URL and the key (the fork route
-    asks the store whether the fork's id is taken; its database is down): the 500 answer and
-    every log line of the HTTP server mask both.
+    asks the store whether the fork's id is taken; its database is down): the 500 answer,
+    the 400 answer quoting a ValueError, and every log line of the HTTP server mask both.
 
     Before: our handler answered 500 and logged it redacted, then uvicorn logged the
     request's traceback as it was (`Exception in ASGI application ... ConnectionError: could
-    not connect to postgresql://runs:<password>@... (token <key>)`).
+    not connect to postgresql://runs:<password>@... (token <key>)`); a 400 answer quoted the
+    error as it was.
     """
     import threading
 
