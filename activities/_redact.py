@@ -115,6 +115,13 @@ LOGGERS = (
     "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
     "opentelemetry.sdk._shared_internal",
     "opentelemetry.sdk.trace.export",
+    # the HTTP server's (`serve`): uvicorn logs the traceback of every request
+    # that failed (after our handler answered 500 and logged it redacted), and
+    # of a stream that failed mid-way, with the exception's message as it is
+    "uvicorn",
+    "uvicorn.error",
+    "uvicorn.asgi",
+    "fastapi",
 )
 
 

@@ -34,7 +34,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
-from agentor_temporal._gone import not_found, run_gone
+from agentor_temporal._gone import not_found, run_gone, shown_store
 from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
 from agentor_temporal._live import serve_until_done
 from agentor_temporal._outage import riding_outages
@@ -219,7 +219,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         if missing:
             raise ValueError(
                 f"Run {run_id!r}'s first {missing} events are neither in Temporal nor in "
-                f"{store!r}; it cannot be forked"
+                f"{shown_store(store)}; it cannot be forked"
             )
         execution = segments[-1].execution_run_id
         in_temporal_from = segments[0].event_offset
@@ -235,7 +235,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
     if not events:
         from agentor_temporal.connection import describe_target
 
-        where = f" or in {store!r}" if store is not None else ""
+        where = f" or in {shown_store(store)}" if store is not None else ""
         raise KeyError(
             f"No persisted run with id {run_id!r} in Temporal at {describe_target(client)}{where}."
         )

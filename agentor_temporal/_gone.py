@@ -16,8 +16,10 @@ import logging
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal.activities import _redact
 from agentor_temporal.store import Store
 from agentor_temporal.store.base import in_thread
+from agentor_temporal.workflows.redaction import redact_address
 
 logger = logging.getLogger("agentor_temporal")
 
@@ -27,13 +29,24 @@ def not_found(exc: BaseException) -> bool:
     return isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND
 
 
+def shown_store(store: Store | None) -> str:
+    """A store as messages name it: its `repr`, URL credentials and known secrets masked.
+
+    A user's store may show its connection URL (`SQLStore('postgresql://u:pw@db/runs')`),
+    and the messages naming it reach the caller, the CLI's error line and HTTP answers.
+    """
+    return _redact.clean(repr(store))
+
+
 async def run_gone(client: Client, run_id: str, store: Store | None) -> KeyError:
     """The error for a run Temporal had and no longer has, saying whether its mirror has it.
 
     The `KeyError` the facade raises for a run Temporal does not know, with a
     message a person can act on: the run is not lost when `store` mirrors it.
     """
-    address = client.service_client.config.target_host
+    # the address may carry credentials (`user:pw@host:7233`), the store's
+    # repr and error its connection URL and the key it was given
+    address = redact_address(client.service_client.config.target_host)
     said = (
         f"Run {run_id!r} is gone from Temporal at {address}: the server no longer has it "
         "(it came back from an outage without its database, or was reset, or the run "
@@ -44,21 +57,22 @@ async def run_gone(client: Client, run_id: str, store: Store | None) -> KeyError
             said + "No store mirrors this agent's runs (`store=`), so it cannot be "
             "restored: start it again."
         )
+    where = shown_store(store)
     try:
         events = await in_thread(store.load, run_id)
     except Exception as exc:  # an explanation only: the run is gone either way
         logger.warning("Could not read run %s from the store %r: %s", run_id, store, exc)
         return KeyError(
-            said + f"Its mirror in {store!r} could not be read ({exc}); once it can, "
-            f"`resume({run_id!r})` continues the run from it."
+            said + f"Its mirror in {where} could not be read ({_redact.clean(str(exc))}); "
+            f"once it can, `resume({run_id!r})` continues the run from it."
         )
     if not events:
         return KeyError(
-            said + f"Its mirror in {store!r} has none of its events, so it cannot be "
+            said + f"Its mirror in {where} has none of its events, so it cannot be "
             "restored: start it again."
         )
     return KeyError(
-        said + f"Its mirror in {store!r} has its first {len(events)} events: "
+        said + f"Its mirror in {where} has its first {len(events)} events: "
         f"`resume({run_id!r})` (`agentor-temporal resume {run_id}` from a shell) continues "
         "the run from there (a call in flight when the server lost it may run again)."
     )

@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input, restart_input
+from agentor_temporal._gone import shown_store
 from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
@@ -106,7 +107,7 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
         if not events:
             from agentor_temporal.connection import describe_target
 
-            where = f" or in {agent.store!r}" if agent.store is not None else ""
+            where = f" or in {shown_store(agent.store)}" if agent.store is not None else ""
             raise KeyError(
                 f"No run with id {run_id!r} in Temporal at {describe_target(client)}{where}"
             )

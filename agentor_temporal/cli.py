@@ -256,7 +256,7 @@ def execute(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {said(exc)}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -269,13 +269,24 @@ def execute(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         outage = outage_of(exc)
         if outage is not None:  # said as this command's user re-attaches
-            print(f"error: {outage.told(_again(args, outage.run_id))}", file=sys.stderr)
+            print(f"error: {said(outage.told(_again(args, outage.run_id)))}", file=sys.stderr)
             return EXIT_FAILED
         code = _known_failure(exc)
         if code is None:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {said(exc)}", file=sys.stderr)
         return code
+
+
+def said(error: BaseException | str) -> str:
+    """An error's text as the CLI prints it: URL credentials and known secrets masked.
+
+    A command's error may quote anything it met: a store's own error quoting its
+    connection URL, the key the loaded agent holds.
+    """
+    from agentor_temporal.activities import _redact
+
+    return _redact.clean(str(error))
 
 
 def _again(args: argparse.Namespace, run_id: str | None) -> str:

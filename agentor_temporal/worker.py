@@ -25,7 +25,7 @@ from temporalio.worker import Worker
 
 from agentor_temporal import telemetry
 from agentor_temporal._memory import preload, tune_allocator
-from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.activities import AgentDefinition, AgentRegistry, _redact
 from agentor_temporal.codec import (
     EncryptionConfigError,
     EncryptionKeys,
@@ -395,7 +395,8 @@ def run(args: argparse.Namespace) -> int:
         ConnectionFailed,
         WorkerDied,
     ) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # a setting's error may quote what it met: an agent module's own exception
+        print(f"error: {_redact.clean(str(exc))}", file=sys.stderr)
         return 2 if isinstance(exc, (ConfigError, TelemetryError, EncryptionConfigError)) else 1
     finally:
         # the process leaves without atexit (see `launch`): spans still

@@ -17,6 +17,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
 from agentor_temporal.store import Event
 from agentor_temporal.streaming import RunFailedError
@@ -102,4 +103,5 @@ async def run_frames(agent: Agentor, run_id: str, after: int, text: bool) -> Asy
         async for position, event in positioned(agent, run_id, after, text):
             yield frame(event.to_dict(), id=position)
     except RunFailedError as exc:
-        yield frame({"error": str(exc)}, event="run_failed")
+        # its reason may quote anything (a termination's, typed by a person)
+        yield frame({"error": _redact.clean(str(exc))}, event="run_failed")

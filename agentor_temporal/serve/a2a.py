@@ -48,6 +48,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, positioned
 from agentor_temporal.serve._state import Agents, ApiError, RunView, snapshot
@@ -89,7 +90,10 @@ class RpcError(Exception):
 
 
 def _error(rpc_id: Any, error: Any) -> JSONResponse:
-    body = {"jsonrpc": "2.0", "id": rpc_id, "error": error.model_dump(exclude_none=True)}
+    shown = error.model_dump(exclude_none=True)
+    if isinstance(shown.get("message"), str):  # it may quote what the request met
+        shown["message"] = _redact.clean(shown["message"])
+    body = {"jsonrpc": "2.0", "id": rpc_id, "error": shown}
     return JSONResponse(body)
 
 

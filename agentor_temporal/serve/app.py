@@ -36,6 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentor_temporal._fork import ForkIdInUse, start_fork_run
 from agentor_temporal._runs import EXECUTION_RUN_ID_PATTERN, run_events, undelivered
 from agentor_temporal._runtime import Runtime
+from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import ConnectionFailed
 from agentor_temporal.serve import a2a, page
@@ -223,6 +224,9 @@ def create_app(agents: Sequence[Agentor], *, token: str | None = None) -> FastAP
     """
     served = Agents(agents)
     token = token or None
+    # a secret of this process, as the agents' keys are: masked in every log line
+    # (the access log's path, whatever query name it came under) and error
+    _redact.remember(token)
     app = FastAPI(
         title="agentor-temporal",
         lifespan=_lifespan(served),
@@ -261,30 +265,40 @@ def create_app(agents: Sequence[Agentor], *, token: str | None = None) -> FastAP
 
 
 def _errors(app: FastAPI) -> None:
+    # every answer's message is redacted (URL credentials, known secrets): it may
+    # quote what a route met, such as a store's error naming its URL, or the key
+
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
+        return JSONResponse(
+            {"error": _redact.clean(exc.message)}, status_code=exc.status, headers=exc.headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"error": _invalid(exc)}, status_code=400)
+        return JSONResponse({"error": _redact.clean(_invalid(exc))}, status_code=400)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+        return JSONResponse({"error": _redact.clean(str(exc.detail))}, status_code=exc.status_code)
 
     @app.exception_handler(ConnectionFailed)
     async def unreachable(request: Request, exc: ConnectionFailed) -> JSONResponse:
-        return JSONResponse({"error": f"Temporal is unreachable: {exc}"}, status_code=503)
+        return JSONResponse(
+            {"error": _redact.clean(f"Temporal is unreachable: {exc}")}, status_code=503
+        )
 
     @app.exception_handler(RPCError)
     async def rpc_error(request: Request, exc: RPCError) -> JSONResponse:
         logger.warning("Temporal failed a request: %s", exc)
         if exc.status == RPCStatusCode.UNAVAILABLE:
             return JSONResponse(
-                {"error": f"Temporal is unreachable: {exc.message}"}, status_code=503
+                {"error": _redact.clean(f"Temporal is unreachable: {exc.message}")},
+                status_code=503,
             )
-        return JSONResponse({"error": f"Temporal refused the request: {exc.message}"}, 502)
+        return JSONResponse(
+            {"error": _redact.clean(f"Temporal refused the request: {exc.message}")}, 502
+        )
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:

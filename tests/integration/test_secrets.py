@@ -474,6 +474,66 @@ async def test_a_client_on_an_address_with_credentials_never_shows_them(
     assert f"***@{temporal_address}" in shown["store"], shown
 
 
+class _DownDatabaseStore:
+    """A store whose repr shows its URL; once its database is down, reads fail quoting it."""
+
+    dsn = f"postgresql://runs:{URL_PASSWORD}@127.0.0.1:5432/runs"
+    down = False
+    error: type[Exception] = ConnectionError
+
+    def __repr__(self) -> str:
+        return f"SQLStore({self.dsn!r})"
+
+    def append(self, run_id: str, event: Any) -> None:
+        if self.down:
+            raise self.error(f"could not connect to {self.dsn} (token {API_KEY})")
+
+    def load(self, run_id: str) -> list[Any]:
+        self.append(run_id, None)
+        return []
+
+    def list_runs(self) -> list[str]:
+        return []
+
+
+async def test_a_run_gone_or_missing_is_told_without_the_stores_or_addresss_credentials(
+    temporal_address: str, task_queue: str
+) -> None:
+    """The KeyError for a run Temporal lacks names the store (its repr) and, for a run the
+    server lost (`run_gone`: it came back empty), the Temporal address and why the store
+    could not be read: each masked.
+
+    Before: `Run ... is gone from Temporal at bob:<password>@host ... Its mirror in
+    SQLStore('postgresql://runs:<password>@...') could not be read (could not connect to
+    ... (token <key>))`, raised to the caller, printed by the CLI, answered by HTTP routes.
+    """
+    from agentor_temporal import connect
+    from agentor_temporal._gone import run_gone
+
+    client = await connect(f"bob:{TEMPORAL_PASSWORD}@{temporal_address}", start_dev=False)
+    store = _DownDatabaseStore()
+    agent = _agent(
+        base_url="http://127.0.0.1:9/v1",
+        task_queue=task_queue,
+        temporal=client,
+        store=store,
+        api_key=API_KEY,
+    )
+    with pytest.raises(KeyError) as missing:
+        await agent.aresume("no-such-run-4713")
+    with pytest.raises(KeyError) as unforked:
+        await agent.afork("no-such-run-4714")
+    # the message a waiter (run, resume, fork, a stream) gets once the server lost its run
+    store.down = True
+    gone = await run_gone(client, "lost-run-4715", store)
+    shown = {"missing": str(missing.value), "unforked": str(unforked.value), "gone": str(gone)}
+    assert not _found(shown, [URL_PASSWORD, API_KEY, TEMPORAL_PASSWORD]), shown
+    for name in ("missing", "unforked"):
+        assert "SQLStore('postgresql://***@127.0.0.1:5432/runs')" in shown[name], shown
+    assert f"is gone from Temporal at ***@{temporal_address}" in shown["gone"], shown
+    assert "could not be read (could not connect to postgresql://***@" in shown["gone"], shown
+
+
 def _echo_case(case: str, model: ScriptedModelServer) -> tuple[dict[str, Any], Any, str]:
     """The agent settings, the model's answer and the secret it echoes, for one case."""
     password, token = f"p@ss/w0rd!{case}", f"echo-TOKEN-{case}-5f4e3d"
@@ -798,3 +858,112 @@ async def test_a_base_urls_plain_query_values_are_data_and_its_keys_secrets(
         "logs": _log_text(warnings_log),
     }
     assert not _found(where, [FUNCTION_CODE])
+
+
+async def test_a_request_that_failed_never_shows_credentials_in_the_servers_log(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A route failing with an error that quotes the store's URL and the key (the fork route
+    asks the store whether the fork's id is taken; its database is down): the 500 answer,
+    the 400 answer quoting a ValueError, and every log line of the HTTP server mask both.
+
+    Before: our handler answered 500 and logged it redacted, then uvicorn logged the
+    request's traceback as it was (`Exception in ASGI application ... ConnectionError: could
+    not connect to postgresql://runs:<password>@... (token <key>)`); a 400 answer quoted the
+    error as it was.
+    """
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from agentor_temporal.serve import create_app
+
+    store = _DownDatabaseStore()
+    with ScriptedModelServer() as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=store,
+            api_key=API_KEY,
+        )
+        run_id = (await agent.arun(PROMPT)).run_id
+    store.down = True
+    agent.embedded_worker = False  # the route fails before any run would need one
+    port = free_port()
+    # uvicorn's own loggers, propagating to the test's capture (no log config of its own)
+    config = uvicorn.Config(create_app([agent]), port=port, log_config=None, log_level="info")
+    server = uvicorn.Server(config)
+    serving = threading.Thread(target=server.run, daemon=True)
+    caplog.set_level(logging.INFO)
+    serving.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert serving.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            await asyncio.sleep(0.02)
+        fork = (f"http://127.0.0.1:{port}/runs/{run_id}/fork", {"input": "And in Paris?"})
+        async with httpx.AsyncClient(timeout=30) as http:
+            failed = await http.post(fork[0], json=fork[1])
+        # a driver raising ValueError: the route answers 400 with the error's text
+        store.error = ValueError
+        async with httpx.AsyncClient(timeout=30) as http:  # the failure closed the last one
+            refused = await http.post(fork[0], json=fork[1])
+        assert failed.status_code == 500, failed.text
+        assert refused.status_code == 400, refused.text
+        deadline = time.monotonic() + 10
+        while "Exception in ASGI application" not in _log_text(caplog):
+            assert time.monotonic() < deadline, "uvicorn never logged the failed request"
+            await asyncio.sleep(0.02)
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(serving.join, 10)
+    where = {"answer": failed.text, "refused": refused.text, "logs": _log_text(caplog)}
+    assert not _found(where, [API_KEY, URL_PASSWORD]), where["logs"]
+    assert "could not connect to postgresql://***@127.0.0.1" in where["logs"]
+    assert "could not connect to postgresql://***@127.0.0.1" in where["refused"]
+
+
+DOWN_STORE_AGENT = f"""
+from agentor_temporal import Agentor
+
+DSN = "postgresql://runs:{URL_PASSWORD}@127.0.0.1:5432/runs"
+
+
+class SQLStore:
+    # a database store whose database is down: its errors quote its URL and the key
+    def __repr__(self):
+        return f"SQLStore({{DSN!r}})"
+
+    def append(self, run_id, event):
+        raise ConnectionError(f"could not connect to {{DSN}} (token {API_KEY})")
+
+    def load(self, run_id):
+        self.append(run_id, None)
+
+    def list_runs(self):
+        return []
+
+
+agent = Agentor(name="A", model="m", base_url="http://127.0.0.1:9/v1", api_key="{API_KEY}",
+                store=SQLStore())
+"""
+
+
+def test_the_cli_never_prints_a_stores_error_unmasked(
+    tmp_path: Path, temporal_address: str
+) -> None:
+    """A command failing on the agent's store (its database is down, its error quoting its URL
+    and the key): the CLI's one `error:` line masks both.
+
+    Before: `error: could not connect to postgresql://runs:<password>@... (token <key>)`.
+    """
+    (tmp_path / "down_agent.py").write_text(DOWN_STORE_AGENT)
+    out = _cli(
+        tmp_path, temporal_address, "resume", "no-such-run-4716", "--agent", "down_agent:agent"
+    )
+    shown = out.stdout + out.stderr
+    assert out.returncode == 1, shown
+    assert not _found({"output": shown}, [API_KEY, URL_PASSWORD]), shown
+    assert "error: could not connect to postgresql://***@127.0.0.1:5432/runs" in shown, shown

@@ -134,13 +134,23 @@ def test_every_logger_of_the_package_is_redacted() -> None:
     assert uncovered == []
 
 
-#: The libraries a worker sends model requests and runs activities with.
-LIBRARIES = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "temporalio")
+#: The libraries a worker sends model requests and runs activities with, and the
+#: HTTP server's (`serve`: uvicorn logs a failed request's traceback).
+LIBRARIES = (
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "openai",
+    "temporalio",
+    "uvicorn",
+    "fastapi",
+)
 
 
 def test_every_logger_of_the_libraries_is_redacted() -> None:
-    """Each logger the HTTP client, openai and Temporal's SDK create carries the filter:
-    `httpcore2.http11` logs the response's headers at DEBUG, and `httpcore2`'s filter does
+    """Each logger the HTTP client, openai, Temporal's SDK and uvicorn create carries the
+    filter: `httpcore2.http11` logs the response's headers at DEBUG, and `httpcore2`'s filter does
     not see its records."""
     names = {
         name
@@ -152,7 +162,7 @@ def test_every_logger_of_the_libraries_is_redacted() -> None:
     _redact.install()
     uncovered = sorted(
         name
-        for name in names
+        for name in names - set(_redact.ARGS_LOGGERS)  # their arguments are redacted instead
         if not any(isinstance(f, RedactingFilter) for f in logging.getLogger(name).filters)
     )
     assert uncovered == []
