@@ -27,6 +27,9 @@ from helpers import ledger_lines, ledger_write, until
 
 #: Characters of the `huge_failure` tool's message.
 HUGE = 5_000_000
+#: An integer of 5001 digits (past Python's 4300-digit int-to-text limit), and its text.
+LONG = 10**5000 + 7
+LONG_TEXT = "1" + "0" * 4999 + "7"
 
 
 class Unprintable(Exception):
@@ -133,8 +136,24 @@ def tools(ledger: str) -> list[Any]:
         ledger_write(ledger, "huge_failure")
         raise ValueError("x" * HUGE + " the end that says why")
 
+    @function_tool
+    def long_number() -> int:
+        """Answers with an integer past Python's int-to-text limit (4300 digits)."""
+        ledger_write(ledger, "long_number")
+        return LONG
+
+    @function_tool
+    def long_numbers() -> dict[Any, Any]:
+        """Answers with such integers inside a structure, as a value and as a key."""
+        ledger_write(ledger, "long_numbers")
+        return {"n": [LONG, 2], LONG: "key"}
+
     listed = [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
-    return [*listed, beats_oddly, beats_oddly_in_thread, beats_with_progress, huge_failure]
+    return [
+        *listed,
+        *(beats_oddly, beats_oddly_in_thread, beats_with_progress, huge_failure),
+        *(long_number, long_numbers),
+    ]
 
 
 def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -> Agentor:
@@ -211,6 +230,24 @@ async def test_deep_arguments_and_answers_are_answers_not_failed_tasks(
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["deep"]
     history = await client.get_workflow_handle(result.run_id).fetch_history()
     assert not [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
+
+
+async def test_a_long_integer_answer_is_written_out_not_an_error(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """The tool did its work: the model reads its number, not an error inviting a new call."""
+    script = [CallTool("long_number"), CallTool("long_numbers"), Reply("Understood.")]
+    with ScriptedModelServer(script) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            result = await asyncio.wait_for(outcomes.arun("go"), 60)
+        answers = [model.requests[i]["messages"][-1]["content"] for i in (1, 2)]
+    assert result.status == "completed" and result.final_output == "Understood."
+    number, structure = [e for e in result.events if e.type == "tool_result"]
+    assert number.error is None and number.result == LONG_TEXT == answers[0]
+    expected = f'{{"n": [{LONG_TEXT}, 2], "{LONG_TEXT}": "key"}}'
+    assert structure.error is None and structure.result == expected == answers[1]
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["long_number", "long_numbers"]
 
 
 async def test_a_stopping_worker_hands_its_call_back(
