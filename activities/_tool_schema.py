@@ -183,9 +183,11 @@ def _json_value(value: Any, depth: int = 0) -> bool:
 def stringify(value: Any) -> str:
     """A tool's return value as the text the model reads (Agentor's rules).
 
-    Integers longer than Python's int-to-text limit (4300 digits) are written
-    out in full, not reported as the tool's failure: the tool did its work,
-    and an error would lead the model to call it again.
+    Always text, never an exception: the tool did its work, and an error would
+    lead the model to call it again. Integers past Python's int-to-text limit
+    (4300 digits) are written out in full; a value, or a part of one, that
+    cannot be written (its `str()` raises, a model field pydantic cannot
+    serialise) is named by its type.
     """
     if value is None:
         return ""
@@ -193,19 +195,29 @@ def stringify(value: Any) -> str:
         # an exact copy: a str subclass's own methods may raise, here or later
         return str.__getitem__(value, slice(None))
     if isinstance(value, pydantic.BaseModel):
-        return value.model_dump_json()
+        try:
+            return value.model_dump_json()
+        except (TypeError, ValueError):
+            try:  # a field of a type pydantic cannot write: as text
+                return value.model_dump_json(fallback=_shown)
+            except (TypeError, ValueError, RecursionError):
+                return _shown(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return _digits(value)
     try:
         return _json_text(value)
     except (TypeError, ValueError, RecursionError):
-        try:
-            return str(value)
-        except RecursionError:
-            return f"<a {type(value).__name__} nested too deeply to show>"
-        except ValueError:
-            # a repr holding an integer past the limit, in an object JSON cannot take
-            return f"<a {type(value).__name__} holding an integer too long to show>"
+        return _shown(value)
+
+
+def _shown(value: Any) -> str:
+    """`str(value)`; a note naming its type when that raises."""
+    try:
+        return str(value)
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deeply to show>"
+    except Exception:  # the value's own code, or an integer past the limit in its repr
+        return f"<a {type(value).__name__} that cannot be shown as text>"
 
 
 #: Digits written out at most: a tool result is cut to 256 kB anyway, and on
@@ -236,7 +248,7 @@ def _digits(number: int) -> str:
 def _json_text(value: Any) -> str:
     """`json.dumps(value, default=str)`, integers past the int-to-text limit included."""
     try:
-        return json.dumps(value, default=str)
+        return json.dumps(value, default=_shown)
     except ValueError as exc:
         if "integer string conversion" not in str(exc):
             raise
@@ -260,5 +272,5 @@ def _json_text(value: Any) -> str:
         is_int = isinstance(key, int) and not isinstance(key, bool)
         return _digits(key) if is_int and key.bit_length() > _SAFE_BITS else key
 
-    text = json.dumps(swap(value), default=str)
+    text = json.dumps(swap(value), default=_shown)
     return re.sub(f'"{token}(\\d+)"', lambda match: long_ints[int(match.group(1))], text)

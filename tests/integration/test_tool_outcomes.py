@@ -15,6 +15,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import pydantic
 import pytest
 from temporalio import activity
 from temporalio.client import Client
@@ -35,6 +36,22 @@ LONG_TEXT = "1" + "0" * 4999 + "7"
 class Unprintable(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no string for you")
+
+
+class Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+class Handle:
+    def __str__(self) -> str:
+        return "handle #7"
+
+
+class Opaque(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
+    handle: Handle
+    count: int
 
 
 def tools(ledger: str) -> list[Any]:
@@ -148,11 +165,23 @@ def tools(ledger: str) -> list[Any]:
         ledger_write(ledger, "long_numbers")
         return {"n": [LONG, 2], LONG: "key"}
 
+    @function_tool
+    def unshowable() -> list[Any]:
+        """Answers with a value whose own str() raises, beside one that can be shown."""
+        ledger_write(ledger, "unshowable")
+        return [Unshowable(), "done"]
+
+    @function_tool
+    def odd_model() -> Opaque:
+        """Answers with a pydantic model holding a type pydantic cannot write as JSON."""
+        ledger_write(ledger, "odd_model")
+        return Opaque(handle=Handle(), count=3)
+
     listed = [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
     return [
         *listed,
         *(beats_oddly, beats_oddly_in_thread, beats_with_progress, huge_failure),
-        *(long_number, long_numbers),
+        *(long_number, long_numbers, unshowable, odd_model),
     ]
 
 
@@ -232,22 +261,35 @@ async def test_deep_arguments_and_answers_are_answers_not_failed_tasks(
     assert not [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
 
 
-async def test_a_long_integer_answer_is_written_out_not_an_error(
+async def test_an_answer_hard_to_write_is_written_not_an_error(
     client: Client, task_queue: str, ledger: str
 ) -> None:
-    """The tool did its work: the model reads its number, not an error inviting a new call."""
-    script = [CallTool("long_number"), CallTool("long_numbers"), Reply("Understood.")]
+    """The tool did its work: the model reads what it returned, not an error inviting a new
+    call. An integer past Python's 4300-digit int-to-text limit (alone, or in a structure
+    as value and key), a value whose str() raises, a pydantic model holding a type it cannot
+    write: each was answered "Error: ..." (ValueError, RuntimeError, PydanticSerializationError).
+    """
+    names = ["long_number", "long_numbers", "unshowable", "odd_model"]
+    script = [*(CallTool(name) for name in names), Reply("Understood.")]
     with ScriptedModelServer(script) as model:
         outcomes = agent(model, task_queue, client, ledger)
         async with build_worker(client, [outcomes], task_queue=task_queue):
             result = await asyncio.wait_for(outcomes.arun("go"), 60)
-        answers = [model.requests[i]["messages"][-1]["content"] for i in (1, 2)]
+        answers = [model.requests[i]["messages"][-1]["content"] for i in range(1, 5)]
     assert result.status == "completed" and result.final_output == "Understood."
-    number, structure = [e for e in result.events if e.type == "tool_result"]
-    assert number.error is None and number.result == LONG_TEXT == answers[0]
-    expected = f'{{"n": [{LONG_TEXT}, 2], "{LONG_TEXT}": "key"}}'
-    assert structure.error is None and structure.result == expected == answers[1]
-    assert [line.split()[0] for line in ledger_lines(ledger)] == ["long_number", "long_numbers"]
+    results = [e for e in result.events if e.type == "tool_result"]
+    assert [e.error for e in results] == [None] * 4
+    assert (
+        [e.result for e in results]
+        == answers
+        == [
+            LONG_TEXT,
+            f'{{"n": [{LONG_TEXT}, 2], "{LONG_TEXT}": "key"}}',
+            '["<a Unshowable that cannot be shown as text>", "done"]',
+            '{"handle":"handle #7","count":3}',
+        ]
+    )
+    assert [line.split()[0] for line in ledger_lines(ledger)] == names
 
 
 async def test_a_stopping_worker_hands_its_call_back(
