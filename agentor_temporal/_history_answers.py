@@ -8,6 +8,7 @@ and fork read it from there, so that work is not paid for again.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agentor_temporal.store import Event
@@ -81,7 +82,9 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     history. A fork of the running parent, or the resume of one terminated
     or timed out so, goes on from that answer: those calls' results are kept
     ("results"), the waiting calls ask for a decision again, and the model is
-    not asked again. None when any call of the batch may be running.
+    not asked again. So are the calls the workflow answered without running
+    (an unknown tool, arguments that are not a JSON object): the new segment
+    answers them again, as free. None when any call of the batch may be running.
     """
     events = segment.events
     generations = [i for i, e in enumerate(events) if e.type == "generation"]
@@ -100,6 +103,8 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
             results.append(done.to_dict())
         elif call.get("id") in asked and call.get("id") not in decided:
             results.append(None)
+        elif call.get("id") not in asked and _never_runs(call, segment.spec):
+            results.append(None)  # answered by the workflow, in its journal's next step
         else:
             return None  # running, or about to: the fork would run it a second time
     if all(r is not None for r in results) or len(set(map(_call_id, calls))) < len(calls):
@@ -112,6 +117,29 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
         "ended_at": gen.ended_at,
         "results": results,
     }
+
+
+def _never_runs(call: dict[str, Any], spec: Any) -> bool:
+    """Whether the segment's workflow answers `call` without an activity (as `_screen` does):
+    its arguments are not a JSON object, or its agent (`spec`, as recorded) has no such tool.
+
+    A tool disabled after failures is not told apart here: such a call counts as running.
+    """
+    function = call.get("function")
+    if not isinstance(function, dict):
+        return False
+    try:
+        args = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        return True
+    except (TypeError, RecursionError):
+        return False  # not what the workflow's own reading would say: counted as running
+    if not isinstance(args, dict):
+        return True
+    tools = spec.get("tools") if isinstance(spec, dict) else None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return False  # the agent as it was is not known: any tool might have run
+    return str(function.get("name") or "") not in {t.get("name") for t in tools}
 
 
 def _call_id(call: dict[str, Any]) -> str:
