@@ -13,6 +13,7 @@ from typing import Any
 
 from agentor_temporal.store import Event
 from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.approvals import denied_answer
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.policies import MAX_TURN_RESULT_BYTES
 
@@ -84,7 +85,9 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     ("results"), the waiting calls ask for a decision again, and the model is
     not asked again. So are the calls the workflow answered without running
     (an unknown tool, arguments that are not a JSON object): the new segment
-    answers them again, as free. None when any call of the batch may be running.
+    answers them again, as free; and a call a person denied keeps that answer
+    when the segment recorded the decision. None when any call of the batch may
+    be running.
     """
     events = segment.events
     generations = [i for i, e in enumerate(events) if e.type == "generation"]
@@ -95,19 +98,26 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     if not calls or gen.turn is None or any(e.type in ("tool_result", "run_end") for e in after):
         return None
     asked = {e.call_id for e in after if e.type == "approval_request"}
-    decided = {e.call_id for e in after if e.type == "approval_decision"}
+    decided = {e.call_id: e for e in after if e.type == "approval_decision"}
     results: list[dict[str, Any] | None] = []
+    ran = 0
     for index, call in enumerate(calls):
         done = await _ran(temporal, segment, gen, index)
         if done is not None:
+            ran += 1
             results.append(done.to_dict())
         elif call.get("id") in asked and call.get("id") not in decided:
             results.append(None)
+        elif call.get("id") in decided and decided[call.get("id")].status == "denied":
+            # never ran: the person's "no" answers it, as it did in the segment
+            no = decided[call.get("id")]
+            denial = denied_answer(str(no.name), no.args, no.call_id, no.result, no.text)
+            results.append(denial.to_dict())
         elif call.get("id") not in asked and _never_runs(call, segment.spec):
             results.append(None)  # answered by the workflow, in its journal's next step
         else:
             return None  # running, or about to: the fork would run it a second time
-    if all(r is not None for r in results) or len(set(map(_call_id, calls))) < len(calls):
+    if ran == len(calls) or len(set(map(_call_id, calls))) < len(calls):
         return None  # all ran (`completed_batch`), or ids a decision cannot tell apart
     return {
         "text": gen.text,
