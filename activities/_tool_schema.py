@@ -14,6 +14,7 @@ import enum
 import inspect
 import json
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -180,18 +181,96 @@ def _json_value(value: Any, depth: int = 0) -> bool:
 
 
 def stringify(value: Any) -> str:
-    """A tool's return value as the text the model reads (Agentor's rules)."""
+    """A tool's return value as the text the model reads (Agentor's rules).
+
+    Always text, never an exception: the tool did its work, and an error would
+    lead the model to call it again. Integers past Python's int-to-text limit
+    (4300 digits) are written out in full; a value, or a part of one, that
+    cannot be written (its `str()` raises, a model field pydantic cannot
+    serialise) is named by its type.
+    """
     if value is None:
         return ""
     if isinstance(value, str):
         # an exact copy: a str subclass's own methods may raise, here or later
         return str.__getitem__(value, slice(None))
     if isinstance(value, pydantic.BaseModel):
-        return value.model_dump_json()
-    try:
-        return json.dumps(value, default=str)
-    except (TypeError, ValueError, RecursionError):
         try:
-            return str(value)
-        except RecursionError:
-            return f"<a {type(value).__name__} nested too deeply to show>"
+            return value.model_dump_json()
+        except (TypeError, ValueError):
+            try:  # a field of a type pydantic cannot write: as text
+                return value.model_dump_json(fallback=_shown)
+            except (TypeError, ValueError, RecursionError):
+                return _shown(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _digits(value)
+    try:
+        return _json_text(value)
+    except (TypeError, ValueError, RecursionError):
+        return _shown(value)
+
+
+def _shown(value: Any) -> str:
+    """`str(value)`; a note naming its type when that raises."""
+    try:
+        return str(value)
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deeply to show>"
+    except Exception:  # the value's own code, or an integer past the limit in its repr
+        return f"<a {type(value).__name__} that cannot be shown as text>"
+
+
+#: Digits written out at most: a tool result is cut to 256 kB anyway, and on
+#: Python 3.11 writing a 10**6-digit integer takes seconds of the event loop.
+_MAX_DIGITS = 300_000
+#: Bits past which an integer may exceed the int-to-text limit (4300 digits).
+_SAFE_BITS = 14_000
+
+
+def _digits(number: int) -> str:
+    """An integer as decimal text, past the interpreter's int-to-text limit too."""
+    number = int.__index__(number)  # an IntEnum or other subclass: its value
+    if number < 0:
+        return "-" + _digits(-number)
+    if number.bit_length() <= _SAFE_BITS:
+        return int.__repr__(number)
+    size = int(number.bit_length() * 0.30103) + 1  # decimal digits, within one
+    if size > _MAX_DIGITS:
+        return f"<an integer of about {size} digits, too long to write out>"
+    try:
+        return int.__repr__(number)
+    except ValueError:  # past sys.get_int_max_str_digits(): halve it, exactly
+        half = size // 2
+        high, low = divmod(number, 10**half)
+        return _digits(high) + _digits(low).zfill(half)
+
+
+def _json_text(value: Any) -> str:
+    """`json.dumps(value, default=str)`, integers past the int-to-text limit included."""
+    try:
+        return json.dumps(value, default=_shown)
+    except ValueError as exc:
+        if "integer string conversion" not in str(exc):
+            raise
+    # each long integer becomes a unique string, then that string's JSON its digits
+    token = f"long-int-{uuid.uuid4().hex}-"
+    long_ints: list[str] = []
+
+    def swap(item: Any) -> Any:
+        if isinstance(item, int) and not isinstance(item, bool):
+            if item.bit_length() <= _SAFE_BITS:
+                return item
+            long_ints.append(_digits(item))
+            return f"{token}{len(long_ints) - 1}"
+        if isinstance(item, dict):
+            return {_key(k): swap(v) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [swap(v) for v in item]
+        return item
+
+    def _key(key: Any) -> Any:
+        is_int = isinstance(key, int) and not isinstance(key, bool)
+        return _digits(key) if is_int and key.bit_length() > _SAFE_BITS else key
+
+    text = json.dumps(swap(value), default=_shown)
+    return re.sub(f'"{token}(\\d+)"', lambda match: long_ints[int(match.group(1))], text)

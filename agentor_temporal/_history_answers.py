@@ -8,10 +8,12 @@ and fork read it from there, so that work is not paid for again.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agentor_temporal.store import Event
 from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.approvals import denied_answer
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.policies import MAX_TURN_RESULT_BYTES
 
@@ -81,7 +83,11 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     history. A fork of the running parent, or the resume of one terminated
     or timed out so, goes on from that answer: those calls' results are kept
     ("results"), the waiting calls ask for a decision again, and the model is
-    not asked again. None when any call of the batch may be running.
+    not asked again. So are the calls the workflow answered without running
+    (an unknown tool, arguments that are not a JSON object): the new segment
+    answers them again, as free; and a call a person denied keeps that answer
+    when the segment recorded the decision. None when any call of the batch may
+    be running.
     """
     events = segment.events
     generations = [i for i, e in enumerate(events) if e.type == "generation"]
@@ -92,17 +98,26 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     if not calls or gen.turn is None or any(e.type in ("tool_result", "run_end") for e in after):
         return None
     asked = {e.call_id for e in after if e.type == "approval_request"}
-    decided = {e.call_id for e in after if e.type == "approval_decision"}
+    decided = {e.call_id: e for e in after if e.type == "approval_decision"}
     results: list[dict[str, Any] | None] = []
+    ran = 0
     for index, call in enumerate(calls):
         done = await _ran(temporal, segment, gen, index)
         if done is not None:
+            ran += 1
             results.append(done.to_dict())
         elif call.get("id") in asked and call.get("id") not in decided:
             results.append(None)
+        elif call.get("id") in decided and decided[call.get("id")].status == "denied":
+            # never ran: the person's "no" answers it, as it did in the segment
+            no = decided[call.get("id")]
+            denial = denied_answer(str(no.name), no.args, no.call_id, no.result, no.text)
+            results.append(denial.to_dict())
+        elif call.get("id") not in asked and _never_runs(call, segment.spec):
+            results.append(None)  # answered by the workflow, in its journal's next step
         else:
             return None  # running, or about to: the fork would run it a second time
-    if all(r is not None for r in results) or len(set(map(_call_id, calls))) < len(calls):
+    if ran == len(calls) or len(set(map(_call_id, calls))) < len(calls):
         return None  # all ran (`completed_batch`), or ids a decision cannot tell apart
     return {
         "text": gen.text,
@@ -112,6 +127,29 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
         "ended_at": gen.ended_at,
         "results": results,
     }
+
+
+def _never_runs(call: dict[str, Any], spec: Any) -> bool:
+    """Whether the segment's workflow answers `call` without an activity (as `_screen` does):
+    its arguments are not a JSON object, or its agent (`spec`, as recorded) has no such tool.
+
+    A tool disabled after failures is not told apart here: such a call counts as running.
+    """
+    function = call.get("function")
+    if not isinstance(function, dict):
+        return False
+    try:
+        args = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        return True
+    except (TypeError, RecursionError):
+        return False  # not what the workflow's own reading would say: counted as running
+    if not isinstance(args, dict):
+        return True
+    tools = spec.get("tools") if isinstance(spec, dict) else None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return False  # the agent as it was is not known: any tool might have run
+    return str(function.get("name") or "") not in {t.get("name") for t in tools}
 
 
 def _call_id(call: dict[str, Any]) -> str:

@@ -456,17 +456,7 @@ class Approvals:
         )
         if decision.approved:
             return None
-        who = f" ({decision.by})" if decision.by else ""
-        why = f": {decision.reason}" if decision.reason else ""
-        return Event(
-            type="tool_result",
-            name=name,
-            args=args,
-            call_id=call_id,
-            error="denied",
-            result=f"Error: a person denied this call{who}{why}. Do not call it again "
-            "for the same purpose; answer without it or explain what you cannot do.",
-        )
+        return denied_answer(name, args, call_id, decision.by, decision.reason)
 
     async def _needed(
         self, agent: str, name: str, args: dict[str, Any], fingerprint: str = ""
@@ -550,3 +540,22 @@ class Approvals:
                 f"Approval of {call_summary(tool.name, args)} expired: {message}", answer
             )
         return answer
+
+
+def denied_answer(name: str, args: Any, call_id: Any, by: str | None, reason: str | None) -> Event:
+    """The `tool_result` of a call a person denied (`by`, for `reason`), as the model reads it.
+
+    Also what a fork of a run waiting for a person keeps for such a call
+    (`agentor_temporal._history_answers`), from its `approval_decision`.
+    """
+    who = f" ({by})" if by else ""
+    why = f": {reason}" if reason else ""
+    return Event(
+        type="tool_result",
+        name=name,
+        args=args,
+        call_id=call_id,
+        error="denied",
+        result=f"Error: a person denied this call{who}{why}. Do not call it again "
+        "for the same purpose; answer without it or explain what you cannot do.",
+    )

@@ -11,6 +11,7 @@ import json
 import logging
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +324,155 @@ async def test_a_fork_of_a_run_waiting_for_a_person_goes_on_from_its_answer(
         "call_wx": "The weather in Oslo is sunny and 22C.",
     }
     assert done.usage == total_usage(done.events)
+    await _same_everywhere(client, tmp_path, done)
+
+
+@pytest.mark.parametrize("how", ["fork", "resume_terminated"])
+async def test_a_fork_of_a_waiting_run_keeps_its_calls_answered_without_running(
+    how: str, client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Beside the call waiting for a person, the parent's turn has a call that ran and two
+    the workflow answered without running (an unknown tool, arguments that are not JSON):
+    a fork (or the resume of the terminated parent) goes on from the parent's answer, as
+    without those two. It asked the model again instead (a paid request the parent had
+    answered), and the weather call could run a second time."""
+    script = [
+        [
+            CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+            CallTool("get_weather", {"city": "Oslo"}, id="call_wx"),
+            CallTool("teleport", {"to": "Mars"}, id="call_mars"),
+            CallTool("get_weather", "{not json", id="call_typo"),
+        ],
+        Reply("Paid and checked."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            tools=[weather_tool(ledger), transfer_tool(ledger)],
+            store=FileStore(tmp_path / "runs"),
+        )
+        paused = await asyncio.wait_for(agent.arun("Pay bob and tell me the weather."), 60)
+        assert paused.status == "awaiting_approval" and paused.run_id is not None
+        handle = client.get_workflow_handle(paused.run_id)
+
+        await until(lambda: ledger_lines(ledger), "the parent's weather call")
+        for _ in range(600):
+            if not (await handle.describe()).raw_description.pending_activities:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the parent's weather call did not finish")
+
+        if how == "fork":
+            fork = await asyncio.wait_for(agent.afork(paused.run_id), 30)
+        else:
+            await handle.terminate("an operator's forced stop")
+            fork = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+        assert fork.run_id is not None
+        assert fork.status == "awaiting_approval", fork.final_output
+        assert [p.call_id for p in fork.pending_approvals] == ["call_pay"]
+        assert model.request_count == 1, "the parent's answer was asked for again"
+
+        await asyncio.wait_for(agent.aapprove(fork.run_id, "call_pay"), 30)
+        done = await asyncio.wait_for(agent.aresume(fork.run_id), 30)
+        if how == "fork":
+            await handle.terminate("test over")
+
+    assert done.status == "completed" and done.final_output == "Paid and checked."
+    assert model.request_count == 2
+    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["get_weather", "transfer"]
+    starts = [i for i, e in enumerate(done.events) if e.type == "run_start"]
+    errors = {e.call_id: e.error for e in done.events[starts[-1] :] if e.type == "tool_result"}
+    assert errors["call_pay"] is None and errors["call_wx"] is None
+    assert errors["call_mars"] == "unknown tool"
+    assert (errors["call_typo"] or "").startswith("Invalid JSON arguments")
+    assert done.usage == total_usage(done.events)
+    await _same_everywhere(client, tmp_path, done)
+
+
+async def test_a_fork_of_a_waiting_run_keeps_the_denial_it_recorded(
+    client: Client, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A person denied one call of the parent's turn, and the parent recorded that decision
+    (it asked about a later call of the turn, whose check was slow): a fork goes on from the
+    parent's answer, the denied call answered as denied, and asks only the waiting call's
+    approval. It asked the model again instead (a paid request the parent had answered)."""
+    checks: list[str] = []
+
+    def slow_check(amount: float, to: str) -> bool:
+        # the parent's check, a local activity, outlasts its workflow task's
+        # heartbeat (8 s): the decision sent meanwhile is taken in the next
+        # task, and the approval request its answer makes records them both
+        checks.append(to)
+        if len(checks) == 1:
+            time.sleep(9)
+        return True
+
+    @function_tool(requires_approval=slow_check)
+    def wire(amount: float, to: str) -> str:
+        """Wire money.
+
+        Args:
+            amount: How much.
+            to: To whom.
+        """
+        ledger_write(ledger, "wire", f"{amount} {to}")
+        return f"Wired {amount:g} to {to}."
+
+    script = [
+        [
+            CallTool("transfer", {"amount": 9, "to": "eve"}, id="call_eve"),
+            CallTool("wire", {"amount": 5000, "to": "bob"}, id="call_pay"),
+        ],
+        Reply("Wired, not sent."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            tools=[transfer_tool(ledger), wire],
+            store=FileStore(tmp_path / "runs"),
+        )
+        run_id = await agent.astart("Pay eve and wire bob.")
+
+        async def approvals() -> list[str]:
+            logged = await TemporalStore(client).aload(run_id)
+            return [e.type for e in logged if e.type.startswith("approval_")]
+
+        for _ in range(600):
+            if await approvals() == ["approval_request"]:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the parent did not ask about call_eve")
+        await asyncio.wait_for(agent.adeny(run_id, "call_eve", "not eve", by="ann"), 30)
+
+        expected = ["approval_request", "approval_decision", "approval_request"]
+        for _ in range(600):
+            if await approvals() == expected:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the parent did not record its denial and second request")
+        fork = await asyncio.wait_for(agent.afork(run_id), 30)
+        assert fork.run_id is not None
+        assert fork.status == "awaiting_approval", fork.final_output
+        assert [p.call_id for p in fork.pending_approvals] == ["call_pay"]
+        assert model.request_count == 1, "the parent's answer was asked for again"
+
+        await asyncio.wait_for(agent.aapprove(fork.run_id, "call_pay"), 30)
+        done = await asyncio.wait_for(agent.aresume(fork.run_id), 30)
+        await client.get_workflow_handle(run_id).terminate("test over")
+
+    assert done.status == "completed" and done.final_output == "Wired, not sent."
+    assert model.request_count == 2
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["wire"]
+    told = {m.get("tool_call_id"): m["content"] for m in model.requests[1]["messages"]}
+    assert told["call_eve"].startswith("Error: a person denied this call (ann): not eve.")
+    assert told["call_pay"] == "Wired 5000 to bob."
     await _same_everywhere(client, tmp_path, done)
 
 

@@ -15,6 +15,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import pydantic
 import pytest
 from temporalio import activity
 from temporalio.client import Client
@@ -27,11 +28,30 @@ from helpers import ledger_lines, ledger_write, until
 
 #: Characters of the `huge_failure` tool's message.
 HUGE = 5_000_000
+#: An integer of 5001 digits (past Python's 4300-digit int-to-text limit), and its text.
+LONG = 10**5000 + 7
+LONG_TEXT = "1" + "0" * 4999 + "7"
 
 
 class Unprintable(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no string for you")
+
+
+class Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+class Handle:
+    def __str__(self) -> str:
+        return "handle #7"
+
+
+class Opaque(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
+    handle: Handle
+    count: int
 
 
 def tools(ledger: str) -> list[Any]:
@@ -133,8 +153,36 @@ def tools(ledger: str) -> list[Any]:
         ledger_write(ledger, "huge_failure")
         raise ValueError("x" * HUGE + " the end that says why")
 
+    @function_tool
+    def long_number() -> int:
+        """Answers with an integer past Python's int-to-text limit (4300 digits)."""
+        ledger_write(ledger, "long_number")
+        return LONG
+
+    @function_tool
+    def long_numbers() -> dict[Any, Any]:
+        """Answers with such integers inside a structure, as a value and as a key."""
+        ledger_write(ledger, "long_numbers")
+        return {"n": [LONG, 2], LONG: "key"}
+
+    @function_tool
+    def unshowable() -> list[Any]:
+        """Answers with a value whose own str() raises, beside one that can be shown."""
+        ledger_write(ledger, "unshowable")
+        return [Unshowable(), "done"]
+
+    @function_tool
+    def odd_model() -> Opaque:
+        """Answers with a pydantic model holding a type pydantic cannot write as JSON."""
+        ledger_write(ledger, "odd_model")
+        return Opaque(handle=Handle(), count=3)
+
     listed = [slow, slow_async, unprintable, flaky, long_job, exits, interrupts, deep]
-    return [*listed, beats_oddly, beats_oddly_in_thread, beats_with_progress, huge_failure]
+    return [
+        *listed,
+        *(beats_oddly, beats_oddly_in_thread, beats_with_progress, huge_failure),
+        *(long_number, long_numbers, unshowable, odd_model),
+    ]
 
 
 def agent(model: ScriptedModelServer, queue: str, client: Client, ledger: str) -> Agentor:
@@ -211,6 +259,37 @@ async def test_deep_arguments_and_answers_are_answers_not_failed_tasks(
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["deep"]
     history = await client.get_workflow_handle(result.run_id).fetch_history()
     assert not [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
+
+
+async def test_an_answer_hard_to_write_is_written_not_an_error(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """The tool did its work: the model reads what it returned, not an error inviting a new
+    call. An integer past Python's 4300-digit int-to-text limit (alone, or in a structure
+    as value and key), a value whose str() raises, a pydantic model holding a type it cannot
+    write: each was answered "Error: ..." (ValueError, RuntimeError, PydanticSerializationError).
+    """
+    names = ["long_number", "long_numbers", "unshowable", "odd_model"]
+    script = [*(CallTool(name) for name in names), Reply("Understood.")]
+    with ScriptedModelServer(script) as model:
+        outcomes = agent(model, task_queue, client, ledger)
+        async with build_worker(client, [outcomes], task_queue=task_queue):
+            result = await asyncio.wait_for(outcomes.arun("go"), 60)
+        answers = [model.requests[i]["messages"][-1]["content"] for i in range(1, 5)]
+    assert result.status == "completed" and result.final_output == "Understood."
+    results = [e for e in result.events if e.type == "tool_result"]
+    assert [e.error for e in results] == [None] * 4
+    assert (
+        [e.result for e in results]
+        == answers
+        == [
+            LONG_TEXT,
+            f'{{"n": [{LONG_TEXT}, 2], "{LONG_TEXT}": "key"}}',
+            '["<a Unshowable that cannot be shown as text>", "done"]',
+            '{"handle":"handle #7","count":3}',
+        ]
+    )
+    assert [line.split()[0] for line in ledger_lines(ledger)] == names
 
 
 async def test_a_stopping_worker_hands_its_call_back(
