@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._start import start_riding_outages
@@ -29,10 +29,42 @@ if TYPE_CHECKING:
 
 #: Tasks that keep embedded workers serving runs nobody is waiting on.
 _background: set[asyncio.Task[None]] = set()
+#: The runs among them nobody follows (`astart`, a fork started), by run id: queue, client.
+_held: dict[str, tuple[str, Client]] = {}
 
 
-async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
-    """Keep the agent's embedded worker, if any, serving until the run's execution closes."""
+async def left_open() -> dict[str, str]:
+    """The runs this process's embedded workers serve with nobody waiting, still running as
+    the server says (run id: task queue).
+
+    Said at exit (`Runtime`): a script that calls `astart()` and ends stops the
+    worker that would have run them, and the run then waits, silently, for
+    another worker of its task queue.
+    """
+    held = list(_held.items())
+
+    async def running(run_id: str, client: Client) -> bool:
+        described = await client.get_workflow_handle(run_id).describe()
+        return described.status == WorkflowExecutionStatus.RUNNING
+
+    try:
+        states = await asyncio.wait_for(
+            asyncio.gather(*(running(r, c) for r, (_, c) in held), return_exceptions=True), 3
+        )
+    except asyncio.TimeoutError:  # the server does not answer: nothing known, nothing said
+        return {}
+    # an answer that is not True (an error: the run unknown now) is left unsaid
+    return {r: q for (r, (q, _)), state in zip(held, states, strict=True) if state is True}
+
+
+async def serve_until_done(
+    agent: Agentor, client: Client, run_id: str, *, unwatched: bool = False
+) -> None:
+    """Keep the agent's embedded worker, if any, serving until the run's execution closes.
+
+    `unwatched`: nobody follows the run (`astart`, a fork started): if it is still open when
+    the process exits, a line says so (`left_open`).
+    """
     if not agent.embedded_worker:
         return
     ready = asyncio.Event()
@@ -40,6 +72,8 @@ async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
     async def hold() -> None:
         async with agent._serving(client):
             ready.set()
+            if unwatched:
+                _held[run_id] = (agent.task_queue, client)
             with contextlib.suppress(Exception):
                 await riding_outages(
                     lambda: client.get_workflow_handle(run_id).result(),
@@ -47,6 +81,7 @@ async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
                     what=f"serving run {run_id!r}",
                     run_id=run_id,
                 )
+            _held.pop(run_id, None)
 
     task = asyncio.get_running_loop().create_task(hold())
     _background.add(task)
@@ -54,14 +89,16 @@ async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
     await ready.wait()
 
 
-async def start_new(agent: Agentor, run_id: str, inp: AgentRunInput) -> Client:
+async def start_new(
+    agent: Agentor, run_id: str, inp: AgentRunInput, *, unwatched: bool = False
+) -> Client:
     """Start the run (an id that exists is attached to) and have it served; its client."""
     client = await agent._client()
     # started first: the worker's lease waits on the run, which must exist
     await start_riding_outages(
         client, agent.definition, agent.task_queue, run_id, inp, what=f"starting run {run_id!r}"
     )
-    await serve_until_done(agent, client, run_id)
+    await serve_until_done(agent, client, run_id, unwatched=unwatched)
     return client
 
 

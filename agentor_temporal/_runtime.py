@@ -328,6 +328,7 @@ class Runtime:
         try:
             with patient_exit(self.serving() or self._callers.waiting(), noted):
                 self._callers.join()
+                _say_left_open(self)
                 self.close()
         except KeyboardInterrupt:
             # a second Ctrl+C: the calls are abandoned (the next worker runs them
@@ -377,6 +378,41 @@ class Runtime:
         if not self.thread.is_alive():
             with contextlib.suppress(Exception):
                 self.loop.close()
+
+
+#: How many runs left open the exit says by name (a server's exit may leave hundreds).
+_LEFT_OPEN_SHOWN = 5
+
+
+def _say_left_open(runtime: Runtime) -> None:
+    """One line on stderr per run started here and still open, which this process's worker
+    no longer serves once it exits (`astart()` and return): the run waited for another
+    worker, and nothing said so."""
+    from agentor_temporal._live import left_open
+
+    if not runtime.loop.is_running():
+        return
+    try:
+        still = asyncio.run_coroutine_threadsafe(left_open(), runtime.loop).result(10)
+    except Exception:
+        return
+    shown = list(still.items())[:_LEFT_OPEN_SHOWN]
+    for run_id, queue in shown:
+        with contextlib.suppress(OSError, ValueError):  # a closed terminal
+            print(
+                f"run {run_id} is still open and this process's worker stops as it exits: "
+                f"it goes on once a worker serves task queue {queue!r} "
+                f"(`agentor-temporal worker --agents MODULE:ATTR`, or agent.resume({run_id!r}))",
+                file=sys.stderr,
+                flush=True,
+            )
+    if len(still) > len(shown):
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                f"... and {len(still) - len(shown)} more runs still open the same way",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 # -- os.fork() ----------------------------------------------------------------------------

@@ -305,7 +305,7 @@ class Agentor:
                 hostile run id.
         """
         run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
-        await Runtime.get().run_async(start_new(self, run_id, inp))
+        await Runtime.get().run_async(start_new(self, run_id, inp, unwatched=True))
         return run_id
 
     async def stream_chat(

@@ -4,7 +4,8 @@ Runs `AgentRun` workflows and their activities for the named agents. Settings
 come from flags or `AGENTOR_AGENTS`, `AGENTOR_TASK_QUEUE`, `AGENTOR_STORE`,
 `AGENTOR_ENCRYPTION_KEYS(_FILE)`; the connection follows the standard Temporal
 client environment (see `agentor_temporal.connection`). On SIGTERM, SIGINT or SIGHUP it stops
-polling and finishes in-flight work before exiting, so a rolling deploy loses nothing.
+polling and finishes in-flight work before exiting, so a rolling deploy loses nothing; a
+second one abandons that work (another worker runs it again) and ends the process by it.
 `build_worker(...)` builds the same worker for embedding.
 """
 
@@ -24,7 +25,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal import telemetry
+from agentor_temporal._exit import calls_grace
 from agentor_temporal._memory import preload, tune_allocator
+from agentor_temporal._sigterm import end_by
 from agentor_temporal.activities import AgentDefinition, AgentRegistry, _redact
 from agentor_temporal.codec import (
     EncryptionConfigError,
@@ -331,10 +334,28 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     await ensure_search_attributes(client, plugin.registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    #: the signals received: the first drains, a second abandons the calls
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        if len(received) == 1:
+            stop.set()
+            return
+        # Asked twice, as Ctrl+C twice, or SIGTERM then SIGINT: the calls in flight are
+        # abandoned, as a script's are (another worker runs them again). Before, a second
+        # signal did nothing, and only SIGKILL cut the drain short, silently.
+        logger.warning(
+            "%s again: abandoning the calls in flight (another worker runs them again)",
+            sig.name,
+        )
+        telemetry.flush()
+        end_by(sig)
+
     # SIGHUP (its terminal closed) drains too; one the caller ignores (`nohup`) stays ignored
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
     names = ", ".join(a.name for a in agents)
     # before "ready": the idle baseline includes what the first run imports
     preload()
@@ -368,7 +389,11 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     if running.done():
         stopping.cancel()
         raise WorkerDied(f"the worker stopped on its own: {running.exception()!r}")
-    logger.info("Stopping: no new work is taken; finishing in-flight activities")
+    logger.info(
+        "Stopping: no new work is taken; finishing in-flight activities (up to %g s; "
+        "interrupt again to abandon them)",
+        calls_grace(),
+    )
     await worker.shutdown()
     await running
     logger.info("Worker stopped")

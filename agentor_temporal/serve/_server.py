@@ -4,8 +4,10 @@ uvicorn's own `run()` makes a loop of its own; here `Server.serve()` runs on
 the `Runtime` loop instead, where the Temporal clients and embedded workers
 the routes use already live (no hop between loops per event streamed).
 Signals reach only the main thread, so the main thread waits for the server
-and turns SIGINT / SIGTERM / SIGHUP into uvicorn's graceful exit. The socket is bound
-first, so "address in use" is a clear error before anything starts.
+and turns SIGINT / SIGTERM / SIGHUP into uvicorn's graceful exit; with embedded
+workers, it then drains them, and a second signal abandons their calls (as in a
+script: `_sigterm`). The socket is bound first, so "address in use" is a clear
+error before anything starts.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import uvicorn
 
 from agentor_temporal._runtime import Runtime
+from agentor_temporal._sigterm import end_by, note_line
 
 #: Seconds open streams get to end on shutdown before they are cut (clients reconnect).
 GRACEFUL_SHUTDOWN = 3
@@ -59,10 +62,26 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
         except SystemExit as exc:  # uvicorn exits on a failed startup; not the loop's to end
             raise RuntimeError("the server failed to start (see the log above)") from exc
 
+    runtime = Runtime.get()
+    #: the signals that stopped the server
+    stopped_by: list[signal.Signals] = []
+    #: the first, if the embedded workers ran then (it was said that they finish their calls)
+    noted: list[signal.Signals] = []
+
     def stop(signum: int, frame: FrameType | None) -> None:
+        # The first stops the server and drains the embedded workers, saying so; a second
+        # abandons their calls (the next worker runs them again) and ends the process by
+        # it, as in a script. Before, the drain was left to the process's end, silent: a
+        # second signal was only noted there, and a third abandoned the calls.
+        received = signal.Signals(signum)
+        if noted:
+            end_by(received)
+        if not stopped_by and runtime.serving():
+            note_line(received, ", then stopping")
+            noted.append(received)
+        stopped_by.append(received)
         server.handle_exit(signum, frame)
 
-    runtime = Runtime.get()
     future = asyncio.run_coroutine_threadsafe(main(), runtime.loop)
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -81,6 +100,10 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
                 break
             except concurrent.futures.TimeoutError:
                 continue
+        if stopped_by:
+            # the calls finish here, where a second signal abandons them (not at the
+            # process's exit, under handlers that note it first)
+            runtime.stop_workers()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -503,3 +503,34 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
     assert result.result == "Sent 5 to bob.", result.result
     assert f"{signum.name}: finishing the calls" in stderr, stderr
     assert "Traceback" not in stderr, stderr
+
+
+async def test_a_script_that_starts_a_run_and_returns_says_the_run_waits_for_a_worker(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`astart()`, then the script returns: its worker stops as it exits, so the run waits
+    for another worker of its queue. One line says so (the run id, the queue, how to go
+    on); before, nothing did. The next worker finishes the run, each tool call once."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(PROCS / "plain_script.py"), "start", run_id],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": run_id}
+        described = await client.get_workflow_handle(run_id).describe()
+        if described.status is not None and described.status.name == "RUNNING":
+            [line] = proc.stderr.splitlines()
+            assert run_id in line and repr(task_queue) in line and "resume" in line, line
+        else:  # its worker finished it before the script's end: nothing to say
+            assert proc.stderr == "", proc.stderr
+        agent = plain_agent(ledger, base_url=model.base_url, task_queue=task_queue, temporal=client)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+    assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]

@@ -148,3 +148,45 @@ async def _generating_worker(client: Client, run_id: str) -> str:
                 return act.last_worker_identity.split("@")[0]
         await asyncio.sleep(0.05)
     raise AssertionError("no worker picked up the generation")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_second_signal_abandons_the_drain_and_says_so(
+    signum: signal.Signals,
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """A worker draining a long call (first SIGTERM, or Ctrl+C) says how long it may wait and
+    that a second signal abandons the call; the second does, at once, saying so, and the
+    process ends by it. Before, a second signal did nothing: only SIGKILL cut the drain short."""
+    with ScriptedModelServer() as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "TOOL_DELAY": "30",
+        }
+        log = tmp_path / "worker.log"
+        proc = _worker_cli(env, tmp_path / "runs", log)
+        try:
+            wait_line(proc, "worker ready")
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+            await agent.astart(PROMPT, run_id=uuid.uuid4().hex)
+            await asyncio.to_thread(wait_until, lambda: ledger_lines(ledger), "the tool", 60)
+            proc.send_signal(signum)
+            await asyncio.to_thread(
+                wait_until, lambda: "Stopping:" in log.read_text(), "the drain to start", 30
+            )
+            proc.send_signal(signum)
+            code = await asyncio.to_thread(proc.wait, 10)
+        finally:
+            stop_process(proc)
+    text = log.read_text()
+    assert code == -signum, text
+    assert "finishing in-flight activities (up to 30 s; interrupt again to abandon them)" in text
+    assert f"{signum.name} again: abandoning the calls in flight" in text, text
+    assert "Traceback" not in text, text

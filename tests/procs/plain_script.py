@@ -144,6 +144,9 @@ elif command == "fork":
     after = agent.run(WEATHER, run_id=f"{run_id}-p").status
     outcome = {"parent": [first, after], "children": [early, late]}
     print(json.dumps({**outcome, "stuck": early_stuck or late_stuck}))
+elif command == "start":
+    # started, then the script returns: nobody waits on the run
+    print(json.dumps({"started": asyncio.run(agent.astart(WEATHER, run_id=run_id))}))
 else:
     raise SystemExit(f"unknown command {command!r}")
 sys.stdout.flush()

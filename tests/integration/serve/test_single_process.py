@@ -150,3 +150,66 @@ async def test_agent_serve_stopped_mid_tool_finishes_the_call_once(
         outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 30)
     assert outcome["status"] == "completed"
     assert len(ledger_lines(ledger)) == 1, ledger_lines(ledger)
+
+
+async def test_serve_worker_interrupted_says_so_once_and_a_second_interrupt_abandons(
+    serve_env: dict[str, str], client: Client, tmp_path: Path
+) -> None:
+    """`agentor-temporal serve --worker` sent SIGTERM while its worker runs a tool: one line
+    says the calls finish and that a second signal abandons them; a second does, at once.
+    Before, the first was silent, the second only got that line, and it took a third."""
+    port, queue, gates = free_port(), f"single-{uuid.uuid4().hex[:8]}", tmp_path / "gates"
+    gates.mkdir()
+    run_id = uuid.uuid4().hex
+    (gates / run_id).touch()  # holds the tool until the file goes (or 60 s)
+    env = {k: v for k, v in serve_env.items() if k != "AGENTOR_SERVE_TOKEN"}
+    env.update({"AGENT_TASK_QUEUE": queue, "SERVE_GATES": str(gates)})
+    argv = ["serve", "--agents", "procs.serve_agents:weather", "--worker", "--port", str(port)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentor_temporal", *argv, "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert process.poll() is None, "serve exited early"
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    async def tool_running() -> bool:
+        desc = await client.get_workflow_handle(run_id).describe()
+        return any(
+            a.activity_type.name == "call_tool" and a.last_worker_identity
+            for a in desc.raw_description.pending_activities
+        )
+
+    try:
+        await asyncio.to_thread(wait_until, healthy, "serve to answer", 30)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            await http.post("/runs", json={"input": PROMPT, "run_id": run_id})
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await tool_running():
+            assert asyncio.get_running_loop().time() < deadline, "the tool never started"
+            await asyncio.sleep(0.05)
+        assert process.stderr is not None
+        process.send_signal(signal.SIGTERM)
+        line = await asyncio.to_thread(process.stderr.readline)
+        process.send_signal(signal.SIGTERM)
+        start = asyncio.get_running_loop().time()
+        code = await asyncio.to_thread(process.wait, 20)
+        took = asyncio.get_running_loop().time() - start
+        rest = await asyncio.to_thread(process.stderr.read)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(10)
+    assert "SIGTERM: finishing the calls this process's worker runs" in line, line + rest
+    assert "send it again to abandon them" in line, line
+    # the tool (held for 60 s) was abandoned: the process ended by the second signal, at once
+    assert code == -signal.SIGTERM and took < 10, (code, took, rest)
+    assert "finishing the calls" not in rest and "Traceback" not in rest, rest
