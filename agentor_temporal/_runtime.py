@@ -29,8 +29,9 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from agentor_temporal._ending import end_by
 from agentor_temporal._exit import EXIT_SETTLE, Callers, at_interpreter_exit, exit_drain
-from agentor_temporal._sigterm import draining_on_sigterm, end_by, patient_exit
+from agentor_temporal._sigterm import draining_on_sigterm, patient_exit
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import EncryptionKeys
 from agentor_temporal.telemetry import with_caller_context

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import signal
 import sys
 import threading
@@ -32,6 +31,7 @@ from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any
 
+from agentor_temporal._ending import end_by
 from agentor_temporal._exit import calls_grace, exit_drain
 
 logger = logging.getLogger("agentor_temporal")
@@ -186,16 +186,6 @@ def note_line(signum: signal.Signals, then: str = "") -> None:
             file=sys.stderr,
             flush=True,
         )
-
-
-def end_by(signum: signal.Signals) -> None:
-    """End the process as `signum`'s default does (exit status 128 + signum), streams flushed."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    with contextlib.suppress(ValueError, OSError):  # off the main thread: the default stands
-        signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
 
 
 def _drain_then_end(signum: signal.Signals) -> None:

@@ -25,9 +25,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal import telemetry
-from agentor_temporal._exit import calls_grace
+from agentor_temporal._ending import end_by
 from agentor_temporal._memory import preload, tune_allocator
-from agentor_temporal._sigterm import end_by
 from agentor_temporal.activities import AgentDefinition, AgentRegistry, _redact
 from agentor_temporal.codec import (
     EncryptionConfigError,
@@ -41,6 +40,7 @@ from agentor_temporal.plugin import (
     ConfigError,
     definition_of,
     ensure_search_attributes,
+    graceful_shutdown,
 )
 from agentor_temporal.store import FileStore, Store
 from agentor_temporal.telemetry import TelemetryError
@@ -392,7 +392,7 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     logger.info(
         "Stopping: no new work is taken; finishing in-flight activities (up to %g s; "
         "interrupt again to abandon them)",
-        calls_grace(),
+        graceful_shutdown().total_seconds(),
     )
     await worker.shutdown()
     await running

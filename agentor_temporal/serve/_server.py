@@ -22,8 +22,9 @@ from typing import Any
 
 import uvicorn
 
+from agentor_temporal._ending import end_by
 from agentor_temporal._runtime import Runtime
-from agentor_temporal._sigterm import end_by, note_line
+from agentor_temporal._sigterm import note_line
 
 #: Seconds open streams get to end on shutdown before they are cut (clients reconnect).
 GRACEFUL_SHUTDOWN = 3
