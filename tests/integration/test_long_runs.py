@@ -678,6 +678,29 @@ async def test_a_run_flooded_with_signals_while_a_tool_runs_stops_resumable_befo
     assert len(ledger_lines(ledger)) == 1
 
 
+async def _task_completed_after_the_signals(handle: Any, timeout: float = 20.0) -> None:
+    """Wait until a workflow task completed after the run's last signal: it saw them all."""
+    from temporalio.api.enums.v1 import EventType
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = (await handle.fetch_history()).events
+        signalled = [
+            e.event_id
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        ]
+        done = [
+            e.event_id
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        ]
+        if signalled and done and done[-1] > signalled[-1]:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "no workflow task saw the signals"
+        await asyncio.sleep(0.1)
+
+
 async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_keeps_the_answer(
     client: Client,
     task_queue: str,
@@ -687,7 +710,16 @@ async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_k
     """Its model request in flight, a run whose history nears Temporal's limits stops as a
     cancel would: the answer that comes is recorded, and resume goes on from it unasked."""
     ledger = str(tmp_path / "ledger")
-    script = [Hang(4, CallTool("read_chunk", {"n": 1}, id="call_read")), Reply("Read.")]
+    # the model answers once the run has stopped (a fixed delay raced the signals
+    # on a loaded machine: the answer came first, and nothing was in flight)
+    stopped = threading.Event()
+
+    def answer_once_stopped(request: dict[str, Any]) -> Any:
+        if stopped.is_set():
+            return CallTool("read_chunk", {"n": 1}, id="call_read")
+        return Hang(0.1, answer_once_stopped)
+
+    script = [answer_once_stopped, Reply("Read.")]
     with ScriptedModelServer(script) as model:
         agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 100)])
         async with build_worker(client, [agent], task_queue=task_queue):
@@ -700,6 +732,8 @@ async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_k
             )
             for _ in range(6):  # 1.8 MB of junk, while the model thinks
                 await handle.signal("decide_signal", "x" * 300_000)
+            await _task_completed_after_the_signals(handle)
+            stopped.set()
             outcome = await asyncio.wait_for(handle.result(), 30)
             result = await asyncio.wait_for(agent.aresume(run_id), 60)
     assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"], outcome
