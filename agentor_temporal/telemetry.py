@@ -375,12 +375,22 @@ def core_logging() -> LoggingConfig:
     )
 
 
+#: Whether this process has tried `route_core_logs`: each try builds a core
+#: runtime (its own threads), dropped again when a default exists already.
+_routing_tried = False
+
+
 def route_core_logs() -> bool:
     """Make the default runtime forward core logs (see `core_logging`); call before any client.
 
     Returns whether it did: a process whose default runtime already exists
-    keeps it (its clients are bound to it).
+    keeps it (its clients are bound to it). Tried once per process: `connect`
+    calls it for every client.
     """
+    global _routing_tried
+    if _routing_tried:
+        return False
+    _routing_tried = True
     try:
         Runtime.set_default(
             Runtime(telemetry=TelemetryConfig(logging=core_logging())), error_if_already_set=True
