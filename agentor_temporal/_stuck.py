@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure
@@ -30,9 +30,14 @@ logger = logging.getLogger("agentor_temporal")
 #: retries a failed task at once, then about every 10 s: a task failing once
 #: under load is not worth a warning).
 STUCK_ATTEMPTS = 3
-#: How often the waiting caller looks at the run's pending workflow task: one
-#: describe per waiting caller, so a thousand callers cost the server 100 a second.
+#: How soon the waiting caller first looks at the run's pending workflow task.
+#: Each look after one that found the run moving comes `STUCK_BACKOFF` times
+#: later, up to `STUCK_POLL_LIMIT` times `STUCK_POLL` (10 s, 15 s, ... 2
+#: minutes): one describe per waiting caller, and a thousand callers waiting
+#: for a person's decision cost the server 8 a second, not 100.
 STUCK_POLL = 10.0
+STUCK_BACKOFF = 1.5
+STUCK_POLL_LIMIT = 12.0
 #: History events read back from the end looking for the task's failure.
 FAILURE_LOOKBACK = 200
 
@@ -73,10 +78,18 @@ async def _message(client: Client, failure: Failure) -> str:
     return str(error) or failure.message or "(no message)"
 
 
+def poll_intervals() -> Iterator[float]:
+    """The waits between looks at the run: `STUCK_POLL`, growing to its cap."""
+    interval = STUCK_POLL
+    while True:
+        yield interval
+        interval = min(interval * STUCK_BACKOFF, STUCK_POLL * STUCK_POLL_LIMIT)
+
+
 async def warn_when_stuck(client: Client, run_id: str) -> None:
     """Log one warning once the run's workflow task fails on every try; then return."""
-    while True:
-        await asyncio.sleep(STUCK_POLL)
+    for interval in poll_intervals():
+        await asyncio.sleep(interval)
         try:
             reason = await stuck_reason(client, run_id)
         except Exception:  # an outage, a run gone: the caller's own wait says so
