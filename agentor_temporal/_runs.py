@@ -34,6 +34,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentor_temporal._inspect import list_query
 from agentor_temporal._outage import patiently, riding_outages
 from agentor_temporal.codec import EncryptionKeyError
+from agentor_temporal.connection import describe_target
 from agentor_temporal.store import (
     Event,
     PendingApproval,
@@ -235,7 +236,9 @@ async def check_waiting(
                 raise KeyError(
                     f"Run {run_id!r} has no execution {execution_run_id!r} in Temporal"
                 ) from None
-            raise KeyError(f"No run with id {run_id!r} in Temporal") from None
+            raise KeyError(
+                f"No run with id {run_id!r} in Temporal at {describe_target(client)}"
+            ) from None
         raise
     if description.status is None or description.status.name != "RUNNING":
         status = description.status.name.lower() if description.status else "unknown"

@@ -42,6 +42,7 @@ from agentor_temporal._outage import riding_outages, unreachable, until_reachabl
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import draining_on_sigterm
 from agentor_temporal._stuck import watching_stuck
+from agentor_temporal.connection import describe_target
 from agentor_temporal.store import Event, Store, pending_approvals
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.policies import DELTAS_TOPIC, EVENTS_TOPIC, STREAM_POLL_COOLDOWN
@@ -145,7 +146,7 @@ async def _follow_timed(
 
     segments, events = await reading()
     if not segments:
-        raise KeyError(f"No run with id {run_id!r} in Temporal")
+        raise KeyError(f"No run with id {run_id!r} in Temporal at {describe_target(client)}")
     latest = segments[-1]
     if latest.status != "running":
         for event in events[after:]:

@@ -597,6 +597,12 @@ def test_mistakes_are_one_line_errors_with_exit_codes(
     cases: list[tuple[list[str], int, str]] = [
         (["show", "no-such-run", *here], 1, "no run with id 'no-such-run' in Temporal at"),
         (["export", "no-such-run", *here], 1, "no run with id 'no-such-run'"),
+        (["approve", "no-such-run", "c1", *here], 1, f"'no-such-run' in Temporal at {here[1]}"),
+        (
+            ["deny", "no-such-run", "c1", "--reason", "no", *here],
+            1,
+            f"'no-such-run' in Temporal at {here[1]}",
+        ),
         (["resume", "no-such-run", "--agent", AGENT, *here], 1, "No run with id 'no-such-run'"),
         (["list", "--temporal", unreachable], 1, f"Cannot reach Temporal at {unreachable}"),
         (["show", "abc", "--temporal", unreachable], 1, f"Cannot reach Temporal at {unreachable}"),
