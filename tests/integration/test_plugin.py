@@ -18,7 +18,7 @@ import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Replayer, Worker
 
 from agentor_temporal import Agentor, AgentorPlugin, FileStore, TemporalStore
@@ -127,7 +127,7 @@ async def test_a_run_id_used_before_attaches_to_that_run_instead_of_running_it_a
         )
 
     # two workflows naming one run id at once: the second waits for the first's run
-    slow = [Hang(2, REFUND_SCRIPT[0]), REFUND_SCRIPT[1]]
+    slow = [Hang(3, REFUND_SCRIPT[0]), REFUND_SCRIPT[1]]
     with ScriptedModelServer(slow * 2) as model:
         agent = support(model, temporal=client, task_queue=task_queue)
         child = f"shared-{uuid.uuid4().hex[:6]}"
@@ -137,14 +137,23 @@ async def test_a_run_id_used_before_attaches_to_that_run_instead_of_running_it_a
             workflows=[SharedRunWorkflow],
             plugins=[AgentorPlugin(agents=[agent], store=store)],
         ):
-            outcomes = await asyncio.gather(
-                *(
-                    client.execute_workflow(
-                        SharedRunWorkflow.run, child, id=uuid.uuid4().hex, task_queue=task_queue
-                    )
-                    for _ in range(2)
+            parents = [
+                await client.start_workflow(
+                    SharedRunWorkflow.run, child, id=uuid.uuid4().hex, task_queue=task_queue
                 )
-            )
+                for _ in range(3)
+            ]
+
+            # one that waits for the run is cancelled as a parent of its own run would be
+            deadline = asyncio.get_running_loop().time() + 10
+            while not (await parents[2].describe()).raw_description.pending_activities:
+                assert asyncio.get_running_loop().time() < deadline, "no outcome read"
+                await asyncio.sleep(0.05)
+            await parents[2].cancel()
+            with pytest.raises(WorkflowFailureError) as cancelled:
+                await asyncio.wait_for(parents[2].result(), 10)
+            assert isinstance(cancelled.value.cause, CancelledError)
+            outcomes = [await asyncio.wait_for(p.result(), 30) for p in parents[:2]]
         assert outcomes[0] == outcomes[1]
         assert outcomes[0]["status"] == "completed" and outcomes[0]["run_id"] == child
         assert model.request_count == 2
