@@ -15,6 +15,7 @@ from temporalio import activity
 
 from agentor_temporal.activities import journal as _journal
 from agentor_temporal.activities import model as _model
+from agentor_temporal.activities import outcomes as _outcomes
 from agentor_temporal.activities import tools as _tools
 from agentor_temporal.activities._definition import definition_for
 from agentor_temporal.activities._joining import LiveCalls
@@ -31,9 +32,10 @@ from agentor_temporal.workflows.activity_types import (
     GenerateResult,
     JournalInput,
     JournalResult,
+    RunOutcomeInput,
 )
 from agentor_temporal.workflows.formatting import call_summary
-from agentor_temporal.workflows.types import AgentSpec
+from agentor_temporal.workflows.types import AgentSpec, RunOutcome
 
 
 class AgentActivities:
@@ -113,6 +115,11 @@ class AgentActivities:
         """Evaluate a tool's approval predicate on one call's arguments."""
         return await _tools.needs_approval(self.registry, inp)
 
+    @activity.defn(name=policies.RUN_OUTCOME)
+    async def run_outcome(self, inp: RunOutcomeInput) -> RunOutcome:
+        """How a run `run_agent` found already started ended (see `outcomes`)."""
+        return await _outcomes.run_outcome(inp)
+
     def execution_ended(self, workflow_id: str, run_id: str) -> None:
         """Forget what this worker kept for an execution that closed here with its result.
 
@@ -136,4 +143,5 @@ class AgentActivities:
             self.call_tool,
             self.journal,
             self.needs_approval,
+            self.run_outcome,
         ]

@@ -119,14 +119,25 @@ async def start_fork_run(
     fork_id: str | None,
     max_turns: int | None,
     at: int | None,
+    *,
+    attach: bool = False,
 ) -> str:
     """Make the fork and return its id at once (`POST /runs/{run_id}/fork`), as `astart` does.
+
+    `attach`: `fork_id` names the fork of a request that may have been sent before (an
+    idempotency key's): a run by that id is that fork, answered as made, not made again.
 
     Raises:
         KeyError, ValueError, TypeError: as `Agentor.fork` (`ForkIdInUse` for a taken id).
     """
     client, fork_id, point, inp = await _prepare(agent, run_id, input, fork_id, max_turns, at)
-    await start_fork(client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input)
+    try:
+        await start_fork(
+            client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input
+        )
+    except ForkIdInUse:
+        if not attach:
+            raise
     await serve_until_done(agent, client, fork_id, unwatched=True)  # the embedded worker
     return fork_id
 

@@ -37,14 +37,19 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import CancelledError, ChildWorkflowError
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import CancelledError, ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.workflows.activity_types import RunOutcomeInput
 from agentor_temporal.workflows.formatting import failure_message, preview_input
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import (
     MAX_REQUEST_BYTES,
+    RUN_OUTCOME,
+    RUN_OUTCOME_RETRY_POLICY,
+    RUN_OUTCOME_TIMEOUT,
     WORKFLOW_TASK_TIMEOUT,
     WORKFLOW_TYPE,
     validate_task_queue,
@@ -55,6 +60,9 @@ __all__ = ["ParentClosePolicy", "RunOutcome", "run_agent"]
 
 #: The patch under which `run_agent` refuses an input too large to start a child with.
 PATCH_INPUT_SIZE = "agentor-run-agent-input-size"
+#: The patch under which `run_agent` attaches to a run its `run_id` names that ran
+#: before, instead of starting the agent again under that id.
+PATCH_ATTACH = "agentor-run-agent-attach"
 
 
 async def run_agent(
@@ -126,6 +134,10 @@ async def run_agent(
             "execution_timeout must be a timedelta of zero or more (zero or None: no limit), "
             f"got {given}"
         )
+    # an id that ran before (this workflow started again, a redelivered message) is
+    # that run, as in `Agentor.run`: the SDK's default would start the agent again,
+    # paying for it twice; the patch leaves a parent recorded before as it was
+    attach = run_id is not None and workflow.patched(PATCH_ATTACH)
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,
@@ -137,7 +149,25 @@ async def run_agent(
             task_timeout=WORKFLOW_TASK_TIMEOUT,
             static_summary=f"{agent}: {preview_input(inp.input)}",
             result_type=dict,
+            id_reuse_policy=(
+                WorkflowIDReusePolicy.REJECT_DUPLICATE
+                if attach
+                else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+            ),
         )
+    except WorkflowAlreadyStartedError:
+        if not attach:
+            raise
+        outcome: RunOutcome = await workflow.execute_activity(
+            RUN_OUTCOME,
+            RunOutcomeInput(child_id),
+            result_type=RunOutcome,
+            task_queue=task_queue,
+            start_to_close_timeout=RUN_OUTCOME_TIMEOUT,
+            retry_policy=RUN_OUTCOME_RETRY_POLICY,
+            summary=f"outcome of {child_id} (started before)",
+        )
+        return outcome
     except ChildWorkflowError as exc:
         if isinstance(exc.cause, CancelledError) and _cancel_requested():
             # this workflow is being cancelled: its agent run was cancelled

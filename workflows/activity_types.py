@@ -24,6 +24,13 @@ class DescribeAgentInput:
 
 
 @dataclass
+class RunOutcomeInput:
+    """Ask for the outcome of a run `run_agent` did not start (its id was used before)."""
+
+    run_id: str
+
+
+@dataclass
 class JournalResult:
     """The events as recorded in history, and how far the mirror got."""
 

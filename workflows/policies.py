@@ -72,6 +72,7 @@ GENERATE = "generate"
 CALL_TOOL = "call_tool"
 JOURNAL = "journal"
 NEEDS_APPROVAL = "needs_approval"
+RUN_OUTCOME = "run_outcome"
 
 #: A model call may legitimately think for minutes; heartbeats, not this
 #: timeout, are what notice a dead worker.
@@ -259,6 +260,17 @@ FINAL_MIRROR_RETRY_POLICY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=4),
     maximum_attempts=3,
+)
+
+#: `run_agent` reading the outcome of a run its id already named: each try
+#: describes it once, and one still running is asked again with backoff (no
+#: attempt limit: it may wait for a person for days), at most every minute.
+RUN_OUTCOME_TIMEOUT = timedelta(seconds=30)
+RUN_OUTCOME_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=0,
 )
 
 #: Workflow tasks on a dead worker's sticky queue move to the shared queue

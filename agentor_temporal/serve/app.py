@@ -158,8 +158,10 @@ def _invalid(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
-def keyed_run_id(agent: Agentor, request: Request) -> str | None:
+def keyed_run_id(agent: Agentor, request: Request, *, fork_of: str | None = None) -> str | None:
     """The run id a request's `Idempotency-Key` names (one per agent and key), or None.
+
+    `fork_of`: the request forks that run; the key names one fork of it.
 
     Raises:
         ApiError: 400 for a key that is empty, too long, or not printable ASCII.
@@ -172,7 +174,8 @@ def keyed_run_id(agent: Agentor, request: Request) -> str | None:
             400,
             f"{IDEMPOTENCY_HEADER} must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters",
         )
-    return uuid.uuid5(_KEYED_RUNS, f"{agent.name}\n{key}").hex
+    name = f"{agent.name}\n{key}" if fork_of is None else f"{agent.name}\nfork {fork_of}\n{key}"
+    return uuid.uuid5(_KEYED_RUNS, name).hex
 
 
 def _check_input(input: Input) -> None:
@@ -369,12 +372,27 @@ def _routes(served: Agents) -> APIRouter:
         return {**result.to_dict(), "agent": agent.name}
 
     @router.post("/runs/{run_id}/fork", status_code=202)
-    async def fork(run_id: str, body: ForkRequest | None = None) -> JSONResponse:
+    async def fork(run_id: str, request: Request, body: ForkRequest | None = None) -> JSONResponse:
         agent, _ = await served.find(run_id)
         body = body or ForkRequest()
+        # a retried fork (its answer lost) must not make, and pay for, a second one
+        keyed = keyed_run_id(agent, request, fork_of=run_id)
+        if keyed is not None and body.fork_id is not None:
+            raise ApiError(
+                400,
+                f"give fork_id or an {IDEMPOTENCY_HEADER} header, not both: each names the fork",
+            )
         try:
             fork_id = await Runtime.get().run_async(
-                start_fork_run(agent, run_id, body.input, body.fork_id, body.max_turns, body.at)
+                start_fork_run(
+                    agent,
+                    run_id,
+                    body.input,
+                    body.fork_id or keyed,
+                    body.max_turns,
+                    body.at,
+                    attach=keyed is not None,
+                )
             )
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None

@@ -18,7 +18,7 @@ import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Replayer, Worker
 
 from agentor_temporal import Agentor, AgentorPlugin, FileStore, TemporalStore
@@ -97,6 +97,74 @@ async def test_a_users_workflow_runs_an_agent_as_an_ordinary_run(
     # the parent's history replays with the plugin, the way users test theirs
     history = await client.get_workflow_handle(order_id).fetch_history()
     await Replayer(workflows=[OrderWorkflow], plugins=[AgentorPlugin()]).replay_workflow(history)
+
+
+async def test_a_run_id_used_before_attaches_to_that_run_instead_of_running_it_again(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """`run_agent(run_id=X)` where X already ran (the same order workflow started again, a
+    redelivered message) returns X's outcome: the agent is not run, nor paid for, twice."""
+    store = FileStore(tmp_path / "runs")
+    with ScriptedModelServer(REFUND_SCRIPT * 2) as model:
+        agent = support(model, temporal=client, task_queue=task_queue)
+        order_id = f"order-{uuid.uuid4().hex[:6]}"
+        async with user_worker(client, task_queue, agent, store):
+            first = await client.execute_workflow(
+                OrderWorkflow.run, "A-1001", id=order_id, task_queue=task_queue
+            )
+            asked = model.request_count
+            segments = await TemporalStore(client).segments(first.agent_run_id)
+            again = await client.execute_workflow(
+                OrderWorkflow.run, "A-1001", id=order_id, task_queue=task_queue
+            )
+        assert again == first and again.refunded
+        assert model.request_count == asked == 2
+        after = await TemporalStore(client).segments(first.agent_run_id)
+        assert [s.execution_run_id for s in after] == [s.execution_run_id for s in segments]
+        history = await client.get_workflow_handle(order_id).fetch_history()
+        await Replayer(workflows=[OrderWorkflow], plugins=[AgentorPlugin()]).replay_workflow(
+            history
+        )
+
+    # two workflows naming one run id at once: the second waits for the first's run
+    slow = [Hang(3, REFUND_SCRIPT[0]), REFUND_SCRIPT[1]]
+    with ScriptedModelServer(slow * 2) as model:
+        agent = support(model, temporal=client, task_queue=task_queue)
+        child = f"shared-{uuid.uuid4().hex[:6]}"
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[SharedRunWorkflow],
+            plugins=[AgentorPlugin(agents=[agent], store=store)],
+        ):
+            parents = [
+                await client.start_workflow(
+                    SharedRunWorkflow.run, child, id=uuid.uuid4().hex, task_queue=task_queue
+                )
+                for _ in range(3)
+            ]
+
+            # one that waits for the run is cancelled as a parent of its own run would be
+            deadline = asyncio.get_running_loop().time() + 10
+            while not (await parents[2].describe()).raw_description.pending_activities:
+                assert asyncio.get_running_loop().time() < deadline, "no outcome read"
+                await asyncio.sleep(0.05)
+            await parents[2].cancel()
+            with pytest.raises(WorkflowFailureError) as cancelled:
+                await asyncio.wait_for(parents[2].result(), 10)
+            assert isinstance(cancelled.value.cause, CancelledError)
+            outcomes = [await asyncio.wait_for(p.result(), 30) for p in parents[:2]]
+        assert outcomes[0] == outcomes[1]
+        assert outcomes[0]["status"] == "completed" and outcomes[0]["run_id"] == child
+        assert model.request_count == 2
+
+
+@workflow.defn(sandboxed=False)
+class SharedRunWorkflow:
+    @workflow.run
+    async def run(self, run_id: str) -> dict[str, Any]:
+        outcome = await run_agent("Support Agent", "Refund order A-1001?", run_id=run_id)
+        return outcome.to_dict()
 
 
 async def test_a_plugin_on_the_client_reaches_every_worker_built_on_it(

@@ -11,7 +11,7 @@ import uuid
 import httpx
 
 from helpers import PROMPT, SEED_EVENT_TYPES
-from serve_http import read_sse, settle
+from serve_http import ledger_for, read_sse, settle
 
 
 def test_a_fork_reads_whole_over_http(http: httpx.Client, serve_env: dict[str, str]) -> None:
@@ -96,3 +96,37 @@ def test_post_fork_makes_a_fork_at_once_and_refuses_bad_requests(http: httpx.Cli
     refused(f"/runs/{parent}/fork", {"fork_id": "../x"}, 400, "")
     refused(f"/runs/{parent}/fork", {"max_turns": 0}, 400, "max_turns")
     refused(f"/runs/no-such-run-{uuid.uuid4().hex[:6]}/fork", {}, 404, "no-such-run")
+
+
+def test_a_fork_sent_again_with_its_idempotency_key_is_the_first_fork(
+    http: httpx.Client, serve_env: dict[str, str]
+) -> None:
+    """A client that retries `POST /runs/{id}/fork` (a timeout, a dropped connection) with the
+    same `Idempotency-Key` gets the fork its first request made: no second fork paying the
+    model and running the tool again."""
+    parent = http.post("/runs", json={"input": PROMPT}).json()["run_id"]
+    settle(http, parent, "completed")
+    key = {"Idempotency-Key": f"fork-{uuid.uuid4().hex}"}
+    body = {"input": "Now do the same for Paris."}
+
+    made = [http.post(f"/runs/{parent}/fork", json=body, headers=key) for _ in range(2)]
+
+    assert [m.status_code for m in made] == [202, 202], [m.text for m in made]
+    fork_id = made[0].json()["run_id"]
+    assert made[1].json() == {"run_id": fork_id, "forked_from": parent}
+    assert made[1].headers["location"] == f"/runs/{fork_id}"
+    settle(http, fork_id, "completed")
+    late = http.post(f"/runs/{parent}/fork", json=body, headers=key)
+    assert late.status_code == 202 and late.json()["run_id"] == fork_id
+    assert len(ledger_for(serve_env, fork_id)) == 1
+    # the key names a fork of this parent: another parent, or another key, forks anew
+    other = http.post("/runs", json={"input": PROMPT}).json()["run_id"]
+    settle(http, other, "completed")
+    elsewhere = http.post(f"/runs/{other}/fork", headers=key)
+    assert elsewhere.status_code == 202 and elsewhere.json()["run_id"] != fork_id
+    fresh = http.post(f"/runs/{parent}/fork", headers={"Idempotency-Key": "another"})
+    assert fresh.status_code == 202 and fresh.json()["run_id"] != fork_id
+    both = http.post(f"/runs/{parent}/fork", json={"fork_id": "f-x"}, headers=key)
+    assert both.status_code == 400 and "not both" in both.json()["error"]
+    bad = http.post(f"/runs/{parent}/fork", headers={"Idempotency-Key": "x" * 256})
+    assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]

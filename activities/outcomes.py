@@ -1,0 +1,45 @@
+"""The `run_outcome` activity: how a run that `run_agent` found already started ended.
+
+`run_agent(run_id=X)` with an X that ran before (its workflow started again,
+a redelivered message) attaches to that run, as `Agentor.run` does, instead of
+running the agent a second time. Workflow code cannot read another workflow's
+result, so this activity does, through the worker's client: a closed run's
+outcome at once, a running one by failing the try (Temporal asks again with
+backoff, `RUN_OUTCOME_RETRY_POLICY`) until it closes.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from agentor_temporal.workflows.activity_types import RunOutcomeInput
+from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.types import RunOutcome
+
+#: The error type of a try that found the run still running (retried).
+STILL_RUNNING = "RunStillRunning"
+
+
+async def run_outcome(inp: RunOutcomeInput) -> RunOutcome:
+    """The run's outcome once its latest execution has closed.
+
+    Raises:
+        ApplicationError: `STILL_RUNNING` while it runs (Temporal retries it).
+    """
+    handle = activity.client().get_workflow_handle(inp.run_id)
+    described = await handle.describe()
+    if described.status in (None, WorkflowExecutionStatus.RUNNING):
+        raise ApplicationError(
+            f"run {inp.run_id!r} is still running; its outcome is read once it ends",
+            type=STILL_RUNNING,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as exc:
+        return RunOutcome(
+            run_id=inp.run_id, status="failed", final_output=None, error=failure_message(exc)
+        )
+    return RunOutcome.from_dict(result)
