@@ -375,7 +375,12 @@ async def start_fork(
         ValueError: when Temporal or the store already has a run `fork_id`
             (`ForkIdInUse`), or the fork's input is too large to start it.
     """
-    taken = ForkIdInUse(f"Run {fork_id!r} already exists; choose an unused id.")
+    # a retried fork lands here: choosing another id would pay for a second fork
+    taken = ForkIdInUse(
+        f"Run {fork_id!r} already exists; choose an unused id. If it is this fork, sent "
+        f"before, it goes on: follow it with resume({fork_id!r}) "
+        f"(`agentor-temporal resume {fork_id}`)."
+    )
     # the fork runs as this agent is built: a worker built otherwise leaves it alone
     inp.fingerprint = agent.fingerprint()
     size = encoded_size(inp.to_dict())

@@ -152,6 +152,7 @@ def test_fork_errors_exit_1_or_2_with_one_line(
     assert f"error: No persisted run with id 'no-such-{task_queue}'" in unknown.stderr
     assert in_use.returncode == 1
     assert f"error: Run {parent['run_id']!r} already exists; choose an unused id." in in_use.stderr
+    assert f"follow it with resume({parent['run_id']!r})" in in_use.stderr
     assert past.returncode == 1 and "its log has 7 events, so at is 1 to 7" in past.stderr
     for (args, needle), out in zip(bad, refused, strict=True):
         assert out.returncode == 2, (args, out.stderr)
