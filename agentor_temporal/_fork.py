@@ -127,7 +127,7 @@ async def start_fork_run(
     """
     client, fork_id, point, inp = await _prepare(agent, run_id, input, fork_id, max_turns, at)
     await start_fork(client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input)
-    await serve_until_done(agent, client, fork_id, unwatched=True)  # the embedded worker
+    await serve_until_done(agent, client, fork_id)  # the embedded worker
     return fork_id
 
 

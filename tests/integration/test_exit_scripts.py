@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -266,7 +267,11 @@ async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so
         [line] = [line for line in stderr.splitlines() if "SIGINT: finishing" in line]
         assert "then stopping; press Ctrl+C again to abandon them" in line, stderr
         assert stderr.index(line) < stderr.index("Traceback"), stderr
-        assert stderr.rstrip().endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
+        # a stream left so is nobody's to wait on: the exit may name its run as still open
+        # (the next worker finishes it), after the traceback
+        traceback, _, left = stderr.rstrip().partition(f"\nrun {run_id} is still open")
+        assert traceback.endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
+        assert not left or command == "stream", stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
@@ -523,6 +528,41 @@ async def test_a_script_that_starts_a_run_and_returns_says_the_run_waits_for_a_w
             timeout=60,
         )
         assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": run_id}
+        described = await client.get_workflow_handle(run_id).describe()
+        if described.status is not None and described.status.name == "RUNNING":
+            [line] = proc.stderr.splitlines()
+            assert run_id in line and repr(task_queue) in line and "resume" in line, line
+        else:  # its worker finished it before the script's end: nothing to say
+            assert proc.stderr == "", proc.stderr
+        agent = plain_agent(ledger, base_url=model.base_url, task_queue=task_queue, temporal=client)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+    assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+async def test_a_script_that_stops_following_a_stream_says_the_run_waits_for_a_worker(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A `stream_chat` loop left at the first tool call, then the script returns: the call in
+    flight finishes once, the script exits promptly, and one line names the run left open
+    (as after `astart()`); the next worker finishes it, each tool call once."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        started = time.monotonic()
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(PROCS / "plain_script.py"), "stream_break", run_id],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        took = time.monotonic() - started
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["events"][-1] == "tool_call"
+        assert took < 30, f"the script took {took:.0f} s to exit"
         described = await client.get_workflow_handle(run_id).describe()
         if described.status is not None and described.status.name == "RUNNING":
             [line] = proc.stderr.splitlines()

@@ -81,6 +81,22 @@ elif command == "stream":
         ]
 
     print(json.dumps({"events": asyncio.run(follow())}))
+elif command == "stream_break":
+    # a consumer that stops following at the run's first tool call, then returns
+    # while the tool runs: nobody waits on the rest of the run
+    ledger = os.environ["AGENT_LEDGER"]
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+
+    async def leave() -> list[str]:
+        seen = []
+        async for event in slow.stream_chat(WEATHER, run_id=run_id):
+            seen.append(event.type)
+            if event.type == "tool_call":
+                break
+        return seen
+
+    print(json.dumps({"events": asyncio.run(leave())}))
 elif command == "thread":
     # a web framework's worker thread (not a daemon) runs the agent; the main
     # thread returns while the thread's tool call is in flight
