@@ -138,7 +138,7 @@ async def start_fork_run(
     except ForkIdInUse:
         if not attach:
             raise
-    await serve_until_done(agent, client, fork_id, unwatched=True)  # the embedded worker
+    await serve_until_done(agent, client, fork_id)  # the embedded worker
     return fork_id
 
 

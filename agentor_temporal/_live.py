@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -29,8 +30,29 @@ if TYPE_CHECKING:
 
 #: Tasks that keep embedded workers serving runs nobody is waiting on.
 _background: set[asyncio.Task[None]] = set()
-#: The runs among them nobody follows (`astart`, a fork started), by run id: queue, client.
+#: The runs they serve, by run id: queue, client.
 _held: dict[str, tuple[str, Client]] = {}
+#: How many callers follow each run now (`stream_chat`, `stream`), counted on the caller's
+#: side: its loop closes a stream left early as `asyncio.run` ends, while the producer on
+#: the runtime's loop is only being cancelled. A run nobody follows any more (`astart`, a
+#: fork started, a stream left before the run's end) is nobody's to wait on: the exit
+#: names it if it is still open (`left_open`).
+_followers: dict[str, int] = {}
+_followers_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def following(run_id: str) -> Iterator[None]:
+    """Count a caller following `run_id` while the block runs (any thread)."""
+    with _followers_guard:
+        _followers[run_id] = _followers.get(run_id, 0) + 1
+    try:
+        yield
+    finally:
+        with _followers_guard:
+            _followers[run_id] -= 1
+            if not _followers[run_id]:
+                del _followers[run_id]
 
 
 async def left_open() -> dict[str, str]:
@@ -41,7 +63,8 @@ async def left_open() -> dict[str, str]:
     worker that would have run them, and the run then waits, silently, for
     another worker of its task queue.
     """
-    held = list(_held.items())
+    with _followers_guard:
+        held = [(r, served) for r, served in _held.items() if not _followers.get(r)]
 
     async def running(run_id: str, client: Client) -> bool:
         described = await client.get_workflow_handle(run_id).describe()
@@ -57,13 +80,11 @@ async def left_open() -> dict[str, str]:
     return {r: q for (r, (q, _)), state in zip(held, states, strict=True) if state is True}
 
 
-async def serve_until_done(
-    agent: Agentor, client: Client, run_id: str, *, unwatched: bool = False
-) -> None:
+async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
     """Keep the agent's embedded worker, if any, serving until the run's execution closes.
 
-    `unwatched`: nobody follows the run (`astart`, a fork started): if it is still open when
-    the process exits, a line says so (`left_open`).
+    A run still open when the process exits that no caller follows then (`astart`, a fork
+    started, a stream left before the run's end) is named in a line (`left_open`).
     """
     if not agent.embedded_worker:
         return
@@ -72,8 +93,7 @@ async def serve_until_done(
     async def hold() -> None:
         async with agent._serving(client):
             ready.set()
-            if unwatched:
-                _held[run_id] = (agent.task_queue, client)
+            _held[run_id] = (agent.task_queue, client)
             with contextlib.suppress(Exception):
                 await riding_outages(
                     lambda: client.get_workflow_handle(run_id).result(),
@@ -89,16 +109,14 @@ async def serve_until_done(
     await ready.wait()
 
 
-async def start_new(
-    agent: Agentor, run_id: str, inp: AgentRunInput, *, unwatched: bool = False
-) -> Client:
+async def start_new(agent: Agentor, run_id: str, inp: AgentRunInput) -> Client:
     """Start the run (an id that exists is attached to) and have it served; its client."""
     client = await agent._client()
     # started first: the worker's lease waits on the run, which must exist
     await start_riding_outages(
         client, agent.definition, agent.task_queue, run_id, inp, what=f"starting run {run_id!r}"
     )
-    await serve_until_done(agent, client, run_id, unwatched=unwatched)
+    await serve_until_done(agent, client, run_id)
     return client
 
 

@@ -55,6 +55,8 @@ class _EmbeddedWorker:
         self.worker: Worker | None = None
         self.task: asyncio.Task[None] | None = None
         self.idle: asyncio.TimerHandle | None = None
+        #: shutting down (its calls in flight still finishing), after `worker` was let go
+        self.stopping = False
         # starting and stopping await; without this, concurrent first calls
         # would each start a worker (the SDK refuses a second one per queue)
         self.lock = asyncio.Lock()
@@ -100,12 +102,16 @@ class _EmbeddedWorker:
         async with self.lock:
             worker, task = self.worker, self.task
             self.worker, self.task = None, None
-            if worker is not None:
-                with contextlib.suppress(Exception):
-                    await worker.shutdown()
-            if task is not None:
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await task
+            self.stopping = worker is not None
+            try:
+                if worker is not None:
+                    with contextlib.suppress(Exception):
+                        await worker.shutdown()
+                if task is not None:
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        await task
+            finally:
+                self.stopping = False
             await self.registry.close_clients()
 
 
@@ -283,9 +289,9 @@ class Runtime:
             embedded.release()
 
     def serving(self) -> bool:
-        """Whether an embedded worker is running (callable from any thread)."""
+        """Whether an embedded worker is running, or stopping (callable from any thread)."""
         # list() copies under the GIL: the loop thread may add a worker meanwhile
-        return any(w.worker is not None for w in list(self._workers.values()))
+        return any(w.worker is not None or w.stopping for w in list(self._workers.values()))
 
     def stop_workers(self, timeout: float | None = None) -> None:
         """Stop every embedded worker now, finishing in-flight work.

@@ -79,6 +79,9 @@ class NoteFirst:
             back at the first signal, so a second acts as it did before.
         when: Whether a signal arriving now is noted rather than obeyed
             (default: always); needs `obey`.
+        linger: Signals whose handler stays on after the outermost installation ends
+            while `lingers()` says so (then put back by a later one, or never).
+        lingers: Whether they stay now.
     """
 
     def __init__(
@@ -89,10 +92,14 @@ class NoteFirst:
         over: Callable[[signal.Signals, Handler], bool],
         obey: Callable[[int, FrameType | None], None] | None = None,
         when: Callable[[], bool] | None = None,
+        linger: Iterable[str] = (),
+        lingers: Callable[[], bool] | None = None,
     ) -> None:
         if when is not None and obey is None:
             raise ValueError("NoteFirst: `when` needs `obey`, for the signals not noted")
         self._signals = tuple(signals)
+        self._linger = frozenset(linger)
+        self._lingers = lingers
         self._note = note
         self._over = over
         self._obey = obey
@@ -151,11 +158,14 @@ class NoteFirst:
         self._depth -= 1
         # a stream closed by the garbage collector may end off the main thread
         if self._depth == 0 and threading.current_thread() is threading.main_thread():
-            self.restore()
+            lingering = self._lingers is not None and self._lingers()
+            self.restore(keep=self._linger if lingering else frozenset())
 
-    def restore(self) -> None:
-        """Put back the handlers replaced, on the signals where ours still is."""
+    def restore(self, keep: frozenset[str] = frozenset()) -> None:
+        """Put back the handlers replaced, on the signals where ours still is (but `keep`)."""
         for number, previous in list(self._kept.items()):
+            if number.name in keep:
+                continue
             with contextlib.suppress(ValueError, OSError):
                 if signal.getsignal(number) is self._handler:
                     signal.signal(number, previous)
@@ -238,7 +248,31 @@ def _drain_then_end(signum: signal.Signals) -> None:
 #: again. Ctrl+C too: by its default, KeyboardInterrupt left the call the
 #: worker ran to the exit hook, which finished it silently after a traceback
 #: from the wait's locks. Each missing on a platform (SIGHUP on Windows) is skipped.
-_DRAINING = NoteFirst(("SIGINT", "SIGTERM", "SIGHUP"), _drain_then_end, over=over_python)
+#: SIGTERM and SIGHUP stay so after the call while the embedded workers serve (for a while
+#: after it, or runs started to go on: `astart`, a stream left) and the script goes on with
+#: its own work: their calls in flight then (the transfer just approved) were cut off by the
+#: default, and the next worker made them again. Ours acts as the default once they stopped.
+#: Ctrl+C outside a call raises KeyboardInterrupt, and the exit hook finishes the calls.
+_DRAINING = NoteFirst(
+    ("SIGINT", "SIGTERM", "SIGHUP"),
+    _drain_then_end,
+    over=over_python,
+    linger=("SIGTERM", "SIGHUP"),
+    lingers=lambda: _serving(),
+)
+
+
+def _serving() -> bool:
+    """Whether this process's embedded workers serve (or are still stopping)."""
+    from agentor_temporal._runtime import Runtime
+
+    runtime = Runtime._instance
+    return runtime is not None and runtime.serving()
+
+
+def over_default_or_draining(signum: signal.Signals, current: Handler) -> bool:
+    """`over_default`, or the drain's own handler left on after a call (`_DRAINING`)."""
+    return over_default(signum, current) or current is _DRAINING._handler
 
 
 def draining_on_sigterm() -> AbstractContextManager[None]:
@@ -283,4 +317,4 @@ def patient_exit(
         if noted is not None:
             noted(signum)
 
-    return NoteFirst(EXIT_SIGNALS, note, over=over_default).installed()
+    return NoteFirst(EXIT_SIGNALS, note, over=over_default_or_draining).installed()

@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 
 from agentor_temporal._fork import run_fork
 from agentor_temporal._gone import mirrored_only, not_found, run_gone
-from agentor_temporal._live import attach, start_following, start_new
+from agentor_temporal._live import attach, following, start_following, start_new
 from agentor_temporal._outage import patiently, riding_outages
 from agentor_temporal._results import await_result, check_definition, check_turns
 from agentor_temporal._resume import new_input, resume_run, start_run
@@ -305,7 +305,7 @@ class Agentor:
                 hostile run id.
         """
         run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
-        await Runtime.get().run_async(start_new(self, run_id, inp, unwatched=True))
+        await Runtime.get().run_async(start_new(self, run_id, inp))
         return run_id
 
     async def stream_chat(
@@ -334,8 +334,9 @@ class Agentor:
             max_turns: override the agent's budget for this run.
         """
         run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
-        async for event in on_runtime(lambda: start_following(self, run_id, inp, stream_text)):
-            yield event
+        with following(run_id):
+            async for event in on_runtime(lambda: start_following(self, run_id, inp, stream_text)):
+                yield event
 
     async def stream(
         self, run_id: str, after: int = 0, *, text: bool = False
@@ -353,8 +354,9 @@ class Agentor:
         validate_run_id(run_id)
         if not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be a non-negative integer, got {after!r}")
-        async for event in on_runtime(lambda: attach(self, run_id, after, text)):
-            yield event
+        with following(run_id):
+            async for event in on_runtime(lambda: attach(self, run_id, after, text)):
+                yield event
 
     def approve(
         self,

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal._runtime import WORKER_LINGER
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
@@ -266,7 +268,11 @@ async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so
         [line] = [line for line in stderr.splitlines() if "SIGINT: finishing" in line]
         assert "then stopping; press Ctrl+C again to abandon them" in line, stderr
         assert stderr.index(line) < stderr.index("Traceback"), stderr
-        assert stderr.rstrip().endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
+        # a stream left so is nobody's to wait on: the exit may name its run as still open
+        # (the next worker finishes it), after the traceback
+        traceback, _, left = stderr.rstrip().partition(f"\nrun {run_id} is still open")
+        assert traceback.endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
+        assert not left or command == "stream", stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
@@ -278,7 +284,8 @@ async def test_sigterm_handler_is_installed_only_over_the_default_and_restored(
     client: Client, task_queue: str, ledger: str
 ) -> None:
     """The drain-on-SIGTERM handler is set only while a call runs and SIGTERM had the
-    default handler; the default comes back afterwards, and an application's own is kept."""
+    default handler, and stays after it while the embedded worker is up (Ctrl+C's handler comes
+    back at once); an application's own is kept, during the call and after."""
     seen: list[Any] = []
 
     def users_handler(signum: int, frame: Any) -> None:
@@ -292,16 +299,21 @@ async def test_sigterm_handler_is_installed_only_over_the_default_and_restored(
         agent = plain_agent(
             ledger, base_url=model.base_url, task_queue=task_queue, temporal=client, store=None
         )
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        # an earlier test's call may have left ours on (its worker still up then)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        interrupt = signal.getsignal(signal.SIGINT)
         await agent.arun("Weather in Oslo?")
         assert seen and all(h not in (signal.SIG_DFL, None) for h in seen), seen
-        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        # the worker is up a while after the call: a SIGTERM now lets its calls finish
+        assert signal.getsignal(signal.SIGTERM) is seen[0]
+        assert signal.getsignal(signal.SIGINT) is interrupt
         seen.clear()
-        previous = signal.signal(signal.SIGTERM, users_handler)
+        signal.signal(signal.SIGTERM, users_handler)
         try:
             await agent.arun("Weather in Rome?")
+            assert signal.getsignal(signal.SIGTERM) is users_handler
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     assert seen and all(h is users_handler for h in seen), seen
 
 
@@ -534,3 +546,98 @@ async def test_a_script_that_starts_a_run_and_returns_says_the_run_waits_for_a_w
             outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
     assert outcome["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+async def test_a_script_that_stops_following_a_stream_says_the_run_waits_for_a_worker(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A `stream_chat` loop left at the first tool call, then the script returns: the call in
+    flight finishes once, the script exits promptly, and one line names the run left open
+    (as after `astart()`); the next worker finishes it, each tool call once."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        started = time.monotonic()
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(PROCS / "plain_script.py"), "stream_break", run_id],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        took = time.monotonic() - started
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["events"][-1] == "tool_call"
+        assert took < 30, f"the script took {took:.0f} s to exit"
+        described = await client.get_workflow_handle(run_id).describe()
+        if described.status is not None and described.status.name == "RUNNING":
+            [line] = proc.stderr.splitlines()
+            assert run_id in line and repr(task_queue) in line and "resume" in line, line
+        else:  # its worker finished it before the script's end: nothing to say
+            assert proc.stderr == "", proc.stderr
+        agent = plain_agent(ledger, base_url=model.base_url, task_queue=task_queue, temporal=client)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+    assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+@pytest.mark.parametrize(
+    ("signum", "late"),
+    [(signal.SIGTERM, False), (signal.SIGHUP, True)],
+    ids=["SIGTERM", "SIGHUP-as-the-idle-worker-stops"],
+)
+async def test_a_signal_after_a_decision_while_the_script_works_on_finishes_the_call_once(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    signum: signal.Signals,
+    late: bool,
+) -> None:
+    """A script approves, then goes on with its own work while its embedded worker (up a while
+    after the call) runs the approved transfer. SIGTERM or SIGHUP then, even once the worker,
+    idle past `WORKER_LINGER`, is stopping, lets the transfer finish, recorded, says so, and
+    ends the process by that signal; before, the default cut the transfer off and the next
+    worker made it again."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **env_for(temporal_address, model, task_queue, tmp_path, ledger),
+            "AGENT_TRANSFER_SECONDS": "5",
+        }
+        run_id = uuid.uuid4().hex
+        started = await asyncio.to_thread(script, env, "run", run_id)
+        assert started["status"] == "awaiting_approval"
+        argv = ["approve_then_work", run_id, started["pending"][0]]
+        approving = subprocess.Popen(
+            [sys.executable, str(PROCS / "plain_script.py"), *argv],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert approving.stdout is not None
+            decided = await asyncio.to_thread(approving.stdout.readline)
+            decided_at = time.monotonic()
+            assert json.loads(decided)["decided"] == started["pending"][0]
+            await until(lambda: ledger_lines(ledger), "the transfer to start")
+            if late:  # the worker's idle time after the call has run out: it is stopping
+                await until(
+                    lambda: time.monotonic() - decided_at > WORKER_LINGER + 0.5, "the linger"
+                )
+                assert time.monotonic() - decided_at < 4.5, "the transfer ended meanwhile"
+            approving.send_signal(signum)
+            _, stderr = await asyncio.to_thread(approving.communicate, None, 60)
+        finally:
+            approving.kill()
+        assert approving.returncode == -signum, stderr
+        resumed = await asyncio.to_thread(script, env, "resume", run_id)
+    assert resumed["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+    [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
+    assert result.result == "Sent 5 to bob.", result.result
+    assert f"{signum.name}: finishing the calls" in stderr, stderr
+    assert "Traceback" not in stderr, stderr

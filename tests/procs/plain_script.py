@@ -64,6 +64,12 @@ if command == "run":
 elif command in ("approve", "deny"):
     decided = getattr(agent, command)(run_id, sys.argv[3], by="script")
     print(json.dumps({"decided": decided["call_id"]}))
+elif command == "approve_then_work":
+    # approve, then the script goes on with work of its own (not an agent call) while
+    # its embedded worker, still up, runs the approved call
+    decided = agent.approve(run_id, sys.argv[3], by="script")
+    print(json.dumps({"decided": decided["call_id"]}), flush=True)
+    time.sleep(60)
 elif command == "resume":
     print(json.dumps({"status": agent.resume(run_id).status}))
 elif command == "arun":
@@ -81,6 +87,27 @@ elif command == "stream":
         ]
 
     print(json.dumps({"events": asyncio.run(follow())}))
+elif command == "run_os_exit":
+    # the run's result, then the process ends at once (no exit hook, no worker drain)
+    status = agent.run(sys.argv[3] if len(sys.argv) > 3 else WEATHER, run_id=run_id).status
+    print(json.dumps({"status": status}), flush=True)
+    os._exit(0)
+elif command == "stream_break":
+    # a consumer that stops following at the run's first tool call, then returns
+    # while the tool runs: nobody waits on the rest of the run
+    ledger = os.environ["AGENT_LEDGER"]
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+
+    async def leave() -> list[str]:
+        seen = []
+        async for event in slow.stream_chat(WEATHER, run_id=run_id):
+            seen.append(event.type)
+            if event.type == "tool_call":
+                break
+        return seen
+
+    print(json.dumps({"events": asyncio.run(leave())}))
 elif command == "thread":
     # a web framework's worker thread (not a daemon) runs the agent; the main
     # thread returns while the thread's tool call is in flight
