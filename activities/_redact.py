@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
+from typing import TypeVar, cast
 
 from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
@@ -25,6 +26,8 @@ from agentor_temporal.workflows.redaction import (
     redact,
     secret_forms,
 )
+
+T = TypeVar("T")
 
 _known: set[str] = set()
 _guard = threading.Lock()
@@ -187,6 +190,35 @@ def mask_secrets(text: str) -> str:
     return text
 
 
+def mask_input(value: T) -> T:
+    """`value` (a prompt, or chat messages) with every known secret masked in each text.
+
+    What a caller sends to a run is recorded as it is: in the workflow's input
+    (history, the Temporal UI), the JSONL mirror, `show` and `export`. A key
+    this process knows (its `OPENAI_API_KEY`, `TEMPORAL_API_KEY`, an agent's
+    `api_key` or header) pasted into a prompt is masked before it gets there,
+    as a key the model repeats or a tool returns is. Dict keys and the
+    structure are kept; only text values change.
+    """
+    install()
+    known = secrets()
+    if not known:
+        return value
+    return cast(T, _masked(value, known))
+
+
+def _masked(value: object, known: list[str]) -> object:
+    if isinstance(value, str):
+        for secret in known:
+            value = mask_secret(value, secret)
+        return value
+    if isinstance(value, dict):
+        return {k: _masked(v, known) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_masked(v, known) for v in value]
+    return value
+
+
 class _Known:
     """A live view of the known secrets, for the log filter."""
 
@@ -202,6 +234,8 @@ def install() -> None:
             return
         _installed = True
     remember(os.environ.get("OPENAI_API_KEY"))
+    # the Temporal connection's key, known before (and without) a connection
+    remember(os.environ.get("TEMPORAL_API_KEY"))
     log_filter = _ExceptionRedactingFilter(_Known())
     for name in LOGGERS:
         logging.getLogger(name).addFilter(log_filter)

@@ -967,3 +967,37 @@ def test_the_cli_never_prints_a_stores_error_unmasked(
     assert out.returncode == 1, shown
     assert not _found({"output": shown}, [API_KEY, URL_PASSWORD]), shown
     assert "error: could not connect to postgresql://***@127.0.0.1:5432/runs" in shown, shown
+
+
+async def test_a_key_pasted_into_the_input_is_never_recorded(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A user pasting the agent's key (or TEMPORAL_API_KEY, known to the process) into a
+    prompt, a message list, or a fork's input: history, the JSONL, the result and the
+    model's requests hold the mask, the rest of the text as typed."""
+    with ScriptedModelServer([Reply("ok"), Reply("ok"), Reply("ok")]) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+        )
+        typed = await agent.arun(f"my key is {API_KEY}, is it valid?")
+        listed = await agent.arun(
+            [
+                {"role": "user", "content": [{"type": "text", "text": f"key={API_KEY}"}]},
+                {"role": "assistant", "content": "noted"},
+                {"role": "user", "content": f"and {base64.b64encode(API_KEY.encode()).decode()}"},
+            ]
+        )
+        forked = await agent.afork(typed.run_id, f"and {API_KEY} again?")
+        requests = model.requests
+    assert [r.status for r in (typed, listed, forked)] == ["completed"] * 3
+    start = typed.events[0]
+    assert start.messages[-1]["content"] == "my key is ***, is it valid?", start
+    assert requests[0]["messages"][-1]["content"] == "my key is ***, is it valid?"
+    where = {"store": _store_text(tmp_path), "model requests": repr(requests)}
+    for result in (typed, listed, forked):
+        where[result.run_id] = await _history_json(client, result.run_id) + repr(result)
+    assert not _found(where, [API_KEY, base64.b64encode(API_KEY.encode()).decode()])

@@ -8,6 +8,8 @@ import importlib.util
 import logging
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -404,3 +406,26 @@ def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
 )
 def test_text_escaping_something_else_is_left_as_it_is(text: str) -> None:
     assert redact(text, ["sk-my/secret/key-42"]) == text
+
+
+def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
+    """OPENAI_API_KEY and TEMPORAL_API_KEY of the environment are known before any agent or
+    connection: a prompt (or a message's parts) pasting them is masked, keys kept."""
+    script = (
+        "from agentor_temporal.activities._redact import mask_input\n"
+        "print(mask_input('o=sk-openai-0123456789 t=tmp-temporal-0123456789'))\n"
+        "print(mask_input([{'role': 'user', 'content': [{'type': 'text',"
+        " 'text': 'tmp-temporal-0123456789'}]}]))\n"
+    )
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "sk-openai-0123456789",
+        "TEMPORAL_API_KEY": "tmp-temporal-0123456789",
+    }
+    shown = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert shown == [
+        "o=*** t=***",
+        "[{'role': 'user', 'content': [{'type': 'text', 'text': '***'}]}]",
+    ]
