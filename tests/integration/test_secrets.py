@@ -1001,3 +1001,34 @@ async def test_a_key_pasted_into_the_input_is_never_recorded(
     for result in (typed, listed, forked):
         where[result.run_id] = await _history_json(client, result.run_id) + repr(result)
     assert not _found(where, [API_KEY, base64.b64encode(API_KEY.encode()).decode()])
+
+
+async def test_a_key_pasted_into_a_decisions_reason_is_never_recorded(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A person denying a call with the key in the reason: the model is told '***'."""
+    script = [CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+            tools=[transfer_tool()],
+        )
+        paused = await agent.arun("Pay bob 5000.")
+        assert paused.status == "awaiting_approval", paused.error
+        await agent.adeny(paused.run_id, "call_pay", f"the key {API_KEY} is revoked")
+        result = await agent.aresume(paused.run_id)
+        requests = model.requests
+    assert result.status == "completed", result.error
+    [decision] = [e for e in result.events if e.type == "approval_decision"]
+    assert decision.text == "the key *** is revoked", decision
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path),
+        "RunResult": repr(result),
+        "model requests": repr(requests),
+    }
+    assert not _found(where, [API_KEY])
