@@ -173,7 +173,13 @@ def remember(secret: str | None) -> None:
 
 
 def secrets() -> list[str]:
-    """The secrets known so far (longest first, so a key containing another masks whole)."""
+    """The secrets known so far (longest first, so a key containing another masks whole).
+
+    The process's own keys (`OPENAI_API_KEY`, `TEMPORAL_API_KEY`) among them from the
+    first call: a process that only reads runs (`show`, `list`) masks them too.
+    """
+    if not _installed:
+        install()
     with _guard:
         return sorted(_known, key=len, reverse=True)
 
@@ -200,7 +206,6 @@ def mask_input(value: T) -> T:
     as a key the model repeats or a tool returns is. Dict keys and the
     structure are kept; only text values change.
     """
-    install()
     known = secrets()
     if not known:
         return value

@@ -1032,3 +1032,64 @@ async def test_a_key_pasted_into_a_decisions_reason_is_never_recorded(
         "model requests": repr(requests),
     }
     assert not _found(where, [API_KEY])
+
+
+async def test_failure_text_recorded_unmasked_is_masked_on_the_way_out(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """Failure text recorded as it was (a termination's reason typed by a person, a log an
+    older version wrote with a tool's error and the run's error unmasked) is masked where
+    it is shown: `list --json`, `show`, `show --jsonl`, `show --store`, GET /runs/{id}."""
+    import httpx
+
+    from agentor_temporal.serve import create_app
+
+    leaked = f"from http://{URL_USER}:{URL_PASSWORD}@db.internal/x (key {API_KEY})"
+    script = [CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key=API_KEY,
+            tools=[transfer_tool()],
+        )
+        paused = await agent.arun("Pay bob 5000.")
+        assert paused.status == "awaiting_approval", paused.error
+        await client.get_workflow_handle(paused.run_id).terminate(reason=f"stopped {leaked}")
+        agent.embedded_worker = False
+        transport = httpx.ASGITransport(app=create_app([agent]))
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as http:
+            answer = await http.get(f"/runs/{paused.run_id}")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["error"].startswith("terminated: stopped from http://***@db.internal/x")
+    # a log as an older version wrote it: the errors as they were
+    old = tmp_path / "old"
+    old.mkdir()
+    run_id = "old-run-4711"
+    lines = [
+        {"type": "run_start", "agent": "Weather Agent", "model": "gpt-4o-mini", "messages": []},
+        {"type": "tool_result", "name": "get_weather", "call_id": "c1", "error": leaked},
+        {"type": "run_end", "status": "failed", "error": f"Tool failed {leaked}"},
+    ]
+    (old / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    env = {"OPENAI_API_KEY": API_KEY}  # the reader's process knows the key
+    show, store = ["show", paused.run_id], ["show", "--store", str(old), run_id]
+    shown = {
+        "GET /runs": answer.text,
+        "list": _cli(tmp_path, temporal_address, "list", "--json", **env),
+        "show": _cli(tmp_path, temporal_address, *show, **env),
+        "show --jsonl": _cli(tmp_path, temporal_address, *show, "--jsonl", **env),
+        "show --store": _cli(tmp_path, None, *store, **env),
+        "--store --jsonl": _cli(tmp_path, None, *store, "--jsonl", **env),
+    }
+    texts = {}
+    for name, value in shown.items():
+        if isinstance(value, subprocess.CompletedProcess):
+            assert value.returncode == 0, (name, value.stderr)
+            value = value.stdout + value.stderr
+        texts[name] = value
+    assert "http://***@db.internal/x" in texts["show --store"], texts["show --store"]
+    assert "http://***@db.internal/x" in texts["--store --jsonl"], texts["--store --jsonl"]
+    assert not _found(texts, [URL_PASSWORD, URL_USER, API_KEY]), texts
+
