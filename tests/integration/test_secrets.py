@@ -1093,3 +1093,20 @@ async def test_failure_text_recorded_unmasked_is_masked_on_the_way_out(
     assert "http://***@db.internal/x" in texts["--store --jsonl"], texts["--store --jsonl"]
     assert not _found(texts, [URL_PASSWORD, URL_USER, API_KEY]), texts
 
+
+def test_the_clis_traceback_of_a_bug_never_shows_a_key(
+    tmp_path: Path, temporal_address: str
+) -> None:
+    """An exception the CLI does not expect (a store's driver failing with a RuntimeError
+    quoting its URL and the key) still prints its traceback, for the bug report, but
+    masked: the message and every line of it."""
+    agent = DOWN_STORE_AGENT.replace("raise ConnectionError(", "raise RuntimeError(")
+    (tmp_path / "buggy_agent.py").write_text(agent)
+    out = _cli(
+        tmp_path, temporal_address, "resume", "no-such-run-4718", "--agent", "buggy_agent:agent"
+    )
+    shown = out.stdout + out.stderr
+    assert out.returncode == 1, shown
+    assert "Traceback (most recent call last)" in shown, shown
+    assert "RuntimeError: could not connect to postgresql://***@127.0.0.1:5432/runs" in shown
+    assert not _found({"output": shown}, [API_KEY, URL_PASSWORD]), shown
