@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator
 from typing import TypeVar, cast
@@ -159,6 +160,21 @@ class _ExceptionRedactingFilter(RedactingFilter):
         return True
 
 
+#: Environment variable names whose values are credentials: the last word of the name
+#: says so (`GITHUB_TOKEN`, `ANTHROPIC_API_KEY`, `DB_PASSWORD`, `AWS_SECRET_ACCESS_KEY`,
+#: `AGENTOR_ENCRYPTION_KEYS`).
+#: Not a word inside the name (`SSH_AUTH_SOCK`, `PASSWORD_STORE_DIR` are paths).
+_ENV_CREDENTIAL = re.compile(
+    r"(?:^|_)(?:KEYS?|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PASSPHRASE|CREDENTIALS?)$",
+    re.I,
+)
+
+
+def env_credential(name: str) -> bool:
+    """Whether an environment variable named `name` holds a credential (`_ENV_CREDENTIAL`)."""
+    return bool(_ENV_CREDENTIAL.search(name))
+
+
 def remember(secret: str | None) -> None:
     """Mask `secret` in every error and log line of this process from now on.
 
@@ -238,9 +254,17 @@ def install() -> None:
         if _installed:
             return
         _installed = True
-    remember(os.environ.get("OPENAI_API_KEY"))
-    # the Temporal connection's key, known before (and without) a connection
-    remember(os.environ.get("TEMPORAL_API_KEY"))
+    # the process's own credentials: OPENAI_API_KEY, TEMPORAL_API_KEY (known before,
+    # and without, a connection), and every variable named as one (GITHUB_TOKEN,
+    # AWS_SECRET_ACCESS_KEY, DB_PASSWORD): a tool reading one and returning it, or
+    # an error quoting it, shows `***`
+    for name, value in os.environ.items():
+        if env_credential(name):
+            remember(value)
+        if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
+            for entry in re.split(r"[,\n]", value):
+                remember(entry.strip())
+                remember(entry.partition(":")[2].strip())
     log_filter = _ExceptionRedactingFilter(_Known())
     for name in LOGGERS:
         logging.getLogger(name).addFilter(log_filter)

@@ -1110,3 +1110,76 @@ def test_the_clis_traceback_of_a_bug_never_shows_a_key(
     assert "Traceback (most recent call last)" in shown, shown
     assert "RuntimeError: could not connect to postgresql://***@127.0.0.1:5432/runs" in shown
     assert not _found({"output": shown}, [API_KEY, URL_PASSWORD]), shown
+
+
+ENV_SECRETS = {
+    "GITHUB_TOKEN": "ghp_leakEnvToken0123456789abcdefABCDEF",
+    "DB_PASSWORD": "leak-db-Password-77",
+    "AWS_SECRET_ACCESS_KEY": "leakAwsSecret/0123456789+abcdefABCDEF",
+}
+
+ENV_TOOLS_AGENT = """
+import os
+
+from agentor_temporal import Agentor, function_tool
+
+
+@function_tool
+def read_config(name: str) -> str:
+    '''Read a setting.
+
+    Args:
+        name: The setting.
+    '''
+    return f"token={os.environ['GITHUB_TOKEN']}"
+
+
+@function_tool
+def connect(name: str) -> str:
+    '''Connect.
+
+    Args:
+        name: The database.
+    '''
+    raise RuntimeError(f"login refused for password {os.environ['DB_PASSWORD']}")
+
+
+agent = Agentor(name="Env Agent", model="m", base_url=os.environ["MODEL_BASE_URL"],
+                api_key="sk-not-this-one-0000", task_queue=os.environ["AGENT_TASK_QUEUE"],
+                tools=[read_config, connect])
+"""
+
+
+async def test_credentials_in_the_processs_environment_never_show(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """The worker's environment holds credentials for its tools (GITHUB_TOKEN, DB_PASSWORD,
+    AWS_SECRET_ACCESS_KEY): a tool returning one, a tool's error quoting one, and a prompt
+    pasting one show `***` in history, the model's requests and the command's output."""
+    (tmp_path / "env_tools_agent.py").write_text(ENV_TOOLS_AGENT)
+    script = [
+        [CallTool("read_config", {"name": "gh"}), CallTool("connect", {"name": "db"})],
+        Reply("done"),
+    ]
+    with ScriptedModelServer(script) as model:
+        env = {**ENV_SECRETS, "MODEL_BASE_URL": model.base_url, "AGENT_TASK_QUEUE": task_queue}
+        prompt = f"use {ENV_SECRETS['AWS_SECRET_ACCESS_KEY']} for s3"
+        out = await asyncio.to_thread(
+            _cli, tmp_path, temporal_address, "run", "--json", prompt,
+            "--agent", "env_tools_agent:agent", **env,
+        )  # fmt: skip
+        requests = model.requests
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] == "completed", result
+    answers = {e["call_id"]: e for e in result["events"] if e["type"] == "tool_result"}
+    assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
+        "RuntimeError: login refused for password ***",
+        "token=***",
+    ]
+    where = {
+        "history": await _history_json(client, result["run_id"]),
+        "output": out.stdout + out.stderr,
+        "model requests": repr(requests),
+    }
+    assert not _found(where, list(ENV_SECRETS.values()))

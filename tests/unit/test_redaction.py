@@ -416,11 +416,15 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
         "print(mask_input('o=sk-openai-0123456789 t=tmp-temporal-0123456789'))\n"
         "print(mask_input([{'role': 'user', 'content': [{'type': 'text',"
         " 'text': 'tmp-temporal-0123456789'}]}]))\n"
+        "print(mask_input('k2=c2Vjb25kLWtleS0wMTIzNDU2Nzg5 at /tmp/agent.sock'))\n"
     )
     env = {
         **os.environ,
         "OPENAI_API_KEY": "sk-openai-0123456789",
         "TEMPORAL_API_KEY": "tmp-temporal-0123456789",
+        # each entry's key, and a variable whose name only holds a credential word: a path
+        "AGENTOR_ENCRYPTION_KEYS": "k1:Zmlyc3Qta2V5LTAx,k2:c2Vjb25kLWtleS0wMTIzNDU2Nzg5",
+        "SSH_AUTH_SOCK": "/tmp/agent.sock",
     }
     shown = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
@@ -428,4 +432,24 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
     assert shown == [
         "o=*** t=***",
         "[{'role': 'user', 'content': [{'type': 'text', 'text': '***'}]}]",
+        "k2=*** at /tmp/agent.sock",
     ]
+
+
+@pytest.mark.parametrize(
+    "name, secret",
+    [
+        ("GITHUB_TOKEN", True),
+        ("ANTHROPIC_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("AGENTOR_ENCRYPTION_KEYS", True),
+        ("SSH_AUTH_SOCK", False),
+        ("PASSWORD_STORE_DIR", False),
+        ("KEYTIMEOUT", False),
+        ("PWD", False),
+    ],
+)
+def test_environment_variables_named_as_credentials(name: str, secret: bool) -> None:
+    """The last word of a variable's name says whether its value is a credential."""
+    assert _redact.env_credential(name) is secret
