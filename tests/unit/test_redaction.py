@@ -453,3 +453,41 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
 def test_environment_variables_named_as_credentials(name: str, secret: bool) -> None:
     """The last word of a variable's name says whether its value is a credential."""
     assert _redact.env_credential(name) is secret
+
+
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THs"
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        JWT,
+        "sk-proj-Abc0123456789defGHIjkl",
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345",
+        "ghp_0123456789abcdefghijABCDEFGHIJ0123",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+        "xoxb-1234567890-abcdefghij",
+        "AKIAIOSFODNN7EXAMPLE",
+        "AIzaSyA-0123456789abcdefghijklmnopqrstu",
+    ],
+)
+def test_keys_no_one_told_of_are_masked_in_errors_by_their_shape(secret: str) -> None:
+    """A tool's or a provider's error quoting a credential the process was never given (the
+    tool's own GitHub token, a JWT it was sent): masked by its shape, in errors and logs."""
+    for text in (f"401 for {secret}: refused", f"Authorization: Bearer {secret}"):
+        shown = redact(text)
+        assert secret not in shown and "***" in shown, shown
+    assert redact("Authorization: Bearer 0a1b2c3d4e5f6a7b") == "Authorization: Bearer ***"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Basic authentication failed for user bob",
+        "a Bearer token is required",
+        "task-sk-ab and desk-sketch-0123 are names",
+        "eyJ alone is not a JWT",
+    ],
+)
+def test_words_near_key_shapes_stay(text: str) -> None:
+    assert redact(text) == text
