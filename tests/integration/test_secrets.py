@@ -39,6 +39,7 @@ from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, ConnectionFailed, FileStore
+from agentor_temporal.streaming import RunFailedError
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
 from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, ledger_lines, transfer_tool, weather_tool
@@ -1039,7 +1040,8 @@ async def test_failure_text_recorded_unmasked_is_masked_on_the_way_out(
 ) -> None:
     """Failure text recorded as it was (a termination's reason typed by a person, a log an
     older version wrote with a tool's error and the run's error unmasked) is masked where
-    it is shown: `list --json`, `show`, `show --jsonl`, `show --store`, GET /runs/{id}."""
+    it is shown: `list --json`, `show`, `show --jsonl`, `show --store`, GET /runs/{id}, the
+    RunFailedError of `stream`."""
     import httpx
 
     from agentor_temporal.serve import create_app
@@ -1061,7 +1063,11 @@ async def test_failure_text_recorded_unmasked_is_masked_on_the_way_out(
         transport = httpx.ASGITransport(app=create_app([agent]))
         async with httpx.AsyncClient(transport=transport, base_url="http://serve") as http:
             answer = await http.get(f"/runs/{paused.run_id}")
+        with pytest.raises(RunFailedError) as streamed:
+            async for _ in agent.stream(paused.run_id):
+                pass
     assert answer.status_code == 200, answer.text
+    assert "stopped from http://***@db.internal/x (key ***)" in str(streamed.value)
     assert answer.json()["error"].startswith("terminated: stopped from http://***@db.internal/x")
     # a log as an older version wrote it: the errors as they were
     old = tmp_path / "old"
@@ -1077,6 +1083,7 @@ async def test_failure_text_recorded_unmasked_is_masked_on_the_way_out(
     show, store = ["show", paused.run_id], ["show", "--store", str(old), run_id]
     shown = {
         "GET /runs": answer.text,
+        "stream": str(streamed.value),
         "list": _cli(tmp_path, temporal_address, "list", "--json", **env),
         "show": _cli(tmp_path, temporal_address, *show, **env),
         "show --jsonl": _cli(tmp_path, temporal_address, *show, "--jsonl", **env),
