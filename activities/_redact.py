@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator
+from typing import TypeVar, cast
 
 from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
@@ -25,6 +27,8 @@ from agentor_temporal.workflows.redaction import (
     redact,
     secret_forms,
 )
+
+T = TypeVar("T")
 
 _known: set[str] = set()
 _guard = threading.Lock()
@@ -156,6 +160,21 @@ class _ExceptionRedactingFilter(RedactingFilter):
         return True
 
 
+#: Environment variable names whose values are credentials: the last word of the name
+#: says so (`GITHUB_TOKEN`, `ANTHROPIC_API_KEY`, `DB_PASSWORD`, `AWS_SECRET_ACCESS_KEY`,
+#: `AGENTOR_ENCRYPTION_KEYS`).
+#: Not a word inside the name (`SSH_AUTH_SOCK`, `PASSWORD_STORE_DIR` are paths).
+_ENV_CREDENTIAL = re.compile(
+    r"(?:^|_)(?:KEYS?|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PASSPHRASE|CREDENTIALS?)$",
+    re.I,
+)
+
+
+def env_credential(name: str) -> bool:
+    """Whether an environment variable named `name` holds a credential (`_ENV_CREDENTIAL`)."""
+    return bool(_ENV_CREDENTIAL.search(name))
+
+
 def remember(secret: str | None) -> None:
     """Mask `secret` in every error and log line of this process from now on.
 
@@ -170,7 +189,13 @@ def remember(secret: str | None) -> None:
 
 
 def secrets() -> list[str]:
-    """The secrets known so far (longest first, so a key containing another masks whole)."""
+    """The secrets known so far (longest first, so a key containing another masks whole).
+
+    The process's own keys (`OPENAI_API_KEY`, `TEMPORAL_API_KEY`) among them from the
+    first call: a process that only reads runs (`show`, `list`) masks them too.
+    """
+    if not _installed:
+        install()
     with _guard:
         return sorted(_known, key=len, reverse=True)
 
@@ -187,6 +212,34 @@ def mask_secrets(text: str) -> str:
     return text
 
 
+def mask_input(value: T) -> T:
+    """`value` (a prompt, or chat messages) with every known secret masked in each text.
+
+    What a caller sends to a run is recorded as it is: in the workflow's input
+    (history, the Temporal UI), the JSONL mirror, `show` and `export`. A key
+    this process knows (its `OPENAI_API_KEY`, `TEMPORAL_API_KEY`, an agent's
+    `api_key` or header) pasted into a prompt is masked before it gets there,
+    as a key the model repeats or a tool returns is. Dict keys and the
+    structure are kept; only text values change.
+    """
+    known = secrets()
+    if not known:
+        return value
+    return cast(T, _masked(value, known))
+
+
+def _masked(value: object, known: list[str]) -> object:
+    if isinstance(value, str):
+        for secret in known:
+            value = mask_secret(value, secret)
+        return value
+    if isinstance(value, dict):
+        return {k: _masked(v, known) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_masked(v, known) for v in value]
+    return value
+
+
 class _Known:
     """A live view of the known secrets, for the log filter."""
 
@@ -201,7 +254,17 @@ def install() -> None:
         if _installed:
             return
         _installed = True
-    remember(os.environ.get("OPENAI_API_KEY"))
+    # the process's own credentials: OPENAI_API_KEY, TEMPORAL_API_KEY (known before,
+    # and without, a connection), and every variable named as one (GITHUB_TOKEN,
+    # AWS_SECRET_ACCESS_KEY, DB_PASSWORD): a tool reading one and returning it, or
+    # an error quoting it, shows `***`
+    for name, value in os.environ.items():
+        if env_credential(name):
+            remember(value)
+        if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
+            for entry in re.split(r"[,\n]", value):
+                remember(entry.strip())
+                remember(entry.partition(":")[2].strip())
     log_filter = _ExceptionRedactingFilter(_Known())
     for name in LOGGERS:
         logging.getLogger(name).addFilter(log_filter)

@@ -36,6 +36,7 @@ from agentor_temporal._inspect import (
     summarize_segments,
 )
 from agentor_temporal._prune import Verdict, apply, plan
+from agentor_temporal._results import shown_events
 from agentor_temporal._timeline import Timeline
 from agentor_temporal.connection import ConnectionFailed, connect
 from agentor_temporal.store import Event, FileStore
@@ -73,6 +74,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 f"(the run's first {prefix} events came from a store and are not in Temporal's "
                 "history; `show --store DIR` shows them)"
             )
+    events = shown_events(events)
     if args.jsonl:
         for event in events:
             print(event.to_json())
@@ -170,7 +172,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             f"the store {args.store!r} lacks some of the {missing} events this run was "
             "continued from"
         )
-    text = "".join(e.to_json() + "\n" for e in events)
+    text = "".join(e.to_json() + "\n" for e in shown_events(events))
     if segments[-1].status == "running":
         print(
             f"note: run {run_id} is still running; exporting the {len(events)} events so far",

@@ -41,6 +41,7 @@ from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import await_result, check_input, check_turns
 from agentor_temporal._start import start_once
 from agentor_temporal.activities import AgentDefinition
+from agentor_temporal.activities._redact import mask_input
 from agentor_temporal.store import (
     Event,
     RunResult,
@@ -84,6 +85,7 @@ async def run_fork(
     at: int | None,
 ) -> RunResult:
     """`Agentor.fork`: check, read the parent, start the fork, wait for its result."""
+    input = fork_message(input)
     client, fork_id, point, inp = await _prepare(agent, run_id, input, fork_id, max_turns, at)
     async with agent._serving(client):
         await start_fork(
@@ -130,6 +132,7 @@ async def start_fork_run(
     Raises:
         KeyError, ValueError, TypeError: as `Agentor.fork` (`ForkIdInUse` for a taken id).
     """
+    input = fork_message(input)
     client, fork_id, point, inp = await _prepare(agent, run_id, input, fork_id, max_turns, at)
     try:
         await start_fork(
@@ -161,6 +164,13 @@ async def _prepare(
         what=f"reading run {run_id!r} to fork it",
     )
     return client, fork_id, point, fork_input(agent.name, point, input, max_turns)
+
+
+def fork_message(input: MessageInput | None) -> MessageInput | None:
+    """The fork's input with every key this process knows masked (`mask_input`)."""
+    if input is None:
+        return input
+    return mask_input(input)
 
 
 async def _forked_log(point: ForkPoint, segments: list[Segment]) -> list[Event]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from agentor_temporal._results import shown_error
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import Event, Usage, final_event, pending_approvals, total_usage
 from agentor_temporal.workflows import Segment, TemporalStore
@@ -123,6 +124,8 @@ def _from_events(summary: RunSummary, events: list[Event]) -> RunSummary:
         summary.error = summary.error or end.error
         if end.status == "completed":
             summary.final_output = summary.final_output or end.text
+    # redacted where it was made; again here, for runs recorded before that
+    summary.error = shown_error(summary.error)
     return summary
 
 
@@ -317,7 +320,9 @@ async def list_runs(
                 segments = await store.segments(run_id)
             except EncryptionKeyError as exc:
                 # a run this reader cannot decrypt must not hide the others
-                return RunSummary(run_id, agent=agent, status="unreadable", error=str(exc))
+                return RunSummary(
+                    run_id, agent=agent, status="unreadable", error=shown_error(str(exc))
+                )
         return summarize_segments(run_id, segments) if segments else None
 
     found: list[RunSummary] = []

@@ -8,6 +8,7 @@ workflow (refused input, terminated) reports the failure instead.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -222,11 +223,33 @@ def result_from(
         final_output=output,
         status=status,
         run_id=run_id,
-        events=events,
+        events=shown_events(events),
         usage=total_usage(events),
         messages=replay_messages(events),
         error=error,
     )
+
+
+def shown_error(error: str | None) -> str | None:
+    """A recorded error as shown to a reader: URL credentials, query values and every key
+    this process knows masked.
+
+    Redacted where it was made; again on the way out, for runs recorded
+    before that (an older version's tool error quoting its URL's password).
+    """
+    return redact(error, known_secrets()) if error else error
+
+
+def shown_event(event: Event) -> Event:
+    """`event` as shown to a reader (`RunResult.events`, `stream`, `show`, `export`, the HTTP
+    routes): its error text redacted (`shown_error`)."""
+    error = shown_error(event.error)
+    return event if error == event.error else dataclasses.replace(event, error=error)
+
+
+def shown_events(events: list[Event]) -> list[Event]:
+    """Each of `events` as `shown_event`."""
+    return [shown_event(e) for e in events]
 
 
 def check_owner(

@@ -28,6 +28,7 @@ from agentor_temporal._results import (
 )
 from agentor_temporal._runs import seeded_prefix
 from agentor_temporal._start import segment_request_id, start_riding_outages
+from agentor_temporal.activities._redact import mask_input
 from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.store import RunResult, is_complete, new_run_id, validate_run_id
 from agentor_temporal.store.base import in_thread
@@ -67,6 +68,9 @@ def new_input(
     # a lone surrogate (JSON "\udcff") as U+FFFD, as the model request sends
     # it: stored raw, it would break every reader of the run that encodes it
     input = encodable(input)
+    # a key this process knows (the agent's own too), pasted into the prompt,
+    # is never recorded
+    input = mask_input(input)
     check_turns(max_turns)
     check_size(agent.definition, input)
     run_id = new_run_id() if run_id is None else validate_run_id(run_id)

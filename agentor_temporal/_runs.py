@@ -33,6 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
 from agentor_temporal._outage import patiently, riding_outages
+from agentor_temporal.activities._redact import mask_input
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.connection import describe_target
 from agentor_temporal.store import (
@@ -330,6 +331,9 @@ async def send_decision(
     validate_run_id(run_id)
     if not isinstance(decision.call_id, str) or not decision.call_id:
         raise ValueError("call_id must be a non-empty string")
+    # a person's reason is recorded and shown to the model: a key this process
+    # knows, pasted into it, is masked as in a prompt
+    decision = replace(decision, reason=mask_input(decision.reason), by=mask_input(decision.by))
     problem = decision.problem() or decision.size_problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)

@@ -24,7 +24,12 @@ from agentor_temporal._fork import run_fork
 from agentor_temporal._gone import mirrored_only, not_found, run_gone
 from agentor_temporal._live import attach, following, start_following, start_new
 from agentor_temporal._outage import patiently, riding_outages
-from agentor_temporal._results import await_result, check_definition, check_turns
+from agentor_temporal._results import (
+    await_result,
+    check_definition,
+    check_turns,
+    shown_event,
+)
 from agentor_temporal._resume import new_input, resume_run, start_run
 from agentor_temporal._runs import (
     check_waiting,
@@ -336,7 +341,7 @@ class Agentor:
         run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
         with following(run_id):
             async for event in on_runtime(lambda: start_following(self, run_id, inp, stream_text)):
-                yield event
+                yield shown_event(event)
 
     async def stream(
         self, run_id: str, after: int = 0, *, text: bool = False
@@ -356,7 +361,7 @@ class Agentor:
             raise ValueError(f"after must be a non-negative integer, got {after!r}")
         with following(run_id):
             async for event in on_runtime(lambda: attach(self, run_id, after, text)):
-                yield event
+                yield shown_event(event)
 
     def approve(
         self,

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -368,7 +369,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # runs. Killed at once instead, an approved call cut off mid-work ran again
     # on the next worker. (`worker`, `serve` and `codec-server` set their own handlers.)
     INTERRUPTS.install()  # for the process's life: it ends by `os._exit`
-    code = execute(argv)
+    try:
+        code = execute(argv)
+    except Exception:
+        # a bug: its traceback is for the report, masked as every line the CLI prints
+        # (Python's own printed the message as it was: a driver's error quoting its
+        # connection URL with the password, the key the loaded agent holds)
+        print(said(traceback.format_exc()).rstrip(), file=sys.stderr)
+        code = EXIT_FAILED
     _drain()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

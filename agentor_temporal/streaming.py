@@ -42,6 +42,7 @@ from agentor_temporal._outage import riding_outages, unreachable, until_reachabl
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import draining_on_sigterm
 from agentor_temporal._stuck import watching_stuck
+from agentor_temporal.activities import _redact
 from agentor_temporal.connection import describe_target
 from agentor_temporal.store import Event, Store, pending_approvals
 from agentor_temporal.workflows import Segment, TemporalStore
@@ -152,7 +153,7 @@ async def _follow_timed(
         for event in events[after:]:
             yield event, None
         if latest.status != "completed" and (not events or events[-1].type != "run_end"):
-            raise RunFailedError(f"Run {run_id!r} {latest.status}: {latest.failure}")
+            raise RunFailedError(_ended(run_id, latest))
         return
 
     offset = latest.input.get("event_offset", 0) if isinstance(latest.input, dict) else 0
@@ -255,7 +256,13 @@ async def _follow_timed(
             break
         await asyncio.sleep(HISTORY_POLL)
     if not ended and segments and segments[-1].status not in ("running", "completed"):
-        raise RunFailedError(f"Run {run_id!r} {segments[-1].status}: {segments[-1].failure}")
+        raise RunFailedError(_ended(run_id, segments[-1]))
+
+
+def _ended(run_id: str, segment: Segment) -> str:
+    """Why a run's workflow ended without a `run_end`, masked: a termination's reason is
+    typed by a person and recorded as it was (a URL with its password, a key)."""
+    return _redact.clean(f"Run {run_id!r} {segment.status}: {segment.failure}")
 
 
 def _track(waiting: set[str], event: dict[str, Any]) -> None:

@@ -80,13 +80,44 @@ def _redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)) + tail
 
 
+#: Credentials no one told us of, known by their shape: a JWT, the keys of OpenAI,
+#: Anthropic, GitHub, Slack, AWS (access key ids) and Google, whose prefixes say what
+#: they are. Masked in error text and log lines (`redact`), not in content, where a
+#: token-shaped text may be data.
+_SHAPED_KEY = re.compile(
+    r"(?<![A-Za-z0-9_\-])(?:"
+    r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
+    r"|sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r"|AIza[0-9A-Za-z_\-]{35}"
+    r")"
+)
+#: The credentials after an auth scheme in text (`Authorization: Bearer <token>`, a
+#: token no one told us of): masked when they hold a digit or a token character, so
+#: words (`Basic authentication failed`) stay.
+_SCHEMED = re.compile(r"\b((?:[Bb]earer|BEARER|[Bb]asic|BASIC)\s+)([A-Za-z0-9._~+/=\-]{8,})")
+
+
+def _mask_schemed(match: re.Match[str]) -> str:
+    token = match.group(2)
+    if token.isalpha():
+        return match.group(0)
+    return match.group(1) + MASK
+
+
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """`text` with URL userinfo and query values, and every given secret, masked."""
+    """`text` with URL userinfo and query values, every given secret, and the credentials
+    known by their shape (`_SHAPED_KEY`, a token after `Bearer`/`Basic`) masked."""
     if not text:
         return text
     for secret in secrets:
         if secret and len(secret) >= MIN_SECRET_CHARS:
             text = mask_secret(text, secret)
+    text = _SHAPED_KEY.sub(MASK, text)
+    if "earer" in text or "asic" in text or "EARER" in text or "ASIC" in text:
+        text = _SCHEMED.sub(_mask_schemed, text)
     if "://" in text:
         text = _URL.sub(lambda m: _redact_url(m.group(0)), text)
     if "=" in text:

@@ -15,6 +15,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from agentor_temporal._results import shown_error, shown_events
 from agentor_temporal._runs import run_events
 from agentor_temporal.agent import Agentor
 from agentor_temporal.store import (
@@ -144,6 +145,7 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
     client = await agent._client()
     # with the client: a fork's parent events are read from the parent's history
     events, _ = await run_events(run_id, segments, agent.store, client=client)
+    events = shown_events(events)
     latest = segments[-1]
     usage, messages = total_usage(events), replay_messages(events)
     if latest.status == "running":
@@ -178,7 +180,7 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
         events=events,
         usage=usage,
         messages=messages,
-        error=error,
+        error=shown_error(error),
     )
     return RunView(agent, result, latest.status)
 

@@ -39,6 +39,7 @@ from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, ConnectionFailed, FileStore
+from agentor_temporal.streaming import RunFailedError
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
 from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, ledger_lines, transfer_tool, weather_tool
@@ -967,3 +968,225 @@ def test_the_cli_never_prints_a_stores_error_unmasked(
     assert out.returncode == 1, shown
     assert not _found({"output": shown}, [API_KEY, URL_PASSWORD]), shown
     assert "error: could not connect to postgresql://***@127.0.0.1:5432/runs" in shown, shown
+
+
+async def test_a_key_pasted_into_the_input_is_never_recorded(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A user pasting the agent's key (or TEMPORAL_API_KEY, known to the process) into a
+    prompt, a message list, or a fork's input: history, the JSONL, the result and the
+    model's requests hold the mask, the rest of the text as typed."""
+    with ScriptedModelServer([Reply("ok"), Reply("ok"), Reply("ok")]) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+        )
+        typed = await agent.arun(f"my key is {API_KEY}, is it valid?")
+        listed = await agent.arun(
+            [
+                {"role": "user", "content": [{"type": "text", "text": f"key={API_KEY}"}]},
+                {"role": "assistant", "content": "noted"},
+                {"role": "user", "content": f"and {base64.b64encode(API_KEY.encode()).decode()}"},
+            ]
+        )
+        forked = await agent.afork(typed.run_id, f"and {API_KEY} again?")
+        requests = model.requests
+    assert [r.status for r in (typed, listed, forked)] == ["completed"] * 3
+    start = typed.events[0]
+    assert start.messages[-1]["content"] == "my key is ***, is it valid?", start
+    assert requests[0]["messages"][-1]["content"] == "my key is ***, is it valid?"
+    where = {"store": _store_text(tmp_path), "model requests": repr(requests)}
+    for result in (typed, listed, forked):
+        where[result.run_id] = await _history_json(client, result.run_id) + repr(result)
+    assert not _found(where, [API_KEY, base64.b64encode(API_KEY.encode()).decode()])
+
+
+async def test_a_key_pasted_into_a_decisions_reason_is_never_recorded(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A person denying a call with the key in the reason: the model is told '***'."""
+    script = [CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+            tools=[transfer_tool()],
+        )
+        paused = await agent.arun("Pay bob 5000.")
+        assert paused.status == "awaiting_approval", paused.error
+        await agent.adeny(paused.run_id, "call_pay", f"the key {API_KEY} is revoked")
+        result = await agent.aresume(paused.run_id)
+        requests = model.requests
+    assert result.status == "completed", result.error
+    [decision] = [e for e in result.events if e.type == "approval_decision"]
+    assert decision.text == "the key *** is revoked", decision
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path),
+        "RunResult": repr(result),
+        "model requests": repr(requests),
+    }
+    assert not _found(where, [API_KEY])
+
+
+async def test_failure_text_recorded_unmasked_is_masked_on_the_way_out(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """Failure text recorded as it was (a termination's reason typed by a person, a log an
+    older version wrote with a tool's error and the run's error unmasked) is masked where
+    it is shown: `list --json`, `show`, `show --jsonl`, `show --store`, GET /runs/{id}, the
+    RunFailedError of `stream`."""
+    import httpx
+
+    from agentor_temporal.serve import create_app
+
+    leaked = f"from http://{URL_USER}:{URL_PASSWORD}@db.internal/x (key {API_KEY})"
+    script = [CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key=API_KEY,
+            tools=[transfer_tool()],
+        )
+        paused = await agent.arun("Pay bob 5000.")
+        assert paused.status == "awaiting_approval", paused.error
+        await client.get_workflow_handle(paused.run_id).terminate(reason=f"stopped {leaked}")
+        agent.embedded_worker = False
+        transport = httpx.ASGITransport(app=create_app([agent]))
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as http:
+            answer = await http.get(f"/runs/{paused.run_id}")
+        with pytest.raises(RunFailedError) as streamed:
+            async for _ in agent.stream(paused.run_id):
+                pass
+    assert answer.status_code == 200, answer.text
+    assert "stopped from http://***@db.internal/x (key ***)" in str(streamed.value)
+    assert answer.json()["error"].startswith("terminated: stopped from http://***@db.internal/x")
+    # a log as an older version wrote it: the errors as they were
+    old = tmp_path / "old"
+    old.mkdir()
+    run_id = "old-run-4711"
+    lines = [
+        {"type": "run_start", "agent": "Weather Agent", "model": "gpt-4o-mini", "messages": []},
+        {"type": "tool_result", "name": "get_weather", "call_id": "c1", "error": leaked},
+        {"type": "run_end", "status": "failed", "error": f"Tool failed {leaked}"},
+    ]
+    (old / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    env = {"OPENAI_API_KEY": API_KEY}  # the reader's process knows the key
+    show, store = ["show", paused.run_id], ["show", "--store", str(old), run_id]
+    shown = {
+        "GET /runs": answer.text,
+        "stream": str(streamed.value),
+        "list": _cli(tmp_path, temporal_address, "list", "--json", **env),
+        "show": _cli(tmp_path, temporal_address, *show, **env),
+        "show --jsonl": _cli(tmp_path, temporal_address, *show, "--jsonl", **env),
+        "show --store": _cli(tmp_path, None, *store, **env),
+        "--store --jsonl": _cli(tmp_path, None, *store, "--jsonl", **env),
+    }
+    texts = {}
+    for name, value in shown.items():
+        if isinstance(value, subprocess.CompletedProcess):
+            assert value.returncode == 0, (name, value.stderr)
+            value = value.stdout + value.stderr
+        texts[name] = value
+    assert "http://***@db.internal/x" in texts["show --store"], texts["show --store"]
+    assert "http://***@db.internal/x" in texts["--store --jsonl"], texts["--store --jsonl"]
+    assert not _found(texts, [URL_PASSWORD, URL_USER, API_KEY]), texts
+
+
+def test_the_clis_traceback_of_a_bug_never_shows_a_key(
+    tmp_path: Path, temporal_address: str
+) -> None:
+    """An exception the CLI does not expect (a store's driver failing with a RuntimeError
+    quoting its URL and the key) still prints its traceback, for the bug report, but
+    masked: the message and every line of it."""
+    agent = DOWN_STORE_AGENT.replace("raise ConnectionError(", "raise RuntimeError(")
+    (tmp_path / "buggy_agent.py").write_text(agent)
+    out = _cli(
+        tmp_path, temporal_address, "resume", "no-such-run-4718", "--agent", "buggy_agent:agent"
+    )
+    shown = out.stdout + out.stderr
+    assert out.returncode == 1, shown
+    assert "Traceback (most recent call last)" in shown, shown
+    assert "RuntimeError: could not connect to postgresql://***@127.0.0.1:5432/runs" in shown
+    assert not _found({"output": shown}, [API_KEY, URL_PASSWORD]), shown
+
+
+ENV_SECRETS = {
+    "GITHUB_TOKEN": "ghp_leakEnvToken0123456789abcdefABCDEF",
+    "DB_PASSWORD": "leak-db-Password-77",
+    "AWS_SECRET_ACCESS_KEY": "leakAwsSecret/0123456789+abcdefABCDEF",
+}
+
+ENV_TOOLS_AGENT = """
+import os
+
+from agentor_temporal import Agentor, function_tool
+
+
+@function_tool
+def read_config(name: str) -> str:
+    '''Read a setting.
+
+    Args:
+        name: The setting.
+    '''
+    return f"token={os.environ['GITHUB_TOKEN']}"
+
+
+@function_tool
+def connect(name: str) -> str:
+    '''Connect.
+
+    Args:
+        name: The database.
+    '''
+    raise RuntimeError(f"login refused for password {os.environ['DB_PASSWORD']}")
+
+
+agent = Agentor(name="Env Agent", model="m", base_url=os.environ["MODEL_BASE_URL"],
+                api_key="sk-not-this-one-0000", task_queue=os.environ["AGENT_TASK_QUEUE"],
+                tools=[read_config, connect])
+"""
+
+
+async def test_credentials_in_the_processs_environment_never_show(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """The worker's environment holds credentials for its tools (GITHUB_TOKEN, DB_PASSWORD,
+    AWS_SECRET_ACCESS_KEY): a tool returning one, a tool's error quoting one, and a prompt
+    pasting one show `***` in history, the model's requests and the command's output."""
+    (tmp_path / "env_tools_agent.py").write_text(ENV_TOOLS_AGENT)
+    script = [
+        [CallTool("read_config", {"name": "gh"}), CallTool("connect", {"name": "db"})],
+        Reply("done"),
+    ]
+    with ScriptedModelServer(script) as model:
+        env = {**ENV_SECRETS, "MODEL_BASE_URL": model.base_url, "AGENT_TASK_QUEUE": task_queue}
+        prompt = f"use {ENV_SECRETS['AWS_SECRET_ACCESS_KEY']} for s3"
+        out = await asyncio.to_thread(
+            _cli, tmp_path, temporal_address, "run", "--json", prompt,
+            "--agent", "env_tools_agent:agent", **env,
+        )  # fmt: skip
+        requests = model.requests
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] == "completed", result
+    answers = {e["call_id"]: e for e in result["events"] if e["type"] == "tool_result"}
+    assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
+        "RuntimeError: login refused for password ***",
+        "token=***",
+    ]
+    where = {
+        "history": await _history_json(client, result["run_id"]),
+        "output": out.stdout + out.stderr,
+        "model requests": repr(requests),
+    }
+    assert not _found(where, list(ENV_SECRETS.values()))

@@ -8,6 +8,8 @@ import importlib.util
 import logging
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -404,3 +406,88 @@ def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
 )
 def test_text_escaping_something_else_is_left_as_it_is(text: str) -> None:
     assert redact(text, ["sk-my/secret/key-42"]) == text
+
+
+def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
+    """OPENAI_API_KEY and TEMPORAL_API_KEY of the environment are known before any agent or
+    connection: a prompt (or a message's parts) pasting them is masked, keys kept."""
+    script = (
+        "from agentor_temporal.activities._redact import mask_input\n"
+        "print(mask_input('o=sk-openai-0123456789 t=tmp-temporal-0123456789'))\n"
+        "print(mask_input([{'role': 'user', 'content': [{'type': 'text',"
+        " 'text': 'tmp-temporal-0123456789'}]}]))\n"
+        "print(mask_input('k2=c2Vjb25kLWtleS0wMTIzNDU2Nzg5 at /tmp/agent.sock'))\n"
+    )
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "sk-openai-0123456789",
+        "TEMPORAL_API_KEY": "tmp-temporal-0123456789",
+        # each entry's key, and a variable whose name only holds a credential word: a path
+        "AGENTOR_ENCRYPTION_KEYS": "k1:Zmlyc3Qta2V5LTAx,k2:c2Vjb25kLWtleS0wMTIzNDU2Nzg5",
+        "SSH_AUTH_SOCK": "/tmp/agent.sock",
+    }
+    shown = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert shown == [
+        "o=*** t=***",
+        "[{'role': 'user', 'content': [{'type': 'text', 'text': '***'}]}]",
+        "k2=*** at /tmp/agent.sock",
+    ]
+
+
+@pytest.mark.parametrize(
+    "name, secret",
+    [
+        ("GITHUB_TOKEN", True),
+        ("ANTHROPIC_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("AGENTOR_ENCRYPTION_KEYS", True),
+        ("SSH_AUTH_SOCK", False),
+        ("PASSWORD_STORE_DIR", False),
+        ("KEYTIMEOUT", False),
+        ("PWD", False),
+    ],
+)
+def test_environment_variables_named_as_credentials(name: str, secret: bool) -> None:
+    """The last word of a variable's name says whether its value is a credential."""
+    assert _redact.env_credential(name) is secret
+
+
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THs"
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        JWT,
+        "sk-proj-Abc0123456789defGHIjkl",
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345",
+        "ghp_0123456789abcdefghijABCDEFGHIJ0123",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+        "xoxb-1234567890-abcdefghij",
+        "AKIAIOSFODNN7EXAMPLE",
+        "AIzaSyA-0123456789abcdefghijklmnopqrstu",
+    ],
+)
+def test_keys_no_one_told_of_are_masked_in_errors_by_their_shape(secret: str) -> None:
+    """A tool's or a provider's error quoting a credential the process was never given (the
+    tool's own GitHub token, a JWT it was sent): masked by its shape, in errors and logs."""
+    for text in (f"401 for {secret}: refused", f"Authorization: Bearer {secret}"):
+        shown = redact(text)
+        assert secret not in shown and "***" in shown, shown
+    assert redact("Authorization: Bearer 0a1b2c3d4e5f6a7b") == "Authorization: Bearer ***"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Basic authentication failed for user bob",
+        "a Bearer token is required",
+        "task-sk-ab and desk-sketch-0123 are names",
+        "eyJ alone is not a JWT",
+    ],
+)
+def test_words_near_key_shapes_stay(text: str) -> None:
+    assert redact(text) == text
