@@ -170,9 +170,27 @@ _ENV_CREDENTIAL = re.compile(
 )
 
 
+#: The keys this process uses itself: masked whatever they look like.
+_OWN_KEYS = frozenset({"OPENAI_API_KEY", "TEMPORAL_API_KEY"})
+
+
 def env_credential(name: str) -> bool:
     """Whether an environment variable named `name` holds a credential (`_ENV_CREDENTIAL`)."""
     return bool(_ENV_CREDENTIAL.search(name))
+
+
+def env_secret(value: str) -> bool:
+    """Whether a credential variable's value is masked wherever it shows.
+
+    Not a path to one (`GOOGLE_APPLICATION_CREDENTIALS=/etc/gcp.json`), and not
+    a short plain word (`DB_PASSWORD=postgres`, `changeme`): masked in every
+    tool result and model answer, those garbled ordinary text ("connected to
+    ***") and hid nothing anyone could not guess.
+    """
+    value = value.strip()
+    if len(value) < MIN_SECRET_CHARS or value[0] in "/~.":
+        return False
+    return not (len(value) < 16 and value.isalpha())
 
 
 def remember(secret: str | None) -> None:
@@ -259,12 +277,13 @@ def install() -> None:
     # AWS_SECRET_ACCESS_KEY, DB_PASSWORD): a tool reading one and returning it, or
     # an error quoting it, shows `***`
     for name, value in os.environ.items():
-        if env_credential(name):
+        if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
             remember(value)
         if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
             for entry in re.split(r"[,\n]", value):
-                remember(entry.strip())
-                remember(entry.partition(":")[2].strip())
+                for part in (entry.strip(), entry.partition(":")[2].strip()):
+                    if env_secret(part):
+                        remember(part)
     log_filter = _ExceptionRedactingFilter(_Known())
     for name in LOGGERS:
         logging.getLogger(name).addFilter(log_filter)

@@ -455,6 +455,26 @@ def test_environment_variables_named_as_credentials(name: str, secret: bool) -> 
     assert _redact.env_credential(name) is secret
 
 
+@pytest.mark.parametrize(
+    ("value", "masked"),
+    [
+        ("s3cr3t-Pa55", True),
+        ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", True),
+        ("correcthorsebatterystaple", True),  # a long pass phrase
+        ("postgres", False),  # masked everywhere, "connected to ***"
+        ("changeme", False),
+        ("/etc/gcp/service-account.json", False),  # where a credential is, not one
+        ("~/.aws/credentials", False),
+        ("abc", False),
+    ],
+)
+def test_credential_variables_are_masked_unless_plain_words_or_paths(
+    value: str, masked: bool
+) -> None:
+    """A short plain word or a path in a credential variable would garble every text it is in."""
+    assert _redact.env_secret(value) is masked
+
+
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THs"
 
 
