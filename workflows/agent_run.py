@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
@@ -85,7 +86,7 @@ class AgentRunWorkflow(Continuing):
         # run live (and the worker's activities can add text deltas)
         value = decoded(raw)
         self._stream = WorkflowStream(stream_state(value))
-        guard_publish()
+        guard_publish(self._signalled)
         #: the update answers of a workflow task share one budget (its completion's)
         self._answers = TaskAnswers()
         PollGuard(self._stream, self._answers).install()
@@ -216,7 +217,21 @@ class AgentRunWorkflow(Continuing):
     @workflow.signal(name="decide_signal")
     def decide_signal(self, value: Any) -> None:
         """`decide` for a sender Temporal refused the update: {"request_id", "decision"}."""
+        self._signalled()
         self._approvals.take_signalled(value)
+
+    @workflow.signal(dynamic=True)
+    def other_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal the run has no use for: counted (`_signalled`), then dropped."""
+        self._signalled()
+
+    def _signalled(self) -> None:
+        """Count a signal the execution took: Temporal refuses them past 10,000.
+
+        Every signal handler calls it (the stream's publish too, `guard_publish`),
+        so a run waiting for a person stops short of the cap (`Approvals.gate`).
+        """
+        self._approvals.signals += 1
 
     # named to sort after `events`: the Temporal UI's Queries tab offers the first by name
     @workflow.query(name="signalled_decision")

@@ -386,6 +386,10 @@ HISTORY_EVENTS_BUDGET = 20_000
 #: at most MAX_TURN_RESULT_BYTES; 11,200 events: 500 calls take ~3,000).
 PAUSED_HISTORY_BYTES = 40_000_000
 PAUSED_HISTORY_EVENTS = 40_000
+#: Signals an execution waiting for a person may take before it stops
+#: (`PAUSE_COUNTS_SIGNALS`): short of Temporal's 10,000 per execution by
+#: what a workflow task may bring in at once.
+PAUSED_SIGNALS = 9_000
 #: Past these, a run that stopped waits for nothing more and closes
 #: (`HISTORY_LAST_LINE`): short of Temporal's 50 MB and 51,200 events by what
 #: its close adds (its turn's results, at most MAX_TURN_RESULT_BYTES, its last
