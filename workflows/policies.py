@@ -293,6 +293,10 @@ MAX_REQUEST_BYTES = 1_500_000
 #: them); larger ones take a journal step, whose result is a payload of its own.
 #: (Like the budgets above, it decides commands: change it only behind a patch.)
 MAX_FOLD_BYTES = 256_000
+#: Events a journal step resends to a store behind, besides the new ones
+#: (`Journal._catch_up`): the worker reads what it lacks beyond them from
+#: history. About a wide turn's events, so a short outage catches up in one step.
+MAX_CATCH_UP_EVENTS = 1_000
 #: What one journal step records at most (`PATCH_JOURNAL_STEPS`): more new
 #: events go in several steps, one a workflow task. A single event is bounded
 #: by the budgets above (arguments by MAX_REPLY_BYTES, a decision's texts by
