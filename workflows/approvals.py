@@ -153,8 +153,6 @@ class Approvals:
         #: call_id -> the turn of its call waiting now, or of the latest that waited
         #: in this execution (what a decision naming a turn is checked against)
         self.turns: dict[str, int] = {}
-        #: signals the execution took, of every name (`AgentRunWorkflow._signalled`)
-        self.signals = 0
         #: request id -> what a decision sent by signal came to (`take_signalled`)
         self.signalled: dict[str, dict[str, Any]] = {}
         #: calls whose tool's predicate is being asked whether a person must decide
@@ -288,9 +286,11 @@ class Approvals:
         """
         if level() < policies.PAUSE_STOPS_SHORT:
             return None
-        if level() >= policies.PAUSE_COUNTS_SIGNALS and self.signals >= policies.PAUSED_SIGNALS:
+        # counted by the workflow's signal handlers (`AgentRunWorkflow._signalled`)
+        signals = int(getattr(workflow.instance(), "signals", 0))
+        if level() >= policies.PAUSE_COUNTS_SIGNALS and signals >= policies.PAUSED_SIGNALS:
             return (
-                f"it took {self.signals:,} signals (it stops at {policies.PAUSED_SIGNALS:,}: "
+                f"it took {signals:,} signals (it stops at {policies.PAUSED_SIGNALS:,}: "
                 f"Temporal refuses an execution's signals past 10,000, and a decision sent "
                 f"by signal could no longer reach it)"
             )
