@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,6 +34,8 @@ from agentor_temporal.workflows.policies import (
     DELTAS_TOPIC,
     MAX_REPLY_BYTES,
 )
+
+logger = logging.getLogger(__name__)
 
 #: Called with each text delta as it arrives (e.g. to publish it to the run).
 DeltaSink = Callable[[str], Awaitable[None]]
@@ -375,13 +378,37 @@ async def stream_with_deltas(
 
     paced = PacedDeltas(publish)
     masked = MaskedDeltas(paced)
-    async with publisher:
+    await publisher.__aenter__()
+    try:
         if attempt > 1:
             topic.publish({"turn": inp.turn, "attempt": attempt, "reset": True})
         result = await stream_completion(client, request, masked, create)
         await masked.flush()
         await paced.flush()
-        return result
+    finally:
+        await _last_deltas(publisher, inp)
+    return result
+
+
+async def _last_deltas(publisher: Any, inp: GenerateInput) -> None:
+    """Send the deltas still buffered; one the run refuses is dropped, never the answer.
+
+    Deltas are a live view: the `generation` event carries the whole text.
+    A run that takes no more signals (Temporal's cap on an execution's
+    signals, 10,000 by default, reached by a flood of them; the server
+    unreachable at that moment) refused the publish, and the paid answer in
+    hand was lost with it: the request failed as an internal error.
+    """
+    try:
+        await publisher.__aexit__(None, None, None)
+    except Exception as exc:
+        logger.warning(
+            "Run %s, turn %d: text deltas could not reach the run (%s); followers get the "
+            "turn's text with its generation event",
+            inp.run_id,
+            inp.turn,
+            _redact.clean(f"{type(exc).__name__}: {exc}"),
+        )
 
 
 def _temporal_client() -> Any:

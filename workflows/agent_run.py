@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
@@ -84,8 +85,11 @@ class AgentRunWorkflow(Continuing):
         # every recorded event is also published here, so clients can follow a
         # run live (and the worker's activities can add text deltas)
         value = decoded(raw)
+        #: signals this execution took, of every name (`_signalled`)
+        self.signals = 0
         self._stream = WorkflowStream(stream_state(value))
-        guard_publish()
+        guard_publish(self._signalled)
+        workflow.set_dynamic_signal_handler(self._other_signal)
         #: the update answers of a workflow task share one budget (its completion's)
         self._answers = TaskAnswers()
         PollGuard(self._stream, self._answers).install()
@@ -216,7 +220,25 @@ class AgentRunWorkflow(Continuing):
     @workflow.signal(name="decide_signal")
     def decide_signal(self, value: Any) -> None:
         """`decide` for a sender Temporal refused the update: {"request_id", "decision"}."""
+        self._signalled()
         self._approvals.take_signalled(value)
+
+    def _other_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal the run has no use for: counted (`_signalled`), then dropped.
+
+        Set in `__init__` after the stream's handlers, not declared on the class: a
+        publish the first activation brings is then kept for the stream (the SDK
+        routes a signal when it is applied, before `__init__` runs).
+        """
+        self._signalled()
+
+    def _signalled(self) -> None:
+        """Count a signal the execution took: Temporal refuses them past 10,000.
+
+        Every signal handler calls it (the stream's publish too, `guard_publish`),
+        so a run waiting for a person stops short of the cap (`Approvals.gate`).
+        """
+        self.signals += 1
 
     # named to sort after `events`: the Temporal UI's Queries tab offers the first by name
     @workflow.query(name="signalled_decision")

@@ -26,7 +26,9 @@ A waiting run cannot continue as new, yet every signal or accepted update
 sent to it adds history, which a client's retry loop can take to the size
 at which Temporal terminates the run. So a run whose history passes
 `policies.PAUSED_HISTORY_BYTES` or `PAUSED_HISTORY_EVENTS` while it waits
-stops (`PauseOvergrown`), failed and resumable, as an expiry with "fail" does.
+stops (`PauseOvergrown`), failed and resumable, as an expiry with "fail" does;
+so does one whose execution took `PAUSED_SIGNALS` signals (Temporal refuses
+the rest, the decisions sent by signal among them).
 """
 
 from __future__ import annotations
@@ -273,16 +275,25 @@ class Approvals:
         while len(self.signalled) > policies.SIGNALLED_DECISIONS_KEPT:
             del self.signalled[next(iter(self.signalled))]
 
-    @staticmethod
-    def _overgrown() -> str | None:
+    def _overgrown(self) -> str | None:
         """Why the run must stop waiting for a person: its history nears Temporal's limits.
 
         A waiting run cannot continue as new, and each signal or accepted
-        update sent to it adds history (`policies.PAUSE_STOPS_SHORT`). Read
-        from the workflow task's info: deterministic, and no command.
+        update sent to it adds history (`policies.PAUSE_STOPS_SHORT`), each
+        signal to a count Temporal caps (`policies.PAUSE_COUNTS_SIGNALS`). Read
+        from the workflow task's info and the signals taken: deterministic, and
+        no command.
         """
         if level() < policies.PAUSE_STOPS_SHORT:
             return None
+        # counted by the workflow's signal handlers (`AgentRunWorkflow._signalled`)
+        signals = int(getattr(workflow.instance(), "signals", 0))
+        if level() >= policies.PAUSE_COUNTS_SIGNALS and signals >= policies.PAUSED_SIGNALS:
+            return (
+                f"it took {signals:,} signals (it stops at {policies.PAUSED_SIGNALS:,}: "
+                f"Temporal refuses an execution's signals past 10,000, and a decision sent "
+                f"by signal could no longer reach it)"
+            )
         info = workflow.info()
         size, events = info.get_current_history_size(), info.get_current_history_length()
         if size <= policies.PAUSED_HISTORY_BYTES and events <= policies.PAUSED_HISTORY_EVENTS:

@@ -112,7 +112,7 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 17
+BEHAVIOUR = 18
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -290,3 +290,11 @@ HISTORY_STOPS_SHORT = 16
 #: an hour, or a sync tool its CANCEL_GRACE) took the run past 50 MB, and the
 #: server terminated it, its turn lost.
 HISTORY_LAST_LINE = 17
+#: From this level a run waiting for a person that has taken PAUSED_SIGNALS
+#: signals in its execution stops too, failed and resumable, as at
+#: PAUSED_HISTORY_EVENTS (`Approvals.gate`). Temporal takes 10,000 signals per
+#: execution and refuses the rest; a flood of small signals (a client's
+#: retry loop, 10,000 junk `decide_signal`s) reached that long before 40,000
+#: events, and from then on a decision sent by signal (the fallback past the
+#: cap on updates) was refused: the run waited for good.
+PAUSE_COUNTS_SIGNALS = 18

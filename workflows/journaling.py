@@ -76,6 +76,8 @@ class Journal:
         #: the workflow task that recorded the last event (see `now`)
         self._latest = 0.0
         self._last_task: float | None = None
+        #: journal steps taken since the store fell behind (`_catch_up`)
+        self._lagging = 0
 
     @property
     def position(self) -> int:
@@ -224,10 +226,11 @@ class Journal:
             return
         confirmed = len(self.events) - self.unmirrored(mirror)
         first = min(self._journaled, max(confirmed, 0)) if mirror else self._journaled
+        mirroring, first = self._catch_up(mirror, strict, first)
         inp = JournalInput(
             run_id=workflow.info().workflow_id,
             agent=agent,
-            mirror=mirror,
+            mirror=mirroring,
             start=self.offset + first,
             events=[e.to_dict() for e in self.events[first:total]],
             new_from=self.offset + self._journaled,
@@ -240,7 +243,7 @@ class Journal:
             requests={
                 str(self.offset + i): r for i, r in self._requests.items() if first <= i < total
             }
-            if mirror
+            if mirroring
             else {},
         )
         try:
@@ -265,6 +268,28 @@ class Journal:
             return
         self._recorded(total)
         self.confirm(res.mirrored if res.error is None else None, mirror)
+
+    def _catch_up(self, mirror: bool, strict: bool, first: int) -> tuple[bool, int]:
+        """Whether this step mirrors, and the first event it sends: a store behind is bounded.
+
+        A store that fails (full, down) falls further behind each step, and
+        each step sent it every event since the last it confirmed: the
+        workflow encoded them all again in every task, its CPU growing with
+        the square of the turns (240 turns of a store down: 42 s to replay,
+        against 2 s) towards the SDK's 2 s deadlock limit. So once behind,
+        the store is asked again at steps 1, 2, 4, 8, ... of the lag (and at
+        the run's last step, `strict`), sent at most `MAX_CATCH_UP_EVENTS`
+        of what it lacks: the worker reads the rest from the run's history
+        (`activities.journal`), as it does for a gap. Local-activity inputs
+        are not in history: every run replays as it did.
+        """
+        if not mirror or first >= self._journaled:
+            self._lagging = 0
+            return mirror, first
+        self._lagging += 1
+        if not strict and self._lagging & (self._lagging - 1):
+            return False, self._journaled  # between tries: only the new events, to history
+        return True, max(first, self._journaled - policies.MAX_CATCH_UP_EVENTS)
 
     def closing_record(self, agent: str) -> dict[str, Any]:
         """The new events as a `journal` step would record them, for the run's result.

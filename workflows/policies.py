@@ -305,6 +305,10 @@ MAX_REQUEST_BYTES = 1_500_000
 #: them); larger ones take a journal step, whose result is a payload of its own.
 #: (Like the budgets above, it decides commands: change it only behind a patch.)
 MAX_FOLD_BYTES = 256_000
+#: Events a journal step resends to a store behind, besides the new ones
+#: (`Journal._catch_up`): the worker reads what it lacks beyond them from
+#: history. About a wide turn's events, so a short outage catches up in one step.
+MAX_CATCH_UP_EVENTS = 1_000
 #: What one journal step records at most (`PATCH_JOURNAL_STEPS`): more new
 #: events go in several steps, one a workflow task. A single event is bounded
 #: by the budgets above (arguments by MAX_REPLY_BYTES, a decision's texts by
@@ -398,6 +402,10 @@ HISTORY_EVENTS_BUDGET = 20_000
 #: at most MAX_TURN_RESULT_BYTES; 11,200 events: 500 calls take ~3,000).
 PAUSED_HISTORY_BYTES = 40_000_000
 PAUSED_HISTORY_EVENTS = 40_000
+#: Signals an execution waiting for a person may take before it stops
+#: (`PAUSE_COUNTS_SIGNALS`): short of Temporal's 10,000 per execution by
+#: what a workflow task may bring in at once.
+PAUSED_SIGNALS = 9_000
 #: Past these, a run that stopped waits for nothing more and closes
 #: (`HISTORY_LAST_LINE`): short of Temporal's 50 MB and 51,200 events by what
 #: its close adds (its turn's results, at most MAX_TURN_RESULT_BYTES, its last

@@ -16,6 +16,7 @@ Truncation changes no command, so replays are unaffected.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -84,7 +85,7 @@ class StreamWindow:
         return drop
 
 
-def guard_publish() -> None:
+def guard_publish(signalled: Callable[[], None]) -> None:
     """Make the stream's publish signal drop what it cannot read, not fail the task.
 
     `WorkflowStream` takes items by the `__temporal_workflow_stream_publish`
@@ -92,13 +93,15 @@ def guard_publish() -> None:
     base64 made its handler raise, which failed every workflow task of the
     run from then on. Our own publishers (activities sending deltas) never
     send such items, so what this drops was never a delta a follower wanted.
-    Called once the stream is built; it adds no command.
+    Called once the stream is built; it adds no command. Each publish is
+    counted by calling `signalled` (Temporal caps an execution's signals).
     """
     publish = workflow.get_signal_handler(policies.STREAM_PUBLISH_SIGNAL)
     if publish is None:
         return
 
     def guarded(payload: PublishInput) -> None:
+        signalled()
         try:
             publish(payload)
         except Exception as exc:

@@ -105,6 +105,8 @@ KNOBS: dict[str, dict[str, int]] = {
     "behaviour_15_overgrown_pause_history": {"PAUSED_HISTORY_EVENTS": 80},
     "behaviour_16_overgrown_turn_history": {"PAUSED_HISTORY_EVENTS": 80},
     "behaviour_17_cut_off_turn_history": {"PAUSED_HISTORY_EVENTS": 80, "LAST_HISTORY_EVENTS": 120},
+    # a paused run stops at 9,000 signals by default: 20 take a moment
+    "behaviour_18_signal_capped_pause_history": {"PAUSED_SIGNALS": 20},
 }
 
 
@@ -601,7 +603,8 @@ DEADLINE_TURN: Scenario = (CANCELLED_MID_CALL[0], _mid_call_tools, _deadline_tur
 
 
 async def _overgrown_pause(agent: Agentor) -> str:
-    """Paused, then sent signals until its history passes the (lowered) limit: it stops."""
+    """Paused, then sent signals until its history (or its count of signals) passes the
+    (lowered) limit: it stops."""
     paused = await agent.arun("Pay bob and look up Oslo.")
     assert paused.status == "awaiting_approval", paused
     client = await agent._client()
@@ -845,6 +848,9 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 17: a stopped run flooded on past the last line answers its running
     # call as cut off and closes, not waiting for it
     "behaviour_17_cut_off_turn_history": CUT_OFF_TURN,
+    # recorded at level 18: a paused run sent signals until it took PAUSED_SIGNALS stops
+    # short of Temporal's cap on signals, its turn's results kept
+    "behaviour_18_signal_capped_pause_history": OVERGROWN_PAUSE,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)

@@ -11,8 +11,19 @@ from temporalio.client import Client
 
 from agentor_temporal import Event, FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import policies
 
-from helpers import ANSWER, PROMPT, scripted_agent
+from helpers import (
+    ANSWER,
+    PROMPT,
+    chunk_reader,
+    chunk_tool,
+    coder,
+    ledger_lines,
+    scripted_agent,
+    until,
+)
 
 
 class FlakyStore:
@@ -130,3 +141,43 @@ async def test_a_store_raising_stop_iteration_is_a_failing_store_not_a_hung_run(
     assert again.status == "completed"
     projected = await TemporalStore(client).aload(result.run_id)
     assert [e.to_dict() for e in store.load(result.run_id)] == [e.to_dict() for e in projected]
+
+
+class FullDisk(FileStore):
+    """A FileStore refusing every step while `full`; notes how many events each step sent."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.full = True
+        self.sent: list[int] = []
+
+    def append_next(
+        self, run_id: str, start: int, events: list[Event]
+    ) -> tuple[int, bool, int | None]:
+        self.sent.append(len(events))
+        if self.full:
+            raise OSError(28, "No space left on device")
+        return super().append_next(run_id, start, events)
+
+
+async def test_a_store_down_for_many_turns_is_sent_a_bounded_catch_up(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that fails turn after turn is not sent every event it lacks at every step (the
+    workflow encoded them all again in each task: its CPU grew with the square of the turns);
+    once it works again, it is caught up whole, what it was not sent read from history."""
+    monkeypatch.setattr(policies, "MAX_CATCH_UP_EVENTS", 8, raising=False)
+    ledger = str(tmp_path / "ledger")
+    store = FullDisk(tmp_path / "runs")
+    with ScriptedModelServer(chunk_reader(24)) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 10)], store=store)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Read.", max_turns=40)
+            await until(lambda: len(ledger_lines(ledger)) >= 16, "16 chunks read")
+            store.full = False
+            result = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert result.status == "completed" and result.final_output == "Read 24 chunks."
+    # a turn adds 3 or 4 events: a step sends them and at most 8 the store lacks
+    assert max(store.sent) <= 8 + 8, store.sent
+    record = await TemporalStore(client).aload(run_id)
+    assert [e.to_dict() for e in store.load(run_id)] == [e.to_dict() for e in record]
