@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import ssl
 import time
 from datetime import timedelta
@@ -64,25 +65,40 @@ def json_kind(value: Any) -> str:
 def _retry_after(headers: Any) -> timedelta | None:
     if headers is None:
         return None
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return min(timedelta(milliseconds=float(millis)), MAX_RETRY_AFTER)
-        except ValueError:
-            pass
+    millis = _seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return _capped(millis / 1000)
     value = headers.get("retry-after")
     if not value:
         return None
-    try:
-        return min(timedelta(seconds=max(float(value), 0.0)), MAX_RETRY_AFTER)
-    except ValueError:
-        pass
+    seconds = _seconds(value)
+    if seconds is not None:
+        return _capped(seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
+        return _capped(when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _seconds(value: Any) -> float | None:
+    """A header's number (None: absent, not a number, or NaN)."""
+    try:
+        seconds = float(value)
     except (TypeError, ValueError):
         return None
-    delay = when.timestamp() - time.time()
-    return min(timedelta(seconds=max(delay, 0.0)), MAX_RETRY_AFTER)
+    return None if math.isnan(seconds) else seconds
+
+
+def _capped(seconds: float) -> timedelta:
+    """A provider's delay between 0 and MAX_RETRY_AFTER, whatever it asked for.
+
+    An endless or absurd one ('inf', 1e300) no timedelta holds raised
+    OverflowError in the classifier: the failure went to Temporal unclassified,
+    retried at the policy's pace for ever, past MODEL_RETRY_BUDGET, with no
+    warning naming the provider's answer.
+    """
+    return timedelta(seconds=min(max(seconds, 0.0), MAX_RETRY_AFTER.total_seconds()))
 
 
 def _provider_message(exc: Any) -> str:
