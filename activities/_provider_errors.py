@@ -4,7 +4,8 @@
 `Retry-After`, capped at MAX_RETRY_AFTER) until MODEL_RETRY_BUDGET is spent,
 then final. Any other 4xx is final at once, with the provider's own message.
 An error event in a streamed reply (an overloaded provider) is retried too,
-and so is a streamed reply cut off before its end (`CutOffReply`).
+and so is a streamed reply cut off before its end (`CutOffReply`), or one
+still not over after MODEL_REPLY_LIMIT (`SlowReply`).
 A malformed reply (not JSON, not UTF-8, no choices, a call without a name) is
 retried briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was
 wrong. A request the HTTP client refused to send (a header or URL it cannot
@@ -45,6 +46,10 @@ class MalformedReply(Exception):
 class CutOffReply(Exception):
     """A streamed reply ended before the provider said it was complete: the connection
     closed mid-reply, with no `[DONE]` and no finish_reason."""
+
+
+class SlowReply(Exception):
+    """The reply did not end within MODEL_REPLY_LIMIT, though the connection stayed open."""
 
 
 def json_kind(value: Any) -> str:
@@ -162,6 +167,8 @@ def model_error(exc: Exception) -> ApplicationError | None:
     if isinstance(exc, CutOffReply):
         # what arrived is part of an answer: recorded, it would pass as the whole one
         return _unavailable(_redact.clean(f"The model endpoint's streamed reply {exc}"))
+    if isinstance(exc, SlowReply):
+        return _unavailable(_redact.clean(f"The model endpoint{exc}"))
     if isinstance(exc, openai.APIError):
         # an error event inside a streamed reply: the provider failed mid-answer
         message = clip(_redact.clean(_provider_message(exc)))

@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from temporalio import activity
@@ -43,6 +44,7 @@ from agentor_temporal.activities._provider_errors import (
     MALFORMED_REPLY,
     MAX_RETRY_AFTER,
     MalformedReply,
+    SlowReply,
     json_kind,
     malformed,
     model_error,
@@ -53,6 +55,7 @@ from agentor_temporal.store.encoding import encodable, encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.redaction import redact_url
 
 __all__ = [
     "MALFORMED_REPLY",
@@ -186,7 +189,7 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             if starts.lost >= policies.LOST_MODEL_STARTS:
                 raise _lost(inp, starts.lost)
             try:
-                result = await _ask(client, agent, inp)
+                result = await _within_limit(client, _ask(client, agent, inp))
             except BaseException:
                 # an answer (an error to retry, a handback): not lost with its worker
                 await _starts.end(starts)
@@ -263,6 +266,22 @@ async def _ask(client: Any, agent: Any, inp: GenerateInput) -> GenerateResult:
             client, request, inp, create=lambda r: create(client, r, encoded)
         )
     return parse_reply(await create(client, request, encoded))
+
+
+async def _within_limit(client: Any, ask: Awaitable[GenerateResult]) -> GenerateResult:
+    """`ask`'s reply, if it ends within MODEL_REPLY_LIMIT (else SlowReply, a failed request).
+
+    Measured over the request, not the attempt: a retry that joins it (see
+    `_joining`) does not restart the clock.
+    """
+    limit = policies.MODEL_REPLY_LIMIT.total_seconds()
+    try:
+        return await asyncio.wait_for(ask, limit)
+    except asyncio.TimeoutError:
+        raise SlowReply(
+            f" at {redact_url(str(client.base_url))} sent no complete reply in {limit:g} s, "
+            "though it kept the connection open (a provider or proxy holding the request)"
+        ) from None
 
 
 def _lost(inp: GenerateInput, lost: int) -> ApplicationError:
