@@ -189,7 +189,7 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             if starts.lost >= policies.LOST_MODEL_STARTS:
                 raise _lost(inp, starts.lost)
             try:
-                result = await _within_limit(client, _ask(client, agent, inp))
+                result = await _ask(client, agent, inp)
             except BaseException:
                 # an answer (an error to retry, a handback): not lost with its worker
                 await _starts.end(starts)
@@ -265,14 +265,14 @@ async def _ask(client: Any, agent: Any, inp: GenerateInput) -> GenerateResult:
         return await stream_with_deltas(
             client, request, inp, create=lambda r: create(client, r, encoded)
         )
-    return parse_reply(await create(client, request, encoded))
+    return parse_reply(await _within_limit(client, create(client, request, encoded)))
 
 
-async def _within_limit(client: Any, ask: Awaitable[GenerateResult]) -> GenerateResult:
-    """`ask`'s reply, if it ends within MODEL_REPLY_LIMIT (else SlowReply, a failed request).
+async def _within_limit(client: Any, ask: Awaitable[Any]) -> Any:
+    """A whole (not streamed) reply, if it came within MODEL_REPLY_LIMIT (else SlowReply).
 
-    Measured over the request, not the attempt: a retry that joins it (see
-    `_joining`) does not restart the clock.
+    A streamed reply is bounded by the time between its chunks instead
+    (`streaming`): a long answer may stream for longer.
     """
     limit = policies.MODEL_REPLY_LIMIT.total_seconds()
     try:

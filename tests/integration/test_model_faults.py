@@ -20,7 +20,15 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal.testing import Fail, Hang, Raw, ScriptedModelServer, Step, tool_then_answer
+from agentor_temporal.testing import (
+    Fail,
+    Hang,
+    Raw,
+    Reply,
+    ScriptedModelServer,
+    Step,
+    tool_then_answer,
+)
 from agentor_temporal.workflows import policies
 
 from helpers import ANSWER, PROMPT, free_port, weather_agent
@@ -204,8 +212,19 @@ async def test_a_reply_kept_open_for_ever_is_a_failed_request_retried(
             assert result.status == "completed" and result.final_output == ANSWER
     assert trickler.connections >= 2 and model.request_count == 2
     attempt, previous = await _first_generation_attempts(client, run_id)
-    assert attempt == 2 and "sent no complete reply in 2 s" in previous, previous
+    said = "sent no part of its streamed reply for 2 s" if streamed else "no complete reply in 2 s"
+    assert attempt == 2 and said in previous and "kept the connection open" in previous
     assert base_url.removesuffix("/v1") in previous
+    if not streamed:
+        return
+    # a streamed answer that keeps coming is not cut at the limit, however long it takes
+    with ScriptedModelServer([Reply("one two three four five six")], chunk_delay=0.5) as slow:
+        agent = weather_agent(base_url=slow.base_url, task_queue=task_queue, temporal=client)
+        started = time.monotonic()
+        events = agent.stream_chat(PROMPT, run_id=f"slow-{run_id}", stream_text=True)
+        received = await asyncio.wait_for(_all(events), 30)
+    assert time.monotonic() - started > 2.5 and slow.request_count == 1
+    assert received[-1].type == "run_end" and received[-1].text == "one two three four five six"
 
 
 async def _all(events: Any) -> list[Any]:
