@@ -248,6 +248,11 @@ def _unavailable(message: str, delay: timedelta | None = None) -> ApplicationErr
             f" (still failing after {policies.MODEL_RETRY_BUDGET.total_seconds() / 60:g} "
             "minutes of retries)"
         )
+    elif delay:
+        # the worker's log and the pending call's last failure say why nothing
+        # happens meanwhile: a Retry-After may hold the run for minutes
+        most = " (the most a Retry-After is waited)" if delay >= MAX_RETRY_AFTER else ""
+        message += f"; asked again in {delay.total_seconds():g} s, as its Retry-After says{most}"
     return ApplicationError(
         message, type="ModelUnavailable", next_retry_delay=delay, non_retryable=spent
     )

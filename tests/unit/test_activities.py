@@ -134,6 +134,11 @@ async def test_any_retry_after_is_a_bounded_retry(header: float | str, delay: ti
     assert info.value.type == "ModelUnavailable" and not info.value.non_retryable
     assert "answered 429: slow down" in info.value.message
     assert info.value.next_retry_delay == delay
+    # the wait is said (the worker's log, the pending call's last failure), not silent
+    wait = f"asked again in {delay.total_seconds():g} s, as its Retry-After says" if delay else ""
+    assert wait in info.value.message
+    most = delay == timedelta(minutes=5)
+    assert ("the most a Retry-After is waited" in info.value.message) == most
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
