@@ -4,7 +4,8 @@
 `Retry-After`, capped at MAX_RETRY_AFTER) until MODEL_RETRY_BUDGET is spent,
 then final. Any other 4xx is final at once, with the provider's own message.
 An error event in a streamed reply (an overloaded provider) is retried too,
-and so is a streamed reply cut off before its end (`CutOffReply`).
+and so is a streamed reply cut off before its end (`CutOffReply`), or one
+still not over after MODEL_REPLY_LIMIT (`SlowReply`).
 A malformed reply (not JSON, not UTF-8, no choices, a call without a name) is
 retried briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was
 wrong. A request the HTTP client refused to send (a header or URL it cannot
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import ssl
 import time
 from datetime import timedelta
@@ -46,6 +48,10 @@ class CutOffReply(Exception):
     closed mid-reply, with no `[DONE]` and no finish_reason."""
 
 
+class SlowReply(Exception):
+    """The reply did not end within MODEL_REPLY_LIMIT, though the connection stayed open."""
+
+
 def json_kind(value: Any) -> str:
     """What a reply's JSON value is, as a malformed reply's message names it."""
     if value is None:
@@ -64,25 +70,40 @@ def json_kind(value: Any) -> str:
 def _retry_after(headers: Any) -> timedelta | None:
     if headers is None:
         return None
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return min(timedelta(milliseconds=float(millis)), MAX_RETRY_AFTER)
-        except ValueError:
-            pass
+    millis = _seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return _capped(millis / 1000)
     value = headers.get("retry-after")
     if not value:
         return None
-    try:
-        return min(timedelta(seconds=max(float(value), 0.0)), MAX_RETRY_AFTER)
-    except ValueError:
-        pass
+    seconds = _seconds(value)
+    if seconds is not None:
+        return _capped(seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
+        return _capped(when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _seconds(value: Any) -> float | None:
+    """A header's number (None: absent, not a number, or NaN)."""
+    try:
+        seconds = float(value)
     except (TypeError, ValueError):
         return None
-    delay = when.timestamp() - time.time()
-    return min(timedelta(seconds=max(delay, 0.0)), MAX_RETRY_AFTER)
+    return None if math.isnan(seconds) else seconds
+
+
+def _capped(seconds: float) -> timedelta:
+    """A provider's delay between 0 and MAX_RETRY_AFTER, whatever it asked for.
+
+    An endless or absurd one ('inf', 1e300) no timedelta holds raised
+    OverflowError in the classifier: the failure went to Temporal unclassified,
+    retried at the policy's pace for ever, past MODEL_RETRY_BUDGET, with no
+    warning naming the provider's answer.
+    """
+    return timedelta(seconds=min(max(seconds, 0.0), MAX_RETRY_AFTER.total_seconds()))
 
 
 def _provider_message(exc: Any) -> str:
@@ -146,6 +167,8 @@ def model_error(exc: Exception) -> ApplicationError | None:
     if isinstance(exc, CutOffReply):
         # what arrived is part of an answer: recorded, it would pass as the whole one
         return _unavailable(_redact.clean(f"The model endpoint's streamed reply {exc}"))
+    if isinstance(exc, SlowReply):
+        return _unavailable(_redact.clean(f"The model endpoint{exc}"))
     if isinstance(exc, openai.APIError):
         # an error event inside a streamed reply: the provider failed mid-answer
         message = clip(_redact.clean(_provider_message(exc)))
@@ -225,6 +248,11 @@ def _unavailable(message: str, delay: timedelta | None = None) -> ApplicationErr
             f" (still failing after {policies.MODEL_RETRY_BUDGET.total_seconds() / 60:g} "
             "minutes of retries)"
         )
+    elif delay:
+        # the worker's log and the pending call's last failure say why nothing
+        # happens meanwhile: a Retry-After may hold the run for minutes
+        most = " (the most a Retry-After is waited)" if delay >= MAX_RETRY_AFTER else ""
+        message += f"; asked again in {delay.total_seconds():g} s, as its Retry-After says{most}"
     return ApplicationError(
         message, type="ModelUnavailable", next_retry_delay=delay, non_retryable=spent
     )

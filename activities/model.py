@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from temporalio import activity
@@ -43,6 +44,7 @@ from agentor_temporal.activities._provider_errors import (
     MALFORMED_REPLY,
     MAX_RETRY_AFTER,
     MalformedReply,
+    SlowReply,
     json_kind,
     malformed,
     model_error,
@@ -53,6 +55,7 @@ from agentor_temporal.store.encoding import encodable, encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
 from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.redaction import redact_url
 
 __all__ = [
     "MALFORMED_REPLY",
@@ -262,7 +265,23 @@ async def _ask(client: Any, agent: Any, inp: GenerateInput) -> GenerateResult:
         return await stream_with_deltas(
             client, request, inp, create=lambda r: create(client, r, encoded)
         )
-    return parse_reply(await create(client, request, encoded))
+    return parse_reply(await _within_limit(client, create(client, request, encoded)))
+
+
+async def _within_limit(client: Any, ask: Awaitable[Any]) -> Any:
+    """A whole (not streamed) reply, if it came within MODEL_REPLY_LIMIT (else SlowReply).
+
+    A streamed reply is bounded by the time between its chunks instead
+    (`streaming`): a long answer may stream for longer.
+    """
+    limit = policies.MODEL_REPLY_LIMIT.total_seconds()
+    try:
+        return await asyncio.wait_for(ask, limit)
+    except asyncio.TimeoutError:
+        raise SlowReply(
+            f" at {redact_url(str(client.base_url))} sent no complete reply in {limit:g} s, "
+            "though it kept the connection open (a provider or proxy holding the request)"
+        ) from None
 
 
 def _lost(inp: GenerateInput, lost: int) -> ApplicationError:

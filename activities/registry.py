@@ -24,7 +24,7 @@ from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities.tooldef import Tool
 from agentor_temporal.store.base import Store
 from agentor_temporal.workflows.formatting import quoted
-from agentor_temporal.workflows.policies import SYNC_TOOL_THREADS
+from agentor_temporal.workflows.policies import MODEL_REPLY_LIMIT, SYNC_TOOL_THREADS
 from agentor_temporal.workflows.redaction import (
     CREDENTIAL_NAME,
     header_secrets,
@@ -339,7 +339,7 @@ class AgentRegistry:
                     base_url=base_url,
                     api_key=api_key,
                     max_retries=0,
-                    timeout=570.0,  # under the activity's 10-minute start-to-close
+                    timeout=MODEL_REPLY_LIMIT.total_seconds(),
                 )
                 clients[(base_url, api_key)] = client
         if dead:

@@ -13,19 +13,25 @@ would put a made-up number among the provider's.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from temporalio import activity
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.activities._private import clip, token_count
-from agentor_temporal.activities._provider_errors import CutOffReply, MalformedReply, json_kind
+from agentor_temporal.activities._provider_errors import (
+    CutOffReply,
+    MalformedReply,
+    SlowReply,
+    json_kind,
+)
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
@@ -34,6 +40,7 @@ from agentor_temporal.workflows.policies import (
     DELTAS_TOPIC,
     MAX_REPLY_BYTES,
 )
+from agentor_temporal.workflows.redaction import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +75,7 @@ async def stream_completion(
     counted = False
     streamed = 0
     try:
-        async for chunk in stream:
+        async for chunk in _paced(stream, client):
             chunks += 1
             raw_usage = getattr(chunk, "usage", None)
             if raw_usage is not None:
@@ -141,6 +148,29 @@ async def stream_completion(
         ],
         usage=usage,
     )
+
+
+async def _paced(stream: Any, client: Any) -> AsyncIterator[Any]:
+    """`stream`'s chunks, each within MODEL_REPLY_LIMIT of the one before (else SlowReply).
+
+    The client's timeout bounds each read, and an endpoint sending keep-alive
+    comments (a proxy waiting on a stuck upstream) never lets one time out:
+    the request was held for ever. A chunk, however slow the answer, resets it.
+    """
+    limit = policies.MODEL_REPLY_LIMIT.total_seconds()
+    chunks = stream.__aiter__()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(chunks.__anext__(), limit)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            where = redact_url(str(getattr(client, "base_url", "") or "")) or "?"
+            raise SlowReply(
+                f" at {where} sent no part of its streamed reply for {limit:g} s, though it "
+                "kept the connection open (a provider or proxy holding the request)"
+            ) from None
+        yield chunk
 
 
 class _EndSeen:

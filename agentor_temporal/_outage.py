@@ -78,6 +78,12 @@ def unreachable(exc: BaseException) -> bool:
     if exc.status == RPCStatusCode.UNAVAILABLE:
         return True
     text = str(exc.message).lower()
+    if exc.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED) and (
+        "timeout expired" in text
+    ):
+        # the transport's own deadline: a server that holds the connection and never
+        # answers (stopped, overloaded, partitioned away), not one refusing the call
+        return True
     # a call in flight when the server died: the connection broke under it
     return exc.status in (RPCStatusCode.UNKNOWN, RPCStatusCode.CANCELLED) and any(
         word in text for word in ("transport error", "connection", "broken pipe", "h2 protocol")

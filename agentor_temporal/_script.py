@@ -41,7 +41,8 @@ class Fail:
 
     status: int
     message: str = "scripted failure"
-    retry_after: float | None = None
+    #: the Retry-After header: seconds, or its text as sent (an HTTP date)
+    retry_after: float | str | None = None
 
 
 @dataclass

@@ -288,7 +288,12 @@ class ScriptedModelServer:
             )
             return True
         if isinstance(step, Fail):
-            extra = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
+            after = step.retry_after
+            extra = (
+                {}
+                if after is None
+                else {"retry-after": after if isinstance(after, str) else f"{after:g}"}
+            )
             kind = "rate_limit_error" if step.status == 429 else "invalid_request_error"
             send_json(
                 writer, step.status, {"error": {"message": step.message, "type": kind}}, extra

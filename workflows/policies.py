@@ -77,6 +77,13 @@ RUN_OUTCOME = "run_outcome"
 #: A model call may legitimately think for minutes; heartbeats, not this
 #: timeout, are what notice a dead worker.
 MODEL_START_TO_CLOSE = timedelta(minutes=10)
+#: A whole reply within this (MODEL_START_TO_CLOSE's less a margin), and a
+#: streamed one's chunks no further apart. The client's timeout (the same
+#: 570 s) bounds each read, not the reply: an endpoint that keeps the
+#: connection open sending keep-alives (a proxy waiting on a stuck upstream,
+#: a body trickled a byte at a time) held the request for ever, each attempt
+#: timing out and the next joining it.
+MODEL_REPLY_LIMIT = timedelta(seconds=570)
 #: Long enough for a busy 2-core worker to keep beating, short enough that a
 #: killed worker's generation is retried elsewhere within seconds. The first
 #: beat comes 2 s after the server started the call (HEARTBEAT_INTERVAL) and

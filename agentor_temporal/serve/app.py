@@ -31,9 +31,10 @@ from fastapi.responses import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from agentor_temporal._fork import ForkIdInUse, start_fork_run
+from agentor_temporal._outage import unreachable as server_unreachable
 from agentor_temporal._runs import EXECUTION_RUN_ID_PATTERN, run_events, undelivered
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.activities import _redact
@@ -294,7 +295,9 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(RPCError)
     async def rpc_error(request: Request, exc: RPCError) -> JSONResponse:
         logger.warning("Temporal failed a request: %s", exc)
-        if exc.status == RPCStatusCode.UNAVAILABLE:
+        if server_unreachable(exc):
+            # also a server holding the connection without answering ("Timeout
+            # expired"): it did not refuse anything, and may well come back
             return JSONResponse(
                 {"error": _redact.clean(f"Temporal is unreachable: {exc.message}")},
                 status_code=503,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,16 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal.testing import Fail, Hang, Raw, ScriptedModelServer, Step, tool_then_answer
+from agentor_temporal.testing import (
+    Fail,
+    Hang,
+    Raw,
+    Reply,
+    ScriptedModelServer,
+    Step,
+    tool_then_answer,
+)
+from agentor_temporal.workflows import policies
 
 from helpers import ANSWER, PROMPT, free_port, weather_agent
 from tls import TlsProxy, make_certs
@@ -123,6 +133,102 @@ async def test_refused_connection_is_retried_until_the_endpoint_is_up(
     finally:
         pending.cancel()
     assert result.status == "completed" and result.final_output == ANSWER
+
+
+class Trickler:
+    """An endpoint whose first request gets its headers and then a keep-alive every 0.2 s,
+    never its end (a proxy waiting on a stuck upstream); later ones go to `upstream`."""
+
+    def __init__(self, upstream: ScriptedModelServer, streamed: bool) -> None:
+        self.upstream = upstream
+        self.streamed = streamed
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            if self.connections > 1:
+                await self._pipe(reader, writer)
+                return
+            await reader.readuntil(b"\r\n\r\n")
+            kind = "text/event-stream" if self.streamed else "application/json"
+            length = "" if self.streamed else "Content-Length: 100000\r\n"
+            writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\n{length}\r\n".encode())
+            while True:
+                writer.write(b": keep-alive\n\n" if self.streamed else b" ")
+                await writer.drain()
+                await asyncio.sleep(0.2)
+        except (OSError, asyncio.IncompleteReadError):
+            pass  # the client gave up on it
+        finally:
+            writer.close()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream.port)
+
+        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        try:
+            await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+        finally:
+            up_writer.close()
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["keep-alive-events", "trickled-body"])
+async def test_a_reply_kept_open_for_ever_is_a_failed_request_retried(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    streamed: bool,
+) -> None:
+    """A reply that never ends though bytes keep coming is given up at MODEL_REPLY_LIMIT and
+    retried; the run completes (the client's timeout bounds each read only: the request
+    was held for ever, each attempt timed out and its retry joined it)."""
+    monkeypatch.setattr(policies, "MODEL_REPLY_LIMIT", timedelta(seconds=2), raising=False)
+    trickler = Trickler(model, streamed)
+    async with trickler as base_url:
+        agent = weather_agent(base_url=base_url, task_queue=task_queue, temporal=client)
+        run_id = f"kept-open-{task_queue}"
+        if streamed:
+            events = agent.stream_chat(PROMPT, run_id=run_id, stream_text=True)
+            received = await asyncio.wait_for(_all(events), 30)
+            assert received[-1].type == "run_end" and received[-1].status == "completed"
+        else:
+            result = await asyncio.wait_for(agent.arun(PROMPT, run_id=run_id), 30)
+            assert result.status == "completed" and result.final_output == ANSWER
+    assert trickler.connections >= 2 and model.request_count == 2
+    attempt, previous = await _first_generation_attempts(client, run_id)
+    said = "sent no part of its streamed reply for 2 s" if streamed else "no complete reply in 2 s"
+    assert attempt == 2 and said in previous and "kept the connection open" in previous
+    assert base_url.removesuffix("/v1") in previous
+    if not streamed:
+        return
+    # a streamed answer that keeps coming is not cut at the limit, however long it takes
+    with ScriptedModelServer([Reply("one two three four five six")], chunk_delay=0.5) as slow:
+        agent = weather_agent(base_url=slow.base_url, task_queue=task_queue, temporal=client)
+        started = time.monotonic()
+        events = agent.stream_chat(PROMPT, run_id=f"slow-{run_id}", stream_text=True)
+        received = await asyncio.wait_for(_all(events), 30)
+    assert time.monotonic() - started > 2.5 and slow.request_count == 1
+    assert received[-1].type == "run_end" and received[-1].text == "one two three four five six"
+
+
+async def _all(events: Any) -> list[Any]:
+    return [e async for e in events]
 
 
 async def test_an_untrusted_tls_certificate_fails_the_run_at_once_saying_so(

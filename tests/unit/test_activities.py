@@ -112,6 +112,35 @@ async def test_retryable_statuses_are_retryable(status: int) -> None:
     assert info.value.next_retry_delay == timedelta(seconds=7)
 
 
+@pytest.mark.parametrize(
+    ("header", "delay"),
+    [
+        (86400, timedelta(minutes=5)),
+        (float("inf"), timedelta(minutes=5)),
+        (1e300, timedelta(minutes=5)),
+        (-5, timedelta(0)),
+        ("Wed, 21 Oct 2099 07:28:00 GMT", timedelta(minutes=5)),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", timedelta(0)),
+        ("Fri, 31 Dec 99999 23:59:59 GMT", None),
+    ],
+    ids=["a-day", "inf", "1e300", "negative", "date-2099", "date-past", "date-unreadable"],
+)
+async def test_any_retry_after_is_a_bounded_retry(header: float | str, delay: timedelta) -> None:
+    """Whatever Retry-After says, a 429 is retried after at most MAX_RETRY_AFTER, never at
+    once as an unclassified error (an 'inf' raised OverflowError: retried for ever, unwarned)."""
+    with ScriptedModelServer([Fail(429, "slow down", retry_after=header)]) as model:
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(registry(model.base_url).generate, request())
+    assert info.value.type == "ModelUnavailable" and not info.value.non_retryable
+    assert "answered 429: slow down" in info.value.message
+    assert info.value.next_retry_delay == delay
+    # the wait is said (the worker's log, the pending call's last failure), not silent
+    wait = f"asked again in {delay.total_seconds():g} s, as its Retry-After says" if delay else ""
+    assert wait in info.value.message
+    most = delay == timedelta(minutes=5)
+    assert ("the most a Retry-After is waited" in info.value.message) == most
+
+
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
 async def test_client_errors_fail_at_once_with_the_providers_message(status: int) -> None:
     with ScriptedModelServer([Fail(status, "The model `m` does not exist")]) as model:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._outage import (
@@ -19,6 +21,7 @@ from agentor_temporal._outage import (
     patiently,
     riding_outages,
     unreachable,
+    until_reachable,
 )
 from agentor_temporal.cli import _again
 from agentor_temporal.connection import ConnectionFailed
@@ -161,3 +164,67 @@ async def test_a_patient_wait_outlasts_the_sdk_retries_before_an_outage_shows(
     # with the server there, the bound holds
     with pytest.raises(TimeoutError):
         await patiently(asyncio.sleep(5), 0.2, _client(lambda: False))
+
+
+class Partition:
+    """A TCP proxy to `upstream` that can stop passing bytes while keeping its connections
+    (a server stopped, or a network dropping packets): calls through it time out."""
+
+    def __init__(self, upstream: str) -> None:
+        host, _, port = upstream.rpartition(":")
+        self.upstream = (host, int(port))
+        self.open = asyncio.Event()
+        self.open.set()
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        self.writers += [writer, up_writer]
+
+        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await src.read(65536):
+                    await self.open.wait()
+                    dst.write(data)
+                    await dst.drain()
+
+        await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+
+
+async def test_a_server_that_stops_answering_is_an_outage_ridden_out(
+    temporal_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connected server that stops answering (stopped, partitioned away) is an outage: its
+    calls end in 'Timeout expired', which was taken for a refusal (raised at once: a
+    caller's traceback, a route's 502) and, from the probe, for the server being back."""
+    partition = Partition(temporal_address)
+    async with partition as address:
+        client = await Client.connect(address)
+        partition.open.clear()
+        monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "60")
+        waiting = asyncio.ensure_future(until_reachable(client, what="probing", run_id="r1"))
+        await asyncio.sleep(2.5)  # past the probe's own 2 s deadline
+        assert not waiting.done(), waiting.result() if not waiting.exception() else waiting
+        partition.open.set()
+        await asyncio.wait_for(waiting, 15)  # back: the wait ends
+
+        partition.open.clear()
+        monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "1")
+        started = time.monotonic()
+        with pytest.raises(ConnectionFailed) as info:
+            await until_reachable(client, what="probing", run_id="r1")
+        assert time.monotonic() - started < 10
+        partition.open.set()
+    assert f"Temporal at {address} has been unreachable for at least " in str(info.value)
+    assert "while probing; gave up waiting" in str(info.value)

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal import Agentor, Event, RunResult, function_tool
 from agentor_temporal.cli import execute
@@ -262,3 +263,31 @@ def test_a2a_task_states_follow_the_run() -> None:
     assert capped.status.state.value == "failed" and capped.artifacts is None
     assert a2a.task_of(view("canceled", status="failed")).status.state.value == "canceled"
     assert a2a.task_of(view("terminated", status="failed")).status.state.value == "failed"
+
+
+@pytest.mark.parametrize(
+    "error, status",
+    [
+        (RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b""), 503),
+        (RPCError("Timeout expired", RPCStatusCode.CANCELLED, b""), 503),
+        (RPCError("Namespace default is not found", RPCStatusCode.NOT_FOUND, b""), 502),
+    ],
+    ids=["refused-connection", "never-answered", "refused"],
+)
+async def test_temporal_not_answering_is_503_unreachable_not_a_refusal(
+    error: RPCError, status: int
+) -> None:
+    """A server that holds the connection and never answers ('Timeout expired': stopped,
+    partitioned away) is unreachable (503, try again), as a refused connection is; it was
+    answered 502 'Temporal refused the request'."""
+    from starlette.requests import Request
+
+    from agentor_temporal.serve import create_app
+
+    app = create_app([agent(temporal="127.0.0.1:1")])
+    handler = app.exception_handlers[RPCError]
+    request = Request({"type": "http", "method": "GET", "path": "/runs/r1", "headers": []})
+    answer = await handler(request, error)
+    assert answer.status_code == status
+    said = "unreachable" if status == 503 else "refused the request"
+    assert said in bytes(answer.body).decode()
