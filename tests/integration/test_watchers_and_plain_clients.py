@@ -5,8 +5,9 @@ followers of a paused run holding Temporal's updates in flight (so no
 decision got in), a watched streamed reply using up the execution's updates,
 a malformed stream publish or carried stream state failing every workflow
 task, the page's token in the server's access log, an A2A send retried
-starting a second run, and an approve given up on leaving an exception no
-one retrieved.
+starting a second run, an approve given up on leaving an exception no
+one retrieved, and a paused run reset (`temporal workflow reset`) that no
+decision could reach.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     Interceptor,
@@ -243,3 +246,50 @@ async def test_an_approve_given_up_on_leaves_no_exception_unretrieved(
             await asyncio.to_thread(wait_until, lambda: not deciding(), "the decision to stop")
             gc.collect()  # a task that ended with an exception nobody took logs it here
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def _reset_to_last_task(client: Client, run_id: str) -> str:
+    """`temporal workflow reset --type LastWorkflowTask`: the new execution's run id."""
+    handle = client.get_workflow_handle(run_id)
+    current = (await handle.describe()).run_id
+    events = (await handle.fetch_history()).events
+    done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    reset = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=current),
+            reason="test",
+            workflow_task_finish_event_id=[e.event_id for e in events if e.event_type == done][-1],
+            request_id=uuid.uuid4().hex,
+        )
+    )
+    return reset.run_id
+
+
+async def test_a_paused_run_reset_from_a_plain_client_takes_its_decision(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A reset run's pending approvals name the execution waiting now, so a decision reaches it.
+
+    A reset execution's history begins with a copy of its base's started
+    event, whose original_execution_run_id names the base (terminated by the
+    reset): the pending approvals named that execution, and every approve was
+    refused ("asked in an execution ... that has ended"), the run waiting for
+    good. Reset twice: the last reset names the execution.
+    """
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
+        agent = payer(model, client, task_queue, ledger)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
+            for _ in range(2):
+                now = await _reset_to_last_task(client, paused.run_id)
+                again = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+                assert again.status == "awaiting_approval"
+                [pending] = again.pending_approvals
+                assert pending.execution_run_id == now
+            decided = await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 30)
+            assert decided["approved"]
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    assert done.status == "completed" and done.final_output == "Paid."
+    assert [e.type for e in done.events].count("approval_request") == 1
+    assert len(ledger_lines(ledger)) == 1 and model.request_count == 2
