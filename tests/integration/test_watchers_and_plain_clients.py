@@ -370,3 +370,20 @@ async def test_an_activity_completed_by_hand_with_another_shape_fails_the_run_cl
     finally:
         release.set()
     assert model.request_count == 4
+
+
+async def test_a_caller_waiting_on_a_run_reset_meanwhile_gets_its_outcome(
+    client: Client, task_queue: str
+) -> None:
+    """A run reset while its caller waits (its model request in flight) is followed into the
+    reset execution: the caller was told the run had failed, with the reset's reason."""
+    with ScriptedModelServer([Hang(2, Reply("first")), Reply("after the reset")]) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[], embedded_worker=False)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = uuid.uuid4().hex
+            running = asyncio.ensure_future(agent.arun("go", run_id=run_id))
+            await asyncio.to_thread(model.wait_for_requests, 1)
+            await _reset_to_last_task(client, run_id)
+            result = await asyncio.wait_for(running, 30)
+    assert result.status == "completed", result.error
+    assert result.final_output in ("first", "after the reset")
