@@ -1,7 +1,7 @@
 """Waiting for a run's execution to close, and what its close event carries.
 
 `closed` is `WorkflowHandle.result()` (following continued and retried
-executions, the same errors for a run that did not complete) that also hands
+executions, and reset ones, the same errors for a run that did not complete) that also hands
 back the run's whole log when the result's payload carries it
 (`policies.RESULT_EVENTS`): the caller then has the run's `RunResult` from
 the close event it waited for, with no read of the run's history after it.
@@ -14,8 +14,14 @@ from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistoryEventFilterType
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHistoryEventFilterType,
+)
 from temporalio.exceptions import CancelledError, TerminatedError, TimeoutError, TimeoutType
+from temporalio.service import RPCError
 
 from agentor_temporal.store import Event
 from agentor_temporal.workflows.policies import RESULT_EVENTS
@@ -60,6 +66,10 @@ async def closed(client: Client, run_id: str) -> tuple[Any, list[Event] | None]:
                 )
                 raise WorkflowFailureError(cause=cause)
             if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
+                reset_into = await _reset_into(client, run_id, execution)
+                if reset_into is not None:
+                    execution = reset_into
+                    break
                 ended = event.workflow_execution_terminated_event_attributes
                 reason = ended.reason or "Workflow terminated"
                 raise WorkflowFailureError(
@@ -84,6 +94,31 @@ async def closed(client: Client, run_id: str) -> tuple[Any, list[Event] | None]:
                 break
         if execution == following:
             raise RuntimeError(f"Temporal returned no close event for run {run_id!r}")
+
+
+async def _reset_into(client: Client, run_id: str, execution: str | None) -> str | None:
+    """The execution a reset (`temporal workflow reset`) ended this one for, if it did.
+
+    A reset terminates the execution it starts from, and the run goes on in
+    the new one: a caller waiting on the run was told it had failed (with the
+    reset's reason) while it ran on. The close event does not link the two:
+    the terminated execution, asked by id, names the new one; asked as the
+    latest (`execution` None), the new one answers, running since a reset.
+    """
+    try:
+        description = await client.get_workflow_handle(run_id, run_id=execution).describe()
+    except RPCError:
+        return None  # told as terminated, as before
+    info = description.raw_description.workflow_extended_info
+    if info.reset_run_id:
+        return str(info.reset_run_id)
+    if (
+        execution is None
+        and description.status != WorkflowExecutionStatus.TERMINATED
+        and info.HasField("last_reset_time")
+    ):
+        return str(description.run_id)
+    return None
 
 
 def whole_log(payload: Payload | None) -> list[Event] | None:

@@ -14,8 +14,10 @@ import asyncio
 import copy
 import dataclasses
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
@@ -27,10 +29,13 @@ from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message
 from agentor_temporal.workflows.history_watch import HistoryWatch, past_last_line, watching
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.remote_results import ForeignResult, read_result
 from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
 from agentor_temporal.workflows.segment import Setup
 from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.versions import adopted, level
+
+T = TypeVar("T")
 
 
 class AnswerKept(asyncio.CancelledError):
@@ -190,6 +195,8 @@ class Generation:
             else:
                 call = self._answer(inp, activity_id, summary, local=local, kept=kept)
                 gen = await self.trace.generation(spec.model, turn, request, call)
+        except ForeignResult as exc:
+            return str(exc)
         except (ActivityError, ApplicationError, TemporalTimeoutError, CancelledError) as exc:
             if not local and not isinstance(exc, ActivityError):
                 raise
@@ -261,25 +268,24 @@ class Generation:
                     raise
             # the worker was too busy to ask promptly: the model was not asked
             inp = dataclasses.replace(inp, task_started=None, first_send=False)
-        # the same command either way (`execute_activity` is `start_activity` awaited)
-        remote: workflow.ActivityHandle[GenerateResult] = workflow.start_activity(
+        # the same command either way (`execute_activity` is `start_activity` awaited);
+        # its result read here: any client may have completed it (`remote_results`)
+        remote: workflow.ActivityHandle[Any] = workflow.start_activity(
             policies.GENERATE,
             inp,
-            result_type=GenerateResult,
+            result_type=RawValue,
             start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
             heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,
             retry_policy=policies.MODEL_RETRY_POLICY,
             activity_id=activity_id,
             summary=summary,
         )
+        what = f"The model request of turn {inp.turn}"
         if keeps:
-            return await self._through_the_stop(remote, kept)
-        answer: GenerateResult = await remote
-        return answer
+            return read_result(await self._through_the_stop(remote, kept), GenerateResult, what)
+        return read_result(await remote, GenerateResult, what)
 
-    async def _through_the_stop(
-        self, handle: asyncio.Future[GenerateResult], kept: list[bool]
-    ) -> GenerateResult:
+    async def _through_the_stop(self, handle: asyncio.Future[T], kept: list[bool]) -> T:
         """`handle`'s answer; a stop meanwhile waits for it, within a bound, before it stops it.
 
         The bound: `policies.ANSWER_GRACE` after a cancel, and for a run with a

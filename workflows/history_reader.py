@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.api.common.v1 import Payload
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowHistory
 
 from agentor_temporal.codec import EncryptionKeyError
@@ -166,6 +166,14 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                 )
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             decided = True
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            failed = event.workflow_task_failed_event_attributes
+            if failed.cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW:
+                # a reset execution's history begins with its base's, started
+                # event and all, so original_execution_run_id names the base
+                # (terminated by the reset); this event names the execution
+                # itself (the last one, after a reset of a reset)
+                segment.execution_run_id = failed.new_run_id or segment.execution_run_id
         elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
             marker = event.marker_recorded_event_attributes
             if marker.marker_name == _PATCH_MARKER and _patch_id(marker.details) == (

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, CancelledError
 
 from agentor_temporal.store.events import Event
@@ -43,6 +45,7 @@ from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.history_watch import HistoryWatch, watching, within_last_line
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+from agentor_temporal.workflows.remote_results import ForeignResult, read_result
 from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.types import AgentSpec, ToolSpec
 from agentor_temporal.workflows.versions import adopted, level
@@ -114,6 +117,11 @@ def _not_started(name: str, call_id: Any, message: str, args: dict[str, Any]) ->
         f"Error: {message} The run stopped there; this call did not run.",
         args=args,
     )
+
+
+async def _read(call: Awaitable[Any], what: str) -> CallToolResult:
+    """The call's result, read as the run takes it (`remote_results`)."""
+    return read_result(await call, CallToolResult, what)
 
 
 def _unsure(name: str, call_id: Any, message: str, args: dict[str, Any]) -> Event:
@@ -521,7 +529,8 @@ class ToolCalls:
                     max_result_bytes=max_result_bytes,
                     settle_by=self.settle_by,
                 ),
-                result_type=CallToolResult,
+                # read below: any client may have completed it (`remote_results`)
+                result_type=RawValue,
                 # the activity answers "timed out" at the tool's limit; this
                 # fires only for a worker that stopped answering altogether
                 start_to_close_timeout=limit,
@@ -535,7 +544,16 @@ class ToolCalls:
                     else workflow.ActivityCancellationType.TRY_CANCEL
                 ),
             )
-            res = await self.trace.tool_call(name, str(call_id), args, turn, call_tool)
+            res = await self.trace.tool_call(
+                name,
+                str(call_id),
+                args,
+                turn,
+                _read(call_tool, f"The call {call_summary(name, args)}"),
+            )
+        except ForeignResult as exc:
+            # not the tool's answer, nor a failure of ours: the call may have run
+            raise CallFailed(str(exc), _unsure(name, call_id, str(exc), args)) from None
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError) and self._wait_cancelled:
                 # the run's cancel stopped the call: its worker says so

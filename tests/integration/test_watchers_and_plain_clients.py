@@ -5,8 +5,10 @@ followers of a paused run holding Temporal's updates in flight (so no
 decision got in), a watched streamed reply using up the execution's updates,
 a malformed stream publish or carried stream state failing every workflow
 task, the page's token in the server's access log, an A2A send retried
-starting a second run, and an approve given up on leaving an exception no
-one retrieved.
+starting a second run, an approve given up on leaving an exception no
+one retrieved, a paused run reset (`temporal workflow reset`) that no
+decision could reach, and an activity completed by hand with a result of
+another shape failing every workflow task.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     Interceptor,
@@ -30,9 +35,9 @@ from temporalio.client import (
     WorkflowUpdateHandle,
 )
 
-from agentor_temporal import Event
+from agentor_temporal import Event, function_tool
 from agentor_temporal._runtime import Runtime
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows.formatting import failure_message
 
@@ -41,6 +46,7 @@ from helpers import (
     payer,
     scripted_agent,
     transfer_tool,
+    unwedged_history,
     wait_until,
     weather_agent,
 )
@@ -243,3 +249,141 @@ async def test_an_approve_given_up_on_leaves_no_exception_unretrieved(
             await asyncio.to_thread(wait_until, lambda: not deciding(), "the decision to stop")
             gc.collect()  # a task that ended with an exception nobody took logs it here
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def _reset_to_last_task(client: Client, run_id: str) -> str:
+    """`temporal workflow reset --type LastWorkflowTask`: the new execution's run id."""
+    handle = client.get_workflow_handle(run_id)
+    current = (await handle.describe()).run_id
+    events = (await handle.fetch_history()).events
+    done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    reset = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=current),
+            reason="test",
+            workflow_task_finish_event_id=[e.event_id for e in events if e.event_type == done][-1],
+            request_id=uuid.uuid4().hex,
+        )
+    )
+    return reset.run_id
+
+
+async def test_a_paused_run_reset_from_a_plain_client_takes_its_decision(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A reset run's pending approvals name the execution waiting now, so a decision reaches it.
+
+    A reset execution's history begins with a copy of its base's started
+    event, whose original_execution_run_id names the base (terminated by the
+    reset): the pending approvals named that execution, and every approve was
+    refused ("asked in an execution ... that has ended"), the run waiting for
+    good. Reset twice: the last reset names the execution.
+    """
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
+        agent = payer(model, client, task_queue, ledger)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
+            for _ in range(2):
+                now = await _reset_to_last_task(client, paused.run_id)
+                again = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+                assert again.status == "awaiting_approval"
+                [pending] = again.pending_approvals
+                assert pending.execution_run_id == now
+            decided = await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 30)
+            assert decided["approved"]
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    assert done.status == "completed" and done.final_output == "Paid."
+    assert [e.type for e in done.events].count("approval_request") == 1
+    assert len(ledger_lines(ledger)) == 1 and model.request_count == 2
+
+
+async def _complete_by_hand(client: Client, run_id: str, activity_id: str, result: Any) -> None:
+    """`temporal activity complete --activity-id <id> --result <json>`, once it runs."""
+    handle = client.get_workflow_handle(run_id)
+
+    async def running() -> bool:
+        with contextlib.suppress(Exception):  # not started yet
+            pending = (await handle.describe()).raw_description.pending_activities
+            return any(
+                a.activity_id == activity_id and a.last_started_time.seconds for a in pending
+            )
+        return False
+
+    async with asyncio.timeout(30):
+        while not await running():
+            await asyncio.sleep(0.05)
+    await client.get_async_activity_handle(
+        workflow_id=run_id, run_id=None, activity_id=activity_id
+    ).complete(result)
+
+
+async def test_an_activity_completed_by_hand_with_another_shape_fails_the_run_clearly(
+    client: Client, task_queue: str
+) -> None:
+    """A tool call or model request completed from outside with a result that is not its
+    own shape fails the run naming it, and resume goes on; before, the SDK's decoding (or
+    the run's reading a null) failed every workflow task ("Failed decoding arguments")."""
+    release = threading.Event()
+
+    @function_tool
+    def held(text: str) -> str:
+        """Waits until the test lets it answer.
+
+        Args:
+            text: Anything.
+        """
+        release.wait(60)
+        return "held answer"
+
+    script = [
+        CallTool("held", {"text": "a"}, id="c1"),
+        Reply("after the call"),
+        Hang(30, Reply("too late")),
+        Reply("after the request"),
+    ]
+    try:
+        with ScriptedModelServer(script) as model:
+            agent = scripted_agent(model, client, task_queue, tools=[held], embedded_worker=False)
+            async with build_worker(client, [agent], task_queue=task_queue):
+                for activity_id, result, what in [
+                    ("tool-1-0", {"result": 5}, "The call held(text='a')"),
+                    ("generate-1", None, "The model request of turn 1"),
+                ]:
+                    run_id = uuid.uuid4().hex
+                    running = asyncio.ensure_future(agent.arun("go", run_id=run_id))
+                    try:
+                        await _complete_by_hand(client, run_id, activity_id, result)
+                        await unwedged_history(client, run_id)
+                    finally:
+                        if not running.done():  # wedged: the assertion says how
+                            running.cancel()
+                            await client.get_workflow_handle(run_id).terminate("test: wedged")
+                    failed = await asyncio.wait_for(running, 30)
+                    assert failed.status == "failed"
+                    assert (failed.error or "").startswith(
+                        f"{what} was completed with a result the run cannot take"
+                    ), failed.error
+                    done = await asyncio.wait_for(agent.aresume(run_id), 30)
+                    assert done.status == "completed", done.error
+                    assert done.final_output in ("after the call", "after the request")
+    finally:
+        release.set()
+    assert model.request_count == 4
+
+
+async def test_a_caller_waiting_on_a_run_reset_meanwhile_gets_its_outcome(
+    client: Client, task_queue: str
+) -> None:
+    """A run reset while its caller waits (its model request in flight) is followed into the
+    reset execution: the caller was told the run had failed, with the reset's reason."""
+    with ScriptedModelServer([Hang(2, Reply("first")), Reply("after the reset")]) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[], embedded_worker=False)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = uuid.uuid4().hex
+            running = asyncio.ensure_future(agent.arun("go", run_id=run_id))
+            await asyncio.to_thread(model.wait_for_requests, 1)
+            await _reset_to_last_task(client, run_id)
+            result = await asyncio.wait_for(running, 30)
+    assert result.status == "completed", result.error
+    assert result.final_output in ("first", "after the reset")
