@@ -167,9 +167,15 @@ async def _prepare(
 
 
 def fork_message(input: MessageInput | None) -> MessageInput | None:
-    """The fork's input with every key this process knows masked (`mask_input`)."""
+    """The fork's input, checked, with every key this process knows masked (`mask_input`).
+
+    Raises:
+        ValueError, TypeError: as `check_fork_input`, before masking walks the input
+            (a list that contains itself has no end).
+    """
     if input is None:
         return input
+    check_fork_input(input)
     return mask_input(input)
 
 
