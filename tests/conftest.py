@@ -11,6 +11,7 @@ queue and run ids so tests never see each other's work.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 import uuid
@@ -90,6 +91,22 @@ def ledger(tmp_path: Path) -> str:
 
 
 @pytest.hookimpl(trylast=True)
+@pytest.fixture(autouse=True)
+def logging_kept() -> Iterator[None]:
+    """The CLI configures logging for its process; a test calling it in-process puts it back.
+
+    (`execute([...])` left the `temporalio` logger at ERROR, and every later test
+    in that worker process that looks for a workflow's warning failed:
+    `test_mirror_faults.py`'s missing-tail warning, by the luck of xdist's order.)
+    """
+    root, sdk = logging.getLogger(), logging.getLogger("temporalio")
+    handlers, levels = list(root.handlers), (root.level, sdk.level)
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(levels[0])
+    sdk.setLevel(levels[1])
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Exit without interpreter finalization once pytest has reported.
 

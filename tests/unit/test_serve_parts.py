@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import glob
-import logging
 import subprocess
 import sys
 import types
 import zipfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -87,22 +86,6 @@ def test_without_the_extra_serving_says_what_to_install() -> None:
     assert "Traceback" not in out.stderr
 
 
-@pytest.fixture
-def logging_kept() -> Iterator[None]:
-    """The CLI configures logging for its process; a test calling it in-process puts it back.
-
-    (Left at ERROR, the `temporalio` logger hid workflow warnings from later
-    tests that look for them.)
-    """
-    root, sdk = logging.getLogger(), logging.getLogger("temporalio")
-    handlers, levels = list(root.handlers), (root.level, sdk.level)
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(levels[0])
-    sdk.setLevel(levels[1])
-
-
-@pytest.mark.usefixtures("logging_kept")
 def test_serve_command_refuses_bad_options_as_usage_errors(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
