@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -23,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger("agentor_temporal")
 
 DEV_HOST = "127.0.0.1"
 DEV_PORT = 7233
@@ -57,6 +60,9 @@ DEV_DYNAMIC_CONFIG: dict[str, int | bool] = {
     "history.transferProcessorMaxPollRPS": 1000,
     "system.forceSearchAttributesCacheRefreshOnRead": False,
 }
+#: Starts of the dev server tried when it loses a port it picked for itself (`start_dev_server`).
+DEV_START_ATTEMPTS = 3
+
 #: The search attributes runs set, as the dev server registers them at start.
 DEV_SEARCH_ATTRIBUTES = {
     "AgentName": "Keyword",
@@ -251,53 +257,103 @@ def start_dev_server(
         ]
         if codec_endpoint:
             command += ["--ui-codec-endpoint", codec_endpoint]
-        with os.fdopen(
-            os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab"
-        ) as log:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                cwd=str(data.parent.resolve()),
-            )
-        (data / "server.pid").write_text(str(process.pid))
-        (data / "server.json").write_text(
-            json.dumps(
-                {
-                    "pid": process.pid,
-                    "port": port,
-                    "ui_port": ui_port,
-                    "codec_endpoint": codec_endpoint,
-                }
-            )
-        )
-        deadline = time.monotonic() + DEV_START_TIMEOUT
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-2000:]
+        for attempt in range(1, DEV_START_ATTEMPTS + 1):
+            process, said_from = _launch(command, data, log_path, port, ui_port, codec_endpoint)
+            deadline = time.monotonic() + DEV_START_TIMEOUT
+            while time.monotonic() < deadline and process.poll() is None:
+                # an open port is not yet a server that answers: its frontend
+                # refuses clients ("not healthy yet") for a moment after
+                if port_open(DEV_HOST, port) and _serving(port):
+                    return DevServer(
+                        address=f"localhost:{port}",
+                        ui_url=f"http://localhost:{ui_port}",
+                        data_dir=data.resolve(),
+                        pid=process.pid,
+                        started=True,
+                        codec_endpoint=codec_endpoint,
+                    )
+                time.sleep(0.05)
+            if process.poll() is None:
+                process.kill()
                 raise ConnectionFailed(
-                    f"The embedded Temporal dev server exited with code {process.returncode} "
-                    f"(is port {port} or {ui_port} taken?). Its log, {log_path}:\n{tail}"
+                    f"The embedded Temporal dev server did not answer on localhost:{port} "
+                    f"within {DEV_START_TIMEOUT:.0f}s; see {log_path}"
                 )
-            # an open port is not yet a server that answers: its frontend
-            # refuses clients ("not healthy yet") for a moment after
-            if port_open(DEV_HOST, port) and _serving(port):
-                return DevServer(
-                    address=f"localhost:{port}",
-                    ui_url=f"http://localhost:{ui_port}",
-                    data_dir=data.resolve(),
-                    pid=process.pid,
-                    started=True,
-                    codec_endpoint=codec_endpoint,
+            said = _read_from(log_path, said_from)
+            if attempt < DEV_START_ATTEMPTS and _lost_a_port_race(said, port, ui_port):
+                logger.warning(
+                    "The embedded Temporal dev server lost a port it picked for itself to "
+                    "another process as it started (%s); starting it again",
+                    _reason(said),
                 )
-            time.sleep(0.05)
-        process.kill()
-        raise ConnectionFailed(
-            f"The embedded Temporal dev server did not answer on localhost:{port} "
-            f"within {DEV_START_TIMEOUT:.0f}s; see {log_path}"
+                continue
+            raise ConnectionFailed(
+                f"The embedded Temporal dev server exited with code {process.returncode}: "
+                f"{_reason(said)} (is port {port} or {ui_port} taken?). Its log, {log_path}, "
+                f"ends:\n{said[-2000:]}"
+            )
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _launch(
+    command: list[str],
+    data: Path,
+    log_path: Path,
+    port: int,
+    ui_port: int,
+    codec_endpoint: str | None,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the server detached, its output appended to its log; (process, log offset)."""
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
+        offset = log.seek(0, os.SEEK_END)
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            cwd=str(data.parent.resolve()),
         )
+    (data / "server.pid").write_text(str(process.pid))
+    (data / "server.json").write_text(
+        json.dumps(
+            {
+                "pid": process.pid,
+                "port": port,
+                "ui_port": ui_port,
+                "codec_endpoint": codec_endpoint,
+            }
+        )
+    )
+    return process, offset
+
+
+def _read_from(log_path: Path, offset: int) -> str:
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode("utf-8", errors="replace")
+
+
+def _reason(said: str) -> str:
+    """The line of a failed start that says why (a Go panic's or the CLI's error line)."""
+    for line in said.splitlines():
+        if line.startswith(("panic:", "Error:", "fatal error:")):
+            return line.strip()[:500]
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "it said nothing"
+
+
+def _lost_a_port_race(said: str, port: int, ui_port: int) -> bool:
+    """Whether a failed start lost a port the server picked for itself (worth a retry).
+
+    The dev server picks free ports for its internal services, then binds them
+    later: another process may take one in between (seen with several servers
+    starting at once). The ports given to it are another matter: one taken
+    stays taken, so that failure is not retried.
+    """
+    if "address already in use" not in said:
+        return False
+    return not any(f":{p}:" in said or f"port {p}" in said for p in (port, ui_port))
 
 
 def stop_dev_server(data_dir: str | os.PathLike[str] = DEV_DATA_DIR, timeout: float = 10.0) -> bool:
