@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from typing import Any
 
 from temporalio import activity
@@ -90,7 +91,12 @@ class AgentActivities:
             if inp.journal is not None:
                 what = call_summary(inp.name, inp.args)
                 mirrored = await self._mirror_first(inp.journal, inp.fingerprint, what)
-            result = await self.calls.run(lambda: _tools.call_tool(self.registry, inp))
+            same = json.dumps(
+                [inp.run_id, inp.call_id, inp.use, inp.name, inp.args],
+                sort_keys=True,
+                default=str,
+            )
+            result = await self.calls.run(lambda: _tools.call_tool(self.registry, inp), same=same)
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     async def _mirror_first(self, journal: JournalInput, fingerprint: str, what: str) -> int | None:
