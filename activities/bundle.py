@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 from typing import Any
 
@@ -77,7 +78,9 @@ class AgentActivities:
             result = await _model.generate(self.registry, inp)
         else:
             async with heartbeating():
-                result = await self.calls.run(lambda: _model.generate(self.registry, inp))
+                result = await self.calls.run(
+                    lambda: _model.generate(self.registry, inp), same=_request_identity(inp)
+                )
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     @activity.defn(name=policies.CALL_TOOL)
@@ -151,3 +154,18 @@ class AgentActivities:
             self.needs_approval,
             self.run_outcome,
         ]
+
+
+def _request_identity(inp: GenerateInput) -> str:
+    """What a model request is (`LiveCalls.run`'s `same`): a digest of all it sends."""
+    sent = [
+        inp.run_id,
+        inp.model,
+        inp.turn,
+        inp.position,
+        inp.conversation,
+        inp.messages,
+        inp.tools,
+        inp.model_settings,
+    ]
+    return hashlib.sha256(json.dumps(sent, sort_keys=True, default=str).encode()).hexdigest()
