@@ -62,6 +62,13 @@ CLOCK_SLACK = 0.5
 #: and never call at all. Refusing one costs only its retry backoff.
 ALWAYS_CALL_FROM = 3
 
+#: Seconds a call whose execution was ended by a reset (`temporal workflow
+#: reset`) keeps running for the reset execution's same call to join, before
+#: it is stopped as any call of an ended run is. The reset execution's first
+#: workflow task schedules it again at once, when the reset point came before
+#: the call's result.
+RESET_GRACE = 10.0
+
 _Key = tuple[str, str, str]
 
 
@@ -75,6 +82,15 @@ def _expired(info: activity.Info) -> bool:
     return late > info.heartbeat_timeout.total_seconds() + CLOCK_SLACK
 
 
+def _joinable(task: asyncio.Task[Any] | None) -> bool:
+    """Whether an attempt may take `task`'s outcome: live, or finished with a result."""
+    return (
+        task is not None
+        and not task.cancelled()
+        and not (task.done() and task.exception() is not None)
+    )
+
+
 class LiveCalls:
     """This worker's model requests and tool calls, by activity."""
 
@@ -85,12 +101,23 @@ class LiveCalls:
         self._checks: set[asyncio.Task[None]] = set()
         #: attempts that joined a live or finished call instead of running again
         self.joined = 0
+        #: what each call is (its `same`), for a reset execution's call to find it
+        self._same: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
+        #: calls of an execution ended by a reset that its reset execution joined
+        self._adopted: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self._calls)
 
-    async def run(self, make: Callable[[], Awaitable[T]]) -> T:
+    async def run(self, make: Callable[[], Awaitable[T]], *, same: str | None = None) -> T:
         """`await make()` once per activity, however many attempts ask.
+
+        `same`: what the call is (a tool's name, arguments and idempotency
+        key). A first attempt in an execution that a reset (`temporal workflow
+        reset`) started from one whose same call, same activity, is still
+        live or just finished in this worker joins that call: the reset
+        execution re-ran the workflow task that scheduled it, and running it
+        again would do its work twice.
 
         Outside an activity (tests, the in-process floor) it just awaits.
         """
@@ -99,7 +126,18 @@ class LiveCalls:
         info = activity.info()
         key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
         task = self._calls.get(key) if info.attempt > 1 else None
-        if task is None or task.cancelled() or (task.done() and task.exception() is not None):
+        if not _joinable(task) and same is not None:
+            task = await self._reset_from(info, same)
+            if task is not None:
+                self._adopted.add(task)
+                self._calls[key] = task
+                task.add_done_callback(lambda done: self._finished(key, done))
+                logger.info(
+                    "%s of run %s joins the call the execution it was reset from started",
+                    info.activity_type,
+                    info.workflow_id,
+                )
+        if task is None or not _joinable(task):
             if _expired(info):
                 # started after the server gave up on it: its answer could never
                 # be recorded, and the attempt the server made instead will ask
@@ -119,6 +157,8 @@ class LiveCalls:
                 )
             task = asyncio.get_running_loop().create_task(self._shared(make))
             self._calls[key] = task
+            if same is not None:
+                self._same[task] = same
             task.add_done_callback(lambda done: self._finished(key, done))
         else:
             self.joined += 1
@@ -155,6 +195,34 @@ class LiveCalls:
                     return task.result()  # type: ignore[no-any-return]
             raise
 
+    async def _reset_from(self, info: activity.Info, same: str) -> asyncio.Task[Any] | None:
+        """The same call of the execution a reset ended for this one, live or finished here."""
+        workflow_id, execution = info.workflow_id or "", info.workflow_run_id or ""
+        candidates = [
+            (key, task)
+            for key, task in self._calls.items()
+            if key[0] == workflow_id
+            and key[1] != execution
+            and key[2] == info.activity_id
+            and self._same.get(task) == same
+            and _joinable(task)
+        ]
+        if not candidates:
+            return None
+        try:
+            client = activity.client()
+        except RuntimeError:
+            return None
+        for key, task in candidates:
+            handle = client.get_workflow_handle(workflow_id, run_id=key[1])
+            try:
+                described = await handle.describe()
+            except RPCError:
+                continue
+            if described.raw_description.workflow_extended_info.reset_run_id == execution:
+                return task
+        return None
+
     def _stop_if_ended(self, task: asyncio.Task[Any], info: activity.Info) -> None:
         """Cancel the call once its workflow execution is found closed (asked in the background)."""
         try:
@@ -164,10 +232,18 @@ class LiveCalls:
 
         async def check() -> None:
             handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+            reset = False
             try:
-                ended = (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+                described = await handle.describe()
+                ended = described.status != WorkflowExecutionStatus.RUNNING
+                reset = bool(described.raw_description.workflow_extended_info.reset_run_id)
             except RPCError as exc:
                 ended = exc.status == RPCStatusCode.NOT_FOUND
+            if ended and reset:
+                # the reset execution may run the same call again: it joins this one
+                await asyncio.sleep(RESET_GRACE)
+                if task in self._adopted:
+                    return
             if ended and not task.done():
                 logger.info(
                     "%s of run %s stopped: the run ended while it was running",

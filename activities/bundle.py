@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
 from typing import Any
 
 from temporalio import activity
@@ -76,7 +78,9 @@ class AgentActivities:
             result = await _model.generate(self.registry, inp)
         else:
             async with heartbeating():
-                result = await self.calls.run(lambda: _model.generate(self.registry, inp))
+                result = await self.calls.run(
+                    lambda: _model.generate(self.registry, inp), same=_request_identity(inp)
+                )
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     @activity.defn(name=policies.CALL_TOOL)
@@ -90,7 +94,12 @@ class AgentActivities:
             if inp.journal is not None:
                 what = call_summary(inp.name, inp.args)
                 mirrored = await self._mirror_first(inp.journal, inp.fingerprint, what)
-            result = await self.calls.run(lambda: _tools.call_tool(self.registry, inp))
+            same = json.dumps(
+                [inp.run_id, inp.call_id, inp.use, inp.name, inp.args],
+                sort_keys=True,
+                default=str,
+            )
+            result = await self.calls.run(lambda: _tools.call_tool(self.registry, inp), same=same)
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     async def _mirror_first(self, journal: JournalInput, fingerprint: str, what: str) -> int | None:
@@ -145,3 +154,18 @@ class AgentActivities:
             self.needs_approval,
             self.run_outcome,
         ]
+
+
+def _request_identity(inp: GenerateInput) -> str:
+    """What a model request is (`LiveCalls.run`'s `same`): a digest of all it sends."""
+    sent = [
+        inp.run_id,
+        inp.model,
+        inp.turn,
+        inp.position,
+        inp.conversation,
+        inp.messages,
+        inp.tools,
+        inp.model_settings,
+    ]
+    return hashlib.sha256(json.dumps(sent, sort_keys=True, default=str).encode()).hexdigest()

@@ -27,7 +27,12 @@ from agentor_temporal._results import (
     result_from,
 )
 from agentor_temporal._runs import seeded_prefix
-from agentor_temporal._start import segment_request_id, start_riding_outages
+from agentor_temporal._start import (
+    resume_key,
+    resume_memo,
+    segment_request_id,
+    start_riding_outages,
+)
 from agentor_temporal.activities._redact import mask_input
 from agentor_temporal.activities.journal import catch_up
 from agentor_temporal.store import RunResult, is_complete, new_run_id, validate_run_id
@@ -97,8 +102,17 @@ async def start_run(
         return await agent._result(client, run_id)
 
 
-async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunResult:
-    """`Agentor.resume`: return, wait for, or continue the run (see the module docstring)."""
+async def resume_run(
+    agent: Agentor, run_id: str, max_turns: int | None, *, key: str | None = None
+) -> RunResult:
+    """`Agentor.resume`: return, wait for, or continue the run (see the module docstring).
+
+    `key`: the client's idempotency key (serve's `Idempotency-Key`). The segment
+    this resume starts records it, and a resume under the same key once a
+    segment so started exists starts none: it returns the run as it is now
+    (waits for it while it runs), however that segment ended. A retry whose
+    first try's answer was lost so pays for no more turns.
+    """
     validate_run_id(run_id)
     check_turns(max_turns)
     client = await agent._client()
@@ -121,9 +135,15 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
         inp = continuation_input(
             agent.name, run_id, events, previous=None, in_temporal_from=0, max_turns=max_turns
         )
-        return await _continue(agent, client, run_id, inp, len(events))
+        return await _continue(agent, client, run_id, inp, len(events), key)
 
     latest = segments[-1]
+    if key is not None and any(s.resume_key == resume_key(run_id, key) for s in segments):
+        # a retry: its first try started a segment, which ran (or runs) as it will
+        if latest.status == "running":
+            async with agent._serving(client):
+                return await agent._result(client, run_id)
+        return await agent._result(client, run_id)
     events = await riding_outages(lambda: agent._events(run_id, segments), client, what=reading)
     if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
         if agent.store is not None:
@@ -168,13 +188,21 @@ async def resume_run(agent: Agentor, run_id: str, max_turns: int | None) -> RunR
             recovered=recovered,
             unrecorded=unrecorded,
         )
-    return await _continue(agent, client, run_id, inp, len(events))
+    return await _continue(agent, client, run_id, inp, len(events), key)
 
 
 async def _continue(
-    agent: Agentor, client: Client, run_id: str, inp: AgentRunInput, recorded: int
+    agent: Agentor,
+    client: Client,
+    run_id: str,
+    inp: AgentRunInput,
+    recorded: int,
+    key: str | None = None,
 ) -> RunResult:
-    """Start the run's next segment, after its `recorded` events, and wait for its result."""
+    """Start the run's next segment, after its `recorded` events, and wait for its result.
+
+    `key`: the resume's idempotency key, recorded in the segment's memo.
+    """
     previous = inp.previous_execution
     # only a worker built as this agent may continue it
     inp.fingerprint = agent.definition.fingerprint()
@@ -195,6 +223,7 @@ async def _continue(
             WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             request_id,
             what=f"continuing run {run_id!r}",
+            memo=resume_memo(run_id, key),
         )
         return await agent._result(client, run_id)
 

@@ -34,11 +34,26 @@ from agentor_temporal._outage import riding_outages
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
+from agentor_temporal.workflows.history_reader import RESUME_KEY_MEMO
 from agentor_temporal.workflows.policies import SPEC_HEADER, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from agentor_temporal.workflows.types import AgentRunInput
 
 #: Namespace of the request ids below (any fixed UUID would do).
 _REQUEST_IDS = uuid.UUID("0b4f6a53-1c38-4c8e-9a55-6f6a6e0a7e11")
+
+
+def resume_key(run_id: str, key: str) -> str:
+    """What a segment's memo records of the client's idempotency key it was started under.
+
+    A digest, not the key: a client's key is its own string, and the memo is
+    shown to anyone who lists the run.
+    """
+    return uuid.uuid5(_REQUEST_IDS, f"resume\x00{run_id}\x00{key}").hex
+
+
+def resume_memo(run_id: str, key: str | None) -> dict[str, Any] | None:
+    """The memo of a segment a resume under `key` starts (None without a key)."""
+    return None if key is None else {RESUME_KEY_MEMO: resume_key(run_id, key)}
 
 
 def segment_request_id(run_id: str, previous_execution: str | None, event_offset: int) -> str:
@@ -70,6 +85,7 @@ async def start_once(
     static_details: str | None = None,
     previous_execution: str | None = None,
     spec: Payload | None = None,
+    memo: dict[str, Any] | None = None,
 ) -> None:
     """`client.start_workflow` for the fields the facade uses, with a chosen request id.
 
@@ -103,6 +119,8 @@ async def start_once(
         )
     if spec is not None:
         req.header.fields[SPEC_HEADER].CopyFrom(spec)
+    for name, value in (memo or {}).items():
+        req.memo.fields[name].CopyFrom((await client.data_converter.encode([value]))[0])
     header = await _trace_header(client, id, previous_execution)
     if header is not None:
         req.header.fields[TRACE_HEADER].CopyFrom(header)
@@ -141,10 +159,12 @@ async def start_segment(
     inp: AgentRunInput,
     reuse: WorkflowIDReusePolicy,
     request_id: str | None = None,
+    memo: dict[str, Any] | None = None,
 ) -> WorkflowHandle[Any, Any] | None:
     """Start a segment of `agent`'s run; None when a closed run with that id blocks the start.
 
-    A `request_id` makes the start happen once per id (see `agentor_temporal._start`).
+    A `request_id` makes the start happen once per id (see `agentor_temporal._start`);
+    `memo` goes with it (only a start with a `request_id` takes one).
     """
     tools = ", ".join(t.name for t in agent.tools) or "none"
     # a worker for this queue in this process: its spec saves the run's describe step
@@ -169,6 +189,7 @@ async def start_segment(
                 request_id=request_id,
                 previous_execution=inp.previous_execution,
                 spec=header,
+                memo=memo,
                 **options,
             )
             return client.get_workflow_handle(run_id)
@@ -192,6 +213,7 @@ async def start_riding_outages(
     request_id: str | None = None,
     *,
     what: str,
+    memo: dict[str, Any] | None = None,
 ) -> None:
     """`start_segment`, sent again while Temporal is unreachable (see `riding_outages`).
 
@@ -201,7 +223,7 @@ async def start_riding_outages(
     is deduplicated by its `request_id`.
     """
     await riding_outages(
-        lambda: start_segment(client, agent, task_queue, run_id, inp, reuse, request_id),
+        lambda: start_segment(client, agent, task_queue, run_id, inp, reuse, request_id, memo),
         client,
         what=what,
     )

@@ -40,6 +40,9 @@ from agentor_temporal.workflows.types import ForkOrigin, parse_fork_origin
 Decode = Callable[[Payload], Awaitable[Any]]
 
 _LOCAL_ACTIVITY_MARKER = "core_local_activity"
+#: The memo field naming the resume key a segment was started under
+#: (`agentor_temporal._start.resume_key`).
+RESUME_KEY_MEMO = "agentor_resume_key"
 _PATCH_MARKER = "core_patch"
 
 
@@ -80,6 +83,9 @@ class Segment:
     #: activity id -> result of each completed `generate` activity (not a local
     #: one), still encoded: an answer the workflow may not have recorded yet
     completed_generations: dict[str, Payload] = field(default_factory=dict)
+    #: the resume key (`agentor_temporal._start.resume_key`) of the request
+    #: that started this segment, from its memo; None when started without one
+    resume_key: str | None = None
 
     @property
     def fork(self) -> ForkOrigin | None:
@@ -132,6 +138,12 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                     # any client may start a run with bytes that are not
                     # JSON; the workflow failed it, and reading it must not
                     segment.input = None
+            if RESUME_KEY_MEMO in attrs.memo.fields:
+                try:
+                    key = await decode(attrs.memo.fields[RESUME_KEY_MEMO])
+                except Exception:
+                    key = None  # not ours: a plain client's memo
+                segment.resume_key = key if isinstance(key, str) else None
             if SPEC_HEADER in attrs.header.fields:
                 try:
                     header_spec = json.loads(attrs.header.fields[SPEC_HEADER].data)

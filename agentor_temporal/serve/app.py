@@ -35,6 +35,7 @@ from temporalio.service import RPCError
 
 from agentor_temporal._fork import ForkIdInUse, start_fork_run
 from agentor_temporal._outage import unreachable as server_unreachable
+from agentor_temporal._resume import resume_run
 from agentor_temporal._runs import EXECUTION_RUN_ID_PATTERN, run_events, undelivered
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.activities import _redact
@@ -57,7 +58,9 @@ RUN_HEADER = "X-Agentor-Run-Id"
 DECISION_TIMEOUT = 30.0
 #: The request header that makes a start happen once: a retry of `POST /chat`
 #: or `POST /runs` with the same key (and agent) attaches to the run the first
-#: request started instead of starting another, whose tools would run again.
+#: request started instead of starting another, whose tools would run again;
+#: of `POST /runs/{id}/fork`, to the fork; of `POST /runs/{id}/resume`, to the
+#: segment the first request started (its outcome, not another segment).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: names the run an idempotency key starts (`keyed_run_id`)
 _KEYED_RUNS = uuid.UUID("8f3c2a71-5d4e-4b6a-9e0f-1c2d3e4f5a6b")
@@ -159,6 +162,23 @@ def _invalid(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+def idempotency_key(request: Request) -> str | None:
+    """The request's `Idempotency-Key`, or None.
+
+    Raises:
+        ApiError: 400 for a key that is empty, too long, or not printable ASCII.
+    """
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is not None and (
+        not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or not all(" " <= c <= "~" for c in key)
+    ):
+        raise ApiError(
+            400,
+            f"{IDEMPOTENCY_HEADER} must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters",
+        )
+    return key
+
+
 def keyed_run_id(agent: Agentor, request: Request, *, fork_of: str | None = None) -> str | None:
     """The run id a request's `Idempotency-Key` names (one per agent and key), or None.
 
@@ -167,14 +187,9 @@ def keyed_run_id(agent: Agentor, request: Request, *, fork_of: str | None = None
     Raises:
         ApiError: 400 for a key that is empty, too long, or not printable ASCII.
     """
-    key = request.headers.get(IDEMPOTENCY_HEADER)
+    key = idempotency_key(request)
     if key is None:
         return None
-    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or not all(" " <= c <= "~" for c in key):
-        raise ApiError(
-            400,
-            f"{IDEMPOTENCY_HEADER} must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters",
-        )
     name = f"{agent.name}\n{key}" if fork_of is None else f"{agent.name}\nfork {fork_of}\n{key}"
     return uuid.uuid5(_KEYED_RUNS, name).hex
 
@@ -364,10 +379,17 @@ def _routes(served: Agents) -> APIRouter:
         return (await snapshot(agent, run_id, segments)).to_dict()
 
     @router.post("/runs/{run_id}/resume")
-    async def resume(run_id: str, body: ResumeRequest | None = None) -> dict[str, Any]:
+    async def resume(
+        run_id: str, request: Request, body: ResumeRequest | None = None
+    ) -> dict[str, Any]:
         agent, _ = await served.find(run_id)
+        # a retried resume (its answer lost after its segment ended) must not
+        # start, and pay for, another segment
+        key = idempotency_key(request)
         try:
-            result = await agent.aresume(run_id, body.max_turns if body else None)
+            result = await Runtime.get().run_async(
+                resume_run(agent, run_id, body.max_turns if body else None, key=key)
+            )
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
         except ValueError as exc:

@@ -43,6 +43,7 @@ from agentor_temporal.workflows.formatting import failure_message
 
 from helpers import (
     ledger_lines,
+    ledger_write,
     payer,
     scripted_agent,
     transfer_tool,
@@ -376,7 +377,8 @@ async def test_a_caller_waiting_on_a_run_reset_meanwhile_gets_its_outcome(
     client: Client, task_queue: str
 ) -> None:
     """A run reset while its caller waits (its model request in flight) is followed into the
-    reset execution: the caller was told the run had failed, with the reset's reason."""
+    reset execution: the caller was told the run had failed, with the reset's reason. The
+    reset execution's request joins the one in flight on the same worker: one paid request."""
     with ScriptedModelServer([Hang(2, Reply("first")), Reply("after the reset")]) as model:
         agent = scripted_agent(model, client, task_queue, tools=[], embedded_worker=False)
         async with build_worker(client, [agent], task_queue=task_queue):
@@ -386,4 +388,73 @@ async def test_a_caller_waiting_on_a_run_reset_meanwhile_gets_its_outcome(
             await _reset_to_last_task(client, run_id)
             result = await asyncio.wait_for(running, 30)
     assert result.status == "completed", result.error
-    assert result.final_output in ("first", "after the reset")
+    assert result.final_output == "first"
+    assert model.request_count == 1
+
+
+async def test_a_run_reset_while_its_tool_runs_does_not_run_the_call_again(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A run reset (`temporal workflow reset`, last workflow task) while a tool call runs:
+    the reset execution schedules the same call again, and on the worker still running it
+    joins that call instead of running the tool a second time (a sync tool's thread cannot
+    be stopped, an async one was stopped and started over). A reset after the call's result
+    was taken does not run it again either."""
+    started, release = threading.Event(), threading.Event()
+
+    @function_tool
+    def held_sync(text: str) -> str:
+        """Waits until the test lets it answer.
+
+        Args:
+            text: Anything.
+        """
+        started.set()
+        release.wait(30)
+        ledger_write(ledger, "held_sync", text)
+        return f"sync {text}"
+
+    @function_tool
+    async def held_async(text: str) -> str:
+        """Waits until the test lets it answer.
+
+        Args:
+            text: Anything.
+        """
+        started.set()
+        await asyncio.to_thread(release.wait, 30)
+        ledger_write(ledger, "held_async", text)
+        return f"async {text}"
+
+    script = [
+        CallTool("held_sync", {"text": "a"}, id="c1"),
+        Reply("after sync"),
+        CallTool("held_async", {"text": "b"}, id="c2"),
+        Reply("after async"),
+        CallTool("held_sync", {"text": "c"}, id="c3"),
+        Reply("after the result"),
+    ]
+    tools = [held_sync, held_async]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, tools=tools, embedded_worker=False)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            for name, answer in [("held_sync", "after sync"), ("held_async", "after async")]:
+                started.clear()
+                release.clear()
+                run_id = uuid.uuid4().hex
+                running = asyncio.ensure_future(agent.arun("go", run_id=run_id))
+                await asyncio.to_thread(started.wait, 30)
+                await _reset_to_last_task(client, run_id)
+                release.set()
+                result = await asyncio.wait_for(running, 30)
+                assert (result.status, result.final_output) == ("completed", answer), result.error
+                assert len([e for e in result.events if e.type == "tool_result"]) == 1
+                assert [line.split()[0] for line in ledger_lines(ledger)].count(name) == 1
+            release.set()
+            run_id = uuid.uuid4().hex
+            done = await asyncio.wait_for(agent.arun("go", run_id=run_id), 30)
+            await _reset_to_last_task(client, run_id)  # after its results: nothing runs
+            again = await asyncio.wait_for(agent.aresume(run_id), 30)
+            assert again.status == "completed" and again.events == done.events
+    assert len(ledger_lines(ledger)) == 3
+    assert model.request_count == 6

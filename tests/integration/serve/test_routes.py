@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 from temporalio.client import Client, WorkflowFailureError
 
+from agentor_temporal.testing import CallTool, ScriptedModelServer
+
 from helpers import ANSWER, PROMPT, SEED_EVENT_TYPES, wait_until
 from serve_http import TOKEN, Server, ledger_for, read_sse, settle
 
@@ -391,3 +393,36 @@ def test_the_page_token_never_reaches_the_servers_log(server: Server) -> None:
 
 
 #: updates the capped server takes per execution (Temporal's default: 2,000)
+
+
+def test_a_resume_sent_again_with_its_idempotency_key_starts_no_second_segment(
+    http: httpx.Client, serve_env: dict[str, str], serve_model: ScriptedModelServer
+) -> None:
+    """A client that retries `POST /runs/{id}/resume` with the same `Idempotency-Key` after
+    the segment its first request started has ended (at its turn limit again, or failed)
+    gets that segment's outcome: no third segment, no model request, no tool run again.
+    Another key (or none) resumes the run as before."""
+    run_id = uuid.uuid4().hex
+    http.post("/runs", json={"input": PROMPT, "run_id": run_id, "max_turns": 1})
+    settle(http, run_id, "max_turns")
+    assert len(ledger_for(serve_env, run_id)) == 1
+    serve_model.push(CallTool("get_weather", {"city": "Paris"}))  # the resumed turn calls again
+    key = {"Idempotency-Key": f"resume-{uuid.uuid4().hex}"}
+    first = http.post(f"/runs/{run_id}/resume", json={"max_turns": 1}, headers=key)
+    assert first.status_code == 200, first.text
+    assert first.json()["status"] == "max_turns"
+    assert len(ledger_for(serve_env, run_id)) == 2
+    requests = serve_model.request_count
+
+    again = http.post(f"/runs/{run_id}/resume", json={"max_turns": 1}, headers=key)
+    assert again.status_code == 200, again.text
+    assert again.json()["status"] == "max_turns"
+    assert again.json()["events"] == first.json()["events"]
+    assert serve_model.request_count == requests
+    assert len(ledger_for(serve_env, run_id)) == 2
+
+    other = http.post(f"/runs/{run_id}/resume", headers={"Idempotency-Key": "another"})
+    assert other.status_code == 200 and other.json()["status"] == "completed"
+    assert serve_model.request_count == requests + 1
+    bad = http.post(f"/runs/{run_id}/resume", headers={"Idempotency-Key": "x" * 256})
+    assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["error"]
