@@ -102,18 +102,25 @@ class LiveCalls:
         #: attempts that joined a live or finished call instead of running again
         self.joined = 0
         #: what each call is (its `same`), for a reset execution's call to find it
-        self._same: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
+        #: (made when first compared: digesting a request on every call costs each
+        #: run for what only a reset needs)
+        self._same: weakref.WeakKeyDictionary[asyncio.Task[Any], Callable[[], str]] = (
+            weakref.WeakKeyDictionary()
+        )
         #: calls of an execution ended by a reset that its reset execution joined
         self._adopted: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self._calls)
 
-    async def run(self, make: Callable[[], Awaitable[T]], *, same: str | None = None) -> T:
+    async def run(
+        self, make: Callable[[], Awaitable[T]], *, same: Callable[[], str] | None = None
+    ) -> T:
         """`await make()` once per activity, however many attempts ask.
 
         `same`: what the call is (a tool's name, arguments and idempotency
-        key). A first attempt in an execution that a reset (`temporal workflow
+        key), made only when a call of another execution might be it. A
+        first attempt in an execution that a reset (`temporal workflow
         reset`) started from one whose same call, same activity, is still
         live or just finished in this worker joins that call: the reset
         execution re-ran the workflow task that scheduled it, and running it
@@ -195,7 +202,9 @@ class LiveCalls:
                     return task.result()  # type: ignore[no-any-return]
             raise
 
-    async def _reset_from(self, info: activity.Info, same: str) -> asyncio.Task[Any] | None:
+    async def _reset_from(
+        self, info: activity.Info, same: Callable[[], str]
+    ) -> asyncio.Task[Any] | None:
         """The same call of the execution a reset ended for this one, live or finished here."""
         workflow_id, execution = info.workflow_id or "", info.workflow_run_id or ""
         candidates = [
@@ -204,9 +213,13 @@ class LiveCalls:
             if key[0] == workflow_id
             and key[1] != execution
             and key[2] == info.activity_id
-            and self._same.get(task) == same
+            and task in self._same
             and _joinable(task)
         ]
+        if not candidates:
+            return None
+        mine = same()
+        candidates = [(key, task) for key, task in candidates if self._same[task]() == mine]
         if not candidates:
             return None
         try:

@@ -79,7 +79,8 @@ class AgentActivities:
         else:
             async with heartbeating():
                 result = await self.calls.run(
-                    lambda: _model.generate(self.registry, inp), same=_request_identity(inp)
+                    lambda: _model.generate(self.registry, inp),
+                    same=lambda: _request_identity(inp),
                 )
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
@@ -94,12 +95,9 @@ class AgentActivities:
             if inp.journal is not None:
                 what = call_summary(inp.name, inp.args)
                 mirrored = await self._mirror_first(inp.journal, inp.fingerprint, what)
-            same = json.dumps(
-                [inp.run_id, inp.call_id, inp.use, inp.name, inp.args],
-                sort_keys=True,
-                default=str,
+            result = await self.calls.run(
+                lambda: _tools.call_tool(self.registry, inp), same=lambda: _call_identity(inp)
             )
-            result = await self.calls.run(lambda: _tools.call_tool(self.registry, inp), same=same)
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     async def _mirror_first(self, journal: JournalInput, fingerprint: str, what: str) -> int | None:
@@ -154,6 +152,11 @@ class AgentActivities:
             self.needs_approval,
             self.run_outcome,
         ]
+
+
+def _call_identity(inp: CallToolInput) -> str:
+    """What a tool call is (`LiveCalls.run`'s `same`): its tool, arguments and idempotency key."""
+    return json.dumps([inp.run_id, inp.call_id, inp.use, inp.name, inp.args], default=str)
 
 
 def _request_identity(inp: GenerateInput) -> str:
