@@ -196,3 +196,42 @@ async def test_signals_a_run_cannot_read_never_fail_it_and_count_towards_the_cap
     # resume asks the model again (told the transfer did not run), and the run goes on
     assert stopped.status == "completed", stopped.error
     assert ledger_lines(ledger) == []
+
+
+async def test_a_decision_past_both_caps_says_to_cancel_and_resume(
+    few_signals: Client, task_queue: str, ledger: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that does not stop short of the cap on signals (recorded before behaviour level
+    18, here by a PAUSED_SIGNALS it never reaches), past the caps on updates and signals:
+    approve says no decision can reach it and to cancel the run, then resume it, and that
+    works. Before, it said only "did not take the decision: exceeded workflow execution
+    limit for signal events"."""
+    client = few_signals
+    monkeypatch.setattr(policies, "PAUSED_SIGNALS", 10**9, raising=False)
+    with ScriptedModelServer([[PAY], [PAY], Reply("Paid.")]) as model:
+        agent = payer(model, client, task_queue, ledger)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
+            assert paused.status == "awaiting_approval", paused.error
+            run_id = paused.run_id
+            assert run_id is not None
+            handle = client.get_workflow_handle(run_id)
+            with pytest.raises(RPCError, match="limit"):
+                for _ in range(UPDATES + 1):
+                    await handle.execute_update("wait_paused", result_type=dict)
+            assert "limit for signal events" in await flood(client, run_id)
+            with pytest.raises(ValueError) as refused:
+                await asyncio.wait_for(agent.aapprove(run_id, "call_pay"), 30)
+            await handle.cancel()
+            async with asyncio.timeout(30):
+                while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                    await asyncio.sleep(0.05)
+            again = await asyncio.wait_for(agent.aresume(run_id), 30)
+            assert again.status == "awaiting_approval", again.error
+            await asyncio.wait_for(agent.aapprove(run_id, "call_pay", by="al"), 30)
+            done = await asyncio.wait_for(agent.aresume(run_id), 30)
+    message = str(refused.value)
+    assert "can take no decision" in message and "Cancel the run" in message, message
+    assert f"resume({run_id!r})" in message, message
+    assert done.status == "completed" and done.final_output == "Paid."
+    assert [line.split()[-2:] for line in ledger_lines(ledger)] == [["5000.0", "bob"]]
