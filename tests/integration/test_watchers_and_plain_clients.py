@@ -437,3 +437,29 @@ async def test_malformed_decisions_and_queries_from_a_plain_client_are_refused_c
     assert len(pages) == state["events"] and pages[-1]["type"] == "approval_request"
     assert decided["approved"] and done.status == "completed"
     assert len(ledger_lines(ledger)) == 1
+
+
+async def test_a_start_with_a_signal_the_run_cannot_read_never_wedges_it(
+    client: Client, task_queue: str
+) -> None:
+    """A plain client's signal-with-start of `decide_signal` or the stream's publish with no
+    argument (taken in the run's first activation, before its handlers are set) is dropped
+    and counted, and the run answers: before, the publish failed every workflow task of the
+    run ("guarded() missing 1 required positional argument")."""
+    with ScriptedModelServer([Reply("One."), Reply("Two.")]) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            states = []
+            for name in (policies.STREAM_PUBLISH_SIGNAL, "decide_signal"):
+                handle = await client.start_workflow(
+                    "AgentRun",
+                    {"agent": "Weather Agent", "input": "hi"},
+                    id=f"signal-start-{uuid.uuid4().hex[:8]}",
+                    task_queue=task_queue,
+                    start_signal=name,
+                )
+                await unwedged_history(client, handle.id)
+                outcome = await handle.result()
+                assert outcome["status"] == "completed", outcome
+                states.append(await handle.query("state"))
+    assert [s["unreadable_signals"] for s in states] == [1, 1], states
