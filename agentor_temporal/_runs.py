@@ -425,6 +425,12 @@ def updates_refused(exc: RPCError) -> bool:
     )
 
 
+def signals_refused(exc: RPCError) -> bool:
+    """Whether Temporal refused a signal for its cap on an execution's signals (10,000)."""
+    text = str(exc.message).lower()
+    return "limit" in text and "signal" in text
+
+
 async def decide_by_signal(
     client: Client, run_id: str, decision: Decision, execution_run_id: str | None = None
 ) -> dict[str, Any]:
@@ -463,6 +469,15 @@ async def decide_by_signal(
             raise ValueError(
                 f"Run {run_id!r} is not waiting for approval (the execution that was has "
                 "ended); nothing changed."
+            ) from None
+        if signals_refused(exc):
+            raise ValueError(
+                f"Run {run_id!r} can take no decision: its execution has taken as many "
+                "updates and signals as Temporal allows (2,000 and 10,000 by default; a run "
+                "recorded before behaviour level 18 does not stop short of them), so nothing "
+                "sent to it arrives; nothing changed. Cancel the run (temporal workflow cancel "
+                f"--workflow-id {run_id}, or the UI), then resume({run_id!r}): it goes on in a "
+                "new execution, which asks again for the calls that waited."
             ) from None
         raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
     patience = policies.DECISION_PATIENCE.total_seconds()

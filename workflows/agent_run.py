@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.activity_types import (
         GenerateResult,
     )
-    from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals
+    from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals, sent_decision
     from agentor_temporal.workflows.budget import FailureBudget
     from agentor_temporal.workflows.call_uses import CallUses, SeenIds
     from agentor_temporal.workflows.carry import (
@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.continuing import Continuing
     from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.deadline import Deadline, model_request, run_deadline
-    from agentor_temporal.workflows.formatting import call_summary
+    from agentor_temporal.workflows.formatting import call_summary, fit
     from agentor_temporal.workflows.generation import AnswerKept, Generation
     from agentor_temporal.workflows.history_watch import HistoryWatch
     from agentor_temporal.workflows.input_limits import depth_problem, input_problem
@@ -59,7 +59,6 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.types import (
         AgentRunInput,
         AgentSpec,
-        Decision,
         PausedState,
     )
     from agentor_temporal.workflows.versions import adopted, level
@@ -87,9 +86,13 @@ class AgentRunWorkflow(Continuing):
         value = decoded(raw)
         #: signals this execution took, of every name (`_signalled`)
         self.signals = 0
-        self._stream = WorkflowStream(stream_state(value))
-        guard_publish(self._signalled)
+        #: signals the run could not read and dropped (`_unreadable_signal`)
+        self._unreadable = 0
+        # every signal comes to `_other_signal`, its arguments as sent: set before
+        # the stream, it takes the signals the first activation buffered too
         workflow.set_dynamic_signal_handler(self._other_signal)
+        self._stream = WorkflowStream(stream_state(value))
+        self._publish = guard_publish(self._signalled)
         #: the update answers of a workflow task share one budget (its completion's)
         self._answers = TaskAnswers()
         PollGuard(self._stream, self._answers).install()
@@ -147,9 +150,20 @@ class AgentRunWorkflow(Continuing):
     # -- queries and updates -----------------------------------------------------
 
     @workflow.query(name="events")
-    def events(self, after: int = 0) -> list[dict[str, Any]]:
-        """The run's events from position `after` (this segment's are held here)."""
-        return self._journal.after(after)
+    def events(self, after: Any = 0) -> list[dict[str, Any]]:
+        """The run's events from position `after` (this segment's are held here).
+
+        A page: at most `policies.EVENTS_QUERY_BYTES` of them (at least one), as
+        gRPC refuses an answer past 4 MB; ask again from the position after the
+        last (the `state` query's `events` is where they end).
+        """
+        if isinstance(after, bool) or not isinstance(after, int):
+            raise ApplicationError(
+                "The events query takes after, the whole-run position of the first event "
+                f"wanted (an integer; 0 for all): got {fit(repr(after), 60)}",
+                type="BadQuery",
+            )
+        return self._journal.after(after, policies.EVENTS_QUERY_BYTES)
 
     @workflow.query(name="state")
     def state(self) -> dict[str, Any]:
@@ -157,7 +171,9 @@ class AgentRunWorkflow(Continuing):
 
         The status is "awaiting_approval" while a call waits for a person (as
         the run's AgentStatus says), and the history numbers are those of the
-        workflow task the run last took.
+        workflow task the run last took. `unreadable_signals` counts the signals
+        this execution dropped unread (a `decide_signal` with no argument, or one
+        that does not decode: its sender's `signalled_decision` stays None).
         """
         status = self._status
         if status == "running" and self._approvals.awaiting:
@@ -177,6 +193,7 @@ class AgentRunWorkflow(Continuing):
             "history_bytes": history.bytes if history else None,
             "history_events": history.events if history else None,
             "continue_as_new_suggested": history.suggested if history else None,
+            "unreadable_signals": self._unreadable,
         }
 
     def _paused(self) -> bool:
@@ -209,28 +226,58 @@ class AgentRunWorkflow(Continuing):
         return None
 
     @workflow.update(name="decide")
-    def decide(self, decision: Decision) -> dict[str, Any]:
-        """Approve or deny one waiting tool call; the first decision wins."""
-        return self._approvals.take(decision)
+    def decide(self, decision: RawValue = NO_INPUT) -> dict[str, Any]:
+        """Approve or deny one waiting tool call (a `Decision`); the first decision wins."""
+        return self._approvals.take(sent_decision(None if decision is NO_INPUT else decision))
 
     @decide.validator
-    def _validate_decision(self, decision: Decision) -> None:
-        self._approvals.check(decision)
+    def _validate_decision(self, decision: RawValue = NO_INPUT) -> None:
+        self._approvals.check(sent_decision(None if decision is NO_INPUT else decision))
 
-    @workflow.signal(name="decide_signal")
     def decide_signal(self, value: Any) -> None:
         """`decide` for a sender Temporal refused the update: {"request_id", "decision"}."""
         self._signalled()
         self._approvals.take_signalled(value)
 
     def _other_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """A signal the run has no use for: counted (`_signalled`), then dropped.
+        """Every signal, its arguments as sent: `decide_signal`, the stream's publish, the rest.
 
-        Set in `__init__` after the stream's handlers, not declared on the class: a
-        publish the first activation brings is then kept for the stream (the SDK
-        routes a signal when it is applied, before `__init__` runs).
+        Set in `__init__` before the stream is built, not declared on the class:
+        the SDK routes a signal when it is applied, before `__init__`, and calls a
+        named handler with the arguments that came, decoded by its hints: a
+        `decide_signal` or publish sent with none or with two raised in the
+        handler, failing every workflow task of the run, and one that did not
+        decode was dropped uncounted. Here a signal the run has no use for, or
+        cannot read, is counted (`_signalled`), then dropped.
         """
+        if name == policies.STREAM_PUBLISH_SIGNAL:
+            if not self._publish(args):
+                self._unreadable_signal(name)
+            return
+        if name == policies.DECIDE_SIGNAL:
+            try:
+                if len(args) != 1:
+                    raise ValueError(f"{len(args)} arguments")
+                value = workflow.payload_converter().from_payload(args[0].payload)
+            except Exception:
+                self._unreadable_signal(name)
+                return
+            self.decide_signal(value)
+            return
         self._signalled()
+
+    def _unreadable_signal(self, name: str) -> None:
+        """A signal sent without the one argument the run reads, or one it cannot decode.
+
+        Counted from `policies.PATCH_UNREADABLE_SIGNALS` on (before, the SDK dropped
+        one that did not decode, uncounted), and a warning names it.
+        """
+        self._unreadable += 1
+        workflow.logger.warning(
+            "Dropped a %r signal the run cannot read: it takes one JSON argument", name
+        )
+        if workflow.patched(policies.PATCH_UNREADABLE_SIGNALS):
+            self._signalled()
 
     def _signalled(self) -> None:
         """Count a signal the execution took: Temporal refuses them past 10,000.
@@ -242,12 +289,18 @@ class AgentRunWorkflow(Continuing):
 
     # named to sort after `events`: the Temporal UI's Queries tab offers the first by name
     @workflow.query(name="signalled_decision")
-    def signalled_decision(self, request_id: str) -> dict[str, Any] | None:
+    def signalled_decision(self, request_id: Any = None) -> dict[str, Any] | None:
         """What the decision sent by signal with this request id came to, once taken.
 
         {"decided": the decided request} or {"refused": why, "type": the
         refusal's error type}; None until the signal is taken.
         """
+        if not isinstance(request_id, str):
+            raise ApplicationError(
+                "The signalled_decision query takes request_id, the text the decide_signal "
+                f"named: got {fit(repr(request_id), 60)}",
+                type="BadQuery",
+            )
         return self._approvals.signalled.get(request_id)
 
     # -- the loop --------------------------------------------------------------

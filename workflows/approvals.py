@@ -39,6 +39,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
@@ -110,6 +111,51 @@ def signalled(value: Any) -> Decision:
     if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))):
         raise ApplicationError("at must be a time in seconds since the epoch", type="BadDecision")
     return Decision(call_id, approved, value.get("reason"), value.get("by"), turn, at)
+
+
+#: what a decision is, for the messages refusing one that is not
+DECISION_SHAPE = (
+    'one object {"call_id": text, "approved": true or false, and optionally "reason" and '
+    '"by" (text), "turn" (a positive integer), "at" (seconds since the epoch)}'
+)
+
+
+def sent_decision(raw: RawValue | None) -> Decision:
+    """The `Decision` a `decide` update carries, read here, not by the SDK.
+
+    The SDK decoded it by the handler's type before our code ran: a plain
+    client's null reached the validator as None ("'NoneType' object has no
+    attribute 'turn_problem'"), and a field of another type was refused as
+    "Failed decoding arguments". Read the same way (the same converter and
+    type), so an update accepted before reads as it did on replay.
+
+    Args:
+        raw: the update's one argument; None when it came with none.
+
+    Raises:
+        ApplicationError: `BadDecision`, naming what is wrong and the shape.
+    """
+    problem = "no decision came"
+    if raw is not None:
+        converter = workflow.payload_converter()
+        try:
+            value = converter.from_payload(raw.payload, Decision)
+        except Exception:
+            value = None
+        if isinstance(value, Decision):
+            return value
+        try:
+            signalled(converter.from_payload(raw.payload))
+            problem = "one of its fields is not of its type"
+        except ApplicationError as exc:
+            problem = str(exc.message)
+        except Exception:
+            problem = "it is not JSON"
+    raise ApplicationError(
+        f"Run {workflow.info().workflow_id!r} refused the decision: {problem}; "
+        f"send {DECISION_SHAPE}.",
+        type="BadDecision",
+    )
 
 
 class ApprovalExpired(Exception):

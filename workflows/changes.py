@@ -101,6 +101,15 @@ SPEC_HEADER = "agentor-spec"
 #: spec differed, or it could not say): the describe step ran, and replays
 #: run it too. Asked only of executions that have the header.
 PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
+#: Marks an execution that took a signal it could not read (no argument, more
+#: than one, or one that does not decode: a plain client's `temporal workflow
+#: signal` without --input, a payload nested past the recursion limit): from
+#: it on such a signal is counted towards PAUSED_SIGNALS (`AgentRunWorkflow
+#: ._unreadable_signal`). Before, it failed every workflow task of the run
+#: (the handler called with the wrong arguments) or the SDK dropped it
+#: uncounted, so a flood of them took the execution to Temporal's cap on
+#: signals without the run stopping short of it. Asked only when one comes.
+PATCH_UNREADABLE_SIGNALS = "unreadable-signals"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, or the start header its worker took: either

@@ -113,9 +113,23 @@ class Journal:
         latest = max(self.opened(), self._latest)
         return latest if self._last_task == task else max(latest, task)
 
-    def after(self, position: int) -> list[dict[str, Any]]:
-        """This segment's events from whole-run `position` on, as dicts."""
-        return [e.to_dict() for e in self.events[max(position - self.offset, 0) :]]
+    def after(self, position: int, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        """This segment's events from whole-run `position` on, as dicts.
+
+        Args:
+            max_bytes: stop before the event that takes their JSON past it
+                (the first is always given).
+        """
+        found: list[dict[str, Any]] = []
+        size = 0
+        for event in self.events[max(position - self.offset, 0) :]:
+            item = event.to_dict()
+            if max_bytes is not None:
+                size += len(json.dumps(item, default=str).encode())
+                if found and size > max_bytes:
+                    break
+            found.append(item)
+        return found
 
     @property
     def settled(self) -> bool:

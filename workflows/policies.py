@@ -459,6 +459,12 @@ POLL_BYTES_PER_TASK = 1_000_000
 POLL_BYTES_PER_EXECUTION = 16_000_000
 #: the signal `WorkflowStream` takes published items by (`stream_window.guard_publish`)
 STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
+#: the `events` query's answer at most (JSON bytes, at least one event): gRPC
+#: refuses an answer past 4 MB, and a segment paused with a 1 MB turn and
+#: calls beside it held more, so the query failed for good for that position
+EVENTS_QUERY_BYTES = 2_000_000
+#: the signal a decision goes by when Temporal refuses the `decide` update
+DECIDE_SIGNAL = "decide_signal"
 
 #: Worker sizing. Activity calls running at once on one worker: a model call
 #: or an async tool is an await, not a thread, so this bounds memory, not

@@ -16,10 +16,11 @@ Truncation changes no command, so replays are unaffected.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import PollInput, PollResult, PublishInput, WorkflowStream
 from temporalio.exceptions import ApplicationError
 
@@ -85,29 +86,45 @@ class StreamWindow:
         return drop
 
 
-def guard_publish(signalled: Callable[[], None]) -> None:
-    """Make the stream's publish signal drop what it cannot read, not fail the task.
+def guard_publish(signalled: Callable[[], None]) -> Callable[[Sequence[RawValue]], bool]:
+    """Take the stream's publish signal from its handler: the run's dynamic handler passes it on.
 
     `WorkflowStream` takes items by the `__temporal_workflow_stream_publish`
     signal, and any Temporal client can send it: one whose item is not
     base64 made its handler raise, which failed every workflow task of the
-    run from then on. Our own publishers (activities sending deltas) never
-    send such items, so what this drops was never a delta a follower wanted.
-    Called once the stream is built; it adds no command. Each publish is
-    counted by calling `signalled` (Temporal caps an execution's signals).
+    run from then on, and so did one sent with no argument or with two (the
+    SDK called the handler with what came). So the named handler is removed
+    (the run's dynamic signal handler gets the publish, its arguments as
+    sent) and the function returned reads one: a publish it cannot read is
+    dropped, never raised. Our own publishers (activities sending deltas)
+    never send such items, so what this drops was never a delta a follower
+    wanted. Called once the stream is built, before the dynamic handler is
+    set; it adds no command. Each publish read is counted by calling
+    `signalled` (Temporal caps an execution's signals).
+
+    Returns:
+        the publish taker: False when the arguments are not one publish it
+        could read (the caller counts those, `AgentRunWorkflow._other_signal`).
     """
     publish = workflow.get_signal_handler(policies.STREAM_PUBLISH_SIGNAL)
-    if publish is None:
-        return
+    if publish is not None:
+        workflow.set_signal_handler(policies.STREAM_PUBLISH_SIGNAL, None)
 
-    def guarded(payload: PublishInput) -> None:
+    def take(args: Sequence[RawValue]) -> bool:
+        if publish is None or len(args) != 1:
+            return False
+        try:
+            payload = workflow.payload_converter().from_payload(args[0].payload, PublishInput)
+        except Exception:
+            return False
         signalled()
         try:
             publish(payload)
         except Exception as exc:
             workflow.logger.warning("Dropped a stream publish the run cannot read: %s", exc)
+        return True
 
-    workflow.set_signal_handler(policies.STREAM_PUBLISH_SIGNAL, guarded)
+    return take
 
 
 class PollGuard:

@@ -32,6 +32,8 @@ from temporalio.client import (
     QueryWorkflowInput,
     StartWorkflowUpdateInput,
     WorkflowFailureError,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
     WorkflowUpdateHandle,
 )
 
@@ -39,6 +41,7 @@ from agentor_temporal import Event, function_tool
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.formatting import failure_message
 
 from helpers import (
@@ -458,3 +461,76 @@ async def test_a_run_reset_while_its_tool_runs_does_not_run_the_call_again(
             assert again.status == "completed" and again.events == done.events
     assert len(ledger_lines(ledger)) == 3
     assert model.request_count == 6
+
+
+async def test_malformed_decisions_and_queries_from_a_plain_client_are_refused_clearly(
+    client: Client, task_queue: str, ledger: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain client's `decide` with null, no argument or a field of another type, and an
+    `events` or `signalled_decision` query with an argument of another type, are refused
+    naming the field and the shape: they failed inside the handler ("'NoneType' object has
+    no attribute 'turn_problem'", "unsupported operand", "Failed decoding arguments"). The
+    `events` query answers a page at most EVENTS_QUERY_BYTES, so an answer past gRPC's 4 MB
+    cannot fail it for good, and paging from the last reads them all. The run then takes
+    its decision."""
+    monkeypatch.setattr(policies, "EVENTS_QUERY_BYTES", 1, raising=False)
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
+        agent = payer(model, client, task_queue, ledger)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await agent.arun("Pay bob.")
+            assert paused.status == "awaiting_approval"
+            handle = client.get_workflow_handle(paused.run_id)
+            refusals = []
+            for args in ([None], [], ["x"], [{"call_id": 5, "approved": True}]):
+                with pytest.raises(WorkflowUpdateFailedError) as failed:
+                    await handle.execute_update("decide", args=args)
+                refusals.append(failure_message(failed.value))
+            queried = []
+            for name, args in (("events", [None]), ("events", ["x"]), ("signalled_decision", [5])):
+                with pytest.raises(WorkflowQueryFailedError) as refused:
+                    await handle.query(name, args=args)
+                queried.append(str(refused.value))
+            pages: list[dict[str, Any]] = []
+            while page := await handle.query("events", len(pages)):
+                assert len(page) == 1  # each event is past the bound: one a page
+                pages.extend(page)
+            state = await handle.query("state")
+            decided = await asyncio.wait_for(agent.aapprove(paused.run_id, "call_pay"), 30)
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    shape = 'send one object {"call_id": text, "approved": true or false'
+    assert all("refused the decision" in r and shape in r for r in refusals), refusals
+    assert "the decision must be an object" in refusals[0]
+    assert "no decision came" in refusals[1]
+    assert "names a call (call_id, text)" in refusals[3]
+    assert all("got None" in q or "got 'x'" in q or "got 5" in q for q in queried), queried
+    assert "takes after, the whole-run position" in queried[0]
+    assert "takes request_id" in queried[2]
+    assert len(pages) == state["events"] and pages[-1]["type"] == "approval_request"
+    assert decided["approved"] and done.status == "completed"
+    assert len(ledger_lines(ledger)) == 1
+
+
+async def test_a_start_with_a_signal_the_run_cannot_read_never_wedges_it(
+    client: Client, task_queue: str
+) -> None:
+    """A plain client's signal-with-start of `decide_signal` or the stream's publish with no
+    argument (taken in the run's first activation, before its handlers are set) is dropped
+    and counted, and the run answers: before, the publish failed every workflow task of the
+    run ("guarded() missing 1 required positional argument")."""
+    with ScriptedModelServer([Reply("One."), Reply("Two.")]) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            states = []
+            for name in (policies.STREAM_PUBLISH_SIGNAL, "decide_signal"):
+                handle = await client.start_workflow(
+                    "AgentRun",
+                    {"agent": "Weather Agent", "input": "hi"},
+                    id=f"signal-start-{uuid.uuid4().hex[:8]}",
+                    task_queue=task_queue,
+                    start_signal=name,
+                )
+                await unwedged_history(client, handle.id)
+                outcome = await handle.result()
+                assert outcome["status"] == "completed", outcome
+                states.append(await handle.query("state"))
+    assert [s["unreadable_signals"] for s in states] == [1, 1], states
