@@ -157,6 +157,16 @@ def model_error(exc: Exception) -> ApplicationError | None:
                 non_retryable=True,
             )
         kind = "timed out" if isinstance(exc, openai.APITimeoutError) else "unreachable"
+        connect = _connect_bound(exc)
+        if connect is not None:
+            # silence, not a refusal: said apart, as the wait was the connect's bound
+            return _unavailable(
+                _redact.clean(
+                    f"Model endpoint{where} did not accept a connection within {connect:g} s "
+                    "(nothing answered: a firewall dropping the attempts, a host that is "
+                    "down, or a wrong address); asked again"
+                )
+            )
         # openai says only "Connection error.": the reason (a name that does not
         # resolve, a refused port, a TLS failure) is in what it was raised from
         root = _root(exc)
@@ -191,6 +201,21 @@ _UNSENDABLE = {
     ),
     "UnsupportedProtocol": "base_url does not begin with http:// or https://",
 }
+
+
+def _connect_bound(exc: BaseException) -> float | None:
+    """The connect timeout (s) `exc` ran out, if it is the connect's (httpx's ConnectTimeout)."""
+    for cause in _chain(exc):
+        if type(cause).__name__ == "ConnectTimeout":
+            request = getattr(cause, "_request", None)
+            timeouts = getattr(request, "extensions", {}).get("timeout") or {}
+            bound = timeouts.get("connect") if isinstance(timeouts, dict) else None
+            return (
+                float(bound)
+                if isinstance(bound, (int, float))
+                else (policies.MODEL_CONNECT_LIMIT.total_seconds())
+            )
+    return None
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

@@ -103,6 +103,22 @@ def _reasoning(message: Any) -> str | None:
 _SURROGATE_ESCAPE = re.compile(rb"\\ud[89a-f][0-9a-f]{2}")
 
 
+def connect_bounded(timeout: Any) -> Any:
+    """A request's `timeout` setting, its connect bounded by MODEL_CONNECT_LIMIT.
+
+    A number bounds every phase in the openai client, connecting too: an agent
+    given `timeout=600` for a slow model waited the kernel's SYN retries (~127 s)
+    on each try at an endpoint dropping connection attempts, in silence. A
+    `Timeout` object (or None) is the user's own choice, kept as it is.
+    """
+    limit = policies.MODEL_CONNECT_LIMIT.total_seconds()
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > limit:
+        from openai import Timeout
+
+        return Timeout(float(timeout), connect=limit)
+    return timeout
+
+
 def prepared_request(
     inp: GenerateInput,
     messages: list[dict[str, Any]],
@@ -122,6 +138,9 @@ def prepared_request(
     # headers and query values may be credentials: they come from the worker's
     # definition, never through history (runs recorded before may carry them)
     request.update(client_options or {})
+    request["timeout"] = connect_bounded(request.get("timeout"))
+    if request["timeout"] is None:
+        del request["timeout"]
     # The openai client walks every message through its type-driven transform
     # before encoding: about 1 ms a message (measured: 570 ms for a 600-message
     # conversation, 35 ms for 20), so each turn of a long run would be slower

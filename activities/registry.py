@@ -24,7 +24,11 @@ from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities.tooldef import Tool
 from agentor_temporal.store.base import Store
 from agentor_temporal.workflows.formatting import quoted
-from agentor_temporal.workflows.policies import MODEL_REPLY_LIMIT, SYNC_TOOL_THREADS
+from agentor_temporal.workflows.policies import (
+    MODEL_CONNECT_LIMIT,
+    MODEL_REPLY_LIMIT,
+    SYNC_TOOL_THREADS,
+)
 from agentor_temporal.workflows.redaction import (
     CREDENTIAL_NAME,
     header_secrets,
@@ -313,7 +317,7 @@ class AgentRegistry:
         endpoint and event loop: clients are bound to the loop they were
         first used on.
         """
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI, Timeout
 
         # an empty OPENAI_BASE_URL (compose passes one through) means the default
         base_url = agent.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL
@@ -339,7 +343,11 @@ class AgentRegistry:
                     base_url=base_url,
                     api_key=api_key,
                     max_retries=0,
-                    timeout=MODEL_REPLY_LIMIT.total_seconds(),
+                    # each read within the reply's bound, the connect within its own
+                    timeout=Timeout(
+                        MODEL_REPLY_LIMIT.total_seconds(),
+                        connect=MODEL_CONNECT_LIMIT.total_seconds(),
+                    ),
                 )
                 clients[(base_url, api_key)] = client
         if dead:

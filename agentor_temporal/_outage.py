@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -219,6 +220,7 @@ async def riding_outages(
     what: str,
     run_id: str | None = None,
     again: str | None = None,
+    patience: float | None = None,
 ) -> T:
     """`await step()`, repeated while Temporal is unreachable, within `outage_patience()`.
 
@@ -230,12 +232,14 @@ async def riding_outages(
         what: what the caller is doing, for messages ("waiting for run x").
         run_id: the run waited on, if any (the error says how to re-attach).
         again: how this caller re-attaches, for the error (default `resume(run_id)`).
+        patience: a shorter bound for this caller (an HTTP read answered 503
+            sooner); never past `outage_patience()`.
 
     Raises:
         ConnectionFailed: when the server stayed unreachable past the patience
             (`outage_of` tells what about).
     """
-    patience = outage_patience()
+    patience = min(outage_patience(), patience if patience is not None else math.inf)
     clock = _downtime.get()
     began: float | None = None
     attempt = 0

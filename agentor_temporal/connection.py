@@ -137,6 +137,36 @@ def _config_error(exc: BaseException) -> str:
     return redact(text, [os.environ.get("TEMPORAL_API_KEY")])
 
 
+#: What the core's connect errors say, by a phrase in their text, said plainly.
+#: The core quotes its Rust structures (`Status { code: Cancelled, message:
+#: "Timeout expired", source: Some(tonic::transport::Error(...)) }`), which
+#: tell a person nothing about what to do.
+_CONNECT_FAILURES = (
+    ("connection refused", "the connection was refused (no server listens there)"),
+    (
+        "timeout expired",
+        "it took the connection but did not answer in time (a server stopped, overloaded "
+        "or partitioned away, or not a Temporal frontend)",
+    ),
+    ("dns error", "the host name does not resolve"),
+    ("failed to lookup address", "the host name does not resolve"),
+    ("connection reset", "the connection was reset (a proxy or a TLS mismatch?)"),
+    ("no route to host", "there is no route to the host"),
+    ("network is unreachable", "the network is unreachable from here"),
+)
+
+
+def _connect_failure(exc: BaseException) -> str:
+    """Why a connection to Temporal failed, in one plain clause (else the error's first line)."""
+    text = str(exc)
+    lowered = text.lower()
+    for phrase, said in _CONNECT_FAILURES:
+        if phrase in lowered:
+            return said
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first
+
+
 def _default_config_file() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "temporalio" / "temporal.toml"
@@ -254,7 +284,7 @@ async def connect(
         else:
             hint = "check TEMPORAL_ADDRESS / your Temporal profile, or that the server is up"
         shown = redact(
-            f"Cannot reach Temporal at {redact_address(address)}: {exc}",
+            f"Cannot reach Temporal at {redact_address(address)}: {_connect_failure(exc)}",
             [*connection_secrets, os.environ.get("TEMPORAL_API_KEY")],
         )
         raise ConnectionFailed(f"{shown} ({hint})") from None

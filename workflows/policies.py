@@ -84,6 +84,12 @@ MODEL_START_TO_CLOSE = timedelta(minutes=10)
 #: a body trickled a byte at a time) held the request for ever, each attempt
 #: timing out and the next joining it.
 MODEL_REPLY_LIMIT = timedelta(seconds=570)
+#: How long the model client waits to connect to the endpoint (TCP and TLS).
+#: An endpoint that silently drops connection attempts (a firewall, a host
+#: that is down) held each try for the kernel's SYN retries (~127 s) when
+#: the connect was bounded by the request's 570 s; a reachable endpoint
+#: connects in well under a second, a slow TLS handshake in a few.
+MODEL_CONNECT_LIMIT = timedelta(seconds=30)
 #: Long enough for a busy 2-core worker to keep beating, short enough that a
 #: killed worker's generation is retried elsewhere within seconds. The first
 #: beat comes 2 s after the server started the call (HEARTBEAT_INTERVAL) and

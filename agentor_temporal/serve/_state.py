@@ -9,12 +9,13 @@ one is reported as it stands), unlike `resume`, which waits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import Client
 
+from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import shown_error, shown_events
 from agentor_temporal._runs import run_events
 from agentor_temporal.agent import Agentor
@@ -30,6 +31,16 @@ from agentor_temporal.store import (
 )
 from agentor_temporal.worker import ConfigError, agents_keys, agents_target
 from agentor_temporal.workflows import Segment, TemporalStore
+
+T = TypeVar("T")
+
+#: How long a read (GET /runs/{id}, the events stream's first look, a decision's
+#: check) waits for an unreachable Temporal to come back before its 503: a
+#: server restart takes seconds, and an HTTP client is better told within half
+#: a minute than held for AGENTOR_OUTAGE_PATIENCE (which still bounds it).
+READ_OUTAGE_PATIENCE = 30.0
+#: Retry-After of a 503 for an unreachable Temporal (seconds).
+UNREACHABLE_RETRY_AFTER = 5
 
 
 class ApiError(Exception):
@@ -108,15 +119,35 @@ class Agents:
         """The Temporal client every agent here uses (on the runtime loop), with its keys."""
         return await self.default._client()
 
+    async def read(self, step: Callable[[], Awaitable[T]], run_id: str) -> T:
+        """`await step()`, a read of `run_id`, riding out a short Temporal outage.
+
+        As the writes do (a start, a decision), within READ_OUTAGE_PATIENCE:
+        a read answered at once with a 503 made a page or a poller fail for a
+        server restart of a few seconds. Past it, `ConnectionFailed` (a 503
+        with Retry-After).
+        """
+        client = await self.client()
+        return await riding_outages(
+            step,
+            client,
+            what=f"reading run {run_id!r}",
+            run_id=run_id,
+            again="ask again",
+            patience=READ_OUTAGE_PATIENCE,
+        )
+
     async def find(self, run_id: str) -> tuple[Agentor, list[Segment]]:
         """The agent that owns `run_id` and the run's segments.
 
         Raises:
             ApiError: 400 for a bad id, 404 for a run Temporal does not know
                 or one of an agent this server does not serve.
+            ConnectionFailed: Temporal unreachable past READ_OUTAGE_PATIENCE.
         """
         check_run_id(run_id)
-        segments = await TemporalStore(await self.client()).segments(run_id)
+        store = TemporalStore(await self.client())
+        segments = await self.read(lambda: store.segments(run_id), run_id)
         if not segments:
             raise ApiError(404, f"no run with id {run_id!r}")
         name = owner_name(segments)
@@ -144,7 +175,14 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
     """The run's state from history, without waiting for it."""
     client = await agent._client()
     # with the client: a fork's parent events are read from the parent's history
-    events, _ = await run_events(run_id, segments, agent.store, client=client)
+    events, _ = await riding_outages(
+        lambda: run_events(run_id, segments, agent.store, client=client),
+        client,
+        what=f"reading run {run_id!r}",
+        run_id=run_id,
+        again="ask again",
+        patience=READ_OUTAGE_PATIENCE,
+    )
     events = shown_events(events)
     latest = segments[-1]
     usage, messages = total_usage(events), replay_messages(events)

@@ -44,7 +44,14 @@ from agentor_temporal.connection import ConnectionFailed
 from agentor_temporal.serve import a2a, page
 from agentor_temporal.serve._compat import chat_chunks
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, keepalive, run_frames
-from agentor_temporal.serve._state import Agents, ApiError, asked_by, check_run_id, snapshot
+from agentor_temporal.serve._state import (
+    UNREACHABLE_RETRY_AFTER,
+    Agents,
+    ApiError,
+    asked_by,
+    check_run_id,
+    snapshot,
+)
 from agentor_temporal.store import PendingApproval, new_run_id
 from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
 
@@ -283,6 +290,10 @@ def create_app(agents: Sequence[Agentor], *, token: str | None = None) -> FastAP
     return app
 
 
+#: A 503 for an unreachable Temporal says when to ask again (a server restart takes seconds).
+_AGAIN_LATER = {"Retry-After": str(UNREACHABLE_RETRY_AFTER)}
+
+
 def _errors(app: FastAPI) -> None:
     # every answer's message is redacted (URL credentials, known secrets): it may
     # quote what a route met, such as a store's error naming its URL, or the key
@@ -304,7 +315,9 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(ConnectionFailed)
     async def unreachable(request: Request, exc: ConnectionFailed) -> JSONResponse:
         return JSONResponse(
-            {"error": _redact.clean(f"Temporal is unreachable: {exc}")}, status_code=503
+            {"error": _redact.clean(f"Temporal is unreachable: {exc}")},
+            status_code=503,
+            headers=_AGAIN_LATER,
         )
 
     @app.exception_handler(RPCError)
@@ -316,6 +329,7 @@ def _errors(app: FastAPI) -> None:
             return JSONResponse(
                 {"error": _redact.clean(f"Temporal is unreachable: {exc.message}")},
                 status_code=503,
+                headers=_AGAIN_LATER,
             )
         return JSONResponse(
             {"error": _redact.clean(f"Temporal refused the request: {exc.message}")}, 502
@@ -438,8 +452,9 @@ def _routes(served: Agents) -> APIRouter:
         start = _resume_point(request.headers.get("last-event-id"), after)
         agent, segments = await served.find(run_id)
         if segments[-1].status != "running":
-            recorded, _ = await run_events(
-                run_id, segments, agent.store, client=await served.client()
+            client = await served.client()
+            recorded, _ = await served.read(
+                lambda: run_events(run_id, segments, agent.store, client=client), run_id
             )
             if start >= len(recorded):
                 # nothing more will come: 204 tells an EventSource to stop reconnecting
@@ -451,7 +466,10 @@ def _routes(served: Agents) -> APIRouter:
     async def decide(run_id: str, call_id: str, body: DecisionRequest) -> dict[str, Any]:
         check_run_id(run_id)
         agent, segments = await served.find(run_id)
-        recorded, _ = await run_events(run_id, segments, agent.store, client=await served.client())
+        client = await served.client()
+        recorded, _ = await served.read(
+            lambda: run_events(run_id, segments, agent.store, client=client), run_id
+        )
         if not any(e.type == "approval_request" and e.call_id == call_id for e in recorded):
             raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
         method = agent.aapprove if body.approve else agent.adeny

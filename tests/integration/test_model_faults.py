@@ -9,7 +9,9 @@ attempt carries the first attempt's failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.activities.registry import AgentDefinition, AgentRegistry
 from agentor_temporal.testing import (
     Fail,
     Hang,
@@ -185,6 +188,64 @@ class Trickler:
             await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
         finally:
             up_writer.close()
+
+
+async def test_an_endpoint_dropping_connection_attempts_is_bounded_and_said(
+    client: Client, task_queue: str
+) -> None:
+    """An endpoint that silently drops connection attempts (a firewall) is given
+    MODEL_CONNECT_LIMIT (30 s) per try, not the request's 570 s (the kernel's SYN retries,
+    ~127 s, in silence), and the retry's message says that nothing accepted the connection."""
+    definition = AgentDefinition(
+        name="A", model="m", tools=[], api_key="sk-connect-0001", base_url="http://unused/v1"
+    )
+    made = AgentRegistry([definition]).openai_client(definition)
+    try:
+        assert made.timeout.connect == policies.MODEL_CONNECT_LIMIT.total_seconds() == 30
+        assert made.timeout.read == policies.MODEL_REPLY_LIMIT.total_seconds()
+    finally:
+        await made.close()
+
+    # a listener whose accept queue is full: the kernel drops further SYNs, as a firewall does
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            agent = weather_agent(
+                base_url=f"http://127.0.0.1:{port}/v1",
+                task_queue=task_queue,
+                temporal=client,
+                timeout=0.5,  # the agent's own bound: connect within it too
+            )
+            run_id = f"dropped-{task_queue}"
+            pending = asyncio.create_task(agent.arun(PROMPT, run_id=run_id))
+            try:
+
+                async def failure() -> str | None:
+                    with contextlib.suppress(Exception):
+                        desc = await client.get_workflow_handle(run_id).describe()
+                        for act in desc.raw_description.pending_activities:
+                            if act.attempt >= 2:
+                                return str(act.last_failure.message)
+                    return None
+
+                message = None
+                deadline = time.monotonic() + 30
+                while message is None and time.monotonic() < deadline:
+                    message = await failure()
+                    await asyncio.sleep(0.05)
+            finally:
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+                with contextlib.suppress(Exception):  # cancelling it may have ended it
+                    await client.get_workflow_handle(run_id).terminate("test over")
+    assert message is not None, "the generation was not retried"
+    assert message.startswith(
+        f"Model endpoint at http://127.0.0.1:{port}/v1/chat/completions did not accept a "
+        "connection within 0.5 s (nothing answered: a firewall"
+    ), message
 
 
 @pytest.mark.parametrize("streamed", [True, False], ids=["keep-alive-events", "trickled-body"])

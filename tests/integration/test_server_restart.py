@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from helpers import (
     weather_or_transfer,
     weather_tool,
 )
+from serve_http import TOKEN, Server
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +90,9 @@ OUTAGE = 12.0
 async def test_a_waiting_caller_rides_out_a_server_outage(
     model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
-    """`agent.run()` in a plain script waits through a 12 s outage, saying so once, and returns."""
+    """`agent.run()` in a plain script waits through a 12 s outage, saying so once, and returns;
+    the HTTP server's GET /runs/{id} asked during the outage rides it out as the writes do (it
+    answered 503 after the SDK's 10 s of retries)."""
     server = DevServerProcess(tmp_path / "temporal.db", tmp_path / "server.log").start()
     run_id = uuid.uuid4().hex
     env = {
@@ -98,19 +102,41 @@ async def test_a_waiting_caller_rides_out_a_server_outage(
         "AGENT_LEDGER": ledger,
         "TOOL_DELAY": "1",
     }
+    served = Server(
+        {
+            **os.environ,
+            **env,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+            "AGENTOR_SERVE_TOKEN": TOKEN,
+        },
+        tmp_path,
+        server.address,
+    )
+    served.start()
     proc = spawn(["run", "--run-id", run_id], env)
     try:
         wait_until(lambda: ledger_lines(ledger), "the tool to start", timeout=60)
         server.kill()
         down = time.monotonic()
-        # the caller is still waiting when the server comes back
-        wait_until(lambda: time.monotonic() - down > OUTAGE or proc.poll() is not None, "outage")
-        assert proc.poll() is None, proc.communicate()[1][-4000:]
-        server.start()
-        out, err = proc.communicate(timeout=60)
+        with served.client() as http, ThreadPoolExecutor(1) as pool:
+            # a thread of its own: wait_until below blocks this loop
+            read = pool.submit(lambda: http.get(f"/runs/{run_id}", timeout=120))
+            # the caller is still waiting when the server comes back
+            wait_until(
+                lambda: time.monotonic() - down > OUTAGE or proc.poll() is not None, "outage"
+            )
+            assert proc.poll() is None, proc.communicate()[1][-4000:]
+            assert not read.done(), read.result().text  # the read, too, still waits
+            server.start()
+            out, err = proc.communicate(timeout=60)
+            answer = read.result(60)
     finally:
         stop_process(proc)
+        served.kill()
         server.stop()
+
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["run_id"] == run_id
 
     assert proc.returncode == 0, err[-4000:]
     result = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from agentor_temporal import ConnectionFailed
+from agentor_temporal.connection import _connect_failure
 
 from helpers import PROCS, PROMPT, ROOT, free_port, weather_agent
 
@@ -56,5 +57,31 @@ def test_worker_cli_exits_1_naming_the_address(dead_address: str) -> None:
         timeout=60,
     )
     assert out.returncode == 1
-    assert out.stderr.startswith(f"error: Cannot reach Temporal at {dead_address}: ")
+    assert out.stderr.startswith(
+        f"error: Cannot reach Temporal at {dead_address}: the connection was refused"
+    )
     assert "Traceback" not in out.stderr
+
+
+async def test_the_reason_is_one_plain_clause_not_the_cores_structures(dead_address: str) -> None:
+    """A refused connection, and a server holding it without an answer (stopped: the
+    core's `Status { code: Cancelled, message: "Timeout expired", ... }`), are said plainly."""
+    agent = weather_agent(base_url="http://unused/v1", task_queue="q", temporal=dead_address)
+    with pytest.raises(ConnectionFailed) as refused:
+        await agent.arun(PROMPT)
+    said = str(refused.value)
+    assert said.startswith(
+        f"Cannot reach Temporal at {dead_address}: the connection was refused (no server "
+        "listens there)"
+    )
+    assert "tonic" not in said and "Os {" not in said and "\n" not in said
+
+    # what the core raises for a stopped server, after its 30 s (too slow to wait for here)
+    held = RuntimeError(
+        "Failed client connect: `get_system_info` call error after connection: Status { code: "
+        'Cancelled, message: "Timeout expired", source: Some(tonic::transport::Error('
+        "Transport, TimeoutExpired(()))) }"
+    )
+    assert _connect_failure(held).startswith("it took the connection but did not answer")
+    # anything else keeps its own (first) line
+    assert _connect_failure(RuntimeError("odd failure\nmore")) == "odd failure"

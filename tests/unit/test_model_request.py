@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, Timeout
 
 from agentor_temporal.activities.conversations import encode
 from agentor_temporal.activities.model import ReplyView, create, parse_reply, prepared_request
@@ -133,3 +133,16 @@ def test_a_view_reads_by_attribute_and_misses_like_an_object() -> None:
     assert view.a.b[0] == 1 and view.a.b[1].c is None and view.s == "x"
     assert getattr(view, "missing", "default") == "default"
     assert "x" in str(view)
+
+
+def test_a_timeout_given_as_a_number_still_connects_within_the_connect_limit() -> None:
+    """`timeout=600` for a slow model bounds the reply, not the connect: an endpoint dropping
+    connection attempts (a firewall) is given MODEL_CONNECT_LIMIT (30 s) a try, not 600 s
+    (the kernel's SYN retries, ~127 s, each). A shorter number and a Timeout are kept."""
+    slow = _request(timeout=600)["timeout"]
+    assert isinstance(slow, Timeout)
+    assert (slow.connect, slow.read, slow.write) == (30, 600, 600)
+    assert _request(timeout=0.5)["timeout"] == 0.5
+    own = Timeout(900, connect=120)
+    assert _request(timeout=own)["timeout"] is own
+    assert "timeout" not in _request()

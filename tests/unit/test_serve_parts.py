@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal import Agentor, Event, RunResult, function_tool
+from agentor_temporal import Agentor, ConnectionFailed, Event, RunResult, function_tool
 from agentor_temporal.cli import execute
 from agentor_temporal.serve import a2a
 from agentor_temporal.serve._compat import project
@@ -274,3 +274,10 @@ async def test_temporal_not_answering_is_503_unreachable_not_a_refusal(
     assert answer.status_code == status
     said = "unreachable" if status == 503 else "refused the request"
     assert said in bytes(answer.body).decode()
+    # an outage's 503 says when to ask again (a server restart takes seconds)
+    assert answer.headers.get("retry-after") == ("5" if status == 503 else None)
+    if status == 503:
+        gave_up = await app.exception_handlers[ConnectionFailed](
+            request, ConnectionFailed("Temporal at x has been unreachable for at least 30 s")
+        )
+        assert gave_up.status_code == 503 and gave_up.headers["retry-after"] == "5"
