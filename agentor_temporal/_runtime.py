@@ -335,7 +335,7 @@ class Runtime:
         try:
             with patient_exit(self.serving() or self._callers.waiting(), noted):
                 self._callers.join()
-                _say_left_open(self)
+                say_left_open(self)
                 self.close()
         except KeyboardInterrupt:
             # a second Ctrl+C: the calls are abandoned (the next worker runs them
@@ -391,16 +391,17 @@ class Runtime:
 _LEFT_OPEN_SHOWN = 5
 
 
-def _say_left_open(runtime: Runtime) -> None:
+def say_left_open(runtime: Runtime, ending: bool = False) -> None:
     """One line on stderr per run started here and still open, which this process's worker
-    no longer serves once it exits (`astart()` and return): the run waited for another
-    worker, and nothing said so."""
+    no longer serves once it exits (`astart()` and return, a `run()` interrupted): the run
+    waited for another worker, and nothing said so. `ending`: the process ends by a signal
+    (`_sigterm`), so the runs its callers wait on are named too."""
     from agentor_temporal._live import left_open
 
     if not runtime.loop.is_running():
         return
     try:
-        still = asyncio.run_coroutine_threadsafe(left_open(), runtime.loop).result(10)
+        still = asyncio.run_coroutine_threadsafe(left_open(ending), runtime.loop).result(10)
     except Exception:
         return
     shown = list(still.items())[:_LEFT_OPEN_SHOWN]
