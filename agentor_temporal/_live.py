@@ -94,8 +94,8 @@ def _cancelling(task: asyncio.Task[object]) -> bool:
 
 async def left_open(ending: bool = False) -> dict[str, str]:
     """The runs this process's embedded workers serve with nobody waiting, still running as
-    the server says (run id: task queue); `ending` (the process ends by a signal, its
-    callers with it), those waited on or followed too.
+    the server says (run id: task queue); `ending` (the process ends, its callers still
+    waiting cut off with it), those waited on or followed too.
 
     Said at exit (`Runtime`): a script that calls `astart()` and ends, or whose
     `run()` was interrupted, stops the worker that would have run them, and the

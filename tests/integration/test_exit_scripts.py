@@ -424,8 +424,10 @@ async def test_a_sigterm_while_exit_waits_for_a_thread_finishes_its_tool_call_on
 async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
-    """A daemon thread still in `run()` as the interpreter exits is cut off with one line on
-    stderr saying so, not a CancelledError traceback; its call goes back to Temporal."""
+    """A daemon thread still in `run()` as the interpreter exits (a `ThreadingHTTPServer`'s
+    request) is cut off with one line on stderr saying so, not a CancelledError traceback, and
+    one more names its run, still open, and how to go on (before, its id was said nowhere);
+    the call in flight finishes, once, and the next worker completes the run."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
@@ -439,14 +441,17 @@ async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
         )
         assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": True}
         lines = proc.stderr.splitlines()
-        assert len(lines) == 1, proc.stderr
-        line = lines[0]
+        assert len(lines) == 2, proc.stderr
+        left, line = lines
+        assert left.startswith(f"run {run_id} is still open"), proc.stderr
+        assert f"agent.resume({run_id!r})" in left, proc.stderr
         assert "daemon thread" in line and "cut off" in line and "resume" in line, proc.stderr
         # the next worker runs the call handed back, and the run completes
         agent = plain_agent(ledger, base_url=model.base_url, task_queue=task_queue, temporal=client)
         async with build_worker(client, [agent], task_queue=task_queue):
             outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
     assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
 
 
 async def test_a_forked_child_runs_only_if_forked_before_the_parents_first_call(
