@@ -36,7 +36,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
 from agentor_temporal._gone import not_found, run_gone, shown_store
 from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
-from agentor_temporal._live import serve_until_done
+from agentor_temporal._live import serve_until_done, waited_on
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import await_result, check_input, check_turns
 from agentor_temporal._start import start_once
@@ -88,30 +88,31 @@ async def run_fork(
     input = fork_message(input)
     client, fork_id, point, inp = await _prepare(agent, run_id, input, fork_id, max_turns, at)
     async with agent._serving(client):
-        await start_fork(
-            client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input
-        )
-        try:
-            result = await riding_outages(
-                lambda: await_result(
-                    client,
-                    fork_id,
-                    pauses=agent._pauses,
-                    # the parent's events were read above: only the fork's own are new
-                    events_of=lambda segments: _forked_log(point, segments),
-                ),
-                client,
-                what=f"waiting for fork {fork_id!r}",
-                run_id=fork_id,
+        with waited_on(agent, client, fork_id):
+            await start_fork(
+                client, agent.definition, agent.task_queue, fork_id, inp, agent.store, input
             )
-            return with_note(result, fork_id)
-        except Exception as exc:
-            if not_found(exc):  # gone from the server meanwhile (it came back empty)
-                exc = await run_gone(client, fork_id, agent.store)
+            try:
+                result = await riding_outages(
+                    lambda: await_result(
+                        client,
+                        fork_id,
+                        pauses=agent._pauses,
+                        # the parent's events were read above: only the fork's own are new
+                        events_of=lambda segments: _forked_log(point, segments),
+                    ),
+                    client,
+                    what=f"waiting for fork {fork_id!r}",
+                    run_id=fork_id,
+                )
+                return with_note(result, fork_id)
+            except Exception as exc:
+                if not_found(exc):  # gone from the server meanwhile (it came back empty)
+                    exc = await run_gone(client, fork_id, agent.store)
+                    add_note(exc, fork_id)
+                    raise exc from None
                 add_note(exc, fork_id)
-                raise exc from None
-            add_note(exc, fork_id)
-            raise
+                raise
 
 
 async def start_fork_run(

@@ -39,6 +39,13 @@ _held: dict[str, tuple[str, Client]] = {}
 #: names it if it is still open (`left_open`).
 _followers: dict[str, int] = {}
 _followers_guard = threading.Lock()
+#: Runs a caller waits on now (`run`, `resume`, `fork` and their async forms), by run id:
+#: queue, client. Counted as followers while waited on.
+_waited: dict[str, tuple[str, Client]] = {}
+#: Runs whose caller stopped waiting before their end: a Ctrl+C, a timeout of the script's
+#: own (`asyncio.wait_for` around `arun`), its task cancelled (`asyncio.run` ending on an
+#: exception of the script's). Nobody's to wait on, as a run `astart` started.
+_abandoned: dict[str, tuple[str, Client]] = {}
 
 
 @contextlib.contextmanager
@@ -55,16 +62,54 @@ def following(run_id: str) -> Iterator[None]:
                 del _followers[run_id]
 
 
-async def left_open() -> dict[str, str]:
-    """The runs this process's embedded workers serve with nobody waiting, still running as
-    the server says (run id: task queue).
-
-    Said at exit (`Runtime`): a script that calls `astart()` and ends stops the
-    worker that would have run them, and the run then waits, silently, for
-    another worker of its task queue.
-    """
+@contextlib.contextmanager
+def waited_on(agent: Agentor, client: Client, run_id: str) -> Iterator[None]:
+    """Count the body (starting `run_id` and waiting for its result) as a caller following it;
+    a wait cancelled before the run's end leaves it nobody's (`_abandoned`), named at exit
+    if still open. Runs of an agent without an embedded worker are another worker's."""
+    if not agent.embedded_worker:
+        yield
+        return
     with _followers_guard:
-        held = [(r, served) for r, served in _held.items() if not _followers.get(r)]
+        _abandoned.pop(run_id, None)
+        _waited[run_id] = (agent.task_queue, client)
+    try:
+        with following(run_id):
+            yield
+    except asyncio.CancelledError:
+        with _followers_guard:
+            _abandoned[run_id] = (agent.task_queue, client)
+        raise
+    finally:
+        with _followers_guard:
+            if not _followers.get(run_id):
+                _waited.pop(run_id, None)
+
+
+def _cancelling(task: asyncio.Task[object]) -> bool:
+    """Whether `task` was asked to cancel and has not yet ended (Python 3.10: not known)."""
+    cancelling = getattr(task, "cancelling", None)
+    return bool(cancelling()) if cancelling is not None else False
+
+
+async def left_open(ending: bool = False) -> dict[str, str]:
+    """The runs this process's embedded workers serve with nobody waiting, still running as
+    the server says (run id: task queue); `ending` (the process ends, its callers still
+    waiting cut off with it), those waited on or followed too.
+
+    Said at exit (`Runtime`): a script that calls `astart()` and ends, or whose
+    `run()` was interrupted, stops the worker that would have run them, and the
+    run then waits, silently, for another worker of its task queue.
+    """
+    # a caller's wait cancelled just now (Ctrl+C in `run()`: the cancellation crosses to this
+    # loop) is let unwind first, so its run counts as left
+    current = asyncio.current_task()
+    unwinding = [t for t in asyncio.all_tasks() if t is not current and _cancelling(t)]
+    if unwinding:
+        await asyncio.wait(unwinding, timeout=2)
+    with _followers_guard:
+        known = {**_abandoned, **_held, **(_waited if ending else {})}
+        held = [(r, served) for r, served in known.items() if ending or not _followers.get(r)]
 
     async def running(run_id: str, client: Client) -> bool:
         described = await client.get_workflow_handle(run_id).describe()

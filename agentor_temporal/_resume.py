@@ -18,6 +18,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from agentor_temporal._continuing import continuation_input, restart_input
 from agentor_temporal._gone import shown_store
 from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
+from agentor_temporal._live import waited_on
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
     check_input,
@@ -96,10 +97,16 @@ async def start_run(
     run_id, inp = new_input(agent, input, run_id, max_turns)
     client = await agent._client()
     async with agent._serving(client):
-        await start_riding_outages(
-            client, agent.definition, agent.task_queue, run_id, inp, what=f"starting run {run_id!r}"
-        )
-        return await agent._result(client, run_id)
+        with waited_on(agent, client, run_id):
+            await start_riding_outages(
+                client,
+                agent.definition,
+                agent.task_queue,
+                run_id,
+                inp,
+                what=f"starting run {run_id!r}",
+            )
+            return await agent._result(client, run_id)
 
 
 async def resume_run(
@@ -153,7 +160,8 @@ async def resume_run(
     check_owner(agent.definition, run_id, events, latest.spec)
     if latest.status == "running":
         async with agent._serving(client):
-            return await agent._result(client, run_id)
+            with waited_on(agent, client, run_id):
+                return await agent._result(client, run_id)
     if segments[0].previous is None and not any(s.events for s in segments):
         # closed before it recorded anything (no worker knew the agent, or it
         # was stopped first): it begins again from the input it was started
@@ -209,23 +217,24 @@ async def _continue(
     if inp.conversation is None:
         _check_whole(agent, run_id, inp.input, previous)
     async with agent._serving(client):
-        # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
-        # resumer that started first is attached to (USE_EXISTING), or, if
-        # its segment already finished, deduplicated by the request id
-        request_id = segment_request_id(run_id, previous, recorded)
-        # repeated after an outage, the same request id starts it once
-        await start_riding_outages(
-            client,
-            agent.definition,
-            agent.task_queue,
-            run_id,
-            inp,
-            WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            request_id,
-            what=f"continuing run {run_id!r}",
-            memo=resume_memo(run_id, key),
-        )
-        return await agent._result(client, run_id)
+        with waited_on(agent, client, run_id):
+            # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
+            # resumer that started first is attached to (USE_EXISTING), or, if
+            # its segment already finished, deduplicated by the request id
+            request_id = segment_request_id(run_id, previous, recorded)
+            # repeated after an outage, the same request id starts it once
+            await start_riding_outages(
+                client,
+                agent.definition,
+                agent.task_queue,
+                run_id,
+                inp,
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                request_id,
+                what=f"continuing run {run_id!r}",
+                memo=resume_memo(run_id, key),
+            )
+            return await agent._result(client, run_id)
 
 
 def _check_whole(agent: Agentor, run_id: str, messages: Any, previous: str | None) -> None:

@@ -335,7 +335,9 @@ class Runtime:
         try:
             with patient_exit(self.serving() or self._callers.waiting(), noted):
                 self._callers.join()
-                _say_left_open(self)
+                # every caller still waiting now is cut off by `close` (a daemon thread, a
+                # thread an interrupt stopped the wait for): its run is named too
+                say_left_open(self, ending=True)
                 self.close()
         except KeyboardInterrupt:
             # a second Ctrl+C: the calls are abandoned (the next worker runs them
@@ -391,16 +393,20 @@ class Runtime:
 _LEFT_OPEN_SHOWN = 5
 
 
-def _say_left_open(runtime: Runtime) -> None:
+def say_left_open(runtime: Runtime, ending: bool = False) -> None:
     """One line on stderr per run started here and still open, which this process's worker
-    no longer serves once it exits (`astart()` and return): the run waited for another
-    worker, and nothing said so."""
+    no longer serves once it exits (`astart()` and return, a `run()` interrupted): the run
+    waited for another worker, and nothing said so. `ending`: the callers still waiting are
+    cut off (the exit hook, once the threads it waits for are done; a signal ending the
+    process in `_sigterm`), so the runs they wait on are named too: a daemon thread's (a
+    `ThreadingHTTPServer` request's) was cut off, and its run id, perhaps one made for it,
+    said nowhere."""
     from agentor_temporal._live import left_open
 
     if not runtime.loop.is_running():
         return
     try:
-        still = asyncio.run_coroutine_threadsafe(left_open(), runtime.loop).result(10)
+        still = asyncio.run_coroutine_threadsafe(left_open(ending), runtime.loop).result(10)
     except Exception:
         return
     shown = list(still.items())[:_LEFT_OPEN_SHOWN]

@@ -215,7 +215,7 @@ def _drain_then_end(signum: signal.Signals) -> None:
     During the drain a second Ctrl+C meets Python's default, to abandon them as in `run()`
     (asyncio's handler would only cancel the main task again).
     """
-    from agentor_temporal._runtime import Runtime
+    from agentor_temporal._runtime import Runtime, say_left_open
 
     runner = signal.getsignal(signum) if signum == signal.SIGINT else None
     if not asyncio_runs(runner):
@@ -237,6 +237,9 @@ def _drain_then_end(signum: signal.Signals) -> None:
         return
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
+    if runtime is not None:
+        # no exit hook runs: the runs the process's callers waited on are named now
+        say_left_open(runtime, ending=True)
     end_by(signum)
 
 

@@ -215,6 +215,9 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
     assert result.result == "The weather in Paris is sunny and 22C.", result.result
     [line] = [line for line in stderr.splitlines() if f"{signum.name}: finishing" in line]
     assert "again to abandon them" in line, stderr
+    # the run is left open, nobody's once the process ends: named once, with how to go on
+    left = [line for line in stderr.splitlines() if f"run {run_id} is still open" in line]
+    assert len(left) == 1 and f"agent.resume({run_id!r})" in left[0], stderr
     if signum == signal.SIGINT:
         # Python's KeyboardInterrupt reaches the script, its traceback ending in the facade
         frames = [line for line in stderr.splitlines() if line.startswith("  File ")]
@@ -223,7 +226,9 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
             any(name in frame for name in ("plain_script.py", "agent.py", "_runtime.py"))
             for frame in frames
         ), stderr
-        assert stderr.rstrip().endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
+        # Python's traceback first, then the exit names the run
+        assert stderr.index("KeyboardInterrupt") < stderr.index(left[0]), stderr
+        assert "ignored" not in stderr, stderr
     else:
         assert "Traceback" not in stderr, stderr
 
@@ -268,11 +273,11 @@ async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so
         [line] = [line for line in stderr.splitlines() if "SIGINT: finishing" in line]
         assert "then stopping; press Ctrl+C again to abandon them" in line, stderr
         assert stderr.index(line) < stderr.index("Traceback"), stderr
-        # a stream left so is nobody's to wait on: the exit may name its run as still open
-        # (the next worker finishes it), after the traceback
+        # a run whose caller was interrupted is nobody's to wait on: the exit names it as
+        # still open (the next worker finishes it), once, after the traceback
         traceback, _, left = stderr.rstrip().partition(f"\nrun {run_id} is still open")
         assert traceback.endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
-        assert not left or command == "stream", stderr
+        assert left and f"run {run_id}" not in left, stderr
         resumed = await asyncio.to_thread(script, env, "resume", run_id)
     assert resumed["status"] == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
@@ -419,8 +424,10 @@ async def test_a_sigterm_while_exit_waits_for_a_thread_finishes_its_tool_call_on
 async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
-    """A daemon thread still in `run()` as the interpreter exits is cut off with one line on
-    stderr saying so, not a CancelledError traceback; its call goes back to Temporal."""
+    """A daemon thread still in `run()` as the interpreter exits (a `ThreadingHTTPServer`'s
+    request) is cut off with one line on stderr saying so, not a CancelledError traceback, and
+    one more names its run, still open, and how to go on (before, its id was said nowhere);
+    the call in flight finishes, once, and the next worker completes the run."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
@@ -434,14 +441,17 @@ async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
         )
         assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": True}
         lines = proc.stderr.splitlines()
-        assert len(lines) == 1, proc.stderr
-        line = lines[0]
+        assert len(lines) == 2, proc.stderr
+        left, line = lines
+        assert left.startswith(f"run {run_id} is still open"), proc.stderr
+        assert f"agent.resume({run_id!r})" in left, proc.stderr
         assert "daemon thread" in line and "cut off" in line and "resume" in line, proc.stderr
         # the next worker runs the call handed back, and the run completes
         agent = plain_agent(ledger, base_url=model.base_url, task_queue=task_queue, temporal=client)
         async with build_worker(client, [agent], task_queue=task_queue):
             outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
     assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
 
 
 async def test_a_forked_child_runs_only_if_forked_before_the_parents_first_call(
@@ -576,6 +586,55 @@ async def test_a_script_that_stops_following_a_stream_says_the_run_waits_for_a_w
             assert run_id in line and repr(task_queue) in line and "resume" in line, line
         else:  # its worker finished it before the script's end: nothing to say
             assert proc.stderr == "", proc.stderr
+        agent = plain_agent(ledger, base_url=model.base_url, task_queue=task_queue, temporal=client)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+    assert outcome["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+@pytest.mark.parametrize("command", ["arun_timeout", "arun_raises"])
+async def test_a_script_that_stops_waiting_on_arun_says_the_run_waits_for_a_worker(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    command: str,
+) -> None:
+    """The script's own `asyncio.wait_for` around `arun` runs out mid-tool, or its own code
+    raises while `arun` runs on another task (`asyncio.run` cancels it): the call in flight
+    finishes once at exit, and one line names the run left open, once, with how to go on (as
+    after `astart()`; before, nothing did, and the run waited for another worker in silence);
+    the next worker finishes it."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **env_for(temporal_address, model, task_queue, tmp_path, ledger),
+            "AGENT_TOOL_SECONDS": "3",
+        }
+        run_id = uuid.uuid4().hex
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(PROCS / "plain_script.py"), command, run_id],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if command == "arun_timeout":
+            assert proc.returncode == 0, proc.stderr
+            assert json.loads(proc.stdout) == {"status": "timed out"}
+        else:  # the script's traceback, then the line
+            assert proc.returncode == 1, proc.stderr
+            assert "RuntimeError: the script's own bug" in proc.stderr, proc.stderr
+        assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+        described = await client.get_workflow_handle(run_id).describe()
+        assert described.status is not None and described.status.name == "RUNNING"
+        [line] = [line for line in proc.stderr.splitlines() if run_id in line]
+        assert "is still open" in line and repr(task_queue) in line, proc.stderr
+        assert f"agent.resume({run_id!r})" in line, proc.stderr
+        if command == "arun_timeout":
+            assert proc.stderr == f"{line}\n", proc.stderr
         agent = plain_agent(ledger, base_url=model.base_url, task_queue=task_queue, temporal=client)
         async with build_worker(client, [agent], task_queue=task_queue):
             outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)

@@ -79,6 +79,24 @@ elif command == "arun":
         return (await agent.arun(WEATHER, run_id=run_id)).status
 
     print(json.dumps({"status": asyncio.run(answer())}))
+elif command in ("arun_timeout", "arun_raises"):
+    # the script's own timeout around arun (asyncio.wait_for), or an exception of its own
+    # while arun runs on another task (asyncio.run then cancels that task), mid-tool
+    ledger = os.environ["AGENT_LEDGER"]
+
+    async def stop_waiting() -> str:
+        running = asyncio.ensure_future(agent.arun(WEATHER, run_id=run_id))
+        while not ledger_lines(ledger):  # the tool started
+            await asyncio.sleep(0.01)
+        if command == "arun_raises":
+            raise RuntimeError("the script's own bug")
+        try:
+            await asyncio.wait_for(running, 0.5)  # cancels it as it runs out
+        except asyncio.TimeoutError:
+            return "timed out"
+        return "answered"
+
+    print(json.dumps({"status": asyncio.run(stop_waiting())}))
 elif command == "stream":
 
     async def follow() -> list[str]:
