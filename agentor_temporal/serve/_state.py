@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from agentor_temporal._results import shown_error, shown_events
+from agentor_temporal._results import shown_error, shown_events, shown_text
 from agentor_temporal._runs import run_events
 from agentor_temporal.agent import Agentor
 from agentor_temporal.store import (
@@ -147,7 +147,7 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
     events, _ = await run_events(run_id, segments, agent.store, client=client)
     events = shown_events(events)
     latest = segments[-1]
-    usage, messages = total_usage(events), replay_messages(events)
+    usage, messages = total_usage(events), shown_text(replay_messages(events))
     if latest.status == "running":
         waiting = pending_approvals(events)
         pending = [
@@ -174,7 +174,7 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
         status, output = "failed", None
         error = latest.failure or f"the run's workflow ended {latest.status}"
     result = RunResult(
-        final_output=output,
+        final_output=shown_text(output),
         status=status,
         run_id=run_id,
         events=events,

@@ -1190,3 +1190,65 @@ async def test_credentials_in_the_processs_environment_never_show(
         "model requests": repr(requests),
     }
     assert not _found(where, list(ENV_SECRETS.values()))
+
+
+async def test_content_recorded_unmasked_is_masked_of_known_keys_on_the_way_out(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """A key recorded in a run's content by a process that did not know it (an older
+    version, a worker without the key): the tool's arguments and result, the model's
+    answer, the messages. A reader that knows the key (its OPENAI_API_KEY) shows `***`:
+    `show`, `show --jsonl`, `export`, `list --json`, `show --store`, and in a process that
+    knows it the RunResult of `resume`, `stream` and GET /runs/{id}."""
+    import httpx
+
+    from agentor_temporal.activities._redact import remember
+    from agentor_temporal.serve import create_app
+
+    key = f"sk-recorded-{uuid.uuid4().hex}"  # known to no process until the readers below
+    store = tmp_path / "runs"
+    script = [CallTool("get_weather", {"city": key}), Reply(f"the key is {key}")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(store),
+            api_key="sk-test-another-key-0123456789",
+        )
+        result = await agent.arun("What is the weather?")
+        assert result.status == "completed", result.error
+        assert key in result.final_output  # recorded as it was: no process knew the key
+        agent.embedded_worker = False
+        env = {"OPENAI_API_KEY": key}  # the readers' processes know it
+        run = ["show", result.run_id]
+        outs = await asyncio.gather(
+            *(
+                asyncio.to_thread(_cli, tmp_path, address, *args, **env)
+                for address, args in [
+                    (temporal_address, run),
+                    (temporal_address, [*run, "--jsonl"]),
+                    (temporal_address, ["export", result.run_id]),
+                    (temporal_address, ["list", "--json", "--limit", "50"]),
+                    (None, ["show", "--store", str(store), result.run_id]),
+                    (None, ["show", "--store", str(store), result.run_id, "--jsonl"]),
+                ]
+            )
+        )
+        remember(key)  # and now this one
+        again = await agent.aresume(result.run_id)
+        streamed = [event async for event in agent.stream(result.run_id)]
+        transport = httpx.ASGITransport(app=create_app([agent]))
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as http:
+            answer = await http.get(f"/runs/{result.run_id}")
+    texts = {}
+    for number, out in enumerate(outs):
+        assert out.returncode == 0, (number, out.stderr)
+        texts[f"command {number}: {out.args[3:]}"] = out.stdout + out.stderr
+    assert "The weather in *** is sunny" in texts[next(iter(texts))]
+    assert again.final_output == "the key is ***"
+    texts["resume"] = json.dumps(again.to_dict(), default=str)
+    texts["stream"] = repr(streamed)
+    texts["GET /runs"] = answer.text
+    assert not _found(texts, [key]), texts
+
