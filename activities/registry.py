@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import threading
@@ -32,6 +33,8 @@ from agentor_temporal.workflows.redaction import (
     url_secrets,
 )
 from agentor_temporal.workflows.types import AgentSpec
+
+logger = logging.getLogger(__name__)
 
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 #: Locks guarding mirror writes into stores that cannot append by position.
@@ -96,6 +99,33 @@ def _holds_credential(name: str, value: Any) -> bool:
     return False
 
 
+def _warn_of_recorded_keys(agent: AgentDefinition) -> None:
+    """Warn when the agent's instructions or a tool's description or schema hold a key
+    this process knows: they are recorded as they are in every run (its spec, the system
+    message of each model request, the JSONL), and the model needs them as written, so
+    they cannot be masked there."""
+    where = [
+        what
+        for what, text in [
+            ("instructions", agent.instructions or ""),
+            *(
+                (f"tool {tool.name!r}", json.dumps(tool.spec().openai_schema()))
+                for tool in agent.tools
+            ),
+        ]
+        if text and _redact.mask_secrets(text) != text
+    ]
+    if where:
+        logger.warning(
+            "Agent %r: its %s hold a key this process knows (the model's key, a header's "
+            "value, a credential variable): they are recorded as written in every run's "
+            "history (the Temporal UI), the JSONL and each model request. Give the key to "
+            "the code that needs it (a tool reading an environment variable) instead.",
+            agent.name,
+            " and ".join(where),
+        )
+
+
 class UnknownAgentError(LookupError):
     """A run names an agent this worker does not have."""
 
@@ -139,19 +169,27 @@ class AgentDefinition:
         if defaults:
             extra = self.client_options.get("extra_headers") or {}
             self.client_options["extra_headers"] = {**defaults, **extra}
-        # a setting holding a credential is sent in the body from the worker,
-        # as `extra_body` is, instead of being recorded with each run
-        private = {k: v for k, v in self.model_settings.items() if _holds_credential(k, v)}
+        # error text and log lines of this process mask these from now on
+        _redact.remember(self.api_key)
+        for secret in [*url_secrets(self.base_url), *_client_secrets(self.client_options)]:
+            _redact.remember(secret)
+        # a setting holding a credential (by its name, or a key this process knows under
+        # any name: `user=<the key>`) is sent in the body from the worker, as `extra_body`
+        # is, instead of being recorded with each run (its spec, each model request)
+        private = {
+            k: v
+            for k, v in self.model_settings.items()
+            if _holds_credential(k, v) or _redact.mask_input(v) != v
+        }
         body = self.client_options.get("extra_body")
         if private and (body is None or isinstance(body, dict)):
             for name in private:
                 del self.model_settings[name]
             self.client_options["extra_body"] = {**private, **(body or {})}
-        # error text and log lines of this process mask these from now on
-        _redact.remember(self.api_key)
-        for secret in [*url_secrets(self.base_url), *_client_secrets(self.client_options)]:
-            _redact.remember(secret)
+            for secret in _client_secrets({"extra_body": private}):
+                _redact.remember(secret)
         check_request_settings(self.api_key, self.model_settings, self.client_options)
+        _warn_of_recorded_keys(self)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if any."""

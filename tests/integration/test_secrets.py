@@ -52,10 +52,10 @@ TEMPORAL_KEY = "leak-TEMPORALKEY-8080"
 
 def _agent(*, tools: list[Any] | None = None, **kwargs: Any) -> Agentor:
     """The seed's weather agent with these settings."""
+    kwargs.setdefault("instructions", INSTRUCTIONS)
     return Agentor(
         name="Weather Agent",
         model="gpt-4o-mini",
-        instructions=INSTRUCTIONS,
         tools=tools if tools is not None else [weather_tool()],
         **kwargs,
     )
@@ -1252,3 +1252,41 @@ async def test_content_recorded_unmasked_is_masked_of_known_keys_on_the_way_out(
     texts["GET /runs"] = answer.text
     assert not _found(texts, [key]), texts
 
+
+async def test_a_known_key_in_a_model_setting_of_any_name_is_never_recorded(
+    client: Client, task_queue: str, tmp_path: Path, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """The agent's key in model settings whose names do not say credential (`user=`,
+    `metadata={"note": ...}`) is sent to the model from the worker, as `extra_body`, not
+    recorded in the run's spec and model requests (history, the UI, the JSONL); the key in
+    the instructions, which the model needs as written, is warned of when the agent is
+    built."""
+    key = f"sk-setting-{uuid.uuid4().hex}"
+    with ScriptedModelServer() as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=key,
+            user=key,
+            metadata={"note": key, "team": "weather"},
+            temperature=0.2,
+        )
+        result = await agent.arun(PROMPT)
+        requests = model.requests
+    assert result.status == "completed", result.error
+    assert [(r["user"], r["metadata"], r["temperature"]) for r in requests] == [
+        (key, {"note": key, "team": "weather"}, 0.2)
+    ] * 2
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path),
+        "result": repr(result),
+    }
+    assert not _found(where, [key])
+    assert "Weather Agent" not in _log_text(warnings_log)
+    _agent(api_key=key, instructions=f"Sign each answer with {key}.")
+    warned = _log_text(warnings_log)
+    assert "Agent 'Weather Agent': its instructions hold a key this process knows" in warned
+    assert key not in warned
