@@ -46,10 +46,18 @@ _CLOSE_DEAD_WAIT = 5.0
 
 #: `model_settings` that are options of the HTTP request, not of the model:
 #: kept on the worker (`AgentDefinition.client_options`), out of history.
-#: `default_headers` (an option of the openai client, not of a request) is
-#: sent as `extra_headers`; `extra_body` may carry a key as well; `timeout`
-#: may be an `openai.Timeout`, which history could not hold.
-CLIENT_OPTIONS = ("extra_headers", "extra_query", "extra_body", "default_headers", "timeout")
+#: `default_headers` and `default_query` (options of the openai client, not of
+#: a request) are sent as `extra_headers` and `extra_query`; `extra_body` may
+#: carry a key as well; `timeout` may be an `openai.Timeout`, which history
+#: could not hold.
+CLIENT_OPTIONS = (
+    "extra_headers",
+    "extra_query",
+    "extra_body",
+    "default_headers",
+    "default_query",
+    "timeout",
+)
 
 
 def _client_secrets(options: dict[str, Any]) -> list[str]:
@@ -160,15 +168,20 @@ class AgentDefinition:
             if given is not None and not isinstance(given, dict):
                 # the client merges it into each request: anything else failed every one
                 raise ValueError(f"{option} must be a dict, got {type(given).__name__}")
-        defaults = self.client_options.pop("default_headers", None) or {}
-        if not isinstance(defaults, dict):
-            raise ValueError(
-                f"default_headers must be a dict of header names to values, got "
-                f"{type(defaults).__name__} (extra_headers= sends headers with each request too)"
-            )
-        if defaults:
-            extra = self.client_options.get("extra_headers") or {}
-            self.client_options["extra_headers"] = {**defaults, **extra}
+        for default, extra_option, what in [
+            ("default_headers", "extra_headers", "header names"),
+            ("default_query", "extra_query", "query names"),
+        ]:
+            defaults = self.client_options.pop(default, None) or {}
+            if not isinstance(defaults, dict):
+                raise ValueError(
+                    f"{default} must be a dict of {what} to values, got "
+                    f"{type(defaults).__name__} ({extra_option}= sends them with each request "
+                    "too)"
+                )
+            if defaults:
+                extra = self.client_options.get(extra_option) or {}
+                self.client_options[extra_option] = {**defaults, **extra}
         # error text and log lines of this process mask these from now on
         _redact.remember(self.api_key)
         for secret in [*url_secrets(self.base_url), *_client_secrets(self.client_options)]:

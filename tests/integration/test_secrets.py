@@ -1257,11 +1257,13 @@ async def test_a_known_key_in_a_model_setting_of_any_name_is_never_recorded(
     client: Client, task_queue: str, tmp_path: Path, warnings_log: pytest.LogCaptureFixture
 ) -> None:
     """The agent's key in model settings whose names do not say credential (`user=`,
-    `metadata={"note": ...}`) is sent to the model from the worker, as `extra_body`, not
+    `metadata={"note": ...}`) is sent to the model from the worker, as `extra_body`, and
+    the openai client's `default_query` (an Azure Functions `code`) as the query, not
     recorded in the run's spec and model requests (history, the UI, the JSONL); the key in
     the instructions, which the model needs as written, is warned of when the agent is
     built."""
     key = f"sk-setting-{uuid.uuid4().hex}"
+    code = f"fn{uuid.uuid4().hex}"  # an Azure Functions key, in the openai client's option
     with ScriptedModelServer() as model:
         agent = _agent(
             base_url=model.base_url,
@@ -1271,20 +1273,22 @@ async def test_a_known_key_in_a_model_setting_of_any_name_is_never_recorded(
             api_key=key,
             user=key,
             metadata={"note": key, "team": "weather"},
+            default_query={"code": code},
             temperature=0.2,
         )
         result = await agent.arun(PROMPT)
-        requests = model.requests
+        requests, query = model.requests, model.last_query
     assert result.status == "completed", result.error
     assert [(r["user"], r["metadata"], r["temperature"]) for r in requests] == [
         (key, {"note": key, "team": "weather"}, 0.2)
     ] * 2
+    assert query == f"code={code}" and "default_query" not in requests[0]
     where = {
         "history": await _history_json(client, result.run_id),
         "store": _store_text(tmp_path),
         "result": repr(result),
     }
-    assert not _found(where, [key])
+    assert not _found(where, [key, code])
     assert "Weather Agent" not in _log_text(warnings_log)
     _agent(api_key=key, instructions=f"Sign each answer with {key}.")
     warned = _log_text(warnings_log)
