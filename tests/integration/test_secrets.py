@@ -1294,3 +1294,37 @@ async def test_a_known_key_in_a_model_setting_of_any_name_is_never_recorded(
     warned = _log_text(warnings_log)
     assert "Agent 'Weather Agent': its instructions hold a key this process knows" in warned
     assert key not in warned
+
+
+async def test_a_waiting_calls_arguments_recorded_unmasked_are_masked_in_pending(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """`pending` (table and --json) masks the keys its process knows in the arguments of a
+    call waiting for approval, recorded as they were by a worker that did not know the
+    key, as `show` does."""
+    key = f"sk-waiting-{uuid.uuid4().hex}"
+    script = [CallTool("transfer", {"amount": 5000, "to": key}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key="sk-test-another-key-0123456789",
+            tools=[transfer_tool()],
+        )
+        paused = await agent.arun("Pay.")
+    try:
+        assert paused.status == "awaiting_approval", paused.error
+        assert paused.pending_approvals[0].args == {"amount": 5000, "to": key}
+        env = {"OPENAI_API_KEY": key}
+        table, as_json = await asyncio.gather(
+            asyncio.to_thread(_cli, tmp_path, temporal_address, "pending", **env),
+            asyncio.to_thread(_cli, tmp_path, temporal_address, "pending", "--json", **env),
+        )
+    finally:
+        await client.get_workflow_handle(paused.run_id).terminate(reason="test over")
+    assert table.returncode == 0 and as_json.returncode == 0, (table.stderr, as_json.stderr)
+    rows = [r for r in json.loads(as_json.stdout) if r["run_id"] == paused.run_id]
+    assert [r["args"] for r in rows] == [{"amount": 5000, "to": "***"}]
+    assert paused.run_id in table.stdout
+    assert not _found({"pending": table.stdout, "pending --json": as_json.stdout}, [key])
