@@ -1328,3 +1328,32 @@ async def test_a_waiting_calls_arguments_recorded_unmasked_are_masked_in_pending
     assert [r["args"] for r in rows] == [{"amount": 5000, "to": "***"}]
     assert paused.run_id in table.stdout
     assert not _found({"pending": table.stdout, "pending --json": as_json.stdout}, [key])
+
+
+async def test_the_clis_progress_masks_keys_its_process_knows(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """`run --no-worker` narrates a run a fleet's worker records: a key the command's process
+    knows (its OPENAI_API_KEY) and that worker did not, in a tool's arguments, its result
+    and the model's answer, is masked in the progress lines and the answer."""
+    from agentor_temporal.worker import build_worker
+
+    key = f"sk-narrated-{uuid.uuid4().hex}"
+    script = [CallTool("get_weather", {"city": key}), Reply(f"the key is {key}")]
+    with ScriptedModelServer(script) as model:
+        fleet = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key="sk-test-another-key-0123456789",
+        )
+        env = {"MODEL_BASE_URL": model.base_url, "AGENT_TASK_QUEUE": task_queue}
+        async with build_worker(client, [fleet], task_queue=task_queue):  # type: ignore[list-item]
+            out = await asyncio.to_thread(
+                _cli, tmp_path, temporal_address, "run", "--no-worker", PROMPT,
+                "--agent", "procs.cli_agents:agent", OPENAI_API_KEY=key, **env,
+            )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "  turn 1: calling get_weather(city='***')" in out.stderr.splitlines(), out.stderr
+    assert out.stdout.splitlines()[-1] == "the key is ***"
+    assert not _found({"output": out.stdout + out.stderr}, [key])
