@@ -1357,3 +1357,36 @@ async def test_the_clis_progress_masks_keys_its_process_knows(
     assert "  turn 1: calling get_weather(city='***')" in out.stderr.splitlines(), out.stderr
     assert out.stdout.splitlines()[-1] == "the key is ***"
     assert not _found({"output": out.stdout + out.stderr}, [key])
+
+
+async def test_the_timeline_masks_keys_its_process_knows(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """`show --timeline` labels a run a worker recorded without knowing a key: a tool call's
+    arguments and a retried model request's failure are masked, not cut mid-key."""
+    from agentor_temporal._timeline import read_timeline
+    from agentor_temporal.activities._redact import remember
+
+    key = f"tl-{uuid.uuid4().hex}"  # no shape a key is known by: recorded as it was
+    script = [
+        Fail(500, f"upstream refused {key}", retry_after=0),
+        CallTool("get_weather", {"city": key}),
+        Reply("done"),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key="sk-test-another-key-0123456789",
+        )
+        result = await agent.arun(PROMPT)
+    assert result.status == "completed", result.error
+    remember(key)  # the reader knows it
+    timeline = await read_timeline(client, result.run_id)
+    assert timeline is not None
+    labels = [bar.label for bar in timeline.bars]
+    assert "get_weather(city='***')" in labels, labels
+    retried = [bar.label for bar in timeline.bars if bar.kind == "retry"]
+    assert retried and all("upstream refused ***" in label for label in retried), retried
+    assert not any(key[:8] in label for label in labels), labels
