@@ -459,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument(
             "--reason",
             required=name == "deny",
-            help="why (recorded; a denial's reason is what the model reads)",
+            help="why (recorded; a denial's reason is what the model reads); - reads it from stdin",
         )
         decide.add_argument("--by", help="who decides (recorded; default: your user name)")
         decide.add_argument(
