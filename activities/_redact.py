@@ -49,6 +49,7 @@ LOGGERS = (
     "agentor_temporal.activities._starts",
     "agentor_temporal.activities.conversations",
     "agentor_temporal.activities.model",
+    "agentor_temporal.activities.registry",
     "agentor_temporal.activities.streaming",
     "agentor_temporal.activities.tooldef",
     "agentor_temporal.activities.tools",

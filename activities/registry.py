@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import threading
@@ -37,6 +38,8 @@ from agentor_temporal.workflows.redaction import (
 )
 from agentor_temporal.workflows.types import AgentSpec
 
+logger = logging.getLogger(__name__)
+
 OPENAI_DEFAULT_URL = "https://api.openai.com/v1"
 #: Locks guarding mirror writes into stores that cannot append by position.
 _RUN_LOCK_STRIPES = 64
@@ -47,10 +50,18 @@ _CLOSE_DEAD_WAIT = 5.0
 
 #: `model_settings` that are options of the HTTP request, not of the model:
 #: kept on the worker (`AgentDefinition.client_options`), out of history.
-#: `default_headers` (an option of the openai client, not of a request) is
-#: sent as `extra_headers`; `extra_body` may carry a key as well; `timeout`
-#: may be an `openai.Timeout`, which history could not hold.
-CLIENT_OPTIONS = ("extra_headers", "extra_query", "extra_body", "default_headers", "timeout")
+#: `default_headers` and `default_query` (options of the openai client, not of
+#: a request) are sent as `extra_headers` and `extra_query`; `extra_body` may
+#: carry a key as well; `timeout` may be an `openai.Timeout`, which history
+#: could not hold.
+CLIENT_OPTIONS = (
+    "extra_headers",
+    "extra_query",
+    "extra_body",
+    "default_headers",
+    "default_query",
+    "timeout",
+)
 
 
 def _client_secrets(options: dict[str, Any]) -> list[str]:
@@ -100,6 +111,33 @@ def _holds_credential(name: str, value: Any) -> bool:
     return False
 
 
+def _warn_of_recorded_keys(agent: AgentDefinition) -> None:
+    """Warn when the agent's instructions or a tool's description or schema hold a key
+    this process knows: they are recorded as they are in every run (its spec, the system
+    message of each model request, the JSONL), and the model needs them as written, so
+    they cannot be masked there."""
+    where = [
+        what
+        for what, text in [
+            ("instructions", agent.instructions or ""),
+            *(
+                (f"tool {tool.name!r}", json.dumps(tool.spec().openai_schema()))
+                for tool in agent.tools
+            ),
+        ]
+        if text and _redact.mask_secrets(text) != text
+    ]
+    if where:
+        logger.warning(
+            "Agent %r: its %s hold a key this process knows (the model's key, a header's "
+            "value, a credential variable): they are recorded as written in every run's "
+            "history (the Temporal UI), the JSONL and each model request. Give the key to "
+            "the code that needs it (a tool reading an environment variable) instead.",
+            agent.name,
+            " and ".join(where),
+        )
+
+
 class UnknownAgentError(LookupError):
     """A run names an agent this worker does not have."""
 
@@ -134,28 +172,41 @@ class AgentDefinition:
             if given is not None and not isinstance(given, dict):
                 # the client merges it into each request: anything else failed every one
                 raise ValueError(f"{option} must be a dict, got {type(given).__name__}")
-        defaults = self.client_options.pop("default_headers", None) or {}
-        if not isinstance(defaults, dict):
-            raise ValueError(
-                f"default_headers must be a dict of header names to values, got "
-                f"{type(defaults).__name__} (extra_headers= sends headers with each request too)"
-            )
-        if defaults:
-            extra = self.client_options.get("extra_headers") or {}
-            self.client_options["extra_headers"] = {**defaults, **extra}
-        # a setting holding a credential is sent in the body from the worker,
-        # as `extra_body` is, instead of being recorded with each run
-        private = {k: v for k, v in self.model_settings.items() if _holds_credential(k, v)}
+        for default, extra_option, what in [
+            ("default_headers", "extra_headers", "header names"),
+            ("default_query", "extra_query", "query names"),
+        ]:
+            defaults = self.client_options.pop(default, None) or {}
+            if not isinstance(defaults, dict):
+                raise ValueError(
+                    f"{default} must be a dict of {what} to values, got "
+                    f"{type(defaults).__name__} ({extra_option}= sends them with each request "
+                    "too)"
+                )
+            if defaults:
+                extra = self.client_options.get(extra_option) or {}
+                self.client_options[extra_option] = {**defaults, **extra}
+        # error text and log lines of this process mask these from now on
+        _redact.remember(self.api_key)
+        for secret in [*url_secrets(self.base_url), *_client_secrets(self.client_options)]:
+            _redact.remember(secret)
+        # a setting holding a credential (by its name, or a key this process knows under
+        # any name: `user=<the key>`) is sent in the body from the worker, as `extra_body`
+        # is, instead of being recorded with each run (its spec, each model request)
+        private = {
+            k: v
+            for k, v in self.model_settings.items()
+            if _holds_credential(k, v) or _redact.mask_input(v) != v
+        }
         body = self.client_options.get("extra_body")
         if private and (body is None or isinstance(body, dict)):
             for name in private:
                 del self.model_settings[name]
             self.client_options["extra_body"] = {**private, **(body or {})}
-        # error text and log lines of this process mask these from now on
-        _redact.remember(self.api_key)
-        for secret in [*url_secrets(self.base_url), *_client_secrets(self.client_options)]:
-            _redact.remember(secret)
+            for secret in _client_secrets({"extra_body": private}):
+                _redact.remember(secret)
         check_request_settings(self.api_key, self.model_settings, self.client_options)
+        _warn_of_recorded_keys(self)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if any."""

@@ -16,6 +16,7 @@ from agentor_temporal._cli_common import (
     connect_for_reading,
     load_agent,
     run_id_arg,
+    text_arg,
 )
 from agentor_temporal._outage import patiently
 from agentor_temporal._runs import send_decision, undelivered, waiting_calls
@@ -74,8 +75,9 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
     import getpass
 
     by = args.by or getpass.getuser()
+    reason = None if args.reason is None else text_arg(args.reason)
     decision = Decision(
-        call_id=args.call_id, approved=approved, reason=args.reason, by=by, turn=args.turn
+        call_id=args.call_id, approved=approved, reason=reason, by=by, turn=args.turn
     )
 
     # a pending approval read with `pending --json` names the execution that asked

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -48,6 +49,23 @@ def run_id_arg(value: str) -> str:
         return validate_run_id(value)
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from None
+
+
+def text_arg(value: str) -> str:
+    """A message given on the command line, or read from stdin when it is `-`.
+
+    A command line is visible to every user of the machine (`ps`, /proc): a
+    prompt that holds something private is piped in instead
+    (`agentor-temporal run --agent app:agent - < prompt.txt`). The newline
+    that ends the input is dropped.
+    """
+    if value != "-":
+        return value
+    try:
+        text = sys.stdin.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"could not read the message from stdin: {exc}", EXIT_USAGE) from None
+    return text.removesuffix("\n").removesuffix("\r")
 
 
 def load_agent(path: str) -> Agentor:

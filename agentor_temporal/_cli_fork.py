@@ -18,6 +18,7 @@ from agentor_temporal._cli_common import (
     configure,
     load_agent,
     run_id_arg,
+    text_arg,
 )
 from agentor_temporal._progress import Progress, follow
 from agentor_temporal._runtime import Runtime
@@ -30,7 +31,8 @@ def cmd_fork(
     """Fork a run, narrate the fork's work, print its answer (through `report`, as `run`)."""
     parent = run_id_arg(args.run_id)
     fork_id = run_id_arg(args.fork_id) if args.fork_id else new_run_id()
-    if args.input is not None and not args.input.strip():
+    message = None if args.input is None else text_arg(args.input)
+    if message is not None and not message.strip():
         raise CliError("the input is empty; leave --input out to fork without one", EXIT_USAGE)
     agent = load_agent(args.agent)
     configure(agent, args)
@@ -40,9 +42,7 @@ def cmd_fork(
 
     async def go() -> RunResult:
         client = await Runtime.get().client(agent.temporal)
-        work = agent.afork(
-            parent, args.input, fork_id=fork_id, max_turns=args.max_turns, at=args.at
-        )
+        work = agent.afork(parent, message, fork_id=fork_id, max_turns=args.max_turns, at=args.at)
         return await follow(client, fork_id, work, Progress(sys.stderr))
 
     try:

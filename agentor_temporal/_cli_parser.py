@@ -225,10 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
         '  agentor-temporal run --agent examples.agent:agent "What is the weather in London?"\n'
         '  agentor-temporal run --agent app:agent --run-id order-1234 "Refund order 1234"\n'
-        '  agentor-temporal run --agent app:agent --no-worker --json "Hello" > result.json',
+        '  agentor-temporal run --agent app:agent --no-worker --json "Hello" > result.json\n'
+        "  agentor-temporal run --agent app:agent - < prompt.txt   # not shown in `ps`",
         formatter_class=formatter,
     )
-    run.add_argument("prompt", help="the user's message")
+    run.add_argument(
+        "prompt",
+        help="the user's message; - reads it from stdin (a command line is visible to "
+        "every user of the machine in `ps`)",
+    )
     run.add_argument(
         "--run-id", help="a chosen run id; starting again with it returns that run instead"
     )
@@ -271,7 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="keep only the parent's first N events (see `show`); default all of them",
     )
-    fork.add_argument("--input", metavar="TEXT", help="a message to continue the conversation")
+    fork.add_argument(
+        "--input",
+        metavar="TEXT",
+        help="a message to continue the conversation; - reads it from stdin",
+    )
     fork.add_argument("--fork-id", metavar="ID", help="the fork's run id (default: a new one)")
     _agent_options(fork)
 
@@ -450,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument(
             "--reason",
             required=name == "deny",
-            help="why (recorded; a denial's reason is what the model reads)",
+            help="why (recorded; a denial's reason is what the model reads); - reads it from stdin",
         )
         decide.add_argument("--by", help="who decides (recorded; default: your user name)")
         decide.add_argument(

@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from agentor_temporal._results import shown_error
+from agentor_temporal._results import shown_error, shown_text
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import Event, Usage, final_event, pending_approvals, total_usage
 from agentor_temporal.workflows import Segment, TemporalStore
@@ -126,6 +126,7 @@ def _from_events(summary: RunSummary, events: list[Event]) -> RunSummary:
             summary.final_output = summary.final_output or end.text
     # redacted where it was made; again here, for runs recorded before that
     summary.error = shown_error(summary.error)
+    summary.final_output = shown_text(summary.final_output)
     return summary
 
 

@@ -19,6 +19,7 @@ from typing import TextIO, TypeVar
 from temporalio.client import Client
 
 from agentor_temporal._inspect import preview
+from agentor_temporal._results import shown_event
 from agentor_temporal.store import Event, Usage
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
@@ -66,7 +67,9 @@ class Progress:
             self._pending = []
         budget = _budget(segment)
         for event in segment.events[self._printed :]:
-            for line in self._lines(event, budget):
+            # as every reader shows it: keys this process knows masked, for a run a
+            # worker that did not know them recorded (a fleet's, an older version)
+            for line in self._lines(shown_event(event), budget):
                 print(f"  {line}", file=self.out, flush=True)
         self._printed = len(segment.events)
 

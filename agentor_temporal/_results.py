@@ -12,7 +12,7 @@ import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -28,6 +28,7 @@ from temporalio.service import RPCError
 from agentor_temporal._closed import closed
 from agentor_temporal._stuck import watching_stuck
 from agentor_temporal.activities import AgentDefinition
+from agentor_temporal.activities._redact import mask_input
 from agentor_temporal.activities._redact import secrets as known_secrets
 from agentor_temporal.store import (
     Event,
@@ -196,6 +197,9 @@ def check_size(agent: AgentDefinition, input: Any) -> None:
         )
 
 
+T = TypeVar("T")
+
+
 def result_from(
     run_id: str,
     events: list[Event],
@@ -220,12 +224,12 @@ def result_from(
         # redacted where it was made; again here, for runs recorded before that
         error = redact(str(error), [*secrets, *known_secrets()])
     return RunResult(
-        final_output=output,
+        final_output=shown_text(output),
         status=status,
         run_id=run_id,
         events=shown_events(events),
         usage=total_usage(events),
-        messages=replay_messages(events),
+        messages=shown_text(replay_messages(events)),
         error=error,
     )
 
@@ -240,11 +244,36 @@ def shown_error(error: str | None) -> str | None:
     return redact(error, known_secrets()) if error else error
 
 
+#: The fields of an `Event` that hold content (the model's text, a tool's arguments and
+#: result, the request messages): masked of the keys this process knows on the way out.
+_CONTENT_FIELDS = ("text", "reasoning", "args", "result", "messages", "calls")
+
+
+def shown_text(value: T) -> T:
+    """Recorded content (a final output, messages) as shown to a reader: every key this
+    process knows masked (URLs are left as they are: this is content, not an error).
+
+    Masked where it was made (a tool's result, the model's answer); again on the way
+    out, for runs recorded before that or by a process that did not know the key.
+    """
+    return mask_input(value) if value is not None else value
+
+
 def shown_event(event: Event) -> Event:
     """`event` as shown to a reader (`RunResult.events`, `stream`, `show`, `export`, the HTTP
-    routes): its error text redacted (`shown_error`)."""
+    routes): its error text redacted (`shown_error`), its content masked of the keys this
+    process knows (`shown_text`)."""
+    changes: dict[str, Any] = {}
     error = shown_error(event.error)
-    return event if error == event.error else dataclasses.replace(event, error=error)
+    if error != event.error:
+        changes["error"] = error
+    if known_secrets():
+        for name in _CONTENT_FIELDS:
+            value = getattr(event, name)
+            masked = shown_text(value)
+            if masked != value:
+                changes[name] = masked
+    return dataclasses.replace(event, **changes) if changes else event
 
 
 def shown_events(events: list[Event]) -> list[Event]:
@@ -346,11 +375,13 @@ async def _await_result(
         return RunResult(
             status="awaiting_approval",
             run_id=run_id,
-            events=events,
+            events=shown_events(events),
             usage=total_usage(events),
-            messages=replay_messages(events),
+            messages=shown_text(replay_messages(events)),
             pending_approvals=[
-                PendingApproval(p["call_id"], p["tool"], p.get("args"), p.get("turn"), execution)
+                PendingApproval(
+                    p["call_id"], p["tool"], shown_text(p.get("args")), p.get("turn"), execution
+                )
                 for p in paused.pending
             ],
         )

@@ -180,7 +180,9 @@ async def waiting_calls(
                     name,
                     str(request.call_id),
                     request.name,
-                    request.args,
+                    # masked of the keys this reader knows: recorded as they were by a
+                    # worker that did not know them (or an older version)
+                    mask_input(request.args),
                     request.started_at,
                     request.turn,
                     latest.execution_run_id,

@@ -22,10 +22,12 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from agentor_temporal.activities._redact import mask_input, secrets
 from agentor_temporal.store import Event
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
 from agentor_temporal.workflows.policies import CALL_TOOL, GENERATE
+from agentor_temporal.workflows.redaction import redact
 
 #: What each kind of bar is drawn in (colour-blind-safe, and what tests look for).
 COLORS = {
@@ -195,11 +197,13 @@ class _Reader:
             inp = await self._decode(payload)
             name = str(inp.get("name")) if isinstance(inp, dict) else "tool"
             args = inp.get("args") if isinstance(inp, dict) else None
-            lane, label, bar_kind = f"call {index}", call_summary(name, args), "tool"
+            # masked as every reader shows them (`shown_text`, `shown_error`): a run a
+            # worker that did not know a key recorded (or an older version)
+            lane, label, bar_kind = f"call {index}", call_summary(name, mask_input(args)), "tool"
         worker = self.worker(identity) if identity else None
         if attempt > 1:
             # one label for both parts: the last attempt's bar is often a sliver
-            why = f" ({failure[:60]})" if failure else ""
+            why = f" ({(redact(failure, secrets()))[:60]})" if failure else ""
             done = f"{label} [{worker}]" if worker else label
             text = f"{done}: attempt {attempt} after {attempt - 1} failed{why}"
             self.timeline.bars.append(Bar(lane, "retry", at, begin, text))

@@ -94,10 +94,10 @@ class Agentor:
             lost worker mid-request after the workflow task timeout (5 s).
             Recorded with each run: resume follows what the run began with.
         **model_settings: extra chat-completions parameters (temperature, ...).
-            `extra_headers`, `default_headers`, `extra_query` and `extra_body`
-            are sent with each request from the worker, never recorded; so is
-            a setting holding a text whose name says credential
-            (`metadata={"session_token": ...}`).
+            `extra_headers`, `default_headers`, `extra_query`, `default_query`
+            and `extra_body` are sent with each request from the worker, never
+            recorded; so is a setting holding a text whose name says credential
+            (`metadata={"session_token": ...}`) or a key the process knows.
     """
 
     def __init__(

@@ -37,6 +37,7 @@ from agentor_temporal._cli_common import (
     configure,
     load_agent,
     run_id_arg,
+    text_arg,
 )
 from agentor_temporal._cli_fork import cmd_fork
 from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_show
@@ -164,7 +165,8 @@ def _report(result: RunResult, args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Start a run, narrate it, print its answer."""
-    if not args.prompt.strip():
+    prompt = text_arg(args.prompt)
+    if not prompt.strip():
         raise CliError("the prompt is empty", EXIT_USAGE)
     run_id = run_id_arg(args.run_id) if args.run_id else new_run_id()
     agent = load_agent(args.agent)
@@ -174,7 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     async def go() -> RunResult:
         client = await agent._client()
         _ui_hint(agent, run_id)
-        work = agent.arun(args.prompt, run_id=run_id, max_turns=args.max_turns)
+        work = agent.arun(prompt, run_id=run_id, max_turns=args.max_turns)
         return await follow(client, run_id, work, Progress(sys.stderr))
 
     try:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 
 from agentor_temporal._outage import riding_outages
-from agentor_temporal._results import shown_error, shown_events
+from agentor_temporal._results import shown_error, shown_events, shown_text
 from agentor_temporal._runs import run_events
 from agentor_temporal.agent import Agentor
 from agentor_temporal.store import (
@@ -185,7 +185,7 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
     )
     events = shown_events(events)
     latest = segments[-1]
-    usage, messages = total_usage(events), replay_messages(events)
+    usage, messages = total_usage(events), shown_text(replay_messages(events))
     if latest.status == "running":
         waiting = pending_approvals(events)
         pending = [
@@ -212,7 +212,7 @@ async def snapshot(agent: Agentor, run_id: str, segments: list[Segment]) -> RunV
         status, output = "failed", None
         error = latest.failure or f"the run's workflow ended {latest.status}"
     result = RunResult(
-        final_output=output,
+        final_output=shown_text(output),
         status=status,
         run_id=run_id,
         events=events,

@@ -273,6 +273,39 @@ def test_run_json_prints_the_run_result_and_resume_returns_it_without_work(
     assert model.request_count == requests and len(ledger_lines(ledger)) == 1
 
 
+def test_a_prompt_or_a_forks_input_is_read_from_stdin_off_the_command_line(
+    temporal_address: str, agent_env: dict[str, str]
+) -> None:
+    """`run ... -` and `fork ... --input -` read the message from stdin: a command line is
+    visible to every user of the machine (`ps`), a prompt holding something private is not
+    put there."""
+
+    def piped(*args: str, text: str) -> Any:
+        return subprocess.run(
+            [sys.executable, "-m", "agentor_temporal", *args, "--temporal", temporal_address],
+            env=_env(**agent_env),
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    out = piped("run", "--agent", AGENT, "--json", "-", text=PROMPT + "\n")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["events"][0]["messages"][-1] == {"role": "user", "content": PROMPT}
+    assert result["final_output"] == ANSWER
+    fork = piped(
+        "fork", result["run_id"], "--agent", AGENT, "--json", "--input", "-", text="And Paris?"
+    )
+    assert fork.returncode == 0, fork.stderr
+    assert json.loads(fork.stdout)["final_output"].endswith(
+        "The weather in Paris is sunny and 22C."
+    )
+    empty = piped("run", "--agent", AGENT, "-", text="\n")
+    assert empty.returncode == 2 and "error: the prompt is empty" in empty.stderr
+
+
 def test_failed_run_exits_1_and_resume_continues_it(
     temporal_address: str, agent_env: dict[str, str]
 ) -> None:

@@ -89,17 +89,16 @@ def test_pending_approve_deny_and_resume(
         second = json.loads(
             cli("run", "--agent", AGENT, "Pay eve 9000", "--json", *common, env=env).stdout
         )
-        denied = cli(
-            "deny",
-            second["run_id"],
-            "call_eve",
-            "--reason",
-            "unknown payee",
-            "--agent",
-            AGENT,
-            *common,
-            env=env,
-        )
+        # a reason given as `-` is read from stdin, off the command line (`ps`)
+        denied = subprocess.run(
+            [sys.executable, "-m", "agentor_temporal", "deny", second["run_id"], "call_eve",
+             "--reason", "-", "--agent", AGENT, *common],
+            env=_env(**env),
+            input="unknown payee\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
         assert denied.returncode == 0, denied.stderr
         finished = json.loads(
             cli("resume", second["run_id"], "--agent", AGENT, "--json", *common, env=env).stdout

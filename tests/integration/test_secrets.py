@@ -52,10 +52,10 @@ TEMPORAL_KEY = "leak-TEMPORALKEY-8080"
 
 def _agent(*, tools: list[Any] | None = None, **kwargs: Any) -> Agentor:
     """The seed's weather agent with these settings."""
+    kwargs.setdefault("instructions", INSTRUCTIONS)
     return Agentor(
         name="Weather Agent",
         model="gpt-4o-mini",
-        instructions=INSTRUCTIONS,
         tools=tools if tools is not None else [weather_tool()],
         **kwargs,
     )
@@ -1190,3 +1190,203 @@ async def test_credentials_in_the_processs_environment_never_show(
         "model requests": repr(requests),
     }
     assert not _found(where, list(ENV_SECRETS.values()))
+
+
+async def test_content_recorded_unmasked_is_masked_of_known_keys_on_the_way_out(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """A key recorded in a run's content by a process that did not know it (an older
+    version, a worker without the key): the tool's arguments and result, the model's
+    answer, the messages. A reader that knows the key (its OPENAI_API_KEY) shows `***`:
+    `show`, `show --jsonl`, `export`, `list --json`, `show --store`, and in a process that
+    knows it the RunResult of `resume`, `stream` and GET /runs/{id}."""
+    import httpx
+
+    from agentor_temporal.activities._redact import remember
+    from agentor_temporal.serve import create_app
+
+    key = f"sk-recorded-{uuid.uuid4().hex}"  # known to no process until the readers below
+    store = tmp_path / "runs"
+    script = [CallTool("get_weather", {"city": key}), Reply(f"the key is {key}")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(store),
+            api_key="sk-test-another-key-0123456789",
+        )
+        result = await agent.arun("What is the weather?")
+        assert result.status == "completed", result.error
+        assert key in result.final_output  # recorded as it was: no process knew the key
+        agent.embedded_worker = False
+        env = {"OPENAI_API_KEY": key}  # the readers' processes know it
+        run = ["show", result.run_id]
+        outs = await asyncio.gather(
+            *(
+                asyncio.to_thread(_cli, tmp_path, address, *args, **env)
+                for address, args in [
+                    (temporal_address, run),
+                    (temporal_address, [*run, "--jsonl"]),
+                    (temporal_address, ["export", result.run_id]),
+                    (temporal_address, ["list", "--json", "--limit", "50"]),
+                    (None, ["show", "--store", str(store), result.run_id]),
+                    (None, ["show", "--store", str(store), result.run_id, "--jsonl"]),
+                ]
+            )
+        )
+        remember(key)  # and now this one
+        again = await agent.aresume(result.run_id)
+        streamed = [event async for event in agent.stream(result.run_id)]
+        transport = httpx.ASGITransport(app=create_app([agent]))
+        async with httpx.AsyncClient(transport=transport, base_url="http://serve") as http:
+            answer = await http.get(f"/runs/{result.run_id}")
+    texts = {}
+    for number, out in enumerate(outs):
+        assert out.returncode == 0, (number, out.stderr)
+        texts[f"command {number}: {out.args[3:]}"] = out.stdout + out.stderr
+    assert "The weather in *** is sunny" in texts[next(iter(texts))]
+    assert again.final_output == "the key is ***"
+    texts["resume"] = json.dumps(again.to_dict(), default=str)
+    texts["stream"] = repr(streamed)
+    texts["GET /runs"] = answer.text
+    assert not _found(texts, [key]), texts
+
+
+async def test_a_known_key_in_a_model_setting_of_any_name_is_never_recorded(
+    client: Client, task_queue: str, tmp_path: Path, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    """The agent's key in model settings whose names do not say credential (`user=`,
+    `metadata={"note": ...}`) is sent to the model from the worker, as `extra_body`, and
+    the openai client's `default_query` (an Azure Functions `code`) as the query, not
+    recorded in the run's spec and model requests (history, the UI, the JSONL); the key in
+    the instructions, which the model needs as written, is warned of when the agent is
+    built."""
+    key = f"sk-setting-{uuid.uuid4().hex}"
+    code = f"fn{uuid.uuid4().hex}"  # an Azure Functions key, in the openai client's option
+    with ScriptedModelServer() as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=key,
+            user=key,
+            metadata={"note": key, "team": "weather"},
+            default_query={"code": code},
+            temperature=0.2,
+        )
+        result = await agent.arun(PROMPT)
+        requests, query = model.requests, model.last_query
+    assert result.status == "completed", result.error
+    assert [(r["user"], r["metadata"], r["temperature"]) for r in requests] == [
+        (key, {"note": key, "team": "weather"}, 0.2)
+    ] * 2
+    assert query == f"code={code}" and "default_query" not in requests[0]
+    where = {
+        "history": await _history_json(client, result.run_id),
+        "store": _store_text(tmp_path),
+        "result": repr(result),
+    }
+    assert not _found(where, [key, code])
+    assert "Weather Agent" not in _log_text(warnings_log)
+    _agent(api_key=key, instructions=f"Sign each answer with {key}.")
+    warned = _log_text(warnings_log)
+    assert "Agent 'Weather Agent': its instructions hold a key this process knows" in warned
+    assert key not in warned
+
+
+async def test_a_waiting_calls_arguments_recorded_unmasked_are_masked_in_pending(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """`pending` (table and --json) masks the keys its process knows in the arguments of a
+    call waiting for approval, recorded as they were by a worker that did not know the
+    key, as `show` does."""
+    key = f"sk-waiting-{uuid.uuid4().hex}"
+    script = [CallTool("transfer", {"amount": 5000, "to": key}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key="sk-test-another-key-0123456789",
+            tools=[transfer_tool()],
+        )
+        paused = await agent.arun("Pay.")
+    try:
+        assert paused.status == "awaiting_approval", paused.error
+        assert paused.pending_approvals[0].args == {"amount": 5000, "to": key}
+        env = {"OPENAI_API_KEY": key}
+        table, as_json = await asyncio.gather(
+            asyncio.to_thread(_cli, tmp_path, temporal_address, "pending", **env),
+            asyncio.to_thread(_cli, tmp_path, temporal_address, "pending", "--json", **env),
+        )
+    finally:
+        await client.get_workflow_handle(paused.run_id).terminate(reason="test over")
+    assert table.returncode == 0 and as_json.returncode == 0, (table.stderr, as_json.stderr)
+    rows = [r for r in json.loads(as_json.stdout) if r["run_id"] == paused.run_id]
+    assert [r["args"] for r in rows] == [{"amount": 5000, "to": "***"}]
+    assert paused.run_id in table.stdout
+    assert not _found({"pending": table.stdout, "pending --json": as_json.stdout}, [key])
+
+
+async def test_the_clis_progress_masks_keys_its_process_knows(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """`run --no-worker` narrates a run a fleet's worker records: a key the command's process
+    knows (its OPENAI_API_KEY) and that worker did not, in a tool's arguments, its result
+    and the model's answer, is masked in the progress lines and the answer."""
+    from agentor_temporal.worker import build_worker
+
+    key = f"sk-narrated-{uuid.uuid4().hex}"
+    script = [CallTool("get_weather", {"city": key}), Reply(f"the key is {key}")]
+    with ScriptedModelServer(script) as model:
+        fleet = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key="sk-test-another-key-0123456789",
+        )
+        env = {"MODEL_BASE_URL": model.base_url, "AGENT_TASK_QUEUE": task_queue}
+        async with build_worker(client, [fleet], task_queue=task_queue):  # type: ignore[list-item]
+            out = await asyncio.to_thread(
+                _cli, tmp_path, temporal_address, "run", "--no-worker", PROMPT,
+                "--agent", "procs.cli_agents:agent", OPENAI_API_KEY=key, **env,
+            )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "  turn 1: calling get_weather(city='***')" in out.stderr.splitlines(), out.stderr
+    assert out.stdout.splitlines()[-1] == "the key is ***"
+    assert not _found({"output": out.stdout + out.stderr}, [key])
+
+
+async def test_the_timeline_masks_keys_its_process_knows(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """`show --timeline` labels a run a worker recorded without knowing a key: a tool call's
+    arguments and a retried model request's failure are masked, not cut mid-key."""
+    from agentor_temporal._timeline import read_timeline
+    from agentor_temporal.activities._redact import remember
+
+    key = f"tl-{uuid.uuid4().hex}"  # no shape a key is known by: recorded as it was
+    script = [
+        Fail(500, f"upstream refused {key}", retry_after=0),
+        CallTool("get_weather", {"city": key}),
+        Reply("done"),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            api_key="sk-test-another-key-0123456789",
+        )
+        result = await agent.arun(PROMPT)
+    assert result.status == "completed", result.error
+    remember(key)  # the reader knows it
+    timeline = await read_timeline(client, result.run_id)
+    assert timeline is not None
+    labels = [bar.label for bar in timeline.bars]
+    assert "get_weather(city='***')" in labels, labels
+    retried = [bar.label for bar in timeline.bars if bar.kind == "retry"]
+    assert retried and all("upstream refused ***" in label for label in retried), retried
+    assert not any(key[:8] in label for label in labels), labels
