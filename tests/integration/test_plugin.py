@@ -144,16 +144,24 @@ async def test_a_run_id_used_before_attaches_to_that_run_instead_of_running_it_a
                 for _ in range(3)
             ]
 
-            # one that waits for the run is cancelled as a parent of its own run would be
-            deadline = asyncio.get_running_loop().time() + 10
-            while not (await parents[2].describe()).raw_description.pending_activities:
+            # one that waits for the run (whichever parent did not start it: the
+            # first to start it is any of the three) is cancelled as a parent of its
+            # own run would be
+            deadline = asyncio.get_running_loop().time() + 30
+            waiting: list[Any] = []
+            while not waiting:
                 assert asyncio.get_running_loop().time() < deadline, "no outcome read"
                 await asyncio.sleep(0.05)
-            await parents[2].cancel()
+                for parent in parents:
+                    if (await parent.describe()).raw_description.pending_activities:
+                        waiting.append(parent)
+            leaver = waiting[0]
+            await leaver.cancel()
             with pytest.raises(WorkflowFailureError) as cancelled:
-                await asyncio.wait_for(parents[2].result(), 10)
+                await asyncio.wait_for(leaver.result(), 10)
             assert isinstance(cancelled.value.cause, CancelledError)
-            outcomes = [await asyncio.wait_for(p.result(), 30) for p in parents[:2]]
+            rest = [p for p in parents if p is not leaver]
+            outcomes = [await asyncio.wait_for(p.result(), 30) for p in rest]
         assert outcomes[0] == outcomes[1]
         assert outcomes[0]["status"] == "completed" and outcomes[0]["run_id"] == child
         assert model.request_count == 2
