@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.deadline import Deadline, model_request, run_deadline
     from agentor_temporal.workflows.formatting import call_summary, fit
     from agentor_temporal.workflows.generation import AnswerKept, Generation
-    from agentor_temporal.workflows.history_watch import HistoryWatch
+    from agentor_temporal.workflows.history_watch import HistoryWatch, history_now
     from agentor_temporal.workflows.input_limits import depth_problem, input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
@@ -84,8 +84,12 @@ class AgentRunWorkflow(Continuing):
         # every recorded event is also published here, so clients can follow a
         # run live (and the worker's activities can add text deltas)
         value = decoded(raw)
-        #: signals this execution took, of every name (`_signalled`)
+        #: signals this execution took, of every name (`_signalled`), and their bytes
         self.signals = 0
+        self.signal_bytes = 0
+        #: what the execution's first workflow task saw: bytes, events (`history_now`)
+        info = workflow.info()
+        self.first_history = (info.get_current_history_size(), info.get_current_history_length())
         #: signals the run could not read and dropped (`_unreadable_signal`)
         self._unreadable = 0
         # every signal comes to `_other_signal`, its arguments as sent: set before
@@ -248,8 +252,10 @@ class AgentRunWorkflow(Continuing):
         `decide_signal` or publish sent with none or with two raised in the
         handler, failing every workflow task of the run, and one that did not
         decode was dropped uncounted. Here a signal the run has no use for, or
-        cannot read, is counted (`_signalled`), then dropped.
+        cannot read, is counted (`_signalled`), then dropped. Each signal's
+        bytes are counted too (`history_now`).
         """
+        self.signal_bytes += sum(arg.payload.ByteSize() for arg in args)
         if name == policies.STREAM_PUBLISH_SIGNAL:
             if not self._publish(args):
                 self._unreadable_signal(name)
@@ -401,11 +407,8 @@ class AgentRunWorkflow(Continuing):
         """
         if self._status != "running" or self._approvals.awaiting:
             return False
-        info = workflow.info()
-        return (
-            info.get_current_history_size() > policies.PAUSED_HISTORY_BYTES
-            or info.get_current_history_length() > policies.PAUSED_HISTORY_EVENTS
-        )
+        size, events = history_now()
+        return size > policies.PAUSED_HISTORY_BYTES or events > policies.PAUSED_HISTORY_EVENTS
 
     def _stop_grown(self) -> None:
         """Note why the run stops, before the watch cancels its wait (`HistoryWatch`)."""

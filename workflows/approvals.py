@@ -54,6 +54,7 @@ from agentor_temporal.workflows.formatting import (
     fit,
     quoted,
 )
+from agentor_temporal.workflows.history_watch import history_now
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.types import Decision, ToolSpec
 from agentor_temporal.workflows.versions import level
@@ -340,8 +341,7 @@ class Approvals:
                 f"Temporal refuses an execution's signals past 10,000, and a decision sent "
                 f"by signal could no longer reach it)"
             )
-        info = workflow.info()
-        size, events = info.get_current_history_size(), info.get_current_history_length()
+        size, events = history_now()
         if size <= policies.PAUSED_HISTORY_BYTES and events <= policies.PAUSED_HISTORY_EVENTS:
             return None
         return (

@@ -34,6 +34,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.call_uses import SeenIds, count_key, parse_key, use_key
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import QUOTED_CHARS, fit
+from agentor_temporal.workflows.history_watch import history_now
 from agentor_temporal.workflows.types import Decision
 
 
@@ -250,12 +251,10 @@ class HistoryGauge:
 
     @classmethod
     def now(cls) -> HistoryGauge:
-        """Read it from the workflow info (deterministic: the server sends it)."""
-        info = workflow.info()
+        """Read it from the workflow info and the signals taken (`history_now`): deterministic."""
+        size, events = history_now()
         return cls(
-            bytes=info.get_current_history_size(),
-            events=info.get_current_history_length(),
-            suggested=info.is_continue_as_new_suggested(),
+            bytes=size, events=events, suggested=workflow.info().is_continue_as_new_suggested()
         )
 
     def due(self, budget: int) -> bool:

@@ -121,7 +121,7 @@ PATCH_UNREADABLE_SIGNALS = "unreadable-signals"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 18
+BEHAVIOUR = 19
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -307,3 +307,12 @@ HISTORY_LAST_LINE = 17
 #: events, and from then on a decision sent by signal (the fallback past the
 #: cap on updates) was refused: the run waited for good.
 PAUSE_COUNTS_SIGNALS = 18
+#: From this level a run reads its history's size and length as at least what
+#: its first workflow task saw plus the signals it has taken since
+#: (`history_watch.history_now`), not only as the server reports them: a
+#: workflow task the server starts as the one before completes reports the
+#: history before the signals that came while that one ran (seen: 0.3 MB
+#: reported with 1.8 MB of signals in history), so a run flooded while its
+#: model request was in flight missed its stop by a task, and its answer came
+#: first and went unkept: resume asked the model that turn again.
+SIGNALS_SIZED = 19

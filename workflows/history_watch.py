@@ -65,6 +65,26 @@ def watching(watch: HistoryWatch | None) -> AbstractAsyncContextManager[None]:
     return nullcontext() if watch is None else watch.watching()
 
 
+def history_now() -> tuple[int, int]:
+    """The execution's history as of the current workflow task: its bytes and its events.
+
+    The server's figures (the task's started event) can leave out signals: a
+    task it starts as the one before completes reports the history before the
+    signals that came while that one ran. From `policies.SIGNALS_SIZED` each is
+    at least what the execution's first task saw plus what the signals taken
+    since add (`AgentRunWorkflow.sized_signal`): a floor, never more than the
+    history holds. Deterministic (the signals are in history), and no command.
+    """
+    info = workflow.info()
+    size, events = info.get_current_history_size(), info.get_current_history_length()
+    if level() < policies.SIGNALS_SIZED:
+        return size, events
+    run = workflow.instance()
+    first_size, first_events = getattr(run, "first_history", (0, 0))
+    signal_bytes, signals = int(getattr(run, "signal_bytes", 0)), int(getattr(run, "signals", 0))
+    return max(size, first_size + signal_bytes), max(events, first_events + signals)
+
+
 def past_last_line() -> bool:
     """Whether a stopping run's history passed the line past which it waits for nothing more.
 
@@ -72,11 +92,8 @@ def past_last_line() -> bool:
     """
     if level() < policies.HISTORY_LAST_LINE:
         return False
-    info = workflow.info()
-    return (
-        info.get_current_history_size() > policies.LAST_HISTORY_BYTES
-        or info.get_current_history_length() > policies.LAST_HISTORY_EVENTS
-    )
+    size, events = history_now()
+    return size > policies.LAST_HISTORY_BYTES or events > policies.LAST_HISTORY_EVENTS
 
 
 async def within_last_line(tasks: list[asyncio.Task[Any]]) -> bool:

@@ -107,6 +107,7 @@ KNOBS: dict[str, dict[str, int]] = {
     "behaviour_17_cut_off_turn_history": {"PAUSED_HISTORY_EVENTS": 80, "LAST_HISTORY_EVENTS": 120},
     # a paused run stops at 9,000 signals by default: 20 take a moment
     "behaviour_18_signal_capped_pause_history": {"PAUSED_SIGNALS": 20},
+    "behaviour_19_signal_sized_turn_history": {"PAUSED_HISTORY_EVENTS": 80},
 }
 
 
@@ -851,6 +852,9 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 18: a paused run sent signals until it took PAUSED_SIGNALS stops
     # short of Temporal's cap on signals, its turn's results kept
     "behaviour_18_signal_capped_pause_history": OVERGROWN_PAUSE,
+    # recorded at level 19: a run stopped mid-turn by its history, read as at least what
+    # its signals add (policies.SIGNALS_SIZED)
+    "behaviour_19_signal_sized_turn_history": OVERGROWN_TURN,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)
