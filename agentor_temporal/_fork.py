@@ -35,7 +35,12 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
 from agentor_temporal._gone import not_found, run_gone, shown_store
-from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
+from agentor_temporal._history_answers import (
+    completed_answer,
+    completed_batch,
+    unstarted_answer,
+    waiting_answer,
+)
 from agentor_temporal._live import serve_until_done, waited_on
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import await_result, check_input, check_turns
@@ -201,7 +206,8 @@ class ForkPoint:
     in_temporal_from: int | None = None
     #: a model answer the parent's history holds but its log lacks (it was
     #: stopped first, `completed_answer`), or the recorded answer of a parent
-    #: waiting for a person (`waiting_answer`), for a fork of its whole log
+    #: waiting for a person (`waiting_answer`) or stopped before its turn's calls
+    #: started (`unstarted_answer`), for a fork of its whole log
     unrecorded: dict[str, Any] | None = None
 
 
@@ -254,7 +260,10 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         pending = await completed_batch(temporal, segments[-1])
         if not pending and segments[-1].status != "running":
             # a running parent records it itself; the fork would ask again
-            unrecorded = await completed_answer(temporal, segments[-1])
+            # or the recorded answer of a turn stopped before its calls started
+            unrecorded = await completed_answer(temporal, segments[-1]) or unstarted_answer(
+                segments[-1]
+            )
         elif not pending:
             # one waiting for a person: the fork goes on from its recorded answer
             unrecorded = await waiting_answer(temporal, segments[-1])

@@ -129,6 +129,44 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     }
 
 
+def unstarted_answer(segment: Segment) -> dict[str, Any] | None:
+    """The answer of a turn the segment stopped before any of its calls started.
+
+    A run cancelled (or stopped by its time limit or its history) while its
+    turn's calls wait for a person, or before their activities were
+    scheduled, records their `tool_call`s and its `run_end`, and no result:
+    the turn was rewound, and resume asked the model again, a second paid
+    request that asks for the same calls. None of them started here (no
+    `call_tool` activity of the turn in this execution's history), so the
+    next segment goes on from the answer, as `AgentRunInput.answer`: it
+    records it again and runs its calls (a call needing a person asks again).
+    None when any call may have started, a decision was recorded, or the
+    segment did not end itself.
+    """
+    events = segment.events
+    generations = [i for i, e in enumerate(events) if e.type == "generation"]
+    if not generations or not events or events[-1].type != "run_end":
+        return None
+    gen, after = events[generations[-1]], events[generations[-1] + 1 : -1]
+    calls = gen.calls or []
+    if not calls or gen.turn is None:
+        return None
+    if any(e.type not in ("tool_call", "approval_request") for e in after):
+        return None  # a result or a decision: kept, or rewound as before
+    recorded = [e.call_id for e in after if e.type == "tool_call"]
+    if recorded != [c.get("id") for c in calls]:
+        return None
+    if any(f"tool-{gen.turn}-{index}" in segment.scheduled_tools for index in range(len(calls))):
+        return None  # started: it may have run, and the turn is rewound as before
+    return {
+        "text": gen.text,
+        "reasoning": gen.reasoning,
+        "calls": [dict(c) for c in calls],
+        "started_at": gen.started_at,
+        "ended_at": gen.ended_at,
+    }
+
+
 def _never_runs(call: dict[str, Any], spec: Any) -> bool:
     """Whether the segment's workflow answers `call` without an activity (as `_screen` does):
     its arguments are not a JSON object, or its agent (`spec`, as recorded) has no such tool.

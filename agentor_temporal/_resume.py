@@ -17,7 +17,12 @@ from temporalio.common import WorkflowIDReusePolicy
 
 from agentor_temporal._continuing import continuation_input, restart_input
 from agentor_temporal._gone import shown_store
-from agentor_temporal._history_answers import completed_answer, completed_batch, waiting_answer
+from agentor_temporal._history_answers import (
+    completed_answer,
+    completed_batch,
+    unstarted_answer,
+    waiting_answer,
+)
 from agentor_temporal._live import waited_on
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
@@ -183,8 +188,11 @@ async def resume_run(
         temporal = TemporalStore(client)
         unrecorded = None
         if not recovered:
-            unrecorded = await completed_answer(temporal, latest) or await waiting_answer(
-                temporal, latest
+            unrecorded = (
+                await completed_answer(temporal, latest)
+                or await waiting_answer(temporal, latest)
+                # or it stopped before its turn's calls started: their answer is gone on from
+                or unstarted_answer(latest)
             )
         inp = continuation_input(
             agent.name,

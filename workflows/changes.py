@@ -110,6 +110,15 @@ PATCH_SPEC_HEADER_REFUSED = "spec-header-refused"
 #: uncounted, so a flood of them took the execution to Temporal's cap on
 #: signals without the run stopping short of it. Asked only when one comes.
 PATCH_UNREADABLE_SIGNALS = "unreadable-signals"
+#: Marks an execution in which a tool call carrying the journal's new events
+#: (`Journal.fold`) was cancelled in the workflow task that started it (a
+#: cancel, a time limit or the history's stop coming with the model's answer):
+#: its activity was never scheduled, so those events (the turn's `generation`
+#: and `tool_call`s) never reached history, and the run closes recording them
+#: (`Journal.unfold`). Before, they were lost: the log went from `run_start`
+#: to `run_end`, and resume asked the model that turn again (a second paid
+#: request). Asked only when it happens.
+PATCH_LOST_FOLD = "lost-fold"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, or the start header its worker took: either

@@ -23,7 +23,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from agentor_temporal.store.events import Event, Usage
 from agentor_temporal.workflows import policies
-from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult, JournalInput
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message, fit
 from agentor_temporal.workflows.history_watch import HistoryWatch, past_last_line, watching
@@ -185,6 +185,8 @@ class Generation:
         )
         self._ran()
         kept: list[bool] = []
+        # the history's length names the workflow task (see `ToolCalls._call`)
+        scheduled_in = workflow.info().get_current_history_length()
         try:
             # not yet awaited: the activity is scheduled inside the generation's span
             summary = fit(f"{spec.model}, turn {turn}", SUMMARY_BYTES)
@@ -197,7 +199,12 @@ class Generation:
                 gen = await self.trace.generation(spec.model, turn, request, call)
         except ForeignResult as exc:
             return str(exc)
+        except asyncio.CancelledError:
+            self._unsent(folded, scheduled_in)
+            raise
         except (ActivityError, ApplicationError, TemporalTimeoutError, CancelledError) as exc:
+            if isinstance(exc, ActivityError) and isinstance(exc.cause, CancelledError):
+                self._unsent(folded, scheduled_in)
             if not local and not isinstance(exc, ActivityError):
                 raise
             # a local activity's failure arrives unwrapped: its own error, a
@@ -235,6 +242,17 @@ class Generation:
         if kept:
             raise AnswerKept(gen)
         return gen
+
+    def _unsent(self, folded: JournalInput | None, scheduled_in: int) -> None:
+        """A request cancelled in the workflow task that started it was never scheduled:
+        the events `folded` into its input did not reach history (`policies.PATCH_LOST_FOLD`),
+        and the journal's next step records them."""
+        if (
+            folded is not None
+            and workflow.info().get_current_history_length() == scheduled_in
+            and workflow.patched(policies.PATCH_LOST_FOLD)
+        ):
+            self.journal.unfold(folded)
 
     async def _answer(
         self, inp: GenerateInput, activity_id: str, summary: str, *, local: bool, kept: list[bool]

@@ -83,6 +83,9 @@ class Segment:
     #: activity id -> result of each completed `generate` activity (not a local
     #: one), still encoded: an answer the workflow may not have recorded yet
     completed_generations: dict[str, Payload] = field(default_factory=dict)
+    #: activity ids of the `call_tool` activities this execution scheduled (a
+    #: call whose activity was never scheduled never started)
+    scheduled_tools: set[str] = field(default_factory=set)
     #: the resume key (`agentor_temporal._start.resume_key`) of the request
     #: that started this segment, from its memo; None when started without one
     resume_key: str | None = None
@@ -159,6 +162,8 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                 scheduled[attrs_s.activity_id] = attrs_s.input.payloads[0]
             if attrs_s.activity_type.name in (CALL_TOOL, GENERATE):
                 tools[event.event_id] = attrs_s.activity_id
+            if attrs_s.activity_type.name == CALL_TOOL:
+                segment.scheduled_tools.add(attrs_s.activity_id)
             if attrs_s.activity_type.name in (GENERATE, CALL_TOOL) and attrs_s.input.payloads:
                 # it may carry the events new since the last journal step
                 value = inputs[attrs_s.activity_id] = await decode(attrs_s.input.payloads[0])

@@ -394,6 +394,11 @@ class Journal:
             self.confirm(None, mirror)
         return inp
 
+    def unfold(self, folded: JournalInput) -> None:
+        """`folded`'s events did not reach history: its activity was cancelled before it
+        was scheduled (in the workflow task that started it). The next step records them."""
+        self._journaled = min(self._journaled, max(folded.start - self.offset, 0))
+
     def _recorded(self, total: int) -> None:
         """events[:total] are in history now."""
         self._journaled = total

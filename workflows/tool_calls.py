@@ -512,6 +512,9 @@ class ToolCalls:
             if self._fold
             else None
         )
+        # the history's length names the workflow task: a cancel in this one
+        # drops the activity's schedule before it is sent, the folded events too
+        scheduled_in = workflow.info().get_current_history_length()
         try:
             # not yet awaited: the activity is scheduled inside the call's span
             call_tool = workflow.execute_activity(
@@ -555,6 +558,13 @@ class ToolCalls:
             # not the tool's answer, nor a failure of ours: the call may have run
             raise CallFailed(str(exc), _unsure(name, call_id, str(exc), args)) from None
         except ActivityError as exc:
+            if (
+                isinstance(exc.cause, CancelledError)
+                and folded is not None
+                and workflow.info().get_current_history_length() == scheduled_in
+                and workflow.patched(policies.PATCH_LOST_FOLD)
+            ):
+                self.journal.unfold(folded)
             if isinstance(exc.cause, CancelledError) and self._wait_cancelled:
                 # the run's cancel stopped the call: its worker says so
                 error = f"Error: {self.stopped_by} while this call ran, and it was stopped"

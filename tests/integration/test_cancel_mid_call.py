@@ -8,7 +8,8 @@ its idempotency key did not know (a payment made twice). Now the run waits
 for each call's worker to say how it ended, records the results of the
 calls that ran (a call the cancel stopped is answered as stopped), and then
 closes as cancelled; `resume` goes on after them. A turn in which no call
-ran to its end is rewound as before.
+ran to its end is rewound as before, unless none of its calls started: then
+resume goes on from the turn's answer, not asking the model again.
 """
 
 from __future__ import annotations
@@ -325,6 +326,48 @@ async def test_a_turn_in_which_no_call_finished_is_rewound_on_resume(
     assert resumed.status == "completed"
     assert model.request_count == 2
     assert tool_messages(model.requests[-1]) == []  # the turn was asked again
+
+
+async def test_a_turn_cancelled_before_its_call_started_goes_on_from_its_answer(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """Cancelled while its one call waits for a person, the turn's call never started: resume
+    (and a fork) goes on from the answer it recorded and asks for the decision again, not
+    asking the model again (it rewound the turn: a second paid request, for the same call)."""
+
+    def pay_then_answer(request: dict[str, Any]) -> Any:
+        if tool_messages(request):
+            return Reply("Paid.")
+        return CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay")
+
+    with ScriptedModelServer(pay_then_answer) as model:
+        agent = scripted_agent(
+            model, client, task_queue, tools=[transfer_tool(ledger)], embedded_worker=False
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart(PROMPT)
+            handle = client.get_workflow_handle(run_id)
+            async with asyncio.timeout(30):
+                while "approval_request" not in [
+                    e.type for e in await TemporalStore(client).aload(run_id)
+                ]:
+                    await asyncio.sleep(0.05)
+            await handle.cancel()
+            await closed_cancelled(handle)
+            events = await TemporalStore(client).aload(run_id)
+            assert "tool_result" not in [e.type for e in events]
+            # a fork of it goes on from that answer too
+            forked = await asyncio.wait_for(agent.afork(run_id), 30)
+            assert forked.status == "awaiting_approval", forked
+            assert model.request_count == 1
+            paused = await asyncio.wait_for(agent.aresume(run_id), 30)
+            assert paused.status == "awaiting_approval", paused
+            await agent.aapprove(run_id, "call_pay", by="alice")
+            resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed" and resumed.final_output == "Paid.", resumed
+    assert model.request_count == 2  # the answer the cancel left was not asked for again
+    assert tool_messages(model.requests[-1]) == ["Sent 5 to bob."]
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
 
 
 @pytest.mark.parametrize(
