@@ -30,7 +30,7 @@ from temporalio.worker import Replayer
 
 from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
 from agentor_temporal.streaming import follow
-from agentor_temporal.testing import CallTool, Fail, Hang, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import AgentRunWorkflow, policies
 from agentor_temporal.workflows.policies import HISTORY_LIMIT_BYTES, MAX_REQUEST_BYTES
@@ -742,6 +742,63 @@ async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_k
     assert "model answer came after the stop" in outcome["error"], outcome
     assert result.status == "completed" and result.final_output == "Read."
     assert model.request_count == 2  # the kept answer was not asked for again
+    assert len(ledger_lines(ledger)) == 1
+
+
+async def test_a_run_its_models_answer_takes_past_the_stop_goes_on_from_that_answer(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model's answer itself takes the history past the stop: the turn's call is started
+    and stopped in the workflow task the answer came in, its activity never scheduled, yet
+    the answer and the call are recorded, and resume runs the call without asking the model
+    again (`policies.PATCH_LOST_FOLD`, `_history_answers.unstarted_answer`)."""
+    ledger = str(tmp_path / "ledger")
+    call = {"name": "read_chunk", "arguments": json.dumps({"n": 1})}
+    body = {  # 0.4 MB of thinking aloud beside the call (a run records a reply to 0.5 MB)
+        "id": "chatcmpl-big",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "x" * 400_000,
+                    "tool_calls": [{"id": "call_read", "type": "function", "function": call}],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+    }
+    lowered = threading.Event()
+
+    def answer_once_lowered(request: dict[str, Any]) -> Any:
+        return Raw(body) if lowered.is_set() else Hang(0.1, answer_once_lowered)
+
+    with ScriptedModelServer([answer_once_lowered, Reply("Read.")]) as model:
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 100)])
+        async with build_worker(client, [agent], task_queue=task_queue):
+            run_id = await agent.astart("Read.", max_turns=10)
+            await asyncio.to_thread(model.wait_for_requests, 1)
+            handle = client.get_workflow_handle(run_id)
+            state = await handle.query("state", result_type=dict)
+            monkeypatch.setattr(policies, "PAUSED_HISTORY_BYTES", state["history_bytes"] + 300_000)
+            lowered.set()
+            outcome = await asyncio.wait_for(handle.result(), 30)
+            stopped = await TemporalStore(client).aload(run_id)
+            monkeypatch.undo()  # the next segment carries that answer: its own stop is far
+            result = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"], outcome
+    assert [e.type for e in stopped][-3:] == ["generation", "tool_call", "run_end"], [
+        (e.type, e.error) for e in stopped
+    ]
+    assert result.status == "completed" and result.final_output == "Read."
+    assert model.request_count == 2  # the recorded answer was not asked for again
     assert len(ledger_lines(ledger)) == 1
 
 
