@@ -19,11 +19,14 @@ import re
 import threading
 from collections.abc import Iterator
 from typing import TypeVar, cast
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
     RedactingFilter,
+    looks_like_key,
     mask_secret,
+    query_credential,
     redact,
     secret_forms,
 )
@@ -195,6 +198,42 @@ def env_secret(value: str) -> bool:
     return not (len(value) < 16 and value.isalpha())
 
 
+#: A URL inside an environment variable's value (`DATABASE_URL`, a list of broker URLs).
+_ENV_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s,;'\"<>`]+")
+
+
+def env_url_secrets(value: str) -> list[str]:
+    """The credentials the URLs in an environment variable's value carry, whatever its name.
+
+    `DATABASE_URL=postgresql://app:<password>@db/prod`, `HTTPS_PROXY=http://u:<password>@proxy`,
+    `CELERY_BROKER_URL`, a webhook's key in its path, `?api-key=` in its query: the
+    password (unless a plain word, as `env_secret`), a username shaped like a token or a
+    long one alone (`https://<token>@github.com/...`; not `app` or `postgres`), credential
+    query values and path segments shaped like a key. A tool reading its connection
+    string and returning it recorded the password as it was: only error text masked a
+    URL's userinfo by its shape.
+    """
+    found: list[str] = []
+    for url in _ENV_URL.findall(value):
+        try:
+            parts = urlsplit(url)
+            password, username = parts.password, parts.username
+        except ValueError:
+            continue
+        if password:
+            found += [password, unquote(password)]
+        # a token given as the username alone (`https://<token>@github.com/...`)
+        long_alone = not password and len(username or "") >= 20
+        if username and (looks_like_key(unquote(username)) or long_alone):
+            found += [username, unquote(username)]
+        for pair in parts.query.split("&"):
+            name, equals, item = pair.partition("=")
+            if equals and query_credential(unquote_plus(name), unquote_plus(item)):
+                found += [item, unquote_plus(item)]
+        found += [seg for seg in parts.path.split("/") if looks_like_key(unquote(seg))]
+    return [s for s in dict.fromkeys(found) if env_secret(s)]
+
+
 def remember(secret: str | None) -> None:
     """Mask `secret` in every error and log line of this process from now on.
 
@@ -281,6 +320,9 @@ def install() -> None:
     for name, value in os.environ.items():
         if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
             remember(value)
+        if "://" in value:  # DATABASE_URL, HTTPS_PROXY: a password inside a URL
+            for secret in env_url_secrets(value):
+                remember(secret)
         if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
             for entry in re.split(r"[,\n]", value):
                 for part in (entry.strip(), entry.partition(":")[2].strip()):

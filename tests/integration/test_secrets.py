@@ -1123,6 +1123,8 @@ ENV_SECRETS = {
     "GITHUB_TOKEN": "ghp_leakEnvToken0123456789abcdefABCDEF",
     "DB_PASSWORD": "leak-db-Password-77",
     "AWS_SECRET_ACCESS_KEY": "leakAwsSecret/0123456789+abcdefABCDEF",
+    # a credential inside a variable not named as one: the password of its URL
+    "DATABASE_URL": "postgresql://app:leak-DbUrl-Pass-5150@db:5432/prod",
 }
 
 ENV_TOOLS_AGENT = """
@@ -1138,7 +1140,7 @@ def read_config(name: str) -> str:
     Args:
         name: The setting.
     '''
-    return f"token={os.environ['GITHUB_TOKEN']}"
+    return f"token={os.environ['GITHUB_TOKEN']} db={os.environ['DATABASE_URL']}"
 
 
 @function_tool
@@ -1161,8 +1163,9 @@ async def test_credentials_in_the_processs_environment_never_show(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
     """The worker's environment holds credentials for its tools (GITHUB_TOKEN, DB_PASSWORD,
-    AWS_SECRET_ACCESS_KEY): a tool returning one, a tool's error quoting one, and a prompt
-    pasting one show `***` in history, the model's requests and the command's output."""
+    AWS_SECRET_ACCESS_KEY, the password in DATABASE_URL): a tool returning one, a tool's
+    error quoting one, and a prompt pasting one show `***` in history, the model's requests
+    and the command's output."""
     (tmp_path / "env_tools_agent.py").write_text(ENV_TOOLS_AGENT)
     script = [
         [CallTool("read_config", {"name": "gh"}), CallTool("connect", {"name": "db"})],
@@ -1182,14 +1185,14 @@ async def test_credentials_in_the_processs_environment_never_show(
     answers = {e["call_id"]: e for e in result["events"] if e["type"] == "tool_result"}
     assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
         "RuntimeError: login refused for password ***",
-        "token=***",
+        "token=*** db=postgresql://app:***@db:5432/prod",
     ]
     where = {
         "history": await _history_json(client, result["run_id"]),
         "output": out.stdout + out.stderr,
         "model requests": repr(requests),
     }
-    assert not _found(where, list(ENV_SECRETS.values()))
+    assert not _found(where, [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150"])
 
 
 async def test_content_recorded_unmasked_is_masked_of_known_keys_on_the_way_out(

@@ -475,6 +475,31 @@ def test_credential_variables_are_masked_unless_plain_words_or_paths(
     assert _redact.env_secret(value) is masked
 
 
+GIT_TOKEN = "ghp_R4nd0mT0kenVa1ue0123456789"
+HOOK_KEY = "aB3dE5fG7hJ9kL1mN3pQ5rS7"
+
+
+@pytest.mark.parametrize(
+    ("value", "secrets"),
+    [
+        ("postgresql://app:Pa55w0rd-db-7781@db:5432/prod", ["Pa55w0rd-db-7781"]),
+        ("postgresql://app:p%40ss-W0rd-9@db/prod", ["p%40ss-W0rd-9", "p@ss-W0rd-9"]),
+        ("http://bob:changeme@proxy:3128", []),  # a plain word: every text would garble
+        ("amqp://u:q1w2e3r4t5@mq-1,amqp://u:z9x8c7v6b5@mq-2", ["q1w2e3r4t5", "z9x8c7v6b5"]),
+        (f"https://{GIT_TOKEN}@github.com/o/r.git", [GIT_TOKEN]),
+        (f"https://hooks.example.com/services/T0A1/B0D4/{HOOK_KEY}", [HOOK_KEY]),
+        ("https://search.example/v1?api-key=srch-K3y-0a1b2c&v=2024-06-01", ["srch-K3y-0a1b2c"]),
+        ("https://otel.example:4318", []),
+        ("/var/lib/postgresql", []),
+    ],
+)
+def test_credentials_inside_a_variables_urls(value: str, secrets: list[str]) -> None:
+    """A variable of any name holding a URL (DATABASE_URL, HTTPS_PROXY, a webhook): its
+    password, a token as its username, its credential query values and key-shaped path
+    segments are credentials; its user name, host and plain query values are not."""
+    assert _redact.env_url_secrets(value) == secrets
+
+
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THs"
 
 
