@@ -35,6 +35,10 @@ from agentor_temporal.workflows.redaction import (
         ("at https://h/v1?api-key=S3CRETKEY&x=1.", ["S3CRETKEY"]),
         ("see http://tok@h/v1?a=b#frag)", ["tok@", "=b#"]),
         ("two: http://a:b1@h1/x and ftp://c:d2@h2/y?k=v", ["a:b1", "c:d2", "k=v"]),
+        # a path's query outside a URL, its name percent-encoded (a server decodes it: a
+        # wrong or stale token a client sent, in the access log's request line)
+        ('"GET /?%74oken=stale-T0ken-4455 HTTP/1.1" 401', ["stale-T0ken-4455"]),
+        ("no route POST /v1?%61pi-key=azkey-0a1b2c3d", ["azkey-0a1b2c3d"]),
     ],
 )
 def test_urls_lose_userinfo_and_query_values(text: str, leaked: list[str]) -> None:
