@@ -333,3 +333,32 @@ def install() -> None:
         logging.getLogger(name).addFilter(log_filter)
     for name in ARGS_LOGGERS:
         logging.getLogger(name).addFilter(_ArgsRedactingFilter())
+
+
+class _HandlerRedactingFilter(_ExceptionRedactingFilter):
+    """On a handler: redacts every record it prints, of any logger, its cached
+    traceback (another handler formatted it first) and stack too."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        super().filter(record)
+        for field in ("exc_text", "stack_info"):
+            text = getattr(record, field, None)
+            if text:
+                setattr(record, field, redact(text, secrets()))
+        return True
+
+
+def guard_handlers() -> None:
+    """Redact every record the root logger's handlers print (a command's own stderr).
+
+    The filters on `LOGGERS` see only those loggers' records; a process's
+    handler also prints the records of every other logger that propagates to it:
+    a tool's own logger's (a warning quoting its token),
+    asyncio's "Task exception was never retrieved" with the exception a tool's
+    background task failed with, a library's. The CLI and the worker call this
+    once they have set up logging, so each line they print is masked.
+    """
+    install()
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _HandlerRedactingFilter) for f in handler.filters):
+            handler.addFilter(_HandlerRedactingFilter(_Known()))

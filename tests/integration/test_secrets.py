@@ -1128,18 +1128,31 @@ ENV_SECRETS = {
 }
 
 ENV_TOOLS_AGENT = """
+import asyncio
+import gc
+import logging
 import os
 
 from agentor_temporal import Agentor, function_tool
 
 
+async def _notify() -> None:
+    raise RuntimeError(f"webhook refused token {os.environ['GITHUB_TOKEN']}")
+
+
 @function_tool
-def read_config(name: str) -> str:
+async def read_config(name: str) -> str:
     '''Read a setting.
 
     Args:
         name: The setting.
     '''
+    # the tool's own log line, and asyncio's of a background task it dropped
+    logging.getLogger("mytools").warning("using token %s", os.environ["GITHUB_TOKEN"])
+    dropped = asyncio.ensure_future(_notify())
+    await asyncio.sleep(0.05)
+    del dropped
+    gc.collect()  # "Task exception was never retrieved", now
     return f"token={os.environ['GITHUB_TOKEN']} db={os.environ['DATABASE_URL']}"
 
 
@@ -1165,7 +1178,8 @@ async def test_credentials_in_the_processs_environment_never_show(
     """The worker's environment holds credentials for its tools (GITHUB_TOKEN, DB_PASSWORD,
     AWS_SECRET_ACCESS_KEY, the password in DATABASE_URL): a tool returning one, a tool's
     error quoting one, and a prompt pasting one show `***` in history, the model's requests
-    and the command's output."""
+    and the command's output, where the log lines of any logger (the tool's own, asyncio's
+    of a task it dropped) are masked too."""
     (tmp_path / "env_tools_agent.py").write_text(ENV_TOOLS_AGENT)
     script = [
         [CallTool("read_config", {"name": "gh"}), CallTool("connect", {"name": "db"})],
@@ -1182,6 +1196,8 @@ async def test_credentials_in_the_processs_environment_never_show(
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == "completed", result
+    assert "WARNING mytools: using token ***" in out.stderr, out.stderr
+    assert "RuntimeError('webhook refused token ***')" in out.stderr, out.stderr
     answers = {e["call_id"]: e for e in result["events"] if e["type"] == "tool_result"}
     assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
         "RuntimeError: login refused for password ***",
