@@ -22,6 +22,7 @@ from typing import TypeVar, cast
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 from agentor_temporal.workflows.redaction import (
+    CREDENTIAL_NAME,
     MIN_SECRET_CHARS,
     RedactingFilter,
     looks_like_key,
@@ -202,6 +203,23 @@ def env_secret(value: str) -> bool:
 _ENV_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s,;'\"<>`]+")
 
 
+#: A `Name=value` setting inside a connection string (`AccountKey=...;`, ADO.NET's
+#: `Password=...;`, libpq's `password=... host=...`); a value's `=` only as base64 padding.
+_ENV_SETTING = re.compile(r"(?:^|[;&\s])([A-Za-z][A-Za-z0-9_.\-]*)\s*=\s*([^;&\s,='\"]+=*)")
+
+
+def env_value_secrets(value: str) -> list[str]:
+    """The credentials inside an environment variable's value, whatever its name: its URLs'
+    (`env_url_secrets`) and a connection string's settings whose names say credential
+    (`AZURE_STORAGE_CONNECTION_STRING=...;AccountKey=<key>;...`, `Password=`, `Pwd=`,
+    `SharedAccessKey=`, `sig=`), unless a plain word or a path (`env_secret`)."""
+    found = env_url_secrets(value)
+    for name, item in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
+        if (CREDENTIAL_NAME.search(name) or name.lower() == "pwd") and env_secret(item):
+            found.append(item)
+    return list(dict.fromkeys(found))
+
+
 def env_url_secrets(value: str) -> list[str]:
     """The credentials the URLs in an environment variable's value carry, whatever its name.
 
@@ -320,8 +338,8 @@ def install() -> None:
     for name, value in os.environ.items():
         if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
             remember(value)
-        if "://" in value:  # DATABASE_URL, HTTPS_PROXY: a password inside a URL
-            for secret in env_url_secrets(value):
+        if "=" in value or "://" in value:  # DATABASE_URL's password, a connection string's
+            for secret in env_value_secrets(value):
                 remember(secret)
         if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
             for entry in re.split(r"[,\n]", value):

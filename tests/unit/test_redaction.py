@@ -504,6 +504,39 @@ def test_credentials_inside_a_variables_urls(value: str, secrets: list[str]) -> 
     assert _redact.env_url_secrets(value) == secrets
 
 
+AZURE_KEY = "bGVha0FjY291bnRLZXktMDEyMzQ1Njc4OQ=="
+
+
+@pytest.mark.parametrize(
+    ("value", "secrets"),
+    [
+        (
+            "DefaultEndpointsProtocol=https;AccountName=leakacct;"
+            f"AccountKey={AZURE_KEY};EndpointSuffix=core.windows.net",
+            [AZURE_KEY],
+        ),
+        ("Server=db;Database=prod;User Id=sa;Password=Sql-Pa55-0042;", ["Sql-Pa55-0042"]),
+        ("Driver={ODBC};Uid=sa;Pwd=Odbc-Pa55-0043", ["Odbc-Pa55-0043"]),
+        ("host=db user=app password=Pg-Pa55-0044 dbname=prod", ["Pg-Pa55-0044"]),
+        (
+            "Endpoint=sb://bus/;SharedAccessKeyName=root;SharedAccessKey=Sb-K3y-0045=",
+            ["Sb-K3y-0045="],
+        ),
+        (
+            "BlobEndpoint=https://a.blob/;SharedAccessSignature=sv=2021-06-08&sig=S1g-0046%3D",
+            ["S1g-0046%3D"],
+        ),
+        ("rs=0:di=01;34:ln=01;36", []),  # LS_COLORS
+        ("service.name=api,deployment.environment=prod", []),
+        ("-Djavax.net.ssl.trustStorePassword=changeit", []),  # a plain word
+    ],
+)
+def test_credentials_inside_a_variables_connection_string(value: str, secrets: list[str]) -> None:
+    """A connection string in a variable of any name (AZURE_STORAGE_CONNECTION_STRING, an
+    ADO.NET or libpq one): the values of settings whose names say credential."""
+    assert _redact.env_value_secrets(value) == secrets
+
+
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THs"
 
 
