@@ -169,9 +169,14 @@ class _ExceptionRedactingFilter(RedactingFilter):
 #: Environment variable names whose values are credentials: the last word of the name
 #: says so (`GITHUB_TOKEN`, `ANTHROPIC_API_KEY`, `DB_PASSWORD`, `AWS_SECRET_ACCESS_KEY`,
 #: `AGENTOR_ENCRYPTION_KEYS`).
-#: Not a word inside the name (`SSH_AUTH_SOCK`, `PASSWORD_STORE_DIR` are paths).
+#: Not a word inside the name (`SSH_AUTH_SOCK`, `PASSWORD_STORE_DIR` are paths). The
+#: last word may be glued to the one before when it cannot end another word
+#: (`SYSTEM_ACCESSTOKEN`, `NGROK_AUTHTOKEN`, `MINIO_SECRETKEY`; not `HOTKEY`, `BYPASS`);
+#: a personal access token (`AZURE_DEVOPS_EXT_PAT`), an auth or authorization value
+#: (`NPM_CONFIG__AUTH`, `TEMPORAL_GRPC_META_AUTHORIZATION`) and a cookie are too.
 _ENV_CREDENTIAL = re.compile(
-    r"(?:^|_)(?:KEYS?|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PASSPHRASE|CREDENTIALS?)$",
+    r"(?:(?:^|_)(?:KEYS?|APIKEY|PASS|CREDENTIALS?|PAT|AUTH|AUTHORIZATION|COOKIE)"
+    r"|(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|SECRETKEY|PRIVATEKEY))$",
     re.I,
 )
 
