@@ -56,6 +56,7 @@ from agentor_temporal.workflows.redaction import (
     CREDENTIAL_NAME,
     MASK,
     address_secrets,
+    header_secrets,
     redact,
     redact_address,
 )
@@ -260,6 +261,10 @@ async def connect(
     address = str(config["target_host"])
     # credentials of the connection: masked in every message and log line of this process
     connection_secrets = [*address_secrets(address), config.get("api_key")]
+    # and the gRPC metadata a profile sends with every call (`grpc_meta`: an
+    # authorization header, a gateway's key), as a model endpoint's headers are
+    for name, value in (config.get("rpc_metadata") or {}).items():
+        connection_secrets += header_secrets(str(name), value)
     for secret in connection_secrets:
         _redact.remember(secret)
     if runtime is not None:

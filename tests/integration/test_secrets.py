@@ -676,6 +676,30 @@ async def test_a_malformed_config_file_never_shows_its_key(
     assert secret not in str(failed.value)
 
 
+async def test_a_profiles_grpc_metadata_is_a_secret_of_the_process(
+    tmp_path: Path, temporal_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Temporal profile's `grpc_meta` (a gateway's key, an authorization header) is sent
+    with every call: once connected, the process masks it as it masks the profile's
+    `api_key` (a proxy refusing a call may quote what it was sent)."""
+    from agentor_temporal.activities import _redact
+    from agentor_temporal.connection import connect
+
+    gateway, token = f"gw-{uuid.uuid4().hex[:12]}", f"tok{uuid.uuid4().hex[:12]}"
+    config = tmp_path / "temporal.toml"
+    config.write_text(
+        f'[profile.default]\naddress = "{temporal_address}"\n[profile.default.grpc_meta]\n'
+        f'x-gateway-key = "{gateway}"\nauthorization = "Token {token}"\n'
+    )
+    for name in [k for k in os.environ if k.startswith("TEMPORAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    connected = await connect(None)
+    assert connected.service_client.config.rpc_metadata["x-gateway-key"] == gateway
+    said = _redact.clean(f"refused: x-gateway-key {gateway}, authorization {token}")
+    assert said == "refused: x-gateway-key ***, authorization ***", said
+
+
 def _cli_list(cwd: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     """`agentor-temporal list` in a process whose Temporal settings are only `settings`."""
     return _cli(cwd, None, "list", **settings)
