@@ -681,7 +681,8 @@ async def test_a_profiles_grpc_metadata_is_a_secret_of_the_process(
 ) -> None:
     """A Temporal profile's `grpc_meta` (a gateway's key, an authorization header) is sent
     with every call: once connected, the process masks it as it masks the profile's
-    `api_key` (a proxy refusing a call may quote what it was sent)."""
+    `api_key` (a proxy refusing a call may quote what it was sent); so are the API key and
+    metadata of a `Client` a caller connected and hands over."""
     from agentor_temporal.activities import _redact
     from agentor_temporal.connection import connect
 
@@ -698,6 +699,14 @@ async def test_a_profiles_grpc_metadata_is_a_secret_of_the_process(
     assert connected.service_client.config.rpc_metadata["x-gateway-key"] == gateway
     said = _redact.clean(f"refused: x-gateway-key {gateway}, authorization {token}")
     assert said == "refused: x-gateway-key ***, authorization ***", said
+    # a Client the caller connected itself, given as `temporal=`: its key and metadata
+    key, header = f"key-{uuid.uuid4().hex[:12]}", f"hdr-{uuid.uuid4().hex[:12]}"
+    own = await Client.connect(
+        temporal_address, api_key=key, tls=False, rpc_metadata={"x-gateway-key": header}
+    )
+    assert await connect(own) is own
+    said = _redact.clean(f"refused: key {key}, x-gateway-key {header}")
+    assert said == "refused: key ***, x-gateway-key ***", said
 
 
 def _cli_list(cwd: Path, **settings: str) -> subprocess.CompletedProcess[str]:
