@@ -213,12 +213,21 @@ _ENV_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s,;'\"<>`]+")
 _ENV_SETTING = re.compile(r"(?:^|[;&\s])([A-Za-z][A-Za-z0-9_.\-]*)\s*=\s*([^;&\s,='\"]+=*)")
 
 
+#: A PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), its lines apart or joined by `\\n`.
+_PEM_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(.*?)-----END", re.S)
+#: Shortest line of a PEM body masked (a short last line could be any text).
+_PEM_LINE = 16
+
+
 def env_value_secrets(value: str) -> list[str]:
     """The credentials inside an environment variable's value, whatever its name: its URLs'
-    (`env_url_secrets`) and a connection string's settings whose names say credential
+    (`env_url_secrets`), a connection string's settings whose names say credential
     (`AZURE_STORAGE_CONNECTION_STRING=...;AccountKey=<key>;...`, `Password=`, `Pwd=`,
-    `SharedAccessKey=`, `sig=`), unless a plain word or a path (`env_secret`)."""
+    `SharedAccessKey=`, `sig=`), unless a plain word or a path (`env_secret`), and each
+    line of a PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`)."""
     found = env_url_secrets(value)
+    for body in _PEM_KEY.findall(value):
+        found += [line for line in re.split(r"\s+|\\n", body) if len(line) >= _PEM_LINE]
     for name, item in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
         if (CREDENTIAL_NAME.search(name) or name.lower() == "pwd") and env_secret(item):
             found.append(item)
@@ -343,7 +352,7 @@ def install() -> None:
     for name, value in os.environ.items():
         if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
             remember(value)
-        if "=" in value or "://" in value:  # DATABASE_URL's password, a connection string's
+        if "=" in value or "://" in value or "PRIVATE KEY" in value:  # DATABASE_URL's password
             for secret in env_value_secrets(value):
                 remember(secret)
         if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries

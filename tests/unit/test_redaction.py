@@ -516,6 +516,7 @@ def test_credentials_inside_a_variables_urls(value: str, secrets: list[str]) -> 
 
 
 AZURE_KEY = "bGVha0FjY291bnRLZXktMDEyMzQ1Njc4OQ=="
+PEM = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7leak", "AoIBAQC7VJTUt9Us8cKj"]
 
 
 @pytest.mark.parametrize(
@@ -540,6 +541,10 @@ AZURE_KEY = "bGVha0FjY291bnRLZXktMDEyMzQ1Njc4OQ=="
         ("rs=0:di=01;34:ln=01;36", []),  # LS_COLORS
         ("service.name=api,deployment.environment=prod", []),
         ("-Djavax.net.ssl.trustStorePassword=changeit", []),  # a plain word
+        # TEMPORAL_TLS_CLIENT_KEY_DATA: each line of the key, as written or joined by \\n
+        (f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n{PEM[1]}\n-----END PRIVATE KEY-----", PEM),
+        (f"-----BEGIN EC PRIVATE KEY-----\\n{PEM[0]}\\n-----END EC PRIVATE KEY-----", PEM[:1]),
+        ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUO0\n-----END CERTIFICATE-----", []),
     ],
 )
 def test_credentials_inside_a_variables_connection_string(value: str, secrets: list[str]) -> None:
