@@ -19,11 +19,15 @@ import re
 import threading
 from collections.abc import Iterator
 from typing import TypeVar, cast
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from agentor_temporal.workflows.redaction import (
+    CREDENTIAL_NAME,
     MIN_SECRET_CHARS,
     RedactingFilter,
+    looks_like_key,
     mask_secret,
+    query_credential,
     redact,
     secret_forms,
 )
@@ -165,9 +169,14 @@ class _ExceptionRedactingFilter(RedactingFilter):
 #: Environment variable names whose values are credentials: the last word of the name
 #: says so (`GITHUB_TOKEN`, `ANTHROPIC_API_KEY`, `DB_PASSWORD`, `AWS_SECRET_ACCESS_KEY`,
 #: `AGENTOR_ENCRYPTION_KEYS`).
-#: Not a word inside the name (`SSH_AUTH_SOCK`, `PASSWORD_STORE_DIR` are paths).
+#: Not a word inside the name (`SSH_AUTH_SOCK`, `PASSWORD_STORE_DIR` are paths). The
+#: last word may be glued to the one before when it cannot end another word
+#: (`SYSTEM_ACCESSTOKEN`, `NGROK_AUTHTOKEN`, `MINIO_SECRETKEY`; not `HOTKEY`, `BYPASS`);
+#: a personal access token (`AZURE_DEVOPS_EXT_PAT`), an auth or authorization value
+#: (`NPM_CONFIG__AUTH`, `TEMPORAL_GRPC_META_AUTHORIZATION`) and a cookie are too.
 _ENV_CREDENTIAL = re.compile(
-    r"(?:^|_)(?:KEYS?|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PASSPHRASE|CREDENTIALS?)$",
+    r"(?:(?:^|_)(?:KEYS?|APIKEY|PASS|CREDENTIALS?|PAT|AUTH|AUTHORIZATION|COOKIE)"
+    r"|(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|SECRETKEY|PRIVATEKEY))$",
     re.I,
 )
 
@@ -193,6 +202,68 @@ def env_secret(value: str) -> bool:
     if len(value) < MIN_SECRET_CHARS or value[0] in "/~.":
         return False
     return not (len(value) < 16 and value.isalpha())
+
+
+#: A URL inside an environment variable's value (`DATABASE_URL`, a list of broker URLs).
+_ENV_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s,;'\"<>`]+")
+
+
+#: A `Name=value` setting inside a connection string (`AccountKey=...;`, ADO.NET's
+#: `Password=...;`, libpq's `password=... host=...`); a value's `=` only as base64 padding.
+_ENV_SETTING = re.compile(r"(?:^|[;&\s])([A-Za-z][A-Za-z0-9_.\-]*)\s*=\s*([^;&\s,='\"]+=*)")
+
+
+#: A PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), its lines apart or joined by `\\n`.
+_PEM_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(.*?)-----END", re.S)
+#: Shortest line of a PEM body masked (a short last line could be any text).
+_PEM_LINE = 16
+
+
+def env_value_secrets(value: str) -> list[str]:
+    """The credentials inside an environment variable's value, whatever its name: its URLs'
+    (`env_url_secrets`), a connection string's settings whose names say credential
+    (`AZURE_STORAGE_CONNECTION_STRING=...;AccountKey=<key>;...`, `Password=`, `Pwd=`,
+    `SharedAccessKey=`, `sig=`), unless a plain word or a path (`env_secret`), and each
+    line of a PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`)."""
+    found = env_url_secrets(value)
+    for body in _PEM_KEY.findall(value):
+        found += [line for line in re.split(r"\s+|\\n", body) if len(line) >= _PEM_LINE]
+    for name, item in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
+        if (CREDENTIAL_NAME.search(name) or name.lower() == "pwd") and env_secret(item):
+            found.append(item)
+    return list(dict.fromkeys(found))
+
+
+def env_url_secrets(value: str) -> list[str]:
+    """The credentials the URLs in an environment variable's value carry, whatever its name.
+
+    `DATABASE_URL=postgresql://app:<password>@db/prod`, `HTTPS_PROXY=http://u:<password>@proxy`,
+    `CELERY_BROKER_URL`, a webhook's key in its path, `?api-key=` in its query: the
+    password (unless a plain word, as `env_secret`), a username shaped like a token or a
+    long one alone (`https://<token>@github.com/...`; not `app` or `postgres`), credential
+    query values and path segments shaped like a key. A tool reading its connection
+    string and returning it recorded the password as it was: only error text masked a
+    URL's userinfo by its shape.
+    """
+    found: list[str] = []
+    for url in _ENV_URL.findall(value):
+        try:
+            parts = urlsplit(url)
+            password, username = parts.password, parts.username
+        except ValueError:
+            continue
+        if password:
+            found += [password, unquote(password)]
+        # a token given as the username alone (`https://<token>@github.com/...`)
+        long_alone = not password and len(username or "") >= 20
+        if username and (looks_like_key(unquote(username)) or long_alone):
+            found += [username, unquote(username)]
+        for pair in parts.query.split("&"):
+            name, equals, item = pair.partition("=")
+            if equals and query_credential(unquote_plus(name), unquote_plus(item)):
+                found += [item, unquote_plus(item)]
+        found += [seg for seg in parts.path.split("/") if looks_like_key(unquote(seg))]
+    return [s for s in dict.fromkeys(found) if env_secret(s)]
 
 
 def remember(secret: str | None) -> None:
@@ -281,6 +352,9 @@ def install() -> None:
     for name, value in os.environ.items():
         if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
             remember(value)
+        if "=" in value or "://" in value or "PRIVATE KEY" in value:  # DATABASE_URL's password
+            for secret in env_value_secrets(value):
+                remember(secret)
         if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
             for entry in re.split(r"[,\n]", value):
                 for part in (entry.strip(), entry.partition(":")[2].strip()):
@@ -291,3 +365,32 @@ def install() -> None:
         logging.getLogger(name).addFilter(log_filter)
     for name in ARGS_LOGGERS:
         logging.getLogger(name).addFilter(_ArgsRedactingFilter())
+
+
+class _HandlerRedactingFilter(_ExceptionRedactingFilter):
+    """On a handler: redacts every record it prints, of any logger, its cached
+    traceback (another handler formatted it first) and stack too."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        super().filter(record)
+        for field in ("exc_text", "stack_info"):
+            text = getattr(record, field, None)
+            if text:
+                setattr(record, field, redact(text, secrets()))
+        return True
+
+
+def guard_handlers() -> None:
+    """Redact every record the root logger's handlers print (a command's own stderr).
+
+    The filters on `LOGGERS` see only those loggers' records; a process's
+    handler also prints the records of every other logger that propagates to it:
+    a tool's own logger's (a warning quoting its token),
+    asyncio's "Task exception was never retrieved" with the exception a tool's
+    background task failed with, a library's. The CLI and the worker call this
+    once they have set up logging, so each line they print is masked.
+    """
+    install()
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _HandlerRedactingFilter) for f in handler.filters):
+            handler.addFilter(_HandlerRedactingFilter(_Known()))

@@ -256,6 +256,10 @@ def execute(argv: Sequence[str] | None = None) -> int:
         # an embedded worker's SDK logs carry tracebacks of failures the
         # progress lines already tell; `worker` keeps them for operators
         logging.getLogger("temporalio").setLevel(logging.ERROR)
+    # every line printed masked, of any logger (a tool's own, asyncio's)
+    from agentor_temporal.activities import _redact
+
+    _redact.guard_handlers()
     try:
         return handler(args)
     except CliError as exc:

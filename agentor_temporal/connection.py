@@ -56,6 +56,7 @@ from agentor_temporal.workflows.redaction import (
     CREDENTIAL_NAME,
     MASK,
     address_secrets,
+    header_secrets,
     redact,
     redact_address,
 )
@@ -209,6 +210,19 @@ def with_encryption(client: Client, keys: EncryptionKeys | None) -> Client:
     return Client(**config)
 
 
+def _remember_connection(address: str, api_key: str | None, metadata: dict[str, Any]) -> list[str]:
+    """Mask a connection's credentials in every message and log line of this process: the
+    address's `user:password@`, the API key, and the gRPC metadata sent with every call
+    (a profile's `grpc_meta`, a `Client`'s `rpc_metadata`: an authorization header, a
+    gateway's key), as a model endpoint's headers are; returns them."""
+    secrets = [*address_secrets(address), api_key]
+    for name, value in metadata.items():
+        secrets += header_secrets(str(name), value)
+    for secret in secrets:
+        _redact.remember(secret)
+    return [s for s in secrets if s]
+
+
 async def connect(
     target: str | Client | None = None,
     *,
@@ -237,6 +251,11 @@ async def connect(
     """
     keys = resolve_keys(encryption_keys)
     if isinstance(target, Client):
+        # a client the caller connected: its credentials are secrets here too
+        settings = target.service_client.config
+        _remember_connection(
+            settings.target_host, settings.api_key, dict(settings.rpc_metadata or {})
+        )
         return target if keys is None else with_encryption(target, keys)
     config: dict[str, Any]
     embedded = False
@@ -258,10 +277,9 @@ async def connect(
         if start_dev and not port_open(DEV_HOST, DEV_PORT):
             await asyncio.to_thread(start_dev_server)
     address = str(config["target_host"])
-    # credentials of the connection: masked in every message and log line of this process
-    connection_secrets = [*address_secrets(address), config.get("api_key")]
-    for secret in connection_secrets:
-        _redact.remember(secret)
+    connection_secrets = _remember_connection(
+        address, config.get("api_key"), config.get("rpc_metadata") or {}
+    )
     if runtime is not None:
         config["runtime"] = runtime
     else:

@@ -409,6 +409,8 @@ def run(args: argparse.Namespace) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # every line printed masked, of any logger (a tool's own, asyncio's)
+    _redact.guard_handlers()
     from agentor_temporal.connection import ConnectionFailed
 
     try:

@@ -32,8 +32,9 @@ MIN_SECRET_CHARS = 6
 
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
 #: A query parameter outside a full URL ("no route POST /v1/?api-key=..."):
-#: servers echo paths, and paths carry the query.
-_QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.\-\[\]]+=)([^&\s#'\"<>]+)")
+#: servers echo paths, and paths carry the query. Its name may be percent-encoded
+#: (`?%74oken=`), as a server decodes it.
+_QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.%\-\[\]]+=)([^&\s#'\"<>]+)")
 #: Punctuation that ends a sentence rather than the URL it follows.
 _TRAILING = ".,;:!?)]}"
 #: Header, query and body field names whose values are credentials.

@@ -676,6 +676,39 @@ async def test_a_malformed_config_file_never_shows_its_key(
     assert secret not in str(failed.value)
 
 
+async def test_a_profiles_grpc_metadata_is_a_secret_of_the_process(
+    tmp_path: Path, temporal_address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Temporal profile's `grpc_meta` (a gateway's key, an authorization header) is sent
+    with every call: once connected, the process masks it as it masks the profile's
+    `api_key` (a proxy refusing a call may quote what it was sent); so are the API key and
+    metadata of a `Client` a caller connected and hands over."""
+    from agentor_temporal.activities import _redact
+    from agentor_temporal.connection import connect
+
+    gateway, token = f"gw-{uuid.uuid4().hex[:12]}", f"tok{uuid.uuid4().hex[:12]}"
+    config = tmp_path / "temporal.toml"
+    config.write_text(
+        f'[profile.default]\naddress = "{temporal_address}"\n[profile.default.grpc_meta]\n'
+        f'x-gateway-key = "{gateway}"\nauthorization = "Token {token}"\n'
+    )
+    for name in [k for k in os.environ if k.startswith("TEMPORAL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(config))
+    connected = await connect(None)
+    assert connected.service_client.config.rpc_metadata["x-gateway-key"] == gateway
+    said = _redact.clean(f"refused: x-gateway-key {gateway}, authorization {token}")
+    assert said == "refused: x-gateway-key ***, authorization ***", said
+    # a Client the caller connected itself, given as `temporal=`: its key and metadata
+    key, header = f"key-{uuid.uuid4().hex[:12]}", f"hdr-{uuid.uuid4().hex[:12]}"
+    own = await Client.connect(
+        temporal_address, api_key=key, tls=False, rpc_metadata={"x-gateway-key": header}
+    )
+    assert await connect(own) is own
+    said = _redact.clean(f"refused: key {key}, x-gateway-key {header}")
+    assert said == "refused: key ***, x-gateway-key ***", said
+
+
 def _cli_list(cwd: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     """`agentor-temporal list` in a process whose Temporal settings are only `settings`."""
     return _cli(cwd, None, "list", **settings)
@@ -1123,22 +1156,37 @@ ENV_SECRETS = {
     "GITHUB_TOKEN": "ghp_leakEnvToken0123456789abcdefABCDEF",
     "DB_PASSWORD": "leak-db-Password-77",
     "AWS_SECRET_ACCESS_KEY": "leakAwsSecret/0123456789+abcdefABCDEF",
+    # a credential inside a variable not named as one: the password of its URL
+    "DATABASE_URL": "postgresql://app:leak-DbUrl-Pass-5150@db:5432/prod",
 }
 
 ENV_TOOLS_AGENT = """
+import asyncio
+import gc
+import logging
 import os
 
 from agentor_temporal import Agentor, function_tool
 
 
+async def _notify() -> None:
+    raise RuntimeError(f"webhook refused token {os.environ['GITHUB_TOKEN']}")
+
+
 @function_tool
-def read_config(name: str) -> str:
+async def read_config(name: str) -> str:
     '''Read a setting.
 
     Args:
         name: The setting.
     '''
-    return f"token={os.environ['GITHUB_TOKEN']}"
+    # the tool's own log line, and asyncio's of a background task it dropped
+    logging.getLogger("mytools").warning("using token %s", os.environ["GITHUB_TOKEN"])
+    dropped = asyncio.ensure_future(_notify())
+    await asyncio.sleep(0.05)
+    del dropped
+    gc.collect()  # "Task exception was never retrieved", now
+    return f"token={os.environ['GITHUB_TOKEN']} db={os.environ['DATABASE_URL']}"
 
 
 @function_tool
@@ -1161,8 +1209,10 @@ async def test_credentials_in_the_processs_environment_never_show(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
     """The worker's environment holds credentials for its tools (GITHUB_TOKEN, DB_PASSWORD,
-    AWS_SECRET_ACCESS_KEY): a tool returning one, a tool's error quoting one, and a prompt
-    pasting one show `***` in history, the model's requests and the command's output."""
+    AWS_SECRET_ACCESS_KEY, the password in DATABASE_URL): a tool returning one, a tool's
+    error quoting one, and a prompt pasting one show `***` in history, the model's requests
+    and the command's output, where the log lines of any logger (the tool's own, asyncio's
+    of a task it dropped) are masked too."""
     (tmp_path / "env_tools_agent.py").write_text(ENV_TOOLS_AGENT)
     script = [
         [CallTool("read_config", {"name": "gh"}), CallTool("connect", {"name": "db"})],
@@ -1179,17 +1229,19 @@ async def test_credentials_in_the_processs_environment_never_show(
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == "completed", result
+    assert "WARNING mytools: using token ***" in out.stderr, out.stderr
+    assert "RuntimeError('webhook refused token ***')" in out.stderr, out.stderr
     answers = {e["call_id"]: e for e in result["events"] if e["type"] == "tool_result"}
     assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
         "RuntimeError: login refused for password ***",
-        "token=***",
+        "token=*** db=postgresql://app:***@db:5432/prod",
     ]
     where = {
         "history": await _history_json(client, result["run_id"]),
         "output": out.stdout + out.stderr,
         "model requests": repr(requests),
     }
-    assert not _found(where, list(ENV_SECRETS.values()))
+    assert not _found(where, [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150"])
 
 
 async def test_content_recorded_unmasked_is_masked_of_known_keys_on_the_way_out(

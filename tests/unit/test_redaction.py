@@ -35,6 +35,10 @@ from agentor_temporal.workflows.redaction import (
         ("at https://h/v1?api-key=S3CRETKEY&x=1.", ["S3CRETKEY"]),
         ("see http://tok@h/v1?a=b#frag)", ["tok@", "=b#"]),
         ("two: http://a:b1@h1/x and ftp://c:d2@h2/y?k=v", ["a:b1", "c:d2", "k=v"]),
+        # a path's query outside a URL, its name percent-encoded (a server decodes it: a
+        # wrong or stale token a client sent, in the access log's request line)
+        ('"GET /?%74oken=stale-T0ken-4455 HTTP/1.1" 401', ["stale-T0ken-4455"]),
+        ("no route POST /v1?%61pi-key=azkey-0a1b2c3d", ["azkey-0a1b2c3d"]),
     ],
 )
 def test_urls_lose_userinfo_and_query_values(text: str, leaked: list[str]) -> None:
@@ -444,7 +448,18 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
         ("AWS_SECRET_ACCESS_KEY", True),
         ("DB_PASSWORD", True),
         ("AGENTOR_ENCRYPTION_KEYS", True),
+        ("SYSTEM_ACCESSTOKEN", True),  # Azure Pipelines' job token
+        ("NGROK_AUTHTOKEN", True),
+        ("MINIO_SECRETKEY", True),
+        ("AZURE_DEVOPS_EXT_PAT", True),
+        ("NPM_CONFIG__AUTH", True),
+        ("TEMPORAL_GRPC_META_AUTHORIZATION", True),
+        ("SESSION_COOKIE", True),
         ("SSH_AUTH_SOCK", False),
+        ("LD_LIBRARY_PATH", False),
+        ("HOTKEY", False),
+        ("PROXY_BYPASS", False),
+        ("SUDO_ASKPASS", False),
         ("PASSWORD_STORE_DIR", False),
         ("KEYTIMEOUT", False),
         ("PWD", False),
@@ -473,6 +488,69 @@ def test_credential_variables_are_masked_unless_plain_words_or_paths(
 ) -> None:
     """A short plain word or a path in a credential variable would garble every text it is in."""
     assert _redact.env_secret(value) is masked
+
+
+GIT_TOKEN = "ghp_R4nd0mT0kenVa1ue0123456789"
+HOOK_KEY = "aB3dE5fG7hJ9kL1mN3pQ5rS7"
+
+
+@pytest.mark.parametrize(
+    ("value", "secrets"),
+    [
+        ("postgresql://app:Pa55w0rd-db-7781@db:5432/prod", ["Pa55w0rd-db-7781"]),
+        ("postgresql://app:p%40ss-W0rd-9@db/prod", ["p%40ss-W0rd-9", "p@ss-W0rd-9"]),
+        ("http://bob:changeme@proxy:3128", []),  # a plain word: every text would garble
+        ("amqp://u:q1w2e3r4t5@mq-1,amqp://u:z9x8c7v6b5@mq-2", ["q1w2e3r4t5", "z9x8c7v6b5"]),
+        (f"https://{GIT_TOKEN}@github.com/o/r.git", [GIT_TOKEN]),
+        (f"https://hooks.example.com/services/T0A1/B0D4/{HOOK_KEY}", [HOOK_KEY]),
+        ("https://search.example/v1?api-key=srch-K3y-0a1b2c&v=2024-06-01", ["srch-K3y-0a1b2c"]),
+        ("https://otel.example:4318", []),
+        ("/var/lib/postgresql", []),
+    ],
+)
+def test_credentials_inside_a_variables_urls(value: str, secrets: list[str]) -> None:
+    """A variable of any name holding a URL (DATABASE_URL, HTTPS_PROXY, a webhook): its
+    password, a token as its username, its credential query values and key-shaped path
+    segments are credentials; its user name, host and plain query values are not."""
+    assert _redact.env_url_secrets(value) == secrets
+
+
+AZURE_KEY = "bGVha0FjY291bnRLZXktMDEyMzQ1Njc4OQ=="
+PEM = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7leak", "AoIBAQC7VJTUt9Us8cKj"]
+
+
+@pytest.mark.parametrize(
+    ("value", "secrets"),
+    [
+        (
+            "DefaultEndpointsProtocol=https;AccountName=leakacct;"
+            f"AccountKey={AZURE_KEY};EndpointSuffix=core.windows.net",
+            [AZURE_KEY],
+        ),
+        ("Server=db;Database=prod;User Id=sa;Password=Sql-Pa55-0042;", ["Sql-Pa55-0042"]),
+        ("Driver={ODBC};Uid=sa;Pwd=Odbc-Pa55-0043", ["Odbc-Pa55-0043"]),
+        ("host=db user=app password=Pg-Pa55-0044 dbname=prod", ["Pg-Pa55-0044"]),
+        (
+            "Endpoint=sb://bus/;SharedAccessKeyName=root;SharedAccessKey=Sb-K3y-0045=",
+            ["Sb-K3y-0045="],
+        ),
+        (
+            "BlobEndpoint=https://a.blob/;SharedAccessSignature=sv=2021-06-08&sig=S1g-0046%3D",
+            ["S1g-0046%3D"],
+        ),
+        ("rs=0:di=01;34:ln=01;36", []),  # LS_COLORS
+        ("service.name=api,deployment.environment=prod", []),
+        ("-Djavax.net.ssl.trustStorePassword=changeit", []),  # a plain word
+        # TEMPORAL_TLS_CLIENT_KEY_DATA: each line of the key, as written or joined by \\n
+        (f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n{PEM[1]}\n-----END PRIVATE KEY-----", PEM),
+        (f"-----BEGIN EC PRIVATE KEY-----\\n{PEM[0]}\\n-----END EC PRIVATE KEY-----", PEM[:1]),
+        ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUO0\n-----END CERTIFICATE-----", []),
+    ],
+)
+def test_credentials_inside_a_variables_connection_string(value: str, secrets: list[str]) -> None:
+    """A connection string in a variable of any name (AZURE_STORAGE_CONNECTION_STRING, an
+    ADO.NET or libpq one): the values of settings whose names say credential."""
+    assert _redact.env_value_secrets(value) == secrets
 
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THs"
