@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,36 @@ def test_count_notices_writes_by_another_process(tmp_path: Path) -> None:
     assert store.count("r") == 2
     os.truncate(tmp_path / "r.jsonl", 0)
     assert store.count("r") == 0
+
+
+def test_a_long_runs_log_is_counted_cut_and_retracted_a_line_at_a_time(tmp_path: Path) -> None:
+    """A fresh store (a worker started again) counts a log, cuts its torn tail and retracts
+    its end holding about one line at a time.
+
+    A generation's line holds its whole request, so a long run's log grows
+    with the square of its turns; the store read the whole file and parsed
+    every event to count it (a 265 MB log of 500 turns took 890 MB, at every
+    worker's first step of the run), and read it whole to cut or retract.
+    """
+    line = 1_000_000
+    FileStore(tmp_path).append_from(
+        "r", 0, [Event(type="tool_result", turn=n, result="x" * line) for n in range(16)]
+    )
+    with open(tmp_path / "r.jsonl", "ab") as f:
+        f.write(b'{"type": "tool_res')  # a worker killed mid-write
+    store = FileStore(tmp_path)
+    tracemalloc.start()
+    try:
+        assert store.count("r") == 16
+        assert store.append_from("r", 16, [Event(type="run_end", status="completed")]) == 17
+        assert store.retract("r", 8) is not None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * line, f"{peak:,} bytes held for a log of {16 * line:,}"
+    assert [e.turn for e in store.load("r")] == list(range(8))
+    side = next(tmp_path.glob("r.jsonl.unconfirmed-*"))
+    assert side.read_bytes().count(b"\n") == 9 and side.read_bytes().endswith(b'completed"}\n')
 
 
 def test_count_notices_an_edit_that_keeps_the_size(tmp_path: Path) -> None:
