@@ -313,9 +313,9 @@ class FileStore:
         Raises:
             UnsafeLogFile: when the run's file is a link or not a regular file.
         """
-        return list(self._read(run_id))
+        return list(self.iterate(run_id))
 
-    def _read(self, run_id: str) -> Iterator[Event]:
+    def iterate(self, run_id: str) -> Iterator[Event]:
         """`load`'s events one at a time, read line by line.
 
         Never the whole file at once: a generation's line holds its whole
@@ -346,7 +346,7 @@ class FileStore:
 
     def _read_count(self, run_id: str) -> int:
         """How many events `load` reads, holding one at a time."""
-        return sum(1 for _ in self._read(run_id))
+        return sum(1 for _ in self.iterate(run_id))
 
     def count(self, run_id: str) -> int:
         """How many events `load(run_id)` would return, cheaply when unchanged."""
