@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 
 from agentor_temporal.store.base import Store
 from agentor_temporal.store.encoding import encodable
@@ -71,13 +72,6 @@ def _same(a: Event, b: Event) -> bool:
     return bool(encodable(a.to_dict()) == encodable(b.to_dict()))
 
 
-def matches(stored: list[Event], expected: list[Event]) -> bool:
-    """Whether `stored` is `expected` or a prefix of it, event for event."""
-    return len(stored) <= len(expected) and all(
-        _same(a, b) for a, b in zip(stored, expected, strict=False)
-    )
-
-
 def reconcile(
     store: Store,
     run_id: str,
@@ -109,13 +103,12 @@ def reconcile(
         it cannot be trusted and the store cannot set it aside (then nothing
         more is written to it, and an error says so).
     """
-    stored = store.load(run_id)
-    if matches(stored, expected):
+    length, first, where = _compared(store, run_id, expected)
+    if first is None:
         vouch = getattr(store, "vouch", None)
         if callable(vouch):
             vouch(run_id)
-        return len(stored)
-    first = _first_difference_at(stored, expected)
+        return length
     retract = getattr(store, "retract", None)
     if confirmed is not None and first >= confirmed and callable(retract):
         with lock or contextlib.nullcontext():
@@ -129,7 +122,6 @@ def reconcile(
             moved,
         )
         return first
-    where = _first_difference(stored, expected)
     set_aside = getattr(store, "set_aside", None)
     if not callable(set_aside):
         logger.error(
@@ -155,18 +147,28 @@ def reconcile(
     return written
 
 
-def _first_difference_at(stored: list[Event], expected: list[Event]) -> int:
-    """The first position where the copy differs from the record."""
-    for index, (a, b) in enumerate(zip(stored, expected, strict=False)):
-        if not _same(a, b):
-            return index
-    return min(len(stored), len(expected))
+def _compared(store: Store, run_id: str, expected: list[Event]) -> tuple[int, int | None, str]:
+    """Whether the copy is `expected` or a prefix of it: (its length, None, ""), or
+    (events read, where it first differs, how).
 
-
-def _first_difference(stored: list[Event], expected: list[Event]) -> str:
-    for index, (a, b) in enumerate(zip(stored, expected, strict=False)):
-        if not _same(a, b):
-            return f"event {index} is {a.type!r} there, {b.type!r} in the run"
-    if len(stored) > len(expected):
-        return f"{len(stored)} events there, {len(expected)} in the run"
-    return "it differs"
+    Read an event at a time where the store can (`FileStore.iterate`): a
+    generation's line holds its whole request, so a long run's log grows with
+    the square of its turns, and loading it whole to compare took gigabytes
+    at the first step of each run a worker had not written (after a restart).
+    """
+    iterate = getattr(store, "iterate", None)
+    stored: Iterator[Event] = iterate(run_id) if callable(iterate) else iter(store.load(run_id))
+    length = 0
+    try:
+        for index, event in enumerate(stored):
+            length = index + 1
+            if index < len(expected) and not _same(event, expected[index]):
+                there, here = event.type, expected[index].type
+                return length, index, f"event {index} is {there!r} there, {here!r} in the run"
+    finally:
+        close = getattr(stored, "close", None)
+        if callable(close):
+            close()  # the file, at once
+    if length > len(expected):
+        return length, len(expected), f"{length} events there, {len(expected)} in the run"
+    return length, None, ""

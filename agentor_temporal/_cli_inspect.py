@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -36,7 +37,7 @@ from agentor_temporal._inspect import (
     summarize_segments,
 )
 from agentor_temporal._prune import Verdict, apply, plan
-from agentor_temporal._results import shown_events
+from agentor_temporal._results import shown_event, shown_events
 from agentor_temporal._timeline import Timeline
 from agentor_temporal.connection import ConnectionFailed, connect
 from agentor_temporal.store import Event, FileStore
@@ -172,14 +173,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             f"the store {args.store!r} lacks some of the {missing} events this run was "
             "continued from"
         )
-    text = "".join(e.to_json() + "\n" for e in shown_events(events))
     if segments[-1].status == "running":
         print(
             f"note: run {run_id} is still running; exporting the {len(events)} events so far",
             file=sys.stderr,
         )
     if args.output in (None, "-"):
-        sys.stdout.write(text)
+        _write_jsonl(sys.stdout, events)
         return EXIT_OK
     target = Path(args.output)
     partial = target.with_name(f".{target.name}.partial")
@@ -187,12 +187,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     # owner-only, as FileStore's logs are (they hold prompts and tool results)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     with os.fdopen(os.open(partial, flags, 0o600), "w") as f:
-        f.write(text)
+        _write_jsonl(f, events)
         f.flush()
         os.fsync(f.fileno())
     partial.replace(target)
     print(f"exported {len(events)} events of run {run_id} to {target}", file=sys.stderr)
     return EXIT_OK
+
+
+def _write_jsonl(out: TextIO, events: list[Event]) -> None:
+    """Write `events` as shown (`shown_event`), a line each, as each is encoded.
+
+    Never the whole text at once: a generation's line holds its whole request,
+    so the log grows with the square of the turns (500 turns of 2 KB: 260 MB),
+    and holding it cost a long run's export gigabytes of memory.
+    """
+    for event in events:
+        out.write(shown_event(event).to_json())
+        out.write("\n")
 
 
 # -- prune -------------------------------------------------------------------------------

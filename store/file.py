@@ -19,6 +19,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import stat
 import threading
 import time
@@ -151,7 +152,7 @@ class FileStore:
                 elif created:
                     have = 0
                 else:
-                    have = len(self.load(run_id))
+                    have = self._read_count(run_id)
                     self._counts[run_id] = (identity, have)
                 if same and events and have == start + len(events):
                     return have, same, have
@@ -210,12 +211,11 @@ class FileStore:
     @staticmethod
     def _cut_torn_tail(f: BinaryIO, path: Path) -> int:
         """Drop a torn final fragment (a hard kill mid-write); return the new size."""
-        f.seek(0)
-        data = f.read()
-        keep = data.rfind(b"\n") + 1
+        size = f.seek(0, os.SEEK_END)
+        keep = _after_last_newline(f, size)
         logger.warning(
             "Removing a torn final line (%d bytes) from %s before appending",
-            len(data) - keep,
+            size - keep,
             path,
         )
         f.truncate(keep)
@@ -282,21 +282,22 @@ class FileStore:
         path = self.path(run_id)
         with self._locked(run_id) as f:
             f.seek(0)
-            data = f.read()
             cut, seen, position = None, 0, 0
-            for line in data.split(b"\n"):
+            # line by line: a long run's log (every request whole) may not fit in memory
+            for line in f:
                 if line.strip():
                     if seen == keep:
                         cut = position
                         break
                     seen += _readable(line)
-                position += len(line) + 1
+                position += len(line)
             if cut is None:
                 return None
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
             side = path.with_name(f"{path.name}.unconfirmed-{stamp}-{time.time_ns() % 10**6}")
             with _open_safely(side, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
-                g.write(data[cut:])
+                f.seek(cut)
+                shutil.copyfileobj(f, g)
                 g.flush()
                 os.fsync(g.fileno())
             f.truncate(cut)
@@ -312,27 +313,40 @@ class FileStore:
         Raises:
             UnsafeLogFile: when the run's file is a link or not a regular file.
         """
+        return list(self.iterate(run_id))
+
+    def iterate(self, run_id: str) -> Iterator[Event]:
+        """`load`'s events one at a time, read line by line.
+
+        Never the whole file at once: a generation's line holds its whole
+        request, so a long run's log grows with the square of its turns (500
+        turns of 2 KB: 265 MB), and counting it after a worker restart held
+        the file and every event in memory (890 MB), each time.
+        """
         path = self.path(run_id)
         try:
             with _open_safely(path, os.O_RDONLY) as f:
-                raw = f.read()
+                for number, raw in enumerate(f, 1):
+                    line = raw.strip()
+                    if not line:
+                        continue
+                    try:
+                        data = json.loads(line)
+                        if not isinstance(data, dict):
+                            raise ValueError("not a JSON object")
+                        event = Event.from_dict(data)
+                    except UNREADABLE as exc:
+                        # a torn final line is expected after a hard kill; anything
+                        # that parsed before it is still the run's story
+                        logger.warning("Skipping unreadable event at %s:%d (%s)", path, number, exc)
+                        continue
+                    yield event
         except FileNotFoundError:
-            return []
-        events: list[Event] = []
-        for number, line in enumerate(raw.split(b"\n"), 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                data = json.loads(line)
-                if not isinstance(data, dict):
-                    raise ValueError("not a JSON object")
-                events.append(Event.from_dict(data))
-            except UNREADABLE as exc:
-                # a torn final line is expected after a hard kill; anything
-                # that parsed before it is still the run's story
-                logger.warning("Skipping unreadable event at %s:%d (%s)", path, number, exc)
-        return events
+            return
+
+    def _read_count(self, run_id: str) -> int:
+        """How many events `load` reads, holding one at a time."""
+        return sum(1 for _ in self.iterate(run_id))
 
     def count(self, run_id: str) -> int:
         """How many events `load(run_id)` would return, cheaply when unchanged."""
@@ -352,7 +366,7 @@ class FileStore:
         cached = self._counts.get(run_id)
         if cached is not None and cached[0] == identity:
             return cached[1]
-        count = len(self.load(run_id))
+        count = self._read_count(run_id)
         self._counts[run_id] = (identity, count)
         return count
 
@@ -387,6 +401,19 @@ def _readable(line: bytes) -> int:
             return 1
     except UNREADABLE:
         pass
+    return 0
+
+
+def _after_last_newline(f: BinaryIO, size: int, block: int = 1 << 20) -> int:
+    """The offset just past the file's last newline (0 without one), read from the end."""
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        found = f.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
     return 0
 
 

@@ -231,20 +231,49 @@ async def test_a_follower_gets_every_event_once_across_continuations(
 
 
 async def test_large_tool_results_past_the_old_request_guard(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
-    """A conversation well past the 1.5 MB that runs used to stop at completes."""
-    turns, ledger = 20, str(tmp_path / "ledger")
+    """A conversation well past the 1.5 MB that runs used to stop at completes.
+
+    Its export, whose JSONL records every request whole (by design: ~28 MB
+    here), is written as it is read: the CLI held the whole text, twice, and
+    a long run's export took gigabytes of memory (500 turns of 2 KB: 915 MB).
+    """
+    turns, ledger = 16, str(tmp_path / "ledger")
     with ScriptedModelServer(chunk_reader(turns), keep_requests=1) as model:
-        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 100_000)])
+        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 200_000)])
         async with build_worker(client, [agent], task_queue=task_queue):
             result = await agent.arun("Read the repository.", max_turns=turns + 1)
             last_request = model.requests[-1]["messages"]
     assert result.status == "completed", result.error
-    assert len(json.dumps(last_request)) > 2 * MAX_REQUEST_BYTES / 1.5
+    assert len(json.dumps(last_request)) > 2 * MAX_REQUEST_BYTES
     calls = Counter(line.split()[1] for line in ledger_lines(ledger))
     assert calls == Counter(f"call_{n}" for n in range(1, turns + 1))
     assert max(await history_sizes(client, result.run_id)) < HISTORY_LIMIT_BYTES
+    assert result.run_id is not None
+    shown, _ = _peak_memory(["show", result.run_id, "--temporal", temporal_address])
+    exported, written = _peak_memory(["export", result.run_id, "--temporal", temporal_address])
+    assert written > 25_000_000
+    # reading the run costs what `show` costs; writing it, no more than a part of it
+    assert exported - shown < written / 4, (shown, exported, written)
+
+
+def _peak_memory(args: list[str]) -> tuple[int, int]:
+    """The CLI's peak RSS running `args` (bytes), and how many bytes it wrote to stdout."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentor_temporal", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    written = 0
+    while chunk := proc.stdout.read(1 << 20):
+        written += len(chunk)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, args
+    return usage.ru_maxrss * 1024, written
 
 
 def _worker(address: str, task_queue: str, model: ScriptedModelServer, env: dict[str, str]) -> Any:

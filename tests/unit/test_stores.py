@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentor_temporal.activities.journal import _next_in_line, catch_up, mirror_into
-from agentor_temporal.activities.mirror import store_count, unchanged
+from agentor_temporal.activities.mirror import reconcile, store_count, unchanged
 from agentor_temporal.store import Event, FileStore, MemoryStore
 
 
@@ -141,6 +142,41 @@ def test_count_notices_writes_by_another_process(tmp_path: Path) -> None:
     assert store.count("r") == 2
     os.truncate(tmp_path / "r.jsonl", 0)
     assert store.count("r") == 0
+
+
+def test_a_long_runs_log_is_counted_checked_cut_and_retracted_a_line_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """A fresh store (a worker started again) counts a log, checks it against the run's
+    record, cuts its torn tail and retracts its end holding about one line at a time.
+
+    A generation's line holds its whole request, so a long run's log grows
+    with the square of its turns; the store read the whole file and parsed
+    every event to count it (a 265 MB log of 500 turns took 890 MB, at every
+    worker's first step of the run), the mirror loaded it whole again to
+    check it, and the store read it whole to cut or retract.
+    """
+    line = 1_000_000
+    record = [Event(type="tool_result", turn=n, result="x" * line) for n in range(17)]
+    FileStore(tmp_path).append_from("r", 0, record[:16])
+    with open(tmp_path / "r.jsonl", "ab") as f:
+        f.write(b'{"type": "tool_res')  # a worker killed mid-write
+    store = FileStore(tmp_path)
+    tracemalloc.start()
+    try:
+        assert store.count("r") == 16
+        assert reconcile(store, "r", record) == 16
+        assert store.append_from("r", 16, record[16:]) == 17
+        assert store.retract("r", 8) is not None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * line, f"{peak:,} bytes held for a log of {16 * line:,}"
+    assert [e.turn for e in store.load("r")] == list(range(8))
+    side = next(tmp_path.glob("r.jsonl.unconfirmed-*"))
+    assert [json.loads(text)["turn"] for text in side.read_bytes().splitlines()] == list(
+        range(8, 17)
+    )
 
 
 def test_count_notices_an_edit_that_keeps_the_size(tmp_path: Path) -> None:
