@@ -230,7 +230,8 @@ async def test_serve_worker_stopping_ends_open_streams_telling_their_clients(
     serve_env: dict[str, str], client: Client, tmp_path: Path
 ) -> None:
     """`agentor-temporal serve --worker` sent SIGTERM while a streamed `/chat` and a
-    `GET /runs/{id}/events` follow a run whose tool runs: both streams end at once with a last
+    `GET /runs/{id}/events` and an A2A `tasks/resubscribe` follow a run whose tool runs: the
+    streams end at once with a last
     message saying the server stops and where the run goes on, the tool finishes once, and
     the log has no traceback. Before, uvicorn cancelled them after its 3 s: each client read
     a body cut mid-transfer ('incomplete chunked read'), the log a traceback per stream."""
@@ -273,12 +274,17 @@ async def test_serve_worker_stopping_ends_open_streams_telling_their_clients(
             await asyncio.sleep(0.05)
         [chat_run] = run_ids
         events = asyncio.ensure_future(read("GET", f"/runs/{chat_run}/events"))
+        resubscribe = {"jsonrpc": "2.0", "id": 1, "method": "tasks/resubscribe"}
+        a2a = asyncio.ensure_future(
+            read("POST", "/", json={**resubscribe, "params": {"id": chat_run}})
+        )
         while not await _tool_running(client, chat_run):
             assert asyncio.get_running_loop().time() < deadline, "the tool never started"
             await asyncio.sleep(0.05)
         process.send_signal(signal.SIGTERM)
         # both streams end before uvicorn's graceful 3 s, the tool still held
-        chat_body, events_body = await asyncio.wait_for(asyncio.gather(chat, events), 2.5)
+        bodies = await asyncio.wait_for(asyncio.gather(chat, events, a2a), 2.5)
+        chat_body, events_body, a2a_body = bodies
         assert gate.exists() and not ledger_lines(ledger)
         gate.unlink()
         code = await asyncio.to_thread(process.wait, 30)
@@ -292,6 +298,10 @@ async def test_serve_worker_stopping_ends_open_streams_telling_their_clients(
     assert note in json.loads(chat_body.split("\n}\n")[-2] + "\n}")["message"], chat_body
     assert events_body.endswith("\n\n") and "event: server_stopping" in events_body, events_body
     assert note in events_body.rsplit("data: ", 1)[-1], events_body
+    # A2A: a status update that is not final (the task goes on; resubscribe elsewhere)
+    last = json.loads(a2a_body.rsplit("data: ", 1)[-1])["result"]
+    assert last["final"] is False and last["status"]["state"] == "working", a2a_body
+    assert note in last["status"]["message"]["parts"][0]["text"], a2a_body
     assert code == 0 and "Traceback" not in stderr and "ERROR" not in stderr, stderr
     agent = weather_agent(
         base_url=serve_env["MODEL_BASE_URL"],
