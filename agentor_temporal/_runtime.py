@@ -31,7 +31,7 @@ from temporalio.worker import Worker
 
 from agentor_temporal._ending import end_by
 from agentor_temporal._exit import EXIT_SETTLE, Callers, at_interpreter_exit, exit_drain
-from agentor_temporal._sigterm import draining_on_sigterm, patient_exit
+from agentor_temporal._sigterm import blocking_main, draining_on_sigterm, patient_exit
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import EncryptionKeys
 from agentor_temporal.telemetry import with_caller_context
@@ -178,7 +178,7 @@ class Runtime:
         refuse_at_exit(coro)
         future = asyncio.run_coroutine_threadsafe(with_caller_context(coro), self.loop)
         try:
-            with self._callers.calling(), draining_on_sigterm():
+            with self._callers.calling(), blocking_main(), draining_on_sigterm():
                 return future.result()
         except KeyboardInterrupt:
             # the run itself carries on in Temporal; only this wait stops. Ctrl+C

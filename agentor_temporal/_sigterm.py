@@ -232,10 +232,14 @@ def _drain_then_end(signum: signal.Signals) -> None:
         finally:
             if runner is not None and signal.getsignal(signum) is signal.default_int_handler:
                 signal.signal(signum, runner)
-    if callable(runner):
+    if callable(runner) and not _blocking:
         runner(signum, None)
         return
     if signum == signal.SIGINT:
+        # a sync call blocking the main thread (inside a coroutine under `asyncio.run`, a
+        # notebook cell) gets KeyboardInterrupt itself: asyncio's handler only cancels the
+        # main task, which cannot run while the call blocks its loop, and the call then
+        # waited for ever on a run whose worker had just stopped
         raise KeyboardInterrupt
     if runtime is not None:
         # no exit hook runs: the runs the process's callers waited on are named now
@@ -276,6 +280,24 @@ def _serving() -> bool:
 def over_default_or_draining(signum: signal.Signals, current: Handler) -> bool:
     """`over_default`, or the drain's own handler left on after a call (`_DRAINING`)."""
     return over_default(signum, current) or current is _DRAINING._handler
+
+
+#: How many sync facade calls the main thread is blocked in now (`blocking_main`).
+_blocking = 0
+
+
+@contextlib.contextmanager
+def blocking_main() -> Iterator[None]:
+    """Count the body as a sync facade call blocking the main thread (elsewhere: nothing)."""
+    global _blocking
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        _blocking += 1
+    try:
+        yield
+    finally:
+        if main:
+            _blocking -= 1
 
 
 def draining_on_sigterm() -> AbstractContextManager[None]:

@@ -103,4 +103,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve(agents, args.host, args.port, log_level=args.log_level)
     except ValueError as exc:
         raise worker.ConfigError(str(exc)) from None
+    if args.worker:
+        from agentor_temporal._runtime import Runtime, say_left_open
+
+        # the runs this server's worker served and nobody follows now (started by POST /runs,
+        # a stream ended as the server stopped) wait for another worker: said, as a script's
+        # exit says it (the CLI ends by os._exit, past the exit hook that would)
+        runtime = Runtime._instance
+        if runtime is not None:
+            say_left_open(runtime)
     return 0

@@ -25,6 +25,7 @@ import uvicorn
 from agentor_temporal._ending import end_by
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import note_line
+from agentor_temporal.serve._stopping import stop_streams, stopping
 
 #: Seconds open streams get to end on shutdown before they are cut (clients reconnect).
 GRACEFUL_SHUTDOWN = 3
@@ -58,6 +59,7 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
     )
 
     async def main() -> None:
+        stopping().clear()  # a server served before in this process stopped
         try:
             await server.serve(sockets=[sock])
         except SystemExit as exc:  # uvicorn exits on a failed startup; not the loop's to end
@@ -81,6 +83,9 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
             note_line(received, ", then stopping")
             noted.append(received)
         stopped_by.append(received)
+        # open streams end themselves now, telling their clients, not cut off at the
+        # graceful timeout (a body cut mid-transfer, a traceback each in the log)
+        stop_streams(runtime.loop)
         server.handle_exit(signum, frame)
 
     future = asyncio.run_coroutine_threadsafe(main(), runtime.loop)

@@ -52,6 +52,7 @@ from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, positioned
 from agentor_temporal.serve._state import Agents, ApiError, RunView, snapshot
+from agentor_temporal.serve._stopping import stopping_note, until_stopping
 from agentor_temporal.serve._tasks import (
     agent_card,
     answer_update,
@@ -138,14 +139,22 @@ async def handle(served: Agents, request: Request) -> Response:
         if method == "tasks/cancel":
             return JSONResponse(_result(rpc_id, await cancel(served, req.params.id)))
         if method == "message/stream":
-            _, run_id, start = await _begin(served, req.params, stream=True)
-            frames = stream(served, run_id, rpc_id, start)
+            _, task_id, start = await _begin(served, req.params, stream=True)
+            frames = stream(served, task_id, rpc_id, start)
         else:
             after = _after(request, req.params.metadata)
             await served.find(_task_id(req.params.id))
-            frames = stream(served, req.params.id, rpc_id, after)
+            task_id = req.params.id
+            frames = stream(served, task_id, rpc_id, after)
+
+        def stopping_frame() -> bytes:
+            # not final: the task goes on; tasks/resubscribe follows it on a server up
+            note = stopping_note(task_id)
+            update = status_update(task_id, TaskState.working, note, False)
+            return frame(_result(rpc_id, update))
+
         return StreamingResponse(
-            keepalive(frames, KEEPALIVE_INTERVAL),
+            until_stopping(keepalive(frames, KEEPALIVE_INTERVAL), stopping_frame),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -42,8 +43,8 @@ from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import ConnectionFailed
 from agentor_temporal.serve import a2a, page
-from agentor_temporal.serve._compat import chat_chunks
-from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, keepalive, run_frames
+from agentor_temporal.serve._compat import agent_output, chat_chunks
+from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, run_frames
 from agentor_temporal.serve._state import (
     UNREACHABLE_RETRY_AFTER,
     Agents,
@@ -52,6 +53,7 @@ from agentor_temporal.serve._state import (
     check_run_id,
     snapshot,
 )
+from agentor_temporal.serve._stopping import stopping_note, until_stopping
 from agentor_temporal.store import PendingApproval, new_run_id
 from agentor_temporal.workflows.policies import MAX_DECISION_TEXT
 
@@ -358,7 +360,10 @@ def _routes(served: Agents) -> APIRouter:
         run_id = keyed_run_id(agent, request) or new_run_id()
         headers = {RUN_HEADER: run_id}
         if body.stream:
-            chunks = chat_chunks(agent, body.input, run_id)
+            chunks = until_stopping(
+                chat_chunks(agent, body.input, run_id),
+                lambda: json.dumps(agent_output(stopping_note(run_id)), indent=2) + "\n",
+            )
             return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
         try:
             result = await agent.arun(body.input, run_id=run_id)
@@ -459,7 +464,11 @@ def _routes(served: Agents) -> APIRouter:
             if start >= len(recorded):
                 # nothing more will come: 204 tells an EventSource to stop reconnecting
                 return Response(status_code=204)
-        body = keepalive(run_frames(agent, run_id, start, text), KEEPALIVE_INTERVAL)
+        body = until_stopping(
+            keepalive(run_frames(agent, run_id, start, text), KEEPALIVE_INTERVAL),
+            # unnumbered: a reconnect (Last-Event-ID) goes on after the last event sent
+            lambda: frame({"message": stopping_note(run_id)}, event="server_stopping"),
+        )
         return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
 
     @router.post("/runs/{run_id}/approvals/{call_id}")

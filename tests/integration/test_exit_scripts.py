@@ -233,7 +233,7 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
         assert "Traceback" not in stderr, stderr
 
 
-@pytest.mark.parametrize("command", ["arun", "stream"])
+@pytest.mark.parametrize("command", ["arun", "stream", "run_in_loop"])
 async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so(
     client: Client,
     temporal_address: str,
@@ -247,7 +247,9 @@ async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so
     handler has its way (the main task cancelled, KeyboardInterrupt out of `asyncio.run`,
     exit status 130). Before, asyncio's handler took it alone: a traceback, then a silent wait
     while the exit hook finished the call, and only the second Ctrl+C got the line, saying a
-    third would abandon the call."""
+    third would abandon the call. A sync `run()` inside a coroutine (`run_in_loop`, a notebook
+    cell's way) blocks the loop, so asyncio's handler could not cancel it: the script waited
+    for ever after the drain; it gets Python's KeyboardInterrupt out of `run()` instead."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),

@@ -79,6 +79,14 @@ elif command == "arun":
         return (await agent.arun(WEATHER, run_id=run_id)).status
 
     print(json.dumps({"status": asyncio.run(answer())}))
+elif command == "run_in_loop":
+    # the sync call inside async code (a notebook cell, a coroutine calling run()): the
+    # main thread blocks in it, so asyncio's own Ctrl+C handler cannot cancel anything
+
+    async def blocked() -> str:
+        return agent.run(WEATHER, run_id=run_id).status
+
+    print(json.dumps({"status": asyncio.run(blocked())}))
 elif command in ("arun_timeout", "arun_raises"):
     # the script's own timeout around arun (asyncio.wait_for), or an exception of its own
     # while arun runs on another task (asyncio.run then cancels that task), mid-tool

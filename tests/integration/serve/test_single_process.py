@@ -7,6 +7,7 @@ server's life, and SIGTERM stops the server gracefully.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +24,7 @@ from temporalio.client import Client
 from agentor_temporal.worker import build_worker
 
 from helpers import ANSWER, PROMPT, free_port, ledger_lines, weather_agent, weather_tool
-from serve_http import settle, wait_until
+from serve_http import AGENTS, settle, wait_until
 
 SCRIPT = """
 import os
@@ -32,6 +34,21 @@ weather.task_queue = os.environ["ONLY_HERE_QUEUE"]
 weather.serve(port=int(os.environ["PORT"]), log_level="warning")
 print("served", flush=True)
 """
+
+
+async def _paused(client: Client, run_id: str) -> bool:
+    """Whether the run waits for a person's decision."""
+    state = await client.get_workflow_handle(run_id).query("state")
+    return isinstance(state, dict) and state.get("status") == "awaiting_approval"
+
+
+async def _tool_running(client: Client, run_id: str) -> bool:
+    """Whether a worker has started the run's tool call."""
+    desc = await client.get_workflow_handle(run_id).describe()
+    return any(
+        a.activity_type.name == "call_tool" and a.last_worker_identity
+        for a in desc.raw_description.pending_activities
+    )
 
 
 def outward_address() -> str | None:
@@ -213,3 +230,106 @@ async def test_serve_worker_interrupted_says_so_once_and_a_second_interrupt_aban
     # the tool (held for 60 s) was abandoned: the process ended by the second signal, at once
     assert code == -signal.SIGTERM and took < 10, (code, took, rest)
     assert "finishing the calls" not in rest and "Traceback" not in rest, rest
+
+
+async def test_serve_worker_stopping_ends_open_streams_telling_their_clients(
+    serve_env: dict[str, str], client: Client, tmp_path: Path
+) -> None:
+    """`agentor-temporal serve --worker` sent SIGTERM while a streamed `/chat`, a
+    `GET /runs/{id}/events` and an A2A `tasks/resubscribe` follow a run whose tool runs: the
+    streams end at once with a last message saying the server stops and where the run goes on,
+    the tool finishes once, the log has no traceback, and the exit names the run left open
+    (another, waiting for a person).
+    Before, uvicorn cancelled the streams after its 3 s: each client read a body cut
+    mid-transfer ('incomplete chunked read'), the log a traceback per stream; and the run
+    waited for another worker, unsaid."""
+    port, queue, gates = free_port(), f"single-{uuid.uuid4().hex[:8]}", tmp_path / "gates"
+    gates.mkdir()
+    ledger, gate = str(tmp_path / "ledger"), gates / "London"
+    gate.touch()  # holds the tool (the scripted model asks London's weather) until it goes
+    env = {k: v for k, v in serve_env.items() if k != "AGENTOR_SERVE_TOKEN"}
+    env.update({"AGENT_TASK_QUEUE": queue, "SERVE_GATES": str(gates), "AGENT_LEDGER": ledger})
+    argv = ["serve", "--agents", AGENTS, "--worker", "--port", str(port)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentor_temporal", *argv, "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert process.poll() is None, "serve exited early"
+        try:
+            return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    async def read(method: str, path: str, **kwargs: Any) -> str:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            async with http.stream(method, path, **kwargs) as response:
+                return "".join([chunk async for chunk in response.aiter_text()])
+
+    try:
+        await asyncio.to_thread(wait_until, healthy, "serve to answer", 30)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            # a run left waiting for a person as the server stops: nobody follows it
+            paying = {"input": "Pay bob", "agent": "Treasurer"}
+            waiting = (await http.post("/runs", json=paying)).json()["run_id"]
+        chat = asyncio.ensure_future(read("POST", "/chat", json={"input": PROMPT, "stream": True}))
+        deadline = asyncio.get_running_loop().time() + 30
+        run_ids: list[str] = []
+        while not run_ids:
+            assert asyncio.get_running_loop().time() < deadline, "the chat's run never started"
+            listed = client.list_workflows(f"TaskQueue = '{queue}'")
+            run_ids = [w.id async for w in listed if w.id != waiting]
+            await asyncio.sleep(0.05)
+        [chat_run] = run_ids
+        events = asyncio.ensure_future(read("GET", f"/runs/{chat_run}/events"))
+        resubscribe = {"jsonrpc": "2.0", "id": 1, "method": "tasks/resubscribe"}
+        a2a = asyncio.ensure_future(
+            read("POST", "/", json={**resubscribe, "params": {"id": chat_run}})
+        )
+        while not await _tool_running(client, chat_run) or not await _paused(client, waiting):
+            assert asyncio.get_running_loop().time() < deadline, "the tool never started"
+            await asyncio.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        # both streams end before uvicorn's graceful 3 s, the tool still held
+        bodies = await asyncio.wait_for(asyncio.gather(chat, events, a2a), 2.5)
+        chat_body, events_body, a2a_body = bodies
+        assert gate.exists() and not ledger_lines(ledger)
+        gate.unlink()
+        code = await asyncio.to_thread(process.wait, 30)
+        assert process.stderr is not None
+        stderr = await asyncio.to_thread(process.stderr.read)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(10)
+    note = f"The server is stopping; run {chat_run} goes on in Temporal"
+    assert note in json.loads(chat_body.split("\n}\n")[-2] + "\n}")["message"], chat_body
+    assert events_body.endswith("\n\n") and "event: server_stopping" in events_body, events_body
+    assert note in events_body.rsplit("data: ", 1)[-1], events_body
+    # A2A: a status update that is not final (the task goes on; resubscribe elsewhere)
+    last = json.loads(a2a_body.rsplit("data: ", 1)[-1])["result"]
+    assert last["final"] is False and last["status"]["state"] == "working", a2a_body
+    assert note in last["status"]["message"]["parts"][0]["text"], a2a_body
+    assert code == 0 and "Traceback" not in stderr and "ERROR" not in stderr, stderr
+    # the run waits for another worker: the exit says so, and how to go on
+    # the run waiting for a person waits for another worker too: the exit says so and how to
+    # go on; the followed run's last step was finished by the drain
+    left = [line for line in stderr.splitlines() if "is still open" in line]
+    assert len(left) == 1 and f"run {waiting} is still open" in left[0], stderr
+    assert f"task queue {queue!r}" in left[0], stderr
+    agent = weather_agent(
+        base_url=serve_env["MODEL_BASE_URL"],
+        task_queue=queue,
+        temporal=client,
+        tools=[weather_tool(ledger)],
+        embedded_worker=False,
+    )
+    async with build_worker(client, [agent], task_queue=queue):
+        outcome = await asyncio.wait_for(client.get_workflow_handle(chat_run).result(), 30)
+    assert outcome["status"] == "completed"
+    assert len(ledger_lines(ledger)) == 1, ledger_lines(ledger)
