@@ -473,6 +473,8 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
         said = str(outcome.args[0])
         assert f"Run {run_id!r} is gone from Temporal at {server.address}" in said, said
         assert f"its first {events} events: `resume({run_id!r})`" in said, said
+        # the shell's way on is one that runs: resume wants the agent (it was left out)
+        assert f"`agentor-temporal resume {run_id} --agent MODULE:ATTR`" in said, said
     said = str(fork_gone.value.args[0])
     assert "is gone from Temporal" in said and "`resume(" in said, said
     assert command.returncode != 0 and "Traceback" not in command_err, command_err[-4000:]
