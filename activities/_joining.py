@@ -37,6 +37,8 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal.activities._errors import instead_of_cancel
+
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
@@ -200,6 +202,13 @@ class LiveCalls:
                     # it finished what it started (a sync tool's thread cannot
                     # be stopped): the run waits for that outcome to record it
                     return task.result()  # type: ignore[no-any-return]
+            else:
+                # the server gave up on this attempt (a worker frozen or cut off
+                # past its heartbeat timeout): the call goes on for the retry to
+                # join, and this attempt ends quietly, not as a failure's traceback
+                replaced = instead_of_cancel(f"{info.activity_type} {info.activity_id}")
+                if replaced is not None:
+                    raise replaced from None
             raise
 
     async def _reset_from(

@@ -2,7 +2,9 @@
 
 408/409/429/5xx, connection errors and timeouts are retried (honouring
 `Retry-After`, capped at MAX_RETRY_AFTER) until MODEL_RETRY_BUDGET is spent,
-then final. Any other 4xx is final at once, with the provider's own message.
+then final. Any other 4xx is final at once, with the provider's own message,
+and so is a 429 or a streamed error event whose type or code says retrying
+cannot change it (a quota spent, a prompt past the context window).
 An error event in a streamed reply (an overloaded provider) is retried too,
 and so is a streamed reply cut off before its end (`CutOffReply`), or one
 still not over after MODEL_REPLY_LIMIT (`SlowReply`).
@@ -117,6 +119,53 @@ def _provider_message(exc: Any) -> str:
     return str(getattr(exc, "message", None) or exc)
 
 
+#: A provider's error type or code (OpenAI's, Anthropic's) saying the request is
+#: refused for what it is or for the account it is made on: a quota spent comes as
+#: 429 (insufficient_quota), a prompt past the context window may come as an error
+#: event mid-stream (a proxy relaying it): retrying them waited out
+#: MODEL_RETRY_BUDGET (5 minutes) for the same answer.
+_FINAL_KINDS = frozenset(
+    {
+        "insufficient_quota",
+        "billing_hard_limit_reached",
+        "billing_not_active",
+        "billing_error",
+        "account_deactivated",
+        "invalid_api_key",
+        "authentication_error",
+        "permission_error",
+        "invalid_request_error",
+        "context_length_exceeded",
+        "string_above_max_length",
+        "request_too_large",
+        "model_not_found",
+        "not_found_error",
+    }
+)
+
+
+def _final_kind(exc: Any) -> str | None:
+    """The provider's error type or code that retrying cannot change, if `exc` has one.
+
+    A numeric code of a client error (a proxy relaying the upstream's 400 in a
+    stream's error event) is one too, but not 408, 409 or 429.
+    """
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else None
+    fields = error if isinstance(error, dict) else {}
+    for value in (getattr(exc, "code", None), getattr(exc, "type", None)) + tuple(
+        fields.get(k) for k in ("code", "type", "status")
+    ):
+        if isinstance(value, str) and value.strip().lower() in _FINAL_KINDS:
+            return value.strip().lower()
+        number = value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(value, str) and value.strip().isdigit():
+            number = int(value.strip())
+        if number is not None and 400 <= number < 500 and number not in (408, 409, 429):
+            return str(number)
+    return None
+
+
 def model_error(exc: Exception) -> ApplicationError | None:
     """Map an `openai` exception to the error Temporal should see (None: not the provider's).
 
@@ -127,6 +176,14 @@ def model_error(exc: Exception) -> ApplicationError | None:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message = clip(_redact.clean(_provider_message(exc)))
+        final = _final_kind(exc)
+        if final is not None and status == 429:
+            return ApplicationError(
+                f"Model request failed with {status}: {message} ({final}: not a rate limit, "
+                "so this is not retried; fix the account's plan, billing or key)",
+                type="ModelRequestError",
+                non_retryable=True,
+            )
         if status in (408, 409, 429) or status >= 500:
             return _unavailable(
                 f"Model endpoint answered {status}: {message}",
@@ -182,6 +239,14 @@ def model_error(exc: Exception) -> ApplicationError | None:
     if isinstance(exc, openai.APIError):
         # an error event inside a streamed reply: the provider failed mid-answer
         message = clip(_redact.clean(_provider_message(exc)))
+        final = _final_kind(exc)
+        if final is not None:
+            return ApplicationError(
+                f"The model endpoint refused the request mid-reply: {message} ({final}); "
+                "this is not retried.",
+                type="ModelRequestError",
+                non_retryable=True,
+            )
         return _unavailable(f"The model endpoint reported an error mid-reply: {message}")
     if isinstance(exc, UnicodeDecodeError):
         return malformed(f"not UTF-8 text: {exc.reason} at byte {exc.start}")

@@ -74,14 +74,13 @@ class AgentActivities:
                 mirrored = await self._mirror_first(
                     inp.journal, inp.fingerprint, f"turn {inp.turn}"
                 )
-        if inp.stream_text:  # deltas belong to their own attempt
-            result = await _model.generate(self.registry, inp)
-        else:
-            async with heartbeating():
-                result = await self.calls.run(
-                    lambda: _model.generate(self.registry, inp),
-                    same=lambda: _request_identity(inp),
-                )
+        # a streamed request too: a joined retry takes the live request's
+        # answer, its deltas still going to the run (one stream, no reset)
+        async with heartbeating():
+            result = await self.calls.run(
+                lambda: _model.generate(self.registry, inp),
+                same=lambda: _request_identity(inp),
+            )
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     @activity.defn(name=policies.CALL_TOOL)

@@ -73,7 +73,8 @@ async def run_gone(client: Client, run_id: str, store: Store | None) -> KeyError
         )
     return KeyError(
         said + f"Its mirror in {where} has its first {len(events)} events: "
-        f"`resume({run_id!r})` (`agentor-temporal resume {run_id}` from a shell) continues "
+        f"`resume({run_id!r})` (`agentor-temporal resume {run_id} --agent MODULE:ATTR` from a "
+        "shell) continues "
         "the run from there (a call in flight when the server lost it may run again)."
     )
 

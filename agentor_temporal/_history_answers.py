@@ -167,6 +167,50 @@ def unstarted_answer(segment: Segment) -> dict[str, Any] | None:
     }
 
 
+def mirrored_waiting_answer(events: list[Event]) -> dict[str, Any] | None:
+    """`waiting_answer` from a run's store alone (the server came back without it).
+
+    Only what the log shows is taken: a call with its `tool_result` there ran,
+    one asked for and undecided waits again, one denied keeps its denial. Any
+    other call may have been running when the server lost the run: None, and
+    the model is asked again, as before.
+    """
+    generations = [i for i, e in enumerate(events) if e.type == "generation"]
+    if not generations:
+        return None
+    gen, after = events[generations[-1]], events[generations[-1] + 1 :]
+    calls = gen.calls or []
+    if not calls or gen.turn is None or any(e.type == "run_end" for e in after):
+        return None
+    ran = {e.call_id: e for e in after if e.type == "tool_result"}
+    asked = {e.call_id for e in after if e.type == "approval_request"}
+    decided = {e.call_id: e for e in after if e.type == "approval_decision"}
+    results: list[dict[str, Any] | None] = []
+    for call in calls:
+        call_id = call.get("id")
+        if call_id in ran:
+            results.append(ran[call_id].to_dict())
+        elif call_id in asked and call_id not in decided:
+            results.append(None)
+        elif call_id in decided and decided[call_id].status == "denied":
+            no = decided[call_id]
+            results.append(
+                denied_answer(str(no.name), no.args, no.call_id, no.result, no.text).to_dict()
+            )
+        else:
+            return None
+    if len(ran) == len(calls) or len(set(map(_call_id, calls))) < len(calls):
+        return None
+    return {
+        "text": gen.text,
+        "reasoning": gen.reasoning,
+        "calls": [dict(c) for c in calls],
+        "started_at": gen.started_at,
+        "ended_at": gen.ended_at,
+        "results": results,
+    }
+
+
 def _never_runs(call: dict[str, Any], spec: Any) -> bool:
     """Whether the segment's workflow answers `call` without an activity (as `_screen` does):
     its arguments are not a JSON object, or its agent (`spec`, as recorded) has no such tool.

@@ -167,6 +167,9 @@ class _Attempts(ActivityInboundInterceptor):
 
 def _outcome(exc: BaseException) -> str:
     """How an attempt that raised ended, as a metric label."""
+    details = activity.cancellation_details() if activity.in_activity() else None
+    if details is not None and (details.timed_out or details.not_found):
+        return "cancelled"  # the server gave up on it: ended quietly, its call joined
     if isinstance(exc, ApplicationError):
         return "error" if exc.non_retryable else "retryable_error"
     if isinstance(exc, asyncio.CancelledError):

@@ -20,6 +20,7 @@ from agentor_temporal._gone import shown_store
 from agentor_temporal._history_answers import (
     completed_answer,
     completed_batch,
+    mirrored_waiting_answer,
     unstarted_answer,
     waiting_answer,
 )
@@ -144,8 +145,16 @@ async def resume_run(
         check_owner(agent.definition, run_id, events, None)
         if is_complete(events):
             return result_from(run_id, events, None, None)
+        # a run that waited for a person goes on from the answer the log holds:
+        # the model is not asked (and paid) again for the calls it waits on
         inp = continuation_input(
-            agent.name, run_id, events, previous=None, in_temporal_from=0, max_turns=max_turns
+            agent.name,
+            run_id,
+            events,
+            previous=None,
+            in_temporal_from=0,
+            max_turns=max_turns,
+            unrecorded=mirrored_waiting_answer(events),
         )
         return await _continue(agent, client, run_id, inp, len(events), key)
 

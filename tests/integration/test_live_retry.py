@@ -11,6 +11,8 @@ run needs.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -23,12 +25,12 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError
 
 from agentor_temporal import function_tool
-from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.policies import TOOL_HEARTBEAT_TIMEOUT
 
-from helpers import PROMPT, scripted_agent
+from helpers import PROMPT, ledger_lines, scripted_agent, spawn, stop_process, wait_line
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +58,68 @@ async def test_a_retry_of_a_live_tool_call_joins_it(
     )
     assert len(runs) == 1
     assert model.request_count == 2
+
+
+async def test_a_frozen_worker_s_streamed_request_is_joined_by_its_retry(
+    client: Client, temporal_address: str, task_queue: str, ledger: str, tmp_path: Any
+) -> None:
+    """A worker frozen mid streamed model request (SIGSTOP: a paused VM, a long GC pause)
+    past its heartbeat timeout, then thawed: the server's retry joins the request the
+    worker still holds, one paid request, the tool asked once, the text streamed once.
+
+    A streamed request (`stream_text`, serve's page, `stream_chat(stream_text=True)`)
+    never joined: its retry asked the model again, the first answer paid and dropped
+    (and a scripted model's next step answered in its place).
+    """
+    freeze = policies.MODEL_HEARTBEAT_TIMEOUT.total_seconds() + 1
+    script = [Hang(1.5, CallTool("get_weather", {"city": "London"})), Reply("Done: sunny")]
+    with ScriptedModelServer(script) as model:
+        with (tmp_path / "worker.err").open("w+") as err:
+            worker = spawn(
+                ["worker"],
+                {
+                    "TEMPORAL_ADDRESS": temporal_address,
+                    "AGENT_TASK_QUEUE": task_queue,
+                    "MODEL_BASE_URL": model.base_url,
+                    "AGENT_LEDGER": ledger,
+                },
+                stderr=err,
+            )
+            try:
+                await asyncio.to_thread(wait_line, worker, "worker ready")
+                agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+                run_id = f"frozen-{uuid.uuid4().hex[:8]}"
+                followed = asyncio.ensure_future(
+                    _collect(agent.stream_chat(PROMPT, run_id=run_id, stream_text=True))
+                )
+
+                async def asked() -> bool:
+                    return model.request_count == 1
+
+                await _eventually(asked, "the first model request")
+                os.kill(worker.pid, signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(freeze)  # the frozen worker's time: nothing to wait on
+                finally:
+                    os.kill(worker.pid, signal.SIGCONT)
+                events = await asyncio.wait_for(followed, 60)
+            finally:
+                stop_process(worker)
+            err.seek(0)
+            logged = err.read()
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    assert max(_attempts(history)) >= 2, "the server did not retry: the test proved nothing"
+    assert events[-1].type == "run_end" and events[-1].status == "completed", events[-4:]
+    assert model.request_count == 2, f"a streamed request was sent again: {logged[-3000:]}"
+    assert len(ledger_lines(ledger)) == 1
+    # one stream: no retry marker voiding the text streamed so far
+    assert not [e for e in events if e.type == "error"], events
+    # the attempt the server gave up on ends quietly (it was a CancelledError's traceback)
+    assert "Traceback" not in logged, logged[-3000:]
+
+
+async def _collect(events: Any) -> list[Any]:
+    return [e async for e in events]
 
 
 def _attempts(history: WorkflowHistory) -> list[int]:

@@ -398,7 +398,8 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
     saying the run is gone from the server and that its JSONL mirror has it
     (before: the SDK's raw `workflow not found` traceback from `run()`, a
     stream that ended quietly as if done, a paused run's follower that waited
-    for ever). `aresume` then continues each from the mirror.
+    for ever). `aresume` then continues each from the mirror, the paused one
+    from the answer it waits on, the model not asked again (it was: a new call).
     """
     db = tmp_path / "temporal.db"
     server = DevServerProcess(db, tmp_path / "server.log").start()
@@ -456,7 +457,11 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
                 await asyncio.wait_for(agent.aapprove(paused_id, call), 60)
             outcomes.append(refused.value)
             restored = await asyncio.wait_for(agent.aresume(running), 60)
+            asked = model.request_count
             paused_again = await asyncio.wait_for(agent.aresume(paused_id), 60)
+            # it goes on from the answer its mirror holds: the model is not asked
+            # (and paid) again for the call it waits on (it was, a new call id)
+            assert model.request_count == asked
     finally:
         stop_process(command)
         server.stop()
@@ -468,6 +473,8 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
         said = str(outcome.args[0])
         assert f"Run {run_id!r} is gone from Temporal at {server.address}" in said, said
         assert f"its first {events} events: `resume({run_id!r})`" in said, said
+        # the shell's way on is one that runs: resume wants the agent (it was left out)
+        assert f"`agentor-temporal resume {run_id} --agent MODULE:ATTR`" in said, said
     said = str(fork_gone.value.args[0])
     assert "is gone from Temporal" in said and "`resume(" in said, said
     assert command.returncode != 0 and "Traceback" not in command_err, command_err[-4000:]
@@ -476,3 +483,4 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
     assert restored.status == "completed" and restored.final_output.startswith("Done: The weat")
     assert paused_again.status == "awaiting_approval"
     assert [p.tool for p in paused_again.pending_approvals] == ["transfer"]
+    assert [p.call_id for p in paused_again.pending_approvals] == [call.call_id]

@@ -150,6 +150,61 @@ async def test_client_errors_fail_at_once_with_the_providers_message(status: int
     assert info.value.message == f"Model request failed with {status}: The model `m` does not exist"
 
 
+def _stream_with(error: dict[str, Any]) -> Raw:
+    """A streamed reply that begins, then carries `error` as an event."""
+    chunk = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "H"}}],
+    }
+    events = "".join(f"data: {json.dumps(e)}\n\n" for e in (chunk, {"error": error}))
+    return Raw(events + "data: [DONE]\n\n", content_type="text/event-stream")
+
+
+_QUOTA = "You exceeded your current quota, please check your plan and billing details."
+_CONTEXT = "This model's maximum context length is 128000 tokens."
+
+
+@pytest.mark.parametrize(
+    "step, final, said",
+    [
+        (
+            Raw({"error": {"message": _QUOTA, "type": "insufficient_quota"}}, status=429),
+            True,
+            f"failed with 429: {_QUOTA} (insufficient_quota: not a rate limit",
+        ),
+        (
+            _stream_with({"message": _CONTEXT, "code": "context_length_exceeded"}),
+            True,
+            f"refused the request mid-reply: {_CONTEXT} (context_length_exceeded)",
+        ),
+        # a proxy relaying its upstream's 400 as a stream's error event
+        (_stream_with({"message": "bad tools", "code": 400}), True, "bad tools (400)"),
+        # what retrying does fix stays retried
+        (
+            Raw({"error": {"message": "Rate limit", "code": "rate_limit_exceeded"}}, status=429),
+            False,
+            "answered 429: Rate limit",
+        ),
+        (_stream_with({"message": "Overloaded", "code": 529}), False, "mid-reply: Overloaded"),
+    ],
+    ids=["quota-429", "context-mid-stream", "400-mid-stream", "rate-limit", "529-mid-stream"],
+)
+async def test_a_refusal_retrying_cannot_change_fails_at_once_whatever_its_status(
+    step: Raw, final: bool, said: str
+) -> None:
+    """A spent quota (429 insufficient_quota) or a request refused in a stream's error
+    event fails at once: both were retried for MODEL_RETRY_BUDGET (5 minutes), the same
+    answer each time; a rate limit and an overloaded provider are still retried."""
+    with ScriptedModelServer([step]) as model:
+        with pytest.raises(ApplicationError) as info:
+            await ActivityEnvironment().run(
+                registry(model.base_url).generate, request(stream_text=True)
+            )
+    assert info.value.non_retryable == final, info.value.message
+    assert info.value.type == ("ModelRequestError" if final else "ModelUnavailable")
+    assert said in info.value.message
+
+
 async def test_connection_refused_and_dropped_connections_are_retryable() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
