@@ -160,9 +160,23 @@ async def test_an_id_another_workflow_holds_is_refused_naming_it(
                 said = str(info.value)
                 assert f"{run_id!r} is a workflow of type 'OrderWorkflow'" in said, (how, said)
                 assert "not an agent run" in said and "another run id" in said, (how, said)
+        # a plain client's fork naming that workflow as its parent: read without one
+        from agentor_temporal.worker import build_worker
+
+        execution = (await client.get_workflow_handle(running).describe()).run_id
+        fork = {"run_id": running, "at": 1, "execution": execution}
+        inp = {"agent": "Weather Agent", "input": PROMPT, "event_offset": 1, "fork": fork}
+        plain = f"{task_queue}-plain"  # the agent's embedded worker serves its own
+        async with build_worker(client, [agent], task_queue=plain):
+            handle = await client.start_workflow(
+                "AgentRun", inp, id=f"fork-{running}", task_queue=plain
+            )
+            await asyncio.wait_for(handle.result(), 20)
+        events = await TemporalStore(client).aload(f"fork-{running}")
+        assert [e.type for e in events][:2] == ["fork", "run_start"], events
     finally:
         await client.get_workflow_handle(running).terminate("test over")
-    assert model.request_count == 0
+    assert model.request_count == 2
 
 
 async def test_unknown_run_id_raises_key_error(
