@@ -197,16 +197,18 @@ def stringify(value: Any) -> str:
     if isinstance(value, pydantic.BaseModel):
         try:
             return value.model_dump_json()
-        except (TypeError, ValueError):
+        except Exception:
             try:  # a field of a type pydantic cannot write: as text
                 return value.model_dump_json(fallback=_shown)
-            except (TypeError, ValueError, RecursionError):
+            except Exception:  # RecursionError too
                 return _shown(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return _digits(value)
     try:
         return _json_text(value)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:
+        # JSON cannot hold it, or the value's own code raised as it was written (a
+        # dict subclass whose items() raises): the tool ran, so it is told as text
         return _shown(value)
 
 

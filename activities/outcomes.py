@@ -16,6 +16,8 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentor_temporal.workflows.activity_types import RunOutcomeInput
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.history_reader import NotAnAgentRun
+from agentor_temporal.workflows.policies import WORKFLOW_TYPE
 from agentor_temporal.workflows.types import RunOutcome
 
 #: The error type of a try that found the run still running (retried).
@@ -30,6 +32,11 @@ async def run_outcome(inp: RunOutcomeInput) -> RunOutcome:
     """
     handle = activity.client().get_workflow_handle(inp.run_id)
     described = await handle.describe()
+    if described.workflow_type != WORKFLOW_TYPE:
+        # the user's own workflow under the id: its end, if it comes, is no run's,
+        # and its result no outcome (read as one, every try failed, for ever)
+        error = str(NotAnAgentRun(inp.run_id, described.workflow_type))
+        return RunOutcome(run_id=inp.run_id, status="failed", final_output=None, error=error)
     if described.status in (None, WorkflowExecutionStatus.RUNNING):
         raise ApplicationError(
             f"run {inp.run_id!r} is still running; its outcome is read once it ends",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from agentor_temporal._outage import riding_outages
-from agentor_temporal._start import start_riding_outages
+from agentor_temporal._start import refuse_other_workflow, start_riding_outages
 from agentor_temporal.store import Event
 from agentor_temporal.streaming import follow
 from agentor_temporal.workflows import TemporalStore
@@ -154,22 +154,30 @@ async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
     await ready.wait()
 
 
-async def start_new(agent: Agentor, run_id: str, inp: AgentRunInput) -> Client:
-    """Start the run (an id that exists is attached to) and have it served; its client."""
+async def start_new(
+    agent: Agentor, run_id: str, inp: AgentRunInput, *, chosen: bool = False
+) -> Client:
+    """Start the run (an id that exists is attached to) and have it served; its client.
+
+    `chosen`: the caller chose the id, which another type of workflow may hold
+    (refused, naming it).
+    """
     client = await agent._client()
     # started first: the worker's lease waits on the run, which must exist
     await start_riding_outages(
         client, agent.definition, agent.task_queue, run_id, inp, what=f"starting run {run_id!r}"
     )
+    if chosen:
+        await refuse_other_workflow(client, run_id)
     await serve_until_done(agent, client, run_id)
     return client
 
 
 async def start_following(
-    agent: Agentor, run_id: str, inp: AgentRunInput, text: bool
+    agent: Agentor, run_id: str, inp: AgentRunInput, text: bool, *, chosen: bool = False
 ) -> AsyncIterator[Event]:
     """Start the run (as `start_new`), then yield its events (`stream_chat`)."""
-    client = await start_new(agent, run_id, inp)
+    client = await start_new(agent, run_id, inp, chosen=chosen)
     async for event in follow(
         client,
         run_id,

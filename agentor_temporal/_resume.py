@@ -35,6 +35,7 @@ from agentor_temporal._results import (
 )
 from agentor_temporal._runs import seeded_prefix
 from agentor_temporal._start import (
+    refuse_other_workflow,
     resume_key,
     resume_memo,
     segment_request_id,
@@ -100,6 +101,7 @@ async def start_run(
     agent: Agentor, input: MessageInput, run_id: str | None, max_turns: int | None
 ) -> RunResult:
     """`Agentor.run`: check the input, start the run, wait for its result."""
+    chosen = run_id is not None
     run_id, inp = new_input(agent, input, run_id, max_turns)
     client = await agent._client()
     async with agent._serving(client):
@@ -112,6 +114,8 @@ async def start_run(
                 inp,
                 what=f"starting run {run_id!r}",
             )
+            if chosen:
+                await refuse_other_workflow(client, run_id)
             return await agent._result(client, run_id)
 
 

@@ -46,6 +46,7 @@ from agentor_temporal.store import (
 from agentor_temporal.store.base import in_thread
 from agentor_temporal.workflows import Decision, Segment, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.history_reader import NotAnAgentRun
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
 
 logger = logging.getLogger("agentor_temporal")
@@ -243,6 +244,8 @@ async def check_waiting(
                 f"No run with id {run_id!r} in Temporal at {describe_target(client)}"
             ) from None
         raise
+    if description.workflow_type != policies.WORKFLOW_TYPE:
+        raise NotAnAgentRun(run_id, description.workflow_type)
     if description.status is None or description.status.name != "RUNNING":
         status = description.status.name.lower() if description.status else "unknown"
         if execution_run_id is not None:

@@ -34,7 +34,7 @@ from agentor_temporal._outage import riding_outages
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
-from agentor_temporal.workflows.history_reader import RESUME_KEY_MEMO
+from agentor_temporal.workflows.history_reader import RESUME_KEY_MEMO, NotAnAgentRun
 from agentor_temporal.workflows.policies import SPEC_HEADER, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from agentor_temporal.workflows.types import AgentRunInput
 
@@ -227,3 +227,27 @@ async def start_riding_outages(
         client,
         what=what,
     )
+
+
+async def refuse_other_workflow(client: Client, run_id: str) -> None:
+    """Refuse a run id that another type of workflow holds (a start attached to it).
+
+    A start with an id in use attaches to what holds it: with a caller-chosen id
+    (an app's `order-1234`) that may be the app's own workflow, whose end, if it
+    ever comes, is no run's. Asked only for ids the caller chose: a new id is free.
+
+    Raises:
+        NotAnAgentRun: (a ValueError) naming the workflow's type.
+    """
+    try:
+        described = await riding_outages(
+            lambda: client.get_workflow_handle(run_id).describe(),
+            client,
+            what=f"reading run {run_id!r}",
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return  # gone again meanwhile: the wait for it says so
+        raise
+    if described.workflow_type != WORKFLOW_TYPE:
+        raise NotAnAgentRun(run_id, described.workflow_type)

@@ -309,8 +309,9 @@ class Agentor:
                 model request is refused before anything starts) or a
                 hostile run id.
         """
+        chosen = run_id is not None
         run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
-        await Runtime.get().run_async(start_new(self, run_id, inp))
+        await Runtime.get().run_async(start_new(self, run_id, inp, chosen=chosen))
         return run_id
 
     async def stream_chat(
@@ -338,9 +339,12 @@ class Agentor:
                 `generation` event carries the final text.
             max_turns: override the agent's budget for this run.
         """
+        chosen = run_id is not None
         run_id, inp = new_input(self, input, run_id, max_turns, stream_text=stream_text)
         with following(run_id):
-            async for event in on_runtime(lambda: start_following(self, run_id, inp, stream_text)):
+            async for event in on_runtime(
+                lambda: start_following(self, run_id, inp, stream_text, chosen=chosen)
+            ):
                 yield shown_event(event)
 
     async def stream(

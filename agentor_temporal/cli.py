@@ -62,6 +62,7 @@ from agentor_temporal.serve._cli import cmd_serve
 from agentor_temporal.store import RunResult, new_run_id
 from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
+from agentor_temporal.workflows.history_reader import NotAnAgentRun
 
 # -- dev ----------------------------------------------------------------------------
 
@@ -397,6 +398,6 @@ def _known_failure(exc: Exception) -> int | None:
     """The exit status of an expected failure, or None for a bug (traceback)."""
     if isinstance(exc, (worker.ConfigError, EncryptionConfigError)):
         return EXIT_USAGE
-    if isinstance(exc, (ConnectionFailed, RPCError, OSError, EncryptionKeyError)):
+    if isinstance(exc, (ConnectionFailed, RPCError, OSError, EncryptionKeyError, NotAnAgentRun)):
         return EXIT_FAILED
     return None

@@ -33,6 +33,7 @@ from agentor_temporal.workflows.policies import (
     PATCH_SPEC_HEADER_REFUSED,
     RESULT_JOURNAL,
     SPEC_HEADER,
+    WORKFLOW_TYPE,
 )
 from agentor_temporal.workflows.types import ForkOrigin, parse_fork_origin
 
@@ -40,6 +41,21 @@ from agentor_temporal.workflows.types import ForkOrigin, parse_fork_origin
 Decode = Callable[[Payload], Awaitable[Any]]
 
 _LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+class NotAnAgentRun(ValueError):
+    """The run id names a workflow of another type: the namespace's ids are shared."""
+
+    def __init__(self, run_id: str, workflow_type: str) -> None:
+        super().__init__(
+            f"Run id {run_id!r} is a workflow of type {workflow_type!r} in Temporal, not an "
+            f"agent run ({WORKFLOW_TYPE}): an agent run shares workflow ids with every other "
+            "workflow of the namespace, so give it another run id"
+        )
+        self.run_id = run_id
+        self.workflow_type = workflow_type
+
+
 #: The memo field naming the resume key a segment was started under
 #: (`agentor_temporal._start.resume_key`).
 RESUME_KEY_MEMO = "agentor_resume_key"
@@ -130,6 +146,10 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
             segment.continue_as_new_suggested = task.suggest_continue_as_new
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             attrs = event.workflow_execution_started_event_attributes
+            if attrs.workflow_type.name != WORKFLOW_TYPE:
+                # an app's own workflow under the id (its `order-1234`): read as a run,
+                # it was one with no events, and a running one was waited on for ever
+                raise NotAnAgentRun(history.workflow_id, attrs.workflow_type.name)
             segment.execution_run_id = attrs.original_execution_run_id or history.run_id
             segment.start_time = event.event_time.ToDatetime().timestamp()
             if attrs.input.payloads:

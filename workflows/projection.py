@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal.store.base import Store, in_thread, validate_run_id
 from agentor_temporal.store.events import Event
-from agentor_temporal.workflows.history_reader import Segment, read_segment
+from agentor_temporal.workflows.history_reader import NotAnAgentRun, Segment, read_segment
 from agentor_temporal.workflows.policies import WORKFLOW_TYPE
 from agentor_temporal.workflows.redaction import redact_address
 from agentor_temporal.workflows.types import ForkOrigin
@@ -189,7 +189,10 @@ class TemporalStore:
         if depth >= MAX_FORK_DEPTH:
             return None
         if origin.execution is not None:
-            parent = await self.segments(origin.run_id, execution=origin.execution)
+            try:
+                parent = await self.segments(origin.run_id, execution=origin.execution)
+            except NotAnAgentRun:
+                parent = []  # a plain client's fork input naming another workflow: no parent
             if parent:
                 events, missing = await self.whole(origin.run_id, parent, store, _depth=depth + 1)
                 if not missing and len(events) >= origin.at:

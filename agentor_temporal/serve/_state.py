@@ -31,6 +31,7 @@ from agentor_temporal.store import (
 )
 from agentor_temporal.worker import ConfigError, agents_keys, agents_target
 from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.history_reader import NotAnAgentRun
 
 T = TypeVar("T")
 
@@ -141,13 +142,17 @@ class Agents:
         """The agent that owns `run_id` and the run's segments.
 
         Raises:
-            ApiError: 400 for a bad id, 404 for a run Temporal does not know
-                or one of an agent this server does not serve.
+            ApiError: 400 for a bad id, 404 for a run Temporal does not know,
+                one of an agent this server does not serve, or an id another type
+                of workflow holds.
             ConnectionFailed: Temporal unreachable past READ_OUTAGE_PATIENCE.
         """
         check_run_id(run_id)
         store = TemporalStore(await self.client())
-        segments = await self.read(lambda: store.segments(run_id), run_id)
+        try:
+            segments = await self.read(lambda: store.segments(run_id), run_id)
+        except NotAnAgentRun as exc:  # the namespace's own workflow holds the id
+            raise ApiError(404, str(exc)) from None
         if not segments:
             raise ApiError(404, f"no run with id {run_id!r}")
         name = owner_name(segments)

@@ -9,6 +9,7 @@ failed, 2 usage error, and never a traceback for a user's mistake.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import os
@@ -20,10 +21,12 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
 from agentor_temporal import FileStore
 from agentor_temporal.connection import stop_dev_server, temporal_binary
@@ -621,13 +624,28 @@ def test_dev_starts_reports_and_stops_a_server_on_the_ports_given(tmp_path: Path
 # -- mistakes --------------------------------------------------------------------------------------
 
 
+async def _taken(address: str) -> str:
+    """The id of a running workflow of another type (the app's own `order-1234`)."""
+    client = await Client.connect(address)
+    taken = f"order-{uuid.uuid4().hex[:8]}"
+    await client.start_workflow("OrderWorkflow", "x", id=taken, task_queue="nobody")
+    return taken
+
+
 def test_mistakes_are_one_line_errors_with_exit_codes(
     temporal_address: str, tmp_path: Path
 ) -> None:
-    """Unknown runs and unreachable servers exit 1, bad arguments or agent paths 2, untraced."""
+    """Unknown runs and unreachable servers exit 1, bad arguments or agent paths 2, untraced.
+
+    An id the app's own workflow (another type) holds printed a traceback.
+    """
     unreachable = f"127.0.0.1:{_free_port()}"
     here = ["--temporal", temporal_address]
+    taken = asyncio.run(_taken(temporal_address))
+    other = f"{taken!r} is a workflow of type 'OrderWorkflow' in Temporal, not an agent run"
     cases: list[tuple[list[str], int, str]] = [
+        (["show", taken, *here], 1, other),
+        (["approve", taken, "c1", *here], 1, other),
         (["show", "no-such-run", *here], 1, "no run with id 'no-such-run' in Temporal at"),
         (["export", "no-such-run", *here], 1, "no run with id 'no-such-run'"),
         (["approve", "no-such-run", "c1", *here], 1, f"'no-such-run' in Temporal at {here[1]}"),
@@ -662,3 +680,9 @@ def test_mistakes_are_one_line_errors_with_exit_codes(
     ):
         assert (out.returncode, needle in out.stderr) == (code, True), (args, out.stderr)
         assert "Traceback" not in out.stderr, (args, out.stderr)
+    asyncio.run(_terminate(temporal_address, taken))
+
+
+async def _terminate(address: str, run_id: str) -> None:
+    client = await Client.connect(address)
+    await client.get_workflow_handle(run_id).terminate("test over")

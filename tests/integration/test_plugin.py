@@ -103,7 +103,8 @@ async def test_a_run_id_used_before_attaches_to_that_run_instead_of_running_it_a
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     """`run_agent(run_id=X)` where X already ran (the same order workflow started again, a
-    redelivered message) returns X's outcome: the agent is not run, nor paid for, twice."""
+    redelivered message) returns X's outcome: the agent is not run, nor paid for, twice.
+    An X that is not an agent run is a failed outcome naming it."""
     store = FileStore(tmp_path / "runs")
     with ScriptedModelServer(REFUND_SCRIPT * 2) as model:
         agent = support(model, temporal=client, task_queue=task_queue)
@@ -162,6 +163,24 @@ async def test_a_run_id_used_before_attaches_to_that_run_instead_of_running_it_a
             assert isinstance(cancelled.value.cause, CancelledError)
             rest = [p for p in parents if p is not leaver]
             outcomes = [await asyncio.wait_for(p.result(), 30) for p in rest]
+
+            # an id the app's own workflow (another type) holds, running or closed: a
+            # failed outcome naming it. Before, a running one's outcome was asked again
+            # until it ended, and a closed one's result, read as an outcome, failed every try
+            running, closed = f"taken-{uuid.uuid4().hex[:6]}", f"taken-{uuid.uuid4().hex[:6]}"
+            for taken in (running, closed):  # a type no worker here runs
+                await client.start_workflow("OtherWorkflow", "x", id=taken, task_queue="nobody")
+            await client.get_workflow_handle(closed).terminate("done with it")
+            for taken in (running, closed):
+                other = await asyncio.wait_for(
+                    client.execute_workflow(
+                        SharedRunWorkflow.run, taken, id=uuid.uuid4().hex, task_queue=task_queue
+                    ),
+                    20,
+                )
+                assert other["status"] == "failed", other
+                assert f"{taken!r} is a workflow of type 'OtherWorkflow'" in other["error"]
+            await client.get_workflow_handle(running).terminate("test over")
         assert outcomes[0] == outcomes[1]
         assert outcomes[0]["status"] == "completed" and outcomes[0]["run_id"] == child
         assert model.request_count == 2

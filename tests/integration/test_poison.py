@@ -125,6 +125,16 @@ class TrickyMessage(Exception):
         return TrickyText("tricky")
 
 
+class NoItems(dict):  # type: ignore[type-arg]
+    """A mapping whose own code raises as JSON writes it (str() shows it as a dict)."""
+
+    def items(self) -> Any:
+        raise RuntimeError("no items")
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("no iteration")
+
+
 def _circular() -> Any:
     value: list[Any] = []
     value.append(value)
@@ -165,6 +175,8 @@ RETURNS: dict[str, tuple[Any, str | None]] = {
     "circular": (_circular, "[[...]]"),
     "set": (lambda: {1, 2, 3}, '"{1, 2, 3}"'),
     "str_subclass": (lambda: TrickyText("tricky"), "tricky"),
+    # reported as 'Error: RuntimeError: no items' though the tool had run
+    "raising_items": (lambda: {"k": NoItems(a=1)}, "{'k': {'a': 1}}"),
 }
 
 

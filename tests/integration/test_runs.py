@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
@@ -118,6 +119,64 @@ async def test_caller_chosen_run_id_is_idempotent(
     assert second.run_id == first.run_id
     assert second.final_output == first.final_output
     assert model.request_count == 2 and len(ledger_lines(ledger)) == 1
+
+
+async def test_an_id_another_workflow_holds_is_refused_naming_it(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """A run id the namespace's own workflows use (an app's `order-1234`) is no agent run.
+
+    run()/astart()/stream_chat() with it attached to that workflow: a running one was
+    waited on for ever (its end never comes as a run's), a closed one answered as a
+    run with no events; resume() and stream() of it waited for ever too, and approve()
+    said "Update handler for 'decide' expected but not found".
+    """
+    agent = scripted_agent(model, client, task_queue)
+    running, closed = f"order-{task_queue}", f"order-closed-{task_queue}"
+    # a type no worker here runs: it stays running until terminated
+    for workflow_id in (running, closed):
+        await client.start_workflow("OrderWorkflow", "x", id=workflow_id, task_queue="orders")
+    await client.get_workflow_handle(closed).terminate("done with it")
+
+    async def collected(stream: Any) -> list[Event]:
+        return [event async for event in stream]
+
+    try:
+        for run_id in (running, closed):
+            calls = {
+                "run": lambda run_id=run_id: agent.arun(PROMPT, run_id=run_id),
+                "astart": lambda run_id=run_id: agent.astart(PROMPT, run_id=run_id),
+                "stream_chat": lambda run_id=run_id: collected(
+                    agent.stream_chat(PROMPT, run_id=run_id)
+                ),
+                "resume": lambda run_id=run_id: agent.aresume(run_id),
+                "stream": lambda run_id=run_id: collected(agent.stream(run_id)),
+                "fork": lambda run_id=run_id: agent.afork(run_id, "and then?"),
+                "approve": lambda run_id=run_id: agent.aapprove(run_id, "call_1"),
+            }
+            for how, call in calls.items():
+                with pytest.raises(ValueError) as info:
+                    await asyncio.wait_for(call(), 10)
+                said = str(info.value)
+                assert f"{run_id!r} is a workflow of type 'OrderWorkflow'" in said, (how, said)
+                assert "not an agent run" in said and "another run id" in said, (how, said)
+        # a plain client's fork naming that workflow as its parent: read without one
+        from agentor_temporal.worker import build_worker
+
+        execution = (await client.get_workflow_handle(running).describe()).run_id
+        fork = {"run_id": running, "at": 1, "execution": execution}
+        inp = {"agent": "Weather Agent", "input": PROMPT, "event_offset": 1, "fork": fork}
+        plain = f"{task_queue}-plain"  # the agent's embedded worker serves its own
+        async with build_worker(client, [agent], task_queue=plain):
+            handle = await client.start_workflow(
+                "AgentRun", inp, id=f"fork-{running}", task_queue=plain
+            )
+            await asyncio.wait_for(handle.result(), 20)
+        events = await TemporalStore(client).aload(f"fork-{running}")
+        assert [e.type for e in events][:2] == ["fork", "run_start"], events
+    finally:
+        await client.get_workflow_handle(running).terminate("test over")
+    assert model.request_count == 2
 
 
 async def test_unknown_run_id_raises_key_error(

@@ -89,8 +89,18 @@ def test_start_returns_at_once_and_get_reports_the_result(
     assert len(fresh) == 32 and fresh != run_id
 
 
-def test_run_route_errors(http: httpx.Client) -> None:
-    """Bad bodies, bad ids, unknown agents and unknown runs are clear JSON errors."""
+async def _taken(address: str) -> str:
+    """The id of a closed workflow of another type (the app's own `order-1234`)."""
+    client = await Client.connect(address)
+    taken = f"order-{uuid.uuid4().hex[:8]}"
+    await client.start_workflow("OrderWorkflow", "x", id=taken, task_queue="nobody")
+    await client.get_workflow_handle(taken).terminate("done with it")
+    return taken
+
+
+def test_run_route_errors(http: httpx.Client, serve_env: dict[str, str]) -> None:
+    """Bad bodies, bad ids, unknown agents, unknown runs and ids that another type of
+    workflow holds (read as a run of no events, or a 500) are clear JSON errors."""
     cases = [
         ({}, "input: Field required"),
         ({"input": ""}, "input is an empty prompt"),
@@ -115,6 +125,16 @@ def test_run_route_errors(http: httpx.Client) -> None:
     assert missing.status_code == 404 and "no run with id" in missing.json()["error"]
     assert http.get("/no/such/route").status_code == 404
     assert "Traceback" not in http.post("/runs", json={"input": 5}).text
+    taken = asyncio.run(_taken(serve_env["TEMPORAL_ADDRESS"]))
+    said = f"{taken!r} is a workflow of type 'OrderWorkflow' in Temporal, not an agent run"
+    for answer in (
+        http.get(f"/runs/{taken}"),
+        http.get(f"/runs/{taken}/events"),
+        http.post(f"/runs/{taken}/resume"),
+        http.post("/runs", json={"input": PROMPT, "run_id": taken}),
+    ):
+        assert answer.status_code in (400, 404), answer.text
+        assert said in answer.json()["error"], answer.text
 
 
 def test_events_stream_whole_run_positions_and_resume_points(http: httpx.Client) -> None:
