@@ -221,11 +221,11 @@ async def test_a_decision_naming_a_turn_for_a_call_never_asked_is_refused_as_unk
 async def test_a_decision_read_before_a_resume_does_not_decide_the_resumed_runs_call(
     client: Client, task_queue: str, ledger: str
 ) -> None:
-    """A run cancelled while turn 1's call_0 waits is resumed, and the model asks again with
-    the same id and turn: approving the call read before the resume decides nothing."""
+    """A run cancelled while turn 1's call_0 waits is resumed, and asks again for the same
+    call (from the recorded answer, the model not asked again): approving the call read
+    before the resume decides nothing."""
     script: list[Step] = [
         CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_0"),
-        CallTool("transfer", {"amount": 9000, "to": "eve"}, id="call_0"),
         Reply("Done."),
     ]
     with ScriptedModelServer(script) as model:
@@ -239,13 +239,14 @@ async def test_a_decision_read_before_a_resume_does_not_decide_the_resumed_runs_
             await asyncio.wait_for(handle.result(), STEP)
 
         resumed = await asyncio.wait_for(agent.aresume(run_id), STEP)
-        assert _pending(resumed) == [("call_0", 1, {"amount": 9000, "to": "eve"})]
+        assert _pending(resumed) == [("call_0", 1, {"amount": 5000, "to": "bob"})]
+        assert model.request_count == 1
         with pytest.raises(ValueError, match="asked in an execution of run .* that has ended"):
             await agent.aapprove(run_id, before, by="dave")
         still = await asyncio.wait_for(agent.aresume(run_id), STEP)
-        assert _pending(still) == [("call_0", 1, {"amount": 9000, "to": "eve"})]
+        assert _pending(still) == [("call_0", 1, {"amount": 5000, "to": "bob"})]
         assert ledger_lines(ledger) == []
         [now] = still.pending_approvals
-        await agent.adeny(run_id, now, "not eve")
+        await agent.adeny(run_id, now, "not bob")
         result = await asyncio.wait_for(agent.aresume(run_id), STEP)
     assert result.status == "completed" and ledger_lines(ledger) == []

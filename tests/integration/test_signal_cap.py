@@ -208,7 +208,8 @@ async def test_a_decision_past_both_caps_says_to_cancel_and_resume(
     limit for signal events"."""
     client = few_signals
     monkeypatch.setattr(policies, "PAUSED_SIGNALS", 10**9, raising=False)
-    with ScriptedModelServer([[PAY], [PAY], Reply("Paid.")]) as model:
+    # resumed, the run asks for the same call again from its recorded answer
+    with ScriptedModelServer([[PAY], Reply("Paid.")]) as model:
         agent = payer(model, client, task_queue, ledger)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
@@ -234,4 +235,5 @@ async def test_a_decision_past_both_caps_says_to_cancel_and_resume(
     assert "can take no decision" in message and "Cancel the run" in message, message
     assert f"resume({run_id!r})" in message, message
     assert done.status == "completed" and done.final_output == "Paid."
+    assert model.request_count == 2
     assert [line.split()[-2:] for line in ledger_lines(ledger)] == [["5000.0", "bob"]]
