@@ -119,14 +119,7 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
             return None  # running, or about to: the fork would run it a second time
     if ran == len(calls) or len(set(map(_call_id, calls))) < len(calls):
         return None  # all ran (`completed_batch`), or ids a decision cannot tell apart
-    return {
-        "text": gen.text,
-        "reasoning": gen.reasoning,
-        "calls": [dict(c) for c in calls],
-        "started_at": gen.started_at,
-        "ended_at": gen.ended_at,
-        "results": results,
-    }
+    return {**_answer(gen), "results": results}
 
 
 def unstarted_answer(segment: Segment) -> dict[str, Any] | None:
@@ -158,13 +151,7 @@ def unstarted_answer(segment: Segment) -> dict[str, Any] | None:
         return None
     if any(f"tool-{gen.turn}-{index}" in segment.scheduled_tools for index in range(len(calls))):
         return None  # started: it may have run, and the turn is rewound as before
-    return {
-        "text": gen.text,
-        "reasoning": gen.reasoning,
-        "calls": [dict(c) for c in calls],
-        "started_at": gen.started_at,
-        "ended_at": gen.ended_at,
-    }
+    return _answer(gen)
 
 
 def mirrored_waiting_answer(events: list[Event]) -> dict[str, Any] | None:
@@ -201,14 +188,7 @@ def mirrored_waiting_answer(events: list[Event]) -> dict[str, Any] | None:
             return None
     if len(ran) == len(calls) or len(set(map(_call_id, calls))) < len(calls):
         return None
-    return {
-        "text": gen.text,
-        "reasoning": gen.reasoning,
-        "calls": [dict(c) for c in calls],
-        "started_at": gen.started_at,
-        "ended_at": gen.ended_at,
-        "results": results,
-    }
+    return {**_answer(gen), "results": results}
 
 
 def _never_runs(call: dict[str, Any], spec: Any) -> bool:
@@ -287,3 +267,14 @@ async def completed_answer(temporal: TemporalStore, segment: Segment) -> dict[st
 def _turns(ids: dict[str, Any]) -> list[int]:
     numbers = (name.removeprefix("generate-") for name in ids)
     return [int(n) for n in numbers if n.isdigit()]
+
+
+def _answer(gen: Event) -> dict[str, Any]:
+    """A recorded `generation` as `AgentRunInput.answer` takes it (without its results)."""
+    return {
+        "text": gen.text,
+        "reasoning": gen.reasoning,
+        "calls": [dict(c) for c in gen.calls or []],
+        "started_at": gen.started_at,
+        "ended_at": gen.ended_at,
+    }
