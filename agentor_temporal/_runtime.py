@@ -31,7 +31,12 @@ from temporalio.worker import Worker
 
 from agentor_temporal._ending import end_by
 from agentor_temporal._exit import EXIT_SETTLE, Callers, at_interpreter_exit, exit_drain
-from agentor_temporal._sigterm import blocking_main, draining_on_sigterm, patient_exit
+from agentor_temporal._sigterm import (
+    blocking_main,
+    draining_on_sigterm,
+    ending_signal,
+    patient_exit,
+)
 from agentor_temporal.activities import AgentDefinition, AgentRegistry
 from agentor_temporal.codec import EncryptionKeys
 from agentor_temporal.telemetry import with_caller_context
@@ -347,7 +352,7 @@ class Runtime:
         if ended_by:
             # a signal handled ends the process as its default would (exit status
             # 128 + signum, as during a call), once the threads Python waits for end
-            atexit.register(end_by, ended_by[0])
+            atexit.register(end_by, ending_signal(ended_by))
 
     def close(self, timeout: float | None = None) -> None:
         """Stop embedded workers, then the loop and its thread (runs at exit).

@@ -1,18 +1,18 @@
-"""Interrupts while a process finishes its calls: the first is noted, a second obeyed.
+"""Interrupts while a process finishes its calls: the first is noted, the same again obeyed.
 
 An embedded worker may be running a tool call (an approved transfer, say)
-when the process is told to end. With Python's default handling the call
-was cut off, and the next worker ran it again (a transfer done twice). So
-in three places a first interrupt lets the calls finish and a second acts
-as before: a script's facade call (`draining_on_sigterm`: Ctrl+C, SIGTERM or
-SIGHUP drains the workers, then acts as the default would: KeyboardInterrupt,
-or the process ended, exit status 143 or 129), a script's exit
-(`patient_exit`: the exit hook drains them anyway, so Ctrl+C, SIGTERM or
-SIGHUP is only noted, and ends the process once they are done) and the CLI
-(`cli.main`, once a command's outcome is decided). `NoteFirst` is their one
-mechanism; each place says which signals, over which handlers (Python's
-defaults only, for a script: an application's own are its decision), and
-what the first one does.
+when the process is told to end. With Python's default handling the call was
+cut off, and the next worker ran it again (a transfer done twice). So in
+three places a first interrupt lets the calls finish and the same one again
+acts as before (another is noted too): a script's facade call
+(`draining_on_sigterm`: Ctrl+C, SIGTERM or SIGHUP drains the workers, then
+acts as the default would: KeyboardInterrupt, or the process ended, exit
+status 143 or 129), a script's exit (`patient_exit`: the exit hook drains
+them anyway, so Ctrl+C, SIGTERM or SIGHUP is only noted, and ends the
+process once they are done) and the CLI (`cli.main`, once a command's
+outcome is decided). `NoteFirst` is their one mechanism; each place says
+which signals, over which handlers (Python's defaults only, for a script: an
+application's own are its decision), and what the first one does.
 Python's signal API allows handlers only in the main thread; elsewhere
 nothing is installed.
 """
@@ -71,12 +71,19 @@ class NoteFirst:
     handlers replaced come back when the outermost installation ends (those
     still ours: a handler set meanwhile by someone else is theirs).
 
+    Only the same signal again is obeyed, as the lines noting one say ("press
+    Ctrl+C again"): another signal meanwhile is noted too (`again`). A Jupyter
+    kernel's restart or shutdown interrupts the kernel, then terminates it,
+    and a supervisor may escalate so: that SIGTERM, taken as the second
+    signal, ended the process mid-call, and the next worker ran the call again.
+
     Args:
         signals: Signal names; one this platform lacks (SIGHUP on Windows) is skipped.
         note: What the first signal does.
         over: Whether ours may replace a signal's current handler.
-        obey: What a signal not noted does. None: the replaced handlers come
-            back at the first signal, so a second acts as it did before.
+        obey: What a signal not noted does. None: the replaced handler of a
+            signal noted comes back, so that signal again acts as it did before.
+        again: What another signal after the first does (default: `note`).
         when: Whether a signal arriving now is noted rather than obeyed
             (default: always); needs `obey`.
         linger: Signals whose handler stays on after the outermost installation ends
@@ -91,6 +98,7 @@ class NoteFirst:
         *,
         over: Callable[[signal.Signals, Handler], bool],
         obey: Callable[[int, FrameType | None], None] | None = None,
+        again: Callable[[signal.Signals], None] | None = None,
         when: Callable[[], bool] | None = None,
         linger: Iterable[str] = (),
         lingers: Callable[[], bool] | None = None,
@@ -101,6 +109,7 @@ class NoteFirst:
         self._linger = frozenset(linger)
         self._lingers = lingers
         self._note = note
+        self._again = again or note
         self._over = over
         self._obey = obey
         self._when = when
@@ -109,22 +118,24 @@ class NoteFirst:
         self._kept: dict[signal.Signals, Handler] = {}
         #: installations under way (concurrent async facade calls nest)
         self._depth = 0
-        self._noted = False
+        #: the signals noted in this installation (each obeyed if it comes again)
+        self._noted: set[int] = set()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self._obey is not None and (
-            self._noted or (self._when is not None and not self._when())
+            signum in self._noted or (self._when is not None and not self._when())
         ):
             self._obey(signum, frame)
             return
-        self._noted = True
+        first = not self._noted
+        self._noted.add(signum)
         if self._obey is None:
-            self.restore()  # a second one acts as before
-        self._note(signal.Signals(signum))
+            self.restore(only=signum)  # the same one again acts as before
+        (self._note if first else self._again)(signal.Signals(signum))
 
-    def count_noted(self) -> None:
-        """Take a signal handled elsewhere as the one noted: the next one is obeyed."""
-        self._noted = True
+    def count_noted(self, signum: signal.Signals) -> None:
+        """Take `signum`, handled elsewhere, as the one noted: it is obeyed if it comes again."""
+        self._noted.add(signum)
 
     def _ours(self) -> bool:
         return any(signal.getsignal(number) is self._handler for number in self._kept)
@@ -137,7 +148,7 @@ class NoteFirst:
             # ours replaced by someone else mid-call, or put back by a first signal
             return False
         if not self._depth:
-            self._noted = False
+            self._noted = set()
         for name in self._signals:
             number = getattr(signal, name, None)
             if number is None:
@@ -161,10 +172,11 @@ class NoteFirst:
             lingering = self._lingers is not None and self._lingers()
             self.restore(keep=self._linger if lingering else frozenset())
 
-    def restore(self, keep: frozenset[str] = frozenset()) -> None:
-        """Put back the handlers replaced, on the signals where ours still is (but `keep`)."""
+    def restore(self, keep: frozenset[str] = frozenset(), only: int | None = None) -> None:
+        """Put back the handlers replaced, on the signals where ours still is (but `keep`;
+        `only`: that signal's alone)."""
         for number, previous in list(self._kept.items()):
-            if number.name in keep:
+            if number.name in keep or only not in (None, number):
                 continue
             with contextlib.suppress(ValueError, OSError):
                 if signal.getsignal(number) is self._handler:
@@ -203,8 +215,8 @@ def _drain_then_end(signum: signal.Signals) -> None:
     flight finish and are recorded), then act as the signal's default: SIGTERM and SIGHUP end
     the process, SIGINT raises KeyboardInterrupt (in the facade call, which ends).
 
-    A second signal meanwhile meets the handler replaced (the default): it abandons the calls
-    and ends the process at once, a second Ctrl+C as well (its KeyboardInterrupt, raised here,
+    The same signal again meanwhile meets the handler replaced (the default): it abandons the
+    calls and ends the process at once, a second Ctrl+C as well (its KeyboardInterrupt, raised here,
     left the worker's shutdown to the exit hook, which cut the calls off with the SDK's
     tracebacks).
 
@@ -213,7 +225,8 @@ def _drain_then_end(signum: signal.Signals) -> None:
     asyncio's handler took it alone: a traceback, then a silent wait while the exit hook
     finished the calls, and a second Ctrl+C only got the line saying a third abandons them.
     During the drain a second Ctrl+C meets Python's default, to abandon them as in `run()`
-    (asyncio's handler would only cancel the main task again).
+    (asyncio's handler would only cancel the main task again). Another signal meanwhile is
+    noted (`_drain_noted`): a SIGTERM or SIGHUP after Ctrl+C ends the process by it then.
     """
     from agentor_temporal._runtime import Runtime, say_left_open
 
@@ -221,9 +234,11 @@ def _drain_then_end(signum: signal.Signals) -> None:
     if not asyncio_runs(runner):
         runner = None
     runtime = Runtime._instance
+    _then.clear()
     if runtime is not None and runtime.serving():
         note_line(signum, ", then stopping" if signum == signal.SIGINT else ", then exiting")
         try:
+            _then.append(signum)
             if runner is not None:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
             runtime.stop_workers(exit_drain())
@@ -232,6 +247,11 @@ def _drain_then_end(signum: signal.Signals) -> None:
         finally:
             if runner is not None and signal.getsignal(signum) is signal.default_int_handler:
                 signal.signal(signum, runner)
+        # a SIGTERM or SIGHUP during a Ctrl+C's drain (`_drain_noted`) ends the process now
+        signum = ending_signal(_then)
+        _then.clear()
+        if signum != signal.SIGINT:
+            runner = None
     if callable(runner) and not _blocking:
         runner(signum, None)
         return
@@ -245,6 +265,27 @@ def _drain_then_end(signum: signal.Signals) -> None:
         # no exit hook runs: the runs the process's callers waited on are named now
         say_left_open(runtime, ending=True)
     end_by(signum)
+
+
+#: The signals noted during the drain under way, the first its own (empty: none under way).
+_then: list[signal.Signals] = []
+
+
+def ending_signal(noted: list[signal.Signals]) -> signal.Signals:
+    """Which of the signals `noted` (in order) a process ends by: the first that ends one
+    (SIGTERM, SIGHUP), else the first (SIGINT)."""
+    return next((s for s in noted if s != signal.SIGINT), noted[0])
+
+
+def _drain_noted(signum: signal.Signals) -> None:
+    """Another signal after the first (`_DRAINING`'s `again`): while that one's drain is under
+    way, a line says so, and the process ends by it once the calls are done if it is one that
+    ends a process; after the drain, it acts as the default (the calls are done)."""
+    if not _then:
+        end_by(signum)
+        return
+    _then.append(signum)
+    note_line(signum, ", then exiting" if ending_signal(_then) != signal.SIGINT else "")
 
 
 #: Following `asyncio.Runner`'s precedent for SIGINT: only while a facade
@@ -264,6 +305,7 @@ _DRAINING = NoteFirst(
     ("SIGINT", "SIGTERM", "SIGHUP"),
     _drain_then_end,
     over=over_python,
+    again=_drain_noted,
     linger=("SIGTERM", "SIGHUP"),
     lingers=lambda: _serving(),
 )

@@ -320,10 +320,11 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def _noted(signum: signal.Signals) -> None:
+    again = "Ctrl+C again" if signum == signal.SIGINT else f"{signum.name} again"
     with contextlib.suppress(OSError, ValueError):  # a closed terminal
         print(
             f"finishing the calls this command's worker runs (up to {calls_grace():g} s); "
-            "interrupt again to abandon them (another worker then runs them again)",
+            f"interrupt again to abandon them ({again}; another worker then runs them again)",
             file=sys.stderr,
             flush=True,
         )
@@ -356,7 +357,7 @@ def _drain() -> None:
     if runtime is None:
         return
     if _ENDED_BY and runtime.serving():
-        INTERRUPTS.count_noted()
+        INTERRUPTS.count_noted(_ENDED_BY[0])
         _noted(_ENDED_BY[0])
     with contextlib.suppress(KeyboardInterrupt):  # abandoned, as asked twice
         runtime.close()

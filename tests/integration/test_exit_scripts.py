@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -702,3 +703,70 @@ async def test_a_signal_after_a_decision_while_the_script_works_on_finishes_the_
     assert result.result == "Sent 5 to bob.", result.result
     assert f"{signum.name}: finishing the calls" in stderr, stderr
     assert "Traceback" not in stderr, stderr
+
+
+def read_until(proc: subprocess.Popen[str], text: str, timeout: float = 30.0) -> str:
+    """What `proc` wrote on stderr up to and including `text` (read raw, so the deadline holds)."""
+    assert proc.stderr is not None
+    fd, seen = proc.stderr.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 65536) if ready else b""
+        assert chunk, f"no {text!r} on stderr in {timeout} s: {seen[-2000:]!r}"
+        seen += chunk
+    return seen.decode()
+
+
+@pytest.mark.parametrize("command", ["run", "thread"], ids=["in-run", "at-exit"])
+async def test_ctrl_c_then_sigterm_finishes_the_tool_call_once_then_ends_by_sigterm(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    command: str,
+) -> None:
+    """Ctrl+C mid-tool, then SIGTERM while the call is being finished (a Jupyter kernel's
+    restart or shutdown interrupts the kernel, then terminates it; a supervisor escalating):
+    the SIGTERM is noted too, in a line, the call finishes, recorded, and the process then ends
+    by SIGTERM. Only the same signal again abandons the calls, as the first line says ("press
+    Ctrl+C again"). Before, the first signal put every default back, so the SIGTERM killed the
+    process mid-call and the next worker ran the tool again (seen: a notebook's restart)."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **env_for(temporal_address, model, task_queue, tmp_path, ledger),
+            "AGENT_TOOL_SECONDS": "3",
+        }
+        run_id = uuid.uuid4().hex
+        argv = [command, run_id, "Weather in Paris?"]
+        running = subprocess.Popen(
+            [sys.executable, str(PROCS / "plain_script.py"), *argv],
+            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            await until(lambda: ledger_lines(ledger), "the tool to start")
+            if command == "thread":  # the main thread has returned: the exit hook waits
+                with contextlib.suppress(AssertionError):
+                    await until(lambda: catches(running.pid, signal.SIGTERM), "a handler", 3)
+            running.send_signal(signal.SIGINT)
+            first = await asyncio.to_thread(read_until, running, "SIGINT: finishing")
+            running.send_signal(signal.SIGTERM)
+            _, rest = await asyncio.to_thread(running.communicate, None, 60)
+        finally:
+            running.kill()
+        stderr = first + rest
+        assert running.returncode == -signal.SIGTERM, stderr
+        [line] = [line for line in stderr.splitlines() if line.startswith("SIGTERM:")]
+        assert "finishing the calls" in line and "send it again to abandon them" in line, stderr
+        assert "Traceback" not in stderr, stderr
+        left = [line for line in stderr.splitlines() if f"run {run_id} is still open" in line]
+        assert len(left) == 1, stderr
+        resumed = await asyncio.to_thread(script, env, "resume", run_id)
+    assert resumed["status"] == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
+    assert result.result == "The weather in Paris is sunny and 22C.", result.result
