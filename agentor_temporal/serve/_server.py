@@ -72,14 +72,16 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
     noted: list[signal.Signals] = []
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        # The first stops the server and drains the embedded workers, saying so; a second
-        # abandons their calls (the next worker runs them again) and ends the process by
-        # it, as in a script. Before, the drain was left to the process's end, silent: a
-        # second signal was only noted there, and a third abandoned the calls.
+        # The first stops the server and drains the embedded workers, saying so; the same
+        # one again abandons their calls (the next worker runs them again) and ends the
+        # process by it, as in a script. Before, the drain was left to the process's end,
+        # silent: a second signal was only noted there, and a third abandoned the calls.
+        # Another one meanwhile (SIGTERM after Ctrl+C: a supervisor escalating) is noted
+        # too, as the line said only the same one abandons them; it cut the calls off.
         received = signal.Signals(signum)
-        if noted:
+        if received in noted:
             end_by(received)
-        if not stopped_by and runtime.serving():
+        if (noted or not stopped_by) and runtime.serving():
             note_line(received, ", then stopping")
             noted.append(received)
         stopped_by.append(received)

@@ -169,12 +169,16 @@ async def test_agent_serve_stopped_mid_tool_finishes_the_call_once(
     assert len(ledger_lines(ledger)) == 1, ledger_lines(ledger)
 
 
+@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_serve_worker_interrupted_says_so_once_and_a_second_interrupt_abandons(
-    serve_env: dict[str, str], client: Client, tmp_path: Path
+    serve_env: dict[str, str], client: Client, tmp_path: Path, first: signal.Signals
 ) -> None:
     """`agentor-temporal serve --worker` sent SIGTERM while its worker runs a tool: one line
     says the calls finish and that a second signal abandons them; a second does, at once.
-    Before, the first was silent, the second only got that line, and it took a third."""
+    Before, the first was silent, the second only got that line, and it took a third.
+    Ctrl+C first (the line says "press Ctrl+C again"), then SIGTERM (a supervisor
+    escalating): the SIGTERM is noted too, in a line, and only a third, a SIGTERM again,
+    abandons the calls; before, the SIGTERM cut them off."""
     port, queue, gates = free_port(), f"single-{uuid.uuid4().hex[:8]}", tmp_path / "gates"
     gates.mkdir()
     run_id = uuid.uuid4().hex
@@ -214,8 +218,13 @@ async def test_serve_worker_interrupted_says_so_once_and_a_second_interrupt_aban
             assert asyncio.get_running_loop().time() < deadline, "the tool never started"
             await asyncio.sleep(0.05)
         assert process.stderr is not None
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(first)
         line = await asyncio.to_thread(process.stderr.readline)
+        if first == signal.SIGINT:
+            process.send_signal(signal.SIGTERM)
+            escalated = await asyncio.to_thread(process.stderr.readline)
+            assert escalated.startswith("SIGTERM: finishing the calls"), line + escalated
+            assert process.poll() is None, "a SIGTERM after Ctrl+C abandoned the calls"
         process.send_signal(signal.SIGTERM)
         start = asyncio.get_running_loop().time()
         code = await asyncio.to_thread(process.wait, 20)
@@ -225,8 +234,8 @@ async def test_serve_worker_interrupted_says_so_once_and_a_second_interrupt_aban
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
             process.wait(10)
-    assert "SIGTERM: finishing the calls this process's worker runs" in line, line + rest
-    assert "send it again to abandon them" in line, line
+    assert f"{first.name}: finishing the calls this process's worker runs" in line, line + rest
+    assert "again to abandon them" in line, line
     # the tool (held for 60 s) was abandoned: the process ended by the second signal, at once
     assert code == -signal.SIGTERM and took < 10, (code, took, rest)
     assert "finishing the calls" not in rest and "Traceback" not in rest, rest
