@@ -30,11 +30,13 @@ from agentor_temporal._cli_common import (
 )
 from agentor_temporal._inspect import (
     RunSummary,
+    event_row,
     list_runs,
     render_run,
     render_table,
     summarize_events,
     summarize_segments,
+    summary_part,
 )
 from agentor_temporal._prune import Verdict, apply, plan
 from agentor_temporal._results import shown_event, shown_events
@@ -51,30 +53,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     run_id = run_id_arg(args.run_id)
     if args.timeline:
         return _timeline(args, run_id)
-    note = None
     if args.store:
-        directory = store_dir(args.store)
-        events = FileStore(directory).load(run_id)
-        if not events:
-            raise CliError(f"no run with id {run_id!r} in the store {str(directory)!r}")
-        summary = summarize_events(run_id, events)
-        source = f"the store {directory}"
-    else:
+        return _show_stored(args, run_id)
+    note = None
 
-        async def read() -> tuple[list[Event], list[Segment], int, str]:
-            client = await connect_for_reading(args)
-            events, segments, prefix = await history_events(client, run_id)
-            return events, segments, prefix, address(client)
+    async def read() -> tuple[list[Event], list[Segment], int, str]:
+        client = await connect_for_reading(args)
+        events, segments, prefix = await history_events(client, run_id)
+        return events, segments, prefix, address(client)
 
-        events, segments, prefix, where = arun(read)
-        summary = summarize_segments(run_id, segments, None if prefix else events)
-        count = len(segments)
-        source = f"Temporal at {where} ({count} execution{'s' if count != 1 else ''})"
-        if prefix:
-            note = (
-                f"(the run's first {prefix} events came from a store and are not in Temporal's "
-                "history; `show --store DIR` shows them)"
-            )
+    events, segments, prefix, where = arun(read)
+    summary = summarize_segments(run_id, segments, None if prefix else events)
+    count = len(segments)
+    source = f"Temporal at {where} ({count} execution{'s' if count != 1 else ''})"
+    if prefix:
+        note = (
+            f"(the run's first {prefix} events came from a store and are not in Temporal's "
+            "history; `show --store DIR` shows them)"
+        )
     events = shown_events(events)
     if args.jsonl:
         for event in events:
@@ -84,6 +80,35 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(line)
     if note:
         print(note)
+    return EXIT_OK
+
+
+def _show_stored(args: argparse.Namespace, run_id: str) -> int:
+    """`show --store`: the log read, and printed, an event at a time.
+
+    A generation's line holds its whole request, so a long run's log grows
+    with the square of its turns (500 turns of 2 KB results: 260 MB), and
+    `show` held it all, parsed. The readable form keeps each event's line and
+    what the head needs (`summary_part`), printed once the log is read.
+    """
+    directory = store_dir(args.store)
+    found, parts, rows = 0, [], []
+    for found, event in enumerate(FileStore(directory).iterate(run_id), 1):
+        event = shown_event(event)
+        if args.jsonl:
+            print(event.to_json())
+            continue
+        rows.append(event_row(found, event))
+        part = summary_part(event)
+        if part is not None:
+            parts.append(part)
+    if not found:
+        raise CliError(f"no run with id {run_id!r} in the store {str(directory)!r}")
+    if args.jsonl:
+        return EXIT_OK
+    head = render_run(summarize_events(run_id, parts), [], source=f"the store {directory}")
+    for line in [*head, *rows]:
+        print(line)
     return EXIT_OK
 
 

@@ -57,7 +57,7 @@ from agentor_temporal.store import (
     replay_messages,
     validate_run_id,
 )
-from agentor_temporal.store.base import in_thread
+from agentor_temporal.store.base import in_thread, read_events
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.payloads import encoded_size
@@ -268,7 +268,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
             # one waiting for a person: the fork goes on from its recorded answer
             unrecorded = await waiting_answer(temporal, segments[-1])
     else:
-        events = await in_thread(store.load, run_id) if store is not None else []
+        events = await in_thread(read_events, store, run_id) if store is not None else []
     if not events:
         from agentor_temporal.connection import describe_target
 
@@ -419,7 +419,7 @@ async def start_fork(
             "conversation then goes by reference)."
         )
     if store is not None:
-        existing: list[Event] = await in_thread(store.load, fork_id)
+        existing: list[Event] = await in_thread(read_events, store, fork_id, 1)
         if existing:
             raise taken
     origin = inp.fork

@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.store import Store
-from agentor_temporal.store.base import in_thread
+from agentor_temporal.store.base import in_thread, read_events
 from agentor_temporal.workflows.redaction import redact_address
 
 logger = logging.getLogger("agentor_temporal")
@@ -59,7 +59,7 @@ async def run_gone(client: Client, run_id: str, store: Store | None) -> KeyError
         )
     where = shown_store(store)
     try:
-        events = await in_thread(store.load, run_id)
+        events = await in_thread(read_events, store, run_id)
     except Exception as exc:  # an explanation only: the run is gone either way
         logger.warning("Could not read run %s from the store %r: %s", run_id, store, exc)
         return KeyError(
@@ -88,7 +88,7 @@ async def mirrored_only(client: Client, run_id: str, store: Store | None) -> Key
     if store is None:
         return None
     try:
-        events = await in_thread(store.load, run_id)
+        events = await in_thread(read_events, store, run_id)
     except Exception:  # noqa: BLE001 - the caller's own refusal stands
         return None
     return await run_gone(client, run_id, store) if events else None

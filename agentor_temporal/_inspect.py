@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from temporalio.client import Client
@@ -239,10 +239,29 @@ def render_run(summary: RunSummary, events: list[Event], *, source: str) -> list
     lines.append(f"source   {source}")
     lines.append("")
     lines.append(f"{'#':>4}  {'turn':>4}  {'event':<12} detail")
-    for index, event in enumerate(events, 1):
-        turn = str(event.turn) if event.turn is not None else ""
-        lines.append(f"{index:>4}  {turn:>4}  {event.type:<12} {event_detail(event)}")
+    lines.extend(event_row(index, event) for index, event in enumerate(events, 1))
     return lines
+
+
+def event_row(index: int, event: Event) -> str:
+    """`show`'s line for the `index`th event (from 1)."""
+    turn = str(event.turn) if event.turn is not None else ""
+    return f"{index:>4}  {turn:>4}  {event.type:<12} {event_detail(event)}"
+
+
+def summary_part(event: Event) -> Event | None:
+    """What `summarize_events` reads of `event` (None: nothing), without its request.
+
+    So a long log can be summarized as it is read: a generation's line holds
+    its whole request, and a log grows with the square of its turns.
+    """
+    if event.type == "run_start":
+        return replace(event, messages=None)
+    if event.type == "generation":
+        return replace(event, messages=None, text=None, calls=None)
+    if event.type == "run_end":
+        return event
+    return None
 
 
 def history_line(summary: RunSummary) -> str:

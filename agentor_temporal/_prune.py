@@ -18,6 +18,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from agentor_temporal.store import FileStore, final_event
+from agentor_temporal.store.base import read_events
 from agentor_temporal.workflows import TemporalStore
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -93,7 +94,7 @@ async def plan(
         if age < older_than:
             verdict.reason = f"newer than the cut-off (last written {age_text(age)} ago)"
             continue
-        events = store.load(run_id)
+        events = read_events(store, run_id)
         end = final_event(events)
         if not events:
             verdict.reason = "the log has no events"

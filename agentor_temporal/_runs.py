@@ -43,7 +43,7 @@ from agentor_temporal.store import (
     pending_approvals,
     validate_run_id,
 )
-from agentor_temporal.store.base import in_thread
+from agentor_temporal.store.base import in_thread, read_events
 from agentor_temporal.workflows import Decision, Segment, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.history_reader import NotAnAgentRun
@@ -85,10 +85,10 @@ async def run_events(
     prefix = seeded_prefix(segments)
     if not prefix:
         return events, 0
-    stored = await in_thread(store.load, run_id) if store is not None else []
+    stored = await in_thread(read_events, store, run_id, prefix) if store is not None else []
     if len(stored) < prefix:
         return events, prefix
-    return stored[:prefix] + events, 0
+    return stored + events, 0
 
 
 @dataclass

@@ -48,7 +48,7 @@ from agentor_temporal.store import (
     Store,
     validate_run_id,
 )
-from agentor_temporal.store.base import in_thread
+from agentor_temporal.store.base import in_thread, read_events
 from agentor_temporal.streaming import on_runtime
 from agentor_temporal.telemetry import enable_tracing
 from agentor_temporal.workflows import Segment, policies
@@ -551,4 +551,4 @@ class Agentor:
     async def _store_events(self, run_id: str) -> list[Event]:
         if self.store is None:
             return []
-        return await in_thread(self.store.load, run_id)
+        return await in_thread(read_events, self.store, run_id)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import unicodedata
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentor_temporal.store.events import Event
@@ -124,3 +125,46 @@ def _preview(run_id: str) -> str:
     """The id as it can be shown safely: escaped, and cut when long."""
     text = run_id if len(run_id) <= 40 else run_id[:40] + "..."
     return ascii(text)
+
+
+def read_events(store: Store, run_id: str, limit: int | None = None) -> list[Event]:
+    """`store.load(run_id)` (its first `limit` events), memory in proportion to the run.
+
+    A generation's line holds its whole request, so a long run's log grows
+    with the square of its turns (500 turns of 2 KB results: 260 MB), and
+    loading it held every request whole: resuming or forking a long run, or
+    reading one whose first events only the store holds (a store-seeded run,
+    a fork's parent), took gigabytes. Read an event at a time where the store
+    can (`FileStore.iterate`), stopping at `limit`, and each request shares
+    the messages it repeats of the one before: equal values, for this
+    package's reading only (the facade's `load` returns lists a caller may
+    change).
+    """
+    iterate = getattr(store, "iterate", None)
+    if not callable(iterate):  # held already, as the store's own objects: left as they are
+        loaded = _stopped_raises(store.load, run_id)  # its error names the store's load
+        return loaded if limit is None else loaded[:limit]
+    source: Iterator[Event] = iterate(run_id)
+    events: list[Event] = []
+    last: list[dict[str, Any]] = []
+    try:
+        for event in itertools.islice(source, limit):
+            if event.messages:
+                event.messages = _sharing(event.messages, last)
+                last = event.messages
+            events.append(event)
+    finally:
+        close = getattr(source, "close", None)
+        if callable(close):
+            close()  # the file, at once
+    return events
+
+
+def _sharing(messages: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages`, its leading messages equal to `earlier`'s replaced by those."""
+    shared = list(messages)
+    for index, (mine, theirs) in enumerate(zip(messages, earlier, strict=False)):
+        if mine != theirs:
+            break
+        shared[index] = theirs
+    return shared

@@ -47,6 +47,31 @@ class UnsafeLogFile(OSError):
     """A run's file is a link or not a regular file: the store refuses to use it."""
 
 
+#: Bytes of lines joined into one write: many events are written at once
+#: (a fork's parent's events up to the fork, a set-aside copy's replacement).
+_PART_BYTES = 1 << 20
+
+
+def _parts(events: list[Event]) -> Iterator[bytes]:
+    """The events' JSONL lines, joined into writes of about `_PART_BYTES` (a longer line alone).
+
+    Never all at once: a generation's line holds its whole request, so a long
+    run's log grows with the square of its turns, and writing a fork's first
+    events (its parent's up to the fork) joined all of their text in memory.
+    """
+    batch: list[bytes] = []
+    size = 0
+    for event in events:
+        line = (event.to_json() + "\n").encode("utf-8")
+        if batch and size + len(line) > _PART_BYTES:
+            yield b"".join(batch)
+            batch, size = [], 0
+        batch.append(line)
+        size += len(line)
+    if batch:
+        yield b"".join(batch)
+
+
 class FileStore:
     """One append-only `<run_id>.jsonl` file per run in `directory`.
 
@@ -164,10 +189,10 @@ class FileStore:
                     torn = True  # rare: cut by `append_from` below, under its own open
                 else:
                     torn = False
-                    data = b"".join((e.to_json() + "\n").encode("utf-8") for e in events)
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    for data in _parts(events):
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(fd, view) :]
                     # fsync: a crash is the case this store exists for
                     os.fsync(fd)
                     after = _identity(os.fstat(fd))
@@ -195,8 +220,8 @@ class FileStore:
             if f.read(1) != b"\n":
                 self._cut_torn_tail(f, self.path(run_id))
                 before = None  # counted afresh: the cut changed the file
-        data = b"".join((e.to_json() + "\n").encode("utf-8") for e in events)
-        f.write(data)
+        for data in _parts(events):
+            f.write(data)
         f.flush()
         # fsync: a crash is the case this store exists for
         os.fsync(f.fileno())

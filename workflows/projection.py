@@ -24,7 +24,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal.store.base import Store, in_thread, validate_run_id
+from agentor_temporal.store.base import Store, in_thread, read_events, validate_run_id
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.history_reader import NotAnAgentRun, Segment, read_segment
 from agentor_temporal.workflows.policies import WORKFLOW_TYPE
@@ -173,8 +173,8 @@ class TemporalStore:
         if prefix is None and store is not None:
             # the run's own copy: a store-seeded run, a fork's mirror, or
             # segments whose history is gone
-            stored = await in_thread(store.load, run_id)
-            prefix = stored[:offset] if len(stored) >= offset else None
+            stored = await in_thread(read_events, store, run_id, offset)
+            prefix = stored if len(stored) >= offset else None
         if prefix is None:
             return events, offset
         if any(s.pending for s in segments):
@@ -198,9 +198,9 @@ class TemporalStore:
                 if not missing and len(events) >= origin.at:
                     return events[: origin.at]
         if store is not None:
-            stored = await in_thread(store.load, origin.run_id)
+            stored = await in_thread(read_events, store, origin.run_id, origin.at)
             if len(stored) >= origin.at:
-                return stored[: origin.at]
+                return stored
         return None
 
     async def alist_runs(self) -> list[str]:

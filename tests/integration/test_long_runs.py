@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import tracemalloc
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -256,6 +257,46 @@ async def test_large_tool_results_past_the_old_request_guard(
     assert written > 25_000_000
     # reading the run costs what `show` costs; writing it, no more than a part of it
     assert exported - shown < written / 4, (shown, exported, written)
+
+
+async def test_a_long_store_seeded_run_is_read_in_memory_in_proportion_to_the_run(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A run resumed from its store's log alone (the server lost it) is read whole, for its
+    result, the mirror's check at a worker's first step and `show`, without holding each
+    of the log's requests whole.
+
+    A generation's line holds its whole request, so a long run's log grows
+    with the square of its turns; the events before the first execution were
+    read with `store.load` and every request held apart (500 turns of 2 KB
+    results: a 260 MB log, held parsed, at every such read).
+    """
+    # a conversation a resume from the log may send whole (under 1.5 MB)
+    turns, ledger, runs = 50, str(tmp_path / "ledger"), tmp_path / "runs"
+    with ScriptedModelServer(chunk_reader(turns), keep_requests=1) as model:
+        agent = coder(
+            model, client, task_queue, tools=[chunk_tool(ledger, 24_000)], store=FileStore(runs)
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            first = await agent.arun("Read the repository.", max_turns=turns + 1)
+            assert first.status == "completed", first.error
+            # the server came back without the run: its log alone, cut before its end
+            seeded = f"seeded-{uuid.uuid4().hex}"
+            lines = (runs / f"{first.run_id}.jsonl").read_bytes().splitlines(keepends=True)
+            (runs / f"{seeded}.jsonl").write_bytes(b"".join(lines[:-1]))
+            again = await agent.aresume(seeded)
+    assert again.status == "completed" and again.final_output == f"Read {turns} chunks."
+    size = (runs / f"{seeded}.jsonl").stat().st_size
+    tracemalloc.start()
+    try:
+        events, missing = await TemporalStore(client).whole(seeded, store=FileStore(runs))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert missing == 0 and len(lines) - 1 < len(events)
+    assert [e.to_dict() for e in events] == [e.to_dict() for e in FileStore(runs).load(seeded)]
+    assert size > 25_000_000
+    assert peak < size / 2, f"{peak:,} bytes held reading a log of {size:,}"
 
 
 def _peak_memory(args: list[str]) -> tuple[int, int]:

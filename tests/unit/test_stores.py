@@ -289,3 +289,93 @@ def test_a_mirror_step_opens_the_file_once_and_asks_it_alone(
     assert _next_in_line(store, "r", 2, events(2, start=2), lock) == (2, True, 4)
     assert calls == ["open"]
     assert [e.call_id for e in store.load("r")] == ["c0", "c1", "c2", "c3"]
+
+
+def test_show_of_a_long_runs_log_holds_about_one_line_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`show --store`, readable and as JSONL, prints a log holding about one line at a time,
+    and says what it said when the whole log was loaded.
+
+    A generation's line holds its whole request, so a long run's log grows
+    with the square of its turns; `show` loaded every event first (500 turns
+    of 2 KB results: a 260 MB log, held whole).
+    """
+    from agentor_temporal.cli import execute
+
+    line = 1_000_000
+    request = [{"role": "user", "content": "Read the repository."}]
+    events = [Event(type="run_start", agent="coder", model="m", messages=request, started_at=1.0)]
+    for n in range(1, 17):
+        messages = [*request, {"role": "tool", "content": "x" * line}]
+        usage = {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11}
+        events.append(
+            Event.from_dict(
+                {
+                    "type": "generation",
+                    "turn": n,
+                    "text": f"turn {n}",
+                    "messages": messages,
+                    "usage": usage,
+                }
+            )
+        )
+    events.append(Event(type="run_end", status="completed", text="done", ended_at=3.0))
+    FileStore(tmp_path).append_from("r", 0, events)
+
+    class Sink:
+        def __init__(self) -> None:
+            self.text: list[str] = []
+            self.jsonl = 0
+
+        def write(self, text: str) -> int:
+            if len(text) > 10_000:
+                self.jsonl += 1
+            else:
+                self.text.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    sink = Sink()
+    monkeypatch.setattr("sys.stdout", sink)
+    tracemalloc.start()
+    try:
+        assert execute(["show", "r", "--store", str(tmp_path), "--jsonl"]) == 0
+        assert execute(["show", "r", "--store", str(tmp_path)]) == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * line, f"{peak:,} bytes held for a log of {16 * line:,}"
+    assert sink.jsonl == 16
+    shown = "".join(sink.text).splitlines()
+    assert "status   completed" in shown and "output   done" in shown
+    assert "usage    16 turns, 176 tokens (160 in, 16 out)" in shown
+    assert f"source   the store {tmp_path}" in shown
+    rows = [row for row in shown if row[:4].strip().isdigit()]
+    assert len(rows) == 18 and 'answers "turn 16", 11 tokens' in rows[-2]
+    assert "coder (m): Read the repository." in rows[0]
+
+
+def test_a_long_runs_log_is_written_a_part_at_a_time(tmp_path: Path) -> None:
+    """Many events written at once (a fork's first step writes its parent's events up to
+    the fork; a copy set aside is written again whole) hold about one line's text at a time.
+
+    A generation's line holds its whole request, so a long run's log grows
+    with the square of its turns; the store joined the text of every event
+    before writing it (a fork at turn 200 of a run of 2 KB results: 56 MB).
+    """
+    line = 1_000_000
+    events = [Event(type="tool_result", turn=n, result="x" * line) for n in range(16)]
+    store = FileStore(tmp_path)
+    tracemalloc.start()
+    try:
+        assert store.append_next("r", 0, events) == (0, True, 16)
+        assert store.append_from("s", 0, events) == 16
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * line, f"{peak:,} bytes held writing a log of {16 * line:,}"
+    for run_id in ("r", "s"):
+        assert [e.to_dict() for e in store.load(run_id)] == [e.to_dict() for e in events]
