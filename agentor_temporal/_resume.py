@@ -115,7 +115,7 @@ async def start_run(
                 what=f"starting run {run_id!r}",
             )
             if chosen:
-                await refuse_other_workflow(client, run_id)
+                await refuse_other_workflow(client, run_id, agent.name)
             return await agent._result(client, run_id)
 
 
