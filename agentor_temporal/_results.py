@@ -305,7 +305,9 @@ def check_owner(
         raise ValueError(
             f"Run {run_id!r} was started by {agent.name!r} built differently "
             f"({'; '.join(differences)}). Build the agent the same "
-            "way (same model, instructions and tools) to resume it."
+            "way (same model, instructions and tools) to resume it, or go on with this build "
+            f"in a new run that copies it: agent.fork({run_id!r}) (the CLI's "
+            f"'agentor-temporal fork {run_id} --agent MODULE:ATTR'); the run stays as it is."
         )
 
 

@@ -544,6 +544,9 @@ async def test_resume_refuses_an_agent_built_differently(client: Client, task_qu
         with pytest.raises(ValueError, match="built differently") as info:
             await other.aresume(failed.run_id)
         assert "instructions differ" in str(info.value) and "get_time" in str(info.value)
+        # and how to go on with the new build: a fork, which takes it
+        assert f"agent.fork({failed.run_id!r})" in str(info.value), info.value
+        assert f"agentor-temporal fork {failed.run_id} --agent" in str(info.value)
         stranger = scripted_agent(model, client, task_queue, name="Other Agent")
         with pytest.raises(ValueError, match="belongs to agent 'Weather Agent'"):
             await stranger.aresume(failed.run_id)
