@@ -62,8 +62,9 @@ def _refusal(agent: AgentDefinition, call: dict[str, Any]) -> str | None:
     if not isinstance(function, dict):
         return None
     tool = agent.tool(str(function.get("name") or ""))
-    # an unknown tool, or arguments that are no JSON object, are answered without a person
-    if tool is None or callable(tool.requires_approval) or not tool.requires_approval:
+    # an unknown tool, or arguments that are no JSON object, are answered without a person;
+    # a predicate the arguments do not fit asks a person (failing safe)
+    if tool is None or not tool.requires_approval:
         return None
     try:
         args = json.loads(function.get("arguments") or "{}")

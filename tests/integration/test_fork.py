@@ -327,8 +327,9 @@ async def test_a_fork_of_a_run_waiting_for_a_person_goes_on_from_its_answer(
     await _same_everywhere(client, tmp_path, done)
 
 
+@pytest.mark.parametrize("asks", ["always", "predicate"])
 async def test_a_fork_by_a_build_whose_tool_no_longer_takes_the_waiting_call_is_refused(
-    client: Client, task_queue: str, ledger: str
+    asks: str, client: Client, task_queue: str, ledger: str
 ) -> None:
     """A fork of a run waiting for a person goes on from its answer; with a build whose tool
     renamed a parameter, the call waiting no longer validates. The fork asked a person to
@@ -344,7 +345,10 @@ async def test_a_fork_by_a_build_whose_tool_no_longer_takes_the_waiting_call_is_
         paused = await asyncio.wait_for(agent.arun("Pay bob 5000."), 60)
         assert paused.status == "awaiting_approval" and paused.run_id is not None
 
-        @function_tool(requires_approval=True)
+        def over(amount: float, recipient: str) -> bool:
+            return amount > 100  # a predicate the old arguments do not fit asks a person
+
+        @function_tool(requires_approval=True if asks == "always" else over)
         def transfer(amount: float, recipient: str) -> str:
             """Send money."""
             return f"Sent {amount:g} to {recipient}."
