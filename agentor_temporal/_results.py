@@ -282,9 +282,17 @@ def shown_events(events: list[Event]) -> list[Event]:
 
 
 def check_owner(
-    agent: AgentDefinition, run_id: str, events: list[Event], spec: dict[str, Any] | None
+    agent: AgentDefinition,
+    run_id: str,
+    events: list[Event],
+    spec: dict[str, Any] | None,
+    *,
+    build: bool = True,
 ) -> None:
     """Refuse to continue a run this agent was not built to run.
+
+    `build`: check the definition too (False: the name only, for a finished
+    run that is returned, not continued: a rebuilt agent still gets it).
 
     Raises:
         ValueError: naming the run's agent, or what differs from its definition.
@@ -298,7 +306,7 @@ def check_owner(
             f"Run {run_id!r} belongs to agent {recorded!r}, not {agent.name!r}; "
             "resume it with that agent."
         )
-    if not spec or not spec.get("fingerprint"):
+    if not build or not spec or not spec.get("fingerprint"):
         return
     differences = agent.differences(spec)
     if differences:

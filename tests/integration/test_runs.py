@@ -526,7 +526,9 @@ async def test_malformed_workflow_input_fails_clearly(
         await agent.aresume(run_id)
 
 
-async def test_resume_refuses_an_agent_built_differently(client: Client, task_queue: str) -> None:
+async def test_resume_refuses_an_agent_built_differently(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
     """Resuming with other tools or instructions than the run started with is a clear error."""
     with ScriptedModelServer([Fail(400, "nope")]) as model:
         agent = scripted_agent(model, client, task_queue)
@@ -551,3 +553,17 @@ async def test_resume_refuses_an_agent_built_differently(client: Client, task_qu
         with pytest.raises(ValueError, match="belongs to agent 'Weather Agent'"):
             await stranger.aresume(failed.run_id)
         assert model.request_count == 1
+
+    # a finished run is refused to another agent too: it was returned as that agent's,
+    # and written into that agent's store under its name
+    with ScriptedModelServer() as model:
+        done = await scripted_agent(model, client, task_queue).arun(PROMPT)
+        assert done.status == "completed" and done.run_id is not None
+        store = FileStore(tmp_path / "other")
+        stranger = scripted_agent(model, client, task_queue, name="Other Agent", store=store)
+        with pytest.raises(ValueError, match="belongs to agent 'Weather Agent'"):
+            await stranger.aresume(done.run_id)
+        assert store.load(done.run_id) == []
+        # a rebuilt agent of the run's own name still gets the finished run
+        rebuilt = scripted_agent(model, client, task_queue, instructions="Be terse.")
+        assert (await rebuilt.aresume(done.run_id)).final_output == done.final_output
