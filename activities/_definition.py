@@ -72,7 +72,8 @@ def _refusal(problem: str, kind: str, what: str, fingerprint: str) -> Applicatio
         message = (
             f"{problem}. No worker with the run's definition took {what} within "
             f"{patience / 60:g} minutes, so the run stops rather than mix definitions; "
-            "run a worker built as the run was, then resume(run_id)."
+            "run a worker built as the run was, then resume(run_id); or go on with the new "
+            "build in a new run that copies this one: fork(run_id)."
         )
     else:
         message = (

@@ -107,7 +107,8 @@ def agent_spec(registry: AgentRegistry, inp: DescribeAgentInput) -> AgentSpec:
             f"The run was started for agent {quoted(inp.agent)} built as "
             f"{clip(inp.fingerprint, QUOTED_CHARS)}, but this worker's is built differently "
             f"({agent.fingerprint()}); a worker with the same definition (same model, "
-            "instructions and tools) must run it.",
+            "instructions and tools) must run it; or go on with this build in a new run "
+            "that copies it: fork(run_id).",
             type="AgentDefinitionMismatch",
             non_retryable=True,
         )

@@ -11,8 +11,11 @@ backoff, `RUN_OUTCOME_RETRY_POLICY`) until it closes.
 from __future__ import annotations
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal.workflows.activity_types import RunOutcomeInput
 from agentor_temporal.workflows.formatting import failure_message
@@ -37,6 +40,16 @@ async def run_outcome(inp: RunOutcomeInput) -> RunOutcome:
         # and its result no outcome (read as one, every try failed, for ever)
         error = str(NotAnAgentRun(inp.run_id, described.workflow_type))
         return RunOutcome(run_id=inp.run_id, status="failed", final_output=None, error=error)
+    if inp.agent is not None:
+        # another agent's run under the id: its result is no answer of this agent's,
+        # and one no worker serves was asked again, for ever
+        owner = await started_agent(activity.client(), inp.run_id, described.run_id)
+        if owner is not None and owner != inp.agent:
+            error = (
+                f"Run {inp.run_id!r} belongs to agent {owner!r}, not {inp.agent!r}: a run id "
+                "names one run of one agent, so give this run another run id"
+            )
+            return RunOutcome(run_id=inp.run_id, status="failed", final_output=None, error=error)
     if described.status in (None, WorkflowExecutionStatus.RUNNING):
         raise ApplicationError(
             f"run {inp.run_id!r} is still running; its outcome is read once it ends",
@@ -50,3 +63,29 @@ async def run_outcome(inp: RunOutcomeInput) -> RunOutcome:
             run_id=inp.run_id, status="failed", final_output=None, error=failure_message(exc)
         )
     return RunOutcome.from_dict(result)
+
+
+async def started_agent(client: Client, run_id: str, execution: str) -> str | None:
+    """The agent `execution` of `run_id` was started for (None: an input naming none)."""
+    request = GetWorkflowExecutionHistoryRequest(
+        namespace=client.namespace,
+        execution=WorkflowExecution(workflow_id=run_id, run_id=execution),
+        maximum_page_size=1,  # the started event: not the whole conversation
+    )
+    try:
+        page = await client.workflow_service.get_workflow_execution_history(request, retry=True)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None  # gone meanwhile: the wait for it says so
+        raise
+    for event in page.history.events:
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        if not payloads:
+            return None
+        try:
+            (raw,) = await client.data_converter.decode([payloads[0]])
+        except Exception:  # an input this client cannot read: the run says what it is
+            return None
+        name = raw.get("agent") if isinstance(raw, dict) else None
+        return name if isinstance(name, str) else None
+    return None

@@ -7,6 +7,7 @@ work with no worker running.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -40,6 +41,7 @@ from agentor_temporal._inspect import (
 )
 from agentor_temporal._prune import Verdict, apply, plan
 from agentor_temporal._results import shown_event, shown_events
+from agentor_temporal._stuck import unpolled_advice, unpolled_queue
 from agentor_temporal._timeline import Timeline
 from agentor_temporal.connection import ConnectionFailed, connect
 from agentor_temporal.store import Event, FileStore
@@ -57,12 +59,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         return _show_stored(args, run_id)
     note = None
 
-    async def read() -> tuple[list[Event], list[Segment], int, str]:
+    async def read() -> tuple[list[Event], list[Segment], int, str, str | None]:
         client = await connect_for_reading(args)
         events, segments, prefix = await history_events(client, run_id)
-        return events, segments, prefix, address(client)
+        unpolled = None
+        if segments and segments[-1].status == "running":
+            with contextlib.suppress(RPCError):  # the run's own state is shown anyway
+                unpolled = await unpolled_queue(client, run_id)
+        return events, segments, prefix, address(client), unpolled
 
-    events, segments, prefix, where = arun(read)
+    events, segments, prefix, where, unpolled = arun(read)
     summary = summarize_segments(run_id, segments, None if prefix else events)
     count = len(segments)
     source = f"Temporal at {where} ({count} execution{'s' if count != 1 else ''})"
@@ -71,6 +77,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"(the run's first {prefix} events came from a store and are not in Temporal's "
             "history; `show --store DIR` shows them)"
         )
+    if unpolled is not None:
+        note = "\n".join(filter(None, [note, unpolled_advice(run_id, unpolled) + "."]))
     events = shown_events(events)
     if args.jsonl:
         for event in events:

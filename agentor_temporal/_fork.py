@@ -34,6 +34,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from agentor_temporal._continuing import by_reference, check_replayed, kept_answer, prior_usage
+from agentor_temporal._fork_calls import check_waiting_calls
 from agentor_temporal._gone import not_found, run_gone, shown_store
 from agentor_temporal._history_answers import (
     completed_answer,
@@ -169,7 +170,9 @@ async def _prepare(
         client,
         what=f"reading run {run_id!r} to fork it",
     )
-    return client, fork_id, point, fork_input(agent.name, point, input, max_turns)
+    inp = fork_input(agent.name, point, input, max_turns)
+    check_waiting_calls(agent.definition, point.parent, inp.answer, point.events)
+    return client, fork_id, point, inp
 
 
 def fork_message(input: MessageInput | None) -> MessageInput | None:

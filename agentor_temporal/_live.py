@@ -168,7 +168,7 @@ async def start_new(
         client, agent.definition, agent.task_queue, run_id, inp, what=f"starting run {run_id!r}"
     )
     if chosen:
-        await refuse_other_workflow(client, run_id)
+        await refuse_other_workflow(client, run_id, agent.name)
     await serve_until_done(agent, client, run_id)
     return client
 

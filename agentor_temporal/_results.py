@@ -282,9 +282,17 @@ def shown_events(events: list[Event]) -> list[Event]:
 
 
 def check_owner(
-    agent: AgentDefinition, run_id: str, events: list[Event], spec: dict[str, Any] | None
+    agent: AgentDefinition,
+    run_id: str,
+    events: list[Event],
+    spec: dict[str, Any] | None,
+    *,
+    build: bool = True,
 ) -> None:
     """Refuse to continue a run this agent was not built to run.
+
+    `build`: check the definition too (False: the name only, for a finished
+    run that is returned, not continued: a rebuilt agent still gets it).
 
     Raises:
         ValueError: naming the run's agent, or what differs from its definition.
@@ -298,14 +306,16 @@ def check_owner(
             f"Run {run_id!r} belongs to agent {recorded!r}, not {agent.name!r}; "
             "resume it with that agent."
         )
-    if not spec or not spec.get("fingerprint"):
+    if not build or not spec or not spec.get("fingerprint"):
         return
     differences = agent.differences(spec)
     if differences:
         raise ValueError(
             f"Run {run_id!r} was started by {agent.name!r} built differently "
             f"({'; '.join(differences)}). Build the agent the same "
-            "way (same model, instructions and tools) to resume it."
+            "way (same model, instructions and tools) to resume it, or go on with this build "
+            f"in a new run that copies it: agent.fork({run_id!r}) (the CLI's "
+            f"'agentor-temporal fork {run_id} --agent MODULE:ATTR'); the run stays as it is."
         )
 
 

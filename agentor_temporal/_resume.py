@@ -115,7 +115,7 @@ async def start_run(
                 what=f"starting run {run_id!r}",
             )
             if chosen:
-                await refuse_other_workflow(client, run_id)
+                await refuse_other_workflow(client, run_id, agent.name)
             return await agent._result(client, run_id)
 
 
@@ -171,6 +171,8 @@ async def resume_run(
         return await agent._result(client, run_id)
     events = await riding_outages(lambda: agent._events(run_id, segments), client, what=reading)
     if latest.status == "completed" and (latest.result or {}).get("status") == "completed":
+        # another agent's finished run is no answer of this one's, nor its store's
+        check_owner(agent.definition, run_id, events, latest.spec, build=False)
         if agent.store is not None:
             # a mirror that failed until the run's end is completed here
             await in_thread(catch_up, agent.store, run_id, events, agent.name)

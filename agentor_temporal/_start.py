@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentor_temporal._local_spec import headed, sending, spec_header
 from agentor_temporal._outage import riding_outages
 from agentor_temporal.activities import AgentDefinition
+from agentor_temporal.activities.outcomes import started_agent
 from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.history_reader import RESUME_KEY_MEMO, NotAnAgentRun
@@ -229,15 +230,18 @@ async def start_riding_outages(
     )
 
 
-async def refuse_other_workflow(client: Client, run_id: str) -> None:
-    """Refuse a run id that another type of workflow holds (a start attached to it).
+async def refuse_other_workflow(client: Client, run_id: str, agent: str | None = None) -> None:
+    """Refuse a run id that another type of workflow, or another agent's run, holds.
 
     A start with an id in use attaches to what holds it: with a caller-chosen id
     (an app's `order-1234`) that may be the app's own workflow, whose end, if it
-    ever comes, is no run's. Asked only for ids the caller chose: a new id is free.
+    ever comes, is no run's, or a run of another `agent`, whose result is no
+    answer of this one (and which no worker of this agent may ever run). Asked
+    only for ids the caller chose: a new id is free.
 
     Raises:
         NotAnAgentRun: (a ValueError) naming the workflow's type.
+        ValueError: naming the agent whose run holds the id.
     """
     try:
         described = await riding_outages(
@@ -251,3 +255,16 @@ async def refuse_other_workflow(client: Client, run_id: str) -> None:
         raise
     if described.workflow_type != WORKFLOW_TYPE:
         raise NotAnAgentRun(run_id, described.workflow_type)
+    if agent is None:
+        return
+    owner = await riding_outages(
+        lambda: started_agent(client, run_id, described.run_id),
+        client,
+        what=f"reading run {run_id!r}",
+    )
+    if owner is not None and owner != agent:
+        raise ValueError(
+            f"Run {run_id!r} belongs to agent {owner!r}, not {agent!r}: a run id names one "
+            f"run of one agent, so give this run another run id (or run it with {owner!r} "
+            "to attach to that run)"
+        )

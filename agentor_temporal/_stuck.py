@@ -10,6 +10,11 @@ failed `STUCK_ATTEMPTS` times in a row, it logs one warning naming the run
 and the task's failure (its first one, which history records) and goes on
 waiting: a worker that can run the task (given the key, the old build) still
 finishes the run.
+
+A run whose task queue no worker polls (a plain client's start on a queue
+of its own, a worker stopped for good) never fails a task: its task waits,
+unstarted. A caller waiting on it is told so, naming the queue, and `show`
+says it under the run's status.
 """
 
 from __future__ import annotations
@@ -19,9 +24,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingWorkflowTaskState, TaskQueueType
 from temporalio.api.failure.v1 import Failure
-from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+)
 from temporalio.client import Client
 
 logger = logging.getLogger("agentor_temporal")
@@ -53,6 +62,41 @@ async def stuck_reason(client: Client, run_id: str) -> str | None:
         return None
     failure = await _last_task_failure(client, run_id, raw.workflow_execution_info.execution.run_id)
     return f"its workflow task has failed {attempt - 1} times in a row: {failure.rstrip('.')}"
+
+
+async def unpolled_queue(client: Client, run_id: str) -> str | None:
+    """The task queue the run's workflow task waits on unstarted with no worker polling it.
+
+    None while the run is closed, its task started or failed (`stuck_reason`),
+    or some worker polls the queue.
+    """
+    raw = (await client.get_workflow_handle(run_id).describe()).raw_description
+    task = raw.pending_workflow_task
+    if raw.workflow_execution_info.HasField("close_time") or not raw.HasField(
+        "pending_workflow_task"
+    ):
+        return None
+    if task.state != PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED:
+        return None
+    queue = raw.execution_config.task_queue.name
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return None if described.pollers else queue
+
+
+def unpolled_advice(run_id: str, queue: str) -> str:
+    """What to do about a run whose task queue no worker polls."""
+    return (
+        f"Run {run_id} is not moving: it waits on task queue {queue!r}, which no worker "
+        "polls. Start a worker of its agent on that queue (`agentor-temporal worker "
+        f"--agents MODULE:ATTR --task-queue {queue}`), or end the run (`temporal workflow "
+        f"terminate --workflow-id {run_id}`)"
+    )
 
 
 async def _last_task_failure(client: Client, run_id: str, execution: str) -> str:
@@ -92,8 +136,12 @@ async def warn_when_stuck(client: Client, run_id: str) -> None:
         await asyncio.sleep(interval)
         try:
             reason = await stuck_reason(client, run_id)
+            queue = None if reason is not None else await unpolled_queue(client, run_id)
         except Exception:  # an outage, a run gone: the caller's own wait says so
             continue
+        if queue is not None:
+            logger.warning("%s; the caller goes on waiting.", unpolled_advice(run_id, queue))
+            return
         if reason is not None:
             logger.warning(
                 "Run %s is not moving: %s. Temporal retries the task for as long as the run "

@@ -160,7 +160,7 @@ async def run_agent(
             raise
         outcome: RunOutcome = await workflow.execute_activity(
             RUN_OUTCOME,
-            RunOutcomeInput(child_id),
+            RunOutcomeInput(child_id, agent),
             result_type=RunOutcome,
             task_queue=task_queue,
             start_to_close_timeout=RUN_OUTCOME_TIMEOUT,

@@ -28,6 +28,8 @@ class RunOutcomeInput:
     """Ask for the outcome of a run `run_agent` did not start (its id was used before)."""
 
     run_id: str
+    #: the agent `run_agent` was asked to run: a run of another is refused (None: not checked)
+    agent: str | None = None
 
 
 @dataclass

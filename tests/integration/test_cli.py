@@ -30,9 +30,17 @@ from temporalio.client import Client
 
 from agentor_temporal import FileStore
 from agentor_temporal.connection import stop_dev_server, temporal_binary
-from agentor_temporal.testing import Fail, ScriptedModelServer, tool_then_answer
+from agentor_temporal.testing import Fail, Reply, ScriptedModelServer, tool_then_answer
 
-from helpers import ANSWER, PROMPT, ROOT, SEED_EVENT_TYPES, ledger_lines, wait_until
+from helpers import (
+    ANSWER,
+    PROMPT,
+    ROOT,
+    SEED_EVENT_TYPES,
+    ledger_lines,
+    wait_until,
+    weather_agent,
+)
 
 AGENT = "procs.cli_agents:agent"
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -229,6 +237,28 @@ def test_an_interrupted_run_says_its_worker_finishes_the_call_and_a_second_aband
     [interrupted] = [line for line in stderr if "interrupted: run" in line]
     assert "has stopped" not in interrupted and stderr.index(interrupted) < stderr.index(noted)
     assert not any("Traceback" in line for line in stderr), stderr
+
+
+async def test_run_with_another_agents_run_id_is_refused_before_narrating_it(
+    client: Client, temporal_address: str, agent_env: dict[str, str], task_queue: str
+) -> None:
+    """`run --run-id X` where X is another agent's finished run narrated that run (its
+    prompt, its answer) before the refusal came: refused first, naming its agent."""
+    with ScriptedModelServer([Reply("Support's private answer.")]) as model:
+        other = weather_agent(
+            base_url=model.base_url, task_queue=task_queue, temporal=client, name="Support Agent"
+        )
+        done = await other.arun("Support's private question")
+    assert done.status == "completed" and done.run_id is not None
+    out = await asyncio.to_thread(
+        cli,
+        "run", "--agent", AGENT, "--temporal", temporal_address, "--run-id", done.run_id, PROMPT,
+        env=agent_env,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert f"Run {done.run_id!r} belongs to agent 'Support Agent'" in out.stderr, out.stderr
+    assert "private" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_run_json_prints_the_run_result_and_resume_returns_it_without_work(

@@ -125,6 +125,7 @@ async def test_with_no_worker_built_as_the_run_it_fails_naming_what_differs(
     error = outcome["error"]
     assert "built differently" in error and "model 'm' vs 'other-model'" in error
     assert "the run stops rather than mix definitions" in error
+    assert "or go on with the new build in a new run that copies this one: fork(run_id)" in error
     assert ledger_lines(old_ledger) == [] and ledger_lines(new_ledger) == []
     events = await TemporalStore(client).aload(paused.run_id)
     assert events[-1].type == "run_end" and events[-1].error == error
@@ -166,7 +167,7 @@ async def test_a_segment_started_for_another_definition_fails_at_its_start(
             status, error = await asyncio.wait_for(_start(old, client, how, prompt), 30)
         requests = model.request_count
     assert status == "failed" and error is not None
-    assert "built differently" in error
+    assert "built differently" in error and "fork(run_id)" in error
     assert requests == 0 and ledger_lines(new_ledger) == []
 
 

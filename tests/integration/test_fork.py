@@ -327,6 +327,54 @@ async def test_a_fork_of_a_run_waiting_for_a_person_goes_on_from_its_answer(
     await _same_everywhere(client, tmp_path, done)
 
 
+@pytest.mark.parametrize("asks", ["always", "predicate"])
+async def test_a_fork_by_a_build_whose_tool_no_longer_takes_the_waiting_call_is_refused(
+    asks: str, client: Client, task_queue: str, ledger: str
+) -> None:
+    """A fork of a run waiting for a person goes on from its answer; with a build whose tool
+    renamed a parameter, the call waiting no longer validates. The fork asked a person to
+    approve it anyway, and only then told the model the call was invalid: it is refused at
+    once, naming the call and what the tool now takes, with the fork that asks the model
+    again (`at=`, before that answer)."""
+    script = [
+        CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+        CallTool("transfer", {"amount": 5000, "recipient": "bob"}, id="call_pay2"),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[transfer_tool(ledger)])
+        paused = await asyncio.wait_for(agent.arun("Pay bob 5000."), 60)
+        assert paused.status == "awaiting_approval" and paused.run_id is not None
+
+        def over(amount: float, recipient: str) -> bool:
+            return amount > 100  # a predicate the old arguments do not fit asks a person
+
+        @function_tool(requires_approval=True if asks == "always" else over)
+        def transfer(amount: float, recipient: str) -> str:
+            """Send money."""
+            return f"Sent {amount:g} to {recipient}."
+
+        renamed = scripted_agent(model, client, task_queue, tools=[transfer])
+        at = max(i for i, e in enumerate(paused.events) if e.type == "generation")
+        try:
+            with pytest.raises(ValueError) as info:
+                await asyncio.wait_for(renamed.afork(paused.run_id, fork_id="f-" + task_queue), 30)
+            said = str(info.value)
+            assert "call_pay" in said and "recipient" in said, said
+            assert f"at={at}" in said, said
+            assert await TemporalStore(client).segments("f-" + task_queue) == []  # nothing made
+            assert model.request_count == 1
+
+            # forked from before that answer, the model is asked again with this build's tools
+            fork = await asyncio.wait_for(renamed.afork(paused.run_id, at=at), 30)
+            assert fork.status == "awaiting_approval", fork.error
+            assert [p.call_id for p in fork.pending_approvals] == ["call_pay2"]
+            assert fork.run_id is not None
+            await client.get_workflow_handle(fork.run_id).terminate("test over")
+        finally:
+            await client.get_workflow_handle(paused.run_id).terminate("test over")
+    assert ledger_lines(ledger) == []
+
+
 @pytest.mark.parametrize("how", ["fork", "resume_terminated"])
 async def test_a_fork_of_a_waiting_run_keeps_its_calls_answered_without_running(
     how: str, client: Client, task_queue: str, tmp_path: Path, ledger: str

@@ -181,6 +181,29 @@ async def test_a_run_id_used_before_attaches_to_that_run_instead_of_running_it_a
                 assert other["status"] == "failed", other
                 assert f"{taken!r} is a workflow of type 'OtherWorkflow'" in other["error"]
             await client.get_workflow_handle(running).terminate("test over")
+
+            # and one another agent's run holds (an agent no worker serves), running or
+            # closed: a failed outcome naming that agent. Before, a running one was asked
+            # again for ever, a closed one's result was given as Support Agent's answer
+            running, closed = f"billing-{uuid.uuid4().hex[:6]}", f"billing-{uuid.uuid4().hex[:6]}"
+            for taken in (running, closed):
+                await client.start_workflow(
+                    "AgentRun",
+                    {"agent": "Billing Agent", "input": "x"},
+                    id=taken,
+                    task_queue="nobody",
+                )
+            await client.get_workflow_handle(closed).terminate("done with it")
+            for taken in (running, closed):
+                other = await asyncio.wait_for(
+                    client.execute_workflow(
+                        SharedRunWorkflow.run, taken, id=uuid.uuid4().hex, task_queue=task_queue
+                    ),
+                    20,
+                )
+                assert other["status"] == "failed", other
+                assert f"Run {taken!r} belongs to agent 'Billing Agent'" in other["error"], other
+            await client.get_workflow_handle(running).terminate("test over")
         assert outcomes[0] == outcomes[1]
         assert outcomes[0]["status"] == "completed" and outcomes[0]["run_id"] == child
         assert model.request_count == 2

@@ -179,6 +179,50 @@ async def test_an_id_another_workflow_holds_is_refused_naming_it(
     assert model.request_count == 2
 
 
+async def test_an_id_another_agent_holds_is_refused_naming_it(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """run()/astart()/stream_chat() with a run id another agent's run holds name that agent.
+
+    They attached to it: a closed one's result was returned as this agent's answer
+    to this prompt, and a running one of an agent no worker here knows was waited on
+    for ever. Only resume() checked who owns the run.
+    """
+    support = scripted_agent(model, client, task_queue, name="Support Agent")
+    weather = scripted_agent(model, client, task_queue)
+    closed = f"order-{task_queue}"
+    await support.arun(PROMPT, run_id=closed)
+    running = f"order-running-{task_queue}"  # an agent no worker serves: it stays running
+    await client.start_workflow(
+        "AgentRun", {"agent": "Billing Agent", "input": PROMPT}, id=running, task_queue="nobody"
+    )
+    requests = model.request_count
+
+    async def collected(stream: Any) -> list[Event]:
+        return [event async for event in stream]
+
+    try:
+        for run_id, owner in ((closed, "Support Agent"), (running, "Billing Agent")):
+            calls = {
+                "run": lambda run_id=run_id: weather.arun(PROMPT, run_id=run_id),
+                "astart": lambda run_id=run_id: weather.astart(PROMPT, run_id=run_id),
+                "stream_chat": lambda run_id=run_id: collected(
+                    weather.stream_chat(PROMPT, run_id=run_id)
+                ),
+            }
+            for how, call in calls.items():
+                with pytest.raises(ValueError) as info:
+                    await asyncio.wait_for(call(), 10)
+                said = str(info.value)
+                assert f"Run {run_id!r} belongs to agent {owner!r}" in said, (how, said)
+                assert "another run id" in said, (how, said)
+    finally:
+        await client.get_workflow_handle(running).terminate("test over")
+    assert model.request_count == requests
+    # its own agent still attaches to it, as before
+    assert (await support.arun("again", run_id=closed)).status == "completed"
+
+
 async def test_unknown_run_id_raises_key_error(
     client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
 ) -> None:
@@ -482,7 +526,9 @@ async def test_malformed_workflow_input_fails_clearly(
         await agent.aresume(run_id)
 
 
-async def test_resume_refuses_an_agent_built_differently(client: Client, task_queue: str) -> None:
+async def test_resume_refuses_an_agent_built_differently(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
     """Resuming with other tools or instructions than the run started with is a clear error."""
     with ScriptedModelServer([Fail(400, "nope")]) as model:
         agent = scripted_agent(model, client, task_queue)
@@ -500,7 +546,24 @@ async def test_resume_refuses_an_agent_built_differently(client: Client, task_qu
         with pytest.raises(ValueError, match="built differently") as info:
             await other.aresume(failed.run_id)
         assert "instructions differ" in str(info.value) and "get_time" in str(info.value)
+        # and how to go on with the new build: a fork, which takes it
+        assert f"agent.fork({failed.run_id!r})" in str(info.value), info.value
+        assert f"agentor-temporal fork {failed.run_id} --agent" in str(info.value)
         stranger = scripted_agent(model, client, task_queue, name="Other Agent")
         with pytest.raises(ValueError, match="belongs to agent 'Weather Agent'"):
             await stranger.aresume(failed.run_id)
         assert model.request_count == 1
+
+    # a finished run is refused to another agent too: it was returned as that agent's,
+    # and written into that agent's store under its name
+    with ScriptedModelServer() as model:
+        done = await scripted_agent(model, client, task_queue).arun(PROMPT)
+        assert done.status == "completed" and done.run_id is not None
+        store = FileStore(tmp_path / "other")
+        stranger = scripted_agent(model, client, task_queue, name="Other Agent", store=store)
+        with pytest.raises(ValueError, match="belongs to agent 'Weather Agent'"):
+            await stranger.aresume(done.run_id)
+        assert store.load(done.run_id) == []
+        # a rebuilt agent of the run's own name still gets the finished run
+        rebuilt = scripted_agent(model, client, task_queue, instructions="Be terse.")
+        assert (await rebuilt.aresume(done.run_id)).final_output == done.final_output

@@ -16,6 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -37,7 +41,7 @@ from temporalio.client import (
     WorkflowUpdateHandle,
 )
 
-from agentor_temporal import Event, function_tool
+from agentor_temporal import Event, _stuck, function_tool
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
@@ -45,11 +49,13 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.formatting import failure_message
 
 from helpers import (
+    ROOT,
     ledger_lines,
     ledger_write,
     payer,
     scripted_agent,
     transfer_tool,
+    until,
     unwedged_history,
     wait_until,
     weather_agent,
@@ -534,3 +540,64 @@ async def test_a_start_with_a_signal_the_run_cannot_read_never_wedges_it(
                 assert outcome["status"] == "completed", outcome
                 states.append(await handle.query("state"))
     assert [s["unreadable_signals"] for s in states] == [1, 1], states
+
+
+async def test_a_run_on_a_queue_no_worker_polls_is_named_to_its_caller_and_in_show(
+    client: Client,
+    temporal_address: str,
+    model: ScriptedModelServer,
+    task_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A plain client's start on a task queue no worker polls never fails a task: it waits,
+    unstarted. Its caller (resume, here) waited in silence for ever and `show` said only
+    'running'; both now name the queue no worker polls and how to go on."""
+    monkeypatch.setattr(_stuck, "STUCK_POLL", 0.2)
+    caplog.set_level(logging.WARNING, logger="agentor_temporal")
+    run_id, queue = uuid.uuid4().hex, f"unpolled-{task_queue}"
+    await client.start_workflow(
+        "AgentRun", {"agent": "Weather Agent", "input": "hi"}, id=run_id, task_queue=queue
+    )
+    agent = scripted_agent(model, client, task_queue)
+
+    def warned() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if f"Run {run_id} is not moving" in r.getMessage()
+        ]
+
+    waiting = asyncio.ensure_future(agent.aresume(run_id))
+    try:
+        await until(lambda: warned() or waiting.done(), "a warning naming the queue", timeout=20)
+        assert not waiting.done(), waiting.result()
+        said = warned()[0]
+        assert f"waits on task queue {queue!r}, which no worker polls" in said, said
+        assert f"--task-queue {queue}" in said and f"--workflow-id {run_id}" in said, said
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+        shown = await asyncio.to_thread(
+            subprocess.run,
+            [
+                sys.executable,
+                "-m",
+                "agentor_temporal",
+                "show",
+                run_id,
+                "--temporal",
+                temporal_address,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "status   running" in shown.stdout, shown.stdout
+        assert f"waits on task queue {queue!r}, which no worker polls" in shown.stdout
+    finally:
+        waiting.cancel()
+        with contextlib.suppress(BaseException):
+            await waiting
+        await client.get_workflow_handle(run_id).terminate("test over")
+    assert model.request_count == 0
