@@ -13,6 +13,9 @@ openai client's, and the Temporal SDK's activity and worker loggers.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 import os
 import re
@@ -22,9 +25,9 @@ from typing import TypeVar, cast
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 from agentor_temporal.workflows.redaction import (
-    CREDENTIAL_NAME,
     MIN_SECRET_CHARS,
     RedactingFilter,
+    credential_name,
     looks_like_key,
     mask_secret,
     query_credential,
@@ -223,15 +226,73 @@ def env_value_secrets(value: str) -> list[str]:
     """The credentials inside an environment variable's value, whatever its name: its URLs'
     (`env_url_secrets`), a connection string's settings whose names say credential
     (`AZURE_STORAGE_CONNECTION_STRING=...;AccountKey=<key>;...`, `Password=`, `Pwd=`,
-    `SharedAccessKey=`, `sig=`), unless a plain word or a path (`env_secret`), and each
-    line of a PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`)."""
+    `SharedAccessKey=`, `sig=`; by the name's last word, `credential_name`: not
+    `credential.helper=manager-core`), unless a plain word or a path (`env_secret`), each
+    line of a PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), and a JSON document's
+    credential fields (`json_secrets`)."""
     found = env_url_secrets(value)
     for body in _PEM_KEY.findall(value):
         found += [line for line in re.split(r"\s+|\\n", body) if len(line) >= _PEM_LINE]
     for name, item in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
-        if (CREDENTIAL_NAME.search(name) or name.lower() == "pwd") and env_secret(item):
+        if credential_name(name) and env_secret(item):
             found.append(item)
+    if value.lstrip().startswith(("{", "[")):
+        found += json_secrets(value)
     return list(dict.fromkeys(found))
+
+
+#: How deep `json_secrets` walks a document (a credentials file nests two or three levels).
+_JSON_DEPTH = 16
+
+
+def json_secrets(text: str) -> list[str]:
+    """The credentials a JSON document holds (a variable of any name): the text values of
+    fields whose names say credential (`credential_name`), at any depth, unless plain words
+    or paths (`env_secret`); with the `user:password` and the password a base64 `auth`
+    carries, and the secrets of every other text value (`env_value_secrets`: a connection
+    string, a URL, a PEM key).
+
+    GitLab's `DOCKER_AUTH_CONFIG` (`{"auths": {host: {"auth": base64}}}`), a service
+    account's JSON (`GOOGLE_CREDENTIALS`: `private_key`), AWS's (`SecretAccessKey`,
+    `SessionToken`), Azure's (`clientSecret`): a tool reading one and returning the field
+    recorded it as it was, since only the whole variable's text was known.
+    """
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return []
+    found: list[str] = []
+
+    def walk(node: object, name: str, depth: int) -> None:
+        if depth > _JSON_DEPTH:
+            return
+        if isinstance(node, dict):
+            for key, item in node.items():
+                walk(item, str(key), depth + 1)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, name, depth + 1)
+        elif isinstance(node, str):
+            if credential_name(name) and env_secret(node):
+                found.append(node)
+                found.extend(_basic_pair(node))
+            if "=" in node or "://" in node or "PRIVATE KEY" in node:
+                found.extend(env_value_secrets(node))
+
+    walk(document, "", 0)
+    return found
+
+
+def _basic_pair(value: str) -> list[str]:
+    """The `user:password` and the password a base64 `auth` value encodes (Docker's)."""
+    try:
+        pair = base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return []
+    user, colon, password = pair.partition(":")
+    if not colon or not pair.isprintable():
+        return []
+    return [s for s in (pair, password) if env_secret(s)]
 
 
 def env_url_secrets(value: str) -> list[str]:
@@ -352,7 +413,12 @@ def install() -> None:
     for name, value in os.environ.items():
         if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
             remember(value)
-        if "=" in value or "://" in value or "PRIVATE KEY" in value:  # DATABASE_URL's password
+        if (
+            "=" in value
+            or "://" in value
+            or "PRIVATE KEY" in value
+            or value.lstrip().startswith(("{", "["))  # DOCKER_AUTH_CONFIG, a service account
+        ):  # DATABASE_URL's password
             for secret in env_value_secrets(value):
                 remember(secret)
         if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries

@@ -39,6 +39,58 @@ _QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.%\-\[\]]+=)([^&\s#'\"<>]+)")
 _TRAILING = ".,;:!?)]}"
 #: Header, query and body field names whose values are credentials.
 CREDENTIAL_NAME = re.compile(r"key|auth|token|secret|sig|pass|cred|cookie|session", re.I)
+#: The last word of a setting's, query parameter's or header's name that says its value is
+#: a credential (`credential_name`): `AccountKey`, `api-key`, `X-Amz-Security-Token`,
+#: `Password`, `sig`, `Set-Cookie`.
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "apikey",
+        "auth",
+        "authorization",
+        "cookie",
+        "credential",
+        "credentials",
+        "key",
+        "keys",
+        "pass",
+        "passphrase",
+        "passwd",
+        "password",
+        "pat",
+        "pwd",
+        "secret",
+        "session",
+        "sig",
+        "signature",
+        "token",
+    }
+)
+#: The same words glued to the one before (`apikey`, `accesstoken`, `sslpassword`).
+_GLUED_CREDENTIAL = re.compile(
+    r"(?:api|access|account|secret|private|signing|shared|client|auth|session|security"
+    r"|refresh|master|bearer|id)(?:key|token|secret)$|(?:password|passwd|passphrase|secret)$",
+    re.I,
+)
+#: A name's words: apart (`.`, `_`, `-`, space) or in camel case (`AccountKey`, `SASToken`).
+_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+def credential_name(name: str) -> bool:
+    """Whether a setting, query parameter or header named `name` holds a credential: its last
+    word says so (`AccountKey`, `Pwd`, `sig`, `client_secret`, `X-Amz-Security-Token`,
+    `Set-Cookie`), glued or not (`apikey`, `sslpassword`).
+
+    Not a credential word elsewhere in the name (`credential.helper=manager-core`,
+    `authMechanism=SCRAM-SHA-256`, `Authentication=ActiveDirectoryPassword`,
+    `SharedAccessKeyName=root`, `TokenCacheStorePath=...`, `max_tokens`): their values are
+    settings, and masked as secrets they garbled every text holding them.
+    """
+    words = _NAME_WORDS.findall(name.strip())
+    if not words:
+        return False
+    return words[-1].lower() in _CREDENTIAL_WORDS or bool(_GLUED_CREDENTIAL.search(name.strip()))
+
+
 #: Request headers that describe the client or the body, never a credential:
 #: every other header value a user configures is taken for a secret (a gateway
 #: token may come under any name).
@@ -244,7 +296,7 @@ def query_credential(name: str, value: str) -> bool:
     data: masked as a secret it would be masked in every answer, tool result
     and final output that holds it.
     """
-    if CREDENTIAL_NAME.search(name) or name.strip().lower() in _CREDENTIAL_QUERY_NAMES:
+    if credential_name(name) or name.strip().lower() in _CREDENTIAL_QUERY_NAMES:
         return True
     return looks_like_key(value)
 

@@ -1158,11 +1158,24 @@ ENV_SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "leakAwsSecret/0123456789+abcdefABCDEF",
     # a credential inside a variable not named as one: the password of its URL
     "DATABASE_URL": "postgresql://app:leak-DbUrl-Pass-5150@db:5432/prod",
+    # JSON credentials: GitLab's registry login (base64 `user:password`), Azure's login
+    "DOCKER_AUTH_CONFIG": json.dumps(
+        {"auths": {"registry.example.com": {"auth": "Y2ktYm90OmxlYWstUmVnaXN0cnktUGFzcy00Mg=="}}}
+    ),
+    "AZURE_CREDENTIALS": json.dumps(
+        {"clientId": "app-0001", "clientSecret": "leak-Azure-ClientSecret-8d3f", "tenantId": "t"}
+    ),
+    # a setting whose name holds 'cred' but is none: its value is data, shown as it is
+    "GIT_CONFIG_PARAMETERS": "credential.helper=manager-core",
 }
+#: What the JSON credentials hold, as a tool reads them out.
+JSON_SECRETS = ["ci-bot:leak-Registry-Pass-42", "leak-Azure-ClientSecret-8d3f"]
 
 ENV_TOOLS_AGENT = """
 import asyncio
+import base64
 import gc
+import json
 import logging
 import os
 
@@ -1186,7 +1199,13 @@ async def read_config(name: str) -> str:
     await asyncio.sleep(0.05)
     del dropped
     gc.collect()  # "Task exception was never retrieved", now
-    return f"token={os.environ['GITHUB_TOKEN']} db={os.environ['DATABASE_URL']}"
+    auths = json.loads(os.environ["DOCKER_AUTH_CONFIG"])["auths"]
+    registry = base64.b64decode(auths["registry.example.com"]["auth"]).decode()
+    azure = json.loads(os.environ["AZURE_CREDENTIALS"])["clientSecret"]
+    return (
+        f"token={os.environ['GITHUB_TOKEN']} db={os.environ['DATABASE_URL']}"
+        f" registry={registry} azure={azure} git={os.environ['GIT_CONFIG_PARAMETERS']}"
+    )
 
 
 @function_tool
@@ -1209,7 +1228,8 @@ async def test_credentials_in_the_processs_environment_never_show(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
     """The worker's environment holds credentials for its tools (GITHUB_TOKEN, DB_PASSWORD,
-    AWS_SECRET_ACCESS_KEY, the password in DATABASE_URL): a tool returning one, a tool's
+    AWS_SECRET_ACCESS_KEY, the password in DATABASE_URL, the fields of a JSON login such as
+    DOCKER_AUTH_CONFIG's): a tool returning one, a tool's
     error quoting one, and a prompt pasting one show `***` in history, the model's requests
     and the command's output, where the log lines of any logger (the tool's own, asyncio's
     of a task it dropped) are masked too."""
@@ -1234,14 +1254,16 @@ async def test_credentials_in_the_processs_environment_never_show(
     answers = {e["call_id"]: e for e in result["events"] if e["type"] == "tool_result"}
     assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
         "RuntimeError: login refused for password ***",
-        "token=*** db=postgresql://app:***@db:5432/prod",
+        "token=*** db=postgresql://app:***@db:5432/prod registry=*** azure=***"
+        " git=credential.helper=manager-core",
     ]
     where = {
         "history": await _history_json(client, result["run_id"]),
         "output": out.stdout + out.stderr,
         "model requests": repr(requests),
     }
-    assert not _found(where, [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150"])
+    secrets = [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150", *JSON_SECRETS]
+    assert not _found(where, [s for s in secrets if s != ENV_SECRETS["GIT_CONFIG_PARAMETERS"]])
 
 
 async def test_content_recorded_unmasked_is_masked_of_known_keys_on_the_way_out(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -517,6 +518,7 @@ def test_credentials_inside_a_variables_urls(value: str, secrets: list[str]) -> 
 
 AZURE_KEY = "bGVha0FjY291bnRLZXktMDEyMzQ1Njc4OQ=="
 PEM = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7leak", "AoIBAQC7VJTUt9Us8cKj"]
+PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
 
 
 @pytest.mark.parametrize(
@@ -545,6 +547,38 @@ PEM = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7leak", "AoIBAQC7VJTU
         (f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n{PEM[1]}\n-----END PRIVATE KEY-----", PEM),
         (f"-----BEGIN EC PRIVATE KEY-----\\n{PEM[0]}\\n-----END EC PRIVATE KEY-----", PEM[:1]),
         ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUO0\n-----END CERTIFICATE-----", []),
+        # settings whose names hold a credential word that is not their last: data
+        ("credential.helper=manager-core", []),
+        ("Server=db;Authentication=ActiveDirectoryPassword;TokenCacheStorePath=c:-cache", []),
+        (
+            "mongodb://u:Mongo-Pa55-01@h/db?authSource=admin&authMechanism=SCRAM-SHA-256",
+            ["Mongo-Pa55-01"],
+        ),
+        # JSON credentials: DOCKER_AUTH_CONFIG's base64 login, a service account, AWS's
+        (
+            '{"auths": {"registry.example.com": {"auth": "dTpEb2NrZXItUGE1NS0wMDQ3"}}}',
+            ["dTpEb2NrZXItUGE1NS0wMDQ3", "u:Docker-Pa55-0047", "Docker-Pa55-0047"],
+        ),
+        (
+            json.dumps(
+                {
+                    "type": "service_account",
+                    "private_key_id": "0123abcd",
+                    "private_key": PEM_KEY,
+                    "client_email": "bot@proj.iam.gserviceaccount.com",
+                }
+            ),
+            [PEM[0], PEM_KEY],
+        ),
+        (
+            '{"AccessKeyId": "ASIAIOSFODNN7EXAMPLE", "SecretAccessKey": "aws/Secret+0048",'
+            ' "SessionToken": "IQoJb3JpZ2luX2VjE0049", "Expiration": "2026-12-03T20:00:00Z"}',
+            ["aws/Secret+0048", "IQoJb3JpZ2luX2VjE0049"],
+        ),
+        (
+            '{"clientId": "app", "clientSecret": "changeme", "note": "Password=Pa55-0050;"}',
+            ["Pa55-0050"],
+        ),
     ],
 )
 def test_credentials_inside_a_variables_connection_string(value: str, secrets: list[str]) -> None:
