@@ -153,6 +153,37 @@ _SHAPED_KEY = re.compile(
 _SCHEMED = re.compile(r"\b((?:[Bb]earer|BEARER|[Bb]asic|BASIC)\s+)([A-Za-z0-9._~+/=\-]{8,})")
 
 
+#: A credential header's value (`credential_name`) as a log line or an error quotes it:
+#: a pair of reprs (`(b'set-cookie', b'sid=...')`: httpcore's DEBUG line of the response's
+#: headers, and a cookie the endpoint sets is a session no one told us of), a dict's item
+#: (`'authorization': 'Bearer ...'`, `"x-api-key": "..."`), or a header line
+#: (`Set-Cookie: sid=...`).
+_QUOTED_HEADER = re.compile(
+    r"""(b?(['"])([A-Za-z][A-Za-z0-9_.\-]*)\2\s*[,:]\s*b?(['"]))((?:\\.|(?!\4)[^\\])*)(\4)"""
+)
+_HEADER_LINE = re.compile(r"(?m)^([ \t]*([A-Za-z][A-Za-z0-9_\-]*)[ \t]*:[ \t]*)(\S[^\r\n]*)$")
+
+
+def _header_mask(value: str) -> str:
+    """What a credential header's value shows: its auth scheme kept (`Bearer ***`)."""
+    scheme = _AUTH_VALUE.fullmatch(value.strip())
+    if scheme and scheme.group(1).lower() in _AUTH_SCHEMES:
+        return f"{scheme.group(1)} {MASK}"
+    return MASK
+
+
+def _mask_header(match: re.Match[str]) -> str:
+    if not credential_name(match.group(3)) or match.group(5) in ("", MASK):
+        return match.group(0)
+    return match.group(1) + _header_mask(match.group(5)) + match.group(6)
+
+
+def _mask_header_line(match: re.Match[str]) -> str:
+    if not credential_name(match.group(2)):
+        return match.group(0)
+    return match.group(1) + _header_mask(match.group(3))
+
+
 def _mask_schemed(match: re.Match[str]) -> str:
     token = match.group(2)
     if token.isalpha():
@@ -161,8 +192,9 @@ def _mask_schemed(match: re.Match[str]) -> str:
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """`text` with URL userinfo and query values, every given secret, and the credentials
-    known by their shape (`_SHAPED_KEY`, a token after `Bearer`/`Basic`) masked."""
+    """`text` with URL userinfo and query values, every given secret, the credentials
+    known by their shape (`_SHAPED_KEY`, a token after `Bearer`/`Basic`) and the values of
+    credential headers quoted (`_QUOTED_HEADER`, `_HEADER_LINE`) masked."""
     if not text:
         return text
     for secret in secrets:
@@ -171,6 +203,10 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     text = _SHAPED_KEY.sub(MASK, text)
     if "earer" in text or "asic" in text or "EARER" in text or "ASIC" in text:
         text = _SCHEMED.sub(_mask_schemed, text)
+    if CREDENTIAL_NAME.search(text):
+        text = _QUOTED_HEADER.sub(_mask_header, text)
+        if ":" in text:
+            text = _HEADER_LINE.sub(_mask_header_line, text)
     if "://" in text:
         text = _URL.sub(lambda m: _redact_url(m.group(0)), text)
     if "=" in text:

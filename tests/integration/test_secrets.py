@@ -39,6 +39,7 @@ from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, ConnectionFailed, FileStore
+from agentor_temporal._chat_wire import completion
 from agentor_temporal.streaming import RunFailedError
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
@@ -247,10 +248,17 @@ async def test_request_log_lines_never_show_url_credentials(
     client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The HTTP client's request lines (INFO; `httpx2` under openai 3) mask the base_url's
-    credentials and the query's values, at every level of every logger."""
+    credentials and the query's values, at every level of every logger; its DEBUG line of
+    the response's headers masks the session cookie the endpoint sets (a credential no one
+    told us of) and keeps the plain headers."""
     caplog.set_level(logging.DEBUG)
     signature = "leak-QUERYSIG-31337"
-    with ScriptedModelServer([Reply("ok")]) as model:
+    cookie = "leak-SESSIONCOOKIE-0b1c2d"
+    answer = Raw(
+        completion("chatcmpl-1", "gpt-4o-mini", {"role": "assistant", "content": "ok"}),
+        headers={"Set-Cookie": f"sid={cookie}; Path=/; HttpOnly", "x-ratelimit-tokens": "9988"},
+    )
+    with ScriptedModelServer([answer]) as model:
         agent = _agent(
             base_url=_secret_url(model.port),
             task_queue=task_queue,
@@ -264,7 +272,8 @@ async def test_request_log_lines_never_show_url_credentials(
     assert signature in str(query)  # sent, so a request line had it to show
     logs = _log_text(caplog)
     assert "HTTP Request: POST http://***@127.0.0.1" in logs
-    assert not _found({"logs": logs}, [API_KEY, URL_USER, URL_PASSWORD, signature])
+    assert "(b'Set-Cookie', b'***'), (b'x-ratelimit-tokens', b'9988')" in logs
+    assert not _found({"logs": logs}, [API_KEY, URL_USER, URL_PASSWORD, signature, cookie])
 
 
 async def test_a_call_id_quoting_the_key_never_shows_it(

@@ -587,6 +587,33 @@ def test_credentials_inside_a_variables_connection_string(value: str, secrets: l
     assert _redact.env_value_secrets(value) == secrets
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # httpcore's DEBUG line of a response's headers
+        (
+            "receive_response_headers.complete return_value=(b'HTTP/1.1', 200, b'OK',"
+            " [(b'Set-Cookie', b'sid=hdr-Session-0051; Path=/'), (b'x-ratelimit-tokens', b'99')])",
+            "receive_response_headers.complete return_value=(b'HTTP/1.1', 200, b'OK',"
+            " [(b'Set-Cookie', b'***'), (b'x-ratelimit-tokens', b'99')])",
+        ),
+        (
+            "Headers({'authorization': 'Token hdr-0052', 'x-api-key': 'hdr-0053', 'accept': 'a'})",
+            "Headers({'authorization': 'Token ***', 'x-api-key': '***', 'accept': 'a'})",
+        ),
+        (
+            "HTTP/1.1 403\nCookie: sid=hdr-0054\napi-key: hdr-0055\nx-request-id: req-0056",
+            "HTTP/1.1 403\nCookie: ***\napi-key: ***\nx-request-id: req-0056",
+        ),
+        ("max_tokens: 100 (the token limit)", "max_tokens: 100 (the token limit)"),
+    ],
+)
+def test_credential_header_values_are_masked_in_errors_and_logs(text: str, shown: str) -> None:
+    """A credential header's value (Set-Cookie, Cookie, Authorization, x-api-key), quoted as a
+    log line or an error does, is masked whatever it is; plain headers are kept."""
+    assert redact(text) == shown
+
+
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THs"
 
 
