@@ -212,8 +212,15 @@ _ENV_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s,;'\"<>`]+")
 
 
 #: A `Name=value` setting inside a connection string (`AccountKey=...;`, ADO.NET's
-#: `Password=...;`, libpq's `password=... host=...`); a value's `=` only as base64 padding.
-_ENV_SETTING = re.compile(r"(?:^|[;&\s])([A-Za-z][A-Za-z0-9_.\-]*)\s*=\s*([^;&\s,='\"]+=*)")
+#: `Password=...;`, libpq's `password=... host=...`), a command line's option
+#: (`JAVA_TOOL_OPTIONS=-Dspring.datasource.password=...`, `--db-password=...`), an
+#: `.npmrc` line (`//registry.npmjs.org/:_authToken=...`) or a YAML one (`password: ...`);
+#: its value quoted (`Password="a;b"`, `password='a b'`) or not, a `=` in it only as
+#: base64 padding.
+_ENV_SETTING = re.compile(
+    r"""(?:^|[;&\s:/\-])([A-Za-z_][A-Za-z0-9_.\-]*)\s*(?:=|:(?=[ \t]))[ \t]*"""
+    r"""(?:"([^"\n]*)"|'([^'\n]*)'|([^;&\s,='"]+=*))"""
+)
 
 
 #: A PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), its lines apart or joined by `\\n`.
@@ -233,7 +240,8 @@ def env_value_secrets(value: str) -> list[str]:
     found = env_url_secrets(value)
     for body in _PEM_KEY.findall(value):
         found += [line for line in re.split(r"\s+|\\n", body) if len(line) >= _PEM_LINE]
-    for name, item in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
+    for name, *items in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
+        item = "".join(items)  # the one that matched: double-quoted, single-quoted or bare
         if credential_name(name) and env_secret(item):
             found.append(item)
     if value.lstrip().startswith(("{", "[")):
@@ -415,6 +423,7 @@ def install() -> None:
             remember(value)
         if (
             "=" in value
+            or ": " in value  # a YAML document's `password: ...`
             or "://" in value
             or "PRIVATE KEY" in value
             or value.lstrip().startswith(("{", "["))  # DOCKER_AUTH_CONFIG, a service account

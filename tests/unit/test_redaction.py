@@ -547,6 +547,14 @@ PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
         (f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n{PEM[1]}\n-----END PRIVATE KEY-----", PEM),
         (f"-----BEGIN EC PRIVATE KEY-----\\n{PEM[0]}\\n-----END EC PRIVATE KEY-----", PEM[:1]),
         ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUO0\n-----END CERTIFICATE-----", []),
+        # a command line's options, an .npmrc line, a YAML one, a quoted value
+        ("-Xmx1g -Dspring.datasource.password=Java-Pa55-0061 -Dx=y", ["Java-Pa55-0061"]),
+        ("--db-password=Cli-Pa55-0062 --verbose", ["Cli-Pa55-0062"]),
+        ("//registry.npmjs.org/:_authToken=npm-T0ken-0063", ["npm-T0ken-0063"]),
+        ("host: db\npassword: Yaml-Pa55-0064\n", ["Yaml-Pa55-0064"]),
+        ('Server=db;Password="Quoted;Pa55-0065";', ["Quoted;Pa55-0065"]),
+        ("host=db password='Pg Pa55 0066' dbname=prod", ["Pg Pa55 0066"]),
+        ("time: 12:30 key:value", []),
         # settings whose names hold a credential word that is not their last: data
         ("credential.helper=manager-core", []),
         ("Server=db;Authentication=ActiveDirectoryPassword;TokenCacheStorePath=c:-cache", []),
@@ -583,7 +591,8 @@ PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
 )
 def test_credentials_inside_a_variables_connection_string(value: str, secrets: list[str]) -> None:
     """A connection string in a variable of any name (AZURE_STORAGE_CONNECTION_STRING, an
-    ADO.NET or libpq one): the values of settings whose names say credential."""
+    ADO.NET or libpq one), a command line's options (JAVA_TOOL_OPTIONS), an .npmrc, a YAML
+    or a JSON document: the values of settings whose names end in a credential word."""
     assert _redact.env_value_secrets(value) == secrets
 
 
