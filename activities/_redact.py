@@ -356,6 +356,7 @@ def secrets() -> list[str]:
     """
     if not _installed:
         install()
+    _remember_environment()
     with _guard:
         return sorted(_known, key=len, reverse=True)
 
@@ -400,6 +401,58 @@ def _masked(value: object, known: list[str]) -> object:
     return value
 
 
+#: Each variable's value as `_remember_environment` last read it, and the environment's
+#: fingerprint then.
+_scanned: dict[str, str] = {}
+_environment_seen: list[int] = []
+
+
+def _remember_environment() -> None:
+    """Remember the credentials of the process's environment, as it is now.
+
+    Read again whenever it changed (a cheap fingerprint, on each `secrets()`): an agent's
+    module calling `load_dotenv()` or setting `GITHUB_TOKEN` from a vault when it is
+    imported does so after the command has set up its masking, and a tool returning such
+    a variable recorded it as it was. A variable gone or changed stays masked as it was.
+    """
+    data = getattr(os.environ, "_data", None)  # CPython's: a fingerprint in microseconds
+    seen = hash(frozenset((data if isinstance(data, dict) else os.environ).items()))
+    if _environment_seen and _environment_seen[0] == seen:
+        return
+    for name, value in list(os.environ.items()):
+        if _scanned.get(name) != value:
+            _remember_variable(name, value)
+            _scanned[name] = value
+    # once every credential is remembered: a caller in another thread reads them all
+    _environment_seen[:] = [seen]
+
+
+def _remember_variable(name: str, value: str) -> None:
+    """Remember the credentials one environment variable holds.
+
+    The process's own keys (OPENAI_API_KEY, TEMPORAL_API_KEY: known before, and without, a
+    connection), a variable named as one (GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD),
+    and those inside a value of any name (`env_value_secrets`): a tool reading one and
+    returning it, or an error quoting it, shows `***`.
+    """
+    if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
+        remember(value)
+    if (
+        "=" in value
+        or ": " in value  # a YAML document's `password: ...`
+        or "://" in value  # DATABASE_URL's password
+        or "PRIVATE KEY" in value
+        or value.lstrip().startswith(("{", "["))  # DOCKER_AUTH_CONFIG, a service account
+    ):
+        for secret in env_value_secrets(value):
+            remember(secret)
+    if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
+        for entry in re.split(r"[,\n]", value):
+            for part in (entry.strip(), entry.partition(":")[2].strip()):
+                if env_secret(part):
+                    remember(part)
+
+
 class _Known:
     """A live view of the known secrets, for the log filter."""
 
@@ -414,27 +467,7 @@ def install() -> None:
         if _installed:
             return
         _installed = True
-    # the process's own credentials: OPENAI_API_KEY, TEMPORAL_API_KEY (known before,
-    # and without, a connection), and every variable named as one (GITHUB_TOKEN,
-    # AWS_SECRET_ACCESS_KEY, DB_PASSWORD): a tool reading one and returning it, or
-    # an error quoting it, shows `***`
-    for name, value in os.environ.items():
-        if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
-            remember(value)
-        if (
-            "=" in value
-            or ": " in value  # a YAML document's `password: ...`
-            or "://" in value
-            or "PRIVATE KEY" in value
-            or value.lstrip().startswith(("{", "["))  # DOCKER_AUTH_CONFIG, a service account
-        ):  # DATABASE_URL's password
-            for secret in env_value_secrets(value):
-                remember(secret)
-        if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
-            for entry in re.split(r"[,\n]", value):
-                for part in (entry.strip(), entry.partition(":")[2].strip()):
-                    if env_secret(part):
-                        remember(part)
+    _remember_environment()
     log_filter = _ExceptionRedactingFilter(_Known())
     for name in LOGGERS:
         logging.getLogger(name).addFilter(log_filter)

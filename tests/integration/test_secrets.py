@@ -1190,6 +1190,9 @@ import os
 
 from agentor_temporal import Agentor, function_tool
 
+# as `load_dotenv()` does, once the command has set up its masking
+os.environ["DOTENV_API_TOKEN"] = "leak-Dotenv-Token-0071"
+
 
 async def _notify() -> None:
     raise RuntimeError(f"webhook refused token {os.environ['GITHUB_TOKEN']}")
@@ -1214,6 +1217,7 @@ async def read_config(name: str) -> str:
     return (
         f"token={os.environ['GITHUB_TOKEN']} db={os.environ['DATABASE_URL']}"
         f" registry={registry} azure={azure} git={os.environ['GIT_CONFIG_PARAMETERS']}"
+        f" dotenv={os.environ['DOTENV_API_TOKEN']}"
     )
 
 
@@ -1238,10 +1242,10 @@ async def test_credentials_in_the_processs_environment_never_show(
 ) -> None:
     """The worker's environment holds credentials for its tools (GITHUB_TOKEN, DB_PASSWORD,
     AWS_SECRET_ACCESS_KEY, the password in DATABASE_URL, the fields of a JSON login such as
-    DOCKER_AUTH_CONFIG's): a tool returning one, a tool's
-    error quoting one, and a prompt pasting one show `***` in history, the model's requests
-    and the command's output, where the log lines of any logger (the tool's own, asyncio's
-    of a task it dropped) are masked too."""
+    DOCKER_AUTH_CONFIG's, one the agent's module sets as `load_dotenv()` does): a tool
+    returning one, a tool's error quoting one, and a prompt pasting one show `***` in
+    history, the model's requests and the command's output, where the log lines of any
+    logger (the tool's own, asyncio's of a task it dropped) are masked too."""
     (tmp_path / "env_tools_agent.py").write_text(ENV_TOOLS_AGENT)
     script = [
         [CallTool("read_config", {"name": "gh"}), CallTool("connect", {"name": "db"})],
@@ -1264,14 +1268,15 @@ async def test_credentials_in_the_processs_environment_never_show(
     assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
         "RuntimeError: login refused for password ***",
         "token=*** db=postgresql://app:***@db:5432/prod registry=*** azure=***"
-        " git=credential.helper=manager-core",
+        " git=credential.helper=manager-core dotenv=***",
     ]
     where = {
         "history": await _history_json(client, result["run_id"]),
         "output": out.stdout + out.stderr,
         "model requests": repr(requests),
     }
-    secrets = [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150", *JSON_SECRETS]
+    secrets = [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150", "leak-Dotenv-Token-0071"]
+    secrets += JSON_SECRETS
     assert not _found(where, [s for s in secrets if s != ENV_SECRETS["GIT_CONFIG_PARAMETERS"]])
 
 
