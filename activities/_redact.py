@@ -28,6 +28,7 @@ from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
     RedactingFilter,
     credential_name,
+    header_secrets,
     looks_like_key,
     mask_secret,
     query_credential,
@@ -219,7 +220,8 @@ _ENV_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s,;'\"<>`]+")
 #: base64 padding.
 _ENV_SETTING = re.compile(
     r"""(?:^|[;&\s:/\-])([A-Za-z_][A-Za-z0-9_.\-]*)\s*(?:=|:(?=[ \t]))[ \t]*"""
-    r"""(?:"([^"\n]*)"|'([^'\n]*)'|([^;&\s,='"]+=*))"""
+    r"""(?:"([^"\n]*)"|'([^'\n]*)'|((?:(?:[Bb]earer|BEARER|[Bb]asic|BASIC)[ \t]+)?"""
+    r"""[^;&\s,='"]+=*))"""
 )
 
 
@@ -244,6 +246,9 @@ def env_value_secrets(value: str) -> list[str]:
         item = "".join(items)  # the one that matched: double-quoted, single-quoted or bare
         if credential_name(name) and env_secret(item):
             found.append(item)
+            # as an HTTP header's (OTEL_EXPORTER_OTLP_HEADERS' `authorization=Bearer%20<token>`):
+            # percent-decoded, the token after its scheme, a Basic one's user:password
+            found += [s for s in header_secrets(name, unquote(item)) if env_secret(s)]
     if value.lstrip().startswith(("{", "[")):
         found += json_secrets(value)
     return list(dict.fromkeys(found))

@@ -538,7 +538,7 @@ PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
         ),
         (
             "BlobEndpoint=https://a.blob/;SharedAccessSignature=sv=2021-06-08&sig=S1g-0046%3D",
-            ["S1g-0046%3D"],
+            ["S1g-0046%3D", "S1g-0046="],
         ),
         ("rs=0:di=01;34:ln=01;36", []),  # LS_COLORS
         ("service.name=api,deployment.environment=prod", []),
@@ -555,6 +555,20 @@ PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
         ('Server=db;Password="Quoted;Pa55-0065";', ["Quoted;Pa55-0065"]),
         ("host=db password='Pg Pa55 0066' dbname=prod", ["Pg Pa55 0066"]),
         ("time: 12:30 key:value", []),
+        # as a header's (OTEL_EXPORTER_OTLP_HEADERS'): the token after its scheme, decoded
+        (
+            "authorization=Bearer%20tok-Otlp-0067,x-team=t",
+            ["Bearer%20tok-Otlp-0067", "Bearer tok-Otlp-0067", "tok-Otlp-0067"],
+        ),
+        (
+            "Authorization=Basic dTpCYXNpYy1QYTU1LTAwNjg=",
+            [
+                "Basic dTpCYXNpYy1QYTU1LTAwNjg=",
+                "dTpCYXNpYy1QYTU1LTAwNjg=",
+                "u:Basic-Pa55-0068",
+                "Basic-Pa55-0068",
+            ],
+        ),
         # settings whose names hold a credential word that is not their last: data
         ("credential.helper=manager-core", []),
         ("Server=db;Authentication=ActiveDirectoryPassword;TokenCacheStorePath=c:-cache", []),
