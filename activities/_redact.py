@@ -344,10 +344,15 @@ def remember(secret: str | None) -> None:
     """Mask `secret` in every error and log line of this process from now on.
 
     In the forms a server may echo it in too (`secret_forms`: percent-encoded,
-    base64); a secret too short to mask is not masked in any form.
+    base64); a secret too short to mask is not masked in any form. Without the
+    whitespace around it too: a variable from a Kubernetes secret made from a file
+    keeps the file's last line break, and whoever reads it strips it.
     """
     if secret and len(secret) >= MIN_SECRET_CHARS:
         forms = secret_forms(secret)
+        stripped = secret.strip()
+        if stripped != secret and len(stripped) >= MIN_SECRET_CHARS:
+            forms += secret_forms(stripped)
         with _guard:
             _known.update(forms)
     install()

@@ -1163,7 +1163,8 @@ def test_the_clis_traceback_of_a_bug_never_shows_a_key(
 
 ENV_SECRETS = {
     "GITHUB_TOKEN": "ghp_leakEnvToken0123456789abcdefABCDEF",
-    "DB_PASSWORD": "leak-db-Password-77",
+    # with the line break a Kubernetes secret made from a file keeps (the tool strips it)
+    "DB_PASSWORD": "leak-db-Password-77\n",
     "AWS_SECRET_ACCESS_KEY": "leakAwsSecret/0123456789+abcdefABCDEF",
     # a credential inside a variable not named as one: the password of its URL
     "DATABASE_URL": "postgresql://app:leak-DbUrl-Pass-5150@db:5432/prod",
@@ -1228,7 +1229,7 @@ def connect(name: str) -> str:
     Args:
         name: The database.
     '''
-    raise RuntimeError(f"login refused for password {os.environ['DB_PASSWORD']}")
+    raise RuntimeError(f"login refused for password {os.environ['DB_PASSWORD'].strip()}")
 
 
 agent = Agentor(name="Env Agent", model="m", base_url=os.environ["MODEL_BASE_URL"],
@@ -1276,6 +1277,7 @@ async def test_credentials_in_the_processs_environment_never_show(
         "model requests": repr(requests),
     }
     secrets = [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150", "leak-Dotenv-Token-0071"]
+    secrets += ["leak-db-Password-77"]
     secrets += JSON_SECRETS
     assert not _found(where, [s for s in secrets if s != ENV_SECRETS["GIT_CONFIG_PARAMETERS"]])
 
