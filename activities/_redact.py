@@ -177,10 +177,17 @@ class _ExceptionRedactingFilter(RedactingFilter):
 #: last word may be glued to the one before when it cannot end another word
 #: (`SYSTEM_ACCESSTOKEN`, `NGROK_AUTHTOKEN`, `MINIO_SECRETKEY`; not `HOTKEY`, `BYPASS`);
 #: a personal access token (`AZURE_DEVOPS_EXT_PAT`), an auth or authorization value
-#: (`NPM_CONFIG__AUTH`, `TEMPORAL_GRPC_META_AUTHORIZATION`) and a cookie are too.
+#: (`NPM_CONFIG__AUTH`, `TEMPORAL_GRPC_META_AUTHORIZATION`) and a cookie are too. The
+#: word may be plural (`CLIENT_SECRETS`; `API_TOKENS`, not `MAX_TOKENS`) and followed by
+#: a rotation's or a list's suffix (`API_KEY_2`, `JWT_SECRET_OLD`, `STRIPE_SECRET_KEY_V2`,
+#: Rails' `SECRET_KEY_BASE`); Terraform's `TF_TOKEN_<host>` is one whatever its host.
 _ENV_CREDENTIAL = re.compile(
-    r"(?:(?:^|_)(?:KEYS?|APIKEY|PASS|CREDENTIALS?|PAT|AUTH|AUTHORIZATION|COOKIE)"
-    r"|(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|SECRETKEY|PRIVATEKEY))$",
+    r"(?:(?:(?:^|_)(?:KEYS?|APIKEY|PASS|CREDENTIALS?|PAT|AUTH|AUTHORIZATION|COOKIE)"
+    r"|(?:TOKEN|SECRETS?|PASSWORDS?|PASSWD|PASSPHRASE|SECRETKEY|PRIVATEKEY)"
+    r"|(?:^|_)(?:API|ACCESS|AUTH|BEARER|BOT|CLIENT|SERVICE)_?TOKENS)"
+    r"(?:_(?:\d+|V\d+|OLD|NEW|PREV|PREVIOUS|NEXT|BACKUP|PRIMARY|SECONDARY|CURRENT"
+    r"|FALLBACK|ROTATED|BASE))?$)"
+    r"|^TF_TOKEN_",
     re.I,
 )
 
@@ -445,8 +452,25 @@ def _remember_variable(name: str, value: str) -> None:
     and those inside a value of any name (`env_value_secrets`): a tool reading one and
     returning it, or an error quoting it, shows `***`.
     """
+    for secret in env_variable_secrets(name, value):
+        remember(secret)
+
+
+def env_variable_secrets(name: str, value: str) -> list[str]:
+    """The credentials an environment variable holds.
+
+    Its whole value when it is one of the process's own keys or its name says credential
+    (`env_credential`), and then each entry of a list (`API_TOKENS=<a>,<b>`,
+    `AGENTOR_ENCRYPTION_KEYS`' `id:key` entries) too; and those inside a value of any name
+    (`env_value_secrets`: a URL's, a connection string's, a JSON document's).
+    """
+    found: list[str] = []
     if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
-        remember(value)
+        found.append(value)
+        for entry in re.split(r"[,;\n]", value):
+            for part in (entry.strip(), entry.partition(":")[2].strip()):
+                if part != value and env_secret(part):
+                    found.append(part)
     if (
         "=" in value
         or ": " in value  # a YAML document's `password: ...`
@@ -454,13 +478,8 @@ def _remember_variable(name: str, value: str) -> None:
         or "PRIVATE KEY" in value
         or value.lstrip().startswith(("{", "["))  # DOCKER_AUTH_CONFIG, a service account
     ):
-        for secret in env_value_secrets(value):
-            remember(secret)
-    if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
-        for entry in re.split(r"[,\n]", value):
-            for part in (entry.strip(), entry.partition(":")[2].strip()):
-                if env_secret(part):
-                    remember(part)
+        found += env_value_secrets(value)
+    return list(dict.fromkeys(found))
 
 
 class _Known:

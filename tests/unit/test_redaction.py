@@ -456,6 +456,15 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
         ("NPM_CONFIG__AUTH", True),
         ("TEMPORAL_GRPC_META_AUTHORIZATION", True),
         ("SESSION_COOKIE", True),
+        ("API_TOKENS", True),
+        ("CLIENT_SECRETS", True),
+        ("API_KEY_2", True),
+        ("JWT_SECRET_OLD", True),
+        ("STRIPE_SECRET_KEY_V2", True),
+        ("SECRET_KEY_BASE", True),  # Rails'
+        ("TF_TOKEN_app_terraform_io", True),  # Terraform's, per host
+        ("MAX_TOKENS", False),
+        ("AWS_ACCESS_KEY_ID", False),
         ("SSH_AUTH_SOCK", False),
         ("LD_LIBRARY_PATH", False),
         ("HOTKEY", False),
@@ -469,6 +478,25 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
 def test_environment_variables_named_as_credentials(name: str, secret: bool) -> None:
     """The last word of a variable's name says whether its value is a credential."""
     assert _redact.env_credential(name) is secret
+
+
+def test_each_entry_of_a_credential_variables_list_is_one() -> None:
+    """`API_TOKENS=<a>,<b>`: each token is masked alone too (a tool returns the one it uses),
+    as each `id:key` entry of AGENTOR_ENCRYPTION_KEYS is."""
+    assert _redact.env_variable_secrets("API_TOKENS", "tok-One-0081, tok-Two-0082") == [
+        "tok-One-0081, tok-Two-0082",
+        "tok-One-0081",
+        "tok-Two-0082",
+    ]
+    keys = "k1:S2V5LU9uZS0wMDgz,k0:S2V5LVR3by0wMDg0"
+    assert _redact.env_variable_secrets("AGENTOR_ENCRYPTION_KEYS", keys) == [
+        keys,
+        "k1:S2V5LU9uZS0wMDgz",
+        "S2V5LU9uZS0wMDgz",
+        "k0:S2V5LVR3by0wMDg0",
+        "S2V5LVR3by0wMDg0",
+    ]
+    assert _redact.env_variable_secrets("MAX_TOKENS", "100000") == []
 
 
 @pytest.mark.parametrize(
