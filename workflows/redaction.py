@@ -134,17 +134,23 @@ def _redact_url(url: str) -> str:
 
 
 #: Credentials no one told us of, known by their shape: a JWT, the keys of OpenAI,
-#: Anthropic, GitHub, Slack, AWS (access key ids) and Google, whose prefixes say what
-#: they are. Masked in error text and log lines (`redact`), not in content, where a
-#: token-shaped text may be data.
+#: Anthropic, GitHub, Slack, AWS (access key ids) and Google, Stripe, Hugging Face,
+#: GitLab, npm, PyPI, SendGrid, Groq, Replicate, Tavily, DigitalOcean and Shopify, and a
+#: Google OAuth access token, whose prefixes say what they are. Masked in error text and
+#: log lines (`redact`), not in content, where a token-shaped text may be data.
 _SHAPED_KEY = re.compile(
     r"(?<![A-Za-z0-9_\-])(?:"
     r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
     r"|sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
-    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,}"
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|AIza[0-9A-Za-z_\-]{35}"
+    r"|[rs]k_(?:live|test)_[A-Za-z0-9]{20,}"
+    r"|hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_\-]{20,}|npm_[A-Za-z0-9]{36}"
+    r"|pypi-AgE[A-Za-z0-9_\-]{50,}|SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}"
+    r"|gsk_[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}|tvly-(?:dev-)?[A-Za-z0-9]{20,}"
+    r"|dop_v1_[a-f0-9]{64}|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}|ya29\.[A-Za-z0-9_\-]{20,}"
     r")"
 )
 #: The credentials after an auth scheme in text (`Authorization: Bearer <token>`, a

@@ -679,6 +679,18 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_X
         "xoxb-1234567890-abcdefghij",
         "AKIAIOSFODNN7EXAMPLE",
         "AIzaSyA-0123456789abcdefghijklmnopqrstu",
+        "sk_live_0123456789abcdefGHIJklmn",  # Stripe
+        "rk_test_0123456789abcdefGHIJklmn",
+        "hf_0123456789abcdefghijABCDEFGHIJklmn",  # Hugging Face
+        "glpat-0123456789abcdefGHIJ",  # GitLab
+        "npm_0123456789abcdefghijABCDEFGHIJ012345",
+        "pypi-AgEIcHlwaS5vcmcCJDAxMjM0NTY3LTg5YWItY2RlZi0wMTIzLTQ1Njc4OWFiY2RlZgACKlsz",
+        "SG.0123456789abcdefGHIJkl.0123456789abcdefGHIJklmnopqrstuvwxyzABCDEFG",  # SendGrid
+        "gsk_0123456789abcdefghijABCDEFGHIJ0123456789abcd",  # Groq
+        "r8_0123456789abcdefghijABCDEFGHIJ0123456",  # Replicate
+        "tvly-dev-0123456789abcdefGHIJklmn",  # Tavily
+        "ya29.a0AfH6SMB0123456789abcdefGHIJ",  # Google OAuth
+        "xapp-1-A0123456789-0123456789-abcdef",  # Slack app
     ],
 )
 def test_keys_no_one_told_of_are_masked_in_errors_by_their_shape(secret: str) -> None:
