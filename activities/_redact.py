@@ -21,7 +21,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 from agentor_temporal.workflows.redaction import (
@@ -526,8 +526,55 @@ def guard_handlers() -> None:
     asyncio's "Task exception was never retrieved" with the exception a tool's
     background task failed with, a library's. The CLI and the worker call this
     once they have set up logging, so each line they print is masked.
+
+    So is what Python prints on stderr past logging: a warning (`warnings.warn`, a
+    tool's "token ... expires soon"), the traceback of a thread a tool started that
+    failed, and an exception ignored in a finalizer.
     """
     install()
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _HandlerRedactingFilter) for f in handler.filters):
             handler.addFilter(_HandlerRedactingFilter(_Known()))
+    _guard_stderr_hooks()
+
+
+def _guard_stderr_hooks() -> None:
+    """Mask warnings, a thread's uncaught exception and an unraisable one (Python's own
+    hooks; one another library set up is left to it)."""
+    import sys
+    import traceback
+    import warnings
+
+    if not getattr(warnings.formatwarning, "_masked", False):
+        formatwarning = warnings.formatwarning
+
+        def masked_warning(*args: Any, **kwargs: Any) -> str:
+            return clean(formatwarning(*args, **kwargs))
+
+        masked_warning._masked = True  # type: ignore[attr-defined]
+        warnings.formatwarning = masked_warning
+
+    if threading.excepthook is threading.__excepthook__:
+
+        def thread_hook(args: threading.ExceptHookArgs) -> None:
+            if args.exc_type is SystemExit:
+                return
+            name = args.thread.name if args.thread is not None else threading.get_ident()
+            lines = traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+            print(clean(f"Exception in thread {name}:\n{''.join(lines)}"), end="", file=sys.stderr)
+
+        threading.excepthook = thread_hook
+
+    if sys.unraisablehook is sys.__unraisablehook__:
+
+        def unraisable_hook(unraisable: Any) -> None:
+            said = unraisable.err_msg or "Exception ignored in"
+            text = f"{said}: {unraisable.object!r}\n" if unraisable.object is not None else ""
+            text += "".join(
+                traceback.format_exception(
+                    unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback
+                )
+            )
+            print(clean(text), end="", file=sys.stderr)
+
+        sys.unraisablehook = unraisable_hook

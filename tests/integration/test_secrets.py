@@ -1188,6 +1188,8 @@ import gc
 import json
 import logging
 import os
+import threading
+import warnings
 
 from agentor_temporal import Agentor, function_tool
 
@@ -1199,6 +1201,10 @@ async def _notify() -> None:
     raise RuntimeError(f"webhook refused token {os.environ['GITHUB_TOKEN']}")
 
 
+def _refresh() -> None:
+    raise RuntimeError(f"refresh refused token {os.environ['GITHUB_TOKEN']}")
+
+
 @function_tool
 async def read_config(name: str) -> str:
     '''Read a setting.
@@ -1208,6 +1214,11 @@ async def read_config(name: str) -> str:
     '''
     # the tool's own log line, and asyncio's of a background task it dropped
     logging.getLogger("mytools").warning("using token %s", os.environ["GITHUB_TOKEN"])
+    # Python's own lines on stderr: a warning, a thread of the tool's that failed
+    warnings.warn(f"token {os.environ['GITHUB_TOKEN']} expires soon")
+    failing = threading.Thread(target=_refresh, name="refresher")
+    failing.start()
+    failing.join()
     dropped = asyncio.ensure_future(_notify())
     await asyncio.sleep(0.05)
     del dropped
@@ -1265,6 +1276,9 @@ async def test_credentials_in_the_processs_environment_never_show(
     assert result["status"] == "completed", result
     assert "WARNING mytools: using token ***" in out.stderr, out.stderr
     assert "RuntimeError('webhook refused token ***')" in out.stderr, out.stderr
+    assert "UserWarning: token *** expires soon" in out.stderr, out.stderr
+    assert "Exception in thread refresher:" in out.stderr, out.stderr
+    assert "RuntimeError: refresh refused token ***" in out.stderr, out.stderr
     answers = {e["call_id"]: e for e in result["events"] if e["type"] == "tool_result"}
     assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
         "RuntimeError: login refused for password ***",
