@@ -13,18 +13,22 @@ openai client's, and the Temporal SDK's activity and worker loggers.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 import os
 import re
 import threading
 from collections.abc import Iterator
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 from agentor_temporal.workflows.redaction import (
-    CREDENTIAL_NAME,
     MIN_SECRET_CHARS,
     RedactingFilter,
+    credential_name,
+    header_secrets,
     looks_like_key,
     mask_secret,
     query_credential,
@@ -173,10 +177,17 @@ class _ExceptionRedactingFilter(RedactingFilter):
 #: last word may be glued to the one before when it cannot end another word
 #: (`SYSTEM_ACCESSTOKEN`, `NGROK_AUTHTOKEN`, `MINIO_SECRETKEY`; not `HOTKEY`, `BYPASS`);
 #: a personal access token (`AZURE_DEVOPS_EXT_PAT`), an auth or authorization value
-#: (`NPM_CONFIG__AUTH`, `TEMPORAL_GRPC_META_AUTHORIZATION`) and a cookie are too.
+#: (`NPM_CONFIG__AUTH`, `TEMPORAL_GRPC_META_AUTHORIZATION`) and a cookie are too. The
+#: word may be plural (`CLIENT_SECRETS`; `API_TOKENS`, not `MAX_TOKENS`) and followed by
+#: a rotation's or a list's suffix (`API_KEY_2`, `JWT_SECRET_OLD`, `STRIPE_SECRET_KEY_V2`,
+#: Rails' `SECRET_KEY_BASE`); Terraform's `TF_TOKEN_<host>` is one whatever its host.
 _ENV_CREDENTIAL = re.compile(
-    r"(?:(?:^|_)(?:KEYS?|APIKEY|PASS|CREDENTIALS?|PAT|AUTH|AUTHORIZATION|COOKIE)"
-    r"|(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|SECRETKEY|PRIVATEKEY))$",
+    r"(?:(?:(?:^|_)(?:KEYS?|APIKEY|PASS|CREDENTIALS?|PAT|AUTH|AUTHORIZATION|COOKIE)"
+    r"|(?:TOKEN|SECRETS?|PASSWORDS?|PASSWD|PASSPHRASE|SECRETKEY|PRIVATEKEY)"
+    r"|(?:^|_)(?:API|ACCESS|AUTH|BEARER|BOT|CLIENT|SERVICE)_?TOKENS)"
+    r"(?:_(?:\d+|V\d+|OLD|NEW|PREV|PREVIOUS|NEXT|BACKUP|PRIMARY|SECONDARY|CURRENT"
+    r"|FALLBACK|ROTATED|BASE))?$)"
+    r"|^TF_TOKEN_",
     re.I,
 )
 
@@ -209,8 +220,16 @@ _ENV_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s,;'\"<>`]+")
 
 
 #: A `Name=value` setting inside a connection string (`AccountKey=...;`, ADO.NET's
-#: `Password=...;`, libpq's `password=... host=...`); a value's `=` only as base64 padding.
-_ENV_SETTING = re.compile(r"(?:^|[;&\s])([A-Za-z][A-Za-z0-9_.\-]*)\s*=\s*([^;&\s,='\"]+=*)")
+#: `Password=...;`, libpq's `password=... host=...`), a command line's option
+#: (`JAVA_TOOL_OPTIONS=-Dspring.datasource.password=...`, `--db-password=...`), an
+#: `.npmrc` line (`//registry.npmjs.org/:_authToken=...`) or a YAML one (`password: ...`);
+#: its value quoted (`Password="a;b"`, `password='a b'`) or not, a `=` in it only as
+#: base64 padding.
+_ENV_SETTING = re.compile(
+    r"""(?:^|[;&\s:/\-])([A-Za-z_][A-Za-z0-9_.\-]*)\s*(?:=|:(?=[ \t]))[ \t]*"""
+    r"""(?:"([^"\n]*)"|'([^'\n]*)'|((?:(?:[Bb]earer|BEARER|[Bb]asic|BASIC)[ \t]+)?"""
+    r"""[^;&\s,='"]+=*))"""
+)
 
 
 #: A PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), its lines apart or joined by `\\n`.
@@ -223,15 +242,77 @@ def env_value_secrets(value: str) -> list[str]:
     """The credentials inside an environment variable's value, whatever its name: its URLs'
     (`env_url_secrets`), a connection string's settings whose names say credential
     (`AZURE_STORAGE_CONNECTION_STRING=...;AccountKey=<key>;...`, `Password=`, `Pwd=`,
-    `SharedAccessKey=`, `sig=`), unless a plain word or a path (`env_secret`), and each
-    line of a PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`)."""
+    `SharedAccessKey=`, `sig=`; by the name's last word, `credential_name`: not
+    `credential.helper=manager-core`), unless a plain word or a path (`env_secret`), each
+    line of a PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), and a JSON document's
+    credential fields (`json_secrets`)."""
     found = env_url_secrets(value)
     for body in _PEM_KEY.findall(value):
         found += [line for line in re.split(r"\s+|\\n", body) if len(line) >= _PEM_LINE]
-    for name, item in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
-        if (CREDENTIAL_NAME.search(name) or name.lower() == "pwd") and env_secret(item):
+    for name, *items in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
+        item = "".join(items)  # the one that matched: double-quoted, single-quoted or bare
+        if credential_name(name) and env_secret(item):
             found.append(item)
+            # as an HTTP header's (OTEL_EXPORTER_OTLP_HEADERS' `authorization=Bearer%20<token>`):
+            # percent-decoded, the token after its scheme, a Basic one's user:password
+            found += [s for s in header_secrets(name, unquote(item)) if env_secret(s)]
+    if value.lstrip().startswith(("{", "[")):
+        found += json_secrets(value)
     return list(dict.fromkeys(found))
+
+
+#: How deep `json_secrets` walks a document (a credentials file nests two or three levels).
+_JSON_DEPTH = 16
+
+
+def json_secrets(text: str) -> list[str]:
+    """The credentials a JSON document holds (a variable of any name): the text values of
+    fields whose names say credential (`credential_name`), at any depth, unless plain words
+    or paths (`env_secret`); with the `user:password` and the password a base64 `auth`
+    carries, and the secrets of every other text value (`env_value_secrets`: a connection
+    string, a URL, a PEM key).
+
+    GitLab's `DOCKER_AUTH_CONFIG` (`{"auths": {host: {"auth": base64}}}`), a service
+    account's JSON (`GOOGLE_CREDENTIALS`: `private_key`), AWS's (`SecretAccessKey`,
+    `SessionToken`), Azure's (`clientSecret`): a tool reading one and returning the field
+    recorded it as it was, since only the whole variable's text was known.
+    """
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return []
+    found: list[str] = []
+
+    def walk(node: object, name: str, depth: int) -> None:
+        if depth > _JSON_DEPTH:
+            return
+        if isinstance(node, dict):
+            for key, item in node.items():
+                walk(item, str(key), depth + 1)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, name, depth + 1)
+        elif isinstance(node, str):
+            if credential_name(name) and env_secret(node):
+                found.append(node)
+                found.extend(_basic_pair(node))
+            if "=" in node or "://" in node or "PRIVATE KEY" in node:
+                found.extend(env_value_secrets(node))
+
+    walk(document, "", 0)
+    return found
+
+
+def _basic_pair(value: str) -> list[str]:
+    """The `user:password` and the password a base64 `auth` value encodes (Docker's)."""
+    try:
+        pair = base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return []
+    user, colon, password = pair.partition(":")
+    if not colon or not pair.isprintable():
+        return []
+    return [s for s in (pair, password) if env_secret(s)]
 
 
 def env_url_secrets(value: str) -> list[str]:
@@ -270,10 +351,15 @@ def remember(secret: str | None) -> None:
     """Mask `secret` in every error and log line of this process from now on.
 
     In the forms a server may echo it in too (`secret_forms`: percent-encoded,
-    base64); a secret too short to mask is not masked in any form.
+    base64); a secret too short to mask is not masked in any form. Without the
+    whitespace around it too: a variable from a Kubernetes secret made from a file
+    keeps the file's last line break, and whoever reads it strips it.
     """
     if secret and len(secret) >= MIN_SECRET_CHARS:
         forms = secret_forms(secret)
+        stripped = secret.strip()
+        if stripped != secret and len(stripped) >= MIN_SECRET_CHARS:
+            forms += secret_forms(stripped)
         with _guard:
             _known.update(forms)
     install()
@@ -287,6 +373,7 @@ def secrets() -> list[str]:
     """
     if not _installed:
         install()
+    _remember_environment()
     with _guard:
         return sorted(_known, key=len, reverse=True)
 
@@ -331,6 +418,70 @@ def _masked(value: object, known: list[str]) -> object:
     return value
 
 
+#: Each variable's value as `_remember_environment` last read it, and the environment's
+#: fingerprint then.
+_scanned: dict[str, str] = {}
+_environment_seen: list[int] = []
+
+
+def _remember_environment() -> None:
+    """Remember the credentials of the process's environment, as it is now.
+
+    Read again whenever it changed (a cheap fingerprint, on each `secrets()`): an agent's
+    module calling `load_dotenv()` or setting `GITHUB_TOKEN` from a vault when it is
+    imported does so after the command has set up its masking, and a tool returning such
+    a variable recorded it as it was. A variable gone or changed stays masked as it was.
+    """
+    data = getattr(os.environ, "_data", None)  # CPython's: a fingerprint in microseconds
+    seen = hash(frozenset((data if isinstance(data, dict) else os.environ).items()))
+    if _environment_seen and _environment_seen[0] == seen:
+        return
+    for name, value in list(os.environ.items()):
+        if _scanned.get(name) != value:
+            _remember_variable(name, value)
+            _scanned[name] = value
+    # once every credential is remembered: a caller in another thread reads them all
+    _environment_seen[:] = [seen]
+
+
+def _remember_variable(name: str, value: str) -> None:
+    """Remember the credentials one environment variable holds.
+
+    The process's own keys (OPENAI_API_KEY, TEMPORAL_API_KEY: known before, and without, a
+    connection), a variable named as one (GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD),
+    and those inside a value of any name (`env_value_secrets`): a tool reading one and
+    returning it, or an error quoting it, shows `***`.
+    """
+    for secret in env_variable_secrets(name, value):
+        remember(secret)
+
+
+def env_variable_secrets(name: str, value: str) -> list[str]:
+    """The credentials an environment variable holds.
+
+    Its whole value when it is one of the process's own keys or its name says credential
+    (`env_credential`), and then each entry of a list (`API_TOKENS=<a>,<b>`,
+    `AGENTOR_ENCRYPTION_KEYS`' `id:key` entries) too; and those inside a value of any name
+    (`env_value_secrets`: a URL's, a connection string's, a JSON document's).
+    """
+    found: list[str] = []
+    if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
+        found.append(value)
+        for entry in re.split(r"[,;\n]", value):
+            for part in (entry.strip(), entry.partition(":")[2].strip()):
+                if part != value and env_secret(part):
+                    found.append(part)
+    if (
+        "=" in value
+        or ": " in value  # a YAML document's `password: ...`
+        or "://" in value  # DATABASE_URL's password
+        or "PRIVATE KEY" in value
+        or value.lstrip().startswith(("{", "["))  # DOCKER_AUTH_CONFIG, a service account
+    ):
+        found += env_value_secrets(value)
+    return list(dict.fromkeys(found))
+
+
 class _Known:
     """A live view of the known secrets, for the log filter."""
 
@@ -345,21 +496,7 @@ def install() -> None:
         if _installed:
             return
         _installed = True
-    # the process's own credentials: OPENAI_API_KEY, TEMPORAL_API_KEY (known before,
-    # and without, a connection), and every variable named as one (GITHUB_TOKEN,
-    # AWS_SECRET_ACCESS_KEY, DB_PASSWORD): a tool reading one and returning it, or
-    # an error quoting it, shows `***`
-    for name, value in os.environ.items():
-        if name in _OWN_KEYS or (env_credential(name) and env_secret(value)):
-            remember(value)
-        if "=" in value or "://" in value or "PRIVATE KEY" in value:  # DATABASE_URL's password
-            for secret in env_value_secrets(value):
-                remember(secret)
-        if name.upper().endswith("_KEYS"):  # AGENTOR_ENCRYPTION_KEYS: `id:key` entries
-            for entry in re.split(r"[,\n]", value):
-                for part in (entry.strip(), entry.partition(":")[2].strip()):
-                    if env_secret(part):
-                        remember(part)
+    _remember_environment()
     log_filter = _ExceptionRedactingFilter(_Known())
     for name in LOGGERS:
         logging.getLogger(name).addFilter(log_filter)
@@ -389,8 +526,55 @@ def guard_handlers() -> None:
     asyncio's "Task exception was never retrieved" with the exception a tool's
     background task failed with, a library's. The CLI and the worker call this
     once they have set up logging, so each line they print is masked.
+
+    So is what Python prints on stderr past logging: a warning (`warnings.warn`, a
+    tool's "token ... expires soon"), the traceback of a thread a tool started that
+    failed, and an exception ignored in a finalizer.
     """
     install()
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _HandlerRedactingFilter) for f in handler.filters):
             handler.addFilter(_HandlerRedactingFilter(_Known()))
+    _guard_stderr_hooks()
+
+
+def _guard_stderr_hooks() -> None:
+    """Mask warnings, a thread's uncaught exception and an unraisable one (Python's own
+    hooks; one another library set up is left to it)."""
+    import sys
+    import traceback
+    import warnings
+
+    if not getattr(warnings.formatwarning, "_masked", False):
+        formatwarning = warnings.formatwarning
+
+        def masked_warning(*args: Any, **kwargs: Any) -> str:
+            return clean(formatwarning(*args, **kwargs))
+
+        masked_warning._masked = True  # type: ignore[attr-defined]
+        warnings.formatwarning = masked_warning
+
+    if threading.excepthook is threading.__excepthook__:
+
+        def thread_hook(args: threading.ExceptHookArgs) -> None:
+            if args.exc_type is SystemExit:
+                return
+            name = args.thread.name if args.thread is not None else threading.get_ident()
+            lines = traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+            print(clean(f"Exception in thread {name}:\n{''.join(lines)}"), end="", file=sys.stderr)
+
+        threading.excepthook = thread_hook
+
+    if sys.unraisablehook is sys.__unraisablehook__:
+
+        def unraisable_hook(unraisable: Any) -> None:
+            said = unraisable.err_msg or "Exception ignored in"
+            text = f"{said}: {unraisable.object!r}\n" if unraisable.object is not None else ""
+            text += "".join(
+                traceback.format_exception(
+                    unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback
+                )
+            )
+            print(clean(text), end="", file=sys.stderr)
+
+        sys.unraisablehook = unraisable_hook

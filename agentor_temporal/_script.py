@@ -52,6 +52,8 @@ class Raw:
     body: Any
     status: int = 200
     content_type: str = "application/json"
+    #: More response headers (a `Set-Cookie` the endpoint sets).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

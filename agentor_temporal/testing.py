@@ -282,8 +282,11 @@ class ScriptedModelServer:
             else:
                 data = (raw if isinstance(raw, str) else json.dumps(raw)).encode()
             writer.write(
-                f"HTTP/1.1 {step.status} Scripted\r\nContent-Type: {step.content_type}\r\n"
-                f"Content-Length: {len(data)}\r\n\r\n".encode()
+                (
+                    f"HTTP/1.1 {step.status} Scripted\r\nContent-Type: {step.content_type}\r\n"
+                    + "".join(f"{name}: {value}\r\n" for name, value in step.headers.items())
+                    + f"Content-Length: {len(data)}\r\n\r\n"
+                ).encode()
                 + data
             )
             return True

@@ -39,6 +39,58 @@ _QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.%\-\[\]]+=)([^&\s#'\"<>]+)")
 _TRAILING = ".,;:!?)]}"
 #: Header, query and body field names whose values are credentials.
 CREDENTIAL_NAME = re.compile(r"key|auth|token|secret|sig|pass|cred|cookie|session", re.I)
+#: The last word of a setting's, query parameter's or header's name that says its value is
+#: a credential (`credential_name`): `AccountKey`, `api-key`, `X-Amz-Security-Token`,
+#: `Password`, `sig`, `Set-Cookie`.
+_CREDENTIAL_WORDS = frozenset(
+    {
+        "apikey",
+        "auth",
+        "authorization",
+        "cookie",
+        "credential",
+        "credentials",
+        "key",
+        "keys",
+        "pass",
+        "passphrase",
+        "passwd",
+        "password",
+        "pat",
+        "pwd",
+        "secret",
+        "session",
+        "sig",
+        "signature",
+        "token",
+    }
+)
+#: The same words glued to the one before (`apikey`, `accesstoken`, `sslpassword`).
+_GLUED_CREDENTIAL = re.compile(
+    r"(?:api|access|account|secret|private|signing|shared|client|auth|session|security"
+    r"|refresh|master|bearer|id)(?:key|token|secret)$|(?:password|passwd|passphrase|secret)$",
+    re.I,
+)
+#: A name's words: apart (`.`, `_`, `-`, space) or in camel case (`AccountKey`, `SASToken`).
+_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+def credential_name(name: str) -> bool:
+    """Whether a setting, query parameter or header named `name` holds a credential: its last
+    word says so (`AccountKey`, `Pwd`, `sig`, `client_secret`, `X-Amz-Security-Token`,
+    `Set-Cookie`), glued or not (`apikey`, `sslpassword`).
+
+    Not a credential word elsewhere in the name (`credential.helper=manager-core`,
+    `authMechanism=SCRAM-SHA-256`, `Authentication=ActiveDirectoryPassword`,
+    `SharedAccessKeyName=root`, `TokenCacheStorePath=...`, `max_tokens`): their values are
+    settings, and masked as secrets they garbled every text holding them.
+    """
+    words = _NAME_WORDS.findall(name.strip())
+    if not words:
+        return False
+    return words[-1].lower() in _CREDENTIAL_WORDS or bool(_GLUED_CREDENTIAL.search(name.strip()))
+
+
 #: Request headers that describe the client or the body, never a credential:
 #: every other header value a user configures is taken for a secret (a gateway
 #: token may come under any name).
@@ -82,23 +134,60 @@ def _redact_url(url: str) -> str:
 
 
 #: Credentials no one told us of, known by their shape: a JWT, the keys of OpenAI,
-#: Anthropic, GitHub, Slack, AWS (access key ids) and Google, whose prefixes say what
-#: they are. Masked in error text and log lines (`redact`), not in content, where a
-#: token-shaped text may be data.
+#: Anthropic, GitHub, Slack, AWS (access key ids) and Google, Stripe, Hugging Face,
+#: GitLab, npm, PyPI, SendGrid, Groq, Replicate, Tavily, DigitalOcean and Shopify, and a
+#: Google OAuth access token, whose prefixes say what they are. Masked in error text and
+#: log lines (`redact`), not in content, where a token-shaped text may be data.
 _SHAPED_KEY = re.compile(
     r"(?<![A-Za-z0-9_\-])(?:"
     r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
     r"|sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
-    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,}"
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|AIza[0-9A-Za-z_\-]{35}"
+    r"|[rs]k_(?:live|test)_[A-Za-z0-9]{20,}"
+    r"|hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_\-]{20,}|npm_[A-Za-z0-9]{36}"
+    r"|pypi-AgE[A-Za-z0-9_\-]{50,}|SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}"
+    r"|gsk_[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}|tvly-(?:dev-)?[A-Za-z0-9]{20,}"
+    r"|dop_v1_[a-f0-9]{64}|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}|ya29\.[A-Za-z0-9_\-]{20,}"
     r")"
 )
 #: The credentials after an auth scheme in text (`Authorization: Bearer <token>`, a
 #: token no one told us of): masked when they hold a digit or a token character, so
 #: words (`Basic authentication failed`) stay.
 _SCHEMED = re.compile(r"\b((?:[Bb]earer|BEARER|[Bb]asic|BASIC)\s+)([A-Za-z0-9._~+/=\-]{8,})")
+
+
+#: A credential header's value (`credential_name`) as a log line or an error quotes it:
+#: a pair of reprs (`(b'set-cookie', b'sid=...')`: httpcore's DEBUG line of the response's
+#: headers, and a cookie the endpoint sets is a session no one told us of), a dict's item
+#: (`'authorization': 'Bearer ...'`, `"x-api-key": "..."`), or a header line
+#: (`Set-Cookie: sid=...`).
+_QUOTED_HEADER = re.compile(
+    r"""(b?(['"])([A-Za-z][A-Za-z0-9_.\-]*)\2\s*[,:]\s*b?(['"]))((?:\\.|(?!\4)[^\\])*)(\4)"""
+)
+_HEADER_LINE = re.compile(r"(?m)^([ \t]*([A-Za-z][A-Za-z0-9_\-]*)[ \t]*:[ \t]*)(\S[^\r\n]*)$")
+
+
+def _header_mask(value: str) -> str:
+    """What a credential header's value shows: its auth scheme kept (`Bearer ***`)."""
+    scheme = _AUTH_VALUE.fullmatch(value.strip())
+    if scheme and scheme.group(1).lower() in _AUTH_SCHEMES:
+        return f"{scheme.group(1)} {MASK}"
+    return MASK
+
+
+def _mask_header(match: re.Match[str]) -> str:
+    if not credential_name(match.group(3)) or match.group(5) in ("", MASK):
+        return match.group(0)
+    return match.group(1) + _header_mask(match.group(5)) + match.group(6)
+
+
+def _mask_header_line(match: re.Match[str]) -> str:
+    if not credential_name(match.group(2)):
+        return match.group(0)
+    return match.group(1) + _header_mask(match.group(3))
 
 
 def _mask_schemed(match: re.Match[str]) -> str:
@@ -109,8 +198,9 @@ def _mask_schemed(match: re.Match[str]) -> str:
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """`text` with URL userinfo and query values, every given secret, and the credentials
-    known by their shape (`_SHAPED_KEY`, a token after `Bearer`/`Basic`) masked."""
+    """`text` with URL userinfo and query values, every given secret, the credentials
+    known by their shape (`_SHAPED_KEY`, a token after `Bearer`/`Basic`) and the values of
+    credential headers quoted (`_QUOTED_HEADER`, `_HEADER_LINE`) masked."""
     if not text:
         return text
     for secret in secrets:
@@ -119,6 +209,10 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     text = _SHAPED_KEY.sub(MASK, text)
     if "earer" in text or "asic" in text or "EARER" in text or "ASIC" in text:
         text = _SCHEMED.sub(_mask_schemed, text)
+    if CREDENTIAL_NAME.search(text):
+        text = _QUOTED_HEADER.sub(_mask_header, text)
+        if ":" in text:
+            text = _HEADER_LINE.sub(_mask_header_line, text)
     if "://" in text:
         text = _URL.sub(lambda m: _redact_url(m.group(0)), text)
     if "=" in text:
@@ -244,7 +338,7 @@ def query_credential(name: str, value: str) -> bool:
     data: masked as a secret it would be masked in every answer, tool result
     and final output that holds it.
     """
-    if CREDENTIAL_NAME.search(name) or name.strip().lower() in _CREDENTIAL_QUERY_NAMES:
+    if credential_name(name) or name.strip().lower() in _CREDENTIAL_QUERY_NAMES:
         return True
     return looks_like_key(value)
 

@@ -282,7 +282,16 @@ def create_app(agents: Sequence[Agentor], *, token: str | None = None) -> FastAP
                 return HTMLResponse(page.UNAUTHORIZED, status_code=401)
             # the token leaves the address bar (and history) for a cookie
             response = RedirectResponse("/", status_code=303)
-            response.set_cookie(COOKIE, supplied, httponly=True, samesite="strict")
+            # Secure over https, the proxy's too: uvicorn takes the scheme from a trusted
+            # proxy's X-Forwarded-Proto (127.0.0.1, or FORWARDED_ALLOW_IPS), so the token
+            # never goes back over plain http; on plain http a Secure cookie is never sent
+            response.set_cookie(
+                COOKIE,
+                supplied,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
             return response
         if not _authorized(request, token):
             return HTMLResponse(page.UNAUTHORIZED, status_code=401)

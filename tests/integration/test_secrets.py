@@ -39,6 +39,7 @@ from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, ConnectionFailed, FileStore
+from agentor_temporal._chat_wire import completion
 from agentor_temporal.streaming import RunFailedError
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
@@ -247,10 +248,17 @@ async def test_request_log_lines_never_show_url_credentials(
     client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The HTTP client's request lines (INFO; `httpx2` under openai 3) mask the base_url's
-    credentials and the query's values, at every level of every logger."""
+    credentials and the query's values, at every level of every logger; its DEBUG line of
+    the response's headers masks the session cookie the endpoint sets (a credential no one
+    told us of) and keeps the plain headers."""
     caplog.set_level(logging.DEBUG)
     signature = "leak-QUERYSIG-31337"
-    with ScriptedModelServer([Reply("ok")]) as model:
+    cookie = "leak-SESSIONCOOKIE-0b1c2d"
+    answer = Raw(
+        completion("chatcmpl-1", "gpt-4o-mini", {"role": "assistant", "content": "ok"}),
+        headers={"Set-Cookie": f"sid={cookie}; Path=/; HttpOnly", "x-ratelimit-tokens": "9988"},
+    )
+    with ScriptedModelServer([answer]) as model:
         agent = _agent(
             base_url=_secret_url(model.port),
             task_queue=task_queue,
@@ -264,7 +272,8 @@ async def test_request_log_lines_never_show_url_credentials(
     assert signature in str(query)  # sent, so a request line had it to show
     logs = _log_text(caplog)
     assert "HTTP Request: POST http://***@127.0.0.1" in logs
-    assert not _found({"logs": logs}, [API_KEY, URL_USER, URL_PASSWORD, signature])
+    assert "(b'Set-Cookie', b'***'), (b'x-ratelimit-tokens', b'9988')" in logs
+    assert not _found({"logs": logs}, [API_KEY, URL_USER, URL_PASSWORD, signature, cookie])
 
 
 async def test_a_call_id_quoting_the_key_never_shows_it(
@@ -1154,23 +1163,46 @@ def test_the_clis_traceback_of_a_bug_never_shows_a_key(
 
 ENV_SECRETS = {
     "GITHUB_TOKEN": "ghp_leakEnvToken0123456789abcdefABCDEF",
-    "DB_PASSWORD": "leak-db-Password-77",
+    # with the line break a Kubernetes secret made from a file keeps (the tool strips it)
+    "DB_PASSWORD": "leak-db-Password-77\n",
     "AWS_SECRET_ACCESS_KEY": "leakAwsSecret/0123456789+abcdefABCDEF",
     # a credential inside a variable not named as one: the password of its URL
     "DATABASE_URL": "postgresql://app:leak-DbUrl-Pass-5150@db:5432/prod",
+    # JSON credentials: GitLab's registry login (base64 `user:password`), Azure's login
+    "DOCKER_AUTH_CONFIG": json.dumps(
+        {"auths": {"registry.example.com": {"auth": "Y2ktYm90OmxlYWstUmVnaXN0cnktUGFzcy00Mg=="}}}
+    ),
+    "AZURE_CREDENTIALS": json.dumps(
+        {"clientId": "app-0001", "clientSecret": "leak-Azure-ClientSecret-8d3f", "tenantId": "t"}
+    ),
+    # a setting whose name holds 'cred' but is none: its value is data, shown as it is
+    "GIT_CONFIG_PARAMETERS": "credential.helper=manager-core",
 }
+#: What the JSON credentials hold, as a tool reads them out.
+JSON_SECRETS = ["ci-bot:leak-Registry-Pass-42", "leak-Azure-ClientSecret-8d3f"]
 
 ENV_TOOLS_AGENT = """
 import asyncio
+import base64
 import gc
+import json
 import logging
 import os
+import threading
+import warnings
 
 from agentor_temporal import Agentor, function_tool
+
+# as `load_dotenv()` does, once the command has set up its masking
+os.environ["DOTENV_API_TOKEN"] = "leak-Dotenv-Token-0071"
 
 
 async def _notify() -> None:
     raise RuntimeError(f"webhook refused token {os.environ['GITHUB_TOKEN']}")
+
+
+def _refresh() -> None:
+    raise RuntimeError(f"refresh refused token {os.environ['GITHUB_TOKEN']}")
 
 
 @function_tool
@@ -1182,11 +1214,23 @@ async def read_config(name: str) -> str:
     '''
     # the tool's own log line, and asyncio's of a background task it dropped
     logging.getLogger("mytools").warning("using token %s", os.environ["GITHUB_TOKEN"])
+    # Python's own lines on stderr: a warning, a thread of the tool's that failed
+    warnings.warn(f"token {os.environ['GITHUB_TOKEN']} expires soon")
+    failing = threading.Thread(target=_refresh, name="refresher")
+    failing.start()
+    failing.join()
     dropped = asyncio.ensure_future(_notify())
     await asyncio.sleep(0.05)
     del dropped
     gc.collect()  # "Task exception was never retrieved", now
-    return f"token={os.environ['GITHUB_TOKEN']} db={os.environ['DATABASE_URL']}"
+    auths = json.loads(os.environ["DOCKER_AUTH_CONFIG"])["auths"]
+    registry = base64.b64decode(auths["registry.example.com"]["auth"]).decode()
+    azure = json.loads(os.environ["AZURE_CREDENTIALS"])["clientSecret"]
+    return (
+        f"token={os.environ['GITHUB_TOKEN']} db={os.environ['DATABASE_URL']}"
+        f" registry={registry} azure={azure} git={os.environ['GIT_CONFIG_PARAMETERS']}"
+        f" dotenv={os.environ['DOTENV_API_TOKEN']}"
+    )
 
 
 @function_tool
@@ -1196,7 +1240,7 @@ def connect(name: str) -> str:
     Args:
         name: The database.
     '''
-    raise RuntimeError(f"login refused for password {os.environ['DB_PASSWORD']}")
+    raise RuntimeError(f"login refused for password {os.environ['DB_PASSWORD'].strip()}")
 
 
 agent = Agentor(name="Env Agent", model="m", base_url=os.environ["MODEL_BASE_URL"],
@@ -1209,10 +1253,11 @@ async def test_credentials_in_the_processs_environment_never_show(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
     """The worker's environment holds credentials for its tools (GITHUB_TOKEN, DB_PASSWORD,
-    AWS_SECRET_ACCESS_KEY, the password in DATABASE_URL): a tool returning one, a tool's
-    error quoting one, and a prompt pasting one show `***` in history, the model's requests
-    and the command's output, where the log lines of any logger (the tool's own, asyncio's
-    of a task it dropped) are masked too."""
+    AWS_SECRET_ACCESS_KEY, the password in DATABASE_URL, the fields of a JSON login such as
+    DOCKER_AUTH_CONFIG's, one the agent's module sets as `load_dotenv()` does): a tool
+    returning one, a tool's error quoting one, and a prompt pasting one show `***` in
+    history, the model's requests and the command's output, where the log lines of any
+    logger (the tool's own, asyncio's of a task it dropped) are masked too."""
     (tmp_path / "env_tools_agent.py").write_text(ENV_TOOLS_AGENT)
     script = [
         [CallTool("read_config", {"name": "gh"}), CallTool("connect", {"name": "db"})],
@@ -1231,17 +1276,24 @@ async def test_credentials_in_the_processs_environment_never_show(
     assert result["status"] == "completed", result
     assert "WARNING mytools: using token ***" in out.stderr, out.stderr
     assert "RuntimeError('webhook refused token ***')" in out.stderr, out.stderr
+    assert "UserWarning: token *** expires soon" in out.stderr, out.stderr
+    assert "Exception in thread refresher:" in out.stderr, out.stderr
+    assert "RuntimeError: refresh refused token ***" in out.stderr, out.stderr
     answers = {e["call_id"]: e for e in result["events"] if e["type"] == "tool_result"}
     assert sorted(e.get("error") or e["result"] for e in answers.values()) == [
         "RuntimeError: login refused for password ***",
-        "token=*** db=postgresql://app:***@db:5432/prod",
+        "token=*** db=postgresql://app:***@db:5432/prod registry=*** azure=***"
+        " git=credential.helper=manager-core dotenv=***",
     ]
     where = {
         "history": await _history_json(client, result["run_id"]),
         "output": out.stdout + out.stderr,
         "model requests": repr(requests),
     }
-    assert not _found(where, [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150"])
+    secrets = [*ENV_SECRETS.values(), "leak-DbUrl-Pass-5150", "leak-Dotenv-Token-0071"]
+    secrets += ["leak-db-Password-77"]
+    secrets += JSON_SECRETS
+    assert not _found(where, [s for s in secrets if s != ENV_SECRETS["GIT_CONFIG_PARAMETERS"]])
 
 
 async def test_content_recorded_unmasked_is_masked_of_known_keys_on_the_way_out(

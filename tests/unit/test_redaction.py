@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -455,6 +456,15 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
         ("NPM_CONFIG__AUTH", True),
         ("TEMPORAL_GRPC_META_AUTHORIZATION", True),
         ("SESSION_COOKIE", True),
+        ("API_TOKENS", True),
+        ("CLIENT_SECRETS", True),
+        ("API_KEY_2", True),
+        ("JWT_SECRET_OLD", True),
+        ("STRIPE_SECRET_KEY_V2", True),
+        ("SECRET_KEY_BASE", True),  # Rails'
+        ("TF_TOKEN_app_terraform_io", True),  # Terraform's, per host
+        ("MAX_TOKENS", False),
+        ("AWS_ACCESS_KEY_ID", False),
         ("SSH_AUTH_SOCK", False),
         ("LD_LIBRARY_PATH", False),
         ("HOTKEY", False),
@@ -468,6 +478,25 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
 def test_environment_variables_named_as_credentials(name: str, secret: bool) -> None:
     """The last word of a variable's name says whether its value is a credential."""
     assert _redact.env_credential(name) is secret
+
+
+def test_each_entry_of_a_credential_variables_list_is_one() -> None:
+    """`API_TOKENS=<a>,<b>`: each token is masked alone too (a tool returns the one it uses),
+    as each `id:key` entry of AGENTOR_ENCRYPTION_KEYS is."""
+    assert _redact.env_variable_secrets("API_TOKENS", "tok-One-0081, tok-Two-0082") == [
+        "tok-One-0081, tok-Two-0082",
+        "tok-One-0081",
+        "tok-Two-0082",
+    ]
+    keys = "k1:S2V5LU9uZS0wMDgz,k0:S2V5LVR3by0wMDg0"
+    assert _redact.env_variable_secrets("AGENTOR_ENCRYPTION_KEYS", keys) == [
+        keys,
+        "k1:S2V5LU9uZS0wMDgz",
+        "S2V5LU9uZS0wMDgz",
+        "k0:S2V5LVR3by0wMDg0",
+        "S2V5LVR3by0wMDg0",
+    ]
+    assert _redact.env_variable_secrets("MAX_TOKENS", "100000") == []
 
 
 @pytest.mark.parametrize(
@@ -517,6 +546,7 @@ def test_credentials_inside_a_variables_urls(value: str, secrets: list[str]) -> 
 
 AZURE_KEY = "bGVha0FjY291bnRLZXktMDEyMzQ1Njc4OQ=="
 PEM = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7leak", "AoIBAQC7VJTUt9Us8cKj"]
+PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
 
 
 @pytest.mark.parametrize(
@@ -536,7 +566,7 @@ PEM = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7leak", "AoIBAQC7VJTU
         ),
         (
             "BlobEndpoint=https://a.blob/;SharedAccessSignature=sv=2021-06-08&sig=S1g-0046%3D",
-            ["S1g-0046%3D"],
+            ["S1g-0046%3D", "S1g-0046="],
         ),
         ("rs=0:di=01;34:ln=01;36", []),  # LS_COLORS
         ("service.name=api,deployment.environment=prod", []),
@@ -545,12 +575,94 @@ PEM = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7leak", "AoIBAQC7VJTU
         (f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n{PEM[1]}\n-----END PRIVATE KEY-----", PEM),
         (f"-----BEGIN EC PRIVATE KEY-----\\n{PEM[0]}\\n-----END EC PRIVATE KEY-----", PEM[:1]),
         ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUO0\n-----END CERTIFICATE-----", []),
+        # a command line's options, an .npmrc line, a YAML one, a quoted value
+        ("-Xmx1g -Dspring.datasource.password=Java-Pa55-0061 -Dx=y", ["Java-Pa55-0061"]),
+        ("--db-password=Cli-Pa55-0062 --verbose", ["Cli-Pa55-0062"]),
+        ("//registry.npmjs.org/:_authToken=npm-T0ken-0063", ["npm-T0ken-0063"]),
+        ("host: db\npassword: Yaml-Pa55-0064\n", ["Yaml-Pa55-0064"]),
+        ('Server=db;Password="Quoted;Pa55-0065";', ["Quoted;Pa55-0065"]),
+        ("host=db password='Pg Pa55 0066' dbname=prod", ["Pg Pa55 0066"]),
+        ("time: 12:30 key:value", []),
+        # as a header's (OTEL_EXPORTER_OTLP_HEADERS'): the token after its scheme, decoded
+        (
+            "authorization=Bearer%20tok-Otlp-0067,x-team=t",
+            ["Bearer%20tok-Otlp-0067", "Bearer tok-Otlp-0067", "tok-Otlp-0067"],
+        ),
+        (
+            "Authorization=Basic dTpCYXNpYy1QYTU1LTAwNjg=",
+            [
+                "Basic dTpCYXNpYy1QYTU1LTAwNjg=",
+                "dTpCYXNpYy1QYTU1LTAwNjg=",
+                "u:Basic-Pa55-0068",
+                "Basic-Pa55-0068",
+            ],
+        ),
+        # settings whose names hold a credential word that is not their last: data
+        ("credential.helper=manager-core", []),
+        ("Server=db;Authentication=ActiveDirectoryPassword;TokenCacheStorePath=c:-cache", []),
+        (
+            "mongodb://u:Mongo-Pa55-01@h/db?authSource=admin&authMechanism=SCRAM-SHA-256",
+            ["Mongo-Pa55-01"],
+        ),
+        # JSON credentials: DOCKER_AUTH_CONFIG's base64 login, a service account, AWS's
+        (
+            '{"auths": {"registry.example.com": {"auth": "dTpEb2NrZXItUGE1NS0wMDQ3"}}}',
+            ["dTpEb2NrZXItUGE1NS0wMDQ3", "u:Docker-Pa55-0047", "Docker-Pa55-0047"],
+        ),
+        (
+            json.dumps(
+                {
+                    "type": "service_account",
+                    "private_key_id": "0123abcd",
+                    "private_key": PEM_KEY,
+                    "client_email": "bot@proj.iam.gserviceaccount.com",
+                }
+            ),
+            [PEM[0], PEM_KEY],
+        ),
+        (
+            '{"AccessKeyId": "ASIAIOSFODNN7EXAMPLE", "SecretAccessKey": "aws/Secret+0048",'
+            ' "SessionToken": "IQoJb3JpZ2luX2VjE0049", "Expiration": "2026-12-03T20:00:00Z"}',
+            ["aws/Secret+0048", "IQoJb3JpZ2luX2VjE0049"],
+        ),
+        (
+            '{"clientId": "app", "clientSecret": "changeme", "note": "Password=Pa55-0050;"}',
+            ["Pa55-0050"],
+        ),
     ],
 )
 def test_credentials_inside_a_variables_connection_string(value: str, secrets: list[str]) -> None:
     """A connection string in a variable of any name (AZURE_STORAGE_CONNECTION_STRING, an
-    ADO.NET or libpq one): the values of settings whose names say credential."""
+    ADO.NET or libpq one), a command line's options (JAVA_TOOL_OPTIONS), an .npmrc, a YAML
+    or a JSON document: the values of settings whose names end in a credential word."""
     assert _redact.env_value_secrets(value) == secrets
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # httpcore's DEBUG line of a response's headers
+        (
+            "receive_response_headers.complete return_value=(b'HTTP/1.1', 200, b'OK',"
+            " [(b'Set-Cookie', b'sid=hdr-Session-0051; Path=/'), (b'x-ratelimit-tokens', b'99')])",
+            "receive_response_headers.complete return_value=(b'HTTP/1.1', 200, b'OK',"
+            " [(b'Set-Cookie', b'***'), (b'x-ratelimit-tokens', b'99')])",
+        ),
+        (
+            "Headers({'authorization': 'Token hdr-0052', 'x-api-key': 'hdr-0053', 'accept': 'a'})",
+            "Headers({'authorization': 'Token ***', 'x-api-key': '***', 'accept': 'a'})",
+        ),
+        (
+            "HTTP/1.1 403\nCookie: sid=hdr-0054\napi-key: hdr-0055\nx-request-id: req-0056",
+            "HTTP/1.1 403\nCookie: ***\napi-key: ***\nx-request-id: req-0056",
+        ),
+        ("max_tokens: 100 (the token limit)", "max_tokens: 100 (the token limit)"),
+    ],
+)
+def test_credential_header_values_are_masked_in_errors_and_logs(text: str, shown: str) -> None:
+    """A credential header's value (Set-Cookie, Cookie, Authorization, x-api-key), quoted as a
+    log line or an error does, is masked whatever it is; plain headers are kept."""
+    assert redact(text) == shown
 
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THs"
@@ -567,6 +679,18 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_X
         "xoxb-1234567890-abcdefghij",
         "AKIAIOSFODNN7EXAMPLE",
         "AIzaSyA-0123456789abcdefghijklmnopqrstu",
+        "sk_live_0123456789abcdefGHIJklmn",  # Stripe
+        "rk_test_0123456789abcdefGHIJklmn",
+        "hf_0123456789abcdefghijABCDEFGHIJklmn",  # Hugging Face
+        "glpat-0123456789abcdefGHIJ",  # GitLab
+        "npm_0123456789abcdefghijABCDEFGHIJ012345",
+        "pypi-AgEIcHlwaS5vcmcCJDAxMjM0NTY3LTg5YWItY2RlZi0wMTIzLTQ1Njc4OWFiY2RlZgACKlsz",
+        "SG.0123456789abcdefGHIJkl.0123456789abcdefGHIJklmnopqrstuvwxyzABCDEFG",  # SendGrid
+        "gsk_0123456789abcdefghijABCDEFGHIJ0123456789abcd",  # Groq
+        "r8_0123456789abcdefghijABCDEFGHIJ0123456",  # Replicate
+        "tvly-dev-0123456789abcdefGHIJklmn",  # Tavily
+        "ya29.a0AfH6SMB0123456789abcdefGHIJ",  # Google OAuth
+        "xapp-1-A0123456789-0123456789-abcdef",  # Slack app
     ],
 )
 def test_keys_no_one_told_of_are_masked_in_errors_by_their_shape(secret: str) -> None:

@@ -62,6 +62,14 @@ def test_health_and_agent_card_need_no_token_everything_else_does(server: Server
         entered = anonymous.get(f"/?token={TOKEN}", follow_redirects=True)
         assert entered.status_code == 200 and "<title>agentor-temporal</title>" in entered.text
         assert entered.history[0].status_code == 303
+        cookie = entered.history[0].headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
+        # behind a TLS proxy (uvicorn trusts its X-Forwarded-Proto from 127.0.0.1): Secure
+        proxied = httpx.get(
+            f"{server.url}/?token={TOKEN}", headers={"X-Forwarded-Proto": "https"}, timeout=10
+        )
+        assert proxied.status_code == 303
+        assert "; secure" in proxied.headers["set-cookie"].lower(), proxied.headers
         assert anonymous.get("/runs/x").status_code == 404  # past the token now
         # with a token, no interactive docs to walk around it
         assert anonymous.get("/docs").status_code == 404
