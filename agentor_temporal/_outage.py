@@ -63,6 +63,11 @@ _SLOW_PROBE_TIMEOUT = 60.0
 #: then again every `_SLOW_EVERY` seconds, until it is said once.
 _SLOW_AFTER = 10.0
 _SLOW_EVERY = 30.0
+#: A slow server is said once a client in this long, however many steps wait on it
+#: (one `run()` waits in several: the start, the wait for the end, the reading).
+_SLOW_SAID_FOR = 300.0
+#: When a slow server was last said, by the client's id.
+_slow_said: dict[int, float] = {}
 
 
 def outage_patience() -> float:
@@ -366,9 +371,13 @@ class _Slowness:
         self.run_id = run_id
         self.said = False
 
+    def _said_lately(self) -> bool:
+        said = _slow_said.get(id(self.client))
+        return said is not None and time.monotonic() - said < _SLOW_SAID_FOR
+
     async def watching(self, aw: Awaitable[T]) -> T:
         """`await aw`, the server asked meanwhile whether it is slow (until said once)."""
-        if self.said:
+        if self.said or self._said_lately():
             return await aw
         watcher = asyncio.ensure_future(self._watch(time.monotonic()))
         try:
@@ -387,6 +396,13 @@ class _Slowness:
             if reply == "slow":
                 break
             await asyncio.sleep(_SLOW_EVERY)
+        if self._said_lately():
+            return  # another step of this client's said it meanwhile
+        now = time.monotonic()
+        for key, said in list(_slow_said.items()):
+            if now - said >= _SLOW_SAID_FOR:
+                del _slow_said[key]
+        _slow_said[id(self.client)] = now
         goes_on = " (the run goes on in Temporal meanwhile)" if self.run_id else ""
         logger.warning(
             "Temporal at %s is slow to answer while %s: a call has waited %.0f s and the "
