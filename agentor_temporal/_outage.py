@@ -120,7 +120,8 @@ def gave_up(
     return (
         f"Temporal at {address} has been unreachable for at least {waited:.0f} s while {what}; "
         f"gave up waiting ({OUTAGE_PATIENCE_ENV} sets how long, default {OUTAGE_PATIENCE:g} s). "
-        f"{run}once the server is back, {again}. Check that the server is up."
+        f"{run}{'once' if run else 'Once'} the server is back, {again}. Check that the server "
+        "is up."
     )
 
 

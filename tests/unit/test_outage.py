@@ -84,6 +84,11 @@ async def test_past_the_patience_the_caller_is_told_where_and_what_to_do(
     assert tries == 1
     assert "temporal.internal:7233" in message and "resume('r1')" in message
     assert "goes on in Temporal" in message and "AGENTOR_OUTAGE_PATIENCE" in message
+    # a step of no run (a listing) ends its message in sentences too: 'default 300 s).
+    # once the server is back' read as half a sentence
+    with pytest.raises(ConnectionFailed) as caught:
+        await riding_outages(step, client, what="listing runs")  # type: ignore[arg-type]
+    assert "default 300 s). Once the server is back, try again." in str(caught.value)
 
 
 async def test_other_errors_pass_through_at_once() -> None:
