@@ -14,11 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal._runs import decide_by_signal
+from agentor_temporal.serve import create_app
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision, policies
@@ -467,7 +469,18 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
             )
             shown_err = (await asyncio.to_thread(shown.communicate, timeout=60))[1]
             exported_err = (await asyncio.to_thread(exported.communicate, timeout=60))[1]
-            restored = await asyncio.wait_for(agent.aresume(running), 60)
+            # serve's routes: a run only the mirror holds was 'no run with id', and its
+            # resume refused so (the facade's resume continues it)
+            transport = httpx.ASGITransport(app=create_app([agent]))
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as http:
+                read = await http.get(f"/runs/{running}")
+                resumed = await asyncio.wait_for(http.post(f"/runs/{running}/resume"), 60)
+            assert read.status_code == 404, read.text
+            said = read.json()["error"]
+            assert f"Run {running!r} is gone from Temporal at {server.address}" in said, said
+            assert f"POST /runs/{running}/resume continues it from its mirror" in said, said
+            assert resumed.status_code == 200, resumed.text
+            restored = resumed.json()
             asked = model.request_count
             paused_again = await asyncio.wait_for(agent.aresume(paused_id), 60)
             # it goes on from the answer its mirror holds: the model is not asked
@@ -502,7 +515,8 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
     assert command.returncode != 0 and "Traceback" not in command_err, command_err[-4000:]
     said = command_err.strip().splitlines()[-1]
     assert f"Run {commanded!r} is gone from Temporal at {server.address}" in said, said
-    assert restored.status == "completed" and restored.final_output.startswith("Done: The weat")
+    assert restored["status"] == "completed", restored
+    assert restored["final_output"].startswith("Done: The weat"), restored
     assert paused_again.status == "awaiting_approval"
     assert [p.tool for p in paused_again.pending_approvals] == ["transfer"]
     assert [p.call_id for p in paused_again.pending_approvals] == [call.call_id]
