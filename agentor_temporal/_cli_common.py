@@ -15,11 +15,13 @@ from typing import Any, TypeVar
 from temporalio.client import Client
 
 from agentor_temporal import worker
+from agentor_temporal._gone import run_gone
 from agentor_temporal._runs import run_events
 from agentor_temporal.agent import Agentor
 from agentor_temporal.codec import KeysSetting, keys_from_file
 from agentor_temporal.connection import connect
 from agentor_temporal.store import Event, FileStore, validate_run_id
+from agentor_temporal.store.base import in_thread
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.redaction import redact_address
 
@@ -108,6 +110,27 @@ def address(client: Client) -> str:
     return redact_address(client.service_client.config.target_host)
 
 
+async def not_in_temporal(client: Client, run_id: str, store: str | None) -> str:
+    """What to say of a run Temporal does not have: whether the store (a directory) has it.
+
+    A server back from an outage without its database no longer has the runs it
+    had, and their mirror does: a bare 'no run' left the user to think it lost.
+    """
+    if store is None:
+        return (
+            f"no run with id {run_id!r} in Temporal at {address(client)}. If the server had it "
+            "and lost it (it came back from an outage without its database, or was reset), "
+            f"the store mirroring its runs may have it: `agentor-temporal show {run_id} --store "
+            f"DIR` shows it from there, and `agentor-temporal resume {run_id} --agent "
+            "MODULE:ATTR` continues a run only its store holds"
+        )
+    mirror = FileStore(store_dir(store))
+    if await in_thread(mirror.load, run_id):
+        gone = await run_gone(client, run_id, mirror)
+        return f"{gone.args[0]} `agentor-temporal show {run_id} --store {store}` shows its events."
+    return f"no run with id {run_id!r} in Temporal at {address(client)}, nor in the store {store!r}"
+
+
 def store_dir(path: str) -> Path:
     directory = Path(path)
     if not directory.is_dir():
@@ -130,7 +153,7 @@ async def history_events(
     """
     segments = await TemporalStore(client).segments(run_id)
     if not segments:
-        raise CliError(f"no run with id {run_id!r} in Temporal at {address(client)}")
+        raise CliError(await not_in_temporal(client, run_id, store))
     events, missing = await run_events(
         run_id, segments, FileStore(store_dir(store)) if store else None, client=client
     )

@@ -53,6 +53,21 @@ _NEW_OUTAGE_AFTER = 60.0
 _BACKOFF = (0.25, 0.5, 1.0, 2.0)
 #: How long one probe of the server may take.
 _PROBE_TIMEOUT = timedelta(seconds=2)
+#: The most a probe may take once probes time out: a server that holds the
+#: connection may be slow, not gone (a congested link, an overloaded frontend),
+#: and one whose every answer takes longer than `_PROBE_TIMEOUT` is back all
+#: the same; the probe's deadline doubles up to this while they time out.
+_SLOW_PROBE_TIMEOUT = 60.0
+#: A step still unanswered after this long has the server asked whether it is
+#: slow (a wait for a run's end may rightly take long: the probe tells them apart);
+#: then again every `_SLOW_EVERY` seconds, until it is said once.
+_SLOW_AFTER = 10.0
+_SLOW_EVERY = 30.0
+#: A slow server is said once a client in this long, however many steps wait on it
+#: (one `run()` waits in several: the start, the wait for the end, the reading).
+_SLOW_SAID_FOR = 300.0
+#: When a slow server was last said, by the client's id.
+_slow_said: dict[int, float] = {}
 
 
 def outage_patience() -> float:
@@ -105,7 +120,8 @@ def gave_up(
     return (
         f"Temporal at {address} has been unreachable for at least {waited:.0f} s while {what}; "
         f"gave up waiting ({OUTAGE_PATIENCE_ENV} sets how long, default {OUTAGE_PATIENCE:g} s). "
-        f"{run}once the server is back, {again}. Check that the server is up."
+        f"{run}{'once' if run else 'Once'} the server is back, {again}. Check that the server "
+        "is up."
     )
 
 
@@ -243,10 +259,11 @@ async def riding_outages(
     clock = _downtime.get()
     began: float | None = None
     attempt = 0
+    slow = _Slowness(client, what, run_id)
     while True:
         started = time.monotonic()
         try:
-            result = await step()
+            result = await slow.watching(step())
         except Exception as exc:
             if not unreachable(exc):
                 raise
@@ -268,6 +285,7 @@ async def riding_outages(
                 clock.begin(max(started, now - _SDK_RETRIES))
             # then asked cheaply, after each pause, whether the server is back:
             # the step itself would spend the SDK's ~10 s of retries on each try
+            probe_timeout = _PROBE_TIMEOUT.total_seconds()
             while True:
                 waited = time.monotonic() - began
                 if waited >= patience:
@@ -279,8 +297,14 @@ async def riding_outages(
                 pause = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
                 await asyncio.sleep(min(pause, patience - waited))
                 attempt += 1
-                if await _answers(client):
+                left = patience - (time.monotonic() - began)
+                reply = await _reply(client, max(min(probe_timeout, left), 1.0))
+                if reply == "yes":
                     break
+                if reply == "slow":
+                    # it holds the connection: give a slow server the time it takes to
+                    # answer, or a run that ended meanwhile is never picked up
+                    probe_timeout = min(probe_timeout * 2, _SLOW_PROBE_TIMEOUT)
             if clock is not None:
                 clock.end()
             continue
@@ -301,20 +325,96 @@ async def until_reachable(
     await riding_outages(lambda: _probe(client), client, what=what, run_id=run_id, again=again)
 
 
-async def _probe(client: Client) -> None:
+async def _probe(client: Client, timeout: float | None = None) -> None:
     """One cheap call to the server, no retries; raises as the call did."""
     await client.workflow_service.get_system_info(
-        GetSystemInfoRequest(), retry=False, timeout=_PROBE_TIMEOUT
+        GetSystemInfoRequest(),
+        retry=False,
+        timeout=_PROBE_TIMEOUT if timeout is None else timedelta(seconds=timeout),
     )
+
+
+def _timed_out(exc: RPCError) -> bool:
+    """Whether a call ended at its own deadline (the server held it, unanswered)."""
+    return exc.status == RPCStatusCode.DEADLINE_EXCEEDED or (
+        exc.status == RPCStatusCode.CANCELLED and "timeout expired" in str(exc.message).lower()
+    )
+
+
+async def _reply(client: Client, timeout: float | None = None) -> str:
+    """Whether the server answers a probe within `timeout`: "yes", "slow" (the probe ran
+    out of time on a connection it holds) or "down" (refused, or the connection broke)."""
+    try:
+        await _probe(client, timeout)
+    except RPCError as exc:
+        if _timed_out(exc):
+            return "slow"
+        return "down" if unreachable(exc) else "yes"
+    return "yes"
 
 
 async def _answers(client: Client) -> bool:
     """Whether the server answers now."""
-    try:
-        await _probe(client)
-    except RPCError as exc:
-        return not unreachable(exc) and exc.status != RPCStatusCode.DEADLINE_EXCEEDED
-    return True
+    return await _reply(client) == "yes"
+
+
+class _Slowness:
+    """Says once, on the logger, that the server is slow while one caller's steps wait on it.
+
+    A step that takes long is no sign of trouble by itself (a wait for a run's
+    end lasts as long as the run); a probe that the server does not answer
+    within `_PROBE_TIMEOUT` while it goes on is.
+    """
+
+    def __init__(self, client: Client, what: str, run_id: str | None) -> None:
+        self.client = client
+        self.what = what
+        self.run_id = run_id
+        self.said = False
+
+    def _said_lately(self) -> bool:
+        said = _slow_said.get(id(self.client))
+        return said is not None and time.monotonic() - said < _SLOW_SAID_FOR
+
+    async def watching(self, aw: Awaitable[T]) -> T:
+        """`await aw`, the server asked meanwhile whether it is slow (until said once)."""
+        if self.said or self._said_lately():
+            return await aw
+        watcher = asyncio.ensure_future(self._watch(time.monotonic()))
+        try:
+            return await aw
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await watcher
+
+    async def _watch(self, started: float) -> None:
+        await asyncio.sleep(_SLOW_AFTER)
+        while True:
+            reply = await _reply(self.client)
+            if reply == "down":
+                return  # the step fails for it, and the outage is said then
+            if reply == "slow":
+                break
+            await asyncio.sleep(_SLOW_EVERY)
+        if self._said_lately():
+            return  # another step of this client's said it meanwhile
+        now = time.monotonic()
+        for key, said in list(_slow_said.items()):
+            if now - said >= _SLOW_SAID_FOR:
+                del _slow_said[key]
+        _slow_said[id(self.client)] = now
+        goes_on = " (the run goes on in Temporal meanwhile)" if self.run_id else ""
+        logger.warning(
+            "Temporal at %s is slow to answer while %s: a call has waited %.0f s and the "
+            "server did not answer a check within %g s; still waiting%s",
+            _address(self.client),
+            self.what,
+            time.monotonic() - started,
+            _PROBE_TIMEOUT.total_seconds(),
+            goes_on,
+        )
+        self.said = True
 
 
 def _address(client: Client) -> str:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from temporalio.client import Client
 
+from agentor_temporal._gone import mirrored_only
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import shown_error, shown_events, shown_text
 from agentor_temporal._runs import run_events
@@ -138,8 +139,13 @@ class Agents:
             patience=READ_OUTAGE_PATIENCE,
         )
 
-    async def find(self, run_id: str) -> tuple[Agentor, list[Segment]]:
+    async def find(self, run_id: str, *, mirrored: bool = False) -> tuple[Agentor, list[Segment]]:
         """The agent that owns `run_id` and the run's segments.
+
+        Args:
+            mirrored: a run only an agent's store holds (Temporal lost it: back
+                from an outage without its database) is found, with no segments:
+                a resume continues it from there.
 
         Raises:
             ApiError: 400 for a bad id, 404 for a run Temporal does not know,
@@ -154,7 +160,16 @@ class Agents:
         except NotAnAgentRun as exc:  # the namespace's own workflow holds the id
             raise ApiError(404, str(exc)) from None
         if not segments:
-            raise ApiError(404, f"no run with id {run_id!r}")
+            holder = await self._mirror_of(run_id)
+            if holder is None:
+                raise ApiError(404, f"no run with id {run_id!r}")
+            holding, gone = holder
+            if mirrored:
+                return holding, []
+            # a run only its mirror holds: 'no run' left the client to think it lost
+            raise ApiError(
+                404, f"{gone} Here, POST /runs/{run_id}/resume continues it from its mirror."
+            )
         name = owner_name(segments)
         if name is None:
             return self.default, segments
@@ -164,6 +179,19 @@ class Agents:
                 404, f"run {run_id!r} belongs to agent {name!r}, which this server does not serve"
             )
         return agent, segments
+
+    async def _mirror_of(self, run_id: str) -> tuple[Agentor, str] | None:
+        """The agent whose store holds a run Temporal lacks, and what to say of it."""
+        client = await self.client()
+        seen: set[int] = set()
+        for agent in self.all:
+            if agent.store is None or id(agent.store) in seen:
+                continue
+            seen.add(id(agent.store))
+            gone = await mirrored_only(client, run_id, agent.store)
+            if gone is not None:
+                return agent, str(gone.args[0])
+        return None
 
 
 def owner_name(segments: list[Segment]) -> str | None:

@@ -410,7 +410,7 @@ def _routes(served: Agents) -> APIRouter:
     async def resume(
         run_id: str, request: Request, body: ResumeRequest | None = None
     ) -> dict[str, Any]:
-        agent, _ = await served.find(run_id)
+        agent, _ = await served.find(run_id, mirrored=True)
         # a retried resume (its answer lost after its segment ended) must not
         # start, and pay for, another segment
         key = idempotency_key(request)

@@ -678,6 +678,11 @@ def test_mistakes_are_one_line_errors_with_exit_codes(
         (["approve", taken, "c1", *here], 1, other),
         (["show", "no-such-run", *here], 1, "no run with id 'no-such-run' in Temporal at"),
         (["export", "no-such-run", *here], 1, "no run with id 'no-such-run'"),
+        (
+            ["export", "no-such-run", "--store", str(tmp_path), *here],
+            1,
+            f"no run with id 'no-such-run' in Temporal at {here[1]}, nor in the store",
+        ),
         (["approve", "no-such-run", "c1", *here], 1, f"'no-such-run' in Temporal at {here[1]}"),
         (
             ["deny", "no-such-run", "c1", "--reason", "no", *here],

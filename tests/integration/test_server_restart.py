@@ -14,11 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal._runs import decide_by_signal
+from agentor_temporal.serve import create_app
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision, policies
@@ -456,7 +458,29 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
             with pytest.raises(KeyError) as refused:
                 await asyncio.wait_for(agent.aapprove(paused_id, call), 60)
             outcomes.append(refused.value)
-            restored = await asyncio.wait_for(agent.aresume(running), 60)
+            # the CLI's show and export of it said only 'no run with id ...'
+            cli_env = {"TEMPORAL_ADDRESS": server.address}
+            shown, exported = (
+                _cli(args, cli_env)
+                for args in (
+                    ["show", running],
+                    ["export", running, "--store", str(tmp_path / "runs")],
+                )
+            )
+            shown_err = (await asyncio.to_thread(shown.communicate, timeout=60))[1]
+            exported_err = (await asyncio.to_thread(exported.communicate, timeout=60))[1]
+            # serve's routes: a run only the mirror holds was 'no run with id', and its
+            # resume refused so (the facade's resume continues it)
+            transport = httpx.ASGITransport(app=create_app([agent]))
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as http:
+                read = await http.get(f"/runs/{running}")
+                resumed = await asyncio.wait_for(http.post(f"/runs/{running}/resume"), 60)
+            assert read.status_code == 404, read.text
+            said = read.json()["error"]
+            assert f"Run {running!r} is gone from Temporal at {server.address}" in said, said
+            assert f"POST /runs/{running}/resume continues it from its mirror" in said, said
+            assert resumed.status_code == 200, resumed.text
+            restored = resumed.json()
             asked = model.request_count
             paused_again = await asyncio.wait_for(agent.aresume(paused_id), 60)
             # it goes on from the answer its mirror holds: the model is not asked
@@ -475,12 +499,24 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
         assert f"its first {events} events: `resume({run_id!r})`" in said, said
         # the shell's way on is one that runs: resume wants the agent (it was left out)
         assert f"`agentor-temporal resume {run_id} --agent MODULE:ATTR`" in said, said
+    assert shown.returncode == 1 and "Traceback" not in shown_err, shown_err[-4000:]
+    assert f"no run with id {running!r} in Temporal at {server.address}. If the server" in (
+        shown_err
+    )
+    assert f"`agentor-temporal show {running} --store DIR` shows it from there" in shown_err
+    assert f"`agentor-temporal resume {running} --agent MODULE:ATTR`" in shown_err
+    assert exported.returncode == 1 and "Traceback" not in exported_err, exported_err[-4000:]
+    said = exported_err.strip().splitlines()[-1]
+    assert f"Run {running!r} is gone from Temporal at {server.address}" in said, said
+    assert f"its first 3 events: `resume({running!r})`" in said, said
+    assert f"`agentor-temporal resume {running} --agent MODULE:ATTR`" in said, said
     said = str(fork_gone.value.args[0])
     assert "is gone from Temporal" in said and "`resume(" in said, said
     assert command.returncode != 0 and "Traceback" not in command_err, command_err[-4000:]
     said = command_err.strip().splitlines()[-1]
     assert f"Run {commanded!r} is gone from Temporal at {server.address}" in said, said
-    assert restored.status == "completed" and restored.final_output.startswith("Done: The weat")
+    assert restored["status"] == "completed", restored
+    assert restored["final_output"].startswith("Done: The weat"), restored
     assert paused_again.status == "awaiting_approval"
     assert [p.tool for p in paused_again.pending_approvals] == ["transfer"]
     assert [p.call_id for p in paused_again.pending_approvals] == [call.call_id]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -81,6 +84,11 @@ async def test_past_the_patience_the_caller_is_told_where_and_what_to_do(
     assert tries == 1
     assert "temporal.internal:7233" in message and "resume('r1')" in message
     assert "goes on in Temporal" in message and "AGENTOR_OUTAGE_PATIENCE" in message
+    # a step of no run (a listing) ends its message in sentences too: 'default 300 s).
+    # once the server is back' read as half a sentence
+    with pytest.raises(ConnectionFailed) as caught:
+        await riding_outages(step, client, what="listing runs")  # type: ignore[arg-type]
+    assert "default 300 s). Once the server is back, try again." in str(caught.value)
 
 
 async def test_other_errors_pass_through_at_once() -> None:
@@ -177,6 +185,8 @@ class Partition:
         self.open.set()
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
+        #: seconds each chunk is held before it is passed on (a slow server, a congested link)
+        self.delay = 0.0
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -193,11 +203,22 @@ class Partition:
         self.writers += [writer, up_writer]
 
         async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            # each chunk passed on `delay` s after it came (latency: not added up)
+            chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+            async def write() -> None:
+                while True:
+                    due, data = await chunks.get()
+                    await asyncio.sleep(due - time.monotonic())
+                    dst.write(data)
+                    await dst.drain()
+
+            writing = asyncio.ensure_future(write())
             with contextlib.suppress(OSError):
                 while data := await src.read(65536):
                     await self.open.wait()
-                    dst.write(data)
-                    await dst.drain()
+                    chunks.put_nowait((time.monotonic() + self.delay, data))
+            writing.cancel()
 
         await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
 
@@ -228,3 +249,47 @@ async def test_a_server_that_stops_answering_is_an_outage_ridden_out(
         partition.open.set()
     assert f"Temporal at {address} has been unreachable for at least " in str(info.value)
     assert "while probing; gave up waiting" in str(info.value)
+
+
+async def test_a_slow_server_is_waited_for_and_said_once(
+    temporal_address: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server whose every answer takes longer than the probe's 2 s (a congested link) is
+    there all the same. After a step timed out, the probe was taken for the server being
+    gone at every try: the caller never asked again, never picked up the run's result,
+    and gave up at the patience's end (300 s). A step that waits on such a server said
+    nothing at all; it is said once, on the logger, and a normal wait says nothing."""
+    partition = Partition(temporal_address)
+    monkeypatch.setattr("agentor_temporal._outage._SLOW_AFTER", 0.3, raising=False)
+    monkeypatch.setattr("agentor_temporal._outage._slow_said", {}, raising=False)
+    async with partition as address:
+        client = await Client.connect(address)
+        calls = 0
+
+        async def step() -> str:
+            nonlocal calls
+            calls += 1
+            # a call's own deadline: the first try runs out of it (the server held it)
+            timeout = timedelta(seconds=1 if calls == 1 else 20)
+            await client.workflow_service.get_system_info(
+                GetSystemInfoRequest(), retry=False, timeout=timeout
+            )
+            return "answered"
+
+        async def waiting_normally() -> str:
+            await asyncio.sleep(0.8)  # a long poll's wait, the server answering meanwhile
+            return "ended"
+
+        monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "20")
+        with caplog.at_level(logging.WARNING, logger="agentor_temporal"):
+            assert await riding_outages(waiting_normally, client, what="waiting") == "ended"
+            assert not caplog.records  # no noise for a wait the server is there for
+            partition.delay = 1.2  # each answer takes 2.4 s: over the probe's 2 s
+            started = time.monotonic()
+            assert await riding_outages(step, client, what="waiting for run 'r1'") == "answered"
+            assert time.monotonic() - started < 15 and calls == 2
+            # said once for the client: not again by its next step (a run's wait after its start)
+            assert await riding_outages(step, client, what="reading run 'r1'") == "answered"
+        slow = [r.getMessage() for r in caplog.records if "slow to answer" in r.getMessage()]
+        assert len(slow) == 1 and "while waiting for run 'r1'" in slow[0], caplog.text
+        assert address in slow[0]
