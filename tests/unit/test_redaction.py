@@ -17,7 +17,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from agentor_temporal.activities import AgentDefinition, _redact
+from agentor_temporal.activities import AgentDefinition, _env_secrets, _redact
 from agentor_temporal.telemetry import CORE_LOGGER
 from agentor_temporal.workflows.redaction import (
     RedactingFilter,
@@ -477,26 +477,26 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
 )
 def test_environment_variables_named_as_credentials(name: str, secret: bool) -> None:
     """The last word of a variable's name says whether its value is a credential."""
-    assert _redact.env_credential(name) is secret
+    assert _env_secrets.env_credential(name) is secret
 
 
 def test_each_entry_of_a_credential_variables_list_is_one() -> None:
     """`API_TOKENS=<a>,<b>`: each token is masked alone too (a tool returns the one it uses),
     as each `id:key` entry of AGENTOR_ENCRYPTION_KEYS is."""
-    assert _redact.env_variable_secrets("API_TOKENS", "tok-One-0081, tok-Two-0082") == [
+    assert _env_secrets.env_variable_secrets("API_TOKENS", "tok-One-0081, tok-Two-0082") == [
         "tok-One-0081, tok-Two-0082",
         "tok-One-0081",
         "tok-Two-0082",
     ]
     keys = "k1:S2V5LU9uZS0wMDgz,k0:S2V5LVR3by0wMDg0"
-    assert _redact.env_variable_secrets("AGENTOR_ENCRYPTION_KEYS", keys) == [
+    assert _env_secrets.env_variable_secrets("AGENTOR_ENCRYPTION_KEYS", keys) == [
         keys,
         "k1:S2V5LU9uZS0wMDgz",
         "S2V5LU9uZS0wMDgz",
         "k0:S2V5LVR3by0wMDg0",
         "S2V5LVR3by0wMDg0",
     ]
-    assert _redact.env_variable_secrets("MAX_TOKENS", "100000") == []
+    assert _env_secrets.env_variable_secrets("MAX_TOKENS", "100000") == []
 
 
 @pytest.mark.parametrize(
@@ -516,7 +516,7 @@ def test_credential_variables_are_masked_unless_plain_words_or_paths(
     value: str, masked: bool
 ) -> None:
     """A short plain word or a path in a credential variable would garble every text it is in."""
-    assert _redact.env_secret(value) is masked
+    assert _env_secrets.env_secret(value) is masked
 
 
 GIT_TOKEN = "ghp_R4nd0mT0kenVa1ue0123456789"
@@ -541,7 +541,7 @@ def test_credentials_inside_a_variables_urls(value: str, secrets: list[str]) -> 
     """A variable of any name holding a URL (DATABASE_URL, HTTPS_PROXY, a webhook): its
     password, a token as its username, its credential query values and key-shaped path
     segments are credentials; its user name, host and plain query values are not."""
-    assert _redact.env_url_secrets(value) == secrets
+    assert _env_secrets.env_url_secrets(value) == secrets
 
 
 AZURE_KEY = "bGVha0FjY291bnRLZXktMDEyMzQ1Njc4OQ=="
@@ -635,7 +635,7 @@ def test_credentials_inside_a_variables_connection_string(value: str, secrets: l
     """A connection string in a variable of any name (AZURE_STORAGE_CONNECTION_STRING, an
     ADO.NET or libpq one), a command line's options (JAVA_TOOL_OPTIONS), an .npmrc, a YAML
     or a JSON document: the values of settings whose names end in a credential word."""
-    assert _redact.env_value_secrets(value) == secrets
+    assert _env_secrets.env_value_secrets(value) == secrets
 
 
 @pytest.mark.parametrize(
