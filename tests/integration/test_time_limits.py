@@ -284,7 +284,8 @@ async def test_a_sync_call_still_running_at_the_time_limit_is_answered_before_it
             )
             resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
     assert resumed.status == "completed"
-    assert [line.split()[0] for line in ledger_lines(ledger)] == ["pay", "slow_lookup"]
+    # the turn's two calls run side by side: each once, in either order
+    assert sorted(line.split()[0] for line in ledger_lines(ledger)) == ["pay", "slow_lookup"]
 
 
 async def test_a_model_request_cut_off_by_the_time_limit_is_named_in_the_error(
