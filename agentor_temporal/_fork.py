@@ -263,9 +263,12 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         pending = await completed_batch(temporal, segments[-1])
         if not pending and segments[-1].status != "running":
             # a running parent records it itself; the fork would ask again
-            # or the recorded answer of a turn stopped before its calls started
-            unrecorded = await completed_answer(temporal, segments[-1]) or unstarted_answer(
-                segments[-1]
+            # or the recorded answer of a turn stopped before its calls started,
+            # or of one stopped mid-turn or waiting for a person (the calls that ran kept)
+            unrecorded = (
+                await completed_answer(temporal, segments[-1])
+                or unstarted_answer(segments[-1])
+                or await waiting_answer(temporal, segments[-1])
             )
         elif not pending:
             # one waiting for a person: the fork goes on from its recorded answer

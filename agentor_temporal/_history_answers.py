@@ -16,6 +16,7 @@ from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.approvals import denied_answer
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
 from agentor_temporal.workflows.policies import MAX_TURN_RESULT_BYTES
+from agentor_temporal.workflows.tool_calls import CUT_OFF
 
 
 async def completed_batch(temporal: TemporalStore, segment: Segment) -> list[Event]:
@@ -88,6 +89,15 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     answers them again, as free; and a call a person denied keeps that answer
     when the segment recorded the decision. None when any call of the batch may
     be running.
+
+    A segment that closed mid-turn (terminated, timed out) with some calls
+    run to their end and others started but not (`cut_off_answer`) goes on
+    from that answer too: the finished calls keep their results and the
+    others are answered that they may or may not have run, so neither runs
+    again; the turn was rewound, the model asked again, and the calls it asked
+    for again (a payment that had been made) ran a second time. A call the
+    segment never started runs in the next one. A turn in which no call ran
+    to its end is rewound, as before.
     """
     events = segment.events
     generations = [i for i, e in enumerate(events) if e.type == "generation"]
@@ -99,8 +109,10 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
         return None
     asked = {e.call_id for e in after if e.type == "approval_request"}
     decided = {e.call_id: e for e in after if e.type == "approval_decision"}
+    recorded = {e.call_id: e for e in after if e.type == "tool_call"}
+    closed = segment.status != "running"
     results: list[dict[str, Any] | None] = []
-    ran = 0
+    ran = cut = 0
     for index, call in enumerate(calls):
         done = await _ran(temporal, segment, gen, index)
         if done is not None:
@@ -115,11 +127,37 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
             results.append(denial.to_dict())
         elif call.get("id") not in asked and _never_runs(call, segment.spec):
             results.append(None)  # answered by the workflow, in its journal's next step
+        elif closed and f"tool-{gen.turn}-{index}" not in segment.scheduled_tools:
+            results.append(None)  # never started: the next segment runs it
+        elif closed and call.get("id") in recorded:
+            # started, and the segment closed before its end: it may have run
+            cut += 1
+            results.append(cut_off_answer(recorded[call.get("id")], segment.status).to_dict())
         else:
             return None  # running, or about to: the fork would run it a second time
     if ran == len(calls) or len(set(map(_call_id, calls))) < len(calls):
         return None  # all ran (`completed_batch`), or ids a decision cannot tell apart
+    if cut and not ran:
+        return None  # nothing of the turn to keep: rewound, as a cancelled one is
     return {**_answer(gen), "results": results}
+
+
+def cut_off_answer(call: Event, status: str) -> Event:
+    """The answer of `call` (its `tool_call`), started in a segment that closed (`status`)
+    before the call's end: its result, if it had one, never reached the run."""
+    how = {"terminated": "was terminated", "timed_out": "timed out"}.get(status, "stopped")
+    return Event(
+        type="tool_result",
+        name=call.name,
+        args=call.args,
+        call_id=call.call_id,
+        turn=call.turn,
+        error=CUT_OFF,
+        result=(
+            f"Error: this call was still running when its run {how}; it may or may not "
+            "have run, and its result, if any, was not recorded."
+        ),
+    )
 
 
 def unstarted_answer(segment: Segment) -> dict[str, Any] | None:
