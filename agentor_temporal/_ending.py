@@ -6,6 +6,9 @@ import contextlib
 import os
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 
 def end_by(signum: signal.Signals) -> None:
@@ -16,3 +19,45 @@ def end_by(signum: signal.Signals) -> None:
     with contextlib.suppress(ValueError, OSError):  # off the main thread: the default stands
         signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+class StoppedStarting(BaseException):
+    """A stop signal that came while a worker was starting, before it polled: no work taken.
+
+    A BaseException, so that no `except Exception` on the way (an agent module's import, a
+    connection's retries) takes it for an error of its own.
+    """
+
+    def __init__(self, signum: signal.Signals) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_starting(signum: int, frame: object) -> None:
+    raise StoppedStarting(signal.Signals(signum))
+
+
+@contextlib.contextmanager
+def stopped_while_starting(
+    names: tuple[str, ...] = ("SIGTERM", "SIGINT", "SIGHUP"),
+) -> Iterator[None]:
+    """While the body runs, the signals `names` raise `StoppedStarting` (until a handler of the
+    body's own replaces ours: the worker's, once it polls); those replaced come back after.
+
+    The worker's handlers go on only once it is about to poll; before, SIGTERM (a container
+    stopped as it started) killed the process by the default: exit status 143, and no line
+    saying what happened. One the caller ignores (`nohup`) stays ignored. Main thread only.
+    """
+    replaced: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in names:
+            number = getattr(signal, name, None)
+            if number is None or signal.getsignal(number) is signal.SIG_IGN:
+                continue
+            replaced[number] = signal.signal(number, _stop_starting)
+    try:
+        yield
+    finally:
+        for number, previous in replaced.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(number, previous)

@@ -12,13 +12,19 @@ meanwhile is `_sigterm`'s part.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import concurrent.futures.thread  # its exit hook must be registered before ours
 import contextlib
+import os
 import queue
+import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: What a `ThreadPoolExecutor`'s worker threads run (their `Thread._target`).
 _pool_worker = getattr(concurrent.futures.thread, "_worker", None)
@@ -144,8 +150,12 @@ class Callers:
         """End a `join` under way (callable from a signal handler)."""
         self._stop.set()
 
-    def join(self) -> None:
-        """Wait for the other threads noted, until `stop_waiting` or a Ctrl+C; never the drain."""
+    def join(self, raised: Interruptions | None = None) -> None:
+        """Wait for the other threads noted, until `stop_waiting` or a Ctrl+C; never the drain.
+
+        An exception a script's own signal handler raises meanwhile ends the wait as a signal
+        does, and is passed to `raised` (without it, ignored).
+        """
         with self._lock:
             others = list(self._threads)
         try:
@@ -159,3 +169,88 @@ class Callers:
                     thread.join(self.POLL)
         except KeyboardInterrupt:
             pass
+        except BaseException as exc:  # noqa: B036 - a handler's SystemExit, say: noted
+            if raised is not None:
+                raised.note(exc)
+
+
+class Interruptions:
+    """Exceptions a script's own signal handler raises into the exit hook's waits, noted.
+
+    `signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))` is a common way to
+    stop a script (a container's SIGTERM): that SystemExit, raised while the exit
+    hook waited for the embedded worker to finish its calls, ended the hook with
+    an "Exception ignored" traceback, and the interpreter then cut the calls off:
+    the next worker ran the tool again. Now the first is noted in one line and the
+    wait goes on; a second abandons the calls and ends the process at once, as a
+    second signal does (with a SystemExit's status, if it is one).
+    """
+
+    def __init__(self, grace: Callable[[], float]) -> None:
+        self._grace = grace
+        self.seen: list[BaseException] = []
+
+    def note(self, exc: BaseException) -> None:
+        """Take `exc` (raised into a wait): the first is said, a second ends the process."""
+        self.seen.append(exc)
+        what = _raised(exc)
+        if len(self.seen) > 1:
+            _say(
+                f"{what} again while this process's worker finished its calls at exit: "
+                "abandoning them (the next worker runs them again)"
+            )
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+            os._exit(self.status() if self.exiting() else 1)
+        _say(
+            f"{what} while this process exits (from a signal handler of its own): finishing "
+            f"the calls its worker runs first (up to {self._grace():g} s), then exiting; "
+            "send the signal again to abandon them (the next worker runs them again)"
+        )
+
+    def exiting(self) -> bool:
+        """Whether a SystemExit was noted (the handler asked the process to end so)."""
+        return any(isinstance(exc, SystemExit) for exc in self.seen)
+
+    def status(self) -> int:
+        """The exit status the first SystemExit noted asks for (0 when none did)."""
+        for exc in self.seen:
+            if isinstance(exc, SystemExit):
+                code = exc.code
+                return code if isinstance(code, int) else (0 if code is None else 1)
+        return 0
+
+    def result(self, future: concurrent.futures.Future[T], timeout: float) -> T:
+        """`future.result(timeout)`, noting what a signal handler raises meanwhile."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(max(0.0, deadline - time.monotonic()))
+            except KeyboardInterrupt:
+                raise  # Ctrl+C has its own handling (`_sigterm.patient_exit`)
+            except BaseException as exc:
+                # the future's own outcome, or its time up: not an interruption
+                if future.done() or time.monotonic() >= deadline:
+                    raise
+                self.note(exc)
+
+    def join(self, thread: threading.Thread, timeout: float) -> None:
+        """`thread.join(timeout)`, noting what a signal handler raises meanwhile."""
+        deadline = time.monotonic() + timeout
+        while thread.is_alive() and time.monotonic() < deadline:
+            try:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: B036 - a handler's SystemExit, say: noted
+                self.note(exc)
+
+
+def _raised(exc: BaseException) -> str:
+    """`exc` as the line names it: "SystemExit(0)", "RuntimeError('stop')"."""
+    return f"{type(exc).__name__}({', '.join(repr(a) for a in exc.args)})"
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # a closed terminal
+        print(f"agentor_temporal: {line}", file=sys.stderr, flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.types import AgentRunInput
 
 if TYPE_CHECKING:
+    from agentor_temporal._runtime import Runtime
     from agentor_temporal.agent import Agentor
 
 #: Tasks that keep embedded workers serving runs nobody is waiting on.
@@ -205,3 +207,42 @@ async def attach(agent: Agentor, run_id: str, after: int, text: bool) -> AsyncIt
         mirror=agent.store,
     ):
         yield event
+
+
+#: How many runs left open the exit says by name (a server's exit may leave hundreds).
+_LEFT_OPEN_SHOWN = 5
+
+
+def say_left_open(runtime: Runtime, ending: bool = False) -> None:
+    """One line on stderr per run started here and still open, which this process's worker
+    no longer serves once it exits (`astart()` and return, a `run()` interrupted): the run
+    waited for another worker, and nothing said so. `ending`: the callers still waiting are
+    cut off (the exit hook, once the threads it waits for are done; a signal ending the
+    process in `_sigterm`), so the runs they wait on are named too: a daemon thread's (a
+    `ThreadingHTTPServer` request's) was cut off, and its run id, perhaps one made for it,
+    said nowhere."""
+    if not runtime.loop.is_running():
+        return
+    try:
+        still = runtime._result(
+            asyncio.run_coroutine_threadsafe(left_open(ending), runtime.loop), 10
+        )
+    except Exception:
+        return
+    shown = list(still.items())[:_LEFT_OPEN_SHOWN]
+    for run_id, queue in shown:
+        with contextlib.suppress(OSError, ValueError):  # a closed terminal
+            print(
+                f"run {run_id} is still open and this process's worker stops as it exits: "
+                f"it goes on once a worker serves task queue {queue!r} "
+                f"(`agentor-temporal worker --agents MODULE:ATTR`, or agent.resume({run_id!r}))",
+                file=sys.stderr,
+                flush=True,
+            )
+    if len(still) > len(shown):
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                f"... and {len(still) - len(shown)} more runs still open the same way",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -30,7 +30,14 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal._ending import end_by
-from agentor_temporal._exit import EXIT_SETTLE, Callers, at_interpreter_exit, exit_drain
+from agentor_temporal._exit import (
+    EXIT_SETTLE,
+    Callers,
+    Interruptions,
+    at_interpreter_exit,
+    calls_grace,
+    exit_drain,
+)
 from agentor_temporal._sigterm import (
     blocking_main,
     draining_on_sigterm,
@@ -158,6 +165,8 @@ class Runtime:
         self._callers = Callers()
         #: set by the exit hook: calls cut off from now on are the interpreter's exit
         self._exiting = False
+        #: what a script's own signal handler raised into the exit hook's waits
+        self._raised = Interruptions(calls_grace)
         at_interpreter_exit(self._at_exit)
 
     @classmethod
@@ -318,12 +327,22 @@ class Runtime:
             await asyncio.gather(*(w.stop() for w in workers))
 
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop_all(), self.loop).result(
-                exit_drain() if timeout is None else timeout
+            self._result(
+                asyncio.run_coroutine_threadsafe(stop_all(), self.loop),
+                exit_drain() if timeout is None else timeout,
             )
+
+    def _result(self, future: concurrent.futures.Future[T], timeout: float) -> T:
+        """`future.result(timeout)`; at exit, through what a script's signal handler raises
+        meanwhile (`Interruptions`): the waits of the exit hook's drain are not cut short."""
+        if self._exiting:
+            return self._raised.result(future, timeout)
+        return future.result(timeout)
 
     def _at_exit(self) -> None:
         """The exit hook: let the other threads that call agents finish, then `close`."""
+        from agentor_temporal._live import say_left_open  # _live imports this module
+
         if self._closed:
             return
         self._exiting = True
@@ -339,7 +358,7 @@ class Runtime:
 
         try:
             with patient_exit(self.serving() or self._callers.waiting(), noted):
-                self._callers.join()
+                self._callers.join(self._raised)
                 # every caller still waiting now is cut off by `close` (a daemon thread, a
                 # thread an interrupt stopped the wait for): its run is named too
                 say_left_open(self, ending=True)
@@ -386,51 +405,15 @@ class Runtime:
             self._clients.clear()
 
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop).result(10.0)
+            self._result(asyncio.run_coroutine_threadsafe(cancel_rest(), self.loop), 10.0)
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10.0)
+        if self._exiting:
+            self._raised.join(self.thread, 10.0)
+        else:
+            self.thread.join(10.0)
         if not self.thread.is_alive():
             with contextlib.suppress(Exception):
                 self.loop.close()
-
-
-#: How many runs left open the exit says by name (a server's exit may leave hundreds).
-_LEFT_OPEN_SHOWN = 5
-
-
-def say_left_open(runtime: Runtime, ending: bool = False) -> None:
-    """One line on stderr per run started here and still open, which this process's worker
-    no longer serves once it exits (`astart()` and return, a `run()` interrupted): the run
-    waited for another worker, and nothing said so. `ending`: the callers still waiting are
-    cut off (the exit hook, once the threads it waits for are done; a signal ending the
-    process in `_sigterm`), so the runs they wait on are named too: a daemon thread's (a
-    `ThreadingHTTPServer` request's) was cut off, and its run id, perhaps one made for it,
-    said nowhere."""
-    from agentor_temporal._live import left_open
-
-    if not runtime.loop.is_running():
-        return
-    try:
-        still = asyncio.run_coroutine_threadsafe(left_open(ending), runtime.loop).result(10)
-    except Exception:
-        return
-    shown = list(still.items())[:_LEFT_OPEN_SHOWN]
-    for run_id, queue in shown:
-        with contextlib.suppress(OSError, ValueError):  # a closed terminal
-            print(
-                f"run {run_id} is still open and this process's worker stops as it exits: "
-                f"it goes on once a worker serves task queue {queue!r} "
-                f"(`agentor-temporal worker --agents MODULE:ATTR`, or agent.resume({run_id!r}))",
-                file=sys.stderr,
-                flush=True,
-            )
-    if len(still) > len(shown):
-        with contextlib.suppress(OSError, ValueError):
-            print(
-                f"... and {len(still) - len(shown)} more runs still open the same way",
-                file=sys.stderr,
-                flush=True,
-            )
 
 
 # -- os.fork() ----------------------------------------------------------------------------

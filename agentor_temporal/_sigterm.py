@@ -228,7 +228,8 @@ def _drain_then_end(signum: signal.Signals) -> None:
     (asyncio's handler would only cancel the main task again). Another signal meanwhile is
     noted (`_drain_noted`): a SIGTERM or SIGHUP after Ctrl+C ends the process by it then.
     """
-    from agentor_temporal._runtime import Runtime, say_left_open
+    from agentor_temporal._live import say_left_open
+    from agentor_temporal._runtime import Runtime
 
     runner = signal.getsignal(signum) if signum == signal.SIGINT else None
     if not asyncio_runs(runner):

@@ -104,7 +104,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise worker.ConfigError(str(exc)) from None
     if args.worker:
-        from agentor_temporal._runtime import Runtime, say_left_open
+        from agentor_temporal._live import say_left_open
+        from agentor_temporal._runtime import Runtime
 
         # the runs this server's worker served and nobody follows now (started by POST /runs,
         # a stream ended as the server stopped) wait for another worker: said, as a script's

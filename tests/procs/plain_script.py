@@ -15,6 +15,7 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -188,6 +189,19 @@ elif command == "daemon":
     while not ledger_lines(ledger) and time.monotonic() < deadline:
         time.sleep(0.01)
     print(json.dumps({"started": bool(ledger_lines(ledger))}))
+elif command == "own_handler_daemon":
+    # the script's own SIGTERM handler (sys.exit, a common way to stop in a container); a
+    # daemon thread runs the agent and the main thread returns while its tool call is in
+    # flight, so the exit hook drains the worker when the SIGTERM comes
+    ledger = os.environ["AGENT_LEDGER"]
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "3"))
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    threading.Thread(target=lambda: slow.run(WEATHER, run_id=run_id), daemon=True).start()
+    deadline = time.monotonic() + 90
+    while not ledger_lines(ledger) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps({"started": bool(ledger_lines(ledger))}), flush=True)
 elif command == "fork":
     # a child forked before the parent's first call runs its own run; one forked
     # once the parent's runtime and embedded worker are up is refused

@@ -1,0 +1,140 @@
+"""Exits through a script's own signal handlers, and a worker stopped while it starts.
+
+Real processes, as `test_exit_scripts.py`: `procs/plain_script.py` ends as a
+user's script does, `worker.py` is the CLI a container runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal.testing import ScriptedModelServer
+
+from helpers import PROCS, ROOT, ledger_lines, until, weather_or_transfer
+
+pytestmark = pytest.mark.slow
+
+
+def _env(
+    address: str, model: ScriptedModelServer, queue: str, tmp_path: Path, ledger: str
+) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": address,
+        "MODEL_BASE_URL": model.base_url,
+        "AGENT_TASK_QUEUE": queue,
+        "AGENT_STORE": str(tmp_path / "runs"),
+        "AGENT_LEDGER": ledger,
+        "AGENT_TOOL_SECONDS": "3",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
+
+
+async def test_a_sigterm_handler_of_the_scripts_own_does_not_cut_the_exit_drain_short(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`signal.signal(SIGTERM, lambda *_: sys.exit(0))`, then SIGTERM while the exit hook
+    finishes the call the embedded worker runs: the SystemExit is noted in one line and the
+    call finishes; a new process resumes the run, the tool having run once, and the JSONL
+    mirror holds every event. Before, the SystemExit ended the hook ("Exception ignored"
+    and a traceback), the interpreter cut the call off, and the resume ran the tool again."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = _env(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        errors = tmp_path / "stderr.txt"
+        with errors.open("w") as err:
+            proc = subprocess.Popen(
+                [sys.executable, str(PROCS / "plain_script.py"), "own_handler_daemon", run_id],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        try:
+            # the exit hook names the run still open before it drains the worker
+            await until(lambda: f"run {run_id} is still open" in errors.read_text(), "the exit")
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.to_thread(proc.communicate, None, 90)
+        finally:
+            proc.kill()
+        stderr = errors.read_text()
+        assert proc.returncode == 0, stderr
+        assert json.loads(out) == {"started": True}
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+        [noted] = [line for line in stderr.splitlines() if "SystemExit(0)" in line]
+        assert "finishing the calls" in noted and "again to abandon" in noted, noted
+        resumed = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(PROCS / "plain_script.py"), "resume", run_id],
+            env={**env, "AGENT_TOOL_SECONDS": "0"},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout) == {"status": "completed"}
+    # the call finished in the exiting process, once
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    assert "attempt=1" in ledger_lines(ledger)[0]
+    mirrored = [e.to_dict() for e in FileStore(tmp_path / "runs").load(run_id)]
+    assert mirrored == [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
+    assert [e["type"] for e in mirrored][-1] == "run_end"
+
+
+@pytest.mark.parametrize("cli", [False, True], ids=["worker.py", "agentor-temporal worker"])
+async def test_a_worker_stopped_while_it_starts_says_so_in_one_line(
+    temporal_address: str, task_queue: str, tmp_path: Path, cli: bool
+) -> None:
+    """SIGTERM to a worker still importing its agents (a container stopped as it started):
+    it took no work, so it ends at once, exit 0, with one line saying so. Before, the
+    default handler killed it silently (exit status 143: a crash, for a supervisor)."""
+    gate = tmp_path / "gate"
+    command = (
+        [sys.executable, "-m", "agentor_temporal", "worker"]
+        if cli
+        else [sys.executable, str(ROOT / "worker.py")]
+    )
+    proc = subprocess.Popen(
+        [
+            *command,
+            "--agents",
+            "slow_import_agent:agent",
+            "--temporal",
+            temporal_address,
+            "--task-queue",
+            task_queue,
+        ],
+        env={
+            **os.environ,
+            "AGENT_IMPORT_GATE": str(gate),
+            "MODEL_BASE_URL": "http://127.0.0.1:9/v1",
+            "AGENT_TASK_QUEUE": task_queue,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(PROCS)]),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        await until(lambda: Path(f"{gate}.importing").exists(), "the agents' import")
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(proc.communicate, None, 60)
+    finally:
+        gate.touch()
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "worker ready" not in out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Stopped by SIGTERM while starting, before polling: no work was taken" in lines[0]
