@@ -344,7 +344,8 @@ class _Labels:
             return False
         return all(end <= a or start >= b for a, b in self.taken.get(lane, []) if (a, b) != own)
 
-    def place(self, ax: Any, bar: Bar, y: float) -> None:
+    def place(self, ax: Any, bar: Bar, y: float, *, inside_only: bool = False) -> None:
+        """Label `bar`: inside it when it fits, else beside or above it (unless `inside_only`)."""
         text = bar.label + (f" [{bar.worker}]" if bar.worker else "")
         if not text:
             return
@@ -355,6 +356,8 @@ class _Labels:
             ax.text(start + pad, y + (0.26 if bar.kind == "segment" else 0.0), text,
                     va="center", ha="left", fontsize=7.5, clip_on=True,
                     color="white" if bar.kind in ("generation", "tool") else "black")  # fmt: skip
+            return
+        if inside_only:
             return
         own = (start, end)
         for x0, x1, x, align in (
@@ -369,6 +372,12 @@ class _Labels:
         near_end = end > self.span * 0.75
         ax.text(end if near_end else start, y + 0.42, text, va="center",
                 ha="right" if near_end else "left", fontsize=6.5, clip_on=True)  # fmt: skip
+
+
+#: Bars past which only the labels that fit inside their bars are drawn: beside or
+#: above, 2,000 of them overlap into noise, and placing each among the others was
+#: quadratic.
+MAX_LABELLED_BARS = 300
 
 
 def draw(timeline: Timeline, path: str | Path) -> Path:
@@ -388,19 +397,25 @@ def draw(timeline: Timeline, path: str | Path) -> Path:
     t0 = timeline.start
     span = max(timeline.end - t0, 1e-3)
     fig, ax = plt.subplots(figsize=(13, 1.6 + 0.62 * len(lanes)), dpi=110)
+    # one collection per lane and look, not a patch per bar: a 1,000-turn run's 2,000
+    # bars (and a label each) took minutes to draw
+    groups: dict[tuple[float, str, bool], list[tuple[float, float]]] = {}
     for bar in timeline.bars:
-        y = row[bar.lane]
         width = max(bar.end - bar.start, span * 0.004)
-        retry = bar.kind == "retry"
-        ax.barh(
-            y, width, left=bar.start - t0, height=0.3 if bar.kind == "segment" else 0.62,
-            color=COLORS[bar.kind], hatch="///" if retry else None,
-            edgecolor="black" if bar.failed else RETRY_EDGE if retry else COLORS[bar.kind],
-            linewidth=1.2 if bar.failed else 0.8,
+        groups.setdefault((row[bar.lane], bar.kind, bar.failed), []).append((bar.start - t0, width))
+    for (y, kind, failed), ranges in groups.items():
+        retry = kind == "retry"
+        height = 0.3 if kind == "segment" else 0.62
+        ax.broken_barh(
+            ranges, (y - height / 2, height),
+            facecolors=COLORS[kind], hatch="///" if retry else None,
+            edgecolors="black" if failed else RETRY_EDGE if retry else COLORS[kind],
+            linewidth=1.2 if failed else 0.8,
         )  # fmt: skip
     labels = _Labels(timeline, span)
+    crowded = len(timeline.bars) > MAX_LABELLED_BARS
     for bar in timeline.bars:
-        labels.place(ax, bar, row[bar.lane])
+        labels.place(ax, bar, row[bar.lane], inside_only=crowded)
     for at, text in timeline.markers:
         ax.axvline(at - t0, color="#555555", linestyle="--", linewidth=1)
         ax.text(at - t0, len(lanes) - 0.45, f" {text}", fontsize=7.5, color="#333333", va="top")

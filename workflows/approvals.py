@@ -54,8 +54,8 @@ from agentor_temporal.workflows.formatting import (
     fit,
     quoted,
 )
-from agentor_temporal.workflows.history_watch import history_now
 from agentor_temporal.workflows.journaling import Journal
+from agentor_temporal.workflows.pause_watch import PauseWatch, pause_overgrown
 from agentor_temporal.workflows.types import Decision, ToolSpec
 from agentor_temporal.workflows.versions import level
 
@@ -206,6 +206,8 @@ class Approvals:
         self.checking = 0
         #: why no call waits for a person any more: the run is failing (`end_waiting`)
         self.ended: str | None = None
+        #: whether the pause must stop for the run's history (`PAUSE_WATCHED_ONCE`)
+        self._watch = PauseWatch()
 
     def restore(self, decisions: dict[str, Decision]) -> None:
         """Take the decisions an earlier execution of the run carried over."""
@@ -322,34 +324,6 @@ class Approvals:
         while len(self.signalled) > policies.SIGNALLED_DECISIONS_KEPT:
             del self.signalled[next(iter(self.signalled))]
 
-    def _overgrown(self) -> str | None:
-        """Why the run must stop waiting for a person: its history nears Temporal's limits.
-
-        A waiting run cannot continue as new, and each signal or accepted
-        update sent to it adds history (`policies.PAUSE_STOPS_SHORT`), each
-        signal to a count Temporal caps (`policies.PAUSE_COUNTS_SIGNALS`). Read
-        from the workflow task's info and the signals taken: deterministic, and
-        no command.
-        """
-        if level() < policies.PAUSE_STOPS_SHORT:
-            return None
-        # counted by the workflow's signal handlers (`AgentRunWorkflow._signalled`)
-        signals = int(getattr(workflow.instance(), "signals", 0))
-        if level() >= policies.PAUSE_COUNTS_SIGNALS and signals >= policies.PAUSED_SIGNALS:
-            return (
-                f"it took {signals:,} signals (it stops at {policies.PAUSED_SIGNALS:,}: "
-                f"Temporal refuses an execution's signals past 10,000, and a decision sent "
-                f"by signal could no longer reach it)"
-            )
-        size, events = history_now()
-        if size <= policies.PAUSED_HISTORY_BYTES and events <= policies.PAUSED_HISTORY_EVENTS:
-            return None
-        return (
-            f"its history reached {size / 1e6:.1f} MB and {events:,} events while it waited "
-            f"(it stops at {policies.PAUSED_HISTORY_BYTES / 1e6:g} MB or "
-            f"{policies.PAUSED_HISTORY_EVENTS:,} events)"
-        )
-
     def end_waiting(self, why: str) -> None:
         """The run fails: calls waiting for a person are answered as not run.
 
@@ -451,13 +425,16 @@ class Approvals:
         decided_by = key if key is not None else call_id
         workflow.set_current_details(self.details())
         decision: Decision | None = None
+        watched = level() >= policies.PAUSE_WATCHED_ONCE
+        if watched:
+            self._watch.start(lambda: bool(self.awaiting) and self.ended is None)
         try:
             await journal.flush(agent, mirror)
             await workflow.wait_condition(
                 lambda: (
                     decided_by in self.decisions
                     or self.ended is not None
-                    or self._overgrown() is not None
+                    or (self._watch.why if watched else pause_overgrown()) is not None
                 ),
                 timeout=timeout,
             )
@@ -465,7 +442,7 @@ class Approvals:
             if decision is None:
                 # `end_waiting`: the run fails, and this call is not decided
                 self.awaiting.pop(call_id, None)
-                overgrown = self._overgrown() if self.ended is None else None
+                overgrown = pause_overgrown() if self.ended is None else None
                 if overgrown is not None:
                     # the first call to see it ends every call's wait; the
                     # other calls waiting are answered as not run

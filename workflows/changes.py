@@ -130,7 +130,7 @@ PATCH_LOST_FOLD = "lost-fold"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 19
+BEHAVIOUR = 20
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -325,3 +325,10 @@ PAUSE_COUNTS_SIGNALS = 18
 #: model request was in flight missed its stop by a task, and its answer came
 #: first and went unkept: resume asked the model that turn again.
 SIGNALS_SIZED = 19
+#: (class: history limits and long runs) From this level a run waiting for
+#: people watches its history's stop once (`Approvals._watch`), not once per
+#: call waiting: every call's wait asked `history_now` in every pass of every
+#: workflow task, so a turn of 320 calls waiting, decided 20 at a time, spent
+#: over 2 s in one task (the SDK's deadlock limit); the task failed, and a
+#: decision sent then was refused ("Workflow Task in failed state").
+PAUSE_WATCHED_ONCE = 20

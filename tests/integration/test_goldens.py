@@ -108,6 +108,7 @@ KNOBS: dict[str, dict[str, int]] = {
     # a paused run stops at 9,000 signals by default: 20 take a moment
     "behaviour_18_signal_capped_pause_history": {"PAUSED_SIGNALS": 20},
     "behaviour_19_signal_sized_turn_history": {"PAUSED_HISTORY_EVENTS": 80},
+    "behaviour_20_watched_pause_history": {"PAUSED_HISTORY_EVENTS": 80},
 }
 
 
@@ -855,6 +856,9 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 19: a run stopped mid-turn by its history, read as at least what
     # its signals add (policies.SIGNALS_SIZED)
     "behaviour_19_signal_sized_turn_history": OVERGROWN_TURN,
+    # recorded at level 20: a paused run's history stop watched once for all its calls
+    # waiting (policies.PAUSE_WATCHED_ONCE)
+    "behaviour_20_watched_pause_history": OVERGROWN_PAUSE,
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)
