@@ -22,7 +22,7 @@ from agentor_temporal.worker import ConfigError, import_object
 def test_a_module_that_fails_or_exits_at_import_is_a_config_error(
     body: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A module exiting while imported is refused like one raising (it ended the worker silently)."""
+    """A module exiting while imported is refused like one raising (it ended workers silently)."""
     name = f"agent_mod_{abs(hash(body))}"
     (tmp_path / f"{name}.py").write_text(body + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
