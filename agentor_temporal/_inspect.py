@@ -18,7 +18,14 @@ from temporalio.client import Client
 
 from agentor_temporal._results import shown_error, shown_text
 from agentor_temporal.codec import EncryptionKeyError
-from agentor_temporal.store import Event, Usage, final_event, pending_approvals, total_usage
+from agentor_temporal.store import (
+    Event,
+    Usage,
+    final_event,
+    pending_approvals,
+    total_usage,
+    validate_run_id,
+)
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
 from agentor_temporal.workflows.policies import WORKFLOW_TYPE
@@ -79,7 +86,8 @@ class RunSummary:
     agent: str | None = None
     model: str | None = None
     #: see `STATUSES`; "unfinished" for a store log with no `run_end`;
-    #: "unreadable" for a run encrypted with a key the reader lacks (`error` says which)
+    #: "unreadable" for a run encrypted with a key the reader lacks, or started
+    #: by another client under an id no run may have (`error` says which)
     status: str = "running"
     started: float | None = None
     ended: float | None = None
@@ -282,7 +290,8 @@ def render_table(summaries: list[RunSummary]) -> list[str]:
     header = ("RUN ID", "AGENT", "STATUS", "STARTED", "TURNS", "TOKENS")
     rows = [
         (
-            s.run_id,
+            # escaped: an id no run may have (see `list_runs`) can hold controls
+            s.run_id if s.run_id.isprintable() else ascii(s.run_id),
             s.agent or "?",
             s.status,
             when(s.started),
@@ -335,6 +344,13 @@ async def list_runs(
     gate = asyncio.Semaphore(_FETCH_CONCURRENCY)
 
     async def summarize(run_id: str) -> RunSummary | None:
+        try:
+            validate_run_id(run_id)
+        except ValueError as exc:
+            # any Temporal client can start an AgentRun under an id the run
+            # refuses at its start: it must not hide the others (`list` died
+            # on it, for as long as the namespace kept it)
+            return RunSummary(run_id, agent=agent, status="unreadable", error=str(exc))
         async with gate:
             try:
                 segments = await store.segments(run_id)

@@ -165,9 +165,11 @@ async def waiting_calls(
     for run_id in await paused_runs(client, agent=agent, limit=limit):
         try:
             latest = await store.latest(run_id)
-        except EncryptionKeyError as exc:
-            # a run this reader cannot decrypt must not hide the others
-            logger.warning("Skipping run %s: %s", run_id, exc)
+        except (EncryptionKeyError, ValueError) as exc:
+            # a run this reader cannot decrypt, or one another client started
+            # under an id no run may have (refused at its start, and waiting
+            # for a worker until then), must not hide the others
+            logger.warning("Skipping run %s: %s", ascii(run_id), exc)
             continue
         if latest is None or latest.status != "running":
             continue

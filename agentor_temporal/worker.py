@@ -91,6 +91,14 @@ def import_object(path: str) -> Any:
         raise ConfigError(
             f"importing {module_name!r} for {path!r} failed: {type(exc).__name__}: {exc}"
         ) from None
+    except SystemExit as exc:
+        # a module that parses arguments or exits when imported (its `main()`
+        # run at import) ended the worker with its own code and no word of why
+        raise ConfigError(
+            f"importing {module_name!r} for {path!r} failed: the module called "
+            f"sys.exit({exc.code!r}) while being imported; run its script code under "
+            "`if __name__ == '__main__':`"
+        ) from None
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):

@@ -484,8 +484,7 @@ def _open_fd(path: Path, flags: int) -> int:
     if not _NO_FOLLOW & getattr(os, "O_NOFOLLOW", 0) and path.is_symlink():
         raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link"))
     try:
-        # owner only: the logs hold prompts and tool results in the clear
-        fd = os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
+        fd = _open_creating(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
             raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link")) from None
@@ -508,6 +507,26 @@ def _open_fd(path: Path, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _open_creating(path: Path, flags: int) -> int:
+    """`os.open` the run's file; when creating it, make its directory again if it is gone.
+
+    A runs directory deleted while a worker runs (cleared by hand, a volume
+    remounted) made every later write fail with "No such file or directory"
+    until the worker restarted: runs went on, but their logs were never
+    written again, even by a resume. The directory is made as `__init__`
+    makes it; a file or a link in its place is left alone (and refused).
+    """
+    # owner only: the logs hold prompts and tool results in the clear
+    try:
+        return os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
+    except FileNotFoundError:
+        if not flags & os.O_CREAT or os.path.lexists(path.parent):
+            raise
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    logger.warning("Made the runs directory %s again: it was gone", path.parent)
+    return os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
 
 
 def _refusal(path: Path, why: str) -> str:

@@ -4,7 +4,8 @@ The rule (see tests/unit/test_run_ids.py): at most 200 bytes of UTF-8, not
 only whitespace, no Unicode control, format or separator characters. A run a
 plain client starts under such an id fails at once naming the rule, with
 nothing written; the CLI refuses it with exit code 2; an id at the limit
-works end to end (mirrored, loaded, resumed).
+works end to end (mirrored, loaded, resumed). A run under a refused id hides
+no other run from `list` or `pending`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal._inspect import list_runs, render_table
+from agentor_temporal._runs import waiting_calls
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows.formatting import failure_message
@@ -86,3 +90,38 @@ async def test_an_id_at_the_limit_works_end_to_end(
     assert again.status == "completed"
     assert len(list(tmp_path.glob("*.damaged-*"))) == 1
     assert [e.to_dict() for e in store.load(run_id)] == [e.to_dict() for e in projected]
+
+
+async def test_a_run_under_a_refused_id_hides_no_other_run_from_list_or_pending(
+    client: Client, model: ScriptedModelServer, task_queue: str
+) -> None:
+    """`list` and `pending` show every other run when a plain client started one under a
+    refused id (failed at its start, or still waiting for a worker): before, both died on it."""
+    agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+    bad = {"\x1b[2Jwiped\u200b" + uuid.uuid4().hex: task_queue, "a/" + uuid.uuid4().hex: ""}
+    async with build_worker(client, [agent], task_queue=task_queue):
+        good = await agent.arun(PROMPT, run_id=uuid.uuid4().hex)
+        for run_id, queue in bad.items():
+            handle = await client.start_workflow(
+                "AgentRun",
+                {"agent": "Weather Agent", "input": PROMPT},
+                id=run_id,
+                # the second waits, running, on a queue no worker polls
+                task_queue=queue or f"{task_queue}-nobody",
+            )
+            if queue:
+                with pytest.raises(WorkflowFailureError):
+                    await asyncio.wait_for(handle.result(), 20)
+    try:
+        rows = {s.run_id: s for s in await list_runs(client, agent=None, status=None, limit=500)}
+        assert rows[good.run_id].status == "completed"
+        for run_id in bad:
+            assert rows[run_id].status == "unreadable"
+            assert (rows[run_id].error or "").startswith("Invalid run id ")
+        table = "\n".join(render_table(list(rows.values())))
+        assert "\x1b" not in table and "\\x1b[2Jwiped\\u200b" in table
+        assert all(w.run_id not in bad for w in await waiting_calls(client))
+    finally:
+        for run_id, queue in bad.items():
+            if not queue:
+                await client.get_workflow_handle(run_id).terminate("test: done")

@@ -78,6 +78,22 @@ def test_file_store_creates_directory_and_writes_jsonl(tmp_path: Path) -> None:
     assert [json.loads(line) for line in lines] == [{"type": "run_start", "agent": "A"}]
 
 
+def test_a_runs_directory_deleted_mid_run_is_made_again(tmp_path: Path) -> None:
+    """A deleted runs directory comes back at the next write, and the mirror fills it."""
+    import shutil
+
+    store = FileStore(tmp_path / "runs")
+    assert mirror_into(store, "r", 0, events(2)) == 2
+    shutil.rmtree(tmp_path / "runs")
+    # the mirror's next step finds no log: it writes the run from its first event
+    assert mirror_into(store, "r", 2, events(1, start=2)) == 0
+    assert mirror_into(store, "r", 0, events(3)) == 3
+    assert [e.call_id for e in store.load("r")] == ["c0", "c1", "c2"]
+    assert (tmp_path / "runs").stat().st_mode & 0o777 == 0o700
+    store.append("other", Event(type="run_start"))
+    assert store.list_runs() == ["other", "r"]
+
+
 def test_file_store_survives_a_torn_final_line(tmp_path: Path) -> None:
     """A torn last line is skipped on load and cut off before the next append."""
     store = FileStore(tmp_path)
