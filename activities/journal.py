@@ -171,9 +171,9 @@ async def _mirror(
                     inp.run_id, request["conversation"], request["messages"], int(key)
                 )
                 events[index].messages = known.messages
-        # the usual case in one go: a FileStore's on the loop while its disk is
-        # fast, else in the one writer thread (every trip to a thread is
-        # handoffs of the GIL, which a busy worker pays for in CPU); another
+        # the usual case in one trip to the writer thread, batched with other
+        # runs' steps (each trip is a handoff of the GIL and a wake-up of the
+        # loop, which a busy worker pays for in CPU and latency); another
         # store's own I/O (a database) keeps a pool thread each, not one queue
         trip = in_writer if callable(getattr(store, "append_next", None)) else in_thread
         have, same, written = await trip(_next_in_line, store, inp.run_id, start, events, lock)

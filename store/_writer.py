@@ -1,20 +1,16 @@
-"""The mirror's usual step: on the event loop while the disk is fast, else one writer thread.
+"""One writer thread for the mirror's usual step, its fsyncs grouped per batch.
 
-On a local disk a step (an append and its fsync) takes 0.3-0.4 ms: made on
-the loop it costs no hand-off at all, where a thread's every system call
-lets go of the GIL and waits for the busy loop to hand it back (at 100 runs
-in flight mirror on cost ~+180 context switches a run). A step that takes
-longer than `INLINE_LIMIT` on the loop (a network volume's fsync) would stall
-every run on the worker, so the next steps go to the thread for `THREAD_FOR`.
-
-In the thread: `asyncio.to_thread` per step woke a pool thread for each step
-and the event loop once for each result. Here one daemon thread takes every
-step queued meanwhile as one batch: each step's writes, then the batch's
-fsyncs in one pass, then the results, one `call_soon_threadsafe` per event
-loop. A caller still wakes only once its events are on disk, so the mirror's
-guarantee (a step's events are durable before the step goes on) holds. A
-store opts in to grouped fsyncs by asking `deferred_syncs()` from inside a
-step (`FileStore` does); any other store's code simply runs in the thread.
+`asyncio.to_thread` per step woke a pool thread for each step and the event
+loop once for each result; at 100 runs in flight on a busy worker each of
+those hand-offs is a context switch or two and a wait for the GIL. Here one
+daemon thread takes every step queued meanwhile as one batch: it makes each
+step's writes, then fsyncs the files the batch wrote in one pass, and only
+then hands the batch's results back, one `call_soon_threadsafe` per event
+loop. A step's caller still wakes only once its events are on disk, so the
+mirror's guarantee (a step's events are durable before the step goes on)
+holds; what is saved is the hand-offs, not the fsyncs. A store opts in to
+grouped fsyncs by asking `deferred_syncs()` from inside a step (`FileStore`
+does); any other store's code simply runs in the thread.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ import asyncio
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -33,13 +28,6 @@ _T = TypeVar("_T")
 Sync = tuple[int, Callable[[], None]]
 
 _local = threading.local()
-
-#: a step that took longer on the event loop (a local disk's append and
-#: fsync take 0.3-0.4 ms; 10 ms leaves room for a loaded machine) sends the
-#: next ones to the thread...
-INLINE_LIMIT = 0.010
-#: ...for this long (seconds), after which one step on the loop tries again
-THREAD_FOR = 30.0
 
 
 def deferred_syncs() -> list[Sync] | None:
@@ -75,19 +63,9 @@ class Writer:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._inline_from = 0.0
 
     async def run(self, fn: Callable[..., _T], /, *args: Any) -> _T:
-        """`fn(*args)`, fsyncs done: on the loop while steps are fast, else in the thread."""
-        if time.monotonic() >= self._inline_from:
-            began = time.monotonic()
-            try:
-                return fn(*args)
-            finally:
-                if time.monotonic() - began > INLINE_LIMIT:
-                    # a slow disk (a network volume): steps stall every run on
-                    # the worker, so they go to the thread for a while
-                    self._inline_from = time.monotonic() + THREAD_FOR
+        """`fn(*args)` in the writer thread; returns once its fsyncs are done."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
         self._jobs.put(_Job(loop, future, fn, args))

@@ -1,26 +1,19 @@
-"""The mirror's step: on the loop while fast, else one writer thread, fsyncs grouped."""
+"""The mirror's writer thread: one thread, batched steps, fsyncs grouped but done first."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentor_temporal.activities.journal import _next_in_line
-from agentor_temporal.store import Event, FileStore, _writer
+from agentor_temporal.store import Event, FileStore
 from agentor_temporal.store._writer import Writer
 from agentor_temporal.store.base import in_writer
-
-
-@pytest.fixture
-def threaded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Steps go to the writer thread, as after a slow step on the loop."""
-    monkeypatch.setattr(_writer.WRITER, "_inline_from", float("inf"))
 
 
 def events(n: int, start: int = 0) -> list[Event]:
@@ -30,7 +23,7 @@ def events(n: int, start: int = 0) -> list[Event]:
 
 
 async def test_many_runs_steps_go_through_one_thread_and_wake_after_their_fsync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threaded: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Concurrent mirror steps all write and fsync in one thread, each woken after its fsync.
 
@@ -72,7 +65,6 @@ async def test_two_steps_of_one_run_in_one_batch_do_not_wait_on_each_other(
     store = FileStore(tmp_path)
     lock = threading.Lock()
     writer = Writer()
-    writer._inline_from = float("inf")
     gate = threading.Event()
     # the first job holds the thread, so the next two queue up as one batch
     held = asyncio.ensure_future(writer.run(gate.wait, 10))
@@ -86,14 +78,13 @@ async def test_two_steps_of_one_run_in_one_batch_do_not_wait_on_each_other(
 
 
 async def test_a_failed_grouped_fsync_fails_its_step_and_the_file_is_checked_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threaded: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An fsync that fails in the grouped pass raises to its step, and the store
     no longer trusts its copy as its own (the next step checks it first)."""
     store = FileStore(tmp_path)
     lock = threading.Lock()
     assert await in_writer(_next_in_line, store, "r", 0, events(2), lock) == (0, True, 2)
-    real_fsync = os.fsync
 
     def broken(fd: int) -> None:
         raise OSError(5, "Input/output error")
@@ -101,15 +92,13 @@ async def test_a_failed_grouped_fsync_fails_its_step_and_the_file_is_checked_aga
     monkeypatch.setattr(os, "fsync", broken)
     with pytest.raises(OSError, match="Input/output"):
         await in_writer(_next_in_line, store, "r", 2, events(2, start=2), lock)
-    monkeypatch.setattr(os, "fsync", real_fsync)
+    monkeypatch.undo()
     # as after a failed fsync inline: not this store's copy any more, so not extended blind
     have, same, written = await in_writer(_next_in_line, store, "r", 4, events(1, start=4), lock)
     assert (same, written) == (False, None)
 
 
-async def test_a_writer_job_that_raises_reaches_its_caller_alone(
-    tmp_path: Path, threaded: None
-) -> None:
+async def test_a_writer_job_that_raises_reaches_its_caller_alone(tmp_path: Path) -> None:
     """One step's error goes to that step; the rest of its batch completes."""
 
     def boom() -> Any:
@@ -118,38 +107,3 @@ async def test_a_writer_job_that_raises_reaches_its_caller_alone(
     results = await asyncio.gather(in_writer(boom), in_writer(lambda: 7), return_exceptions=True)
     assert isinstance(results[0], RuntimeError) and "StopIteration" in str(results[0])
     assert results[1] == 7
-
-
-async def test_fast_steps_run_on_the_loop_and_a_slow_one_sends_the_next_to_the_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """While a step takes under a few ms (a local disk) it runs on the event loop, with
-    no thread hand-off at all; one slower step (a network volume's fsync) sends the
-    following steps to the writer thread, so the loop is not stalled on every step."""
-    store = FileStore(tmp_path)
-    lock = threading.Lock()
-    writer = Writer()
-    where: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
-        where.append(threading.current_thread().name)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    assert await writer.run(_next_in_line, store, "r", 0, events(1), lock) == (0, True, 1)
-    assert where == [threading.current_thread().name]
-
-    def slow_fsync(fd: int) -> None:
-        # a slow disk, as the loop sees it
-        real_fsync(fd)
-        time.sleep(_writer.INLINE_LIMIT * 2)
-        where.append(threading.current_thread().name)
-
-    monkeypatch.setattr(os, "fsync", slow_fsync)
-    assert (await writer.run(_next_in_line, store, "r", 1, events(1, start=1), lock))[2] == 2
-    monkeypatch.setattr(os, "fsync", fsync)
-    assert (await writer.run(_next_in_line, store, "r", 2, events(1, start=2), lock))[2] == 3
-    assert where[1] == threading.current_thread().name
-    assert where[2] == "agentor-store-writer"
-    assert [e.call_id for e in store.load("r")] == ["c0", "c1", "c2"]
