@@ -33,7 +33,7 @@ from agentor_temporal.activities.mirror import (
     unchanged,
 )
 from agentor_temporal.activities.registry import AgentRegistry, UnknownAgentError
-from agentor_temporal.store.base import Store, in_thread, in_writer
+from agentor_temporal.store.base import Store, in_thread
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (
@@ -171,12 +171,9 @@ async def _mirror(
                     inp.run_id, request["conversation"], request["messages"], int(key)
                 )
                 events[index].messages = known.messages
-        # the usual case in one trip to the writer thread, batched with other
-        # runs' steps (each trip is a handoff of the GIL and a wake-up of the
-        # loop, which a busy worker pays for in CPU and latency); another
-        # store's own I/O (a database) keeps a pool thread each, not one queue
-        trip = in_writer if callable(getattr(store, "append_next", None)) else in_thread
-        have, same, written = await trip(_next_in_line, store, inp.run_id, start, events, lock)
+        # the usual case in one trip to a thread (each trip is a handoff of
+        # the GIL, which a busy worker pays for in latency)
+        have, same, written = await in_thread(_next_in_line, store, inp.run_id, start, events, lock)
         if written is not None:
             result.mirrored = written
             return result

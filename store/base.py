@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from agentor_temporal.store._writer import WRITER
 from agentor_temporal.store.events import Event
 
 #: Longest run id accepted, in bytes of UTF-8: `<id>.jsonl` and the name a
@@ -64,16 +63,6 @@ async def in_thread(fn: Callable[..., _T], /, *args: Any) -> _T:
         Exception: whatever else `fn` raised.
     """
     return await asyncio.to_thread(functools.partial(_stopped_raises, fn, *args))
-
-
-async def in_writer(fn: Callable[..., _T], /, *args: Any) -> _T:
-    """`in_thread` through the process's one writer thread (`store._writer`).
-
-    For the mirror's usual step, many runs' at once: the steps queued
-    meanwhile run as one batch, their fsyncs grouped, and each caller wakes
-    once its own writes are on disk.
-    """
-    return await WRITER.run(_stopped_raises, fn, *args)
 
 
 def _stopped_raises(fn: Callable[..., _T], *args: Any) -> _T:

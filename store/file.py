@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import json
 import logging
 import os
@@ -33,7 +32,6 @@ try:  # POSIX: lets two worker processes share one runs directory safely
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from agentor_temporal.store._writer import deferred_syncs
 from agentor_temporal.store.base import validate_run_id
 from agentor_temporal.store.events import Event
 
@@ -195,21 +193,13 @@ class FileStore:
                         view = memoryview(data)
                         while view:
                             view = view[os.write(fd, view) :]
+                    # fsync: a crash is the case this store exists for
+                    os.fsync(fd)
                     after = _identity(os.fstat(fd))
                     self._counts[run_id] = (after, have + len(events))
                     self._written[run_id] = after
-                    syncs = deferred_syncs()
-                    if syncs is None:
-                        # fsync: a crash is the case this store exists for
-                        os.fsync(fd)
-                    else:  # the writer fsyncs it with its batch's others, then closes it
-                        if fcntl is not None:  # a later step of this run opens it anew
-                            fcntl.flock(fd, fcntl.LOCK_UN)
-                        syncs.append((fd, functools.partial(self._unwritten, run_id)))
-                        fd = -1
             finally:
-                if fd >= 0:
-                    os.close(fd)
+                os.close(fd)
         if torn:
             return have, same, self.append_from(run_id, start, events)
         return have, same, start + len(events)
@@ -418,10 +408,6 @@ class FileStore:
     def delete(self, run_id: str) -> None:
         """Remove a run's file (used by `prune`)."""
         self.path(run_id).unlink(missing_ok=True)
-        self._unwritten(run_id)
-
-    def _unwritten(self, run_id: str) -> None:
-        """Forget what this store knew of a run's file: it is checked again before use."""
         self._counts.pop(run_id, None)
         self._written.pop(run_id, None)
 
