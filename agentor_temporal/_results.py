@@ -8,7 +8,6 @@ workflow (refused input, terminated) reports the failure instead.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta

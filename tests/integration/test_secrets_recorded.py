@@ -17,7 +17,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, FileStore
@@ -69,3 +68,43 @@ async def test_a_key_in_a_plain_clients_input_is_masked_in_the_mirror(
     # one file: the masked copy was taken for the run's, never set aside as foreign
     assert [p.name for p in store.iterdir()] == [f"{run_id}.jsonl"]
     assert "did not match the run" not in caplog.text
+
+
+async def test_the_codec_servers_decoded_payloads_mask_known_keys(
+    client: Client, task_queue: str
+) -> None:
+    """An encrypted run's input holding a key the codec server's process knows is decoded
+    for the UI with the key `***`; the rest of the payload as it is."""
+    from google.protobuf import json_format
+
+    from agentor_temporal.activities._redact import remember
+    from agentor_temporal.codec import new_key, parse_keys
+    from agentor_temporal.codec_server import CodecServer
+    from agentor_temporal.connection import with_encryption
+
+    key = _key()
+    keys = parse_keys(f"k1:{new_key()}", source="test")
+    run_id = f"codec-{uuid.uuid4().hex[:8]}"
+    # no worker: the started event's input is what the UI decodes first
+    await with_encryption(client, keys).start_workflow(
+        "AgentRun",
+        {"agent": "Weather Agent", "input": f"my key is {key}"},
+        id=run_id,
+        task_queue=task_queue,
+    )
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    await client.get_workflow_handle(run_id).terminate("test over")
+    [sent] = history.events[0].workflow_execution_started_event_attributes.input.payloads
+    assert key.encode() not in sent.data  # encrypted in history
+    body = json.dumps({"payloads": [json_format.MessageToDict(sent)]}).encode()
+    remember(key)  # the codec server's process knows it (its OPENAI_API_KEY, say)
+    with CodecServer(keys, port=0) as server:
+        request = urllib.request.Request(
+            f"{server.url}/decode", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            decoded = json.loads(answer.read())
+    [shown] = decoded["payloads"]
+    data = json.loads(base64.b64decode(shown["data"]))
+    assert data == {"agent": "Weather Agent", "input": "my key is ***"}
+    assert base64.b64decode(shown["metadata"]["encoding"]) == b"json/plain"
