@@ -34,6 +34,7 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 
+from agentor_temporal._span_masking import MaskingExporter
 from agentor_temporal.workflows.tracing import TraceConfig
 
 T = TypeVar("T")
@@ -173,7 +174,8 @@ def _new_provider(create: Any) -> Any:
     defaults = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: DEFAULT_SERVICE_NAME}
     provider = create(resource=Resource.create(defaults))
     for exporter in _exporters():
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        # a span may carry a run's content as its client sent it: known keys masked
+        provider.add_span_processor(BatchSpanProcessor(MaskingExporter(exporter)))
     return provider
 
 

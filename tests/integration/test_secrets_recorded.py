@@ -22,7 +22,8 @@ from temporalio.client import Client
 from agentor_temporal import Agentor, FileStore
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, weather_tool
+from helpers import INSTRUCTIONS, spawn, stop_process, wait_until, weather_tool
+from otlp import OtlpReceiver
 
 
 def _key() -> str:
@@ -108,3 +109,43 @@ async def test_the_codec_servers_decoded_payloads_mask_known_keys(
     data = json.loads(base64.b64decode(shown["data"]))
     assert data == {"agent": "Weather Agent", "input": "my key is ***"}
     assert base64.b64decode(shown["metadata"]["encoding"]) == b"json/plain"
+
+
+async def test_a_worker_exports_no_known_key_in_its_spans(
+    client: Client, temporal_address: str, task_queue: str
+) -> None:
+    """With content capture on, a key the worker knows, sent in a run's input by a plain
+    Temporal client, is `***` in every span it exports (the request's messages)."""
+    key = _key()
+    run_id = f"traced-{uuid.uuid4().hex[:8]}"
+    script = [CallTool("get_weather", {"city": "Oslo"}), Reply("Cold.")]
+    worker = None
+    with OtlpReceiver() as otlp, ScriptedModelServer(script) as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "OPENAI_API_KEY": key,
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
+        }
+        try:
+            worker = spawn(["worker"], env)
+            handle = await client.start_workflow(
+                "AgentRun",
+                {"agent": "Weather Agent", "input": f"my key is {key}"},
+                id=run_id,
+                task_queue=task_queue,
+            )
+            assert (await handle.result())["status"] == "completed"
+            wait_until(
+                lambda: len([s for s in otlp.spans if s.name == "chat gpt-4o-mini"]) == 2,
+                "both model calls' spans",
+            )
+        finally:
+            stop_process(worker)
+    chats = [s for s in otlp.spans if s.name == "chat gpt-4o-mini"]
+    assert all("my key is ***" in s.attributes["gen_ai.input.messages"] for s in chats)
+    assert not [s.name for s in otlp.spans if key in repr(s)]
