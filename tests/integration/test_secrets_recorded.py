@@ -149,3 +149,53 @@ async def test_a_worker_exports_no_known_key_in_its_spans(
     chats = [s for s in otlp.spans if s.name == "chat gpt-4o-mini"]
     assert all("my key is ***" in s.attributes["gen_ai.input.messages"] for s in chats)
     assert not [s.name for s in otlp.spans if key in repr(s)]
+
+
+async def test_a_users_worker_masks_its_clients_api_key(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """In a user's own Temporal app (`AgentorPlugin` on their worker), the API key their
+    client connected with is a secret of the process: a tool's error quoting it is `***`
+    in history, the JSONL and the logs."""
+    from temporalio.worker import Worker
+
+    from agentor_temporal import AgentorPlugin, function_tool
+
+    api_key = f"tcak-user-{uuid.uuid4().hex}"
+    # the dev server ignores the key; the client sends it with every call
+    users = await Client.connect(temporal_address, api_key=api_key, tls=False)
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        raise RuntimeError(f"our namespace refused api key {api_key}")
+
+    store = FileStore(tmp_path)
+    run_id = f"plugin-{uuid.uuid4().hex[:8]}"
+    script = [CallTool("get_weather", {"city": "Oslo"}), Reply("Cold.")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            tools=[get_weather],
+            base_url=model.base_url,
+            api_key="sk-test-model-key-0123456789",
+            embedded_worker=False,
+        )
+        plugin = AgentorPlugin(agents=[agent], store=store)
+        async with Worker(users, task_queue=task_queue, plugins=[plugin]):
+            handle = await users.start_workflow(
+                "AgentRun",
+                {"agent": "Weather Agent", "input": "Oslo?"},
+                id=run_id,
+                task_queue=task_queue,
+            )
+            assert (await handle.result())["status"] == "completed"
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    texts = [str(event) for event in history.events]
+    texts.append((tmp_path / f"{run_id}.jsonl").read_text())
+    assert "our namespace refused api key ***" in texts[-1]
+    assert not [text for text in texts if api_key in text]
