@@ -349,13 +349,17 @@ def guard_handlers() -> None:
 
     So is what Python prints on stderr past logging: a warning (`warnings.warn`, a
     tool's "token ... expires soon"), the traceback of a thread a tool started that
-    failed, and an exception ignored in a finalizer.
+    failed, and an exception ignored in a finalizer; and each line written on stdout
+    and stderr (a tool's `print`, `_masked_output`).
     """
     install()
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _HandlerRedactingFilter) for f in handler.filters):
             handler.addFilter(_HandlerRedactingFilter(_Known()))
     _guard_stderr_hooks()
+    from agentor_temporal.activities._masked_output import guard_streams
+
+    guard_streams()
 
 
 def _guard_stderr_hooks() -> None:

@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from temporalio.client import Client
 from temporalio.common import MetricMeter
@@ -175,7 +175,7 @@ def _new_provider(create: Any) -> Any:
     provider = create(resource=Resource.create(defaults))
     for exporter in _exporters():
         # a span may carry a run's content as its client sent it: known keys masked
-        provider.add_span_processor(BatchSpanProcessor(MaskingExporter(exporter)))
+        provider.add_span_processor(BatchSpanProcessor(cast(Any, MaskingExporter(exporter))))
     return provider
 
 

@@ -199,3 +199,67 @@ async def test_a_users_worker_masks_its_clients_api_key(
     texts.append((tmp_path / f"{run_id}.jsonl").read_text())
     assert "our namespace refused api key ***" in texts[-1]
     assert not [text for text in texts if api_key in text]
+
+
+PRINTING_AGENT = '''
+import os, sys
+from agentor_temporal import Agentor, function_tool
+
+@function_tool
+def get_weather(city: str) -> str:
+    """Get the weather.
+
+    Args:
+        city: The city.
+    """
+    key = os.environ["OPENAI_API_KEY"]
+    print(f"debug: calling the weather API with {key}")
+    sys.stdout.write("in pieces: " + key[:9])
+    sys.stdout.write(key[9:] + "\\n")
+    print(f"warning: {key} expires soon", file=sys.stderr)
+    return "sunny"
+
+agent = Agentor(
+    name="Weather Agent",
+    tools=[get_weather],
+    base_url=os.environ["MODEL_BASE_URL"],
+    task_queue=os.environ["AGENT_TASK_QUEUE"],
+)
+'''
+
+
+def test_a_tools_print_in_a_commands_process_never_shows_the_key(
+    temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """A tool that prints a key its process knows (on stdout in pieces, on stderr), run by
+    a command's embedded worker: every line the process writes shows `***`."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    key = _key()
+    (tmp_path / "printing_agent.py").write_text(PRINTING_AGENT)
+    script = [CallTool("get_weather", {"city": "Oslo"}), Reply("Cold.")]
+    with ScriptedModelServer(script) as model:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+        env.update(
+            OPENAI_API_KEY=key,
+            MODEL_BASE_URL=model.base_url,
+            AGENT_TASK_QUEUE=task_queue,
+            PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
+        )
+        ran = subprocess.run(
+            [sys.executable, "-m", "agentor_temporal", "run", "--agent", "printing_agent:agent"]
+            + ["--temporal", temporal_address, "--json", "Oslo?"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    assert ran.returncode == 0, ran.stderr
+    assert "debug: calling the weather API with ***" in ran.stdout
+    assert "in pieces: ***" in ran.stdout and "warning: *** expires soon" in ran.stderr
+    assert key not in ran.stdout + ran.stderr
