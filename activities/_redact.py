@@ -13,13 +13,15 @@ openai client's, and the Temporal SDK's activity and worker loggers.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 from agentor_temporal.activities._env_secrets import env_variable_secrets
+from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
     RedactingFilter,
@@ -221,6 +223,35 @@ def mask_input(value: T) -> T:
     return cast(T, _masked(value, known))
 
 
+#: The fields of an `Event` that hold content (the model's text, a tool's arguments and
+#: result, the request messages).
+CONTENT_FIELDS = ("text", "reasoning", "args", "result", "messages", "calls")
+
+
+def masked_event(event: Event, error: Callable[[str], str] = mask_secrets) -> Event:
+    """`event` with every key this process knows masked in its content and its error
+    (`error` redacts the error text: `clean` also masks URL credentials).
+
+    For a run's content recorded as a client sent it: a run started by any Temporal
+    client (`temporal workflow start`, a user's workflow's `run_agent`) with a key in its
+    input, which no process masked before history got it. The JSONL mirror and every
+    reader show it masked. The same event when nothing is masked.
+    """
+    known = secrets()
+    changes: dict[str, Any] = {}
+    if event.error:
+        shown = error(event.error)
+        if shown != event.error:
+            changes["error"] = shown
+    if known:
+        for name in CONTENT_FIELDS:
+            value = getattr(event, name)
+            masked = _masked(value, known) if value is not None else None
+            if masked != value:
+                changes[name] = masked
+    return dataclasses.replace(event, **changes) if changes else event
+
+
 def _masked(value: object, known: list[str]) -> object:
     if isinstance(value, str):
         for secret in known:
@@ -318,13 +349,17 @@ def guard_handlers() -> None:
 
     So is what Python prints on stderr past logging: a warning (`warnings.warn`, a
     tool's "token ... expires soon"), the traceback of a thread a tool started that
-    failed, and an exception ignored in a finalizer.
+    failed, and an exception ignored in a finalizer; and each line written on stdout
+    and stderr (a tool's `print`, `_masked_output`).
     """
     install()
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _HandlerRedactingFilter) for f in handler.filters):
             handler.addFilter(_HandlerRedactingFilter(_Known()))
     _guard_stderr_hooks()
+    from agentor_temporal.activities._masked_output import guard_streams
+
+    guard_streams()
 
 
 def _guard_stderr_hooks() -> None:

@@ -60,6 +60,7 @@ def catch_up(store: Store, run_id: str, events: list[Event], agent: str) -> int 
     starts = [e for e in events if e.type == "run_start"]
     if not starts or starts[-1].agent != agent:
         return None
+    events = [_redact.masked_event(e) for e in events]
     try:
         have = reconcile(store, run_id, events)
         if have is None:
@@ -171,6 +172,9 @@ async def _mirror(
                     inp.run_id, request["conversation"], request["messages"], int(key)
                 )
                 events[index].messages = known.messages
+        # the JSONL is read as it is (by people, by Agentor): a key a client sent in the
+        # run's input, which history holds as sent, is masked here (`masked_event`)
+        events = [_redact.masked_event(e) for e in events]
         # the usual case in one trip to a thread (each trip is a handoff of
         # the GIL, which a busy worker pays for in latency)
         have, same, written = await in_thread(_next_in_line, store, inp.run_id, start, events, lock)
@@ -181,6 +185,7 @@ async def _mirror(
             # a gap, an overlap, or a copy someone else touched: check it first
             record = await _record(inp.run_id, store, start)
             if record is not None:
+                record = [_redact.masked_event(e) for e in record]
                 kept = await in_thread(
                     functools.partial(
                         reconcile, store, inp.run_id, record + events, lock, confirmed=start

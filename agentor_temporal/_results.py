@@ -8,7 +8,6 @@ workflow (refused input, terminated) reports the failure instead.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -28,7 +27,7 @@ from temporalio.service import RPCError
 from agentor_temporal._closed import closed
 from agentor_temporal._stuck import watching_stuck
 from agentor_temporal.activities import AgentDefinition
-from agentor_temporal.activities._redact import mask_input
+from agentor_temporal.activities._redact import clean, mask_input, masked_event
 from agentor_temporal.activities._redact import secrets as known_secrets
 from agentor_temporal.store import (
     Event,
@@ -244,11 +243,6 @@ def shown_error(error: str | None) -> str | None:
     return redact(error, known_secrets()) if error else error
 
 
-#: The fields of an `Event` that hold content (the model's text, a tool's arguments and
-#: result, the request messages): masked of the keys this process knows on the way out.
-_CONTENT_FIELDS = ("text", "reasoning", "args", "result", "messages", "calls")
-
-
 def shown_text(value: T) -> T:
     """Recorded content (a final output, messages) as shown to a reader: every key this
     process knows masked (URLs are left as they are: this is content, not an error).
@@ -262,18 +256,8 @@ def shown_text(value: T) -> T:
 def shown_event(event: Event) -> Event:
     """`event` as shown to a reader (`RunResult.events`, `stream`, `show`, `export`, the HTTP
     routes): its error text redacted (`shown_error`), its content masked of the keys this
-    process knows (`shown_text`)."""
-    changes: dict[str, Any] = {}
-    error = shown_error(event.error)
-    if error != event.error:
-        changes["error"] = error
-    if known_secrets():
-        for name in _CONTENT_FIELDS:
-            value = getattr(event, name)
-            masked = shown_text(value)
-            if masked != value:
-                changes[name] = masked
-    return dataclasses.replace(event, **changes) if changes else event
+    process knows (`masked_event`)."""
+    return masked_event(event, clean)
 
 
 def shown_events(events: list[Event]) -> list[Event]:

@@ -11,7 +11,8 @@ origins only; an optional bearer token guards it against other callers.
 
 A payload whose key this server lacks is returned as it came (the UI keeps
 showing it encrypted) and logged with its key id, so one unreadable payload
-does not hide the rest of a page. Standard library HTTP: no web framework.
+does not hide the rest of a page. A decoded payload's text has the keys this
+process knows masked (`_shown`), as `show` masks them. Standard library HTTP: no web framework.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from typing import Any
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from agentor_temporal.codec import EncryptionCodec, EncryptionKeyError, EncryptionKeys
+from agentor_temporal.activities._redact import mask_secrets
+from agentor_temporal.codec import ENCODING, EncryptionCodec, EncryptionKeyError, EncryptionKeys
 from agentor_temporal.connection import process_running
 
 logger = logging.getLogger("agentor_temporal.codec_server")
@@ -141,7 +143,7 @@ class CodecServer:
         if operation == "encode":
             out = self.codec.encrypt(payloads.payloads)
         else:
-            out = [self._decrypt(p) for p in payloads.payloads]
+            out = [_shown(self._decrypt(p)) for p in payloads.payloads]
         answer = json_format.MessageToDict(Payloads(payloads=out))
         return json.dumps({"payloads": answer.get("payloads", [])}).encode()
 
@@ -153,6 +155,29 @@ class CodecServer:
                 self._unreadable.add(exc.key_id)
                 logger.warning("Left a payload encrypted: %s", exc)
             return payload
+
+
+def _shown(payload: Payload) -> Payload:
+    """A decoded payload as the UI shows it: every key this process knows masked in its text.
+
+    History holds a run's input as its client sent it (`temporal workflow start`, a
+    user's workflow): a key pasted there, or recorded by a worker that did not know it,
+    is masked here as `show` and `export` mask it. Text only (JSON, plain); a payload
+    still encrypted, or not text, is returned as it is.
+    """
+    if payload.metadata.get("encoding") == ENCODING:
+        return payload
+    try:
+        text = payload.data.decode("utf-8")
+    except UnicodeDecodeError:
+        return payload
+    masked = mask_secrets(text)
+    if masked == text:
+        return payload
+    shown = Payload()
+    shown.CopyFrom(payload)
+    shown.data = masked.encode("utf-8")
+    return shown
 
 
 def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:

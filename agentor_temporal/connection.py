@@ -45,6 +45,7 @@ from agentor_temporal._dev_server import (
     temporal_binary,
 )
 from agentor_temporal.activities import _redact
+from agentor_temporal.activities._env_secrets import env_value_secrets
 from agentor_temporal.codec import (
     EncryptionKeys,
     KeysSetting,
@@ -223,6 +224,24 @@ def _remember_connection(address: str, api_key: str | None, metadata: dict[str, 
     return [s for s in secrets if s]
 
 
+def remember_client(client: Client) -> None:
+    """Mask the credentials of a client the caller connected in every message and log line
+    of this process, as a connection made here has them masked: its address's, API key
+    and gRPC metadata (`_remember_connection`), and its TLS client key's lines (a tool
+    quoting its own client's settings, a user's worker under `AgentorPlugin`)."""
+    settings = client.service_client.config
+    _remember_connection(settings.target_host, settings.api_key, dict(settings.rpc_metadata or {}))
+    _remember_tls_key(settings.tls)
+
+
+def _remember_tls_key(tls: object) -> None:
+    """Mask each line of a TLS client key (a profile's `client_key_path` is read into it)."""
+    private_key = getattr(tls, "client_private_key", None)
+    if isinstance(private_key, bytes):
+        for secret in env_value_secrets(private_key.decode("utf-8", "replace")):
+            _redact.remember(secret)
+
+
 async def connect(
     target: str | Client | None = None,
     *,
@@ -251,11 +270,7 @@ async def connect(
     """
     keys = resolve_keys(encryption_keys)
     if isinstance(target, Client):
-        # a client the caller connected: its credentials are secrets here too
-        settings = target.service_client.config
-        _remember_connection(
-            settings.target_host, settings.api_key, dict(settings.rpc_metadata or {})
-        )
+        remember_client(target)
         return target if keys is None else with_encryption(target, keys)
     config: dict[str, Any]
     embedded = False
@@ -280,6 +295,7 @@ async def connect(
     connection_secrets = _remember_connection(
         address, config.get("api_key"), config.get("rpc_metadata") or {}
     )
+    _remember_tls_key(config.get("tls"))
     if runtime is not None:
         config["runtime"] = runtime
     else:

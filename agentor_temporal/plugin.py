@@ -51,6 +51,7 @@ from agentor_temporal.codec import (
     resolve_keys,
     writes_payloads_as_they_are,
 )
+from agentor_temporal.connection import remember_client
 from agentor_temporal.store import Store
 from agentor_temporal.workflows import AgentRunWorkflow
 from agentor_temporal.workflows.policies import (
@@ -393,6 +394,8 @@ class AgentorPlugin(SimplePlugin):
         """Add the workflow, activities, passthrough and telemetry; tune what is at SDK defaults."""
         config = super().configure_worker(config)
         client = config["client"]
+        # its credentials are secrets of this process: a tool quoting them is masked
+        remember_client(client)
         interceptors = list(config.get("interceptors") or [])
         if self.trace is not None and not (
             telemetry.has_otel_interceptor(interceptors) or telemetry.client_traces(client)

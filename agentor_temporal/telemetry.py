@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from temporalio.client import Client
 from temporalio.common import MetricMeter
@@ -34,6 +34,7 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 
+from agentor_temporal._span_masking import MaskingExporter
 from agentor_temporal.workflows.tracing import TraceConfig
 
 T = TypeVar("T")
@@ -173,7 +174,8 @@ def _new_provider(create: Any) -> Any:
     defaults = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: DEFAULT_SERVICE_NAME}
     provider = create(resource=Resource.create(defaults))
     for exporter in _exporters():
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        # a span may carry a run's content as its client sent it: known keys masked
+        provider.add_span_processor(BatchSpanProcessor(cast(Any, MaskingExporter(exporter))))
     return provider
 
 

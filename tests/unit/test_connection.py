@@ -85,3 +85,26 @@ async def test_the_reason_is_one_plain_clause_not_the_cores_structures(dead_addr
     assert _connect_failure(held).startswith("it took the connection but did not answer")
     # anything else keeps its own (first) line
     assert _connect_failure(RuntimeError("odd failure\nmore")) == "odd failure"
+
+
+def test_a_given_clients_tls_key_and_api_key_are_secrets_of_the_process() -> None:
+    """A client the caller connected (given to `Agentor`, or a user's worker under
+    `AgentorPlugin`): its API key and each line of its TLS client key are masked."""
+    from types import SimpleNamespace
+
+    from temporalio.service import TLSConfig
+
+    from agentor_temporal.activities._redact import clean
+    from agentor_temporal.connection import remember_client
+
+    lines = ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7", "u1cLyA4kq0Zf3gQZtDQW9a3c"]
+    pem = "-----BEGIN PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END PRIVATE KEY-----\n"
+    config = SimpleNamespace(
+        target_host="temporal.example:7233",
+        api_key="tcak-unit-connection-4f1c9e",
+        rpc_metadata={},
+        tls=TLSConfig(client_cert=b"cert", client_private_key=pem.encode()),
+    )
+    remember_client(SimpleNamespace(service_client=SimpleNamespace(config=config)))  # type: ignore[arg-type]
+    said = f"refused {config.api_key}: bad key {lines[0]} / {lines[1]}"
+    assert clean(said) == "refused ***: bad key *** / ***"

@@ -216,3 +216,19 @@ def test_memory_and_three_method_stores(tmp_path: Path, caplog: pytest.LogCaptur
     assert catch_up(plain, RUN, run, "A") is None
     assert len(plain.events) == len(run) - 1
     assert "this store cannot set it aside" in caplog.text
+
+
+def test_a_copy_written_before_a_key_was_known_matches_the_masked_run(tmp_path: Path) -> None:
+    """A copy holding a key as recorded (written before this process knew it) is the run's
+    copy, masked or not: caught up, never set aside as foreign."""
+    from agentor_temporal.activities._redact import remember
+
+    key = "sk-unit-mirror-7f3a9c2e1b4d"
+    run = story(1)
+    run[0] = Event.from_dict({**run[0].to_dict(), "messages": [{"role": "user", "content": key}]})
+    write_lines(tmp_path / f"{RUN}.jsonl", run[:3])
+    remember(key)
+    store = FileStore(tmp_path)
+    assert catch_up(store, RUN, run, "A") == len(run)
+    assert [p.name for p in tmp_path.iterdir()] == [f"{RUN}.jsonl"]
+    assert store.load(RUN)[-1].to_dict() == run[-1].to_dict()

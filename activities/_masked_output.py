@@ -1,0 +1,62 @@
+"""What a command's process prints on stdout and stderr, past logging, with known keys masked.
+
+A tool runs in the worker's process (the `worker` command, or the embedded
+worker of `run`, `resume`, `serve`): its `print(f"using {token}")` goes to the
+process's stdout as it is, where a container's log collector keeps it, while
+its log records are masked (`_redact.guard_handlers`). So the streams of a
+command are wrapped once: each whole line is written with every key the
+process knows masked (`mask_secrets`: content is left as it is otherwise, a
+URL in `show`'s output stays whole). A line is held until its end, or until
+the stream is flushed, so a key written in pieces is masked whole.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from agentor_temporal.activities._redact import mask_secrets
+
+#: A line held longer than this is written as it is so far (masked): a progress bar
+#: without line breaks still shows.
+_HELD_CHARS = 65536
+
+
+class MaskedStream:
+    """A text stream writing every line to `inner` with known keys masked."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+        self._held = ""
+
+    def write(self, text: str) -> int:
+        held = self._held + text
+        cut = held.rfind("\n") + 1
+        if len(held) - cut > _HELD_CHARS:
+            cut = len(held)
+        self._held = held[cut:]
+        if cut:
+            self._inner.write(mask_secrets(held[:cut]))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._held:
+            held, self._held = self._held, ""
+            self._inner.write(mask_secrets(held))
+        self._inner.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        # fileno, isatty, encoding, buffer, ...: the wrapped stream's
+        return getattr(self._inner, name)
+
+
+def guard_streams() -> None:
+    """Wrap `sys.stdout` and `sys.stderr` in `MaskedStream` (once)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, MaskedStream):
+            setattr(sys, name, MaskedStream(stream))
