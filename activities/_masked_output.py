@@ -13,6 +13,7 @@ the stream is flushed, so a key written in pieces is masked whole.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any, TextIO
 
 from agentor_temporal.activities._redact import mask_secrets
@@ -28,15 +29,20 @@ class MaskedStream:
     def __init__(self, inner: TextIO) -> None:
         self._inner = inner
         self._held = ""
+        # sync tools print from their threads: without it two writes could both take
+        # the same held text (printed twice) or drop one another's. Reentrant: a signal
+        # handler printing in the main thread while it writes must not wait on itself.
+        self._lock = threading.RLock()
 
     def write(self, text: str) -> int:
-        held = self._held + text
-        cut = held.rfind("\n") + 1
-        if len(held) - cut > _HELD_CHARS:
-            cut = len(held)
-        self._held = held[cut:]
-        if cut:
-            self._inner.write(mask_secrets(held[:cut]))
+        with self._lock:
+            held = self._held + text
+            cut = held.rfind("\n") + 1
+            if len(held) - cut > _HELD_CHARS:
+                cut = len(held)
+            self._held = held[cut:]
+            if cut:
+                self._inner.write(mask_secrets(held[:cut]))
         return len(text)
 
     def writelines(self, lines: Any) -> None:
@@ -44,9 +50,10 @@ class MaskedStream:
             self.write(line)
 
     def flush(self) -> None:
-        if self._held:
-            held, self._held = self._held, ""
-            self._inner.write(mask_secrets(held))
+        with self._lock:
+            if self._held:
+                held, self._held = self._held, ""
+                self._inner.write(mask_secrets(held))
         self._inner.flush()
 
     def __getattr__(self, name: str) -> Any:
