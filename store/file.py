@@ -189,12 +189,7 @@ class FileStore:
                     torn = True  # rare: cut by `append_from` below, under its own open
                 else:
                     torn = False
-                    for data in _parts(events):
-                        view = memoryview(data)
-                        while view:
-                            view = view[os.write(fd, view) :]
-                    # fsync: a crash is the case this store exists for
-                    os.fsync(fd)
+                    _append_whole(fd, st.st_size, events)
                     after = _identity(os.fstat(fd))
                     self._counts[run_id] = (after, have + len(events))
                     self._written[run_id] = after
@@ -220,11 +215,9 @@ class FileStore:
             if f.read(1) != b"\n":
                 self._cut_torn_tail(f, self.path(run_id))
                 before = None  # counted afresh: the cut changed the file
-        for data in _parts(events):
-            f.write(data)
         f.flush()
-        # fsync: a crash is the case this store exists for
-        os.fsync(f.fileno())
+        # written past the buffer: bytes a failed write left in it would land at close
+        _append_whole(f.fileno(), os.fstat(f.fileno()).st_size, events)
         after = _identity(os.fstat(f.fileno()))
         cached = self._counts.get(run_id)
         if cached is not None and cached[0] == before:
@@ -415,6 +408,27 @@ class FileStore:
 #: what reading one line may raise: bad JSON or fields (ValueError, TypeError),
 #: nesting deeper than the parser recurses, a count of Infinity (OverflowError)
 UNREADABLE = (ValueError, TypeError, RecursionError, OverflowError)
+
+
+def _append_whole(fd: int, size: int, events: list[Event]) -> None:
+    """Write the events' lines at the end of the file (`size` bytes now) and fsync them,
+    or, if a write fails part-way (ENOSPC, EIO, a quota), cut the file back to `size`.
+
+    A full disk takes the part of a line that fits, then refuses the rest: left
+    there, readers met a torn line ("Skipping unreadable event") until the next
+    append cut it. Truncating needs no free space.
+    """
+    try:
+        for data in _parts(events):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        # fsync: a crash is the case this store exists for
+        os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
 
 
 def _readable(line: bytes) -> int:
