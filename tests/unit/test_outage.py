@@ -338,3 +338,35 @@ async def test_a_slow_server_is_waited_for_and_said_once(
         slow = [r.getMessage() for r in caplog.records if "slow to answer" in r.getMessage()]
         assert len(slow) == 1 and "while waiting for run 'r1'" in slow[0], caplog.text
         assert address in slow[0]
+
+
+async def test_a_starting_worker_waits_out_a_throttling_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker starting while the namespace is rate-limited waits to learn its search
+    attributes, as it does for a restarting server (it failed to start at once)."""
+    from temporalio.api.enums.v1 import IndexedValueType
+
+    from agentor_temporal import plugin
+
+    monkeypatch.setattr(
+        plugin, "SEARCH_ATTRIBUTES", {"AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD}
+    )
+    tries = 0
+
+    async def list_search_attributes(request: object) -> Any:
+        nonlocal tries
+        tries += 1
+        if tries < 3:
+            raise RPCError("namespace rate limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+        return SimpleNamespace(
+            custom_attributes={"AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+            system_attributes={},
+        )
+
+    client = SimpleNamespace(
+        namespace="default",
+        operator_service=SimpleNamespace(list_search_attributes=list_search_attributes),
+    )
+    assert await plugin._registered(client) == {"AgentName"}  # type: ignore[arg-type]
+    assert tries == 3
