@@ -313,11 +313,17 @@ class FileStore:
                 return None
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
             side = path.with_name(f"{path.name}.unconfirmed-{stamp}-{time.time_ns() % 10**6}")
-            with _open_safely(side, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
-                f.seek(cut)
-                shutil.copyfileobj(f, g)
-                g.flush()
-                os.fsync(g.fileno())
+            try:
+                with _open_safely(side, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
+                    f.seek(cut)
+                    shutil.copyfileobj(f, g)
+                    g.flush()
+                    os.fsync(g.fileno())
+            except OSError:
+                # a full disk: the log keeps its events, and no half copy is left beside it
+                with contextlib.suppress(OSError):
+                    side.unlink()
+                raise
             f.truncate(cut)
             f.flush()
             os.fsync(f.fileno())
