@@ -506,6 +506,15 @@ def _open_fd(path: Path, flags: int) -> int:
     try:
         # owner only: the logs hold prompts and tool results in the clear
         fd = os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
+    except FileNotFoundError:
+        if not flags & os.O_CREAT or path.parent.exists():
+            raise
+        # the store's directory went away under a running worker (a volume
+        # remounted empty, removed by hand): made again, as the store made it
+        # at start, so the mirror writes the runs again from Temporal's record
+        logger.warning("The store's directory %s is gone; making it again", path.parent)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return _open_fd(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
             raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link")) from None

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -103,3 +104,42 @@ async def test_a_full_disk_tears_no_line_and_the_mirror_catches_up(
         said = [r.getMessage() for r in caplog.records]
         assert any("No space left on device" in m for m in said), said
         assert not [m for m in said if "torn" in m or "unreadable" in m or "aside" in m], said
+
+
+async def test_a_store_directory_gone_mid_run_is_made_again_and_written_whole(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The runs directory removed under a running worker (a volume remounted empty): the
+    mirror makes it again, says so once, and ends holding the whole run. Before, every step
+    failed with FileNotFoundError (warnings with tracebacks) and the mirror ended empty."""
+    runs = tmp_path / "runs"
+
+    @function_tool
+    def step(n: int) -> str:
+        """Take step n."""
+        if n == 1:
+            shutil.rmtree(runs)
+        return f"step {n} done"
+
+    def respond(request: dict[str, Any]) -> Any:
+        done = sum(1 for m in request.get("messages") or [] if m.get("role") == "tool")
+        return CallTool("step", {"n": done + 1}) if done < 2 else Reply("Done.")
+
+    model.set_script(respond)
+    store = FileStore(runs)
+    agent = scripted_agent(model, client, task_queue, store=store, tools=[step])
+    with caplog.at_level(logging.WARNING):
+        result = await agent.arun("Take two steps.", run_id=uuid.uuid4().hex)
+
+    assert result.status == "completed" and result.final_output == "Done."
+    projected = [e.to_dict() for e in await TemporalStore(client).aload(result.run_id)]
+    assert [e.to_dict() for e in store.load(result.run_id)] == projected
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "is gone; making it again" in m] == [
+        f"The store's directory {runs} is gone; making it again"
+    ], said
+    assert not [m for m in said if "Completing activity as failed" in m], said
