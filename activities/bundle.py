@@ -20,6 +20,7 @@ from agentor_temporal.activities import model as _model
 from agentor_temporal.activities import outcomes as _outcomes
 from agentor_temporal.activities import tools as _tools
 from agentor_temporal.activities._definition import definition_for
+from agentor_temporal.activities._errors import instead_of_cancel
 from agentor_temporal.activities._joining import LiveCalls
 from agentor_temporal.activities._private import heartbeating
 from agentor_temporal.activities.conversations import CACHE
@@ -100,10 +101,21 @@ class AgentActivities:
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     async def _mirror_first(self, journal: JournalInput, fingerprint: str, what: str) -> int | None:
-        """Mirror the events a task carries, once its worker is known to run it."""
-        # a worker built differently leaves the task, and writes nothing of the run
-        await definition_for(self.registry, journal.agent, fingerprint, what)
-        return await _journal.mirror_folded(self.registry, journal)
+        """Mirror the events a task carries, once its worker is known to run it.
+
+        The server giving up on the attempt meanwhile (a heartbeat timeout while
+        Temporal throttled or was unreachable) ends it quietly, as it does the
+        call: the SDK logged the CancelledError as a failure, with a traceback.
+        """
+        try:
+            # a worker built differently leaves the task, and writes nothing of the run
+            await definition_for(self.registry, journal.agent, fingerprint, what)
+            return await _journal.mirror_folded(self.registry, journal)
+        except asyncio.CancelledError:
+            replaced = instead_of_cancel(what)
+            if replaced is None:
+                raise
+            raise replaced from None
 
     @activity.defn(name=policies.JOURNAL)
     async def journal(self, inp: JournalInput) -> JournalResult:

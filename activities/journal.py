@@ -20,7 +20,7 @@ import logging
 import threading
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.activities._errors import safe_str
@@ -208,7 +208,12 @@ async def _mirror(
             result.error,
         )
         if inp.strict:
-            raise ApplicationError(f"Mirror failed: {result.error}", type="MirrorFailed") from None
+            # benign: said above in one line; the SDK logged it again with a traceback
+            raise ApplicationError(
+                f"Mirror failed: {result.error}",
+                type="MirrorFailed",
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
     return result
 
 

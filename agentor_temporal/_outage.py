@@ -106,8 +106,26 @@ def unreachable(exc: BaseException) -> bool:
     )
 
 
+def throttled(exc: BaseException) -> bool:
+    """Whether `exc` is the server shedding load (RESOURCE_EXHAUSTED: a namespace or
+    frontend rate limit, an overloaded system), which passes as an outage does.
+
+    Not Temporal's caps on one execution's updates or signals: asking again
+    meets the same cap (`updates_refused`, `signals_refused` handle those).
+    """
+    if not isinstance(exc, RPCError) or exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+        return False
+    text = str(exc.message).lower()
+    return not any(word in text for word in ("update", "signal"))
+
+
 def gave_up(
-    address: str, waited: float, run_id: str | None, what: str, again: str | None = None
+    address: str,
+    waited: float,
+    run_id: str | None,
+    what: str,
+    again: str | None = None,
+    how: str = "unreachable",
 ) -> str:
     """What to tell a caller whose wait outlasted the server's outage.
 
@@ -118,10 +136,10 @@ def gave_up(
     if again is None:
         again = f"`resume({run_id!r})` re-attaches to it" if run_id else "try again"
     return (
-        f"Temporal at {address} has been unreachable for at least {waited:.0f} s while {what}; "
+        f"Temporal at {address} has been {how} for at least {waited:.0f} s while {what}; "
         f"gave up waiting ({OUTAGE_PATIENCE_ENV} sets how long, default {OUTAGE_PATIENCE:g} s). "
-        f"{run}{'once' if run else 'Once'} the server is back, {again}. Check that the server "
-        "is up."
+        f"{run}{'once' if run else 'Once'} the server is back, {again}. "
+        + ("Check that the server is up." if how == "unreachable" else "Check its rate limits.")
     )
 
 
@@ -137,10 +155,12 @@ class Outage:
     waited: float
     run_id: str | None
     what: str
+    #: what the server was: "unreachable", or "throttling requests (...)"
+    how: str = "unreachable"
 
     def told(self, again: str) -> str:
         """The message, saying `again` for how to pick the run up."""
-        return gave_up(self.address, self.waited, self.run_id, self.what, again)
+        return gave_up(self.address, self.waited, self.run_id, self.what, again, self.how)
 
 
 def outage_of(exc: BaseException) -> Outage | None:
@@ -265,18 +285,20 @@ async def riding_outages(
         try:
             result = await slow.watching(step())
         except Exception as exc:
-            if not unreachable(exc):
+            busy = throttled(exc)
+            if not (busy or unreachable(exc)):
                 raise
             now = time.monotonic()
+            how = f"throttling requests ({_short(exc)})" if busy else "unreachable"
             if began is None or now - started > _NEW_OUTAGE_AFTER:
                 goes_on = " (the run goes on in Temporal meanwhile)" if run_id else ""
                 logger.warning(
-                    "Temporal at %s is unreachable (%s) while %s; waiting up to %.0f s for it "
-                    "to come back%s",
+                    "Temporal at %s is %s while %s; waiting up to %.0f s for it to %s%s",
                     _address(client),
-                    _short(exc),
+                    how if busy else f"unreachable ({_short(exc)})",
                     what,
                     patience,
+                    "take them again" if busy else "come back",
                     goes_on,
                 )
                 began, attempt = now, 0
@@ -285,18 +307,20 @@ async def riding_outages(
                 clock.begin(max(started, now - _SDK_RETRIES))
             # then asked cheaply, after each pause, whether the server is back:
             # the step itself would spend the SDK's ~10 s of retries on each try
+            # (a throttling server answers the probe: the pause is all it gets)
             probe_timeout = _PROBE_TIMEOUT.total_seconds()
             while True:
                 waited = time.monotonic() - began
                 if waited >= patience:
-                    failed = ConnectionFailed(
-                        gave_up(_address(client), waited, run_id, what, again)
-                    )
-                    failed.outage = Outage(_address(client), waited, run_id, what)  # type: ignore[attr-defined]
+                    address = _address(client)
+                    failed = ConnectionFailed(gave_up(address, waited, run_id, what, again, how))
+                    failed.outage = Outage(address, waited, run_id, what, how)  # type: ignore[attr-defined]
                     raise failed from None
                 pause = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
                 await asyncio.sleep(min(pause, patience - waited))
                 attempt += 1
+                if busy:
+                    break
                 left = patience - (time.monotonic() - began)
                 reply = await _reply(client, max(min(probe_timeout, left), 1.0))
                 if reply == "yes":

@@ -230,8 +230,8 @@ ATTRIBUTES_PATIENCE = 60.0
 async def _registered(client: Client) -> set[str]:
     """The namespace's search attributes, ours added where missing.
 
-    A server that is restarting is waited for (ATTRIBUTES_PATIENCE); any
-    other refusal is raised at once.
+    A server that is restarting or throttling is waited for
+    (ATTRIBUTES_PATIENCE); any other refusal is raised at once.
     """
     deadline = asyncio.get_running_loop().time() + ATTRIBUTES_PATIENCE
     delay = 0.2
@@ -251,7 +251,12 @@ async def _registered(client: Client) -> set[str]:
                 logger.info("Registered search attributes %s", ", ".join(sorted(missing)))
             return set(missing) | set(kinds) - _mistyped(kinds)
         except RPCError as exc:
-            transient = exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+            # RESOURCE_EXHAUSTED: a rate limit or an overloaded server, passing as a restart does
+            transient = exc.status in (
+                RPCStatusCode.UNAVAILABLE,
+                RPCStatusCode.DEADLINE_EXCEEDED,
+                RPCStatusCode.RESOURCE_EXHAUSTED,
+            )
             if not transient or asyncio.get_running_loop().time() + delay > deadline:
                 raise
             logger.info("Waiting for Temporal to list search attributes: %s", exc)

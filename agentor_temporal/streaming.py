@@ -38,7 +38,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
 from agentor_temporal._gone import not_found, run_gone
-from agentor_temporal._outage import riding_outages, unreachable, until_reachable
+from agentor_temporal._outage import riding_outages, throttled, unreachable, until_reachable
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import draining_on_sigterm
 from agentor_temporal._stuck import watching_stuck
@@ -227,8 +227,8 @@ async def _follow_timed(
         except Exception as exc:
             if retries >= len(RESUBSCRIBE_BACKOFF):
                 break
-            if unreachable(exc):
-                # the server went away: subscribe again once it is back
+            if unreachable(exc) or throttled(exc):
+                # the server went away (or sheds load): subscribe again once it is back
                 await until_reachable(client, what=what, run_id=run_id, again=again)
             await asyncio.sleep(RESUBSCRIBE_BACKOFF[retries])
             retries += 1

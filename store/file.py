@@ -20,56 +20,30 @@ import json
 import logging
 import os
 import shutil
-import stat
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO
 
 try:  # POSIX: lets two worker processes share one runs directory safely
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
+from agentor_temporal.store._file_io import UnsafeLogFile as UnsafeLogFile  # its home before
+from agentor_temporal.store._file_io import (
+    _after_last_newline,
+    _append_whole,
+    _identity,
+    _last_byte,
+    _open_fd,
+    _open_safely,
+)
 from agentor_temporal.store.base import validate_run_id
 from agentor_temporal.store.events import Event
 
 logger = logging.getLogger(__name__)
-
-#: Opened without following a symbolic link in the last component (where the
-#: platform can), and without blocking on a FIFO planted under a run's name.
-_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
-
-class UnsafeLogFile(OSError):
-    """A run's file is a link or not a regular file: the store refuses to use it."""
-
-
-#: Bytes of lines joined into one write: many events are written at once
-#: (a fork's parent's events up to the fork, a set-aside copy's replacement).
-_PART_BYTES = 1 << 20
-
-
-def _parts(events: list[Event]) -> Iterator[bytes]:
-    """The events' JSONL lines, joined into writes of about `_PART_BYTES` (a longer line alone).
-
-    Never all at once: a generation's line holds its whole request, so a long
-    run's log grows with the square of its turns, and writing a fork's first
-    events (its parent's up to the fork) joined all of their text in memory.
-    """
-    batch: list[bytes] = []
-    size = 0
-    for event in events:
-        line = (event.to_json() + "\n").encode("utf-8")
-        if batch and size + len(line) > _PART_BYTES:
-            yield b"".join(batch)
-            batch, size = [], 0
-        batch.append(line)
-        size += len(line)
-    if batch:
-        yield b"".join(batch)
 
 
 class FileStore:
@@ -189,12 +163,7 @@ class FileStore:
                     torn = True  # rare: cut by `append_from` below, under its own open
                 else:
                     torn = False
-                    for data in _parts(events):
-                        view = memoryview(data)
-                        while view:
-                            view = view[os.write(fd, view) :]
-                    # fsync: a crash is the case this store exists for
-                    os.fsync(fd)
+                    _append_whole(fd, st.st_size, events)
                     after = _identity(os.fstat(fd))
                     self._counts[run_id] = (after, have + len(events))
                     self._written[run_id] = after
@@ -220,11 +189,9 @@ class FileStore:
             if f.read(1) != b"\n":
                 self._cut_torn_tail(f, self.path(run_id))
                 before = None  # counted afresh: the cut changed the file
-        for data in _parts(events):
-            f.write(data)
         f.flush()
-        # fsync: a crash is the case this store exists for
-        os.fsync(f.fileno())
+        # written past the buffer: bytes a failed write left in it would land at close
+        _append_whole(f.fileno(), os.fstat(f.fileno()).st_size, events)
         after = _identity(os.fstat(f.fileno()))
         cached = self._counts.get(run_id)
         if cached is not None and cached[0] == before:
@@ -320,11 +287,17 @@ class FileStore:
                 return None
             stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
             side = path.with_name(f"{path.name}.unconfirmed-{stamp}-{time.time_ns() % 10**6}")
-            with _open_safely(side, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
-                f.seek(cut)
-                shutil.copyfileobj(f, g)
-                g.flush()
-                os.fsync(g.fileno())
+            try:
+                with _open_safely(side, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
+                    f.seek(cut)
+                    shutil.copyfileobj(f, g)
+                    g.flush()
+                    os.fsync(g.fileno())
+            except OSError:
+                # a full disk: the log keeps its events, and no half copy is left beside it
+                with contextlib.suppress(OSError):
+                    side.unlink()
+                raise
             f.truncate(cut)
             f.flush()
             os.fsync(f.fileno())
@@ -427,110 +400,3 @@ def _readable(line: bytes) -> int:
     except UNREADABLE:
         pass
     return 0
-
-
-def _after_last_newline(f: BinaryIO, size: int, block: int = 1 << 20) -> int:
-    """The offset just past the file's last newline (0 without one), read from the end."""
-    end = size
-    while end > 0:
-        start = max(0, end - block)
-        f.seek(start)
-        found = f.read(end - start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        end = start
-    return 0
-
-
-def _last_byte(fd: int, size: int) -> bytes:
-    if hasattr(os, "pread"):
-        return os.pread(fd, 1, size - 1)
-    os.lseek(fd, size - 1, os.SEEK_SET)  # Windows: no pread (appends still go to the end)
-    return os.read(fd, 1)
-
-
-def _identity(st: os.stat_result) -> tuple[int, int, int]:
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-@contextlib.contextmanager
-def _open_safely(path: Path, flags: int) -> Iterator[BinaryIO]:
-    """Open a run's file without following a link out of the store's directory.
-
-    Raises:
-        UnsafeLogFile: for a symbolic link, a hard link (the same file also
-            lives elsewhere), or anything but a regular file.
-        FileNotFoundError: when it does not exist (and `flags` do not create it).
-    """
-    fd = _open_fd(path, flags)
-    try:
-        mode = "rb" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "rb+"
-        f = cast(BinaryIO, os.fdopen(fd, mode))
-    except BaseException:
-        os.close(fd)
-        raise
-    with f:
-        yield f
-
-
-def _open_fd(path: Path, flags: int) -> int:
-    """Open a run's file without following a link out of the store's directory.
-
-    Raises:
-        UnsafeLogFile: for a symbolic link, a hard link (the same file also
-            lives elsewhere), or anything but a regular file.
-        FileNotFoundError: when it does not exist (and `flags` do not create it).
-    """
-    if not _NO_FOLLOW & getattr(os, "O_NOFOLLOW", 0) and path.is_symlink():
-        raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link"))
-    try:
-        fd = _open_creating(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
-            raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link")) from None
-        if exc.errno in (errno.ENXIO, errno.EISDIR):
-            raise UnsafeLogFile(exc.errno, _refusal(path, "it is not a regular file")) from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeLogFile(errno.EINVAL, _refusal(path, "it is not a regular file"))
-        if st.st_nlink > 1:
-            raise UnsafeLogFile(
-                errno.EMLINK,
-                _refusal(path, f"it has {st.st_nlink} hard links (writes would land elsewhere)"),
-            )
-        # regular files ignore O_NONBLOCK; cleared anyway so writes block as usual
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _open_creating(path: Path, flags: int) -> int:
-    """`os.open` the run's file; when creating it, make its directory again if it is gone.
-
-    A runs directory deleted while a worker runs (cleared by hand, a volume
-    remounted) made every later write fail with "No such file or directory"
-    until the worker restarted: runs went on, but their logs were never
-    written again, even by a resume. The directory is made as `__init__`
-    makes it; a file or a link in its place is left alone (and refused).
-    """
-    # owner only: the logs hold prompts and tool results in the clear
-    try:
-        return os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
-    except FileNotFoundError:
-        if not flags & os.O_CREAT or os.path.lexists(path.parent):
-            raise
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    logger.warning("Made the runs directory %s again: it was gone", path.parent)
-    return os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
-
-
-def _refusal(path: Path, why: str) -> str:
-    return (
-        f"Refusing to use {path}: {why}. A FileStore reads and writes only regular "
-        "files inside its own directory; move it away to continue."
-    )

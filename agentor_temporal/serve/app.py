@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException
 from temporalio.service import RPCError
 
 from agentor_temporal._fork import ForkIdInUse, start_fork_run
+from agentor_temporal._outage import throttled
 from agentor_temporal._outage import unreachable as server_unreachable
 from agentor_temporal._resume import resume_run
 from agentor_temporal._runs import EXECUTION_RUN_ID_PATTERN, run_events, undelivered
@@ -326,7 +327,7 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(ConnectionFailed)
     async def unreachable(request: Request, exc: ConnectionFailed) -> JSONResponse:
         return JSONResponse(
-            {"error": _redact.clean(f"Temporal is unreachable: {exc}")},
+            {"error": _redact.clean(f"Temporal is unavailable: {exc}")},
             status_code=503,
             headers=_AGAIN_LATER,
         )
@@ -339,6 +340,13 @@ def _errors(app: FastAPI) -> None:
             # expired"): it did not refuse anything, and may well come back
             return JSONResponse(
                 {"error": _redact.clean(f"Temporal is unreachable: {exc.message}")},
+                status_code=503,
+                headers=_AGAIN_LATER,
+            )
+        if throttled(exc):
+            # a rate limit or an overloaded server: the request may go through later
+            return JSONResponse(
+                {"error": _redact.clean(f"Temporal is throttling requests: {exc.message}")},
                 status_code=503,
                 headers=_AGAIN_LATER,
             )

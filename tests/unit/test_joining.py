@@ -181,3 +181,39 @@ async def test_a_late_third_attempt_calls_all_the_same() -> None:
         started_time=datetime.now(timezone.utc) - timedelta(seconds=60),
     )
     assert await skewed.run(calls.run, model.ask) == "answer 1"
+
+
+async def test_an_attempt_timed_out_while_it_mirrors_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call_tool attempt the server gives up on while its events are mirrored (a heartbeat
+    timeout while Temporal throttles) ends as a benign error, not a CancelledError the SDK
+    logged as a failure with its traceback (seen with frontend.namespaceRPS=1)."""
+    from agentor_temporal.activities import bundle
+    from agentor_temporal.activities.bundle import AgentActivities
+    from agentor_temporal.activities.registry import AgentRegistry
+    from agentor_temporal.workflows.activity_types import CallToolInput, JournalInput
+
+    async def known(*args: object) -> None:
+        return None
+
+    mirroring = asyncio.Event()
+
+    async def mirror_folded(*args: object) -> int:
+        mirroring.set()
+        await asyncio.sleep(60)  # reading history from a server that throttles
+        return 0
+
+    monkeypatch.setattr(bundle, "definition_for", known)
+    monkeypatch.setattr(bundle._journal, "mirror_folded", mirror_folded)
+    activities = AgentActivities(AgentRegistry([]))
+    journal = JournalInput(run_id="run-1", agent="a", mirror=True, start=0, events=[], new_from=0)
+    inp = CallToolInput(run_id="run-1", agent="a", call_id="c1", name="t", args={}, journal=journal)
+    env = _attempt(1)
+    call = asyncio.ensure_future(env.run(activities.call_tool, inp))
+    await asyncio.wait_for(mirroring.wait(), 5)
+    env.cancel(ActivityCancellationDetails(timed_out=True))
+    with pytest.raises(ApplicationError) as ended:
+        await asyncio.wait_for(call, 5)
+    assert ended.value.category == ApplicationErrorCategory.BENIGN
+    assert "The server gave up on this attempt of t()" in ended.value.message

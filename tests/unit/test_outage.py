@@ -23,6 +23,7 @@ from agentor_temporal._outage import (
     outage_patience,
     patiently,
     riding_outages,
+    throttled,
     unreachable,
     until_reachable,
 )
@@ -89,6 +90,50 @@ async def test_past_the_patience_the_caller_is_told_where_and_what_to_do(
     with pytest.raises(ConnectionFailed) as caught:
         await riding_outages(step, client, what="listing runs")  # type: ignore[arg-type]
     assert "default 300 s). Once the server is back, try again." in str(caught.value)
+
+
+async def test_a_throttling_server_is_waited_out_as_an_outage(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RESOURCE_EXHAUSTED (a namespace rate limit, an overloaded frontend) is ridden out,
+    said in one line, and past the patience told as throttling; an execution's update or
+    signal cap is not (asking again meets it again). Seen: `run()` of four runs at once
+    on a dev server with frontend.namespaceRPS=1 died with a traceback ending in
+    "RPCError: namespace rate limit exceeded" while its run went on."""
+    monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "30")
+    limited = RPCError("namespace rate limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+    capped = RPCError("in-flight update limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+    assert throttled(limited) and not throttled(capped) and not unreachable(limited)
+    tries = 0
+
+    async def step() -> str:
+        nonlocal tries
+        tries += 1
+        if tries < 3:
+            raise limited
+        return "done"
+
+    with caplog.at_level(logging.WARNING, logger="agentor_temporal"):
+        assert await riding_outages(step, _client(), what="waiting for run 'r1'", run_id="r1")
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "throttling requests (namespace rate limit" in said[0], said
+    assert "the run goes on" in said[0]
+
+    async def refused() -> None:
+        raise capped
+
+    with pytest.raises(RPCError, match="update limit"):
+        await riding_outages(refused, _client(), what="deciding")
+    monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "0")
+
+    async def limiting() -> None:
+        raise limited
+
+    with pytest.raises(ConnectionFailed) as caught:
+        await riding_outages(limiting, _client(), what="waiting for run 'r1'", run_id="r1")
+    message = str(caught.value)
+    assert "has been throttling requests (namespace rate limit exceeded)" in message, message
+    assert "resume('r1')" in message and "unreachable" not in message
 
 
 async def test_other_errors_pass_through_at_once() -> None:
@@ -293,3 +338,35 @@ async def test_a_slow_server_is_waited_for_and_said_once(
         slow = [r.getMessage() for r in caplog.records if "slow to answer" in r.getMessage()]
         assert len(slow) == 1 and "while waiting for run 'r1'" in slow[0], caplog.text
         assert address in slow[0]
+
+
+async def test_a_starting_worker_waits_out_a_throttling_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker starting while the namespace is rate-limited waits to learn its search
+    attributes, as it does for a restarting server (it failed to start at once)."""
+    from temporalio.api.enums.v1 import IndexedValueType
+
+    from agentor_temporal import plugin
+
+    monkeypatch.setattr(
+        plugin, "SEARCH_ATTRIBUTES", {"AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD}
+    )
+    tries = 0
+
+    async def list_search_attributes(request: object) -> Any:
+        nonlocal tries
+        tries += 1
+        if tries < 3:
+            raise RPCError("namespace rate limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+        return SimpleNamespace(
+            custom_attributes={"AgentName": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+            system_attributes={},
+        )
+
+    client = SimpleNamespace(
+        namespace="default",
+        operator_service=SimpleNamespace(list_search_attributes=list_search_attributes),
+    )
+    assert await plugin._registered(client) == {"AgentName"}  # type: ignore[arg-type]
+    assert tries == 3

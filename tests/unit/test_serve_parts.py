@@ -254,8 +254,10 @@ def test_a2a_task_states_follow_the_run() -> None:
         (RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b""), 503),
         (RPCError("Timeout expired", RPCStatusCode.CANCELLED, b""), 503),
         (RPCError("Namespace default is not found", RPCStatusCode.NOT_FOUND, b""), 502),
+        # a rate limit: the request may go through later (it was 502, a refusal)
+        (RPCError("namespace rate limit exceeded", RPCStatusCode.RESOURCE_EXHAUSTED, b""), 503),
     ],
-    ids=["refused-connection", "never-answered", "refused"],
+    ids=["refused-connection", "never-answered", "refused", "throttled"],
 )
 async def test_temporal_not_answering_is_503_unreachable_not_a_refusal(
     error: RPCError, status: int
@@ -273,6 +275,8 @@ async def test_temporal_not_answering_is_503_unreachable_not_a_refusal(
     answer = await handler(request, error)
     assert answer.status_code == status
     said = "unreachable" if status == 503 else "refused the request"
+    if error.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+        said = "throttling requests: namespace rate limit exceeded"
     assert said in bytes(answer.body).decode()
     # an outage's 503 says when to ask again (a server restart takes seconds)
     assert answer.headers.get("retry-after") == ("5" if status == 503 else None)

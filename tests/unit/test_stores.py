@@ -395,3 +395,26 @@ def test_a_long_runs_log_is_written_a_part_at_a_time(tmp_path: Path) -> None:
     assert peak < 8 * line, f"{peak:,} bytes held writing a log of {16 * line:,}"
     for run_id in ("r", "s"):
         assert [e.to_dict() for e in store.load(run_id)] == [e.to_dict() for e in events]
+
+
+def test_a_retract_a_full_disk_refuses_leaves_the_log_and_no_half_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC while the retracted tail is copied aside: the log keeps every event and no
+    partial `unconfirmed-` file is left beside it (one was, holding part of the tail)."""
+    import shutil
+
+    store = FileStore(tmp_path)
+    for n in range(4):
+        store.append("r", Event(type="message", text=f"m{n}"))
+
+    def full(src: Any, dst: Any, *args: object) -> None:
+        dst.write(src.read(10))
+        dst.flush()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfileobj", full)
+    with pytest.raises(OSError, match="No space left"):
+        store.retract("r", 2)
+    assert [e.text for e in store.load("r")] == ["m0", "m1", "m2", "m3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]

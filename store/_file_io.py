@@ -1,0 +1,175 @@
+"""The low-level file operations of `FileStore`: safe opens, whole-line appends.
+
+A run's file is opened without following links out of the store's
+directory, and refused if it is not a plain regular file; lines are
+appended through the descriptor and fsynced, or, if a write fails part-way
+(a full disk), cut back off so the log stays whole lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, cast
+
+from agentor_temporal.store.events import Event
+
+# the store's own logger name: the worker's redaction filter knows it
+logger = logging.getLogger("agentor_temporal.store.file")
+
+#: Opened without following a symbolic link in the last component (where the
+#: platform can), and without blocking on a FIFO planted under a run's name.
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafeLogFile(OSError):
+    """A run's file is a link or not a regular file: the store refuses to use it."""
+
+
+#: Bytes of lines joined into one write: many events are written at once
+#: (a fork's parent's events up to the fork, a set-aside copy's replacement).
+_PART_BYTES = 1 << 20
+
+
+def _parts(events: list[Event]) -> Iterator[bytes]:
+    """The events' JSONL lines, joined into writes of about `_PART_BYTES` (a longer line alone).
+
+    Never all at once: a generation's line holds its whole request, so a long
+    run's log grows with the square of its turns, and writing a fork's first
+    events (its parent's up to the fork) joined all of their text in memory.
+    """
+    batch: list[bytes] = []
+    size = 0
+    for event in events:
+        line = (event.to_json() + "\n").encode("utf-8")
+        if batch and size + len(line) > _PART_BYTES:
+            yield b"".join(batch)
+            batch, size = [], 0
+        batch.append(line)
+        size += len(line)
+    if batch:
+        yield b"".join(batch)
+
+
+def _append_whole(fd: int, size: int, events: list[Event]) -> None:
+    """Write the events' lines at the end of the file (`size` bytes now) and fsync them,
+    or, if a write fails part-way (ENOSPC, EIO, a quota), cut the file back to `size`.
+
+    A full disk takes the part of a line that fits, then refuses the rest: left
+    there, readers met a torn line ("Skipping unreadable event") until the next
+    append cut it. Truncating needs no free space.
+    """
+    try:
+        for data in _parts(events):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        # fsync: a crash is the case this store exists for
+        os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
+
+
+def _after_last_newline(f: BinaryIO, size: int, block: int = 1 << 20) -> int:
+    """The offset just past the file's last newline (0 without one), read from the end."""
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        found = f.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
+
+
+def _last_byte(fd: int, size: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, 1, size - 1)
+    os.lseek(fd, size - 1, os.SEEK_SET)  # Windows: no pread (appends still go to the end)
+    return os.read(fd, 1)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@contextlib.contextmanager
+def _open_safely(path: Path, flags: int) -> Iterator[BinaryIO]:
+    """Open a run's file without following a link out of the store's directory.
+
+    Raises:
+        UnsafeLogFile: for a symbolic link, a hard link (the same file also
+            lives elsewhere), or anything but a regular file.
+        FileNotFoundError: when it does not exist (and `flags` do not create it).
+    """
+    fd = _open_fd(path, flags)
+    try:
+        mode = "rb" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "rb+"
+        f = cast(BinaryIO, os.fdopen(fd, mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
+
+
+def _open_fd(path: Path, flags: int) -> int:
+    """Open a run's file without following a link out of the store's directory.
+
+    Raises:
+        UnsafeLogFile: for a symbolic link, a hard link (the same file also
+            lives elsewhere), or anything but a regular file.
+        FileNotFoundError: when it does not exist (and `flags` do not create it).
+    """
+    if not _NO_FOLLOW & getattr(os, "O_NOFOLLOW", 0) and path.is_symlink():
+        raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link"))
+    try:
+        # owner only: the logs hold prompts and tool results in the clear
+        fd = os.open(path, flags | _NO_FOLLOW | _CLOEXEC, 0o600)
+    except FileNotFoundError:
+        if not flags & os.O_CREAT or os.path.lexists(path.parent):  # a link or file there: refused
+            raise
+        # the store's directory went away under a running worker (a volume
+        # remounted empty, removed by hand): made again, as the store made it
+        # at start, so the mirror writes the runs again from Temporal's record
+        logger.warning("The store's directory %s is gone; making it again", path.parent)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return _open_fd(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
+            raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link")) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):
+            raise UnsafeLogFile(exc.errno, _refusal(path, "it is not a regular file")) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeLogFile(errno.EINVAL, _refusal(path, "it is not a regular file"))
+        if st.st_nlink > 1:
+            raise UnsafeLogFile(
+                errno.EMLINK,
+                _refusal(path, f"it has {st.st_nlink} hard links (writes would land elsewhere)"),
+            )
+        # regular files ignore O_NONBLOCK; cleared anyway so writes block as usual
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _refusal(path: Path, why: str) -> str:
+    return (
+        f"Refusing to use {path}: {why}. A FileStore reads and writes only regular "
+        "files inside its own directory; move it away to continue."
+    )
