@@ -7,7 +7,10 @@ attempt would ask the model again, a paid request for an answer the worker
 already has. So each model request and tool call runs as a task of its own,
 keyed by (run, execution, activity id): a retry (attempt 2 on) that finds
 that task running awaits it, and one that finds it finished takes its
-result; a first attempt always calls. A call
+result; a first attempt always calls, but for a local activity's (a model
+request with `local_model_calls`): a workflow task dropped while it ran (a
+worker frozen past the workflow task timeout) is run again from its last
+recorded step, asking again under the same key as a first attempt. A call
 keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), unless its run turns out to have ended
 (terminated or reset: nothing will join it), and is cancelled with it
@@ -71,6 +74,16 @@ ALWAYS_CALL_FROM = 3
 #: the call's result.
 RESET_GRACE = 10.0
 
+#: Seconds a local call whose attempt was cancelled keeps running for the same
+#: call of its run's next workflow task to join, before it is stopped. A local
+#: activity's attempt is cancelled when its workflow task is dropped (a worker
+#: frozen past the workflow task timeout: the server gave the task up, and the
+#: worker evicts the run when it wakes), and the task the server retries at
+#: once asks the model again under the same key, as its first attempt: without
+#: this, a second paid request while the first's answer was coming. A run
+#: cancelled mid-request lets its request run this long before it is stopped.
+LOCAL_REJOIN_GRACE = 10.0
+
 _Key = tuple[str, str, str]
 
 
@@ -82,6 +95,16 @@ def _expired(info: activity.Info) -> bool:
         return False
     late = time.time() - info.started_time.timestamp()
     return late > info.heartbeat_timeout.total_seconds() + CLOCK_SLACK
+
+
+def _dropped_with_its_task(details: activity.ActivityCancellationDetails | None) -> bool:
+    """Whether a local activity's cancel may be its workflow task's loss, not its run's end.
+
+    A run evicted from its worker (its workflow task timed out while the
+    worker was frozen, or failed) has its local activities cancelled as a
+    cancelled run's are; a stopping worker's are cancelled as such.
+    """
+    return details is not None and details.cancel_requested and not details.worker_shutdown
 
 
 def _joinable(task: asyncio.Task[Any] | None) -> bool:
@@ -111,6 +134,8 @@ class LiveCalls:
         )
         #: calls of an execution ended by a reset that its reset execution joined
         self._adopted: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: calls a later attempt joined (since the last cancel of one awaiting them)
+        self._rejoined: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -134,7 +159,7 @@ class LiveCalls:
             return await make()
         info = activity.info()
         key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
-        task = self._calls.get(key) if info.attempt > 1 else None
+        task = self._calls.get(key) if info.attempt > 1 or info.is_local else None
         if not _joinable(task) and same is not None:
             task = await self._reset_from(info, same)
             if task is not None:
@@ -171,6 +196,7 @@ class LiveCalls:
             task.add_done_callback(lambda done: self._finished(key, done))
         else:
             self.joined += 1
+            self._rejoined.add(task)
             logger.info(
                 "%s attempt %d of run %s joins the call its attempt before started",
                 info.activity_type,
@@ -185,6 +211,11 @@ class LiveCalls:
                 # not found: the server timed the attempt out (a retry may join
                 # the call) or the run ended (terminated, reset): nothing will
                 self._stop_if_ended(task, info)
+            if info.is_local and _dropped_with_its_task(details) and not task.done():
+                # the workflow task it ran in was lost (timed out while this worker
+                # was frozen): the run's next task asks again, and joins this call
+                self._stop_unless_joined(task, info)
+                raise
             if details is None or not (details.timed_out or details.not_found):
                 task.cancel()
                 # the call may answer its cancel with an error of its own: a
@@ -270,6 +301,30 @@ class LiveCalls:
                 logger.info(
                     "%s of run %s stopped: the run ended while it was running",
                     info.activity_type,
+                    info.workflow_id,
+                )
+                task.cancel()
+
+        checking = asyncio.get_running_loop().create_task(check())
+        self._checks.add(checking)
+        checking.add_done_callback(self._checks.discard)
+
+    def _stop_unless_joined(self, task: asyncio.Task[Any], info: activity.Info) -> None:
+        """Cancel the local call unless an attempt joins it within `LOCAL_REJOIN_GRACE`.
+
+        Its workflow task was dropped (the run evicted from this worker) or its
+        run cancelled it: the two look alike here. A dropped task's run asks
+        again under the same key within seconds; a cancelled run does not.
+        """
+        self._rejoined.discard(task)
+
+        async def check() -> None:
+            await asyncio.sleep(LOCAL_REJOIN_GRACE)
+            if task not in self._rejoined and not task.done():
+                logger.info(
+                    "%s %s of run %s stopped: no workflow task asked for it again",
+                    info.activity_type,
+                    info.activity_id,
                     info.workflow_id,
                 )
                 task.cancel()

@@ -33,6 +33,7 @@ passed through the sandbox by `AgentorPlugin`.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -63,6 +64,16 @@ PATCH_INPUT_SIZE = "agentor-run-agent-input-size"
 #: The patch under which `run_agent` attaches to a run its `run_id` names that ran
 #: before, instead of starting the agent again under that id.
 PATCH_ATTACH = "agentor-run-agent-attach"
+#: The patch under which `run_agent`'s default run id is drawn from the execution
+#: as it was started (kept by a reset), not from its random source (reseeded by one).
+PATCH_STABLE_ID = "agentor-run-agent-stable-id"
+#: Names the default run ids (`_stable_id`).
+_CHILD_IDS = uuid.UUID("3e9a7c15-2b64-4f0d-8a1e-9c5d7b3f6e20")
+#: The attribute on the workflow instance counting its `run_agent` calls with a default id.
+_CALLS = "_agentor_run_agent_calls"
+#: The same count for a workflow class whose instances take no new attribute:
+#: by execution, with the instance it counts for (a replay makes a new one).
+_SLOTTED: dict[str, tuple[int, int]] = {}
 
 
 async def run_agent(
@@ -82,8 +93,9 @@ async def run_agent(
     Args:
         agent: the registered agent's name (`Agentor(name=...)`).
         input: a prompt, or a list of chat messages.
-        run_id: the child's run id (= workflow id); default a fresh id from
-            the workflow's deterministic random source.
+        run_id: the child's run id (= workflow id); default an id of this
+            call in this execution, the same in an execution reset from it
+            (which attaches to the run, as for a `run_id` that ran before).
         max_turns: override the agent's turn budget for this run.
         task_queue: where the agent's worker polls; default the parent's.
         parent_close_policy: what happens to the agent run if the parent
@@ -104,7 +116,15 @@ async def run_agent(
             max_turns, task_queue or execution_timeout (before anything starts).
         asyncio.CancelledError: when the calling workflow is cancelled.
     """
-    child_id = validate_run_id(run_id) if run_id is not None else workflow.uuid4().hex
+    # a default id the same in an execution reset from this one (it re-runs the
+    # workflow code that asked): the reset attaches to the run its base started,
+    # live or finished, instead of paying for the agent again under a fresh id;
+    # the patch leaves a parent recorded before with the id it drew
+    stable = run_id is None and workflow.patched(PATCH_STABLE_ID)
+    if run_id is not None:
+        child_id = validate_run_id(run_id)
+    else:
+        child_id = _stable_id() if stable else workflow.uuid4().hex
     inp = parse_run_input(AgentRunInput(agent=agent, input=input, max_turns=max_turns).to_dict())
     size = encoded_size(inp.input)
     # over Temporal's 2 MB the child's start is refused in every task of this workflow, for
@@ -137,7 +157,7 @@ async def run_agent(
     # an id that ran before (this workflow started again, a redelivered message) is
     # that run, as in `Agentor.run`: the SDK's default would start the agent again,
     # paying for it twice; the patch leaves a parent recorded before as it was
-    attach = run_id is not None and workflow.patched(PATCH_ATTACH)
+    attach = stable or (run_id is not None and workflow.patched(PATCH_ATTACH))
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,
@@ -178,6 +198,27 @@ async def run_agent(
             error = f"The agent run {child_id!r} was cancelled; resume(run_id) continues it."
         return RunOutcome(run_id=child_id, status="failed", final_output=None, error=error)
     return RunOutcome.from_dict(result)
+
+
+def _stable_id() -> str:
+    """The next default run id of this execution, the same in any execution reset from it.
+
+    A reset execution begins with a copy of its base's started event, so the
+    chain's first execution and the one this continues from are the base's;
+    the count of calls is the workflow code's own (kept on its instance, made
+    again on a replay). An execution continued as new, or retried, has ids of its own.
+    """
+    info = workflow.info()
+    instance = workflow.instance()
+    try:
+        count: int = getattr(instance, _CALLS, 0) + 1
+        setattr(instance, _CALLS, count)
+    except (AttributeError, TypeError):  # a class with __slots__: counted by execution
+        held, before = _SLOTTED.get(info.run_id, (id(instance), 0))
+        count = (before if held == id(instance) else 0) + 1
+        _SLOTTED[info.run_id] = (id(instance), count)
+    origin = f"{info.workflow_id}\n{info.first_execution_run_id}\n{info.continued_run_id or ''}"
+    return uuid.uuid5(_CHILD_IDS, f"{origin}\n{count}").hex
 
 
 def _cancel_requested() -> bool:

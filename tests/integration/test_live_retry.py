@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -116,6 +117,63 @@ async def test_a_frozen_worker_s_streamed_request_is_joined_by_its_retry(
     assert not [e for e in events if e.type == "error"], events
     # the attempt the server gave up on ends quietly (it was a CancelledError's traceback)
     assert "Traceback" not in logged, logged[-3000:]
+
+
+@pytest.mark.parametrize("answer_after", [1.5, 10.0], ids=["in_the_freeze", "after_it"])
+async def test_a_frozen_worker_s_local_request_is_joined_by_its_rerun_task(
+    answer_after: float,
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    ledger: str,
+    tmp_path: Any,
+) -> None:
+    """A worker frozen mid local model request (`local_model_calls`) past the workflow task
+    timeout, then thawed: the task the server runs again asks under the same key, as a
+    first attempt, and joins the request the worker holds, answered in the freeze or
+    still answering after it: one paid request, its tool run once.
+
+    The rerun task asked the model again: the first answer paid and dropped (and a
+    scripted model's next step, the final answer, came in its place: the tool never ran).
+    """
+    freeze = policies.WORKFLOW_TASK_TIMEOUT.total_seconds() + 3
+    script = [Hang(answer_after, CallTool("get_weather", {"city": "London"})), Reply("Done")]
+    with ScriptedModelServer(script) as model:
+        worker = spawn(
+            ["worker"],
+            {
+                "TEMPORAL_ADDRESS": temporal_address,
+                "AGENT_TASK_QUEUE": task_queue,
+                "MODEL_BASE_URL": model.base_url,
+                "AGENT_LEDGER": ledger,
+                "LOCAL_MODEL_CALLS": "1",
+            },
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await asyncio.to_thread(wait_line, worker, "worker ready")
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+            run_id = f"frozen-local-{uuid.uuid4().hex[:8]}"
+            running = asyncio.ensure_future(agent.arun(PROMPT, run_id=run_id))
+
+            async def asked() -> bool:
+                return model.request_count == 1
+
+            await _eventually(asked, "the first model request")
+            os.kill(worker.pid, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(freeze)  # the frozen worker's time: nothing to wait on
+            finally:
+                os.kill(worker.pid, signal.SIGCONT)
+            result = await asyncio.wait_for(running, 60)
+        finally:
+            stop_process(worker)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT in kinds, "no task lost: proved nothing"
+    assert result.status == "completed", result.error
+    assert len(ledger_lines(ledger)) == 1, "the first answer was dropped"
+    assert model.request_count == 2, "the rerun task asked the model again"
 
 
 async def _collect(events: Any) -> list[Any]:

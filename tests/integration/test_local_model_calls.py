@@ -301,8 +301,10 @@ async def test_a_local_answer_whose_workflow_task_failed_is_not_asked_again(
     A local activity's marker is recorded with its workflow task's completion,
     so a task that fails after the answer came could lose it, and the run
     would pay for the request again. The SDK keeps a live worker's answers
-    for the task that runs next (and so for one that timed out: the same
-    path), which `local_model_calls` relies on; this holds it to that.
+    for the task that runs next, which `local_model_calls` relies on; this
+    holds it to that. (A task that timed out while its worker was frozen is
+    dropped with the run's cache: the rerun task joins the worker's live
+    request instead, test_live_retry.)
     """
     # the first tool-calling answer's workflow task fails
     failing, codec = failing_once(client, lambda data: b'"get_weather"' in data)

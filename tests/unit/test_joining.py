@@ -13,6 +13,7 @@ from temporalio.activity import ActivityCancellationDetails
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.testing import ActivityEnvironment
 
+from agentor_temporal.activities import _joining
 from agentor_temporal.activities._joining import LiveCalls
 
 
@@ -217,3 +218,46 @@ async def test_an_attempt_timed_out_while_it_mirrors_ends_quietly(
         await asyncio.wait_for(call, 5)
     assert ended.value.category == ApplicationErrorCategory.BENIGN
     assert "The server gave up on this attempt of t()" in ended.value.message
+
+
+def _local(n: int) -> ActivityEnvironment:
+    env = _attempt(n)
+    env.info = dataclasses.replace(env.info, is_local=True, heartbeat_timeout=None)
+    return env
+
+
+async def test_a_dropped_local_request_is_joined_by_its_rerun_or_stopped_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local request's attempt cancelled (its workflow task dropped, or its run cancelled):
+    the rerun task's first attempt joins it; unjoined, it is stopped after the grace."""
+    monkeypatch.setattr(_joining, "LOCAL_REJOIN_GRACE", 0.2)
+    calls, model = LiveCalls(), _Model()
+    first = _local(1)
+    one = asyncio.ensure_future(first.run(calls.run, model.ask))
+    await asyncio.sleep(0.01)
+    first.cancel(ActivityCancellationDetails(cancel_requested=True))
+    with pytest.raises(asyncio.CancelledError):
+        await one
+    # the rerun task asks again, as a first attempt: it joins the request still out
+    two = asyncio.ensure_future(_local(1).run(calls.run, model.ask))
+    await asyncio.sleep(0.3)  # past the grace: joined, so not stopped
+    model.release.set()
+    assert await asyncio.wait_for(two, 2) == "answer 1"
+    assert model.calls == 1 and calls.joined == 1
+
+    # no task asks again (the run was cancelled): stopped once the grace is over
+    other = _local(1)
+    other.info = dataclasses.replace(other.info, activity_id="generate-2")
+    model.release.clear()
+    three = asyncio.ensure_future(other.run(calls.run, model.ask))
+    await asyncio.sleep(0.01)
+    other.cancel(ActivityCancellationDetails(cancel_requested=True))
+    with pytest.raises(asyncio.CancelledError):
+        await three
+    await asyncio.sleep(0.4)
+    again = _local(1)
+    again.info = dataclasses.replace(again.info, activity_id="generate-2")
+    model.release.set()
+    assert await asyncio.wait_for(again.run(calls.run, model.ask), 2) == "answer 3"
+    assert model.calls == 3
