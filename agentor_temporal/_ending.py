@@ -61,3 +61,32 @@ def stopped_while_starting(
         for number, previous in replaced.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(number, previous)
+
+
+def starting_line(signum: signal.Signals) -> str:
+    """What a worker stopped before it polled says (its one line)."""
+    return f"Stopped by {signum.name} while starting, before polling: no work was taken"
+
+
+@contextlib.contextmanager
+def launching(worker: bool) -> Iterator[None]:
+    """Around a launcher's own imports and start (`worker.py`, `python -m agentor_temporal`).
+
+    The package's own signal handling goes on only once its modules are imported, 1-2 s
+    after the interpreter starts; a stop signal meanwhile (a container stopped as it started)
+    killed the process silently by the default (exit status 143). Now it says so in one
+    line: a worker ends with exit status 0 (it took no work), a command as the signal's
+    default would (nothing was started). Import only stdlib before this, so it is on at once.
+    """
+    try:
+        with stopped_while_starting():
+            yield
+    except StoppedStarting as stopped:
+        if worker:
+            sys.stderr.write(starting_line(stopped.signum) + "\n")
+            sys.stderr.flush()
+            os._exit(0)
+        sys.stderr.write(
+            f"agentor-temporal: stopped by {stopped.signum.name} while starting: nothing was done\n"
+        )
+        end_by(stopped.signum)

@@ -25,7 +25,12 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal import telemetry
-from agentor_temporal._ending import StoppedStarting, end_by, stopped_while_starting
+from agentor_temporal._ending import (
+    StoppedStarting,
+    end_by,
+    starting_line,
+    stopped_while_starting,
+)
 from agentor_temporal._memory import preload, tune_allocator
 from agentor_temporal.activities import AgentDefinition, AgentRegistry, _redact
 from agentor_temporal.codec import (
@@ -418,9 +423,7 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(serve(args))
     except StoppedStarting as stopped:
         # before it polled: nothing taken, nothing to finish; a clean stop (exit 0)
-        logger.warning(
-            "Stopped by %s while starting, before polling: no work was taken", stopped.signum.name
-        )
+        logger.warning("%s", starting_line(stopped.signum))
         return 0
     except (
         ConfigError,

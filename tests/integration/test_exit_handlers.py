@@ -138,3 +138,62 @@ async def test_a_worker_stopped_while_it_starts_says_so_in_one_line(
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert "Stopped by SIGTERM while starting, before polling: no work was taken" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "code", "line"),
+    [
+        (
+            ["worker.py", "--agents", "env_agent:agent"],
+            "agentor_temporal.worker",
+            0,
+            "Stopped by SIGTERM while starting, before polling: no work was taken",
+        ),
+        (
+            ["-m", "agentor_temporal", "worker", "--agents", "env_agent:agent"],
+            "agentor_temporal.cli",
+            0,
+            "Stopped by SIGTERM while starting, before polling: no work was taken",
+        ),
+        (
+            ["-m", "agentor_temporal", "run", "--agent", "env_agent:agent", "hi"],
+            "agentor_temporal.cli",
+            -signal.SIGTERM,
+            "agentor-temporal: stopped by SIGTERM while starting: nothing was done",
+        ),
+    ],
+    ids=["worker.py", "agentor-temporal worker", "agentor-temporal run"],
+)
+async def test_a_stop_during_the_launchers_own_imports_says_so_in_one_line(
+    tmp_path: Path, command: list[str], module: str, code: int, line: str
+) -> None:
+    """SIGTERM while the interpreter still imports the package itself (before any handler of
+    the worker's or the CLI's could be on): one line saying so, a worker's exit status 0, a
+    command's the signal's. Before, the default handler killed it silently (status 143)."""
+    gate = tmp_path / "gate"
+    first = [str(ROOT / command[0])] if command[0].endswith(".py") else command[:2]
+    rest = command[1:] if command[0].endswith(".py") else command[2:]
+    proc = subprocess.Popen(
+        [sys.executable, *first, *rest],
+        env={
+            **os.environ,
+            "LAUNCH_GATE": str(gate),
+            "LAUNCH_GATE_MODULE": module,
+            "PYTHONPATH": os.pathsep.join(
+                [str(PROCS / "launch_gate"), str(ROOT), str(ROOT / "tests"), str(PROCS)]
+            ),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        await until(lambda: Path(f"{gate}.importing").exists(), "the launcher's import")
+        proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(proc.communicate, None, 60)
+    finally:
+        gate.touch()
+        proc.kill()
+    assert proc.returncode == code, err
+    assert out == ""
+    assert [text for text in err.splitlines() if text.strip()] == [line]
