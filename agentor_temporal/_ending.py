@@ -12,13 +12,21 @@ from typing import Any
 
 
 def end_by(signum: signal.Signals) -> None:
-    """End the process as `signum`'s default does (exit status 128 + signum), streams flushed."""
+    """End the process as `signum`'s default does (exit status 128 + signum), streams flushed.
+
+    Returns only off the main thread where the signal's handler could not be reset.
+    """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     with contextlib.suppress(ValueError, OSError):  # off the main thread: the default stands
         signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+    if os.getpid() == 1:
+        # a container's first process (`CMD ["python", "worker.py"]`, no init): the kernel
+        # takes no default action for it, so the kill above did nothing and the process
+        # went on (a second SIGTERM did not abandon the calls); end it as Docker reports it
+        os._exit(128 + signum)
 
 
 class StoppedStarting(BaseException):

@@ -164,17 +164,22 @@ async def test_a_worker_stopped_while_it_starts_says_so_in_one_line(
     ],
     ids=["worker.py", "agentor-temporal worker", "agentor-temporal run"],
 )
+@pytest.mark.parametrize("pid1", [False, True], ids=["", "as PID 1"])
 async def test_a_stop_during_the_launchers_own_imports_says_so_in_one_line(
-    tmp_path: Path, command: list[str], module: str, code: int, line: str
+    tmp_path: Path, command: list[str], module: str, code: int, line: str, pid1: bool
 ) -> None:
     """SIGTERM while the interpreter still imports the package itself (before any handler of
     the worker's or the CLI's could be on): one line saying so, a worker's exit status 0, a
-    command's the signal's. Before, the default handler killed it silently (status 143)."""
+    command's the signal's. Before, the default handler killed it silently (status 143); as
+    a container's first process (PID 1, which the kernel's default never ends) the command
+    went on past the line and failed with a traceback."""
+    if pid1 and not _pid_namespaces():
+        pytest.skip("no user and PID namespaces here (`unshare -Urpf`)")
     gate = tmp_path / "gate"
     first = [str(ROOT / command[0])] if command[0].endswith(".py") else command[:2]
     rest = command[1:] if command[0].endswith(".py") else command[2:]
     proc = subprocess.Popen(
-        [sys.executable, *first, *rest],
+        [*(["unshare", "-Urpf"] if pid1 else []), sys.executable, *first, *rest],
         env={
             **os.environ,
             "LAUNCH_GATE": str(gate),
@@ -189,11 +194,30 @@ async def test_a_stop_during_the_launchers_own_imports_says_so_in_one_line(
     )
     try:
         await until(lambda: Path(f"{gate}.importing").exists(), "the launcher's import")
-        proc.send_signal(signal.SIGTERM)
+        if pid1:  # to the first process of the namespace, not to `unshare` waiting on it
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            os.kill(int(children[0]), signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
         out, err = await asyncio.to_thread(proc.communicate, None, 60)
     finally:
         gate.touch()
         proc.kill()
-    assert proc.returncode == code, err
+    # `unshare` passes a child's signal on as its exit status 128 + signum
+    assert proc.returncode in ({code, 128 - code} if pid1 and code < 0 else {code}), err
     assert out == ""
     assert [text for text in err.splitlines() if text.strip()] == [line]
+
+
+def _pid_namespaces() -> bool:
+    """Whether `unshare -Urpf` runs here (a process as PID 1, as in a container)."""
+    try:
+        done = subprocess.run(
+            ["unshare", "-Urpf", sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and done.stdout.strip() == "1"
