@@ -396,8 +396,10 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
         raise WorkerDied(f"the worker stopped on its own: {running.exception()!r}")
     logger.info(
         "Stopping: no new work is taken; finishing in-flight activities (up to %g s; "
-        "interrupt again to abandon them)",
+        "interrupt again to abandon them; a container's stop grace must be longer, "
+        "`docker stop -t %d`, or a call still running is killed and runs again elsewhere)",
         graceful_shutdown().total_seconds(),
+        int(graceful_shutdown().total_seconds()) + 5,
     )
     await worker.shutdown()
     await running
