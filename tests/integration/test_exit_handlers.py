@@ -92,6 +92,61 @@ async def test_a_sigterm_handler_of_the_scripts_own_does_not_cut_the_exit_drain_
     assert [e["type"] for e in mirrored][-1] == "run_end"
 
 
+async def test_a_handlers_exception_outside_the_exit_hooks_waits_is_noted_too(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """The script's own `sys.exit(0)` SIGTERM handler, the signal coming while the exit hook
+    is between its waits (here: writing its line naming the open run to a stderr pipe nobody
+    reads yet): noted as in a wait, the call finishes once, a resume runs no tool again.
+    Before, the SystemExit ended the hook ("Exception ignored"), the interpreter cut the
+    call off, and the resume ran the tool a second time."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = _env(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        proc = subprocess.Popen(
+            [sys.executable, str(PROCS / "plain_script.py"), "own_handler_full_stderr", run_id],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            await until(lambda: _writing_stderr(proc.pid), "the exit hook's blocked line")
+            proc.send_signal(signal.SIGTERM)
+            out, err = await asyncio.to_thread(proc.communicate, None, 90)
+        finally:
+            proc.kill()
+        stderr = err.decode().lstrip(".")
+        assert proc.returncode == 0, stderr
+        assert json.loads(out) == {"started": True}
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+        [noted] = [line for line in stderr.splitlines() if "SystemExit(0)" in line]
+        assert "finishing the calls" in noted, noted
+        resumed = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(PROCS / "plain_script.py"), "resume", run_id],
+            env={**env, "AGENT_TOOL_SECONDS": "0"},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout) == {"status": "completed"}
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    mirrored = [e.to_dict() for e in FileStore(tmp_path / "runs").load(run_id)]
+    assert mirrored == [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
+    assert [e["type"] for e in mirrored][-1] == "run_end"
+
+
+def _writing_stderr(pid: int) -> bool:
+    """Whether the process's main thread is blocked writing to a full stderr pipe."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        call = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return "pipe_write" in wchan and call[:2] == ["1", "0x2"]
+
+
 @pytest.mark.parametrize("cli", [False, True], ids=["worker.py", "agentor-temporal worker"])
 async def test_a_worker_stopped_while_it_starts_says_so_in_one_line(
     temporal_address: str, task_queue: str, tmp_path: Path, cli: bool
