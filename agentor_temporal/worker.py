@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -342,10 +343,25 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     #: the signals received: the first drains, a second abandons the calls
     received: list[signal.Signals] = []
 
-    def on_signal(sig: signal.Signals) -> None:
+    def on_signal(signum: int, frame: object) -> None:
+        # a plain handler, not the loop's: it runs even while a tool blocks the event loop
+        # (an `async def` tool that sleeps or computes without awaiting). The loop's own
+        # handler waited for the loop, so neither the first signal's line nor a second
+        # signal's abandoning came until the tool returned: past a container's grace, the
+        # worker was SIGKILLed mid-call with no word, and the call ran again elsewhere.
+        sig = signal.Signals(signum)
         received.append(sig)
         if len(received) == 1:
-            stop.set()
+            logger.info(
+                "Stopping: no new work is taken; finishing in-flight activities (up to %g s; "
+                "interrupt again to abandon them; a container's stop grace must be longer, "
+                "`docker stop -t %d`, or a call still running is killed and runs again "
+                "elsewhere)",
+                graceful_shutdown().total_seconds(),
+                int(graceful_shutdown().total_seconds()) + 5,
+            )
+            with contextlib.suppress(RuntimeError):  # the loop closed: the worker is done
+                loop.call_soon_threadsafe(stop.set)
             return
         # Asked twice, as Ctrl+C twice, or SIGTERM then SIGINT: the calls in flight are
         # abandoned, as a script's are (another worker runs them again). Before, a second
@@ -358,9 +374,10 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
         end_by(sig)
 
     # SIGHUP (its terminal closed) drains too; one the caller ignores (`nohup`) stays ignored
+    # (`run` puts the handlers before ours back once the worker is done)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:
-            loop.add_signal_handler(sig, on_signal, sig)
+            signal.signal(sig, on_signal)
     names = ", ".join(a.name for a in agents)
     # before "ready": the idle baseline includes what the first run imports
     preload()
@@ -394,13 +411,6 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     if running.done():
         stopping.cancel()
         raise WorkerDied(f"the worker stopped on its own: {running.exception()!r}")
-    logger.info(
-        "Stopping: no new work is taken; finishing in-flight activities (up to %g s; "
-        "interrupt again to abandon them; a container's stop grace must be longer, "
-        "`docker stop -t %d`, or a call still running is killed and runs again elsewhere)",
-        graceful_shutdown().total_seconds(),
-        int(graceful_shutdown().total_seconds()) + 5,
-    )
     await worker.shutdown()
     await running
     logger.info("Worker stopped")

@@ -192,3 +192,40 @@ async def test_a_second_signal_abandons_the_drain_and_says_so(
     assert "`docker stop -t 35`" in text
     assert f"{signum.name} again: abandoning the calls in flight" in text, text
     assert "Traceback" not in text, text
+
+
+async def test_signals_reach_a_worker_whose_event_loop_a_tool_blocks(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """An `async def` tool that blocks the event loop (sleeps without awaiting): SIGTERM says
+    at once that the worker stops, and a second abandons the call at once, saying so. Before,
+    the loop's own signal handling waited for the tool: nothing was said, and a second signal
+    did nothing until the tool returned (a container's grace ran out first: SIGKILL)."""
+    with ScriptedModelServer() as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "TOOL_DELAY": "60",
+            "TOOL_BLOCKS_LOOP": "1",
+        }
+        log = tmp_path / "worker.log"
+        proc = _worker_cli(env, tmp_path / "runs", log)
+        try:
+            wait_line(proc, "worker ready")
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+            await agent.astart(PROMPT, run_id=uuid.uuid4().hex)
+            await asyncio.to_thread(wait_until, lambda: ledger_lines(ledger), "the tool", 60)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(
+                wait_until, lambda: "Stopping:" in log.read_text(), "the stopping line", 20
+            )
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 20)
+        finally:
+            stop_process(proc)
+    text = log.read_text()
+    assert code == -signal.SIGTERM, text
+    assert "SIGTERM again: abandoning the calls in flight" in text, text
+    assert "Traceback" not in text, text
