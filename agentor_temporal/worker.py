@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -28,11 +26,11 @@ from temporalio.worker import Worker
 from agentor_temporal import telemetry
 from agentor_temporal._ending import (
     StoppedStarting,
-    end_by,
     starting_line,
     stopped_while_starting,
 )
 from agentor_temporal._memory import preload, tune_allocator
+from agentor_temporal._worker_stop import on_stop_signals
 from agentor_temporal.activities import AgentDefinition, AgentRegistry, _redact
 from agentor_temporal.codec import (
     EncryptionConfigError,
@@ -46,7 +44,6 @@ from agentor_temporal.plugin import (
     ConfigError,
     definition_of,
     ensure_search_attributes,
-    graceful_shutdown,
 )
 from agentor_temporal.store import FileStore, Store
 from agentor_temporal.telemetry import TelemetryError
@@ -340,44 +337,7 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     await ensure_search_attributes(client, plugin.registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    #: the signals received: the first drains, a second abandons the calls
-    received: list[signal.Signals] = []
-
-    def on_signal(signum: int, frame: object) -> None:
-        # a plain handler, not the loop's: it runs even while a tool blocks the event loop
-        # (an `async def` tool that sleeps or computes without awaiting). The loop's own
-        # handler waited for the loop, so neither the first signal's line nor a second
-        # signal's abandoning came until the tool returned: past a container's grace, the
-        # worker was SIGKILLed mid-call with no word, and the call ran again elsewhere.
-        sig = signal.Signals(signum)
-        received.append(sig)
-        if len(received) == 1:
-            logger.info(
-                "Stopping: no new work is taken; finishing in-flight activities (up to %g s; "
-                "interrupt again to abandon them; a container's stop grace must be longer, "
-                "`docker stop -t %d`, or a call still running is killed and runs again "
-                "elsewhere)",
-                graceful_shutdown().total_seconds(),
-                int(graceful_shutdown().total_seconds()) + 5,
-            )
-            with contextlib.suppress(RuntimeError):  # the loop closed: the worker is done
-                loop.call_soon_threadsafe(stop.set)
-            return
-        # Asked twice, as Ctrl+C twice, or SIGTERM then SIGINT: the calls in flight are
-        # abandoned, as a script's are (another worker runs them again). Before, a second
-        # signal did nothing, and only SIGKILL cut the drain short, silently.
-        logger.warning(
-            "%s again: abandoning the calls in flight (another worker runs them again)",
-            sig.name,
-        )
-        telemetry.flush()
-        end_by(sig)
-
-    # SIGHUP (its terminal closed) drains too; one the caller ignores (`nohup`) stays ignored
-    # (`run` puts the handlers before ours back once the worker is done)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, on_signal)
+    on_stop_signals(loop, stop)
     names = ", ".join(a.name for a in agents)
     # before "ready": the idle baseline includes what the first run imports
     preload()
