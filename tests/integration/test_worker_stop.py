@@ -229,3 +229,49 @@ async def test_signals_reach_a_worker_whose_event_loop_a_tool_blocks(
     assert code == -signal.SIGTERM, text
     assert "SIGTERM again: abandoning the calls in flight" in text, text
     assert "Traceback" not in text, text
+
+
+async def test_a_call_cut_off_by_the_graceful_shutdown_is_said_and_runs_again_elsewhere(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A tool still running when a stopping worker's graceful shutdown runs out (a sync tool
+    that ignores cancellation): the worker says in one line that it handed the call back and
+    that another worker runs it again; the next worker does, and the run completes with every
+    event mirrored. Before, it said only "Worker stopped", as after a clean drain."""
+    with ScriptedModelServer() as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "TOOL_DELAY": "30",
+            "AGENTOR_GRACEFUL_SHUTDOWN": "1",
+        }
+        log = tmp_path / "worker.log"
+        run_id = uuid.uuid4().hex
+        proc = _worker_cli(env, tmp_path / "runs", log)
+        try:
+            wait_line(proc, "worker ready")
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+            await agent.astart(PROMPT, run_id=run_id)
+            await asyncio.to_thread(wait_until, lambda: ledger_lines(ledger), "the tool", 60)
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 30)
+        finally:
+            stop_process(proc)
+        text = log.read_text()
+        assert code == 0, text
+        [said] = [line for line in text.splitlines() if "graceful shutdown ran out" in line]
+        assert "get_weather(city='London')" in said and run_id in said, said
+        assert "another worker runs it again" in said, said
+        env["TOOL_DELAY"] = "0"
+        proc = _worker_cli(env, tmp_path / "runs", tmp_path / "next.log")
+        try:
+            wait_line(proc, "worker ready")
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+        finally:
+            stop_process(proc)
+    assert outcome["status"] == "completed"
+    assert [line.split()[3] for line in ledger_lines(ledger)] == ["attempt=1", "attempt=2"]
+    mirrored = [e.to_dict() for e in FileStore(tmp_path / "runs").load(run_id)]
+    assert mirrored == [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
