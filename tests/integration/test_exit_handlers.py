@@ -92,8 +92,9 @@ async def test_a_sigterm_handler_of_the_scripts_own_does_not_cut_the_exit_drain_
     assert [e["type"] for e in mirrored][-1] == "run_end"
 
 
+@pytest.mark.parametrize("own", [True, False], ids=["own handler", "default handler"])
 async def test_a_handlers_exception_outside_the_exit_hooks_waits_is_noted_too(
-    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str, own: bool
 ) -> None:
     """The script's own `sys.exit(0)` SIGTERM handler, the signal coming while the exit hook
     is between its waits (here: writing its line naming the open run to a stderr pipe nobody
@@ -104,7 +105,12 @@ async def test_a_handlers_exception_outside_the_exit_hooks_waits_is_noted_too(
         env = _env(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
         proc = subprocess.Popen(
-            [sys.executable, str(PROCS / "plain_script.py"), "own_handler_full_stderr", run_id],
+            [
+                sys.executable,
+                str(PROCS / "plain_script.py"),
+                "own_handler_full_stderr" if own else "full_stderr",
+                run_id,
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -116,10 +122,13 @@ async def test_a_handlers_exception_outside_the_exit_hooks_waits_is_noted_too(
         finally:
             proc.kill()
         stderr = err.decode().lstrip(".")
-        assert proc.returncode == 0, stderr
+        # the default's SIGTERM ends the process by it once the calls are done
+        assert proc.returncode == (0 if own else -signal.SIGTERM), stderr
         assert json.loads(out) == {"started": True}
         assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
-        [noted] = [line for line in stderr.splitlines() if "SystemExit(0)" in line]
+        [noted] = [
+            line for line in stderr.splitlines() if ("SystemExit(0)" if own else "SIGTERM") in line
+        ]
         assert "finishing the calls" in noted, noted
         resumed = await asyncio.to_thread(
             subprocess.run,
