@@ -83,8 +83,8 @@ def launching(worker: bool) -> Iterator[None]:
     The package's own signal handling goes on only once its modules are imported, 1-2 s
     after the interpreter starts; a stop signal meanwhile (a container stopped as it started)
     killed the process silently by the default (exit status 143). Now it says so in one
-    line: a worker ends with exit status 0 (it took no work), a command as the signal's
-    default would (nothing was started). Import only stdlib before this, so it is on at once.
+    line: a worker ends with exit status 0 (it took no work), a command with 130, as any
+    command interrupted (nothing was started). Import only stdlib before this, so it is on at once.
     """
     try:
         with stopped_while_starting():
@@ -94,7 +94,7 @@ def launching(worker: bool) -> Iterator[None]:
             sys.stderr.write(starting_line(stopped.signum) + "\n")
             sys.stderr.flush()
             os._exit(0)
-        sys.stderr.write(
-            f"agentor-temporal: stopped by {stopped.signum.name} while starting: nothing was done\n"
-        )
-        end_by(stopped.signum)
+        # as any command interrupted (exit status 130, whichever signal: the CLI's own rule)
+        sys.stderr.write(f"interrupted ({stopped.signum.name}) while starting: nothing was done\n")
+        sys.stderr.flush()
+        os._exit(130)
