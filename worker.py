@@ -5,7 +5,11 @@ this file only runs it, so `python worker.py ...`, the Dockerfile and
 docker-compose keep working from a checkout.
 """
 
-from agentor_temporal.worker import launch
+# stdlib only, so a stop signal during the worker's own imports (1-2 s) is said in one line
+from agentor_temporal._ending import launching
 
 if __name__ == "__main__":
-    launch()
+    with launching(worker=True):
+        from agentor_temporal.worker import launch
+
+        launch()

@@ -12,10 +12,13 @@ as if the provider were down: it fails at once, saying so.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+logger = logging.getLogger(__name__)
 
 #: Error types the activities raise (written into history; the UI shows them).
 WORKER_STOPPING = "WorkerStopping"
@@ -121,6 +124,15 @@ def instead_of_cancel(what: str) -> ApplicationError | None:
     if details is None or details.cancel_requested:
         return None
     if details.worker_shutdown:
+        # said: the stop took the call back unfinished (its graceful shutdown ran out),
+        # and it runs again elsewhere; before, the worker said only "Worker stopped"
+        logger.warning(
+            "%s in run %s was still running when this worker's graceful shutdown ran out: "
+            "handed back to Temporal, another worker runs it again (a longer "
+            "AGENTOR_GRACEFUL_SHUTDOWN, and a stop grace longer still, lets it finish)",
+            what,
+            activity.info().workflow_id,
+        )
         return worker_stopping(what)
     if details.timed_out or details.not_found:
         return ApplicationError(

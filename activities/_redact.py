@@ -46,6 +46,7 @@ LOGGERS = (
     "agentor_temporal._fork",
     "agentor_temporal._memory",
     "agentor_temporal.activities._definition",
+    "agentor_temporal.activities._errors",
     "agentor_temporal.activities._joining",
     "agentor_temporal.activities._private",
     "agentor_temporal.activities._starts",

@@ -12,13 +12,21 @@ from typing import Any
 
 
 def end_by(signum: signal.Signals) -> None:
-    """End the process as `signum`'s default does (exit status 128 + signum), streams flushed."""
+    """End the process as `signum`'s default does (exit status 128 + signum), streams flushed.
+
+    Returns only off the main thread where the signal's handler could not be reset.
+    """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     with contextlib.suppress(ValueError, OSError):  # off the main thread: the default stands
         signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+    if os.getpid() == 1:
+        # a container's first process (`CMD ["python", "worker.py"]`, no init): the kernel
+        # takes no default action for it, so the kill above did nothing and the process
+        # went on (a second SIGTERM did not abandon the calls); end it as Docker reports it
+        os._exit(128 + signum)
 
 
 class StoppedStarting(BaseException):
@@ -61,3 +69,32 @@ def stopped_while_starting(
         for number, previous in replaced.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(number, previous)
+
+
+def starting_line(signum: signal.Signals) -> str:
+    """What a worker stopped before it polled says (its one line)."""
+    return f"Stopped by {signum.name} while starting, before polling: no work was taken"
+
+
+@contextlib.contextmanager
+def launching(worker: bool) -> Iterator[None]:
+    """Around a launcher's own imports and start (`worker.py`, `python -m agentor_temporal`).
+
+    The package's own signal handling goes on only once its modules are imported, 1-2 s
+    after the interpreter starts; a stop signal meanwhile (a container stopped as it started)
+    killed the process silently by the default (exit status 143). Now it says so in one
+    line: a worker ends with exit status 0 (it took no work), a command with 130, as any
+    command interrupted (nothing was started). Import only stdlib before this, so it is on at once.
+    """
+    try:
+        with stopped_while_starting():
+            yield
+    except StoppedStarting as stopped:
+        if worker:
+            sys.stderr.write(starting_line(stopped.signum) + "\n")
+            sys.stderr.flush()
+            os._exit(0)
+        # as any command interrupted (exit status 130, whichever signal: the CLI's own rule)
+        sys.stderr.write(f"interrupted ({stopped.signum.name}) while starting: nothing was done\n")
+        sys.stderr.flush()
+        os._exit(130)

@@ -17,6 +17,7 @@ import concurrent.futures.thread  # its exit hook must be registered before ours
 import contextlib
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -208,6 +209,42 @@ class Interruptions:
             "send the signal again to abandon them (the next worker runs them again)"
         )
 
+    @contextlib.contextmanager
+    def guarding(self, draining: bool) -> Iterator[None]:
+        """While the body runs, what a script's own signal handler raises is noted (`note`)
+        wherever the main thread is, not only in the waits wrapped below: one raised between
+        two of them (the hook writing its line to a full stderr pipe) ended the hook, and the
+        interpreter cut the calls off. Handlers of this package's own, Python's Ctrl+C and a
+        handler's KeyboardInterrupt keep their own handling. Main thread only."""
+        wrapped: dict[int, Callable[[int, Any], Any]] = {}
+        if draining and threading.current_thread() is threading.main_thread():
+            for number in signal.valid_signals():
+                with contextlib.suppress(ValueError, OSError, TypeError):
+                    handler = signal.getsignal(number)
+                    if callable(handler) and _scripts_own(handler):
+                        wrapped[number] = self._guarded(handler)
+                        signal.signal(number, wrapped[number])
+        try:
+            yield
+        finally:
+            for wrapped_number, guard in wrapped.items():
+                with contextlib.suppress(ValueError, OSError, TypeError):
+                    if signal.getsignal(wrapped_number) is guard:
+                        signal.signal(wrapped_number, getattr(guard, "__wrapped__", signal.SIG_DFL))
+
+    def _guarded(self, handler: Callable[[int, Any], Any]) -> Callable[[int, Any], Any]:
+        def guarded(signum: int, frame: Any) -> Any:
+            try:
+                return handler(signum, frame)
+            except KeyboardInterrupt:
+                raise  # Ctrl+C has its own handling (`_sigterm.patient_exit`)
+            except BaseException as exc:  # noqa: B036 - a handler's SystemExit, say: noted
+                self.note(exc)
+                return None
+
+        guarded.__wrapped__ = handler  # type: ignore[attr-defined]
+        return guarded
+
     def exiting(self) -> bool:
         """Whether a SystemExit was noted (the handler asked the process to end so)."""
         return any(isinstance(exc, SystemExit) for exc in self.seen)
@@ -244,6 +281,14 @@ class Interruptions:
                 raise
             except BaseException as exc:  # noqa: B036 - a handler's SystemExit, say: noted
                 self.note(exc)
+
+
+def _scripts_own(handler: object) -> bool:
+    """Whether `handler` is a Python signal handler of the script's own (not this package's,
+    not Python's Ctrl+C, not the default or ignoring)."""
+    if not callable(handler) or handler is signal.default_int_handler:
+        return False
+    return not str(getattr(handler, "__module__", "") or "").startswith("agentor_temporal")
 
 
 def _raised(exc: BaseException) -> str:

@@ -356,8 +356,9 @@ class Runtime:
             ended_by.append(signum)
             self._callers.stop_waiting()
 
+        draining = self.serving() or self._callers.waiting()
         try:
-            with patient_exit(self.serving() or self._callers.waiting(), noted):
+            with self._raised.guarding(draining), patient_exit(draining, noted):
                 self._callers.join(self._raised)
                 # every caller still waiting now is cut off by `close` (a daemon thread, a
                 # thread an interrupt stopped the wait for): its run is named too

@@ -16,7 +16,6 @@ import asyncio
 import importlib
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -25,8 +24,13 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentor_temporal import telemetry
-from agentor_temporal._ending import StoppedStarting, end_by, stopped_while_starting
+from agentor_temporal._ending import (
+    StoppedStarting,
+    starting_line,
+    stopped_while_starting,
+)
 from agentor_temporal._memory import preload, tune_allocator
+from agentor_temporal._worker_stop import on_stop_signals
 from agentor_temporal.activities import AgentDefinition, AgentRegistry, _redact
 from agentor_temporal.codec import (
     EncryptionConfigError,
@@ -40,7 +44,6 @@ from agentor_temporal.plugin import (
     ConfigError,
     definition_of,
     ensure_search_attributes,
-    graceful_shutdown,
 )
 from agentor_temporal.store import FileStore, Store
 from agentor_temporal.telemetry import TelemetryError
@@ -342,28 +345,7 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     await ensure_search_attributes(client, plugin.registry)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    #: the signals received: the first drains, a second abandons the calls
-    received: list[signal.Signals] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        received.append(sig)
-        if len(received) == 1:
-            stop.set()
-            return
-        # Asked twice, as Ctrl+C twice, or SIGTERM then SIGINT: the calls in flight are
-        # abandoned, as a script's are (another worker runs them again). Before, a second
-        # signal did nothing, and only SIGKILL cut the drain short, silently.
-        logger.warning(
-            "%s again: abandoning the calls in flight (another worker runs them again)",
-            sig.name,
-        )
-        telemetry.flush()
-        end_by(sig)
-
-    # SIGHUP (its terminal closed) drains too; one the caller ignores (`nohup`) stays ignored
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            loop.add_signal_handler(sig, on_signal, sig)
+    on_stop_signals(loop, stop)
     names = ", ".join(a.name for a in agents)
     # before "ready": the idle baseline includes what the first run imports
     preload()
@@ -397,11 +379,6 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     if running.done():
         stopping.cancel()
         raise WorkerDied(f"the worker stopped on its own: {running.exception()!r}")
-    logger.info(
-        "Stopping: no new work is taken; finishing in-flight activities (up to %g s; "
-        "interrupt again to abandon them)",
-        graceful_shutdown().total_seconds(),
-    )
     await worker.shutdown()
     await running
     logger.info("Worker stopped")
@@ -426,9 +403,7 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(serve(args))
     except StoppedStarting as stopped:
         # before it polled: nothing taken, nothing to finish; a clean stop (exit 0)
-        logger.warning(
-            "Stopped by %s while starting, before polling: no work was taken", stopped.signum.name
-        )
+        logger.warning("%s", starting_line(stopped.signum))
         return 0
     except (
         ConfigError,

@@ -71,13 +71,29 @@ def weather_tool(
     delay: float = 0.0,
     delay_city: str | None = None,
     exit_process: bool = False,
+    blocking_loop: bool = False,
 ) -> Any:
     """The seed's get_weather, recording each execution in `ledger`.
 
     `delay` seconds pass after the ledger line (for every city, or only for
     `delay_city`), so a test can kill a process while the tool is in flight.
-    `exit_process`: the tool then kills its own process.
+    `exit_process`: the tool then kills its own process. `blocking_loop`: an
+    `async def` tool that sleeps without awaiting (its worker's event loop blocked).
     """
+    if blocking_loop:
+
+        @function_tool(name="get_weather")
+        async def blocking_weather(city: str) -> str:
+            """Get the current weather for a city.
+
+            Args:
+                city: The city to look up.
+            """
+            ledger_write(ledger, "get_weather", city)
+            time.sleep(delay)  # blocks the event loop: no await, no cancellation
+            return f"The weather in {city} is sunny and 22C."
+
+        return blocking_weather
 
     @function_tool
     def get_weather(city: str) -> str:

@@ -92,6 +92,70 @@ async def test_a_sigterm_handler_of_the_scripts_own_does_not_cut_the_exit_drain_
     assert [e["type"] for e in mirrored][-1] == "run_end"
 
 
+@pytest.mark.parametrize("own", [True, False], ids=["own handler", "default handler"])
+async def test_a_handlers_exception_outside_the_exit_hooks_waits_is_noted_too(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str, own: bool
+) -> None:
+    """The script's own `sys.exit(0)` SIGTERM handler, the signal coming while the exit hook
+    is between its waits (here: writing its line naming the open run to a stderr pipe nobody
+    reads yet): noted as in a wait, the call finishes once, a resume runs no tool again.
+    Before, the SystemExit ended the hook ("Exception ignored"), the interpreter cut the
+    call off, and the resume ran the tool a second time."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = _env(temporal_address, model, task_queue, tmp_path, ledger)
+        run_id = uuid.uuid4().hex
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(PROCS / "plain_script.py"),
+                "own_handler_full_stderr" if own else "full_stderr",
+                run_id,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            await until(lambda: _writing_stderr(proc.pid), "the exit hook's blocked line")
+            proc.send_signal(signal.SIGTERM)
+            out, err = await asyncio.to_thread(proc.communicate, None, 90)
+        finally:
+            proc.kill()
+        stderr = err.decode().lstrip(".")
+        # the default's SIGTERM ends the process by it once the calls are done
+        assert proc.returncode == (0 if own else -signal.SIGTERM), stderr
+        assert json.loads(out) == {"started": True}
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+        [noted] = [
+            line for line in stderr.splitlines() if ("SystemExit(0)" if own else "SIGTERM") in line
+        ]
+        assert "finishing the calls" in noted, noted
+        resumed = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, str(PROCS / "plain_script.py"), "resume", run_id],
+            env={**env, "AGENT_TOOL_SECONDS": "0"},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout) == {"status": "completed"}
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+    mirrored = [e.to_dict() for e in FileStore(tmp_path / "runs").load(run_id)]
+    assert mirrored == [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
+    assert [e["type"] for e in mirrored][-1] == "run_end"
+
+
+def _writing_stderr(pid: int) -> bool:
+    """Whether the process's main thread is blocked writing to a full stderr pipe."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        call = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return False
+    return "pipe_write" in wchan and call[:2] == ["1", "0x2"]
+
+
 @pytest.mark.parametrize("cli", [False, True], ids=["worker.py", "agentor-temporal worker"])
 async def test_a_worker_stopped_while_it_starts_says_so_in_one_line(
     temporal_address: str, task_queue: str, tmp_path: Path, cli: bool
@@ -138,3 +202,85 @@ async def test_a_worker_stopped_while_it_starts_says_so_in_one_line(
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert "Stopped by SIGTERM while starting, before polling: no work was taken" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "code", "line"),
+    [
+        (
+            ["worker.py", "--agents", "env_agent:agent"],
+            "agentor_temporal.worker",
+            0,
+            "Stopped by SIGTERM while starting, before polling: no work was taken",
+        ),
+        (
+            ["-m", "agentor_temporal", "worker", "--agents", "env_agent:agent"],
+            "agentor_temporal.cli",
+            0,
+            "Stopped by SIGTERM while starting, before polling: no work was taken",
+        ),
+        (
+            ["-m", "agentor_temporal", "run", "--agent", "env_agent:agent", "hi"],
+            "agentor_temporal.cli",
+            130,
+            "interrupted (SIGTERM) while starting: nothing was done",
+        ),
+    ],
+    ids=["worker.py", "agentor-temporal worker", "agentor-temporal run"],
+)
+@pytest.mark.parametrize("pid1", [False, True], ids=["", "as PID 1"])
+async def test_a_stop_during_the_launchers_own_imports_says_so_in_one_line(
+    tmp_path: Path, command: list[str], module: str, code: int, line: str, pid1: bool
+) -> None:
+    """SIGTERM while the interpreter still imports the package itself (before any handler of
+    the worker's or the CLI's could be on): one line saying so, a worker's exit status 0, a
+    command's 130 (interrupted). Before, the default handler killed it silently (status 143); as
+    a container's first process (PID 1, which the kernel's default never ends) the command
+    went on past the line and failed with a traceback."""
+    if pid1 and not _pid_namespaces():
+        pytest.skip("no user and PID namespaces here (`unshare -Urpf`)")
+    gate = tmp_path / "gate"
+    first = [str(ROOT / command[0])] if command[0].endswith(".py") else command[:2]
+    rest = command[1:] if command[0].endswith(".py") else command[2:]
+    proc = subprocess.Popen(
+        [*(["unshare", "-Urpf"] if pid1 else []), sys.executable, *first, *rest],
+        env={
+            **os.environ,
+            "LAUNCH_GATE": str(gate),
+            "LAUNCH_GATE_MODULE": module,
+            "PYTHONPATH": os.pathsep.join(
+                [str(PROCS / "launch_gate"), str(ROOT), str(ROOT / "tests"), str(PROCS)]
+            ),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        await until(lambda: Path(f"{gate}.importing").exists(), "the launcher's import")
+        if pid1:  # to the first process of the namespace, not to `unshare` waiting on it
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            os.kill(int(children[0]), signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        out, err = await asyncio.to_thread(proc.communicate, None, 60)
+    finally:
+        gate.touch()
+        proc.kill()
+    assert proc.returncode == code, err
+    assert out == ""
+    assert [text for text in err.splitlines() if text.strip()] == [line]
+
+
+def _pid_namespaces() -> bool:
+    """Whether `unshare -Urpf` runs here (a process as PID 1, as in a container)."""
+    try:
+        done = subprocess.run(
+            ["unshare", "-Urpf", sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and done.stdout.strip() == "1"

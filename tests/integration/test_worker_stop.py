@@ -38,7 +38,9 @@ from helpers import (
 pytestmark = pytest.mark.slow
 
 
-def _worker_cli(env: dict[str, str], runs: Path, log: Path) -> subprocess.Popen[str]:
+def _worker_cli(
+    env: dict[str, str], runs: Path, log: Path, prefix: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
     full = {
         **os.environ,
         **env,
@@ -47,6 +49,7 @@ def _worker_cli(env: dict[str, str], runs: Path, log: Path) -> subprocess.Popen[
     }
     return subprocess.Popen(
         [
+            *prefix,
             sys.executable,
             str(ROOT / "worker.py"),
             "--agents",
@@ -187,6 +190,143 @@ async def test_a_second_signal_abandons_the_drain_and_says_so(
             stop_process(proc)
     text = log.read_text()
     assert code == -signum, text
-    assert "finishing in-flight activities (up to 30 s; interrupt again to abandon them)" in text
+    assert "finishing in-flight activities (up to 30 s; interrupt again to abandon them" in text
+    # docker's default grace (10 s) kills a drain of 30 s: the line says how long it must be
+    assert "`docker stop -t 35`" in text
     assert f"{signum.name} again: abandoning the calls in flight" in text, text
     assert "Traceback" not in text, text
+
+
+async def test_signals_reach_a_worker_whose_event_loop_a_tool_blocks(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """An `async def` tool that blocks the event loop (sleeps without awaiting): SIGTERM says
+    at once that the worker stops, and a second abandons the call at once, saying so. Before,
+    the loop's own signal handling waited for the tool: nothing was said, and a second signal
+    did nothing until the tool returned (a container's grace ran out first: SIGKILL)."""
+    with ScriptedModelServer() as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "TOOL_DELAY": "60",
+            "TOOL_BLOCKS_LOOP": "1",
+        }
+        log = tmp_path / "worker.log"
+        proc = _worker_cli(env, tmp_path / "runs", log)
+        try:
+            wait_line(proc, "worker ready")
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+            await agent.astart(PROMPT, run_id=uuid.uuid4().hex)
+            await asyncio.to_thread(wait_until, lambda: ledger_lines(ledger), "the tool", 60)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(
+                wait_until, lambda: "Stopping:" in log.read_text(), "the stopping line", 20
+            )
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 20)
+        finally:
+            stop_process(proc)
+    text = log.read_text()
+    assert code == -signal.SIGTERM, text
+    assert "SIGTERM again: abandoning the calls in flight" in text, text
+    assert "Traceback" not in text, text
+
+
+async def test_a_call_cut_off_by_the_graceful_shutdown_is_said_and_runs_again_elsewhere(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A tool still running when a stopping worker's graceful shutdown runs out (a sync tool
+    that ignores cancellation): the worker says in one line that it handed the call back and
+    that another worker runs it again; the next worker does, and the run completes with every
+    event mirrored. Before, it said only "Worker stopped", as after a clean drain."""
+    with ScriptedModelServer() as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "TOOL_DELAY": "30",
+            "AGENTOR_GRACEFUL_SHUTDOWN": "1",
+        }
+        log = tmp_path / "worker.log"
+        run_id = uuid.uuid4().hex
+        proc = _worker_cli(env, tmp_path / "runs", log)
+        try:
+            wait_line(proc, "worker ready")
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+            await agent.astart(PROMPT, run_id=run_id)
+            await asyncio.to_thread(wait_until, lambda: ledger_lines(ledger), "the tool", 60)
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 30)
+        finally:
+            stop_process(proc)
+        text = log.read_text()
+        assert code == 0, text
+        [said] = [line for line in text.splitlines() if "graceful shutdown ran out" in line]
+        assert "get_weather(city='London')" in said and run_id in said, said
+        assert "another worker runs it again" in said, said
+        env["TOOL_DELAY"] = "0"
+        proc = _worker_cli(env, tmp_path / "runs", tmp_path / "next.log")
+        try:
+            wait_line(proc, "worker ready")
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
+        finally:
+            stop_process(proc)
+    assert outcome["status"] == "completed"
+    assert [line.split()[3] for line in ledger_lines(ledger)] == ["attempt=1", "attempt=2"]
+    mirrored = [e.to_dict() for e in FileStore(tmp_path / "runs").load(run_id)]
+    assert mirrored == [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
+
+
+def _first_child(pid: int) -> int:
+    """The pid of process `pid`'s first child (Linux: /proc)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(children[0])
+
+
+async def test_a_second_signal_ends_a_worker_that_is_a_containers_first_process(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """`CMD ["python", "worker.py"]` without an init: the worker is PID 1, which the kernel's
+    default action never ends. A second SIGTERM abandons the drain and ends it (exit status
+    143, as Docker reports a SIGTERM'd process). Before, the signal it sent itself did nothing:
+    it went on draining, and only the container runtime's SIGKILL ended it."""
+    probe = subprocess.run(
+        ["unshare", "-Urpf", sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0 or probe.stdout.strip() != "1":
+        pytest.skip("no user and PID namespaces here (`unshare -Urpf`)")
+    with ScriptedModelServer() as model:
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+            "TOOL_DELAY": "60",
+        }
+        log = tmp_path / "worker.log"
+        proc = _worker_cli(env, tmp_path / "runs", log, prefix=("unshare", "-Urpf"))
+        worker_pid = None
+        try:
+            wait_line(proc, "worker ready")
+            worker_pid = _first_child(proc.pid)
+            agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+            await agent.astart(PROMPT, run_id=uuid.uuid4().hex)
+            await asyncio.to_thread(wait_until, lambda: ledger_lines(ledger), "the tool", 60)
+            os.kill(worker_pid, signal.SIGTERM)
+            await asyncio.to_thread(
+                wait_until, lambda: "Stopping:" in log.read_text(), "the stopping line", 20
+            )
+            os.kill(worker_pid, signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 20)
+        finally:
+            if worker_pid is not None and proc.poll() is None:
+                os.kill(worker_pid, signal.SIGKILL)  # its namespace's end ends `unshare`
+            stop_process(proc)
+    text = log.read_text()
+    assert code == 128 + signal.SIGTERM, text
+    assert "SIGTERM again: abandoning the calls in flight" in text, text

@@ -44,6 +44,7 @@ def build() -> object:
                 delay=float(os.environ.get("TOOL_DELAY", "0")),
                 delay_city=os.environ.get("TOOL_DELAY_CITY"),
                 exit_process=os.environ.get("TOOL_EXITS") == "1",
+                blocking_loop=os.environ.get("TOOL_BLOCKS_LOOP") == "1",
             ),
             *(
                 [

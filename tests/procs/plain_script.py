@@ -202,6 +202,28 @@ elif command == "own_handler_daemon":
     while not ledger_lines(ledger) and time.monotonic() < deadline:
         time.sleep(0.01)
     print(json.dumps({"started": bool(ledger_lines(ledger))}), flush=True)
+elif command in ("own_handler_full_stderr", "full_stderr"):
+    # as `own_handler_daemon` (`full_stderr`: with Python's default SIGTERM), but nobody reads
+    # stderr for now (a pipe to a stalled logger): the exit hook's line naming the open run
+    # blocks, outside its waits, as the SIGTERM comes
+    ledger = os.environ["AGENT_LEDGER"]
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "3"))
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+    if command == "own_handler_full_stderr":
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    threading.Thread(target=lambda: slow.run(WEATHER, run_id=run_id), daemon=True).start()
+    deadline = time.monotonic() + 90
+    while not ledger_lines(ledger) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps({"started": bool(ledger_lines(ledger))}), flush=True)
+    sys.stderr.flush()
+    os.set_blocking(2, False)
+    try:
+        while True:
+            os.write(2, b"." * 4096)
+    except BlockingIOError:
+        pass  # the pipe is full
+    os.set_blocking(2, True)
 elif command == "fork":
     # a child forked before the parent's first call runs its own run; one forked
     # once the parent's runtime and embedded worker are up is refused
