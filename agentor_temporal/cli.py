@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -142,7 +141,8 @@ def _interrupted(run_id: str, args: argparse.Namespace) -> str:
 
 def _report(result: RunResult, args: argparse.Namespace) -> int:
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        # a piece at a time: a long run's JSON is hundreds of megabytes
+        sys.stdout.writelines(result.json_chunks())
     elif result.final_output is not None:
         print(result.final_output)
     elif result.status == "awaiting_approval":

@@ -8,7 +8,8 @@ worker, facade and tests all share this one definition.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 from agentor_temporal.store.encoding import encodable, standard_json
@@ -259,7 +260,7 @@ class RunResult:
         return [e for e in self.events if e.type == "tool_call"]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the CLI's `--json`, the HTTP routes), in standard JSON values.
+        """A JSON-ready dict, in standard JSON values (`json_chunks` writes it as text).
 
         As the JSONL log writes them: a non-finite number (a model's `NaN` in
         a tool call's arguments, which history keeps as it came) is None and
@@ -278,3 +279,59 @@ class RunResult:
         }
         result: dict[str, Any] = encodable(data)
         return result
+
+    def json_chunks(self, extra: dict[str, Any] | None = None) -> Iterator[str]:
+        """`to_dict()` (plus `extra`'s keys) as JSON text, a piece at a time.
+
+        The same JSON value as `standard_json(to_dict())`, written one message
+        and one event a line. Each `generation` event carries its whole request,
+        so a run's JSON grows with the square of its turns (a 1,000-turn run's
+        is 400 MB): built whole and indented, as the CLI's `--json` and the HTTP
+        routes did, it took minutes and gigabytes. Here each piece goes out
+        as it is encoded, by the C encoder, and is dropped.
+        """
+        head = {
+            "run_id": self.run_id,
+            "status": self.status,
+            "final_output": self.final_output,
+            "error": self.error,
+            "usage": asdict(self.usage),
+        }
+        yield standard_json(head)[:-1]
+        # the generations' requests share their message objects: each is encoded once
+        encoded: dict[int, str] = {}
+
+        def message(value: Any) -> str:
+            text = encoded.get(id(value))
+            if text is None:
+                text = encoded[id(value)] = standard_json(_canonical(value))
+            return text
+
+        lists: list[tuple[str, Iterable[str]]] = [
+            ("messages", (standard_json(m) for m in self.messages)),
+            ("events", (_event_json(e, message) for e in self.events)),
+            ("pending_approvals", (standard_json(asdict(p)) for p in self.pending_approvals)),
+        ]
+        for key, items in lists:
+            yield f', "{key}": ['
+            for index, item in enumerate(items):
+                yield ("\n" if not index else ",\n") + item
+            yield "]"
+        for key, value in (extra or {}).items():
+            yield f", {standard_json(key)}: {standard_json(value)}"
+        yield "}\n"
+
+
+def _event_json(event: Event, message: Callable[[Any], str]) -> str:
+    """`standard_json(event.to_dict())`, its request's messages encoded by `message`."""
+    if not event.messages:
+        return standard_json(event.to_dict())
+    data = replace(event, messages=None).to_dict()
+    at = _EVENT_FIELDS.index("messages")
+    before = {k: v for k, v in data.items() if _EVENT_FIELDS.index(k) < at}
+    text = standard_json(before)[:-1] + (", " if before else "")
+    text += '"messages": [' + ", ".join(message(m) for m in event.messages) + "]"
+    for key, value in data.items():
+        if _EVENT_FIELDS.index(key) > at:
+            text += f", {standard_json(key)}: {standard_json(value)}"
+    return text + "}"
