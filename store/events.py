@@ -8,7 +8,7 @@ worker, facade and tests all share this one definition.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
@@ -298,18 +298,10 @@ class RunResult:
             "usage": asdict(self.usage),
         }
         yield standard_json(head)[:-1]
-        # the generations' requests share their message objects: each is encoded once
-        encoded: dict[int, str] = {}
-
-        def message(value: Any) -> str:
-            text = encoded.get(id(value))
-            if text is None:
-                text = encoded[id(value)] = standard_json(_canonical(value))
-            return text
-
+        event_json = EventJson()
         lists: list[tuple[str, Iterable[str]]] = [
             ("messages", (standard_json(m) for m in self.messages)),
-            ("events", (_event_json(e, message) for e in self.events)),
+            ("events", (event_json(e) for e in self.events)),
             ("pending_approvals", (standard_json(asdict(p)) for p in self.pending_approvals)),
         ]
         for key, items in lists:
@@ -322,16 +314,39 @@ class RunResult:
         yield "}\n"
 
 
-def _event_json(event: Event, message: Callable[[Any], str]) -> str:
-    """`standard_json(event.to_dict())`, its request's messages encoded by `message`."""
-    if not event.messages:
-        return standard_json(event.to_dict())
-    data = replace(event, messages=None).to_dict()
-    at = _EVENT_FIELDS.index("messages")
-    before = {k: v for k, v in data.items() if _EVENT_FIELDS.index(k) < at}
-    text = standard_json(before)[:-1] + (", " if before else "")
-    text += '"messages": [' + ", ".join(message(m) for m in event.messages) + "]"
-    for key, value in data.items():
-        if _EVENT_FIELDS.index(key) > at:
-            text += f", {standard_json(key)}: {standard_json(value)}"
-    return text + "}"
+class EventJson:
+    """Events as `standard_json(event.to_dict())`, a request's messages encoded once.
+
+    The `generation` events of one run hold their requests' message objects
+    in common (each request is the one before it plus the turn's new
+    messages), so a message already encoded for the previous event is not
+    copied and encoded again: a run's events are then written in time that
+    follows their text, not the square of its turns times Python's work per
+    message. Only the latest request's messages are kept (objects held, so
+    an id is never taken for another object's).
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[Any, str]] = {}
+
+    def __call__(self, event: Event) -> str:
+        """The event's JSON text."""
+        if not event.messages:
+            return standard_json(event.to_dict())
+        data = replace(event, messages=None).to_dict()
+        at = _EVENT_FIELDS.index("messages")
+        before = {k: v for k, v in data.items() if _EVENT_FIELDS.index(k) < at}
+        known, self._known = self._known, {}
+        parts = []
+        for message in event.messages:
+            entry = known.get(id(message))
+            if entry is None or entry[0] is not message:
+                entry = (message, standard_json(_canonical(message)))
+            self._known[id(message)] = entry
+            parts.append(entry[1])
+        text = standard_json(before)[:-1] + (", " if before else "")
+        text += '"messages": [' + ", ".join(parts) + "]"
+        for key, value in data.items():
+            if _EVENT_FIELDS.index(key) > at:
+                text += f", {standard_json(key)}: {standard_json(value)}"
+        return text + "}"
