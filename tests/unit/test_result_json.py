@@ -172,3 +172,47 @@ def test_a_long_runs_export_encodes_each_message_once(monkeypatch: pytest.Monkey
     _cli_inspect._write_jsonl(out, result.events)
     assert out.getvalue() == "".join(lines)
     assert calls < 20 * len(result.messages), calls
+
+
+def test_resume_of_a_finished_run_reads_no_history_for_its_progress() -> None:
+    """`agentor-temporal resume` of a finished run narrates nothing of it, so it reads none
+    of its history for that (a long run's latest execution is megabytes): describing it
+    says the run finished, and which execution that was."""
+    from temporalio.client import WorkflowExecutionStatus
+
+    from agentor_temporal import _progress
+
+    reads: list[int] = []
+
+    class Described:
+        run_id = "e1"
+        history_length = 10
+        status = WorkflowExecutionStatus.COMPLETED
+
+    class Handle:
+        async def describe(self) -> Described:
+            return Described()
+
+        async def fetch_history(self) -> None:
+            reads.append(1)  # a failed read is a skipped beat: counted, not raised
+            raise RuntimeError("history was read")
+
+    class Client:
+        def get_workflow_handle(self, run_id: str, **kwargs: Any) -> Handle:
+            return Handle()
+
+    async def go() -> str:
+        client: Any = Client()
+        skip = await _progress.finished_execution(client, "r1")
+        assert skip == "e1"
+        out = io.StringIO()
+
+        async def work() -> str:
+            await asyncio.sleep(0.3)
+            return "done"
+
+        result = await _progress.follow(client, "r1", work(), _progress.Progress(out, skip))
+        assert out.getvalue() == "" and reads == []
+        return result
+
+    assert asyncio.run(go()) == "done"
