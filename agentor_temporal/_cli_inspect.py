@@ -45,6 +45,7 @@ from agentor_temporal._stuck import unpolled_advice, unpolled_queue
 from agentor_temporal._timeline import Timeline
 from agentor_temporal.connection import ConnectionFailed, connect
 from agentor_temporal.store import Event, FileStore
+from agentor_temporal.store.events import EventJson
 from agentor_temporal.workflows import Segment
 
 # -- show / list / export -----------------------------------------------------------------
@@ -81,8 +82,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         note = "\n".join(filter(None, [note, unpolled_advice(run_id, unpolled) + "."]))
     events = shown_events(events)
     if args.jsonl:
+        event_json = EventJson()  # the generations' requests share their messages
         for event in events:
-            print(event.to_json())
+            print(event_json(event))
         return EXIT_OK
     for line in render_run(summary, events, source=source):
         print(line)
@@ -235,8 +237,10 @@ def _write_jsonl(out: TextIO, events: list[Event]) -> None:
     so the log grows with the square of the turns (500 turns of 2 KB: 260 MB),
     and holding it cost a long run's export gigabytes of memory.
     """
+    # the generations' requests share their messages: each is encoded once
+    event_json = EventJson()
     for event in events:
-        out.write(shown_event(event).to_json())
+        out.write(event_json(shown_event(event)))
         out.write("\n")
 
 

@@ -16,7 +16,8 @@ import contextlib
 from collections.abc import Awaitable
 from typing import TextIO, TypeVar
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import preview
 from agentor_temporal._results import shown_event
@@ -134,6 +135,11 @@ async def follow(client: Client, run_id: str, work: Awaitable[T], progress: Prog
             now = (described.run_id, described.history_length)
             if now == seen:
                 return
+            if described.run_id == progress.skip:
+                # finished before the command began: nothing in it is narrated, so a
+                # long run's history (megabytes) is not read for it
+                seen = now
+                return
             segment = await store.latest(run_id)
             if segment is not None:
                 progress.feed(segment)
@@ -150,8 +156,13 @@ async def follow(client: Client, run_id: str, work: Awaitable[T], progress: Prog
     return task.result()
 
 
-def latest_execution(segment: Segment | None) -> str | None:
-    """The execution a `resume` should not narrate again (a finished one)."""
-    if segment is None or segment.status == "running":
-        return None
-    return segment.execution_run_id
+async def finished_execution(client: Client, run_id: str) -> str | None:
+    """The execution a `resume` should not narrate again (a finished one), by describing
+    the run: its history is not read."""
+    try:
+        described = await client.get_workflow_handle(run_id).describe()
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            return None
+        raise
+    return None if described.status == WorkflowExecutionStatus.RUNNING else described.run_id

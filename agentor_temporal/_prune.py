@@ -10,16 +10,17 @@ kept, with the reason, and a log written to while pruning is kept too.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal.store import FileStore, final_event
+from agentor_temporal.store import Event, FileStore, final_event, validate_run_id
 from agentor_temporal.store.base import read_events
-from agentor_temporal.workflows import TemporalStore
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -80,7 +81,6 @@ async def plan(
         now: the current time (epoch seconds), for tests.
     """
     now = time.time() if now is None else now
-    temporal = TemporalStore(client) if client is not None else None
     verdicts = []
     for run_id in store.list_runs():
         path = store.path(run_id)
@@ -94,26 +94,99 @@ async def plan(
         if age < older_than:
             verdict.reason = f"newer than the cut-off (last written {age_text(age)} ago)"
             continue
-        events = read_events(store, run_id)
-        end = final_event(events)
-        if not events:
+        tail = last_segment_end(path)
+        if tail is None:
+            events = read_events(store, run_id)
+            tail = (bool(events), final_event(events))
+        some, end = tail
+        if not some:
             verdict.reason = "the log has no events"
             continue
         if end is None:
             verdict.reason = "in flight: its last segment has no run_end"
             continue
-        if temporal is not None:
+        if client is not None:
             try:
-                latest = await temporal.latest(run_id)
+                running = await _running(client, run_id)
             except Exception as exc:  # keep what cannot be checked
                 verdict.reason = f"could not ask Temporal about it ({exc})"
                 continue
-            if latest is not None and latest.status == "running":
+            if running:
                 verdict.reason = "still running in Temporal"
                 continue
         verdict.remove = True
         verdict.reason = f"finished ({end.status}), last written {age_text(age)} ago"
     return verdicts
+
+
+def _parses(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+async def _running(client: Client, run_id: str) -> bool:
+    """Whether the run's latest execution is running (describing it: its history is not read)."""
+    validate_run_id(run_id)
+    try:
+        described = await client.get_workflow_handle(run_id).describe()
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            return False
+        raise
+    return described.status == WorkflowExecutionStatus.RUNNING
+
+
+#: Bytes read at a time from a log's end.
+_TAIL_BLOCK = 1 << 20
+#: An event line's type, as this project and Agentor write it (the first key).
+_TYPE = re.compile(rb'^\{"type": "([a-z_]+)"')
+
+
+def last_segment_end(path: Path) -> tuple[bool, Event | None] | None:
+    """(whether the log has events, its last segment's `run_end`), read from its end.
+
+    Only the lines after the last `run_start` or `run_end` are parsed (a
+    finished run's: none but its `run_end`): a long run's log grows with the
+    square of its turns (a 1,000-turn run's is 630 MB), and reading it whole
+    to find its last event took prune 18 s a log. None when a line is not as
+    this project and Agentor write them (the caller reads the log whole).
+    """
+    try:
+        with path.open("rb") as f:
+            pos = f.seek(0, 2)
+            carry = b""  # the part of a line that began before the block read
+            final = True  # the file's last line, torn by a hard kill as load allows
+            seen = False
+            while pos > 0:
+                start = max(0, pos - _TAIL_BLOCK)
+                f.seek(start)
+                pieces = (f.read(pos - start) + carry).split(b"\n")
+                pos = start
+                carry = pieces.pop(0) if pos > 0 else b""
+                for line in reversed(pieces):
+                    if not line.strip():
+                        continue
+                    torn_allowed, final = final, False
+                    match = _TYPE.match(line)
+                    kind = match.group(1) if match else None
+                    if kind == b"run_end":
+                        try:
+                            return True, Event.from_dict(json.loads(line))
+                        except ValueError:
+                            kind = None
+                    if kind is None:
+                        if torn_allowed and not _parses(line):
+                            continue  # torn by a hard kill: load skips it too
+                        return None
+                    seen = True
+                    if kind == b"run_start":
+                        return True, None
+            return seen, None
+    except OSError:
+        return None
 
 
 def apply(store: FileStore, verdicts: list[Verdict]) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -44,7 +43,7 @@ from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_s
 from agentor_temporal._cli_parser import build_parser
 from agentor_temporal._exit import calls_grace
 from agentor_temporal._outage import outage_of
-from agentor_temporal._progress import Progress, follow, latest_execution
+from agentor_temporal._progress import Progress, finished_execution, follow
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import NoteFirst
 from agentor_temporal.agent import Agentor
@@ -60,7 +59,6 @@ from agentor_temporal.connection import (
 )
 from agentor_temporal.serve._cli import cmd_serve
 from agentor_temporal.store import RunResult, new_run_id
-from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
 from agentor_temporal.workflows.history_reader import NotAnAgentRun
 
@@ -142,7 +140,8 @@ def _interrupted(run_id: str, args: argparse.Namespace) -> str:
 
 def _report(result: RunResult, args: argparse.Namespace) -> int:
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        # a piece at a time: a long run's JSON is hundreds of megabytes
+        sys.stdout.writelines(result.json_chunks())
     elif result.final_output is not None:
         print(result.final_output)
     elif result.status == "awaiting_approval":
@@ -200,9 +199,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     async def go() -> tuple[RunResult, Progress]:
         client = await agent._client()
-        progress = Progress(
-            sys.stderr, latest_execution(await TemporalStore(client).latest(run_id))
-        )
+        progress = Progress(sys.stderr, await finished_execution(client, run_id))
         _ui_hint(agent, run_id)
         result = await follow(client, run_id, agent.aresume(run_id, args.max_turns), progress)
         return result, progress

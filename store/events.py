@@ -8,7 +8,8 @@ worker, facade and tests all share this one definition.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 from agentor_temporal.store.encoding import encodable, standard_json
@@ -259,7 +260,7 @@ class RunResult:
         return [e for e in self.events if e.type == "tool_call"]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the CLI's `--json`, the HTTP routes), in standard JSON values.
+        """A JSON-ready dict, in standard JSON values (`json_chunks` writes it as text).
 
         As the JSONL log writes them: a non-finite number (a model's `NaN` in
         a tool call's arguments, which history keeps as it came) is None and
@@ -278,3 +279,74 @@ class RunResult:
         }
         result: dict[str, Any] = encodable(data)
         return result
+
+    def json_chunks(self, extra: dict[str, Any] | None = None) -> Iterator[str]:
+        """`to_dict()` (plus `extra`'s keys) as JSON text, a piece at a time.
+
+        The same JSON value as `standard_json(to_dict())`, written one message
+        and one event a line. Each `generation` event carries its whole request,
+        so a run's JSON grows with the square of its turns (a 1,000-turn run's
+        is 400 MB): built whole and indented, as the CLI's `--json` and the HTTP
+        routes did, it took minutes and gigabytes. Here each piece goes out
+        as it is encoded, by the C encoder, and is dropped.
+        """
+        head = {
+            "run_id": self.run_id,
+            "status": self.status,
+            "final_output": self.final_output,
+            "error": self.error,
+            "usage": asdict(self.usage),
+        }
+        yield standard_json(head)[:-1]
+        event_json = EventJson()
+        lists: list[tuple[str, Iterable[str]]] = [
+            ("messages", (standard_json(m) for m in self.messages)),
+            ("events", (event_json(e) for e in self.events)),
+            ("pending_approvals", (standard_json(asdict(p)) for p in self.pending_approvals)),
+        ]
+        for key, items in lists:
+            yield f', "{key}": ['
+            for index, item in enumerate(items):
+                yield ("\n" if not index else ",\n") + item
+            yield "]"
+        for key, value in (extra or {}).items():
+            yield f", {standard_json(key)}: {standard_json(value)}"
+        yield "}\n"
+
+
+class EventJson:
+    """Events as `standard_json(event.to_dict())`, a request's messages encoded once.
+
+    The `generation` events of one run hold their requests' message objects
+    in common (each request is the one before it plus the turn's new
+    messages), so a message already encoded for the previous event is not
+    copied and encoded again: a run's events are then written in time that
+    follows their text, not the square of its turns times Python's work per
+    message. Only the latest request's messages are kept (objects held, so
+    an id is never taken for another object's).
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[Any, str]] = {}
+
+    def __call__(self, event: Event) -> str:
+        """The event's JSON text."""
+        if not event.messages:
+            return standard_json(event.to_dict())
+        data = replace(event, messages=None).to_dict()
+        at = _EVENT_FIELDS.index("messages")
+        before = {k: v for k, v in data.items() if _EVENT_FIELDS.index(k) < at}
+        known, self._known = self._known, {}
+        parts = []
+        for message in event.messages:
+            entry = known.get(id(message))
+            if entry is None or entry[0] is not message:
+                entry = (message, standard_json(_canonical(message)))
+            self._known[id(message)] = entry
+            parts.append(entry[1])
+        text = standard_json(before)[:-1] + (", " if before else "")
+        text += '"messages": [' + ", ".join(parts) + "]"
+        for key, value in data.items():
+            if _EVENT_FIELDS.index(key) > at:
+                text += f", {standard_json(key)}: {standard_json(value)}"
+        return text + "}"

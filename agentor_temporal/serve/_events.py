@@ -20,6 +20,7 @@ from typing import Any
 from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
 from agentor_temporal.store import Event
+from agentor_temporal.store.events import EventJson
 from agentor_temporal.streaming import RunFailedError
 
 #: Event types a stream passes on that are not in the run's record: text
@@ -54,12 +55,17 @@ async def positioned(
 
 def frame(data: Any, *, id: int | None = None, event: str | None = None) -> bytes:
     """One SSE message whose data is `data` as JSON (one line)."""
+    return encoded_frame(json.dumps(data, separators=(",", ":"), default=str), id=id, event=event)
+
+
+def encoded_frame(text: str, *, id: int | None = None, event: str | None = None) -> bytes:
+    """One SSE message whose data is `text`, JSON already encoded (one line)."""
     lines = []
     if id is not None:
         lines.append(f"id: {id}")
     if event is not None:
         lines.append(f"event: {event}")
-    lines.append("data: " + json.dumps(data, separators=(",", ":"), default=str))
+    lines.append("data: " + text)
     return ("\n".join(lines) + "\n\n").encode()
 
 
@@ -99,9 +105,11 @@ async def run_frames(agent: Agentor, run_id: str, after: int, text: bool) -> Asy
     the stream with an unnumbered `event: run_failed` message, `{"error": ...}`.
     """
     yield f"retry: {RECONNECT_MS}\n\n".encode()
+    # a long run read from offset 0: each generation's request is most of the one before
+    event_json = EventJson()
     try:
         async for position, event in positioned(agent, run_id, after, text):
-            yield frame(event.to_dict(), id=position)
+            yield encoded_frame(event_json(event), id=position)
     except RunFailedError as exc:
         # its reason may quote anything (a termination's, typed by a person)
         yield frame({"error": _redact.clean(str(exc))}, event="run_failed")

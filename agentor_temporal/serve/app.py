@@ -52,6 +52,7 @@ from agentor_temporal.serve._state import (
     ApiError,
     asked_by,
     check_run_id,
+    result_response,
     snapshot,
 )
 from agentor_temporal.serve._stopping import stopping_note, until_stopping
@@ -410,14 +411,12 @@ def _routes(served: Agents) -> APIRouter:
         )
 
     @router.get("/runs/{run_id}")
-    async def get_run(run_id: str) -> dict[str, Any]:
+    async def get_run(run_id: str) -> Response:
         agent, segments = await served.find(run_id)
-        return (await snapshot(agent, run_id, segments)).to_dict()
+        return result_response((await snapshot(agent, run_id, segments)).result, agent)
 
     @router.post("/runs/{run_id}/resume")
-    async def resume(
-        run_id: str, request: Request, body: ResumeRequest | None = None
-    ) -> dict[str, Any]:
+    async def resume(run_id: str, request: Request, body: ResumeRequest | None = None) -> Response:
         agent, _ = await served.find(run_id, mirrored=True)
         # a retried resume (its answer lost after its segment ended) must not
         # start, and pay for, another segment
@@ -430,7 +429,7 @@ def _routes(served: Agents) -> APIRouter:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
         except ValueError as exc:
             raise ApiError(409, str(exc)) from None
-        return {**result.to_dict(), "agent": agent.name}
+        return result_response(result, agent)
 
     @router.post("/runs/{run_id}/fork", status_code=202)
     async def fork(run_id: str, request: Request, body: ForkRequest | None = None) -> JSONResponse:
