@@ -8,6 +8,9 @@ cannot change it (a quota spent, a prompt past the context window).
 An error event in a streamed reply (an overloaded provider) is retried too,
 and so is a streamed reply cut off before its end (`CutOffReply`), or one
 still not over after MODEL_REPLY_LIMIT (`SlowReply`).
+A reply ended by the provider's content filter or its token limit before any
+text or tool call (`StoppedEmpty`) is final at once, saying so: recorded, it
+would pass as the model's empty answer.
 A malformed reply (not JSON, not UTF-8, no choices, a call without a name) is
 retried briefly, for MALFORMED_REPLY_BUDGET, then final, saying what was
 wrong. A request the HTTP client refused to send (a header or URL it cannot
@@ -48,6 +51,34 @@ class MalformedReply(Exception):
 class CutOffReply(Exception):
     """A streamed reply ended before the provider said it was complete: the connection
     closed mid-reply, with no `[DONE]` and no finish_reason."""
+
+
+class StoppedEmpty(Exception):
+    """The provider ended a reply for a reason of its own (`finish_reason` "content_filter",
+    "length") before any text or tool call: recorded, it would pass as an empty answer."""
+
+
+#: Why a reply ended with nothing in it, by its finish_reason, and what to do.
+_EMPTY_STOPS = {
+    "content_filter": (
+        "the provider's content filter withheld it (finish_reason 'content_filter'), "
+        "before any text or tool call; change the input or the provider's filter "
+        "settings, then resume the run"
+    ),
+    "length": (
+        "it reached its token limit (finish_reason 'length') before any text or tool "
+        "call (a reasoning model can spend it all thinking); raise max_tokens in the "
+        "agent's model_settings, then resume the run"
+    ),
+}
+
+
+def stopped_empty(finish_reason: Any, text: str | None, calls: list[Any]) -> StoppedEmpty | None:
+    """The failure of a reply that ended for `finish_reason` with neither text nor a call."""
+    if text or calls or not isinstance(finish_reason, str):
+        return None
+    why = _EMPTY_STOPS.get(finish_reason)
+    return None if why is None else StoppedEmpty(why)
 
 
 class SlowReply(Exception):
@@ -229,6 +260,13 @@ def model_error(exc: Exception) -> ApplicationError | None:
         root = _root(exc)
         why = f" ({root})" if root and root not in str(exc) else ""
         return _unavailable(_redact.clean(f"Model endpoint {kind}{where}: {exc}{why}"))
+    if isinstance(exc, StoppedEmpty):
+        # asked again, the same input meets the same filter (or the same limit)
+        return ApplicationError(
+            f"The model's reply is empty: {exc}. The run failed without retrying.",
+            type="ModelReplyEmpty",
+            non_retryable=True,
+        )
     if isinstance(exc, (openai.APIResponseValidationError, MalformedReply)):
         return malformed(_redact.clean(str(exc)))
     if isinstance(exc, CutOffReply):

@@ -48,6 +48,7 @@ from agentor_temporal.activities._provider_errors import (
     json_kind,
     malformed,
     model_error,
+    stopped_empty,
 )
 from agentor_temporal.activities.conversations import encode, full_messages, remember
 from agentor_temporal.activities.registry import AgentRegistry, check_request_settings
@@ -493,6 +494,8 @@ def parse_reply(raw: Any) -> GenerateResult:
 
     Raises:
         MalformedReply: saying what is missing or wrong.
+        StoppedEmpty: the provider ended it (content filter, token limit) with
+            neither text nor a tool call.
     """
     choices = getattr(raw, "choices", None)
     if not isinstance(choices, list) or not choices:
@@ -532,6 +535,9 @@ def parse_reply(raw: Any) -> GenerateResult:
                 "function": {"name": name, "arguments": arguments},
             }
         )
+    empty = stopped_empty(getattr(choices[0], "finish_reason", None), content, calls)
+    if empty is not None:
+        raise empty
     return GenerateResult(
         text=content,
         reasoning=_reasoning(message),

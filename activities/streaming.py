@@ -31,6 +31,7 @@ from agentor_temporal.activities._provider_errors import (
     MalformedReply,
     SlowReply,
     json_kind,
+    stopped_empty,
 )
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
@@ -74,6 +75,7 @@ async def stream_completion(
     usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
     counted = False
     streamed = 0
+    reason: Any = None
     try:
         async for chunk in _paced(stream, client):
             chunks += 1
@@ -93,6 +95,7 @@ async def stream_completion(
             choice = _object(choices[0], "a chunk's first choice")
             if getattr(choice, "finish_reason", None) is not None:
                 finished = True
+                reason = choice.finish_reason
             delta = getattr(choice, "delta", None)
             if delta is None:
                 continue
@@ -135,17 +138,21 @@ async def stream_completion(
             f"ended after {chunks} chunks, after its finish_reason but before its usage "
             "count (no [DONE]): the connection closed mid-reply"
         )
+    calls = [
+        {
+            "id": slot["id"],
+            "type": "function",
+            "function": {"name": slot["name"], "arguments": slot["arguments"]},
+        }
+        for _, slot in sorted(partial.items())
+    ]
+    empty = stopped_empty(reason, "".join(text), calls)
+    if empty is not None:
+        raise empty
     return GenerateResult(
         text="".join(text) or None,
         reasoning="".join(reasoning) or None,
-        calls=[
-            {
-                "id": slot["id"],
-                "type": "function",
-                "function": {"name": slot["name"], "arguments": slot["arguments"]},
-            }
-            for _, slot in sorted(partial.items())
-        ],
+        calls=calls,
         usage=usage,
     )
 

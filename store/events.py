@@ -169,8 +169,15 @@ class Event:
     #: parent run id, on the `fork` marker
     forked_from: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The event as a JSON-ready dict, without the fields that are None."""
+    def to_dict(self, *, share_args: bool = False) -> dict[str, Any]:
+        """The event as a JSON-ready dict, without the fields that are None.
+
+        Args:
+            share_args: give `args` as it is, not a copy: for a caller that
+                encodes the dict at once and changes nothing inside it (a
+                workflow journaling a turn of 500 calls with long arguments
+                spent most of a workflow task copying them, item by item).
+        """
         # by hand: `asdict` deep-copied every string too, and a turn of 500
         # calls spent most of its workflow task in it (past the SDK's 2 s
         # deadlock limit on a loaded worker, every retry of the task)
@@ -179,7 +186,12 @@ class Event:
             value = getattr(self, name)
             if value is None:
                 continue
-            data[name] = _canonical(value) if name in _ORDERED else _copied(value)
+            if name in _ORDERED:
+                data[name] = _canonical(value)
+            elif share_args and name == "args":
+                data[name] = value
+            else:
+                data[name] = _copied(value)
         return data
 
     def to_json(self) -> str:

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.input_limits import depth_problem, input_problem
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
+    from agentor_temporal.workflows.payloads import fields_of
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import LocalSpec, Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import PollGuard, StreamWindow, guard_publish
@@ -208,23 +209,32 @@ class AgentRunWorkflow(Continuing):
         return not self._approvals.checking or level() < policies.WHOLE_PAUSE
 
     @workflow.update(name="wait_paused")
-    async def wait_paused(self) -> PausedState:
-        """Return once the run waits only for people (or has ended)."""
+    async def wait_paused(self) -> dict[str, Any]:
+        """Return once the run waits only for people (or has ended): a `PausedState`'s fields.
+
+        Given as a dict (`payloads.fields_of`), the same JSON: the SDK copied a
+        `PausedState` item by item before encoding it, over a second for a
+        turn of 500 calls with long arguments.
+        """
         await workflow.wait_condition(lambda: self._closing or self._paused())
-        paused = self.paused()
+        paused = self._pause()
         if paused is None:
-            return PausedState(self._status)  # "continued_as_new": ask the next
+            return fields_of(PausedState(self._status))  # "continued_as_new": ask the next
         # every caller waiting is answered in this one task: they share its budget
-        return self._answers.pause(paused)
+        return fields_of(self._answers.pause(paused))
 
     @workflow.query(name="paused")
-    def paused(self) -> PausedState | None:
-        """The run's pause if it waits only for people now, else None.
+    def paused(self) -> dict[str, Any] | None:
+        """The run's pause if it waits only for people now (a `PausedState`'s fields), else None.
 
         A caller asks this first: an update is two history events and a
         workflow task, and a caller polling a paused run with `resume` once a
         second would otherwise grow its history without end.
         """
+        paused = self._pause()
+        return None if paused is None else fields_of(paused)
+
+    def _pause(self) -> PausedState | None:
         if self._paused() and not self._closing:
             return PausedState("awaiting_approval", list(self._approvals.awaiting.values()))
         return None

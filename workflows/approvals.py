@@ -56,6 +56,7 @@ from agentor_temporal.workflows.formatting import (
 )
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.pause_watch import PauseWatch, pause_overgrown
+from agentor_temporal.workflows.payloads import plain
 from agentor_temporal.workflows.types import Decision, ToolSpec
 from agentor_temporal.workflows.versions import level
 
@@ -499,7 +500,9 @@ class Approvals:
         try:
             needed: bool = await workflow.execute_local_activity(
                 policies.NEEDS_APPROVAL,
-                ApprovalCheckInput(agent=agent, name=name, args=args, fingerprint=fingerprint),
+                plain(
+                    ApprovalCheckInput(agent=agent, name=name, args=args, fingerprint=fingerprint)
+                ),
                 result_type=bool,
                 start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
                 retry_policy=policies.LOCAL_RETRY_POLICY,

@@ -36,9 +36,20 @@ def fit(text: str, limit: int, end: str = "...") -> str:
 
 
 def call_summary(name: str, args: dict[str, Any] | None) -> str:
-    """How a tool call reads in the UI: `get_weather(city='London')`."""
-    inner = ", ".join(f"{k}={v!r}" for k, v in (args or {}).items())
-    return fit(f"{name}({inner})", SUMMARY_BYTES, "...)")
+    """How a tool call reads in the UI: `get_weather(city='London')`.
+
+    `fit` reads no further than `SUMMARY_BYTES` characters of a text it cuts,
+    so the arguments are written only that far (the same summary): each call
+    of a turn of 500 wrote all its arguments out, twice.
+    """
+    parts, length = [f"{name}("], len(name) + 1
+    for k, v in (args or {}).items():
+        part = f"{', ' if len(parts) > 1 else ''}{k}={v!r}"
+        parts.append(part)
+        length += len(part)
+        if length > SUMMARY_BYTES:
+            return fit("".join(parts)[: SUMMARY_BYTES + 1], SUMMARY_BYTES, "...)")
+    return fit("".join(parts) + ")", SUMMARY_BYTES, "...)")
 
 
 #: Characters of a caller's name or id quoted in an error message.

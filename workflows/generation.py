@@ -28,7 +28,7 @@ from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message, fit
 from agentor_temporal.workflows.history_watch import HistoryWatch, past_last_line, watching
 from agentor_temporal.workflows.journaling import Journal
-from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.payloads import encoded_size, plain
 from agentor_temporal.workflows.remote_results import ForeignResult, read_result
 from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
 from agentor_temporal.workflows.segment import Setup
@@ -269,7 +269,7 @@ class Generation:
                 # one command either way (`execute_local_activity` is this, awaited)
                 handle = workflow.start_local_activity(
                     policies.GENERATE,
-                    inp,
+                    plain(inp),
                     result_type=GenerateResult,
                     start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
                     retry_policy=policies.MODEL_RETRY_POLICY,
@@ -290,7 +290,7 @@ class Generation:
         # its result read here: any client may have completed it (`remote_results`)
         remote: workflow.ActivityHandle[Any] = workflow.start_activity(
             policies.GENERATE,
-            inp,
+            plain(inp),
             result_type=RawValue,
             start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
             heartbeat_timeout=policies.MODEL_HEARTBEAT_TIMEOUT,

@@ -34,7 +34,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import JournalInput, JournalResult
 from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.formatting import failure_message
-from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.payloads import encoded_size, plain
 from agentor_temporal.workflows.stream_window import StreamWindow
 from agentor_temporal.workflows.types import ForkOrigin, finite
 from agentor_temporal.workflows.versions import adopted, level
@@ -164,7 +164,7 @@ class Journal:
         self._topic.publish(
             {
                 "index": self.position,
-                "event": event.to_dict(),
+                "event": event.to_dict(share_args=True),
                 "published_at": workflow.now().timestamp(),
             }
         )
@@ -225,7 +225,7 @@ class Journal:
         """The end of the longest run of new events one step records within its budget."""
         size = 0
         for index in range(self._journaled, total):
-            data = self.events[index].to_dict()
+            data = self.events[index].to_dict(share_args=True)
             if index in self._refs:
                 data.pop("messages", None)  # history has it elsewhere
             size += encoded_size(data)
@@ -246,7 +246,7 @@ class Journal:
             agent=agent,
             mirror=mirroring,
             start=self.offset + first,
-            events=[e.to_dict() for e in self.events[first:total]],
+            events=[e.to_dict(share_args=True) for e in self.events[first:total]],
             new_from=self.offset + self._journaled,
             refs={
                 str(self.offset + i): ref
@@ -263,7 +263,7 @@ class Journal:
         try:
             res: JournalResult = await workflow.execute_local_activity(
                 policies.JOURNAL,
-                inp,
+                plain(inp),
                 result_type=JournalResult,
                 start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
                 retry_policy=(
@@ -318,7 +318,7 @@ class Journal:
             agent=agent,
             mirror=False,
             start=self.offset + self._journaled,
-            events=[e.to_dict() for e in self.events[self._journaled :]],
+            events=[e.to_dict(share_args=True) for e in self.events[self._journaled :]],
             new_from=self.offset + self._journaled,
             refs={
                 str(self.offset + i): ref for i, ref in self._refs.items() if i >= self._journaled
@@ -332,7 +332,7 @@ class Journal:
         """Encoded size of the events not in history yet, as a journal step records them."""
         size = 0
         for index in range(self._journaled, len(self.events)):
-            data = self.events[index].to_dict()
+            data = self.events[index].to_dict(share_args=True)
             if index in self._refs:
                 data.pop("messages", None)  # history has it elsewhere
             size += encoded_size(data)
@@ -364,7 +364,7 @@ class Journal:
         events: list[dict[str, Any]] = []
         requests: dict[str, dict[str, Any]] = {}
         for index in range(first, total):
-            data = self.events[index].to_dict()
+            data = self.events[index].to_dict(share_args=True)
             position = self.offset + index
             if index in self._refs:
                 sent = data.pop("messages", None)
@@ -448,7 +448,7 @@ def whole_log(events: list[Event]) -> bytes | None:
     """
     parts, size = [], 2
     for event in events:
-        part = _json(event.to_dict())
+        part = _json(event.to_dict(share_args=True))
         size += len(part) + 1
         if size > policies.MAX_RESULT_EVENTS_BYTES:
             return None

@@ -10,6 +10,7 @@ functions, which is also what keeps the workflow's cuts deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -23,6 +24,30 @@ _NOTE = re.compile(
 def encoded_size(value: Any) -> int:
     """Bytes of `value` as Temporal's JSON converter writes it (non-ASCII escaped)."""
     return len(json.dumps(value, separators=(",", ":")))
+
+
+def plain(value: Any) -> Any:
+    """`value` to hand the SDK's JSON converter: a dataclass as a dict of its fields.
+
+    The converter encodes a dataclass by `dataclasses.asdict`, which deep-copies
+    every value inside, ~10 us a list item or dict entry: a turn of 500 calls
+    each given a list of 200 numbers spent 1.4 s of one workflow task copying
+    the arguments its journal step and its pause's answer carry (past the SDK's
+    2 s deadlock limit on a slower machine, on every retry: the run wedged).
+    Given the fields as they are, the encoder walks them in C. Only dataclass
+    fields are walked here (a dataclass inside a list is left to the converter):
+    the bytes are the same either way, so nothing here changes what any run
+    records or sends.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def fields_of(value: Any) -> dict[str, Any]:
+    """The dataclass `value` as `plain` gives it: a dict of its fields."""
+    data: dict[str, Any] = plain(value)
+    return data
 
 
 def _note(shown: int, total: int) -> str:

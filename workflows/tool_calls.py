@@ -44,7 +44,7 @@ from agentor_temporal.workflows.call_uses import CallUses, use_key
 from agentor_temporal.workflows.formatting import call_summary, failure_message
 from agentor_temporal.workflows.history_watch import HistoryWatch, watching, within_last_line
 from agentor_temporal.workflows.journaling import Journal
-from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, share_budget
+from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, plain, share_budget
 from agentor_temporal.workflows.remote_results import ForeignResult, read_result
 from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.types import AgentSpec, ToolSpec
@@ -519,18 +519,20 @@ class ToolCalls:
             # not yet awaited: the activity is scheduled inside the call's span
             call_tool = workflow.execute_activity(
                 policies.CALL_TOOL,
-                CallToolInput(
-                    run_id=workflow.info().workflow_id,
-                    agent=spec.name,
-                    call_id=str(call_id),
-                    name=name,
-                    args=args,
-                    turn=turn,
-                    use=use,
-                    fingerprint=spec.fingerprint,
-                    journal=folded,
-                    max_result_bytes=max_result_bytes,
-                    settle_by=self.settle_by,
+                plain(
+                    CallToolInput(
+                        run_id=workflow.info().workflow_id,
+                        agent=spec.name,
+                        call_id=str(call_id),
+                        name=name,
+                        args=args,
+                        turn=turn,
+                        use=use,
+                        fingerprint=spec.fingerprint,
+                        journal=folded,
+                        max_result_bytes=max_result_bytes,
+                        settle_by=self.settle_by,
+                    )
                 ),
                 # read below: any client may have completed it (`remote_results`)
                 result_type=RawValue,

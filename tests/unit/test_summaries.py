@@ -27,3 +27,24 @@ def test_a_summary_of_multibyte_text_stays_under_the_cap_in_bytes() -> None:
 
 def test_a_huge_agent_name_makes_a_short_describe_summary() -> None:
     assert _bytes(fit("describe " + "a" * 1_900_000, SUMMARY_BYTES)) <= SUMMARY_BYTES
+
+
+def test_a_summary_writes_the_arguments_only_as_far_as_it_shows_them() -> None:
+    """A call given 500 arguments writes out the first few (before: every one, for each
+    call of a wide turn, twice, in one workflow task); the summary is the same."""
+    written: list[int] = []
+
+    class Value:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __repr__(self) -> str:
+            written.append(self.n)
+            return f"v{self.n:03}"
+
+    args = {f"arg{n}": Value(n) for n in range(500)}
+    summary = call_summary("load", args)
+    whole = "load(" + ", ".join(f"arg{n}=v{n:03}" for n in range(500)) + ")"
+    assert summary == fit(whole, SUMMARY_BYTES, "...)")
+    assert len(written) < 30, len(written)
+    assert call_summary("load", {"a": 1, "b": "x"}) == "load(a=1, b='x')"
