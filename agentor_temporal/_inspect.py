@@ -359,6 +359,19 @@ async def list_runs(
                 return RunSummary(
                     run_id, agent=agent, status="unreadable", error=shown_error(str(exc))
                 )
+            except KeyError as exc:
+                if "payload encoding" not in str(exc):
+                    raise
+                # nor one encrypted, read by a client without the codec (the SDK's own
+                # converter knows no `binary/encrypted`; seen with an encrypted run of
+                # another app in the namespace)
+                return RunSummary(
+                    run_id,
+                    agent=agent,
+                    status="unreadable",
+                    error=f"its payloads are encrypted ({exc.args[0]}); list with its keys "
+                    "(--encryption-keys-file, or AGENTOR_ENCRYPTION_KEYS) to read it",
+                )
         return summarize_segments(run_id, segments) if segments else None
 
     found: list[RunSummary] = []

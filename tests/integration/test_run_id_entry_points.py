@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowFailureError
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal._inspect import list_runs, render_table
 from agentor_temporal._runs import waiting_calls
+from agentor_temporal.codec import new_key, parse_keys
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows.formatting import failure_message
@@ -112,9 +113,20 @@ async def test_a_run_under_a_refused_id_hides_no_other_run_from_list_or_pending(
             if queue:
                 with pytest.raises(WorkflowFailureError):
                     await asyncio.wait_for(handle.result(), 20)
+    # and one encrypted by another app's client, read here without the codec: the SDK's
+    # converter knows no `binary/encrypted` (seen: `list` died with its KeyError)
+    sealing = scripted_agent(
+        model,
+        client,
+        f"{task_queue}-sealed",
+        encryption_keys=parse_keys(f"A:{new_key()}"),
+    )
+    sealed = await sealing.arun(PROMPT, run_id=uuid.uuid4().hex)
     try:
         rows = {s.run_id: s for s in await list_runs(client, agent=None, status=None, limit=500)}
         assert rows[good.run_id].status == "completed"
+        assert rows[sealed.run_id].status == "unreadable"
+        assert "encrypted" in (rows[sealed.run_id].error or ""), rows[sealed.run_id].error
         for run_id in bad:
             assert rows[run_id].status == "unreadable"
             assert (rows[run_id].error or "").startswith("Invalid run id ")
