@@ -12,6 +12,7 @@ scripted model against what the run needs.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
@@ -27,6 +28,7 @@ from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
 from conftest import SEARCH_ATTRIBUTE_ARGS
 from helpers import (
     PROMPT,
+    ROOT,
     finish,
     ledger_lines,
     scripted_agent,
@@ -154,12 +156,23 @@ async def test_a_run_id_gone_from_temporal_but_mirrored_is_not_run_again(
                 # a start not waited for (serve's POST /runs, A2A) is refused, saying the way on
                 with pytest.raises(ValueError, match=r"gone from Temporal.*`resume\("):
                     await asyncio.wait_for(agent.astart(PROMPT, run_id=run_id), 60)
+                # one that crashed after its tool (a log Agentor wrote) is continued from
+                # there: the model asked once more, the tool not run
+                crashed = f"crashed-{uuid.uuid4().hex[:8]}"
+                shutil.copy(
+                    ROOT / "tests" / "fixtures" / "crashed-after-tool.jsonl",
+                    tmp_path / "runs" / f"{crashed}.jsonl",
+                )
+                results.append(await asyncio.wait_for(agent.arun(PROMPT, run_id=crashed), 60))
         finally:
             await env.shutdown()
-    first, again = results
+    first, again, continued = results
     assert again.status == "completed"
     assert again.final_output == first.final_output
     assert [e.call_id for e in again.events] == [e.call_id for e in first.events]
-    assert model.request_count == 2
+    assert continued.status == "completed"
+    assert model.request_count == 3
     assert len(ledger_lines(ledger)) == 1
-    assert [p.name for p in (tmp_path / "runs").iterdir()] == [f"{run_id}.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(
+        [f"{run_id}.jsonl", f"{crashed}.jsonl"]
+    )
