@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._start import refuse_other_workflow, start_riding_outages
 from agentor_temporal.store import Event
+from agentor_temporal.store.base import in_thread, read_events
 from agentor_temporal.streaming import follow
 from agentor_temporal.workflows import TemporalStore
 from agentor_temporal.workflows.types import AgentRunInput
@@ -156,6 +157,32 @@ async def serve_until_done(agent: Agentor, client: Client, run_id: str) -> None:
     await ready.wait()
 
 
+async def only_stored(agent: Agentor, client: Client, run_id: str) -> bool:
+    """Whether the run `run_id` is in `agent`'s store but gone from Temporal.
+
+    A start under a caller-chosen id attaches to the run that id names
+    (a redelivered message must not run an agent twice), yet that run's
+    history may be gone (retention, a server's database lost) while its
+    mirror holds it: a new start then ran the agent again, paying the model
+    and its tools a second time, and its mirror wrote over the first run's log.
+    """
+    if agent.store is None or not await in_thread(read_events, agent.store, run_id, 1):
+        return False
+    latest = await riding_outages(
+        lambda: TemporalStore(client).latest(run_id), client, what=f"reading run {run_id!r}"
+    )
+    return latest is None
+
+
+def stored_start_refused(run_id: str) -> ValueError:
+    """A start (not waited for) of a run only the store holds: `resume` continues it."""
+    return ValueError(
+        f"Run {run_id!r} is in the store but gone from Temporal: starting it again "
+        f"would run it a second time. `resume({run_id!r})` returns it, or continues it "
+        "from the store if it did not finish"
+    )
+
+
 async def start_new(
     agent: Agentor, run_id: str, inp: AgentRunInput, *, chosen: bool = False
 ) -> Client:
@@ -165,6 +192,8 @@ async def start_new(
     (refused, naming it).
     """
     client = await agent._client()
+    if chosen and await only_stored(agent, client, run_id):
+        raise stored_start_refused(run_id)
     # started first: the worker's lease waits on the run, which must exist
     await start_riding_outages(
         client, agent.definition, agent.task_queue, run_id, inp, what=f"starting run {run_id!r}"

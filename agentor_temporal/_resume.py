@@ -24,7 +24,7 @@ from agentor_temporal._history_answers import (
     unstarted_answer,
     waiting_answer,
 )
-from agentor_temporal._live import waited_on
+from agentor_temporal._live import only_stored, waited_on
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
     check_input,
@@ -104,6 +104,10 @@ async def start_run(
     chosen = run_id is not None
     run_id, inp = new_input(agent, input, run_id, max_turns)
     client = await agent._client()
+    if chosen and await only_stored(agent, client, run_id):
+        # its history is gone, its mirror has it: that run is returned or
+        # continued, not run (and paid for) a second time
+        return await resume_run(agent, run_id, max_turns)
     async with agent._serving(client):
         with waited_on(agent, client, run_id):
             await start_riding_outages(

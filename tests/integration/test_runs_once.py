@@ -2,7 +2,9 @@
 
 Real processes against a real dev server. Two processes starting one run id
 at the same moment get one run; two approving one waiting call get one
-decision (the other is refused); a turn of 200 parallel calls runs each once.
+decision (the other is refused); a turn of 200 parallel calls runs each
+once; a run id whose history is gone but whose mirror has it is not run a
+second time.
 Each test counts tool executions in a ledger file and model requests at the
 scripted model against what the run needs.
 """
@@ -10,15 +12,23 @@ scripted model against what the run needs.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
+from agentor_temporal import FileStore
+from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
 
+from conftest import SEARCH_ATTRIBUTE_ARGS
 from helpers import (
+    PROMPT,
+    ROOT,
     finish,
     ledger_lines,
     scripted_agent,
@@ -121,3 +131,48 @@ async def test_two_hundred_parallel_calls_in_one_turn_each_run_once(
     assert ran == sorted(cities)
     assert all("attempt=1 " in line for line in ledger_lines(ledger))
     assert [m["tool_call_id"] for m in tool_messages] == [f"c{i}" for i in range(200)]
+
+
+async def test_a_run_id_gone_from_temporal_but_mirrored_is_not_run_again(
+    task_queue: str, tmp_path: Path, ledger: str, model: ScriptedModelServer
+) -> None:
+    """`run(prompt, run_id=X)` again (a redelivered message) once X's history is gone
+    (retention, a server's database lost) while the store has it: the run is returned
+    from its mirror, not run again. It was: the model asked twice more, the tool ran
+    a second time, and the first run's log was set aside as unconfirmed."""
+    store = FileStore(tmp_path / "runs")
+    run_id = f"order-{uuid.uuid4().hex[:8]}"
+    results = []
+    for _ in "ab":  # a fresh in-memory server each time: the first one's history is gone
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(),
+            dev_server_extra_args=[*SEARCH_ATTRIBUTE_ARGS, "--log-level", "error"],
+            ui=False,
+        )
+        try:
+            agent = scripted_agent(model, env.client, task_queue, store=store, ledger=ledger)
+            results.append(await asyncio.wait_for(agent.arun(PROMPT, run_id=run_id), 60))
+            if len(results) == 2:
+                # a start not waited for (serve's POST /runs, A2A) is refused, saying the way on
+                with pytest.raises(ValueError, match=r"gone from Temporal.*`resume\("):
+                    await asyncio.wait_for(agent.astart(PROMPT, run_id=run_id), 60)
+                # one that crashed after its tool (a log Agentor wrote) is continued from
+                # there: the model asked once more, the tool not run
+                crashed = f"crashed-{uuid.uuid4().hex[:8]}"
+                shutil.copy(
+                    ROOT / "tests" / "fixtures" / "crashed-after-tool.jsonl",
+                    tmp_path / "runs" / f"{crashed}.jsonl",
+                )
+                results.append(await asyncio.wait_for(agent.arun(PROMPT, run_id=crashed), 60))
+        finally:
+            await env.shutdown()
+    first, again, continued = results
+    assert again.status == "completed"
+    assert again.final_output == first.final_output
+    assert [e.call_id for e in again.events] == [e.call_id for e in first.events]
+    assert continued.status == "completed"
+    assert model.request_count == 3
+    assert len(ledger_lines(ledger)) == 1
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(
+        [f"{run_id}.jsonl", f"{crashed}.jsonl"]
+    )
