@@ -263,3 +263,38 @@ def test_a_tools_print_in_a_commands_process_never_shows_the_key(
     assert "debug: calling the weather API with ***" in ran.stdout
     assert "in pieces: ***" in ran.stdout and "warning: *** expires soon" in ran.stderr
     assert key not in ran.stdout + ran.stderr
+
+
+async def test_the_timelines_approval_labels_mask_keys_its_process_knows(
+    client: Client, task_queue: str
+) -> None:
+    """`show --timeline` labels a call waiting for a person with its arguments: a key the
+    reading process knows, recorded as it was by a worker that did not know it, is `***`
+    there as in the tool call's own bar."""
+    from agentor_temporal._timeline import read_timeline
+    from agentor_temporal.activities._redact import remember
+
+    from helpers import transfer_tool
+
+    key = f"tl-{uuid.uuid4().hex}"  # no shape a key is known by: recorded as it was
+    script = [CallTool("transfer", {"amount": 5000, "to": key}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            instructions=INSTRUCTIONS,
+            tools=[transfer_tool()],
+            base_url=model.base_url,
+            api_key="sk-test-another-key-0123456789",
+            temporal=client,
+            task_queue=task_queue,
+        )
+        paused = await agent.arun("Pay.")
+    try:
+        assert paused.status == "awaiting_approval", paused.error
+        remember(key)  # the reader knows it
+        timeline = await read_timeline(client, paused.run_id)
+    finally:
+        await client.get_workflow_handle(paused.run_id).terminate(reason="test over")
+    assert timeline is not None
+    labels = [bar.label for bar in timeline.bars if bar.kind == "approval"]
+    assert labels == ["transfer(amount=5000, to='***'): waiting"], labels
