@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
+from agentor_temporal.workflows.wrapped import mask_wrapped
+
 #: What replaces a secret.
 MASK = "***"
 #: Secrets shorter than this are not masked: masking "a" everywhere would
@@ -227,7 +229,8 @@ def mask_secret(text: str, secret: str) -> str:
     # an escape is a backslash: without one, the plain form was all there was
     if "\\" in text and _may_hold_escaped(text, secret):
         text = _escaped(secret).sub(MASK, text)
-    return text
+    # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM)
+    return mask_wrapped(text, secret, MASK)
 
 
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")

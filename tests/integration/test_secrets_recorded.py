@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, FileStore
@@ -298,3 +301,81 @@ async def test_the_timelines_approval_labels_mask_keys_its_process_knows(
     assert timeline is not None
     labels = [bar.label for bar in timeline.bars if bar.kind == "approval"]
     assert labels == ["transfer(amount=5000, to='***'): waiting"], labels
+
+
+def _wrapped_base64_hides(text: str, secret: str) -> bool:
+    """Whether no base64 run in `text`, its lines joined (JSON's `\\n` too), decodes to bytes
+    holding `secret` from any of its 4 character offsets."""
+    joined = text.replace("\\n", "").replace("\n", "")
+    for run in re.findall(r"[A-Za-z0-9+/]{8,}", joined):
+        for start in range(4):
+            part = run[start:]
+            if secret.encode() in base64.b64decode(part[: len(part) // 4 * 4]):
+                return False
+    return True
+
+
+async def test_a_key_inside_line_wrapped_base64_never_shows(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A tool returning a credentials file as `base64.encodebytes` writes it (cut into lines
+    of 76 characters, as mail and `openssl base64` do): wherever a line break falls in the
+    key's characters, no base64 in what is recorded or sent decodes to the key."""
+    from agentor_temporal import function_tool
+
+    key = _key()
+    # a line break across the key's base64 at each place a 76-character line puts one
+    files = [("x" * pad + json.dumps({"token": key})).encode() for pad in range(0, 60, 7)]
+    wrapped = [base64.encodebytes(f).decode() for f in files]
+    assert all(not _wrapped_base64_hides(w, key) for w in wrapped)
+
+    @function_tool
+    def read_credentials(name: str) -> str:
+        """Read a credentials file, base64.
+
+        Args:
+            name: The file.
+        """
+        return json.dumps({"files": wrapped})
+
+    script = [CallTool("read_credentials", {"name": "creds"}), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            instructions=INSTRUCTIONS,
+            tools=[read_credentials],
+            base_url=model.base_url,
+            api_key=key,
+            temporal=client,
+            task_queue=task_queue,
+            store=FileStore(tmp_path / "runs"),
+        )
+        result = await agent.arun("Read creds.")
+        sent = json.dumps(model.requests[-1]["messages"])
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert answer.result is not None and answer.result.count("***") >= len(files), answer.result
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    texts = {
+        "result": answer.result,
+        "model": sent,
+        "store": (tmp_path / "runs" / f"{result.run_id}.jsonl").read_text(),
+        # the payloads' JSON text, as the UI decodes it
+        "history": "\n".join(
+            p.data.decode("utf-8", "replace") for event in history.events for p in _payloads(event)
+        ),
+    }
+    assert [name for name, text in texts.items() if not _wrapped_base64_hides(text, key)] == []
+
+
+def _payloads(event: Message) -> list[Payload]:
+    """Every payload an event of history holds (inputs, results)."""
+    found: list[Payload] = []
+    for _, value in event.ListFields():
+        items = value if hasattr(value, "extend") else [value]  # a repeated field
+        for item in items:
+            if isinstance(item, Payload):
+                found.append(item)
+            elif isinstance(item, Message):
+                found += _payloads(item)
+    return found
