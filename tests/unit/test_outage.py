@@ -392,7 +392,7 @@ async def test_a_servers_message_cut_for_its_line_never_shows_part_of_a_key(
         code = RPCStatusCode.RESOURCE_EXHAUSTED if busy else RPCStatusCode.UNAVAILABLE
         error = RPCError(text, code, b"")
 
-        async def step() -> None:
+        async def step(error: RPCError = error) -> None:
             raise error
 
         caplog.clear()
