@@ -407,7 +407,7 @@ def secret_forms(secret: str) -> list[str]:
     """`secret` and the encodings a server may echo it in.
 
     Percent-encoded (as `quote` and `quote_plus` write it: a key sent in a
-    query or a form; in either case of hex) and base64 (standard and
+    query or a form; in either case of hex; and twice) and base64 (standard and
     URL-safe, padded or not: how a Basic header carries `user:password`),
     and the secret's base64 inside a longer base64 text (an env file holding
     the key, base64'd as a Kubernetes secret keeps it): at each of base64's
@@ -415,6 +415,8 @@ def secret_forms(secret: str) -> list[str]:
     all but at most two bytes at each end (`_base64_pieces`).
     """
     forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
+    # encoded twice: a URL holding it put in another's query (a redirect's `?next=`)
+    forms += [quote(quote(secret, safe=""), safe=""), quote_plus(quote_plus(secret))]
     # and with lower-case hex, as .NET's `HttpUtility.UrlEncode` writes it (`%2f`)
     forms += [_PERCENT_HEX.sub(lambda m: m.group(0).lower(), form) for form in forms[1:]]
     raw = secret.encode("utf-8", "surrogatepass")

@@ -379,3 +379,59 @@ def _payloads(event: Message) -> list[Payload]:
             elif isinstance(item, Message):
                 found += _payloads(item)
     return found
+
+
+async def test_a_key_percent_encoded_twice_never_shows(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A key with characters a URL escapes (an Azure storage key's `/` and `==`), in a URL
+    put in another's query (a redirect's `?next=`, so percent-encoded twice), as a tool
+    returns it: `***` in the result, the model's request, the JSONL mirror and history."""
+    from urllib.parse import quote, quote_plus
+
+    from agentor_temporal import function_tool
+
+    key = f"{uuid.uuid4().hex}/K1SZFPTOtr+KBHBeksoGMGw=="
+    inner = "https://acct.blob.example/c?sig=" + quote(key, safe="")
+    links = [
+        "https://login.example/cb?next=" + quote(inner, safe=""),
+        "https://login.example/cb?next=" + quote_plus("sig=" + quote_plus(key)),
+    ]
+    twice = [quote(quote(key, safe=""), safe=""), quote_plus(quote_plus(key))]
+
+    @function_tool
+    def sign_in_link(user: str) -> str:
+        """A sign-in link.
+
+        Args:
+            user: Who signs in.
+        """
+        return json.dumps({"links": links})
+
+    script = [CallTool("sign_in_link", {"user": "ann"}), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            instructions=INSTRUCTIONS,
+            tools=[sign_in_link],
+            base_url=model.base_url,
+            api_key=key,
+            temporal=client,
+            task_queue=task_queue,
+            store=FileStore(tmp_path / "runs"),
+        )
+        result = await agent.arun("Link?")
+        sent = json.dumps(model.requests[-1]["messages"])
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert answer.result is not None and answer.result.count("***") == 2, answer.result
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    texts = {
+        "result": answer.result,
+        "model": sent,
+        "store": (tmp_path / "runs" / f"{result.run_id}.jsonl").read_text(),
+        "history": "\n".join(
+            p.data.decode("utf-8", "replace") for event in history.events for p in _payloads(event)
+        ),
+    }
+    assert [f"{name}" for name, text in texts.items() if any(t in text for t in twice)] == []
