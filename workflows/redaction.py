@@ -412,7 +412,7 @@ def secret_forms(secret: str) -> list[str]:
     and the secret's base64 inside a longer base64 text (an env file holding
     the key, base64'd as a Kubernetes secret keeps it): at each of base64's
     three alignments, the characters that encode the secret's bytes alone,
-    all but at most two bytes at each end (`_base64_pieces`).
+    all but at most two bytes at each end (`_base64_pieces`); and hex.
     """
     forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
     # encoded twice: a URL holding it put in another's query (a redirect's `?next=`)
@@ -423,6 +423,8 @@ def secret_forms(secret: str) -> list[str]:
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms += [encoded.decode(), encoded.decode().rstrip("=")]
     forms += _base64_pieces(raw)
+    # hex, in either case: a dump of the bytes holding it
+    forms += [raw.hex(), raw.hex().upper()]
     return list(dict.fromkeys(forms))
 
 

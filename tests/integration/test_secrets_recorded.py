@@ -381,23 +381,41 @@ def _payloads(event: Message) -> list[Payload]:
     return found
 
 
-async def test_a_key_percent_encoded_twice_never_shows(
-    client: Client, task_queue: str, tmp_path: Path
-) -> None:
-    """A key with characters a URL escapes (an Azure storage key's `/` and `==`), in a URL
-    put in another's query (a redirect's `?next=`, so percent-encoded twice), as a tool
-    returns it: `***` in the result, the model's request, the JSONL mirror and history."""
+#: How a tool may return a key with characters a URL escapes (an Azure storage key's `/`
+#: and `==`), and so no known form but its own encoding matched.
+ENCODINGS = ["percent-twice", "percent-plus-twice", "hex", "HEX"]
+
+
+def _encoded(key: str, how: str) -> tuple[str, str]:
+    """What the tool returns holding `key` encoded `how`, and the key in that encoding."""
     from urllib.parse import quote, quote_plus
 
+    if how == "percent-twice":  # a URL put in another's query (a redirect's `?next=`)
+        inner = "https://acct.blob.example/c?sig=" + quote(key, safe="")
+        return "https://login.example/cb?next=" + quote(inner, safe=""), quote(
+            quote(key, safe=""), safe=""
+        )
+    if how == "percent-plus-twice":
+        return "https://login.example/cb?next=" + quote_plus("sig=" + quote_plus(key)), quote_plus(
+            quote_plus(key)
+        )
+    # a dump of the bytes that hold it (a hash's input, a packet's)
+    data = ("token=" + key + ";").encode().hex()
+    data = data.upper() if how == "HEX" else data
+    return data, key.encode().hex().upper() if how == "HEX" else key.encode().hex()
+
+
+@pytest.mark.parametrize("how", ENCODINGS)
+async def test_a_key_percent_encoded_twice_or_hex_never_shows(
+    client: Client, task_queue: str, tmp_path: Path, how: str
+) -> None:
+    """A key percent-encoded twice, or hex-encoded, as a tool returns it: `***` in the
+    result, the model's request, the JSONL mirror and history."""
     from agentor_temporal import function_tool
 
     key = f"{uuid.uuid4().hex}/K1SZFPTOtr+KBHBeksoGMGw=="
-    inner = "https://acct.blob.example/c?sig=" + quote(key, safe="")
-    links = [
-        "https://login.example/cb?next=" + quote(inner, safe=""),
-        "https://login.example/cb?next=" + quote_plus("sig=" + quote_plus(key)),
-    ]
-    twice = [quote(quote(key, safe=""), safe=""), quote_plus(quote_plus(key))]
+    text, encoded = _encoded(key, how)
+    assert encoded in text
 
     @function_tool
     def sign_in_link(user: str) -> str:
@@ -406,7 +424,7 @@ async def test_a_key_percent_encoded_twice_never_shows(
         Args:
             user: Who signs in.
         """
-        return json.dumps({"links": links})
+        return json.dumps({"link": text})
 
     script = [CallTool("sign_in_link", {"user": "ann"}), Reply("ok")]
     with ScriptedModelServer(script) as model:
@@ -424,7 +442,7 @@ async def test_a_key_percent_encoded_twice_never_shows(
         sent = json.dumps(model.requests[-1]["messages"])
     assert result.status == "completed", result.error
     [answer] = [e for e in result.events if e.type == "tool_result"]
-    assert answer.result is not None and answer.result.count("***") == 2, answer.result
+    assert answer.result is not None and "***" in answer.result, answer.result
     history = await client.get_workflow_handle(result.run_id).fetch_history()
     texts = {
         "result": answer.result,
@@ -434,4 +452,4 @@ async def test_a_key_percent_encoded_twice_never_shows(
             p.data.decode("utf-8", "replace") for event in history.events for p in _payloads(event)
         ),
     }
-    assert [f"{name}" for name, text in texts.items() if any(t in text for t in twice)] == []
+    assert [name for name, text in texts.items() if encoded in text] == []
