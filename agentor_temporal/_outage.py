@@ -33,6 +33,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._dev_server import ConnectionFailed
+from agentor_temporal.activities._redact import clean
 from agentor_temporal.workflows.redaction import redact_address
 
 logger = logging.getLogger("agentor_temporal")
@@ -446,6 +447,8 @@ def _address(client: Client) -> str:
 
 
 def _short(exc: BaseException) -> str:
+    """The first line of the server's message, masked, then cut for a line: cut first, a key
+    or a URL's password across the cut was left in part, which no later masking knew."""
     message = str(getattr(exc, "message", exc)).strip()
-    text = message.splitlines()[0] if message else ""
+    text = clean(message.splitlines()[0]) if message else ""
     return text[:200] or type(exc).__name__

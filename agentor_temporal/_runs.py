@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import list_query
 from agentor_temporal._outage import patiently, riding_outages
-from agentor_temporal.activities._redact import mask_input
+from agentor_temporal.activities._redact import clean, mask_input
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.connection import describe_target
 from agentor_temporal.store import (
@@ -285,7 +285,9 @@ def check_execution_run_id(value: object) -> str:
         ValueError: saying what an execution run id looks like and where to read it.
     """
     if not isinstance(value, str) or not _EXECUTION_RUN_ID.fullmatch(value):
-        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        # masked, then cut: cut first, a key across the cut was left in part
+        said = clean(repr(value))
+        shown = said if len(said) <= 80 else said[:77] + "..."
         raise ValueError(
             f"{shown} is not an execution run id: that is a UUID, as a pending approval's "
             "execution_run_id shows it"

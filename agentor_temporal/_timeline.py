@@ -99,6 +99,13 @@ def _when(event: Any) -> float:
     return float(event.event_time.ToDatetime().timestamp())
 
 
+def _shown_call(name: str, args: Any) -> str:
+    """A call's label, masked of the keys this process knows as every reader shows a call
+    (`shown_event`): a run a worker that did not know a key recorded (or an older
+    version), in a tool call's bar and in a call waiting for a person's."""
+    return call_summary(mask_input(name), mask_input(args))
+
+
 class _Reader:
     """Builds a `Timeline` from a run's histories and events."""
 
@@ -197,9 +204,7 @@ class _Reader:
             inp = await self._decode(payload)
             name = str(inp.get("name")) if isinstance(inp, dict) else "tool"
             args = inp.get("args") if isinstance(inp, dict) else None
-            # masked as every reader shows them (`shown_text`, `shown_error`): a run a
-            # worker that did not know a key recorded (or an older version)
-            lane, label, bar_kind = f"call {index}", call_summary(name, mask_input(args)), "tool"
+            lane, label, bar_kind = f"call {index}", _shown_call(name, args), "tool"
         worker = self.worker(identity) if identity else None
         if attempt > 1:
             # one label for both parts: the last attempt's bar is often a sliver
@@ -262,7 +267,7 @@ class _Reader:
                 "approval",
                 start,
                 end if end is not None else start,
-                f"{call_summary(str(request.name), request.args)}: {verdict}",
+                f"{_shown_call(str(request.name), request.args)}: {verdict}",
             )
         )
 

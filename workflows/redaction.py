@@ -24,6 +24,8 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
+from agentor_temporal.workflows.wrapped import mask_wrapped
+
 #: What replaces a secret.
 MASK = "***"
 #: Secrets shorter than this are not masked: masking "a" everywhere would
@@ -227,7 +229,8 @@ def mask_secret(text: str, secret: str) -> str:
     # an escape is a backslash: without one, the plain form was all there was
     if "\\" in text and _may_hold_escaped(text, secret):
         text = _escaped(secret).sub(MASK, text)
-    return text
+    # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM)
+    return mask_wrapped(text, secret, MASK)
 
 
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
@@ -404,20 +407,24 @@ def secret_forms(secret: str) -> list[str]:
     """`secret` and the encodings a server may echo it in.
 
     Percent-encoded (as `quote` and `quote_plus` write it: a key sent in a
-    query or a form; in either case of hex) and base64 (standard and
+    query or a form; in either case of hex; and twice) and base64 (standard and
     URL-safe, padded or not: how a Basic header carries `user:password`),
     and the secret's base64 inside a longer base64 text (an env file holding
     the key, base64'd as a Kubernetes secret keeps it): at each of base64's
     three alignments, the characters that encode the secret's bytes alone,
-    all but at most two bytes at each end (`_base64_pieces`).
+    all but at most two bytes at each end (`_base64_pieces`); and hex.
     """
     forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
+    # encoded twice: a URL holding it put in another's query (a redirect's `?next=`)
+    forms += [quote(quote(secret, safe=""), safe=""), quote_plus(quote_plus(secret))]
     # and with lower-case hex, as .NET's `HttpUtility.UrlEncode` writes it (`%2f`)
     forms += [_PERCENT_HEX.sub(lambda m: m.group(0).lower(), form) for form in forms[1:]]
     raw = secret.encode("utf-8", "surrogatepass")
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms += [encoded.decode(), encoded.decode().rstrip("=")]
     forms += _base64_pieces(raw)
+    # hex, in either case: a dump of the bytes holding it
+    forms += [raw.hex(), raw.hex().upper()]
     return list(dict.fromkeys(forms))
 
 

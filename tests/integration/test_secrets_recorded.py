@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
 from agentor_temporal import Agentor, FileStore
@@ -263,3 +266,190 @@ def test_a_tools_print_in_a_commands_process_never_shows_the_key(
     assert "debug: calling the weather API with ***" in ran.stdout
     assert "in pieces: ***" in ran.stdout and "warning: *** expires soon" in ran.stderr
     assert key not in ran.stdout + ran.stderr
+
+
+async def test_the_timelines_approval_labels_mask_keys_its_process_knows(
+    client: Client, task_queue: str
+) -> None:
+    """`show --timeline` labels a call waiting for a person with its arguments: a key the
+    reading process knows, recorded as it was by a worker that did not know it, is `***`
+    there as in the tool call's own bar."""
+    from agentor_temporal._timeline import read_timeline
+    from agentor_temporal.activities._redact import remember
+
+    from helpers import transfer_tool
+
+    key = f"tl-{uuid.uuid4().hex}"  # no shape a key is known by: recorded as it was
+    script = [CallTool("transfer", {"amount": 5000, "to": key}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            instructions=INSTRUCTIONS,
+            tools=[transfer_tool()],
+            base_url=model.base_url,
+            api_key="sk-test-another-key-0123456789",
+            temporal=client,
+            task_queue=task_queue,
+        )
+        paused = await agent.arun("Pay.")
+    try:
+        assert paused.status == "awaiting_approval", paused.error
+        remember(key)  # the reader knows it
+        timeline = await read_timeline(client, paused.run_id)
+    finally:
+        await client.get_workflow_handle(paused.run_id).terminate(reason="test over")
+    assert timeline is not None
+    labels = [bar.label for bar in timeline.bars if bar.kind == "approval"]
+    assert labels == ["transfer(amount=5000, to='***'): waiting"], labels
+
+
+def _wrapped_base64_hides(text: str, secret: str) -> bool:
+    """Whether no base64 run in `text`, its lines joined (JSON's `\\n` too), decodes to bytes
+    holding `secret` from any of its 4 character offsets."""
+    joined = text.replace("\\n", "").replace("\n", "")
+    for run in re.findall(r"[A-Za-z0-9+/]{8,}", joined):
+        for start in range(4):
+            part = run[start:]
+            if secret.encode() in base64.b64decode(part[: len(part) // 4 * 4]):
+                return False
+    return True
+
+
+async def test_a_key_inside_line_wrapped_base64_never_shows(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A tool returning a credentials file as `base64.encodebytes` writes it (cut into lines
+    of 76 characters, as mail and `openssl base64` do): wherever a line break falls in the
+    key's characters, no base64 in what is recorded or sent decodes to the key."""
+    from agentor_temporal import function_tool
+
+    key = _key()
+    # a line break across the key's base64 at each place a 76-character line puts one
+    files = [("x" * pad + json.dumps({"token": key})).encode() for pad in range(0, 60, 7)]
+    wrapped = [base64.encodebytes(f).decode() for f in files]
+    assert all(not _wrapped_base64_hides(w, key) for w in wrapped)
+
+    @function_tool
+    def read_credentials(name: str) -> str:
+        """Read a credentials file, base64.
+
+        Args:
+            name: The file.
+        """
+        return json.dumps({"files": wrapped})
+
+    script = [CallTool("read_credentials", {"name": "creds"}), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            instructions=INSTRUCTIONS,
+            tools=[read_credentials],
+            base_url=model.base_url,
+            api_key=key,
+            temporal=client,
+            task_queue=task_queue,
+            store=FileStore(tmp_path / "runs"),
+        )
+        result = await agent.arun("Read creds.")
+        sent = json.dumps(model.requests[-1]["messages"])
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert answer.result is not None and answer.result.count("***") >= len(files), answer.result
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    texts = {
+        "result": answer.result,
+        "model": sent,
+        "store": (tmp_path / "runs" / f"{result.run_id}.jsonl").read_text(),
+        # the payloads' JSON text, as the UI decodes it
+        "history": "\n".join(
+            p.data.decode("utf-8", "replace") for event in history.events for p in _payloads(event)
+        ),
+    }
+    assert [name for name, text in texts.items() if not _wrapped_base64_hides(text, key)] == []
+
+
+def _payloads(event: Message) -> list[Payload]:
+    """Every payload an event of history holds (inputs, results)."""
+    found: list[Payload] = []
+    for _, value in event.ListFields():
+        items = value if hasattr(value, "extend") else [value]  # a repeated field
+        for item in items:
+            if isinstance(item, Payload):
+                found.append(item)
+            elif isinstance(item, Message):
+                found += _payloads(item)
+    return found
+
+
+#: How a tool may return a key with characters a URL escapes (an Azure storage key's `/`
+#: and `==`), and so no known form but its own encoding matched.
+ENCODINGS = ["percent-twice", "percent-plus-twice", "hex", "HEX"]
+
+
+def _encoded(key: str, how: str) -> tuple[str, str]:
+    """What the tool returns holding `key` encoded `how`, and the key in that encoding."""
+    from urllib.parse import quote, quote_plus
+
+    if how == "percent-twice":  # a URL put in another's query (a redirect's `?next=`)
+        inner = "https://acct.blob.example/c?sig=" + quote(key, safe="")
+        return "https://login.example/cb?next=" + quote(inner, safe=""), quote(
+            quote(key, safe=""), safe=""
+        )
+    if how == "percent-plus-twice":
+        return "https://login.example/cb?next=" + quote_plus("sig=" + quote_plus(key)), quote_plus(
+            quote_plus(key)
+        )
+    # a dump of the bytes that hold it (a hash's input, a packet's)
+    data = ("token=" + key + ";").encode().hex()
+    data = data.upper() if how == "HEX" else data
+    return data, key.encode().hex().upper() if how == "HEX" else key.encode().hex()
+
+
+@pytest.mark.parametrize("how", ENCODINGS)
+async def test_a_key_percent_encoded_twice_or_hex_never_shows(
+    client: Client, task_queue: str, tmp_path: Path, how: str
+) -> None:
+    """A key percent-encoded twice, or hex-encoded, as a tool returns it: `***` in the
+    result, the model's request, the JSONL mirror and history."""
+    from agentor_temporal import function_tool
+
+    key = f"{uuid.uuid4().hex}/K1SZFPTOtr+KBHBeksoGMGw=="
+    text, encoded = _encoded(key, how)
+    assert encoded in text
+
+    @function_tool
+    def sign_in_link(user: str) -> str:
+        """A sign-in link.
+
+        Args:
+            user: Who signs in.
+        """
+        return json.dumps({"link": text})
+
+    script = [CallTool("sign_in_link", {"user": "ann"}), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            instructions=INSTRUCTIONS,
+            tools=[sign_in_link],
+            base_url=model.base_url,
+            api_key=key,
+            temporal=client,
+            task_queue=task_queue,
+            store=FileStore(tmp_path / "runs"),
+        )
+        result = await agent.arun("Link?")
+        sent = json.dumps(model.requests[-1]["messages"])
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert answer.result is not None and "***" in answer.result, answer.result
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    texts = {
+        "result": answer.result,
+        "model": sent,
+        "store": (tmp_path / "runs" / f"{result.run_id}.jsonl").read_text(),
+        "history": "\n".join(
+            p.data.decode("utf-8", "replace") for event in history.events for p in _payloads(event)
+        ),
+    }
+    assert [name for name, text in texts.items() if encoded in text] == []

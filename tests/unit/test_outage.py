@@ -370,3 +370,40 @@ async def test_a_starting_worker_waits_out_a_throttling_server(
     )
     assert await plugin._registered(client) == {"AgentName"}  # type: ignore[arg-type]
     assert tries == 3
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["throttling", "unreachable"])
+async def test_a_servers_message_cut_for_its_line_never_shows_part_of_a_key(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, busy: bool
+) -> None:
+    """The server's (or a proxy's) message is quoted in one line, cut at 200 characters: a key
+    this process knows, or a URL's password, across the cut was cut first and masked after
+    (by the log filter, the CLI), when the part left no longer read as either. Masked
+    first now, in the log line and in the error the caller is given."""
+    key = "tk-" + "Zq8" * 20
+    monkeypatch.setenv("TEMPORAL_API_KEY", key)
+    monkeypatch.setenv("AGENTOR_OUTAGE_PATIENCE", "0")
+    password = "pw-" + "Hx4" * 20
+    head = "rate limit: " if busy else "connect error: "
+    for quoted in [f"key {key}", f"https://svc:{password}@proxy.internal/v1"]:
+        # 20 characters of the key (the password) before the cut
+        at = quoted.index(key if "key" in quoted else password) + 20
+        text = head + "x" * (200 - len(head) - at) + quoted + " refused"
+        code = RPCStatusCode.RESOURCE_EXHAUSTED if busy else RPCStatusCode.UNAVAILABLE
+        error = RPCError(text, code, b"")
+
+        async def step(error: RPCError = error) -> None:
+            raise error
+
+        caplog.clear()
+        with (
+            caplog.at_level(logging.WARNING, logger="agentor_temporal"),
+            pytest.raises(ConnectionFailed) as caught,
+        ):
+            await riding_outages(step, _client(), what="waiting for run 'r1'", run_id="r1")
+        outage = outage_of(caught.value)
+        assert outage is not None
+        said = [str(caught.value), outage.told("again"), *(r.getMessage() for r in caplog.records)]
+        assert len(said) == 3, said
+        for line in said:
+            assert key[:8] not in line and password[:8] not in line, line

@@ -1,0 +1,40 @@
+"""A secret's base64 form across the line breaks of wrapped base64 text.
+
+Base64 written for mail or files is cut into lines (`base64.encodebytes`, MIME and
+`openssl base64`: 76 or 64 characters a line; PEM's 64): a key inside the encoded
+text (a JSON credentials file, an env file) is then split by a line break wherever one
+falls in its characters, and no known form of it (`redaction.secret_forms`) matched.
+Its line breaks as they are or JSON-escaped (`\\n`: the file inside a tool's JSON text).
+Pure functions over strings, as `redaction`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+#: A form is looked for across line breaks when it is this long and all base64 characters:
+#: shorter ones are the ends of a key's base64, matched in too much ordinary text.
+MIN_WRAPPED = 16
+_BASE64_FORM = re.compile(rf"[A-Za-z0-9+/_\-=]{{{MIN_WRAPPED},}}")
+
+
+def mask_wrapped(text: str, form: str, mask: str) -> str:
+    """`text` with `form` masked where line breaks of wrapped base64 split it."""
+    if ("\n" not in text and "\\n" not in text) or not _BASE64_FORM.fullmatch(form):
+        return text
+    # a quick test before the pattern (slow on long texts): the text's lines joined hold it
+    if form not in _unwrapped(text):
+        return text
+    return _pattern(form).sub(mask, text)
+
+
+@functools.lru_cache(maxsize=4)  # one text is tested against every known form in turn
+def _unwrapped(text: str) -> str:
+    return text.replace("\\r", "").replace("\\n", "").replace("\r", "").replace("\n", "")
+
+
+@functools.lru_cache(maxsize=2048)
+def _pattern(form: str) -> re.Pattern[str]:
+    # a line break as it is, or JSON-escaped (wrapped base64 inside a tool's JSON text)
+    return re.compile(r"(?:\r?\n|(?:\\r)?\\n)?".join(re.escape(c) for c in form))
