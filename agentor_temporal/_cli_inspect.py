@@ -263,11 +263,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             client = None
-        return await plan(store, args.older_than.seconds, client)
+        verdicts = await plan(store, args.older_than.seconds, client)
+        if not args.dry_run:
+            await apply(store, verdicts, client)
+        return verdicts
 
     decisions = arun(decide)
-    if not args.dry_run:
-        apply(store, decisions)
     verb = "would remove" if args.dry_run else "removed"
     newer = [d for d in decisions if not d.remove and d.reason.startswith("newer than")]
     for decision in decisions:

@@ -189,11 +189,14 @@ def last_segment_end(path: Path) -> tuple[bool, Event | None] | None:
         return None
 
 
-def apply(store: FileStore, verdicts: list[Verdict]) -> None:
-    """Remove the logs `verdicts` say go, unless written to since.
+async def apply(store: FileStore, verdicts: list[Verdict], client: Client | None = None) -> None:
+    """Remove the logs `verdicts` say go, unless written to or resumed since.
 
     A log whose mtime moved since `plan` is being appended to (a resume
-    started meanwhile): it is kept, and its verdict says so.
+    started meanwhile): it is kept, and its verdict says so. With `client`,
+    Temporal is asked again just before each removal: a run resumed after
+    `plan` asked (for many logs, seconds before) whose worker has not yet
+    written to its log was removed as finished while it ran again.
     """
     for verdict in verdicts:
         if not verdict.remove:
@@ -206,4 +209,15 @@ def apply(store: FileStore, verdicts: list[Verdict]) -> None:
             verdict.remove = False
             verdict.reason = "written to while pruning"
             continue
+        if client is not None:
+            try:
+                running = await _running(client, verdict.run_id)
+            except Exception as exc:  # keep what cannot be checked
+                verdict.remove = False
+                verdict.reason = f"could not ask Temporal about it again ({exc})"
+                continue
+            if running:
+                verdict.remove = False
+                verdict.reason = "resumed while pruning: running in Temporal again"
+                continue
         store.delete(verdict.run_id)

@@ -133,9 +133,10 @@ class Closing:
 
         None unless this execution holds the whole run, no request went by
         reference (the events would lack its messages), the worker's payloads
-        keep their metadata, and the events fit (`journaling.whole_log`).
+        keep their metadata, the events fit (`journaling.whole_log`), and the
+        run is no child (`_child`).
         """
-        if not (returning and self.plain_results and self._whole_run):
+        if not (returning and self.plain_results and self._whole_run) or _child():
             return None
         if self._journal.by_reference:
             return None
@@ -148,7 +149,20 @@ class Closing:
         if workflow.unsafe.is_replaying():
             return not workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
         pending = self._journal.pending_bytes()
-        if self.plain_results and pending <= policies.MAX_RESULT_JOURNAL_BYTES:
+        if self.plain_results and pending <= policies.MAX_RESULT_JOURNAL_BYTES and not _child():
             return True
         workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
         return False
+
+
+def _child() -> bool:
+    """Whether this run is a child (`run_agent`): its result goes into its parent's history.
+
+    There only the outcome is read, and each child's last events and whole log
+    in its result's metadata (up to `MAX_RESULT_JOURNAL_BYTES` and
+    `MAX_RESULT_EVENTS_BYTES`, 7 times a 20 KB answer) grew the parent's history
+    by as much again per call, towards Temporal's 50 MB: its events go in a
+    journal step instead (in the child's own history), its whole log nowhere.
+    A replay reads the choice from `PATCH_JOURNAL_AT_CLOSE`, as before.
+    """
+    return workflow.info().parent is not None

@@ -66,7 +66,7 @@ def test_prune_without_temporal_removes_only_old_logs_that_end_with_run_end(
     }
     # a resume appends to one of them between the decision and the removal
     os.utime(tmp_path / "old-done-2.jsonl", (now, now))
-    apply(store, decisions)
+    asyncio.run(apply(store, decisions))
     assert sorted(store.list_runs()) == ["new-done", "old-crashed", "old-done-2", "old-empty"]
     assert [d.reason for d in decisions if d.run_id == "old-done-2"] == ["written to while pruning"]
 
