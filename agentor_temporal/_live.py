@@ -166,7 +166,15 @@ async def only_stored(agent: Agentor, client: Client, run_id: str) -> bool:
     mirror holds it: a new start then ran the agent again, paying the model
     and its tools a second time, and its mirror wrote over the first run's log.
     """
-    if agent.store is None or not await in_thread(read_events, agent.store, run_id, 1):
+    if agent.store is None:
+        return False
+    try:
+        stored = await in_thread(read_events, agent.store, run_id, 1)
+    except OSError:
+        # a log the store refuses to read (a link planted in its place, unreadable):
+        # nothing to resume from, so the start goes on, and its mirror says why
+        return False
+    if not stored:
         return False
     latest = await riding_outages(
         lambda: TemporalStore(client).latest(run_id), client, what=f"reading run {run_id!r}"
