@@ -21,17 +21,47 @@ _BASE64_FORM = re.compile(rf"[A-Za-z0-9+/_\-=]{{{MIN_WRAPPED},}}")
 
 def mask_wrapped(text: str, form: str, mask: str) -> str:
     """`text` with `form` masked where line breaks of wrapped base64 split it."""
-    if ("\n" not in text and "\\n" not in text) or not _BASE64_FORM.fullmatch(form):
+    if not _BASE64_FORM.fullmatch(form):
         return text
     # a quick test before the pattern (slow on long texts): the text's lines joined hold it
-    if form not in _unwrapped(text):
+    joined = _unwrapped(text)
+    if joined is None or form not in joined:
         return text
     return _pattern(form).sub(mask, text)
 
 
 @functools.lru_cache(maxsize=4)  # one text is tested against every known form in turn
-def _unwrapped(text: str) -> str:
+def _unwrapped(text: str) -> str | None:
+    """`text`'s lines joined, None when it has no line break: worked out once a text, not
+    once a form (each known key has several forms: looking for a line break in a 5 MB text
+    for each of them took seconds a mask)."""
+    if ("\n" not in text and "\\n" not in text) or not _wraps_base64(text):
+        return None
     return text.replace("\\r", "").replace("\\n", "").replace("\r", "").replace("\n", "")
+
+
+def _wraps_base64(text: str) -> bool:
+    """Whether a line of `text` ends in base64 (`MIN_WRAPPED` characters of it) and the next
+    goes on in it: wrapped base64's line breaks. A traceback or a log is not searched."""
+    for brk in ("\n", "\\n"):  # as it is, or JSON-escaped
+        at = text.find(brk)
+        while at >= 0:
+            end = at + len(brk)
+            start = at - 1 if text.startswith("\r", at - 1) else at
+            if brk == "\\n" and text.startswith("\\r", at - 2):
+                start = at - 2
+            before = text[max(0, start - MIN_WRAPPED) : start]
+            if (
+                len(before) == MIN_WRAPPED
+                and _BASE64_CHARS.fullmatch(before)
+                and _BASE64_CHARS.match(text, end, end + 1)
+            ):
+                return True
+            at = text.find(brk, end)
+    return False
+
+
+_BASE64_CHARS = re.compile(r"[A-Za-z0-9+/_\-=]+")
 
 
 @functools.lru_cache(maxsize=2048)

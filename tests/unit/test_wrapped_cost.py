@@ -1,0 +1,42 @@
+"""Wrapped base64's line breaks are looked for once a text, not once a known key's form."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from agentor_temporal.activities import _redact
+from agentor_temporal.workflows import wrapped
+
+
+def test_a_long_texts_line_breaks_are_looked_at_once_for_every_known_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each known key has several forms; each form looked for line breaks in the whole text,
+    so a huge tool failure (5 MB, a suite worker knowing 60 keys) took seconds a mask, done
+    several times a call: the test of such a failure passed its minute."""
+    for _ in range(20):
+        _redact.remember("sk-" + secrets.token_urlsafe(24))
+    looked = 0
+    real = wrapped._wraps_base64
+
+    def counted(text: str) -> bool:
+        nonlocal looked
+        looked += 1
+        return real(text)
+
+    monkeypatch.setattr(wrapped, "_wraps_base64", counted)
+    wrapped._unwrapped.cache_clear()
+    text = "Traceback\n" + "x" * 100_000 + " the end\n"
+    assert _redact.mask_secrets(text) == text
+    assert looked == 1
+
+
+def test_wrapped_base64_is_told_from_a_log() -> None:
+    wrapped._unwrapped.cache_clear()
+    assert wrapped._unwrapped("QUJDREVGR0hJSktMTU5PUFFS\nU1RVVldYWVo=") == (
+        "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo="
+    )
+    assert wrapped._unwrapped('{"f": "QUJDREVGR0hJSktMTU5PUFFS\\r\\nU1RV"}') is not None
+    assert wrapped._unwrapped("Traceback (most recent call last):\n  File x") is None
