@@ -217,14 +217,35 @@ async def test_a_tool_that_kills_its_process_is_started_three_times_then_answere
     assert model.request_count == 2
 
 
+async def _beaten(client: Client, run_id: str, local_send: bool, tasks_before: int) -> bool:
+    """Whether the send in flight has outlived a heartbeat: a local one, its workflow task's
+    (a workflow task completed since it began, at 80% of the task timeout); an activity,
+    its own (recorded after the attempt started, HEARTBEAT_INTERVAL in)."""
+    handle = client.get_workflow_handle(run_id)
+    if local_send:
+        return await _tasks_completed(client, run_id) > tasks_before
+    pending = (await handle.describe()).raw_description.pending_activities
+    return any(
+        a.HasField("last_heartbeat_time")
+        and a.HasField("last_started_time")
+        and a.last_heartbeat_time.ToDatetime() > a.last_started_time.ToDatetime()
+        for a in pending
+    )
+
+
+async def _tasks_completed(client: Client, run_id: str) -> int:
+    events = (await client.get_workflow_handle(run_id).fetch_history()).events
+    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in events)
+
+
 @pytest.mark.parametrize(
-    ("local", "dies_after"),
-    [(False, 0.0), (True, 0.0), (True, 6.0)],
+    ("local", "after_heartbeats"),
+    [(False, False), (True, False), (True, True)],
     ids=["activity", "local_at_once", "local_after_task_heartbeats"],
 )
 async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fails_the_run(
     local: bool,
-    dies_after: float,
+    after_heartbeats: bool,
     client: Client,
     temporal_address: str,
     model: ScriptedModelServer,
@@ -243,9 +264,10 @@ async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fa
     env = _env(temporal_address, model, task_queue, tmp_path / "runs", ledger)
     if local:
         env.update(LOCAL)
-    sent_at: list[float] = []
+    # each send's count of completed workflow tasks when it was seen
+    tasks_at: list[int] = []
     procs = [spawn(["run", "--run-id", run_id], env, stderr=subprocess.DEVNULL)]
-    sends = 1 + policies.LOST_MODEL_STARTS + (1 if dies_after else 0)
+    sends = 1 + policies.LOST_MODEL_STARTS + (1 if after_heartbeats else 0)
     result: asyncio.Future[Any] | None = None
     try:
         wait_until(lambda: model.request_count, "the first send")
@@ -254,10 +276,13 @@ async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fa
         while not result.done():
             assert asyncio.get_running_loop().time() < deadline, "the run did not end"
             assert model.request_count <= sends, f"sent {model.request_count} times"
-            now = asyncio.get_running_loop().time()
-            if model.request_count == len(procs) <= sends and len(sent_at) < len(procs):
-                sent_at.append(now)
-            if model.request_count == len(procs) <= sends and now >= sent_at[-1] + dies_after:
+            in_flight = model.request_count == len(procs) <= sends
+            if in_flight and len(tasks_at) < len(procs):
+                tasks_at.append(await _tasks_completed(client, run_id))
+            if in_flight and (
+                not after_heartbeats
+                or await _beaten(client, run_id, local and len(procs) == 1, tasks_at[-1])
+            ):
                 # the worker sending it dies mid-request; a supervisor starts another
                 procs[-1].send_signal(signal.SIGKILL)
                 procs[-1].communicate(timeout=10)
