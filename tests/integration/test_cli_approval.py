@@ -15,7 +15,7 @@ from temporalio.client import Client
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
 from helpers import ledger_lines, wait_line
-from integration.test_cli import _env, cli
+from integration.test_cli import _env, cli, cli_all
 
 AGENT = "procs.cli_agents:treasurer"
 
@@ -53,22 +53,28 @@ def test_pending_approve_deny_and_resume(
         assert paused["status"] == "awaiting_approval"
         run_id = paused["run_id"]
 
-        listed = cli("pending", "--json", *common, env=env)
+        # the listings and the refused decisions change nothing: side by side
+        listed, table, unknown_call, unknown_run, no_reason = cli_all(
+            [
+                ("pending", "--json", *common),
+                ("pending", "--agent", "Treasurer", *common),
+                ("approve", run_id, "call_nope", "--agent", AGENT, *common),
+                ("approve", "no-such-run", "call_pay", *common),
+                ("deny", run_id, "call_pay", *common),
+            ],
+            env=env,
+        )
         assert listed.returncode == 0, listed.stderr
         mine = [row for row in json.loads(listed.stdout) if row["run_id"] == run_id]
         assert [(r["call_id"], r["tool"], r["args"], r["agent"]) for r in mine] == [
             ("call_pay", "transfer", {"amount": 5000, "to": "bob"}, "Treasurer")
         ]
-        table = cli("pending", "--agent", "Treasurer", *common, env=env)
         assert "transfer(amount=5000, to='bob')" in table.stdout
 
-        unknown_call = cli("approve", run_id, "call_nope", "--agent", AGENT, *common, env=env)
         assert unknown_call.returncode == 1
         assert "no tool call 'call_nope' waiting" in unknown_call.stderr
         assert "Traceback" not in unknown_call.stderr
-        unknown_run = cli("approve", "no-such-run", "call_pay", *common, env=env)
         assert unknown_run.returncode == 1 and "no-such-run" in unknown_run.stderr
-        no_reason = cli("deny", run_id, "call_pay", *common, env=env)
         assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
 
         approved = cli(
