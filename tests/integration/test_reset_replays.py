@@ -1,0 +1,111 @@
+"""A run reset to an earlier point (`temporal workflow reset`) does not pay again for what its
+base execution completed.
+
+A reset runs the workflow again from the chosen workflow task in a new
+execution: every model request and tool call after that point is scheduled
+again. Only a call still live (or just finished) in the worker that ran it
+was joined; on any other worker, or once the run had ended, the model was
+asked again and the tool ran again. The reset execution now takes the base's
+recorded result for the same call; a tool that raised there runs again (a
+reset is how a fixed tool is run again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client
+
+from agentor_temporal import function_tool
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+
+from helpers import ledger_lines, ledger_write, scripted_agent
+
+
+async def _reset(client: Client, run_id: str, task: int) -> None:
+    """`temporal workflow reset --event-id`: to the end of the run's `task`-th workflow task."""
+    handle = client.get_workflow_handle(run_id)
+    current = (await handle.describe()).run_id
+    events = (await handle.fetch_history()).events
+    done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=current),
+            reason="test",
+            workflow_task_finish_event_id=[e.event_id for e in events if e.event_type == done][
+                task
+            ],
+            request_id=uuid.uuid4().hex,
+        )
+    )
+
+
+async def test_a_reset_to_an_earlier_task_takes_the_base_s_recorded_answers(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A finished run reset to its first workflow task, then again to its second (a reset of
+    a reset), each run on a fresh worker, asks the model no more and runs its tool no more;
+    a call that raised runs again."""
+    failing = [True]
+
+    @function_tool
+    def pay(to: str) -> str:
+        """Pays someone.
+
+        Args:
+            to: Who.
+        """
+        ledger_write(ledger, "pay", to)
+        return f"paid {to}"
+
+    @function_tool
+    def flaky(to: str) -> str:
+        """Fails until fixed.
+
+        Args:
+            to: Who.
+        """
+        ledger_write(ledger, "flaky", to)
+        if failing[0]:
+            raise RuntimeError("backend down")
+        return f"fixed {to}"
+
+    def respond(request: dict[str, Any]) -> Any:
+        answers = [m for m in request.get("messages") or [] if m.get("role") == "tool"]
+        if not answers:
+            return [
+                CallTool("pay", {"to": "bob"}, id="c1"),
+                CallTool("flaky", {"to": "ann"}, id="c2"),
+            ]
+        return Reply(
+            "Fixed." if any("fixed" in str(m.get("content")) for m in answers) else "Paid."
+        )
+
+    with ScriptedModelServer(respond) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[pay, flaky], embedded_worker=False)
+        run_id = uuid.uuid4().hex
+        async with build_worker(client, [agent], task_queue=task_queue):
+            first = await asyncio.wait_for(agent.arun("Pay bob and ann.", run_id=run_id), 30)
+        assert (first.status, first.final_output) == ("completed", "Paid."), first.error
+        assert model.request_count == 2
+        failing[0] = False
+        for task in (0, 1):
+            await _reset(client, run_id, task)
+            async with build_worker(client, [agent], task_queue=task_queue):
+                again = await asyncio.wait_for(agent.aresume(run_id), 30)
+            runs = [line.split()[0] for line in ledger_lines(ledger)]
+            assert (runs.count("pay"), runs.count("flaky")) == (1, 2), runs
+            # the second turn is asked once more after the first reset: its input changed
+            assert model.request_count == 3
+            assert again.status == "completed", again.error
+            assert again.final_output == "Fixed."
+            results = {e.name: e for e in again.events if e.type == "tool_result"}
+            assert results["pay"].result == "paid bob"
+            assert results["flaky"].result == "fixed ann"
