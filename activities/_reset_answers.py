@@ -14,7 +14,8 @@ result. A reset of a reset finds it in its own base, which took it the same
 way. A tool that raised there, a request that failed, and a call that had not
 completed run again (a call still running in this worker is joined instead,
 `LiveCalls`), so a reset to before a failure is still how a fixed tool is run
-again. A local model request (`local_model_calls`) is not looked for. The base's
+again. A local model request (`local_model_calls`) is found by its marker, its
+result naming the request it sent (its input is not in history). The base's
 completed calls are read once per reset execution and worker, kept `KEEP`
 seconds after the last use.
 """
@@ -22,6 +23,7 @@ seconds after the last use.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +43,9 @@ logger = logging.getLogger(__name__)
 #: reset execution schedules the base's calls again within its first turns.
 KEEP = 300.0
 
+#: The marker the SDK's core records a local activity's result in.
+_LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
 _RESET = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
 
 
@@ -49,7 +54,8 @@ class _Done:
     """An activity the base execution completed."""
 
     activity_type: str
-    input: Payload
+    #: None for a local activity (its marker keeps only the result)
+    input: Payload | None
     result: Payload
 
 
@@ -77,8 +83,6 @@ class ResetAnswers:
             cls: the activity's result type.
         """
         info = activity.info()
-        if info.is_local:
-            return None
         try:
             client = activity.client()
         except RuntimeError:
@@ -91,20 +95,28 @@ class ResetAnswers:
         self._touch(key)
         try:
             done = (await asyncio.shield(task)).get(info.activity_id)
-        except RPCError as exc:
+            if done is None or done.activity_type != info.activity_type:
+                return None
+            result: T = (await client.data_converter.decode([done.result], [cls]))[0]
+            if done.input is None:
+                # a local model request: its result carries the request it sent
+                if not _sent_the_same(getattr(result, "request", None), fields()):
+                    return None
+            else:
+                given = (await client.data_converter.decode([done.input]))[0]
+                if not isinstance(given, Mapping) or same(given) != same(fields()):
+                    return None
+        except Exception as exc:  # an unreadable base (RPC, codec, shape): the call runs
+            problem = exc.message if isinstance(exc, RPCError) else f"{type(exc).__name__}: {exc}"
             logger.warning(
-                "could not read the execution run %s was reset from (%s); %s runs",
+                "could not read what the execution run %s was reset from recorded (%s); %s runs",
                 info.workflow_id,
-                exc.message,
+                problem.splitlines()[0] if problem else type(exc).__name__,
                 info.activity_type,
             )
             return None
-        if done is None or done.activity_type != info.activity_type:
+        if not isinstance(result, cls):
             return None
-        given = (await client.data_converter.decode([done.input]))[0]
-        if not isinstance(given, Mapping) or same(given) != same(fields()):
-            return None
-        result: T = (await client.data_converter.decode([done.result], [cls]))[0]
         if getattr(result, "error", None):
             return None  # a tool that raised there runs again: the reset may be its repair
         self.taken += 1
@@ -157,4 +169,36 @@ async def _completed_in_base(client: Client, workflow_id: str, execution: str) -
             if found is not None and completed.result.payloads:
                 activity_id, activity_type, given = found
                 done[activity_id] = _Done(activity_type, given, completed.result.payloads[0])
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = event.marker_recorded_event_attributes
+            local = _local_activity(marker.marker_name, marker.details)
+            if local is not None:
+                done[local[0]] = _Done(local[1], None, local[2])
     return done
+
+
+def _local_activity(name: str, details: Any) -> tuple[str, str, Payload] | None:
+    """A local activity's marker as (activity id, type, result), or None."""
+    if name != _LOCAL_ACTIVITY_MARKER or "result" not in details or "data" not in details:
+        return None
+    data, result = details["data"].payloads, details["result"].payloads
+    if not data or not result:
+        return None
+    try:
+        info = json.loads(data[0].data)
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
+        return None
+    activity_id, activity_type = info.get("activity_id"), info.get("activity_type")
+    if not isinstance(activity_id, str) or not isinstance(activity_type, str):
+        return None
+    return activity_id, activity_type, result[0]
+
+
+def _sent_the_same(request: Any, fields: Mapping[str, Any]) -> bool:
+    """Whether a local request's recorded `request` is the one `fields` would send."""
+    if not isinstance(request, Mapping):
+        return False
+    recorded = [request.get("messages"), request.get("conversation")]
+    return recorded == [fields.get("messages"), fields.get("conversation")]

@@ -16,6 +16,7 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
@@ -47,8 +48,9 @@ async def _reset(client: Client, run_id: str, task: int) -> None:
     )
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
 async def test_a_reset_to_an_earlier_task_takes_the_base_s_recorded_answers(
-    client: Client, task_queue: str, ledger: str
+    client: Client, task_queue: str, ledger: str, local: bool
 ) -> None:
     """A finished run reset to its first workflow task, then again to its second (a reset of
     a reset), each run on a fresh worker, asks the model no more and runs its tool no more;
@@ -89,7 +91,14 @@ async def test_a_reset_to_an_earlier_task_takes_the_base_s_recorded_answers(
         )
 
     with ScriptedModelServer(respond) as model:
-        agent = scripted_agent(model, client, task_queue, tools=[pay, flaky], embedded_worker=False)
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            tools=[pay, flaky],
+            embedded_worker=False,
+            local_model_calls=local,
+        )
         run_id = uuid.uuid4().hex
         async with build_worker(client, [agent], task_queue=task_queue):
             first = await asyncio.wait_for(agent.arun("Pay bob and ann.", run_id=run_id), 30)
