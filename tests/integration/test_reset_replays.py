@@ -23,10 +23,12 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 
 from agentor_temporal import function_tool
+from agentor_temporal.connection import connect
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
 from helpers import ledger_lines, ledger_write, scripted_agent
+from private import keys_of, make_keys
 
 
 async def _reset(client: Client, run_id: str, task: int) -> None:
@@ -48,13 +50,18 @@ async def _reset(client: Client, run_id: str, task: int) -> None:
     )
 
 
-@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"local_model_calls": True}, {"keys": keys_of(make_keys("A")["A"])}],
+    ids=["activities", "local_model_calls", "encrypted"],
+)
 async def test_a_reset_to_an_earlier_task_takes_the_base_s_recorded_answers(
-    client: Client, task_queue: str, ledger: str, local: bool
+    client: Client, task_queue: str, ledger: str, options: dict[str, Any]
 ) -> None:
     """A finished run reset to its first workflow task, then again to its second (a reset of
     a reset), each run on a fresh worker, asks the model no more and runs its tool no more;
-    a call that raised runs again."""
+    a call that raised runs again. Model requests in local activities and encrypted
+    payloads alike."""
     failing = [True]
 
     @function_tool
@@ -90,6 +97,9 @@ async def test_a_reset_to_an_earlier_task_takes_the_base_s_recorded_answers(
             "Fixed." if any("fixed" in str(m.get("content")) for m in answers) else "Paid."
         )
 
+    options = dict(options)
+    if "keys" in options:
+        client = await connect(client, encryption_keys=options.pop("keys"))
     with ScriptedModelServer(respond) as model:
         agent = scripted_agent(
             model,
@@ -97,7 +107,7 @@ async def test_a_reset_to_an_earlier_task_takes_the_base_s_recorded_answers(
             task_queue,
             tools=[pay, flaky],
             embedded_worker=False,
-            local_model_calls=local,
+            **options,
         )
         run_id = uuid.uuid4().hex
         async with build_worker(client, [agent], task_queue=task_queue):
