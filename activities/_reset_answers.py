@@ -141,20 +141,24 @@ class ResetAnswers:
 
 async def _completed_in_base(client: Client, workflow_id: str, execution: str) -> dict[str, _Done]:
     """The activities completed in the execution a reset ended for `execution`, by id."""
-    base = ""
+    base, point = "", 0
     handle = client.get_workflow_handle(workflow_id, run_id=execution)
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             failed = event.workflow_task_failed_event_attributes
             # a reset of a reset copies its base's own reset event first
             if failed.cause == _RESET and failed.new_run_id == execution:
-                base = failed.base_run_id
+                base, point = failed.base_run_id, event.event_id
                 break
     if not base:
         return {}
     scheduled: dict[int, tuple[str, str, Payload]] = {}
     done: dict[str, _Done] = {}
     async for event in client.get_workflow_handle(workflow_id, run_id=base).fetch_history_events():
+        if event.event_id < point and event.event_type != (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ):
+            continue  # copied into the reset execution: recorded there, never asked again
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attrs = event.activity_task_scheduled_event_attributes
             if attrs.input.payloads:
