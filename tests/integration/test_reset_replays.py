@@ -27,7 +27,7 @@ from agentor_temporal.connection import connect
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, scripted_agent
+from helpers import ledger_lines, ledger_write, payer, scripted_agent
 from private import keys_of, make_keys
 
 
@@ -128,3 +128,27 @@ async def test_a_reset_to_an_earlier_task_takes_the_base_s_recorded_answers(
             results = {e.name: e for e in again.events if e.type == "tool_result"}
             assert results["pay"].result == "paid bob"
             assert results["flaky"].result == "fixed ann"
+
+
+async def test_an_approved_call_is_not_made_again_by_a_reset(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A run whose approved transfer ran, reset to before the approval: the reset execution
+    asks for the decision again (a decision is not carried over by a reset), and once
+    approved takes the transfer's recorded result instead of paying a second time."""
+    pay = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
+    with ScriptedModelServer([[pay], Reply("Paid.")]) as model:
+        agent = payer(model, client, task_queue, ledger)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
+            await agent.aapprove(paused.run_id, "call_pay")
+            done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+            assert done.final_output == "Paid."
+            await _reset(client, paused.run_id, 1)
+            again = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+            assert again.status == "awaiting_approval"
+            await agent.aapprove(paused.run_id, "call_pay")
+            again = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+    assert (again.status, again.final_output) == ("completed", "Paid."), again.error
+    assert len(ledger_lines(ledger)) == 1, ledger_lines(ledger)
+    assert model.request_count == 2
