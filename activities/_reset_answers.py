@@ -89,7 +89,7 @@ class ResetAnswers:
             return None
         key = (info.workflow_id or "", info.workflow_run_id or "")
         task = self._bases.get(key)
-        if task is None or (task.done() and task.exception() is not None):
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
             task = asyncio.get_running_loop().create_task(_completed_in_base(client, *key))
             self._bases[key] = task
         self._touch(key)
