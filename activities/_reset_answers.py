@@ -7,7 +7,9 @@ again, with the same activity id and, the run being deterministic from the
 answers before the point, the same input. Those the base completed have their
 results in its history; asking again would pay for a second model request, or
 do a tool's work (a transfer) a second time, on whichever worker. So in an
-execution a reset began (the workflow says so in the input), a call first
+execution a reset began (the workflow says so in the input; a call the base
+scheduled before the point is dispatched again with the base's input, told by
+its first attempt's schedule time), a call first
 looks for the same activity (id, type, and what it is: tool, arguments and
 idempotency key, or the whole request) completed in the base, and takes that
 result. A reset of a reset finds it in its own base, which took it the same
@@ -57,6 +59,25 @@ class _Done:
     #: None for a local activity (its marker keeps only the result)
     input: Payload | None
     result: Payload
+
+
+def in_reset_execution(marked: bool) -> bool:
+    """Whether this activity may be one a reset scheduled again (then its base is read).
+
+    `marked`: the workflow said so in the input. A call its base had scheduled
+    before the reset point (the reset to a task before its result) is in the
+    reset execution's copied history as scheduled and not done: the server
+    dispatches it again, with the base's input (unmarked), as a first attempt
+    scheduled again now, while a first attempt is otherwise scheduled once.
+    """
+    if marked:
+        return True
+    info = activity.info()
+    return (
+        info.attempt == 1
+        and not info.is_local
+        and info.current_attempt_scheduled_time != info.scheduled_time
+    )
 
 
 class ResetAnswers:

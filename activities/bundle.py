@@ -24,7 +24,7 @@ from agentor_temporal.activities._definition import definition_for
 from agentor_temporal.activities._errors import instead_of_cancel
 from agentor_temporal.activities._joining import LiveCalls
 from agentor_temporal.activities._private import heartbeating
-from agentor_temporal.activities._reset_answers import ResetAnswers
+from agentor_temporal.activities._reset_answers import ResetAnswers, in_reset_execution
 from agentor_temporal.activities.conversations import CACHE
 from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.workflows import policies
@@ -86,7 +86,7 @@ class AgentActivities:
         # answer, its deltas still going to the run (one stream, no reset)
         async with heartbeating():
             result = None
-            if inp.reset_execution:
+            if in_reset_execution(inp.reset_execution):
                 result = await self._recorded(inp, _request_identity, GenerateResult)
             if result is None:
                 result = await self.calls.run(
@@ -107,7 +107,7 @@ class AgentActivities:
                 what = call_summary(inp.name, inp.args)
                 mirrored = await self._mirror_first(inp.journal, inp.fingerprint, what)
             result = None
-            if inp.reset_execution:
+            if in_reset_execution(inp.reset_execution):
                 result = await self._recorded(inp, _call_identity, CallToolResult)
             if result is None:
                 result = await self.calls.run(

@@ -24,7 +24,7 @@ from temporalio.client import Client
 
 from agentor_temporal import function_tool
 from agentor_temporal.connection import connect
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
 from helpers import ledger_lines, ledger_write, payer, scripted_agent
@@ -130,22 +130,52 @@ async def test_a_reset_to_an_earlier_task_takes_the_base_s_recorded_answers(
             assert results["flaky"].result == "fixed ann"
 
 
+async def _reset_before_the_first_answer(client: Client, run_id: str) -> None:
+    """Reset to the last workflow task completed after the first model request was scheduled
+    and before its answer: the reset execution holds that request as scheduled, not done."""
+    handle = client.get_workflow_handle(run_id)
+    current = (await handle.describe()).run_id
+    events = (await handle.fetch_history()).events
+    scheduled = next(
+        e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    )
+    answered = next(
+        e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+    )
+    done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    [*_, point] = [e.event_id for e in events if e.event_type == done and e.event_id < answered]
+    assert point > scheduled, "no workflow task completed while the model was answering"
+    await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=current),
+            reason="test",
+            workflow_task_finish_event_id=point,
+            request_id=uuid.uuid4().hex,
+        )
+    )
+
+
 async def test_an_approved_call_is_not_made_again_by_a_reset(
     client: Client, task_queue: str, ledger: str
 ) -> None:
-    """A run whose approved transfer ran, reset to before the approval: the reset execution
-    asks for the decision again (a decision is not carried over by a reset), and once
-    approved takes the transfer's recorded result instead of paying a second time."""
+    """A run whose approved transfer ran, reset to a task completed while its model was
+    answering: the server dispatches that request again with its first input (the reset
+    execution did not schedule it), which takes its recorded answer too; the run asks for
+    the decision again (a decision is not carried over by a reset), and once approved takes
+    the transfer's recorded result instead of paying a second time."""
     pay = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
-    with ScriptedModelServer([[pay], Reply("Paid.")]) as model:
+    # the answer comes late: the caller's update makes a workflow task meanwhile
+    with ScriptedModelServer([Hang(2, [pay]), Reply("Paid.")]) as model:
         agent = payer(model, client, task_queue, ledger)
         async with build_worker(client, [agent], task_queue=task_queue):
             paused = await asyncio.wait_for(agent.arun("Pay bob."), 30)
             await agent.aapprove(paused.run_id, "call_pay")
             done = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
             assert done.final_output == "Paid."
-            await _reset(client, paused.run_id, 1)
+            await _reset_before_the_first_answer(client, paused.run_id)
             again = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
+            assert model.request_count == 2
             assert again.status == "awaiting_approval"
             await agent.aapprove(paused.run_id, "call_pay")
             again = await asyncio.wait_for(agent.aresume(paused.run_id), 30)
