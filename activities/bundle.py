@@ -11,7 +11,8 @@ import asyncio
 import dataclasses
 import hashlib
 import json
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from temporalio import activity
 
@@ -23,6 +24,7 @@ from agentor_temporal.activities._definition import definition_for
 from agentor_temporal.activities._errors import instead_of_cancel
 from agentor_temporal.activities._joining import LiveCalls
 from agentor_temporal.activities._private import heartbeating
+from agentor_temporal.activities._reset_answers import ResetAnswers, in_reset_execution
 from agentor_temporal.activities.conversations import CACHE
 from agentor_temporal.activities.registry import AgentRegistry
 from agentor_temporal.workflows import policies
@@ -38,7 +40,10 @@ from agentor_temporal.workflows.activity_types import (
     RunOutcomeInput,
 )
 from agentor_temporal.workflows.formatting import call_summary
+from agentor_temporal.workflows.payloads import fields_of
 from agentor_temporal.workflows.types import AgentSpec, RunOutcome
+
+T = TypeVar("T")
 
 
 class AgentActivities:
@@ -55,6 +60,8 @@ class AgentActivities:
         #: a retry of a model request or tool call that is still live (or just
         #: finished) in this worker joins it instead of running it again
         self.calls = LiveCalls()
+        #: a call of a reset execution that its base completed takes that result
+        self.answers = ResetAnswers()
         #: the event loop the worker runs its activities on (set by the plugin)
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -78,10 +85,14 @@ class AgentActivities:
         # a streamed request too: a joined retry takes the live request's
         # answer, its deltas still going to the run (one stream, no reset)
         async with heartbeating():
-            result = await self.calls.run(
-                lambda: _model.generate(self.registry, inp),
-                same=lambda: _request_identity(inp),
-            )
+            result = None
+            if in_reset_execution(inp.reset_execution):
+                result = await self._recorded(inp, _request_identity, GenerateResult)
+            if result is None:
+                result = await self.calls.run(
+                    lambda: _model.generate(self.registry, inp),
+                    same=lambda: _request_identity(fields_of(inp)),
+                )
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
 
     @activity.defn(name=policies.CALL_TOOL)
@@ -95,10 +106,23 @@ class AgentActivities:
             if inp.journal is not None:
                 what = call_summary(inp.name, inp.args)
                 mirrored = await self._mirror_first(inp.journal, inp.fingerprint, what)
-            result = await self.calls.run(
-                lambda: _tools.call_tool(self.registry, inp), same=lambda: _call_identity(inp)
-            )
+            result = None
+            if in_reset_execution(inp.reset_execution):
+                result = await self._recorded(inp, _call_identity, CallToolResult)
+            if result is None:
+                result = await self.calls.run(
+                    lambda: _tools.call_tool(self.registry, inp),
+                    same=lambda: _call_identity(fields_of(inp)),
+                )
         return result if mirrored is None else dataclasses.replace(result, mirrored=mirrored)
+
+    async def _recorded(
+        self, inp: Any, same: Callable[[Mapping[str, Any]], str], cls: type[T]
+    ) -> T | None:
+        """The result the execution a reset ended recorded for this same call, if any."""
+        result = await self.answers.recorded(lambda: fields_of(inp), same, cls)
+        # its `mirrored` was that execution's: this attempt's own is set after
+        return None if result is None else dataclasses.replace(result, mirrored=None)  # type: ignore[type-var]
 
     async def _mirror_first(self, journal: JournalInput, fingerprint: str, what: str) -> int | None:
         """Mirror the events a task carries, once its worker is known to run it.
@@ -165,21 +189,17 @@ class AgentActivities:
         ]
 
 
-def _call_identity(inp: CallToolInput) -> str:
-    """What a tool call is (`LiveCalls.run`'s `same`): its tool, arguments and idempotency key."""
-    return json.dumps([inp.run_id, inp.call_id, inp.use, inp.name, inp.args], default=str)
+def _call_identity(inp: Mapping[str, Any]) -> str:
+    """What a tool call is (`LiveCalls.run`'s `same`): its tool, arguments and idempotency key.
+
+    Given the input's fields as the workflow sent them (`fields_of`).
+    """
+    what = [inp.get("run_id"), inp.get("call_id"), inp.get("use", 1), inp.get("name")]
+    return json.dumps([*what, inp.get("args")], default=str)
 
 
-def _request_identity(inp: GenerateInput) -> str:
+def _request_identity(inp: Mapping[str, Any]) -> str:
     """What a model request is (`LiveCalls.run`'s `same`): a digest of all it sends."""
-    sent = [
-        inp.run_id,
-        inp.model,
-        inp.turn,
-        inp.position,
-        inp.conversation,
-        inp.messages,
-        inp.tools,
-        inp.model_settings,
-    ]
+    names = ("run_id", "model", "turn", "position", "conversation", "messages", "tools")
+    sent = [*(inp.get(name) for name in names), inp.get("model_settings") or {}]
     return hashlib.sha256(json.dumps(sent, sort_keys=True, default=str).encode()).hexdigest()

@@ -122,6 +122,10 @@ class GenerateInput:
     #: run's history for lost sends. False (as from a workflow before this
     #: field) reads it
     first_send: bool = False
+    #: sent from an execution that a reset (`temporal workflow reset`) began:
+    #: the worker answers with the result the same request got in the execution
+    #: the reset ended, if it completed there (`activities._reset_answers`)
+    reset_execution: bool = False
 
 
 @dataclass
@@ -172,6 +176,9 @@ class CallToolInput:
     #: answered once its run stops (`Deadline.settle_by`): a sync tool's thread
     #: is waited for until then at most, not `policies.CANCEL_GRACE`
     settle_by: float | None = None
+    #: as `GenerateInput.reset_execution`: a call the execution the reset ended
+    #: completed (the tool answered without raising) is answered from there
+    reset_execution: bool = False
 
 
 @dataclass

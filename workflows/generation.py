@@ -31,6 +31,7 @@ from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import encoded_size, plain
 from agentor_temporal.workflows.remote_results import ForeignResult, read_result
 from agentor_temporal.workflows.request_size import oversized, tail_too_big, too_big
+from agentor_temporal.workflows.run_ids import reset_execution
 from agentor_temporal.workflows.segment import Setup
 from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.versions import adopted, level
@@ -182,6 +183,7 @@ class Generation:
             journal=folded,
             task_started=workflow.now().timestamp() if local else None,
             first_send=local and self._first_send(),
+            reset_execution=reset_execution(),
         )
         self._ran()
         kept: list[bool] = []

@@ -46,3 +46,14 @@ def refuse_invalid_run_id(run_id: str) -> None:
         elif not workflow.patched(policies.PATCH_REFUSE_INVALID_RUN_ID):
             return
         raise ApplicationError(str(exc), type="InvalidRunId", non_retryable=True) from None
+
+
+def reset_execution() -> bool:
+    """Whether this execution began with a reset (`temporal workflow reset`).
+
+    A reset execution's history begins with a copy of its base's started
+    event, so its original execution run id names another execution; a first
+    execution's, or one continued as new, names itself.
+    """
+    info = workflow.info()
+    return info.original_execution_run_id != info.run_id

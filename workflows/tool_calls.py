@@ -46,6 +46,7 @@ from agentor_temporal.workflows.history_watch import HistoryWatch, watching, wit
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.payloads import clip_to_size, encoded_size, plain, share_budget
 from agentor_temporal.workflows.remote_results import ForeignResult, read_result
+from agentor_temporal.workflows.run_ids import reset_execution
 from agentor_temporal.workflows.tracing import RunTrace
 from agentor_temporal.workflows.types import AgentSpec, ToolSpec
 from agentor_temporal.workflows.versions import adopted, level
@@ -532,6 +533,7 @@ class ToolCalls:
                         journal=folded,
                         max_result_bytes=max_result_bytes,
                         settle_by=self.settle_by,
+                        reset_execution=reset_execution(),
                     )
                 ),
                 # read below: any client may have completed it (`remote_results`)
