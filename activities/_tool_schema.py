@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pydantic
+import pydantic_core
 
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _SECTION = re.compile(
@@ -85,12 +86,22 @@ def args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
 
 
 #: what pydantic raises for a parameter type it cannot check or put in a schema
-_UNDESCRIBABLE = (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, NameError)
+_UNDESCRIBABLE = (
+    pydantic.PydanticUserError,
+    pydantic.PydanticSchemaGenerationError,
+    NameError,
+    # a constraint pydantic-core cannot build a validator of (Field(gt=math.nan),
+    # Field(pattern="[")): a many-line SchemaError, and no tool named
+    pydantic_core.SchemaError,
+)
 
 
 def _undescribable(tool: str, exc: BaseException) -> TypeError:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    if isinstance(exc, pydantic_core.SchemaError):
+        # its lines nest, outermost first: the field and what is wrong are further in
+        first = " ".join(lines)[:300]
     return TypeError(
         f"tool {tool!r}: its parameters cannot be described to the model ({first}); use "
         "JSON-like types (str, int, float, bool, lists, dicts, pydantic models, dataclasses, "

@@ -37,6 +37,7 @@ from agentor_temporal.activities._errors import (
     internal_error,
     is_machinery,
     safe_str,
+    said_once,
     worker_stopping,
 )
 from agentor_temporal.activities._private import clip, heartbeating, token_count
@@ -475,6 +476,7 @@ def _classified(exc: Exception, inp: GenerateInput) -> ApplicationError:
             activity.info().attempt,
             mapped.message,
         )
+        return said_once(mapped)
     return mapped
 
 
