@@ -205,31 +205,36 @@ def stringify(value: Any) -> str:
     if isinstance(value, str):
         # an exact copy: a str subclass's own methods may raise, here or later
         return str.__getitem__(value, slice(None))
+    # BaseException below: whatever the value's own code raises as it is written
+    # (SystemExit, KeyboardInterrupt, CancelledError from a __str__) is the
+    # value's, not a signal: this is sync code, which no cancel or signal of the
+    # worker's interrupts. Let out, the model read 'Error: SystemExit: 2' for a
+    # tool that had run, and was invited to call it again
     if isinstance(value, pydantic.BaseModel):
         try:
             return value.model_dump_json()
-        except Exception:
+        except BaseException:  # noqa: B036 - see above
             try:  # a field of a type pydantic cannot write: as text
                 return value.model_dump_json(fallback=_shown)
-            except Exception:  # RecursionError too
+            except BaseException:  # noqa: B036 - RecursionError too
                 return _shown(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return _digits(value)
     try:
         return _json_text(value)
-    except Exception:
+    except BaseException:  # noqa: B036 - see above
         # JSON cannot hold it, or the value's own code raised as it was written (a
         # dict subclass whose items() raises): the tool ran, so it is told as text
         return _shown(value)
 
 
 def _shown(value: Any) -> str:
-    """`str(value)`; a note naming its type when that raises."""
+    """`str(value)`; a note naming its type when that raises (anything: see `stringify`)."""
     try:
         return str(value)
     except RecursionError:
         return f"<a {type(value).__name__} nested too deeply to show>"
-    except Exception:  # the value's own code, or an integer past the limit in its repr
+    except BaseException:  # noqa: B036 - the value's own code, or an int past the limit
         return f"<a {type(value).__name__} that cannot be shown as text>"
 
 

@@ -135,6 +135,18 @@ class NoItems(dict):  # type: ignore[type-arg]
         raise RuntimeError("no iteration")
 
 
+def _unshowable(what: Any) -> Any:
+    """A value whose `__str__` and `__repr__` raise `what()` (a BaseException)."""
+
+    class Unshowable:
+        def __str__(self) -> str:
+            raise what()
+
+        __repr__ = __str__
+
+    return Unshowable
+
+
 def _circular() -> Any:
     value: list[Any] = []
     value.append(value)
@@ -167,6 +179,8 @@ def _raiser(make: Any) -> Any:
     return go
 
 
+UNSHOWABLE = '"<a Unshowable that cannot be shown as text>"'
+
 #: returns and the text the model reads for each (None: any text, no error)
 RETURNS: dict[str, tuple[Any, str | None]] = {
     "object": (object, None),
@@ -177,6 +191,11 @@ RETURNS: dict[str, tuple[Any, str | None]] = {
     "str_subclass": (lambda: TrickyText("tricky"), "tricky"),
     # reported as 'Error: RuntimeError: no items' though the tool had run
     "raising_items": (lambda: {"k": NoItems(a=1)}, "{'k': {'a': 1}}"),
+    # the model was told 'Error: SystemExit: 2' (and so on) though the tool had run
+    "str_exits": (_unshowable(lambda: SystemExit(2)), UNSHOWABLE),
+    "str_interrupts": (_unshowable(KeyboardInterrupt), UNSHOWABLE),
+    "str_cancels": (_unshowable(asyncio.CancelledError), UNSHOWABLE),
+    "str_generator_exit": (lambda: [_unshowable(GeneratorExit)()], f"[{UNSHOWABLE}]"),
 }
 
 
