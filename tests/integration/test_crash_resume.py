@@ -357,3 +357,46 @@ with ScriptedModelServer() as model:
         out.stdout.strip().splitlines()[-1]
         == '["completed", "completed", "completed", "completed", "completed", 8]'
     )
+
+
+async def test_a_log_holding_nan_is_continued_with_standard_json_in_history(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Numbers JSON has no word for (NaN, Infinity: Agentor's json.dumps writes them in a
+    call's arguments or a message) are null in the continued run's history, as in the
+    JSONL and the model's requests: before, its input carried the tokens `NaN` and
+    `Infinity`, which no other SDK, the UI or the temporal CLI decodes."""
+    run_id = f"nan-{task_queue}"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    log = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()
+    lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
+    lines[1]["messages"][1]["weight"] = math.nan
+    lines[2]["args"]["margin"] = math.inf
+    lines[3]["args"]["margin"] = -math.inf
+    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs), ledger=ledger)
+
+    result = await agent.aresume(run_id)
+
+    assert result.status == "completed" and result.final_output == ANSWER, result.error
+    assert model.request_count == 1 and ledger_lines(ledger) == []
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    for event in history.events:
+        for payload in _payloads(event):
+            json.loads(payload, parse_constant=_refuse)  # standard JSON only
+
+
+def _refuse(token: str) -> Any:
+    raise AssertionError(f"{token} in history")
+
+
+def _payloads(event: Any) -> list[bytes]:
+    """The JSON payloads an event's input or result carries."""
+    kind = event.WhichOneof("attributes")
+    attrs = getattr(event, kind)
+    found: list[bytes] = []
+    for name in ("input", "result"):
+        if name in attrs.DESCRIPTOR.fields_by_name and attrs.HasField(name):
+            found += [p.data for p in getattr(attrs, name).payloads]
+    return found
