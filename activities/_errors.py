@@ -182,3 +182,23 @@ def internal_error(what: str, exc: BaseException, redact: Any = None) -> Applica
         type=INTERNAL_ERROR,
         non_retryable=True,
     )
+
+
+def said_once(error: ApplicationError) -> ApplicationError:
+    """`error`, benign when it will be retried: for an attempt already said in one line.
+
+    The SDK logs every other failed attempt as 'Completing activity as failed'
+    with a traceback from deep inside: a provider down for its five minutes of
+    retries printed dozens into the caller's script after our own lines. A
+    final failure keeps its category, so the run's end is logged with it once.
+    """
+    if error.non_retryable or error.category == ApplicationErrorCategory.BENIGN:
+        return error
+    return ApplicationError(
+        error.message,
+        *error.details,
+        type=error.type,
+        non_retryable=False,
+        next_retry_delay=error.next_retry_delay,
+        category=ApplicationErrorCategory.BENIGN,
+    )

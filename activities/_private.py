@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
+import math
 import threading
 import time
 import weakref
@@ -302,3 +304,34 @@ def token_count(value: Any) -> int:
         return min(max(int(value or 0), 0), policies.MAX_TOKEN_COUNT)
     except (TypeError, ValueError, OverflowError):
         return 0
+
+
+def non_finite_number(arguments: str) -> str | None:
+    """The first number in a call's JSON `arguments` that no float holds, if any.
+
+    `1e400` is standard JSON, but Python reads it as Infinity (and reads the
+    non-standard `NaN` and `Infinity` too): the tool got `inf`, and the call's
+    arguments went into history, the UI and the JSONL's readers as the token
+    `Infinity`, which no other SDK or the temporal CLI decodes. Text that is
+    not JSON is left to the run, which tells the model so.
+    """
+    if not any(c in arguments for c in "eENI"):
+        return None  # no exponent, NaN or Infinity: every number fits
+    found: list[str] = []
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value) and not found:
+            found.append(text)
+        return value
+
+    def constant(text: str) -> float:
+        if not found:
+            found.append(text)
+        return math.nan
+
+    try:
+        json.loads(arguments, parse_float=number, parse_constant=constant)
+    except (ValueError, RecursionError):
+        return None
+    return found[0] if found else None

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pydantic
+import pydantic_core
 
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _SECTION = re.compile(
@@ -85,12 +86,22 @@ def args_model(fn: Callable[..., Any]) -> type[pydantic.BaseModel]:
 
 
 #: what pydantic raises for a parameter type it cannot check or put in a schema
-_UNDESCRIBABLE = (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, NameError)
+_UNDESCRIBABLE = (
+    pydantic.PydanticUserError,
+    pydantic.PydanticSchemaGenerationError,
+    NameError,
+    # a constraint pydantic-core cannot build a validator of (Field(gt=math.nan),
+    # Field(pattern="[")): a many-line SchemaError, and no tool named
+    pydantic_core.SchemaError,
+)
 
 
 def _undescribable(tool: str, exc: BaseException) -> TypeError:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    if isinstance(exc, pydantic_core.SchemaError):
+        # its lines nest, outermost first: the field and what is wrong are further in
+        first = " ".join(lines)[:300]
     return TypeError(
         f"tool {tool!r}: its parameters cannot be described to the model ({first}); use "
         "JSON-like types (str, int, float, bool, lists, dicts, pydantic models, dataclasses, "
@@ -194,31 +205,36 @@ def stringify(value: Any) -> str:
     if isinstance(value, str):
         # an exact copy: a str subclass's own methods may raise, here or later
         return str.__getitem__(value, slice(None))
+    # BaseException below: whatever the value's own code raises as it is written
+    # (SystemExit, KeyboardInterrupt, CancelledError from a __str__) is the
+    # value's, not a signal: this is sync code, which no cancel or signal of the
+    # worker's interrupts. Let out, the model read 'Error: SystemExit: 2' for a
+    # tool that had run, and was invited to call it again
     if isinstance(value, pydantic.BaseModel):
         try:
             return value.model_dump_json()
-        except Exception:
+        except BaseException:  # noqa: B036 - see above
             try:  # a field of a type pydantic cannot write: as text
                 return value.model_dump_json(fallback=_shown)
-            except Exception:  # RecursionError too
+            except BaseException:  # noqa: B036 - RecursionError too
                 return _shown(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return _digits(value)
     try:
         return _json_text(value)
-    except Exception:
+    except BaseException:  # noqa: B036 - see above
         # JSON cannot hold it, or the value's own code raised as it was written (a
         # dict subclass whose items() raises): the tool ran, so it is told as text
         return _shown(value)
 
 
 def _shown(value: Any) -> str:
-    """`str(value)`; a note naming its type when that raises."""
+    """`str(value)`; a note naming its type when that raises (anything: see `stringify`)."""
     try:
         return str(value)
     except RecursionError:
         return f"<a {type(value).__name__} nested too deeply to show>"
-    except Exception:  # the value's own code, or an integer past the limit in its repr
+    except BaseException:  # noqa: B036 - the value's own code, or an int past the limit
         return f"<a {type(value).__name__} that cannot be shown as text>"
 
 

@@ -37,9 +37,15 @@ from agentor_temporal.activities._errors import (
     internal_error,
     is_machinery,
     safe_str,
+    said_once,
     worker_stopping,
 )
-from agentor_temporal.activities._private import clip, heartbeating, token_count
+from agentor_temporal.activities._private import (
+    clip,
+    heartbeating,
+    non_finite_number,
+    token_count,
+)
 from agentor_temporal.activities._provider_errors import (
     MALFORMED_REPLY,
     MAX_RETRY_AFTER,
@@ -250,6 +256,9 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             function["arguments"] = (
                 f"<arguments nested {depth} levels deep, over the {MAX_ARGUMENT_DEPTH} accepted>"
             )
+        elif (unheld := non_finite_number(function.get("arguments") or "")) is not None:
+            # not JSON either, for the same reason: answered, never recorded as Infinity
+            function["arguments"] = f"<arguments hold {unheld[:40]}, a number no float holds>"
     if len(result.calls) > policies.MAX_CALLS_PER_REPLY:
         raise ApplicationError(
             f"The model asked for {len(result.calls)} tool calls in turn {inp.turn}, over the "
@@ -475,6 +484,7 @@ def _classified(exc: Exception, inp: GenerateInput) -> ApplicationError:
             activity.info().attempt,
             mapped.message,
         )
+        return said_once(mapped)
     return mapped
 
 

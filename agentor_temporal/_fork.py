@@ -59,6 +59,7 @@ from agentor_temporal.store import (
     validate_run_id,
 )
 from agentor_temporal.store.base import in_thread, read_events
+from agentor_temporal.store.encoding import standard_value
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.payloads import encoded_size
@@ -438,12 +439,13 @@ async def start_fork(
     # one request id for every try: a start sent again after a server outage
     # (its answer lost) is the one Temporal took, not "id in use"
     request_id = uuid.uuid4().hex
+    payload = standard_value(inp.to_dict())  # a parent's log may hold NaN: not into history
     try:
         await riding_outages(
             lambda: start_once(
                 client,
                 WORKFLOW_TYPE,
-                inp.to_dict(),
+                payload,
                 id=fork_id,
                 task_queue=task_queue,
                 request_id=request_id,

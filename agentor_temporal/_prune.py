@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal.store import Event, FileStore, final_event, validate_run_id
 from agentor_temporal.store.base import read_events
+from agentor_temporal.store.events import with_readable_counts
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -174,7 +175,7 @@ def last_segment_end(path: Path) -> tuple[bool, Event | None] | None:
                     kind = match.group(1) if match else None
                     if kind == b"run_end":
                         try:
-                            return True, Event.from_dict(json.loads(line))
+                            return True, Event.from_dict(with_readable_counts(json.loads(line)))
                         except ValueError:
                             kind = None
                     if kind is None:

@@ -120,6 +120,44 @@ OWN_SETTINGS = ("model", "messages", "tools", "stream")
 MAX_NAME_BYTES = 1024
 
 
+def check_given(instructions: Any, model_settings: dict[str, Any]) -> None:
+    """Refuse instructions that are not text and settings JSON cannot carry, as given.
+
+    Checked before the agent is built: a NaN is not equal to itself, so the
+    build took it for a masked credential and moved it into the request body
+    sent from the worker, where Python wrote it as `NaN`, which is not JSON:
+    the provider refused every request of every run ("could not parse the
+    JSON body"), naming nothing.
+
+    Raises:
+        TypeError: for instructions that are not a str (or None).
+        ValueError: naming a setting that holds NaN or Infinity.
+    """
+    if instructions is not None and not isinstance(instructions, str):
+        # before: "argument of type 'function' is not iterable" from deep inside
+        # the build, or a run that failed later
+        raise TypeError(
+            f"instructions must be text (a str) or None, not {type(instructions).__name__}"
+            " (they are recorded with each run and sent as the system message)"
+        )
+    for key, value in model_settings.items():
+        if _holds_non_finite(value):
+            raise ValueError(
+                f"model setting {key!r} holds NaN or Infinity, which JSON cannot carry (no "
+                "provider could read the request); give a finite number"
+            )
+
+
+def _holds_non_finite(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError as exc:
+        return "Out of range float" in str(exc)
+    except (TypeError, RecursionError):
+        return False  # not JSON at all: check_definition names it (or a client option)
+    return False
+
+
 def check_definition(agent: AgentDefinition) -> None:
     """Refuse an agent that no run of it could record, when it is built, not at its first run.
 

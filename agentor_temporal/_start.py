@@ -33,6 +33,7 @@ from agentor_temporal._local_spec import headed, sending, spec_header
 from agentor_temporal._outage import riding_outages
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.activities.outcomes import started_agent
+from agentor_temporal.store.encoding import standard_value
 from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.history_reader import RESUME_KEY_MEMO, NotAnAgentRun
@@ -181,12 +182,14 @@ async def start_segment(
             f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
         ),
     }
+    # standard JSON in history: a log a run is continued from may hold NaN
+    payload = standard_value(inp.to_dict())
     try:
         if request_id is not None:
             await start_once(
                 client,
                 WORKFLOW_TYPE,
-                inp.to_dict(),
+                payload,
                 request_id=request_id,
                 previous_execution=inp.previous_execution,
                 spec=header,
@@ -198,7 +201,7 @@ async def start_segment(
             # with a worker for this queue in this process, the first
             # workflow task comes back in the start response (no poll)
             return await (client if header is None else headed(client)).start_workflow(
-                WORKFLOW_TYPE, inp.to_dict(), request_eager_start=True, **options
+                WORKFLOW_TYPE, payload, request_eager_start=True, **options
             )
     except WorkflowAlreadyStartedError:
         return None

@@ -27,6 +27,7 @@ from agentor_temporal._outage import patiently, riding_outages
 from agentor_temporal._results import (
     await_result,
     check_definition,
+    check_given,
     check_turns,
     shown_event,
 )
@@ -136,6 +137,7 @@ class Agentor:
             callable(getattr(store, m, None)) for m in ("append", "load", "list_runs")
         ):
             raise TypeError("store must have append(run_id, event), load(run_id) and list_runs()")
+        check_given(instructions, model_settings)
         self.definition = AgentDefinition(
             name=name,
             model=model,

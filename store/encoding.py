@@ -69,6 +69,23 @@ def standard_json(value: Any, **options: Any) -> str:
     return json.dumps(encodable(value), allow_nan=False, **options)
 
 
+def standard_value(value: Any) -> Any:
+    """`value` as `standard_json` would write it, as a value: itself when it is already so.
+
+    For what goes to Temporal's JSON converter, which writes `NaN` and
+    `Infinity` as it finds them: a run's input replayed from a log that holds
+    them (Agentor's `json.dumps` writes them) went into history so, which no
+    other SDK, the UI or the temporal CLI decodes.
+    """
+    try:
+        json.dumps(value, allow_nan=False, default=str)
+    except ValueError:  # a non-finite float somewhere
+        return encodable(value)
+    except (TypeError, RecursionError):
+        return value  # not this function's to judge: the converter says what it is
+    return value
+
+
 def nesting(value: Any) -> int:
     """How deeply `value` nests lists and dicts (0 for a scalar), without recursing.
 

@@ -106,6 +106,28 @@ class Usage:
         return cls(**{k: int(v or 0) for k, v in data.items() if k in known})
 
 
+def with_readable_counts(data: dict[str, Any]) -> dict[str, Any]:
+    """A logged event's `data` with each token count no int holds read as 0.
+
+    Counts are accounting: one no int holds (NaN and Infinity, which Agentor's
+    `json.dumps` writes; text; a list) must not cost the event it counts. A
+    store skipped such a generation whole, and resume asked the model that
+    turn again and lost the tool calls it had asked for. Only a log's reader
+    is this lenient: a run's input still refuses such counts (InvalidInput).
+    """
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return data
+    return {**data, "usage": {k: _count(v) for k, v in usage.items()}}
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
 #: Fields that replay builds the conversation from: one of the wrong type
 #: (a damaged or foreign log line) would crash a resume far from its cause.
 _STRING_FIELDS = ("text", "result", "call_id")

@@ -41,7 +41,7 @@ from agentor_temporal.store._file_io import (
     _open_safely,
 )
 from agentor_temporal.store.base import validate_run_id
-from agentor_temporal.store.events import Event
+from agentor_temporal.store.events import Event, with_readable_counts
 
 logger = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class FileStore:
                         data = json.loads(line)
                         if not isinstance(data, dict):
                             raise ValueError("not a JSON object")
-                        event = Event.from_dict(data)
+                        event = Event.from_dict(with_readable_counts(data))
                     except UNREADABLE as exc:
                         # a torn final line is expected after a hard kill; anything
                         # that parsed before it is still the run's story
@@ -386,7 +386,8 @@ class FileStore:
 
 
 #: what reading one line may raise: bad JSON or fields (ValueError, TypeError),
-#: nesting deeper than the parser recurses, a count of Infinity (OverflowError)
+#: nesting deeper than the parser recurses (a token count no int holds is read as 0:
+#: `with_readable_counts`)
 UNREADABLE = (ValueError, TypeError, RecursionError, OverflowError)
 
 
@@ -395,7 +396,7 @@ def _readable(line: bytes) -> int:
     try:
         data = json.loads(line)
         if isinstance(data, dict):
-            Event.from_dict(data)
+            Event.from_dict(with_readable_counts(data))
             return 1
     except UNREADABLE:
         pass

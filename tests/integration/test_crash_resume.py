@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import signal
 import subprocess
@@ -244,14 +245,27 @@ async def test_a_store_only_run_replaying_to_a_non_message_is_refused_clearly(
     assert model.request_count == 0
 
 
-@pytest.mark.parametrize("tokens", [10**30, -5])
+@pytest.mark.parametrize(
+    "tokens",
+    [10**30, -5, math.nan, math.inf, "many", [1]],
+    ids=["huge", "negative", "nan", "inf", "text", "list"],
+)
 async def test_a_log_whose_token_counts_no_run_can_carry_is_still_resumed(
-    tokens: int, client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+    tokens: Any,
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
 ) -> None:
-    """A log's count past 2**53 or below 0 is clamped, as a provider's is, not refused for good.
+    """A log's count no run can carry is clamped (or 0), as a provider's is, not refused for
+    good, and never costs the generation it counts.
 
     The run refuses such counts in its input (AgentTokens is a 64-bit search
-    attribute): every resume of the log failed at its start, the same way.
+    attribute): every resume of the log failed at its start, the same way. A
+    count Python writes but no int holds (NaN, Infinity: Agentor's json.dumps
+    writes them) or that is no number made the store skip the whole
+    generation: resume lost the turn's answer and the tool call in it.
     """
     run_id = f"tokens-{task_queue}"
     runs = tmp_path / "runs"
@@ -260,12 +274,18 @@ async def test_a_log_whose_token_counts_no_run_can_carry_is_still_resumed(
     lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
     lines[1]["usage"]["total_tokens"] = tokens
     (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    agent = scripted_agent(model, client, task_queue, store=FileStore(runs))
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs), ledger=ledger)
 
     result = await agent.aresume(run_id)
 
     assert result.status == "completed" and result.final_output == ANSWER, result.error
-    assert model.request_count == 1
+    assert model.request_count == 1 and ledger_lines(ledger) == []
+    assert [e.type for e in result.events][:4] == [
+        "run_start",
+        "generation",
+        "tool_call",
+        "tool_result",
+    ]
 
 
 async def test_damaged_log_is_resumed_from_what_is_readable(
@@ -311,6 +331,7 @@ def test_sync_run_many_times_in_one_process(
     """Sync run()/resume() work repeatedly in one plain script (Agentor 0.1.1 fails the second)."""
     script = f"""
 import json
+import math
 from agentor_temporal.testing import ScriptedModelServer
 from helpers import weather_agent, PROMPT
 with ScriptedModelServer() as model:
@@ -336,3 +357,46 @@ with ScriptedModelServer() as model:
         out.stdout.strip().splitlines()[-1]
         == '["completed", "completed", "completed", "completed", "completed", 8]'
     )
+
+
+async def test_a_log_holding_nan_is_continued_with_standard_json_in_history(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """Numbers JSON has no word for (NaN, Infinity: Agentor's json.dumps writes them in a
+    call's arguments or a message) are null in the continued run's history, as in the
+    JSONL and the model's requests: before, its input carried the tokens `NaN` and
+    `Infinity`, which no other SDK, the UI or the temporal CLI decodes."""
+    run_id = f"nan-{task_queue}"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    log = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()
+    lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
+    lines[1]["messages"][1]["weight"] = math.nan
+    lines[2]["args"]["margin"] = math.inf
+    lines[3]["args"]["margin"] = -math.inf
+    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs), ledger=ledger)
+
+    result = await agent.aresume(run_id)
+
+    assert result.status == "completed" and result.final_output == ANSWER, result.error
+    assert model.request_count == 1 and ledger_lines(ledger) == []
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    for event in history.events:
+        for payload in _payloads(event):
+            json.loads(payload, parse_constant=_refuse)  # standard JSON only
+
+
+def _refuse(token: str) -> Any:
+    raise AssertionError(f"{token} in history")
+
+
+def _payloads(event: Any) -> list[bytes]:
+    """The JSON payloads an event's input or result carries."""
+    kind = event.WhichOneof("attributes")
+    attrs = getattr(event, kind)
+    found: list[bytes] = []
+    for name in ("input", "result"):
+        if name in attrs.DESCRIPTOR.fields_by_name and attrs.HasField(name):
+            found += [p.data for p in getattr(attrs, name).payloads]
+    return found

@@ -128,4 +128,6 @@ async def test_worker_serves_temporal_and_agent_metrics(
     assert total(series, "agentor_tool_latency_count", agent=agent, tool="get_weather") == 2
     # and Temporal's own worker metrics on the same endpoint
     assert total(series, "temporal_workflow_completed", workflow_type="AgentRun") == 3
-    assert total(series, "temporal_activity_execution_failed", activity_type="generate") == 2
+    # the final failure only: a retried one (the 503) is benign, said in one line and
+    # counted in agentor_model_retries, not logged by the SDK with a traceback
+    assert total(series, "temporal_activity_execution_failed", activity_type="generate") == 1

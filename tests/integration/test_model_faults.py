@@ -73,9 +73,19 @@ async def _first_generation_attempts(client: Client, run_id: str) -> tuple[int, 
     ids=["429-retry-after", "500", "503", "read-timeout"],
 )
 async def test_transient_model_faults_are_retried_and_the_run_completes(
-    client: Client, task_queue: str, tmp_path: Path, fault: Step, failure: str
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    fault: Step,
+    failure: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """429 (honouring Retry-After), 5xx and read timeouts are retried; the run completes."""
+    """429 (honouring Retry-After), 5xx and read timeouts are retried; the run completes.
+
+    Each failed attempt is said in one line: the SDK's 'Completing activity as
+    failed' with a traceback from deep inside followed every one of them (a
+    provider outage of five minutes printed dozens into the user's script).
+    """
     script = Recorder(fault)
     with ScriptedModelServer(script) as model:
         agent = weather_agent(
@@ -88,6 +98,9 @@ async def test_transient_model_faults_are_retried_and_the_run_completes(
         result = await agent.arun(PROMPT)
 
     assert result.status == "completed" and result.final_output == ANSWER
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if failure in m and "attempt 1" in m], said
+    assert not [m for m in said if "Completing activity as failed" in m], said
     assert len(script.times) == 3  # the failed request, its retry, the answer
     attempt, previous = await _first_generation_attempts(client, result.run_id)
     assert attempt == 2 and failure in previous

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import uuid
 from dataclasses import replace
@@ -135,6 +136,18 @@ class NoItems(dict):  # type: ignore[type-arg]
         raise RuntimeError("no iteration")
 
 
+def _unshowable(what: Any) -> Any:
+    """A value whose `__str__` and `__repr__` raise `what()` (a BaseException)."""
+
+    class Unshowable:
+        def __str__(self) -> str:
+            raise what()
+
+        __repr__ = __str__
+
+    return Unshowable
+
+
 def _circular() -> Any:
     value: list[Any] = []
     value.append(value)
@@ -167,6 +180,8 @@ def _raiser(make: Any) -> Any:
     return go
 
 
+UNSHOWABLE = '"<a Unshowable that cannot be shown as text>"'
+
 #: returns and the text the model reads for each (None: any text, no error)
 RETURNS: dict[str, tuple[Any, str | None]] = {
     "object": (object, None),
@@ -177,6 +192,11 @@ RETURNS: dict[str, tuple[Any, str | None]] = {
     "str_subclass": (lambda: TrickyText("tricky"), "tricky"),
     # reported as 'Error: RuntimeError: no items' though the tool had run
     "raising_items": (lambda: {"k": NoItems(a=1)}, "{'k': {'a': 1}}"),
+    # the model was told 'Error: SystemExit: 2' (and so on) though the tool had run
+    "str_exits": (_unshowable(lambda: SystemExit(2)), UNSHOWABLE),
+    "str_interrupts": (_unshowable(KeyboardInterrupt), UNSHOWABLE),
+    "str_cancels": (_unshowable(asyncio.CancelledError), UNSHOWABLE),
+    "str_generator_exit": (lambda: [_unshowable(GeneratorExit)()], f"[{UNSHOWABLE}]"),
 }
 
 
@@ -296,7 +316,7 @@ async def test_odd_tool_calls_answer_the_model(client: Client, task_queue: str) 
     answers = {e.call_id: e for e in result.events if e.type == "tool_result"}
     assert sorted(answers) == ["c_huge", "c_nan", "c_null", "c_surrogate"]
     assert (answers["c_null"].error or "").endswith("text: Field required")
-    assert (answers["c_nan"].error or "").startswith("ValueError: invalid arguments for echo")
+    assert (answers["c_nan"].error or "").startswith("Invalid JSON arguments")  # NaN is not JSON
     assert (answers["c_huge"].error or "").startswith("Invalid JSON arguments: Exceeds the limit")
     assert answers["c_surrogate"].error is None and answers["c_surrogate"].result == "\ufffd"
     assert model.request_count == 3
@@ -454,3 +474,53 @@ async def test_a_recorded_time_no_timer_can_hold_fails_the_run_and_resume_goes_o
     sent = [m for m in request["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in sent] == ["c_echo", "c_probe"], sent
     assert await _task_failures(client, result.run_id) == []
+
+
+@function_tool
+def scale(x: float) -> str:
+    """Scales.
+
+    Args:
+        x: the factor.
+    """
+    return repr(x * 2)
+
+
+def _refuse(token: str) -> Any:
+    raise AssertionError(f"{token} in history")
+
+
+async def test_a_number_no_float_holds_in_arguments_is_answered_not_recorded(
+    client: Client, task_queue: str
+) -> None:
+    """`1e400` (standard JSON), `NaN`, `-Infinity` in a call's arguments: the model is told they
+    are invalid and the tool does not run; before, it ran with inf or nan and the call went
+    into history as the token Infinity/NaN, which the UI and other SDKs cannot decode."""
+    script: list[Step] = [
+        [
+            CallTool("scale", '{"x": 1e400}', id="c_big"),
+            CallTool("scale", '{"x": NaN}', id="c_nan"),
+            CallTool("scale", '{"x": -Infinity}', id="c_inf"),
+            CallTool("scale", '{"x": 2.5e0}', id="c_fine"),
+        ],
+        Reply("done"),
+    ]
+    result, model = await _run(client, task_queue, [scale], script)
+    assert result.status == "completed", result.error
+    answers = {e.call_id: e for e in result.events if e.type == "tool_result"}
+    assert answers["c_fine"].error is None and answers["c_fine"].result == "5.0"
+    [generation] = [e for e in result.events if e.type == "generation" and e.calls]
+    recorded = {c["id"]: c["function"]["arguments"] for c in generation.calls or []}
+    for call_id, number in (("c_big", "1e400"), ("c_nan", "NaN"), ("c_inf", "-Infinity")):
+        error = answers[call_id].error or ""
+        assert error.startswith("Invalid JSON arguments"), (call_id, error)
+        # what the model reads of its own call again names the number
+        assert recorded[call_id] == f"<arguments hold {number}, a number no float holds>"
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    for event in history.events:
+        attrs = getattr(event, event.WhichOneof("attributes"))
+        for name in ("input", "result"):
+            if name in attrs.DESCRIPTOR.fields_by_name and attrs.HasField(name):
+                for payload in getattr(attrs, name).payloads:
+                    json.loads(payload.data, parse_constant=_refuse)
+    assert model.request_count == 2

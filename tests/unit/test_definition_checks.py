@@ -4,11 +4,14 @@ Each of these used to start runs that failed later: a name or model over the
 search attribute limit (every run failed after it started), settings that
 are not JSON (every run failed in its first step), `stream=True` (a stream
 where a reply was expected), instructions and settings over what one payload
-holds (every workflow task of every run failed, for ever), a budget of `True`.
+holds (every workflow task of every run failed, for ever), a budget of `True`,
+a setting of NaN or Infinity (sent as no provider can read), instructions
+that are not text (a TypeError from deep inside).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -23,6 +26,12 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "stream": ({"stream": True}, "model setting(s) stream are set by the run itself"),
     "messages": ({"messages": []}, "model setting(s) messages are set by the run itself"),
     "object setting": ({"temperature": object()}, "model setting 'temperature' must be a JSON"),
+    # sent as NaN, which is not JSON: the provider refused every request, naming nothing
+    "nan setting": ({"temperature": math.nan}, "model setting 'temperature' holds NaN or Infinity"),
+    "infinite setting": (
+        {"metadata": {"budget": -math.inf}},
+        "model setting 'metadata' holds NaN or Infinity",
+    ),
     "oversize": (
         {"instructions": "i" * 1_400_000, "metadata": {"notes": "n" * 700_000}},
         "The agent is too large: its instructions, tool schemas and model settings come to 2.10 MB",
@@ -53,3 +62,11 @@ def test_what_a_run_can_record_is_built() -> None:
         metadata={"team": "ops"},
     )
     assert agent.definition.model_settings == {"temperature": 0.2, "metadata": {"team": "ops"}}
+
+
+@pytest.mark.parametrize("instructions", [lambda: "Be brief.", 5, ["Be", "brief."]])
+def test_instructions_that_are_not_text_are_refused_naming_them(instructions: Any) -> None:
+    """One clear line, not "argument of type 'function' is not iterable" from inside."""
+    with pytest.raises(TypeError) as info:
+        Agentor(base_url="http://unused", api_key="k", instructions=instructions)
+    assert str(info.value).startswith("instructions must be text (a str) or None, not ")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentor_temporal import _prune
-from agentor_temporal.store import Event, FileStore, final_event
+from agentor_temporal.store import Event, FileStore, Usage, final_event
 from agentor_temporal.store.base import read_events
 
 from helpers import ROOT
@@ -36,6 +36,12 @@ CASES = {
     "empty": "",
     "only a torn line": '{"type": "run_st',
     "no trailing newline": lines(START, END)[:-1],
+    # Agentor's json.dumps writes a provider's infinite count as it is: prune raised
+    # OverflowError reading the run_end, and the whole log's read skipped it
+    "infinite count at the end": lines(START, GEN)
+    + '{"type": "run_end", "status": "completed", "usage": {"input_tokens": Infinity}}\n',
+    "nan count at the end": lines(START, GEN)
+    + '{"type": "run_end", "status": "completed", "usage": {"total_tokens": NaN}}\n',
 }
 
 
@@ -45,6 +51,8 @@ def test_the_tail_says_what_the_whole_log_says(tmp_path: Path, name: str) -> Non
     store.path("r1").write_text(CASES[name])
     events = read_events(store, "r1")
     assert _prune.last_segment_end(store.path("r1")) == (bool(events), final_event(events))
+    if "count at the end" in name:
+        assert events[-1].type == "run_end" and events[-1].usage == Usage()
 
 
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.jsonl")))

@@ -13,7 +13,7 @@ import pytest
 
 from agentor_temporal.activities.journal import _next_in_line, catch_up, mirror_into
 from agentor_temporal.activities.mirror import reconcile, store_count, unchanged
-from agentor_temporal.store import Event, FileStore, MemoryStore
+from agentor_temporal.store import Event, FileStore, MemoryStore, Usage
 
 
 class DictStore:
@@ -120,15 +120,18 @@ def test_file_store_skips_a_corrupt_middle_line(
 
 
 def test_file_store_skips_lines_deeper_or_larger_than_python_reads(tmp_path: Path) -> None:
-    """A line nested past the parser's recursion and a count of Infinity are skipped, not raised."""
+    """A line nested past the parser's recursion is skipped, not raised; a count of Infinity
+    or NaN is read as 0, its generation kept (skipped, resume asked its turn again)."""
     deep = '{"type": "generation", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
-    infinite = '{"type": "generation", "usage": {"input_tokens": Infinity}}'
+    infinite = '{"type": "generation", "usage": {"input_tokens": Infinity, "output_tokens": NaN}}'
     (tmp_path / "r.jsonl").write_text(
         f'{{"type": "run_start"}}\n{deep}\n{infinite}\n{{"type": "run_end"}}\n'
     )
     store = FileStore(tmp_path)
-    assert [e.type for e in store.load("r")] == ["run_start", "run_end"]
-    assert store.count("r") == 2
+    events = store.load("r")
+    assert [e.type for e in events] == ["run_start", "generation", "run_end"]
+    assert events[1].usage == Usage()
+    assert store.count("r") == 3
 
 
 @pytest.mark.parametrize("run_id", ["../x", "/tmp/x", "a\\b", "C:x", ".hidden", "", "a/b", "x\ny"])

@@ -11,7 +11,9 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Annotated
 
+import pydantic
 import pytest
 
 from agentor_temporal.activities.tooldef import (
@@ -238,8 +240,17 @@ def test_a_parameter_the_model_could_never_be_offered_is_refused_when_defined() 
     def opaque(thing: Opaque) -> str:
         return ""
 
+    def nan_bound(n: Annotated[int, pydantic.Field(gt=math.nan)]) -> str:
+        return ""
+
+    def bad_pattern(code: Annotated[str, pydantic.Field(pattern="[")]) -> str:
+        return ""
+
     for fn, says in (
         (private, "parameter '_token' cannot be offered to the model"),
+        # a many-line pydantic_core SchemaError naming no tool before
+        (nan_bound, "tool 'nan_bound': its parameters cannot be described to the model"),
+        (bad_pattern, "regex parse error"),
         (reserved, "parameter 'model_config' cannot be offered to the model"),
         (callback, "tool 'callback': its parameters cannot be described to the model"),
         (opaque, "tool 'opaque': its parameters cannot be described to the model"),
