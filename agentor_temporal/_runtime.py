@@ -418,12 +418,16 @@ class Runtime:
         if self._closed or threading.current_thread() is self.thread:
             return
         self._closed = True
+        if self.loop.is_running():
+            # still the process's runtime meanwhile: a call the drained calls make (an
+            # agent used as a tool) joins its workers, which serve it; one made elsewhere
+            # started a second runtime mid-exit, whose worker took the outer run's tasks
+            self.stop_workers(exit_drain() if timeout is None else timeout)
         with Runtime._guard:
             if Runtime._instance is self:
                 Runtime._instance = None
         if not self.loop.is_running():
             return
-        self.stop_workers(exit_drain() if timeout is None else timeout)
 
         async def cancel_rest() -> None:
             current = asyncio.current_task()

@@ -259,9 +259,31 @@ elif command == "nested":
         answer = inner.run(f"What is the weather in {city}?", run_id=f"{run_id}-inner")
         return answer.final_output or answer.status
 
-    outer = plain_agent(tools=[transfer_tool(ledger), ask_inner])
+    @function_tool(name="transfer", requires_approval=True)
+    def approved_ask(amount: float, to: str) -> str:
+        """Send money, once the inner agent had its say.
+
+        Args:
+            amount: How much.
+            to: To whom.
+        """
+        return ask_inner.fn(to)
+
+    outer = plain_agent(tools=[approved_ask, ask_inner])
     if sys.argv[3] == "resume":
         print(json.dumps({"status": outer.resume(run_id).status}))
+    elif sys.argv[3] == "ask":  # a transfer, which waits for approval
+        print(
+            json.dumps(
+                {
+                    "pending": [
+                        p.call_id for p in outer.run("Send 5", run_id=run_id).pending_approvals
+                    ]
+                }
+            )
+        )
+    elif sys.argv[3] == "approve":  # then the script ends while the transfer runs
+        print(json.dumps({"decided": outer.approve(run_id, sys.argv[4])["call_id"]}))
     else:
         print(json.dumps({"status": outer.run(WEATHER, run_id=run_id).status}))
 elif command == "start":
