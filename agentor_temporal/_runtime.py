@@ -26,6 +26,7 @@ import threading
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -64,6 +65,11 @@ class _EmbeddedWorker:
         self.task_queue = task_queue
         self.registry = AgentRegistry()
         self.users = 0
+        #: users whose call is made inside an activity (an agent used as a tool): the call
+        #: that activity belongs to waits on them, so a drain lets them end first
+        self.nested = 0
+        self.unnested = asyncio.Event()
+        self.unnested.set()
         self.worker: Worker | None = None
         self.task: asyncio.Task[None] | None = None
         self.idle: asyncio.TimerHandle | None = None
@@ -73,9 +79,12 @@ class _EmbeddedWorker:
         # would each start a worker (the SDK refuses a second one per queue)
         self.lock = asyncio.Lock()
 
-    async def acquire(self, agent: AgentDefinition) -> None:
+    async def acquire(self, agent: AgentDefinition, nested: bool = False) -> None:
         self.registry.register(agent)
         self.users += 1
+        if nested:
+            self.nested += 1
+            self.unnested.clear()
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
@@ -95,8 +104,12 @@ class _EmbeddedWorker:
                 )
                 self.task = asyncio.create_task(self.worker.run())
 
-    def release(self) -> None:
+    def release(self, nested: bool = False) -> None:
         self.users -= 1
+        if nested:
+            self.nested -= 1
+            if self.nested == 0:
+                self.unnested.set()
         if self.users == 0:
             loop = asyncio.get_running_loop()
             self.idle = loop.call_later(
@@ -296,11 +309,14 @@ class Runtime:
         embedded = self._workers.get(key)
         if embedded is None:
             embedded = self._workers[key] = _EmbeddedWorker(client, task_queue)
-        await embedded.acquire(agent)
+        # the caller's context came with the call: inside a tool (or any activity) means
+        # an outer call waits on this one (`stop_workers`)
+        nested = activity.in_activity()
+        await embedded.acquire(agent, nested)
         try:
             yield
         finally:
-            embedded.release()
+            embedded.release(nested)
 
     def serving(self) -> bool:
         """Whether an embedded worker is running, or stopping (callable from any thread)."""
@@ -322,9 +338,25 @@ class Runtime:
             return
 
         async def stop_all() -> None:
-            workers = list(self._workers.values())
-            self._workers.clear()
-            await asyncio.gather(*(w.stop() for w in workers))
+            # A worker serving a call made inside an activity (an agent used as another's
+            # tool) serves on until that call ends, within the calls' grace: the outer call
+            # waits on its run, so stopping both at once cut the outer call off when the
+            # grace ran out, and the next worker ran it again. Kept in `_workers`
+            # meanwhile, so a call on its queue joins it rather than starting another.
+            until = self.loop.time() + calls_grace()
+
+            async def stop(key: tuple[int, str], worker: _EmbeddedWorker) -> None:
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(
+                        worker.unnested.wait(), max(0.0, until - self.loop.time())
+                    )
+                if self._workers.get(key) is worker:
+                    del self._workers[key]
+                await worker.stop()
+
+            # a worker started meanwhile (an inner agent's first call) is stopped too
+            while self._workers:
+                await asyncio.gather(*(stop(k, w) for k, w in list(self._workers.items())))
 
         with contextlib.suppress(Exception):
             self._result(
@@ -386,12 +418,16 @@ class Runtime:
         if self._closed or threading.current_thread() is self.thread:
             return
         self._closed = True
+        if self.loop.is_running():
+            # still the process's runtime meanwhile: a call the drained calls make (an
+            # agent used as a tool) joins its workers, which serve it; one made elsewhere
+            # started a second runtime mid-exit, whose worker took the outer run's tasks
+            self.stop_workers(exit_drain() if timeout is None else timeout)
         with Runtime._guard:
             if Runtime._instance is self:
                 Runtime._instance = None
         if not self.loop.is_running():
             return
-        self.stop_workers(exit_drain() if timeout is None else timeout)
 
         async def cancel_rest() -> None:
             current = asyncio.current_task()

@@ -20,7 +20,9 @@ import sys
 import threading
 import time
 
-from helpers import ledger_lines, plain_agent, transfer_tool, weather_tool
+from agentor_temporal import function_tool
+
+from helpers import ledger_lines, ledger_write, plain_agent, transfer_tool, weather_tool
 
 agent = plain_agent()
 command, run_id = sys.argv[1], sys.argv[2]
@@ -233,6 +235,57 @@ elif command == "fork":
     after = agent.run(WEATHER, run_id=f"{run_id}-p").status
     outcome = {"parent": [first, after], "children": [early, late]}
     print(json.dumps({**outcome, "stuck": early_stuck or late_stuck}))
+elif command == "nested":
+    # an agent used as a tool: the outer agent's get_weather asks an inner agent (on its own
+    # task queue, or on the same one with INNER_QUEUE=same), whose get_weather takes
+    # AGENT_TOOL_SECONDS; argv[3] says whether to run the outer run or resume it
+    ledger = os.environ["AGENT_LEDGER"]
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "2"))
+    queue = os.environ["AGENT_TASK_QUEUE"]
+    inner = plain_agent(
+        name="Inner Agent",
+        tools=[weather_tool(ledger, delay=delay)],
+        task_queue=queue if os.environ.get("INNER_QUEUE") == "same" else f"{queue}-inner",
+    )
+
+    @function_tool(name="get_weather")
+    def ask_inner(city: str) -> str:
+        """Get the current weather for a city, from the inner agent.
+
+        Args:
+            city: The city to look up.
+        """
+        ledger_write(ledger, "outer", city)
+        answer = inner.run(f"What is the weather in {city}?", run_id=f"{run_id}-inner")
+        return answer.final_output or answer.status
+
+    @function_tool(name="transfer", requires_approval=True)
+    def approved_ask(amount: float, to: str) -> str:
+        """Send money, once the inner agent had its say.
+
+        Args:
+            amount: How much.
+            to: To whom.
+        """
+        return ask_inner.fn(to)
+
+    outer = plain_agent(tools=[approved_ask, ask_inner])
+    if sys.argv[3] == "resume":
+        print(json.dumps({"status": outer.resume(run_id).status}))
+    elif sys.argv[3] == "ask":  # a transfer, which waits for approval
+        print(
+            json.dumps(
+                {
+                    "pending": [
+                        p.call_id for p in outer.run("Send 5", run_id=run_id).pending_approvals
+                    ]
+                }
+            )
+        )
+    elif sys.argv[3] == "approve":  # then the script ends while the transfer runs
+        print(json.dumps({"decided": outer.approve(run_id, sys.argv[4])["call_id"]}))
+    else:
+        print(json.dumps({"status": outer.run(WEATHER, run_id=run_id).status}))
 elif command == "start":
     # started, then the script returns: nobody waits on the run
     print(json.dumps({"started": asyncio.run(agent.astart(WEATHER, run_id=run_id))}))
