@@ -115,9 +115,10 @@ async def test_a_call_approved_as_the_script_ends_finishes_its_inner_agents_run_
 ) -> None:
     """A transfer approved just before the script ends, whose tool asks another agent (on the
     same task queue): the inner run is served by the exiting process's own worker, and the
-    script exits 0 with nothing on stderr. Before, the inner call, made while the exit hook drained the workers,
-    started a second runtime (another connection and worker): its worker, knowing only the
-    inner agent, took the outer run's next task ('Unknown agent' on stderr)."""
+    script exits 0 with nothing on stderr. Before, the inner call, made while the exit hook
+    drained the workers, started a second runtime (another connection and worker): its
+    worker, knowing only the inner agent, took the outer run's next task ('Unknown agent' on
+    stderr)."""
     with ScriptedModelServer(weather_or_transfer) as model:
         env = script_env(temporal_address, model, task_queue, tmp_path, ledger, "same")
         run_id = uuid.uuid4().hex
