@@ -43,6 +43,7 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError, WorkflowAl
 from temporalio.workflow import ParentClosePolicy
 
 from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import RunOutcomeInput
 from agentor_temporal.workflows.formatting import failure_message, preview_input
 from agentor_temporal.workflows.payloads import encoded_size
@@ -67,6 +68,9 @@ PATCH_ATTACH = "agentor-run-agent-attach"
 #: The patch under which `run_agent`'s default run id is drawn from the execution
 #: as it was started (kept by a reset), not from its random source (reseeded by one).
 PATCH_STABLE_ID = "agentor-run-agent-stable-id"
+#: The patch under which `run_agent` holds a run back while this execution has
+#: `policies.MAX_PENDING_AGENT_RUNS` pending (asked only when it has).
+PATCH_PENDING_CAP = "agentor-run-agent-pending-cap"
 #: Names the default run ids (`_stable_id`).
 _CHILD_IDS = uuid.UUID("3e9a7c15-2b64-4f0d-8a1e-9c5d7b3f6e20")
 #: The attribute on the workflow instance counting its `run_agent` calls with a default id.
@@ -74,6 +78,51 @@ _CALLS = "_agentor_run_agent_calls"
 #: The same count for a workflow class whose instances take no new attribute:
 #: by execution, with the instance it counts for (a replay makes a new one).
 _SLOTTED: dict[str, tuple[int, int]] = {}
+#: The attribute on the workflow instance holding its `_Pending` count.
+_PENDING = "_agentor_run_agent_pending"
+#: The same for a workflow class whose instances take no new attribute (as `_SLOTTED`).
+_SLOTTED_PENDING: dict[str, tuple[int, _Pending]] = {}
+
+
+class _Pending:
+    """This execution's `run_agent` runs started and not yet ended."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def _pending() -> _Pending:
+    """The execution's count, kept on its workflow instance (made again on a replay)."""
+    instance = workflow.instance()
+    found = getattr(instance, _PENDING, None)
+    if isinstance(found, _Pending):
+        return found
+    made = _Pending()
+    try:
+        setattr(instance, _PENDING, made)
+    except (AttributeError, TypeError):  # a class with __slots__: kept by execution
+        run_id = workflow.info().run_id
+        held = _SLOTTED_PENDING.get(run_id)
+        if held is not None and held[0] == id(instance):
+            return held[1]
+        _SLOTTED_PENDING[run_id] = (id(instance), made)
+    return made
+
+
+async def _slot(pending: _Pending) -> None:
+    """Wait while the execution has `MAX_PENDING_AGENT_RUNS` runs pending, then take one.
+
+    Temporal refuses a workflow task whose commands would leave more child
+    executions pending than its limit (2,000 by default), every command of it,
+    on every retry: a parent starting thousands of runs side by side started
+    none, for good. No command is issued unless the cap is met; then the patch
+    marks the history (one recorded before it started them all at once).
+    """
+    while pending.count >= policies.MAX_PENDING_AGENT_RUNS:
+        if not workflow.patched(PATCH_PENDING_CAP):
+            break
+        await workflow.wait_condition(lambda: pending.count < policies.MAX_PENDING_AGENT_RUNS)
+    pending.count += 1
 
 
 async def run_agent(
@@ -158,6 +207,8 @@ async def run_agent(
     # that run, as in `Agentor.run`: the SDK's default would start the agent again,
     # paying for it twice; the patch leaves a parent recorded before as it was
     attach = stable or (run_id is not None and workflow.patched(PATCH_ATTACH))
+    pending = _pending()
+    await _slot(pending)
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,
@@ -197,6 +248,8 @@ async def run_agent(
         if isinstance(exc.cause, CancelledError):
             error = f"The agent run {child_id!r} was cancelled; resume(run_id) continues it."
         return RunOutcome(run_id=child_id, status="failed", final_output=None, error=error)
+    finally:
+        pending.count -= 1
     return RunOutcome.from_dict(result)
 
 

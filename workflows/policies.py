@@ -340,6 +340,14 @@ MAX_REPLY_BYTES = 512_000
 #: (Temporal refuses a workflow task that would leave over 2,000 activities
 #: pending, and would refuse it again on every retry).
 MAX_CALLS_PER_REPLY = 500
+#: Agent runs one workflow execution's `run_agent` calls keep pending at once
+#: (started, not yet ended); a further call waits for one to end. Temporal
+#: refuses a workflow task that would leave more than 2,000 child executions
+#: pending (`limit.numPendingChildExecutions.error`), all its commands with
+#: it, on every retry: a parent starting a few thousand runs side by side
+#: started none of them, for good. The margin leaves the parent's own
+#: children room.
+MAX_PENDING_AGENT_RUNS = 1_000
 #: Characters of a decision's reason, and of who decided: the reason is
 #: recorded in the run's log (and told the model on a denial), and carried over
 #: continue-as-new with the decision; a megabyte of it wedged the run.
