@@ -71,6 +71,9 @@ PATCH_STABLE_ID = "agentor-run-agent-stable-id"
 #: The patch under which `run_agent` holds a run back while this execution has
 #: `policies.MAX_PENDING_AGENT_RUNS` pending (asked only when it has).
 PATCH_PENDING_CAP = "agentor-run-agent-pending-cap"
+#: The patch under which `run_agent` starts a run in the next workflow task when
+#: this one's starts carry `policies.RUN_AGENT_TASK_BYTES` (asked only then).
+PATCH_TASK_BYTES = "agentor-run-agent-task-bytes"
 #: Names the default run ids (`_stable_id`).
 _CHILD_IDS = uuid.UUID("3e9a7c15-2b64-4f0d-8a1e-9c5d7b3f6e20")
 #: The attribute on the workflow instance counting its `run_agent` calls with a default id.
@@ -85,10 +88,17 @@ _SLOTTED_PENDING: dict[str, tuple[int, _Pending]] = {}
 
 
 class _Pending:
-    """This execution's `run_agent` runs started and not yet ended."""
+    """This execution's `run_agent` runs started and not yet ended, and its task's starts."""
 
     def __init__(self) -> None:
         self.count = 0
+        #: (history length naming the workflow task, input bytes started in it)
+        self.task: tuple[int, int] = (-1, 0)
+
+    def started(self) -> int:
+        """Input bytes of the runs started in the current workflow task."""
+        task, size = self.task
+        return size if task == workflow.info().get_current_history_length() else 0
 
 
 def _pending() -> _Pending:
@@ -109,20 +119,34 @@ def _pending() -> _Pending:
     return made
 
 
-async def _slot(pending: _Pending) -> None:
-    """Wait while the execution has `MAX_PENDING_AGENT_RUNS` runs pending, then take one.
+async def _slot(pending: _Pending, size: int) -> None:
+    """Wait until the run may start, then count it: `size` is its start's input bytes.
 
     Temporal refuses a workflow task whose commands would leave more child
-    executions pending than its limit (2,000 by default), every command of it,
-    on every retry: a parent starting thousands of runs side by side started
-    none, for good. No command is issued unless the cap is met; then the patch
-    marks the history (one recorded before it started them all at once).
+    executions pending than its limit (2,000 by default), and gRPC one whose
+    completion passes 4 MB (three runs of 1.3 MB inputs started side by
+    side): every command of it, on every retry, so the parent started none of
+    its runs, for good. So a run waits while `MAX_PENDING_AGENT_RUNS` are
+    pending, and for the next workflow task (a short timer) when this one's
+    starts already carry `RUN_AGENT_TASK_BYTES`. No command is issued unless
+    a limit is met; then a patch marks the history (one recorded before
+    started them all at once).
     """
-    while pending.count >= policies.MAX_PENDING_AGENT_RUNS:
-        if not workflow.patched(PATCH_PENDING_CAP):
-            break
-        await workflow.wait_condition(lambda: pending.count < policies.MAX_PENDING_AGENT_RUNS)
+    while True:
+        if pending.count >= policies.MAX_PENDING_AGENT_RUNS:
+            if workflow.patched(PATCH_PENDING_CAP):
+                await workflow.wait_condition(
+                    lambda: pending.count < policies.MAX_PENDING_AGENT_RUNS
+                )
+                continue
+        started = pending.started()
+        if started and started + size > policies.RUN_AGENT_TASK_BYTES:
+            if workflow.patched(PATCH_TASK_BYTES):
+                await workflow.sleep(policies.JOURNAL_STEP_PAUSE, summary="next task")
+                continue
+        break
     pending.count += 1
+    pending.task = (workflow.info().get_current_history_length(), pending.started() + size)
 
 
 async def run_agent(
@@ -208,7 +232,7 @@ async def run_agent(
     # paying for it twice; the patch leaves a parent recorded before as it was
     attach = stable or (run_id is not None and workflow.patched(PATCH_ATTACH))
     pending = _pending()
-    await _slot(pending)
+    await _slot(pending, encoded_size(inp.to_dict()))
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,

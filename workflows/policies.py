@@ -348,6 +348,12 @@ MAX_CALLS_PER_REPLY = 500
 #: started none of them, for good. The margin leaves the parent's own
 #: children room.
 MAX_PENDING_AGENT_RUNS = 1_000
+#: Input bytes of the agent runs `run_agent` starts in one workflow task; a
+#: further run starts in the next. The task's completion carries every start's
+#: input, and gRPC refuses one past 4 MB: three runs of 1.3 MB prompts
+#: gathered side by side failed the parent's task on every retry. The first
+#: start of a task always goes (an input is at most MAX_REQUEST_BYTES).
+RUN_AGENT_TASK_BYTES = 2_000_000
 #: Characters of a decision's reason, and of who decided: the reason is
 #: recorded in the run's log (and told the model on a denial), and carried over
 #: continue-as-new with the decision; a megabyte of it wedged the run.

@@ -6,7 +6,9 @@ refused, so none of its children start, and the task is refused again on
 every retry, for good. A parent that starts its agent runs side by side
 (`asyncio.gather` over a few thousand prompts) never ran any of them.
 `run_agent` holds a run back while `policies.MAX_PENDING_AGENT_RUNS` of this
-execution's are pending, and starts it as one ends.
+execution's are pending, and starts it as one ends. The same for gRPC's 4 MB
+on a task's completion, which carries every start's input: runs of large
+prompts gathered side by side start `policies.RUN_AGENT_TASK_BYTES` a task.
 """
 
 from __future__ import annotations
@@ -124,3 +126,30 @@ CLOSED = {
     EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TIMED_OUT,
     EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED,
 }
+
+
+@workflow.defn(sandboxed=False)
+class AskLarge:
+    @workflow.run
+    async def run(self, count: int) -> list[str]:
+        outcomes = await asyncio.gather(
+            *(run_agent("Support Agent", f"{n}" + "x" * 1_300_000) for n in range(count))
+        )
+        return [o.final_output or o.status for o in outcomes]
+
+
+async def test_large_agent_runs_started_side_by_side_all_run(
+    client: Client, task_queue: str
+) -> None:
+    """Their inputs together past gRPC's 4 MB: started a few to a workflow task."""
+    runs = 4
+    with ScriptedModelServer([Reply(f"Answer {n}.") for n in range(runs)]) as model:
+        plugin = AgentorPlugin(agents=[support(model)])
+        async with Worker(client, task_queue=task_queue, workflows=[AskLarge], plugins=[plugin]):
+            handle = await client.start_workflow(
+                AskLarge.run, runs, id=uuid.uuid4().hex, task_queue=task_queue
+            )
+            history = await unwedged_history(client, handle.id, timeout=60)
+            answers = await handle.result()
+    assert sorted(answers) == sorted(f"Answer {n}." for n in range(runs))
+    await Replayer(workflows=[AskLarge], plugins=[AgentorPlugin()]).replay_workflow(history)
