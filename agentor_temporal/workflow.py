@@ -43,6 +43,7 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError, WorkflowAl
 from temporalio.workflow import ParentClosePolicy
 
 from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import RunOutcomeInput
 from agentor_temporal.workflows.formatting import failure_message, preview_input
 from agentor_temporal.workflows.payloads import encoded_size
@@ -67,6 +68,12 @@ PATCH_ATTACH = "agentor-run-agent-attach"
 #: The patch under which `run_agent`'s default run id is drawn from the execution
 #: as it was started (kept by a reset), not from its random source (reseeded by one).
 PATCH_STABLE_ID = "agentor-run-agent-stable-id"
+#: The patch under which `run_agent` holds a run back while this execution has
+#: `policies.MAX_PENDING_AGENT_RUNS` pending (asked only when it has).
+PATCH_PENDING_CAP = "agentor-run-agent-pending-cap"
+#: The patch under which `run_agent` starts a run in the next workflow task when
+#: this one's starts carry `policies.RUN_AGENT_TASK_BYTES` (asked only then).
+PATCH_TASK_BYTES = "agentor-run-agent-task-bytes"
 #: Names the default run ids (`_stable_id`).
 _CHILD_IDS = uuid.UUID("3e9a7c15-2b64-4f0d-8a1e-9c5d7b3f6e20")
 #: The attribute on the workflow instance counting its `run_agent` calls with a default id.
@@ -74,6 +81,72 @@ _CALLS = "_agentor_run_agent_calls"
 #: The same count for a workflow class whose instances take no new attribute:
 #: by execution, with the instance it counts for (a replay makes a new one).
 _SLOTTED: dict[str, tuple[int, int]] = {}
+#: The attribute on the workflow instance holding its `_Pending` count.
+_PENDING = "_agentor_run_agent_pending"
+#: The same for a workflow class whose instances take no new attribute (as `_SLOTTED`).
+_SLOTTED_PENDING: dict[str, tuple[int, _Pending]] = {}
+
+
+class _Pending:
+    """This execution's `run_agent` runs started and not yet ended, and its task's starts."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        #: (history length naming the workflow task, input bytes started in it)
+        self.task: tuple[int, int] = (-1, 0)
+
+    def started(self) -> int:
+        """Input bytes of the runs started in the current workflow task."""
+        task, size = self.task
+        return size if task == workflow.info().get_current_history_length() else 0
+
+
+def _pending() -> _Pending:
+    """The execution's count, kept on its workflow instance (made again on a replay)."""
+    instance = workflow.instance()
+    found = getattr(instance, _PENDING, None)
+    if isinstance(found, _Pending):
+        return found
+    made = _Pending()
+    try:
+        setattr(instance, _PENDING, made)
+    except (AttributeError, TypeError):  # a class with __slots__: kept by execution
+        run_id = workflow.info().run_id
+        held = _SLOTTED_PENDING.get(run_id)
+        if held is not None and held[0] == id(instance):
+            return held[1]
+        _SLOTTED_PENDING[run_id] = (id(instance), made)
+    return made
+
+
+async def _slot(pending: _Pending, size: int) -> None:
+    """Wait until the run may start, then count it: `size` is its start's input bytes.
+
+    Temporal refuses a workflow task whose commands would leave more child
+    executions pending than its limit (2,000 by default), and gRPC one whose
+    completion passes 4 MB (three runs of 1.3 MB inputs started side by
+    side): every command of it, on every retry, so the parent started none of
+    its runs, for good. So a run waits while `MAX_PENDING_AGENT_RUNS` are
+    pending, and for the next workflow task (a short timer) when this one's
+    starts already carry `RUN_AGENT_TASK_BYTES`. No command is issued unless
+    a limit is met; then a patch marks the history (one recorded before
+    started them all at once).
+    """
+    while True:
+        if pending.count >= policies.MAX_PENDING_AGENT_RUNS:
+            if workflow.patched(PATCH_PENDING_CAP):
+                await workflow.wait_condition(
+                    lambda: pending.count < policies.MAX_PENDING_AGENT_RUNS
+                )
+                continue
+        started = pending.started()
+        if started and started + size > policies.RUN_AGENT_TASK_BYTES:
+            if workflow.patched(PATCH_TASK_BYTES):
+                await workflow.sleep(policies.JOURNAL_STEP_PAUSE, summary="next task")
+                continue
+        break
+    pending.count += 1
+    pending.task = (workflow.info().get_current_history_length(), pending.started() + size)
 
 
 async def run_agent(
@@ -158,6 +231,8 @@ async def run_agent(
     # that run, as in `Agentor.run`: the SDK's default would start the agent again,
     # paying for it twice; the patch leaves a parent recorded before as it was
     attach = stable or (run_id is not None and workflow.patched(PATCH_ATTACH))
+    pending = _pending()
+    await _slot(pending, encoded_size(inp.to_dict()))
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,
@@ -197,6 +272,8 @@ async def run_agent(
         if isinstance(exc.cause, CancelledError):
             error = f"The agent run {child_id!r} was cancelled; resume(run_id) continues it."
         return RunOutcome(run_id=child_id, status="failed", final_output=None, error=error)
+    finally:
+        pending.count -= 1
     return RunOutcome.from_dict(result)
 
 

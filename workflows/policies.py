@@ -340,6 +340,20 @@ MAX_REPLY_BYTES = 512_000
 #: (Temporal refuses a workflow task that would leave over 2,000 activities
 #: pending, and would refuse it again on every retry).
 MAX_CALLS_PER_REPLY = 500
+#: Agent runs one workflow execution's `run_agent` calls keep pending at once
+#: (started, not yet ended); a further call waits for one to end. Temporal
+#: refuses a workflow task that would leave more than 2,000 child executions
+#: pending (`limit.numPendingChildExecutions.error`), all its commands with
+#: it, on every retry: a parent starting a few thousand runs side by side
+#: started none of them, for good. The margin leaves the parent's own
+#: children room.
+MAX_PENDING_AGENT_RUNS = 1_000
+#: Input bytes of the agent runs `run_agent` starts in one workflow task; a
+#: further run starts in the next. The task's completion carries every start's
+#: input, and gRPC refuses one past 4 MB: three runs of 1.3 MB prompts
+#: gathered side by side failed the parent's task on every retry. The first
+#: start of a task always goes (an input is at most MAX_REQUEST_BYTES).
+RUN_AGENT_TASK_BYTES = 2_000_000
 #: Characters of a decision's reason, and of who decided: the reason is
 #: recorded in the run's log (and told the model on a denial), and carried over
 #: continue-as-new with the decision; a megabyte of it wedged the run.
