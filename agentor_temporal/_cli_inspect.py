@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._cli_common import (
+    EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     CliError,
@@ -221,11 +222,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     # written aside and renamed: a crash never leaves half a log under the name;
     # owner-only, as FileStore's logs are (they hold prompts and tool results)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    with os.fdopen(os.open(partial, flags, 0o600), "w") as f:
-        _write_jsonl(f, events)
-        f.flush()
-        os.fsync(f.fileno())
-    partial.replace(target)
+    try:
+        with os.fdopen(os.open(partial, flags, 0o600), "w") as f:
+            _write_jsonl(f, events)
+            f.flush()
+            os.fsync(f.fileno())
+        partial.replace(target)
+    except OSError as exc:  # a full or read-only disk: no half copy is left behind
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        existing = f"{target} is unchanged" if target.exists() else f"no {target} was made"
+        raise CliError(
+            f"cannot write {target}: {exc.strerror or exc}; the export of run {run_id} "
+            f"was not written ({existing})"
+        ) from None
+    except BaseException:  # an interrupt mid-write: nothing half written stays either
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
     print(f"exported {len(events)} events of run {run_id} to {target}", file=sys.stderr)
     return EXIT_OK
 
@@ -280,9 +294,11 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if newer:
         print(f"{'kept':<12} {len(newer)} log(s) newer than {args.older_than.text}")
     removed = sum(1 for d in decisions if d.remove)
+    refused = sum(1 for d in decisions if d.refused)
     print(
         f"{directory}: {removed} {'to remove' if args.dry_run else 'removed'}, "
         f"{len(decisions) - removed} kept"
         + (" (dry run: nothing was removed)" if args.dry_run else "")
+        + (f" ({refused} could not be removed)" if refused else "")
     )
-    return EXIT_OK
+    return EXIT_FAILED if refused else EXIT_OK

@@ -67,6 +67,8 @@ class Verdict:
     reason: str
     #: the file's mtime when decided; a different one at removal means a writer
     mtime: float = 0.0
+    #: the removal was refused (a read-only or failing disk): the log is kept
+    refused: bool = False
 
 
 async def plan(
@@ -197,7 +199,9 @@ async def apply(store: FileStore, verdicts: list[Verdict], client: Client | None
     started meanwhile): it is kept, and its verdict says so. With `client`,
     Temporal is asked again just before each removal: a run resumed after
     `plan` asked (for many logs, seconds before) whose worker has not yet
-    written to its log was removed as finished while it ran again.
+    written to its log was removed as finished while it ran again. A log the
+    disk refuses to remove (read-only, an I/O error) is kept, its verdict saying
+    so, and the others are still tried.
     """
     for verdict in verdicts:
         if not verdict.remove:
@@ -221,4 +225,10 @@ async def apply(store: FileStore, verdicts: list[Verdict], client: Client | None
                 verdict.remove = False
                 verdict.reason = "resumed while pruning: running in Temporal again"
                 continue
-        store.delete(verdict.run_id)
+        try:
+            store.delete(verdict.run_id)
+        except OSError as exc:  # a read-only disk, an I/O error: said per log, the rest go on
+            verdict.remove = False
+            verdict.refused = True
+            why = exc.strerror or type(exc).__name__
+            verdict.reason = f"{verdict.reason}, but could not be removed: {why}"
