@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
 
+from agentor_temporal._embedded_worker import EmbeddedWorker
 from agentor_temporal._ending import end_by
 from agentor_temporal._exit import (
     EXIT_SETTLE,
@@ -45,99 +45,12 @@ from agentor_temporal._sigterm import (
     ending_signal,
     patient_exit,
 )
-from agentor_temporal.activities import AgentDefinition, AgentRegistry
+from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.codec import EncryptionKeys
 from agentor_temporal.telemetry import with_caller_context
 
 T = TypeVar("T")
 logger = logging.getLogger("agentor_temporal")
-
-#: An embedded worker stays up this long after its last call ends, so a
-#: script making calls in a row does not pay a worker start for each.
-WORKER_LINGER = 2.0
-
-
-class _EmbeddedWorker:
-    """A worker on one client and task queue, shared by the agents using it."""
-
-    def __init__(self, client: Client, task_queue: str) -> None:
-        self.client = client
-        self.task_queue = task_queue
-        self.registry = AgentRegistry()
-        self.users = 0
-        #: users whose call is made inside an activity (an agent used as a tool): the call
-        #: that activity belongs to waits on them, so a drain lets them end first
-        self.nested = 0
-        self.unnested = asyncio.Event()
-        self.unnested.set()
-        self.worker: Worker | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.idle: asyncio.TimerHandle | None = None
-        #: shutting down (its calls in flight still finishing), after `worker` was let go
-        self.stopping = False
-        # starting and stopping await; without this, concurrent first calls
-        # would each start a worker (the SDK refuses a second one per queue)
-        self.lock = asyncio.Lock()
-
-    async def acquire(self, agent: AgentDefinition, nested: bool = False) -> None:
-        self.registry.register(agent)
-        self.users += 1
-        if nested:
-            self.nested += 1
-            self.unnested.clear()
-        if self.idle is not None:
-            self.idle.cancel()
-            self.idle = None
-        async with self.lock:
-            if self.worker is None:
-                from agentor_temporal.plugin import AgentorPlugin, ensure_search_attributes
-
-                # registered before the first run starts: runs started now set them
-                await ensure_search_attributes(self.client, self.registry)
-                from agentor_temporal.telemetry import client_traces
-
-                self.worker = Worker(
-                    self.client,
-                    task_queue=self.task_queue,
-                    # the worker traces runs exactly when its client traces starts
-                    plugins=[AgentorPlugin(self.registry, tracing=client_traces(self.client))],
-                )
-                self.task = asyncio.create_task(self.worker.run())
-
-    def release(self, nested: bool = False) -> None:
-        self.users -= 1
-        if nested:
-            self.nested -= 1
-            if self.nested == 0:
-                self.unnested.set()
-        if self.users == 0:
-            loop = asyncio.get_running_loop()
-            self.idle = loop.call_later(
-                WORKER_LINGER, lambda: loop.create_task(self.stop_if_idle())
-            )
-
-    async def stop_if_idle(self) -> None:
-        if self.users == 0 and self.worker is not None:
-            await self.stop()
-
-    async def stop(self) -> None:
-        if self.idle is not None:
-            self.idle.cancel()
-            self.idle = None
-        async with self.lock:
-            worker, task = self.worker, self.task
-            self.worker, self.task = None, None
-            self.stopping = worker is not None
-            try:
-                if worker is not None:
-                    with contextlib.suppress(Exception):
-                        await worker.shutdown()
-                if task is not None:
-                    with contextlib.suppress(Exception, asyncio.CancelledError):
-                        await task
-            finally:
-                self.stopping = False
-            await self.registry.close_clients()
 
 
 def refuse_at_exit(coro: Coroutine[Any, Any, Any]) -> None:
@@ -173,7 +86,7 @@ class Runtime:
         self.thread.start()
         self._clients: dict[tuple[str, bool, EncryptionKeys | None], Client] = {}
         self._client_lock: asyncio.Lock | None = None
-        self._workers: dict[tuple[int, str], _EmbeddedWorker] = {}
+        self._workers: dict[tuple[int, str], EmbeddedWorker] = {}
         self._closed = False
         self._callers = Callers()
         #: set by the exit hook: calls cut off from now on are the interpreter's exit
@@ -308,7 +221,7 @@ class Runtime:
         key = (id(client), task_queue)
         embedded = self._workers.get(key)
         if embedded is None:
-            embedded = self._workers[key] = _EmbeddedWorker(client, task_queue)
+            embedded = self._workers[key] = EmbeddedWorker(client, task_queue)
         # the caller's context came with the call: inside a tool (or any activity) means
         # an outer call waits on this one (`stop_workers`)
         nested = activity.in_activity()
@@ -345,7 +258,7 @@ class Runtime:
             # meanwhile, so a call on its queue joins it rather than starting another.
             until = self.loop.time() + calls_grace()
 
-            async def stop(key: tuple[int, str], worker: _EmbeddedWorker) -> None:
+            async def stop(key: tuple[int, str], worker: EmbeddedWorker) -> None:
                 with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                     await asyncio.wait_for(
                         worker.unnested.wait(), max(0.0, until - self.loop.time())

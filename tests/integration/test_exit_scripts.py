@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from agentor_temporal import FileStore, TemporalStore
-from agentor_temporal._runtime import WORKER_LINGER
+from agentor_temporal._embedded_worker import WORKER_LINGER
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
