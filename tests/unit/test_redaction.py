@@ -228,6 +228,8 @@ async def test_streamed_deltas_never_spell_a_key_even_split_across_them(
         "sk-esc/aped-key-0123456789",  # as it is
         "sk\\u002Desc\\/aped-key-0123456789",  # JSON-escaped, upper-case hex
         "\\u0073k-esc\\/aped\\u002dkey-01234567\\u0038\\u0039",  # escapes at both ends
+        "SK-ESC/APED-KEY-0123456789",  # upper-cased
+        "sk%2Desc%2faped-key-012345678%39",  # percent-encoded, hex of either case
     ],
 )
 async def test_streamed_deltas_never_show_a_key_in_any_masked_form_at_any_split(
