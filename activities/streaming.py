@@ -332,15 +332,17 @@ class PacedDeltas:
 def _secret_begun(text: str) -> int:
     """The length of the longest end of `text` that may begin a known secret.
 
-    In any form `mask_secret` masks: as it is, or JSON-escaped in any mix
-    (`\\/`, `\\u00xx`), an end cut inside an escape included.
+    In any form `mask_secret` masks: as it is, JSON-escaped in any mix
+    (`\\/`, `\\u00xx`) or percent-encoded, in any letter case, an end cut inside an
+    escape included.
     """
     longest = 0
     for secret in _redact.secrets():
         forms = _char_forms(secret)
         # a form is at most 12 characters (a surrogate pair's two escapes)
         for at in range(max(len(text) - 12 * len(secret), 0), len(text) - longest):
-            if text[at] in (secret[0], "\\") and _begins(text, at, forms):
+            may = text[at] in "\\%" or text[at].lower() == secret[0].lower()
+            if may and _begins(text, at, forms):
                 longest = len(text) - at
                 break
     return longest
@@ -367,22 +369,22 @@ def _begins(text: str, at: int, forms: tuple[tuple[str, ...], ...]) -> bool:
 
 
 def _same(seen: str, form: str) -> bool:
-    """`seen` is `form`, the hex digits of a `\\uXXXX` escape in either case."""
-    if form.startswith("\\u") and len(form) > 2:
-        return seen[:2] == form[:2] and seen[2:].lower() == form[2:]
-    return seen == form
+    """`seen` is `form` in any letter case (a key upper-cased, the hex digits of an escape)."""
+    return seen.lower() == form.lower()
 
 
 @functools.lru_cache(maxsize=2048)  # per known form, as `redaction._escaped`
 def _char_forms(secret: str) -> tuple[tuple[str, ...], ...]:
-    """Each character of `secret` as JSON may write it (see `redaction._escaped`)."""
+    """Each character of `secret` as JSON may write it (see `redaction._escaped`) or
+    percent-encoded (see `folded`)."""
     forms = []
     for char in secret:
         units = char.encode("utf-16-be")
         escaped = "".join(
             f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2)
         )
-        char_forms = {char, json.dumps(char)[1:-1], escaped}
+        percent = "".join(f"%{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
+        char_forms = {char, json.dumps(char)[1:-1], escaped, percent}
         if char == "/":
             char_forms.add("\\/")
         forms.append(tuple(sorted(char_forms)))

@@ -9,7 +9,8 @@ values become `***`, and any known secret (the configured API keys) is masked
 wherever it appears. A secret is masked in the forms a server may echo it
 in too: percent-encoded, base64 (a Basic `Authorization` header), a URL's
 credentials decoded, and JSON-escaped (`\\/`, `\\u002d`: a tool or server
-echoing it inside JSON text). Pure functions over strings: the worker, the facade and
+echoing it inside JSON text), in any letter case and with any of its characters
+percent-encoded (`folded`). Pure functions over strings: the worker, the facade and
 the CLI use the same rules.
 """
 
@@ -24,6 +25,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
+from agentor_temporal.workflows.folded import mask_folded
 from agentor_temporal.workflows.wrapped import mask_wrapped
 
 #: What replaces a secret.
@@ -223,12 +225,14 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
 
 
 def mask_secret(text: str, secret: str) -> str:
-    """`text` with `secret` masked, as it is and JSON-escaped (in any mix of escapes)."""
+    """`text` with `secret` masked, as it is and JSON-escaped (in any mix of escapes),
+    in any letter case, with any of its characters percent-encoded (`mask_folded`)."""
     if secret in text:
         text = text.replace(secret, MASK)
     # an escape is a backslash: without one, the plain form was all there was
     if "\\" in text and _may_hold_escaped(text, secret):
         text = _escaped(secret).sub(MASK, text)
+    text = mask_folded(text, secret, MASK)
     # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM)
     return mask_wrapped(text, secret, MASK)
 
@@ -247,18 +251,20 @@ def _may_hold_escaped(text: str, secret: str) -> bool:
     """
     if "\\" in secret or not secret.isprintable() or any(ord(c) > 0xFFFF for c in secret):
         return True
-    return secret in _unescaped(text)
+    return secret.lower() in _unescaped(text)
 
 
 @functools.lru_cache(maxsize=4)  # one text is tested against every known form in turn
 def _unescaped(text: str) -> str:
-    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).replace("\\", "")
+    """`text`'s escapes decoded, its backslashes dropped, lowered (the pattern ignores case)."""
+    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).replace("\\", "").lower()
 
 
 # one pattern per known form: a worker with a few dozen credentials knows hundreds
 @functools.lru_cache(maxsize=2048)
 def _escaped(secret: str) -> re.Pattern[str]:
-    """`secret` as JSON may write it: each character as it is or escaped.
+    """`secret` as JSON may write it: each character as it is or escaped, in any letter case
+    (a key upper-cased is the key but for its case: see `folded`).
 
     Escaped as JSON encoders do (`\\"`, `\\/`, `\\n`), or as `\\uXXXX` in
     either case of hex, a character past U+FFFF as its surrogate pair. Only
@@ -280,7 +286,7 @@ def _escaped(secret: str) -> re.Pattern[str]:
             )
         )
         parts.append("(?:" + "|".join(sorted(forms)) + ")")
-    return re.compile("".join(parts))
+    return re.compile("".join(parts), re.IGNORECASE)
 
 
 def _mask_value(match: re.Match[str]) -> str:

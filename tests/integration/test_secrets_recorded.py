@@ -382,8 +382,10 @@ def _payloads(event: Message) -> list[Payload]:
 
 
 #: How a tool may return a key with characters a URL escapes (an Azure storage key's `/`
-#: and `==`), and so no known form but its own encoding matched.
-ENCODINGS = ["percent-twice", "percent-plus-twice", "hex", "HEX"]
+#: and `==`), and so no known form but its own encoding matched; every byte percent-encoded
+#: in hex of mixed case (an encoder escaping all it writes), or the key upper-cased (a
+#: gateway's error shouting what it was sent).
+ENCODINGS = ["percent-twice", "percent-plus-twice", "hex", "HEX", "percent-every-byte", "upper"]
 
 
 def _encoded(key: str, how: str) -> tuple[str, str]:
@@ -399,6 +401,13 @@ def _encoded(key: str, how: str) -> tuple[str, str]:
         return "https://login.example/cb?next=" + quote_plus("sig=" + quote_plus(key)), quote_plus(
             quote_plus(key)
         )
+    if how == "percent-every-byte":
+        every = "".join(
+            f"%{byte:02X}" if i % 2 else f"%{byte:02x}" for i, byte in enumerate(key.encode())
+        )
+        return "https://login.example/cb?sig=" + every, every
+    if how == "upper":
+        return f"INVALID KEY {key.upper()} FOR THIS ACCOUNT", key.upper()
     # a dump of the bytes that hold it (a hash's input, a packet's)
     data = ("token=" + key + ";").encode().hex()
     data = data.upper() if how == "HEX" else data

@@ -228,6 +228,8 @@ async def test_streamed_deltas_never_spell_a_key_even_split_across_them(
         "sk-esc/aped-key-0123456789",  # as it is
         "sk\\u002Desc\\/aped-key-0123456789",  # JSON-escaped, upper-case hex
         "\\u0073k-esc\\/aped\\u002dkey-01234567\\u0038\\u0039",  # escapes at both ends
+        "SK-ESC/APED-KEY-0123456789",  # upper-cased
+        "sk%2Desc%2faped-key-012345678%39",  # percent-encoded, hex of either case
     ],
 )
 async def test_streamed_deltas_never_show_a_key_in_any_masked_form_at_any_split(
@@ -395,6 +397,7 @@ def test_header_values_stay_out_of_history_and_plain_ones_unmasked() -> None:
         '"sk-my\\/secret\\/key-42"',  # `/` escaped
         "sk\\u002dmy/secret/key\\u002D42",  # \u00xx, either case of hex
         "\\u0073\\u006b-my\\/secret/key-42",  # every kind mixed
+        "SK-MY\\/SECRET\\/KEY-42",  # upper-cased: the key but for its case
     ],
 )
 def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
@@ -406,11 +409,23 @@ def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
     [
         "sk-my\\/secret\\/key-43",  # another key, escaped
         "sk\\u002emy/secret/key-42",  # a character escaped that is not the key's
-        "SK-MY\\/SECRET\\/KEY-42",  # another case
     ],
 )
 def test_text_escaping_something_else_is_left_as_it_is(text: str) -> None:
     assert redact(text, ["sk-my/secret/key-42"]) == text
+
+
+@pytest.mark.parametrize(
+    "echoed",
+    [
+        "SK-MY/SECRET/KEY-42",  # upper-cased by a gateway's error
+        "%73%6B%2d%6d%79%2F%73ecret%2fkey-42",  # every byte or some, hex of mixed case
+        "Sk%2DmY%2fSeCrEt/KEY%2D42",  # both
+    ],
+)
+def test_a_secret_in_another_case_or_percent_encoded_anyhow_is_masked(echoed: str) -> None:
+    shown = redact(f"sent {echoed} here", ["sk-my/secret/key-42"])
+    assert shown == "sent *** here", shown
 
 
 def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
