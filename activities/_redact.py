@@ -25,6 +25,7 @@ from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
     RedactingFilter,
+    forget_texts,
     mask_secret,
     redact,
     secret_forms,
@@ -206,6 +207,7 @@ def mask_secrets(text: str) -> str:
     """`text` with every known secret masked (URLs left as they are: this is content)."""
     for secret in secrets():
         text = mask_secret(text, secret)
+    forget_texts()
     return text
 
 

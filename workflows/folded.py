@@ -27,7 +27,9 @@ def mask_folded(text: str, secret: str, mask: str) -> str:
     return _pattern(secret).sub(mask, text)
 
 
-@functools.lru_cache(maxsize=4)  # one text is tested against every known form in turn
+# one text is tested against every known form in turn; only the last is kept (a tool
+# result of megabytes and its copy, held until `forget` or the next text)
+@functools.lru_cache(maxsize=1)
 def _folded(text: str) -> str:
     return (unquote(text, errors="replace") if "%" in text else text).lower()
 
@@ -40,3 +42,8 @@ def _pattern(secret: str) -> re.Pattern[str]:
         encoded = "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
         parts.append(f"(?:{re.escape(char)}|{re.escape(encoded)})")
     return re.compile("".join(parts), re.IGNORECASE)
+
+
+def forget() -> None:
+    """Let go of the last text tested and its folded copy (after masking a text whole)."""
+    _folded.cache_clear()

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
+from agentor_temporal.workflows.folded import forget as _forget_folded
 from agentor_temporal.workflows.folded import mask_folded
 from agentor_temporal.workflows.wrapped import mask_wrapped
 
@@ -210,6 +211,7 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     for secret in secrets:
         if secret and len(secret) >= MIN_SECRET_CHARS:
             text = mask_secret(text, secret)
+    forget_texts()
     text = _SHAPED_KEY.sub(MASK, text)
     if "earer" in text or "asic" in text or "EARER" in text or "ASIC" in text:
         text = _SCHEMED.sub(_mask_schemed, text)
@@ -237,6 +239,13 @@ def mask_secret(text: str, secret: str) -> str:
     return mask_wrapped(text, secret, MASK)
 
 
+def forget_texts() -> None:
+    """Let go of the copies kept while one text is tested against every known form: a
+    text masked whole is not tested again, and a tool result may be megabytes."""
+    _unescaped.cache_clear()
+    _forget_folded()
+
+
 _UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
 
 
@@ -254,7 +263,7 @@ def _may_hold_escaped(text: str, secret: str) -> bool:
     return secret.lower() in _unescaped(text)
 
 
-@functools.lru_cache(maxsize=4)  # one text is tested against every known form in turn
+@functools.lru_cache(maxsize=1)  # one text is tested against every known form in turn
 def _unescaped(text: str) -> str:
     """`text`'s escapes decoded, its backslashes dropped, lowered (the pattern ignores case)."""
     return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).replace("\\", "").lower()
