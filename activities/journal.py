@@ -29,6 +29,7 @@ from agentor_temporal.activities.conversations import CACHE, full_messages, long
 from agentor_temporal.activities.mirror import (
     mirror_into,
     reconcile,
+    same_event,
     store_count,
     unchanged,
 )
@@ -186,15 +187,36 @@ async def _mirror(
             record = await _record(inp.run_id, store, start)
             if record is not None:
                 record = [_redact.masked_event(e) for e in record]
+                expected, confirmed = record[:start] + events, start
+                superseded = _superseded(record, events, start, inp.new_from)
+                if superseded:
+                    # history holds other events where this step's new ones go: an
+                    # execution that no longer runs the run (its workflow task was
+                    # lost, and another worker took the run on) writing late; the
+                    # record wins, this step's events are not written, and events
+                    # past the record are the current execution's, left alone
+                    logger.info(
+                        "Run %s: a step of an execution that no longer runs it mirrored "
+                        "late (events %d..); the log is kept to the run's record",
+                        inp.run_id,
+                        inp.new_from,
+                    )
+                    expected, confirmed = record, len(record)
                 kept = await in_thread(
                     functools.partial(
-                        reconcile, store, inp.run_id, record + events, lock, confirmed=start
+                        reconcile,
+                        store,
+                        inp.run_id,
+                        expected,
+                        lock,
+                        confirmed=confirmed,
+                        superseded=superseded,
                     )
                 )
                 if kept is None:
                     result.error = "the store's copy does not match the run"
                     return result
-                events, start = record + events, 0
+                events, start = expected, 0
         result.mirrored = await in_thread(mirror_into, store, inp.run_id, start, events, lock)
     except Exception as exc:
         # recorded in history, where the UI shows it: a store's error may
@@ -239,7 +261,9 @@ def _next_in_line(
 
 
 async def _record(run_id: str, store: Store, start: int) -> list[Event] | None:
-    """Events `0..start` of the run as recorded: a fork's parent or a store-seeded prefix first.
+    """The run's events as recorded, at least `start` of them.
+
+    A fork's parent's events or a store-seeded prefix come first.
 
     None when they cannot be read now (outside a worker, Temporal unreachable,
     or history does not hold them all yet): the check waits for a later step.
@@ -257,4 +281,19 @@ async def _record(run_id: str, store: Store, start: int) -> list[Event] | None:
         return None
     if missing or len(recorded) < start:
         return None
-    return recorded[:start]
+    return recorded
+
+
+def _superseded(record: list[Event], events: list[Event], start: int, new_from: int) -> bool:
+    """Whether history already holds, where this step's new events go, different ones.
+
+    `record` is the run's events as history holds them now; `events[0]` is
+    at position `start`, and those from `new_from` on are the ones this step
+    brings to history. History never holds them while the step is current
+    (they reach it with the step's result), except as the input of the
+    activity that carries them, and then they are the same events.
+    """
+    return any(
+        not same_event(held, ours)
+        for held, ours in zip(record[new_from:], events[new_from - start :], strict=False)
+    )

@@ -68,7 +68,8 @@ def unchanged(store: Store, run_id: str) -> bool:
     return bool(check(run_id)) if callable(check) else True
 
 
-def _same(a: Event, b: Event) -> bool:
+def same_event(a: Event, b: Event) -> bool:
+    """Whether two events are the same as a log holds them."""
     # as written to JSONL: lone surrogates and non-finite numbers normalised
     if encodable(a.to_dict()) == encodable(b.to_dict()):
         return True
@@ -84,6 +85,7 @@ def reconcile(
     lock: threading.Lock | None = None,
     *,
     confirmed: int | None = None,
+    superseded: bool = False,
 ) -> int | None:
     """Make the store's copy of the run a prefix of `expected` (the run's record).
 
@@ -95,6 +97,9 @@ def reconcile(
         confirmed: how many of `expected` history holds for certain (the rest
             are this step's, not yet committed); None: all of them (a finished
             run), and then any difference means a damaged or foreign copy.
+        superseded: the caller's step belongs to an execution that no longer
+            runs the run: events past `expected` are the current execution's
+            (written ahead of its record), not this caller's to move.
 
     A copy that differs from the record within its confirmed part is damaged
     or foreign: it is set aside (never deleted) and replaced by all of
@@ -113,6 +118,8 @@ def reconcile(
         vouch = getattr(store, "vouch", None)
         if callable(vouch):
             vouch(run_id)
+        return length
+    if superseded and first >= len(expected):
         return length
     retract = getattr(store, "retract", None)
     if confirmed is not None and first >= confirmed and callable(retract):
@@ -167,7 +174,7 @@ def _compared(store: Store, run_id: str, expected: list[Event]) -> tuple[int, in
     try:
         for index, event in enumerate(stored):
             length = index + 1
-            if index < len(expected) and not _same(event, expected[index]):
+            if index < len(expected) and not same_event(event, expected[index]):
                 there, here = event.type, expected[index].type
                 return length, index, f"event {index} is {there!r} there, {here!r} in the run"
     finally:

@@ -2,7 +2,8 @@
 
 A crash is the case this exists for, so every line is flushed and fsynced,
 a torn final line is skipped on load and cut off before the next append
-(appending onto it would glue a good event to the fragment), and a run id
+(appending onto it would glue a good event to the fragment; a whole event
+that only lacks its newline is ended instead, never cut), and a run id
 that could escape the directory or hide a file is refused. The logs hold
 prompts and tool results in the clear, so files and the directory are
 created readable by their owner only. The store writes only inside its
@@ -187,8 +188,8 @@ class FileStore:
         if size > 0:
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
-                self._cut_torn_tail(f, self.path(run_id))
-                before = None  # counted afresh: the cut changed the file
+                self._mend_torn_tail(f, self.path(run_id))
+                before = None  # counted afresh: the mend changed the file
         f.flush()
         # written past the buffer: bytes a failed write left in it would land at close
         _append_whole(f.fileno(), os.fstat(f.fileno()).st_size, events)
@@ -201,10 +202,25 @@ class FileStore:
         self._written[run_id] = after
 
     @staticmethod
-    def _cut_torn_tail(f: BinaryIO, path: Path) -> int:
-        """Drop a torn final fragment (a hard kill mid-write); return the new size."""
+    def _mend_torn_tail(f: BinaryIO, path: Path) -> None:
+        """End a final line that lacks its newline: ended if it is a whole event, else cut.
+
+        A hard kill mid-write leaves a fragment, which `load` skips and which
+        is dropped. A whole event without its newline (a log cut just before
+        it, a copy or an editor that strips the last newline) is one `load`
+        reads and the caller counted: cut, it was lost from the log for good,
+        since the events after it are appended by position.
+        """
         size = f.seek(0, os.SEEK_END)
         keep = _after_last_newline(f, size)
+        f.seek(keep)
+        if _readable(f.read(size - keep)):
+            logger.warning("Ending the last line of %s, which lacked its newline", path)
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+            return
         logger.warning(
             "Removing a torn final line (%d bytes) from %s before appending",
             size - keep,
@@ -213,7 +229,6 @@ class FileStore:
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())
-        return keep
 
     def unchanged(self, run_id: str) -> bool:
         """Whether the run's file is exactly as this store last wrote or vouched for it.

@@ -134,3 +134,29 @@ async def test_a_link_planted_in_the_runs_directory_is_never_followed(
     assert result.status == "completed" and result.final_output == ANSWER
     assert outside.read_text() == "export PATH=/usr/bin\n"
     assert "it is a symbolic link" in caplog.text
+
+
+async def test_a_paused_runs_log_missing_only_its_last_newline_keeps_every_event(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+) -> None:
+    """A whole last event without its newline is ended, not cut, by the step after approval."""
+    runs = tmp_path / "runs"
+    tools = [transfer_tool(ledger), weather_tool(ledger)]
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs), tools=tools)
+    paused = await agent.arun("Send 5 to bob", run_id=uuid.uuid4().hex)
+    assert paused.status == "awaiting_approval" and paused.run_id is not None
+    path = runs / f"{paused.run_id}.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # while no worker runs it
+    later = scripted_agent(model, client, task_queue, store=FileStore(runs), tools=tools)
+    await later.aapprove(paused.run_id, paused.pending_approvals[0].call_id)
+    done = await later.aresume(paused.run_id)
+    assert done.status == "completed"
+    projected = await TemporalStore(client).aload(paused.run_id)
+    held = FileStore(runs).load(paused.run_id)
+    assert [e.to_dict() for e in held] == [e.to_dict() for e in projected]
+    assert sorted(p.name for p in runs.iterdir()) == [path.name]  # nothing set aside
+    assert len(ledger_lines(ledger)) == 1

@@ -107,6 +107,27 @@ def test_file_store_survives_a_torn_final_line(tmp_path: Path) -> None:
     assert [json.loads(line)["type"] for line in lines] == ["run_start", "run_end"]
 
 
+@pytest.mark.parametrize("how", ["append_from", "append", "append_next"])
+def test_a_whole_last_event_without_its_newline_is_ended_not_cut(how: str, tmp_path: Path) -> None:
+    """A last line that lacks only its newline is an event: the next append keeps it."""
+    FileStore(tmp_path).append_from("r", 0, [Event(type="run_start"), Event(type="message")])
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # cut just before the last newline
+    store = FileStore(tmp_path)  # another process: counts it as it stands
+    assert store.count("r") == 2
+    end = Event(type="run_end", status="completed")
+    if how == "append_from":
+        assert store.append_from("r", 2, [end]) == 3
+    elif how == "append":
+        store.append("r", end)
+    else:
+        store.vouch("r")  # as the mirror does once it found the copy true to the run
+        assert store.append_next("r", 2, [end]) == (2, True, 3)
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == ["run_start", "message", "run_end"]
+    assert store.count("r") == 3 and path.read_bytes().endswith(b"}\n")
+
+
 def test_file_store_skips_a_corrupt_middle_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
