@@ -56,6 +56,7 @@ from agentor_temporal.activities._provider_errors import (
     model_error,
     stopped_empty,
 )
+from agentor_temporal.activities._slow_model import request_of, said_when_silent
 from agentor_temporal.activities.conversations import encode, full_messages, remember
 from agentor_temporal.activities.registry import AgentRegistry, check_request_settings
 from agentor_temporal.store.encoding import encodable, encodable_text
@@ -294,18 +295,25 @@ async def _ask(client: Any, agent: Any, inp: GenerateInput) -> GenerateResult:
         return await stream_with_deltas(
             client, request, inp, create=lambda r: create(client, r, encoded)
         )
-    return parse_reply(await _within_limit(client, create(client, request, encoded)))
+    return parse_reply(await _within_limit(client, create(client, request, encoded), inp))
 
 
-async def _within_limit(client: Any, ask: Awaitable[Any]) -> Any:
-    """A whole (not streamed) reply, if it came within MODEL_REPLY_LIMIT (else SlowReply).
+async def _within_limit(client: Any, ask: Awaitable[Any], inp: GenerateInput) -> Any:
+    """A whole (not streamed) reply, if it came within MODEL_REPLY_LIMIT (else SlowReply),
+    said once on the logger when it is long in coming (`said_when_silent`).
 
     A streamed reply is bounded by the time between its chunks instead
     (`streaming`): a long answer may stream for longer.
     """
     limit = policies.MODEL_REPLY_LIMIT.total_seconds()
+    base_url = str(client.base_url)
     try:
-        return await asyncio.wait_for(ask, limit)
+        return await asyncio.wait_for(
+            said_when_silent(
+                ask, base_url=base_url, what=request_of(inp.run_id, inp.turn), limit=limit
+            ),
+            limit,
+        )
     except asyncio.TimeoutError:
         raise SlowReply(
             f" at {redact_url(str(client.base_url))} sent no complete reply in {limit:g} s, "

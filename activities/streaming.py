@@ -33,6 +33,7 @@ from agentor_temporal.activities._provider_errors import (
     json_kind,
     stopped_empty,
 )
+from agentor_temporal.activities._slow_model import request_of, said_when_silent
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
@@ -62,10 +63,11 @@ async def stream_completion(
     `create` sends the request (default: `client.chat.completions.create`).
     """
     request = {**request, "stream": True, "stream_options": {"include_usage": True}}
-    if create is None:
-        stream = await client.chat.completions.create(**request)
-    else:
-        stream = await create(request)
+    sent = client.chat.completions.create(**request) if create is None else create(request)
+    # a provider holding the request before its first byte: said once
+    limit = policies.MODEL_REPLY_LIMIT.total_seconds()
+    where = str(getattr(client, "base_url", "") or "?")
+    stream = await said_when_silent(sent, base_url=where, what=request_of(), limit=limit)
     ends = _EndSeen.watch(stream)
     finished = False
     chunks = 0

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,16 @@ __all__ = [
     "temporal_binary",
     "with_encryption",
 ]
+
+logger = logging.getLogger("agentor_temporal")
+
+#: A connect not answered within this long is said once on the logger: a server
+#: that takes the connection and never answers (stopped, overloaded, partitioned
+#: away) held the process silent for the Temporal client's whole wait.
+CONNECT_SAY_AFTER = 3.0
+#: About how long the Temporal client waits for a server that took the connection
+#: to answer its first call, before it gives up (its own, not configurable).
+CONNECT_GIVES_UP_AFTER = 30.0
 
 _ENV_KEYS = (
     "TEMPORAL_ADDRESS",
@@ -309,7 +321,7 @@ async def connect(
         config["interceptors"] = list(interceptors)
     config["data_converter"] = encrypted_data_converter(keys)
     try:
-        return await Client.connect(**config)
+        return await _connect_saying_waits(config, address, connection_secrets)
     except Exception as exc:
         if embedded:
             hint = "start one with `agentor-temporal dev`"
@@ -322,3 +334,30 @@ async def connect(
             [*connection_secrets, os.environ.get("TEMPORAL_API_KEY")],
         )
         raise ConnectionFailed(f"{shown} ({hint})") from None
+
+
+async def _connect_saying_waits(
+    config: dict[str, Any], address: str, secrets: Sequence[str]
+) -> Client:
+    """`Client.connect(**config)`, saying once on the logger when it goes unanswered
+    for `CONNECT_SAY_AFTER` seconds: what it waits for, and how long it will."""
+    started = time.monotonic()
+    task = asyncio.ensure_future(Client.connect(**config))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=CONNECT_SAY_AFTER)
+        if not done:
+            logger.warning(
+                "%s",
+                redact(
+                    f"Waiting for Temporal at {redact_address(address)} to answer: nothing yet "
+                    f"after {time.monotonic() - started:.0f} s (a server stopped, overloaded or "
+                    f"out of reach?); giving up after about {CONNECT_GIVES_UP_AFTER:.0f} s",
+                    [*secrets, os.environ.get("TEMPORAL_API_KEY")],
+                ),
+            )
+        return await task
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

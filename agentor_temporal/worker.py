@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from temporalio.client import Client
@@ -318,13 +319,46 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def worker_store(directory: str) -> FileStore:
+    """The runs directory `--store` names, refused at start in one line when this worker
+    cannot create it or write in it (a read-only disk, no permission): the bare OSError
+    said nothing of what to change, and a directory already there failed each mirror
+    write later instead.
+
+    Raises:
+        ConfigError: naming the directory, what failed and what to change.
+    """
+    change = "give --store a directory this worker can write in (or leave --store out)"
+    try:
+        store = FileStore(directory)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigError(
+            f"--store {directory}: cannot create the runs directory ({why}); {change}"
+        ) from None
+    if not os.access(store.directory, os.W_OK | os.X_OK):
+        why = "Read-only file system" if _read_only(store.directory) else "permission denied"
+        raise ConfigError(
+            f"--store {directory}: cannot write in the runs directory ({why}); {change}"
+        )
+    return store
+
+
+def _read_only(directory: Path) -> bool:
+    """Whether `directory` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
     """Connect, run the worker until SIGTERM/SIGINT/SIGHUP, then drain and exit."""
     from agentor_temporal.connection import connect
 
     objects = load_agent_objects(args.agents or "")
     agents = [definition_of(a) for a in objects]
-    store = FileStore(args.store) if args.store else None
+    store = worker_store(args.store) if args.store else None
     # a flag or the Temporal environment wins; else where the agents say
     target = args.temporal
     if not target and not environment_configured():

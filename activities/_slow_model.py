@@ -1,0 +1,67 @@
+"""Saying once that a model endpoint holds a request unanswered.
+
+A provider (or a proxy before it) that takes a request and never answers
+held a run silent for up to `MODEL_REPLY_LIMIT` (570 s) an attempt: the
+caller's `run()`, the worker's log, nothing said a word. A request still
+unanswered after `MODEL_SILENT_SAY_AFTER` seconds is said once, on the
+`agentor_temporal` logger of the process running the request (the worker;
+a script's own embedded worker): which endpoint, which run and turn, and how
+long it is waited for before the request is given up and asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from agentor_temporal.workflows.redaction import redact_url
+
+logger = logging.getLogger("agentor_temporal")
+
+T = TypeVar("T")
+
+#: A request unanswered this long is said (a long reply from a reasoning model
+#: takes a minute or two: said sooner, every such reply would be).
+MODEL_SILENT_SAY_AFTER = 60.0
+
+
+async def said_when_silent(ask: Awaitable[T], *, base_url: str, what: str, limit: float) -> T:
+    """`await ask`, said once on the logger when it goes `MODEL_SILENT_SAY_AFTER` unanswered.
+
+    Args:
+        what: the request, for the line ("turn 2 of run 'x'").
+    """
+    task = asyncio.ensure_future(ask)
+    started = time.monotonic()
+    try:
+        done, _ = await asyncio.wait({task}, timeout=min(MODEL_SILENT_SAY_AFTER, limit))
+        if not done and MODEL_SILENT_SAY_AFTER < limit:
+            logger.warning(
+                "The model endpoint at %s has not answered %s after %.0f s "
+                "(the connection is open: a provider or proxy holding the request); waiting "
+                "up to %.0f s in all, then the request is given up and asked again",
+                redact_url(base_url),
+                what,
+                time.monotonic() - started,
+                limit,
+            )
+        return await task
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def request_of(run_id: str | None = None, turn: int | None = None) -> str:
+    """What a request is, for the line: its turn and run (else the activity's run)."""
+    if run_id is None:
+        from temporalio import activity
+
+        run_id = activity.info().workflow_id if activity.in_activity() else None
+    turn_said = f"turn {turn} of " if turn is not None else "a request of "
+    return f"{turn_said}run {run_id!r}" if run_id else "a request"
