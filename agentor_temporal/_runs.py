@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
@@ -31,11 +30,11 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal._decided import check_waiting
 from agentor_temporal._inspect import list_query
 from agentor_temporal._outage import patiently, riding_outages
-from agentor_temporal.activities._redact import clean, mask_input
+from agentor_temporal.activities._redact import mask_input
 from agentor_temporal.codec import EncryptionKeyError
-from agentor_temporal.connection import describe_target
 from agentor_temporal.store import (
     Event,
     PendingApproval,
@@ -46,14 +45,9 @@ from agentor_temporal.store import (
 from agentor_temporal.store.base import in_thread, read_events
 from agentor_temporal.workflows import Decision, Segment, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
-from agentor_temporal.workflows.history_reader import NotAnAgentRun
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
 
 logger = logging.getLogger("agentor_temporal")
-
-#: a Temporal execution's run id: a UUID (the server makes version 7 ones)
-EXECUTION_RUN_ID_PATTERN = r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$"
-_EXECUTION_RUN_ID = re.compile(EXECUTION_RUN_ID_PATTERN)
 
 
 def seeded_prefix(segments: list[Segment]) -> int:
@@ -216,83 +210,6 @@ async def waiting_call(client: Client, run_id: str, call_id: str) -> PendingAppr
         return None
     e = waiting[-1]
     return PendingApproval(call_id, str(e.name), e.args, e.turn, latest.execution_run_id)
-
-
-async def check_waiting(
-    client: Client, run_id: str, execution_run_id: str | None = None, call_id: str | None = None
-) -> None:
-    """Raise unless the run (that execution of it, when given) is running.
-
-    Args:
-        call_id: the call to be decided: a closed run's refusal says how it was
-            decided, if it was (another person's decision may have finished the run).
-
-    Raises:
-        KeyError: when Temporal does not know the run.
-        ValueError: when it has closed.
-    """
-    if execution_run_id is not None:
-        check_execution_run_id(execution_run_id)
-    try:
-        handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
-        description = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            if execution_run_id is not None:
-                raise KeyError(
-                    f"Run {run_id!r} has no execution {execution_run_id!r} in Temporal"
-                ) from None
-            raise KeyError(
-                f"No run with id {run_id!r} in Temporal at {describe_target(client)}"
-            ) from None
-        raise
-    if description.workflow_type != policies.WORKFLOW_TYPE:
-        raise NotAnAgentRun(run_id, description.workflow_type)
-    if description.status is None or description.status.name != "RUNNING":
-        status = description.status.name.lower() if description.status else "unknown"
-        if execution_run_id is not None:
-            raise ValueError(
-                f"The call was asked in an execution of run {run_id!r} that has ended "
-                f"({status}): whatever the run waits for now is another call; read its "
-                "pending approvals again. Nothing changed."
-            )
-        decided = await _decided(client, run_id, call_id) if call_id is not None else ""
-        raise ValueError(
-            f"Run {run_id!r} is not waiting for approval (it is {status}{decided}); "
-            "nothing changed."
-        )
-
-
-async def _decided(client: Client, run_id: str, call_id: str) -> str:
-    """How the run's latest call `call_id` was decided (", and call ... was already approved
-    by alice"), or "" when it was not or history cannot be read."""
-    try:
-        events = await TemporalStore(client).aload(run_id)
-    except Exception as exc:  # an explanation only: the refusal stands without it
-        logger.debug("Could not read how run %s decided %s: %s", run_id, call_id, exc)
-        return ""
-    for event in reversed(events):
-        if event.type == "approval_decision" and event.call_id == call_id:
-            who = f" by {event.result}" if event.result and event.status != "expired" else ""
-            return f", and call {call_id!r} was already {event.status}{who}"
-    return ""
-
-
-def check_execution_run_id(value: object) -> str:
-    """Return `value` if it reads as a Temporal execution's run id (a UUID).
-
-    Raises:
-        ValueError: saying what an execution run id looks like and where to read it.
-    """
-    if not isinstance(value, str) or not _EXECUTION_RUN_ID.fullmatch(value):
-        # masked, then cut: cut first, a key across the cut was left in part
-        said = clean(repr(value))
-        shown = said if len(said) <= 80 else said[:77] + "..."
-        raise ValueError(
-            f"{shown} is not an execution run id: that is a UUID, as a pending approval's "
-            "execution_run_id shows it"
-        )
-    return value
 
 
 def make_decision(

@@ -20,6 +20,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from agentor_temporal._decided import check_waiting
 from agentor_temporal._fork import run_fork
 from agentor_temporal._gone import mirrored_only, not_found, run_gone
 from agentor_temporal._live import attach, following, start_following, start_new
@@ -33,7 +34,6 @@ from agentor_temporal._results import (
 )
 from agentor_temporal._resume import new_input, resume_run, start_run
 from agentor_temporal._runs import (
-    check_waiting,
     make_decision,
     run_events,
     send_decision,

@@ -48,6 +48,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import ApprovalCheckInput
 from agentor_temporal.workflows.call_uses import count_key, parse_key
 from agentor_temporal.workflows.formatting import (
+    DENIED_ANSWER,
     QUOTED_CHARS,
     SUMMARY_BYTES,
     call_summary,
@@ -593,6 +594,6 @@ def denied_answer(name: str, args: Any, call_id: Any, by: str | None, reason: st
         args=args,
         call_id=call_id,
         error="denied",
-        result=f"Error: a person denied this call{who}{why}. Do not call it again "
+        result=f"{DENIED_ANSWER}{who}{why}. Do not call it again "
         "for the same purpose; answer without it or explain what you cannot do.",
     )

@@ -19,6 +19,11 @@ from agentor_temporal.workflows.payloads import encoded_size
 #: name or arguments of megabytes must not make it one.
 SUMMARY_BYTES = 200
 
+#: How the answer to a call a person denied begins (the model reads it): the
+#: worker masks the keys it knows in such an answer before sending it, since a
+#: plain client's decision reaches the run unmasked (`activities._denials`).
+DENIED_ANSWER = "Error: a person denied this call"
+
 
 def fit(text: str, limit: int, end: str = "...") -> str:
     """`text` cut to at most `limit` bytes as Temporal encodes it, ending with `end` if cut."""

@@ -34,11 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from temporalio.service import RPCError
 
+from agentor_temporal._decided import EXECUTION_RUN_ID_PATTERN
 from agentor_temporal._fork import ForkIdInUse, start_fork_run
 from agentor_temporal._outage import throttled
 from agentor_temporal._outage import unreachable as server_unreachable
 from agentor_temporal._resume import resume_run
-from agentor_temporal._runs import EXECUTION_RUN_ID_PATTERN, run_events, undelivered
+from agentor_temporal._runs import run_events, undelivered
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor

@@ -26,6 +26,7 @@ from agentor_temporal import (
     TemporalStore,
     function_tool,
 )
+from agentor_temporal._runs import send_decision
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import Decision
@@ -521,19 +522,37 @@ async def test_a_predicate_that_raises_even_system_exit_asks_a_person_at_once(
     assert ASKED == [5]
 
 
+@pytest.mark.parametrize("named_by", ["call id", "pending approval", "its execution"])
 async def test_a_decision_after_another_finished_the_run_says_how_the_call_was_decided(
-    client: Client, task_queue: str, ledger: str
+    client: Client, task_queue: str, ledger: str, named_by: str
 ) -> None:
     """Two people approve one call; the first one's decision lets the run finish before the
-    second arrives: the second is told the call was already approved, and by whom."""
+    second arrives: the second is told the call was already approved, and by whom. Also when
+    the second names the call as the `PendingApproval` they read (its execution, which has
+    ended): they were told only that the execution had ended and that the run waited for
+    another call, though it waited for none."""
     with ScriptedModelServer(pay_script("Paid.")) as model:
         agent = approval_agent(model, client, task_queue, ledger)
         paused = await agent.arun(PAY)  # type: ignore[attr-defined]
         await agent.aapprove(paused.run_id, "call_pay", by="alice")  # type: ignore[attr-defined]
         done = await agent.aresume(paused.run_id)  # type: ignore[attr-defined]
         assert done.status == "completed"
-        with pytest.raises(ValueError, match="call 'call_pay' was already approved by alice"):
-            await agent.aapprove(paused.run_id, "call_pay", by="bob")  # type: ignore[attr-defined]
+        call = "call_pay" if named_by == "call id" else paused.pending_approvals[0]
+        with pytest.raises(ValueError) as refused:
+            if named_by == "its execution":
+                # as the CLI's approve --execution sends it (and any sender whose read of
+                # the waiting call came just before another's decision finished the run)
+                await send_decision(
+                    client,
+                    paused.run_id,
+                    Decision("call_pay", True, by="bob"),
+                    paused.pending_approvals[0].execution_run_id,
+                )
+            else:
+                await agent.aapprove(paused.run_id, call, by="bob")  # type: ignore[attr-defined]
+        said = str(refused.value)
+        assert "call 'call_pay' was already approved by alice" in said, said
+        assert "completed" in said and "another call" not in said, said
     assert [line.split()[0] for line in ledger_lines(ledger)].count("transfer") == 1
 
 

@@ -1077,6 +1077,44 @@ async def test_a_key_pasted_into_a_decisions_reason_is_never_recorded(
     assert not _found(where, [API_KEY])
 
 
+async def test_a_key_in_a_plain_clients_denial_never_reaches_the_model(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A denial sent by a plain Temporal client (`temporal workflow update execute --name
+    decide`), which masks nothing, with the key in its reason and name: the worker masks
+    the denial the model reads. The model was sent the key (the store and the result
+    masked it already)."""
+    script = [CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"), Reply("ok")]
+    with ScriptedModelServer(script) as model:
+        agent = _agent(
+            base_url=model.base_url,
+            task_queue=task_queue,
+            temporal=client,
+            store=FileStore(tmp_path),
+            api_key=API_KEY,
+            tools=[transfer_tool()],
+        )
+        paused = await agent.arun("Pay bob 5000.")
+        assert paused.status == "awaiting_approval", paused.error
+        plain = {
+            "call_id": "call_pay",
+            "approved": False,
+            "reason": f"the key {API_KEY} is revoked",
+            "by": f"ops ({API_KEY})",
+        }
+        async with agent._serving(client):
+            await client.get_workflow_handle(paused.run_id).execute_update(
+                "decide", plain, result_type=dict
+            )
+        result = await agent.aresume(paused.run_id)
+        requests = model.requests
+    assert result.status == "completed", result.error
+    denial = next(m for m in requests[-1]["messages"] if m.get("tool_call_id") == "call_pay")
+    assert "a person denied this call (ops (***)): the key *** is revoked" in denial["content"]
+    where = {"store": _store_text(tmp_path), "RunResult": repr(result), "model": repr(requests)}
+    assert not _found(where, [API_KEY])
+
+
 async def test_failure_text_recorded_unmasked_is_masked_on_the_way_out(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentor_temporal._runs import check_execution_run_id
+from agentor_temporal._decided import check_execution_run_id
 
 
 def test_an_execution_run_id_quoted_cut_never_shows_part_of_a_key(

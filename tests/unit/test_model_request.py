@@ -146,3 +146,24 @@ def test_a_timeout_given_as_a_number_still_connects_within_the_connect_limit() -
     own = Timeout(900, connect=120)
     assert _request(timeout=own)["timeout"] is own
     assert "timeout" not in _request()
+
+
+def test_a_denials_known_key_is_masked_in_the_messages_and_their_encoding() -> None:
+    """A plain client's denial reaches history unmasked: the request masks the key the
+    worker knows in it, in a pre-encoded conversation too; other messages are left as
+    they came (masked where they came in), and the caller's list is not changed."""
+    from agentor_temporal.activities import _redact
+
+    key = "sk-denial-key-0123456789abcdef"
+    _redact.remember(key)
+    denial = f"Error: a person denied this call (ops): {key} is revoked. Do not call it again"
+    messages = [*MESSAGES, {"role": "tool", "tool_call_id": "c", "content": denial}]
+    inp = GenerateInput(run_id="r", agent="A", model="gpt-4o-mini", messages=messages)
+    request, encoded = prepared_request(inp, messages, encode(messages))
+    sent = request["extra_body"]["messages"]
+    assert sent[-1]["content"] == (
+        "Error: a person denied this call (ops): *** is revoked. Do not call it again"
+    )
+    assert sent[:-1] == MESSAGES
+    assert encoded is not None and key.encode() not in encoded and b"***" in encoded
+    assert messages[-1]["content"] == denial
