@@ -192,17 +192,24 @@ async def test_an_approved_call_is_not_made_again_by_a_reset(
     assert model.request_count == 2
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
 async def test_a_reset_of_an_older_execution_takes_the_later_executions_answers_too(
-    client: Client, task_queue: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    local: bool,
+    client: Client,
+    task_queue: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A run that continued as new five times, reset to its first execution's second workflow
+    """A run that continued as new twice or more, reset to its first execution's second workflow
     task on a fresh worker: the reset execution takes its base's answers, and the executions
     it continues as new into take those the base's later executions recorded (before, only
-    the reset execution's own calls did: 23 model requests for 13, 21 tool calls for 12)."""
+    the reset execution's own calls did: 11 model requests for 7, 9 tool calls for 6)."""
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", "20000")
-    turns, ledger = 12, str(tmp_path / "ledger")
+    turns, ledger = 6, str(tmp_path / "ledger")
     with ScriptedModelServer(chunk_reader(turns)) as model:
-        agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
+        agent = coder(
+            model, client, task_queue, tools=[chunk_tool(ledger, 2000)], local_model_calls=local
+        )
         run_id = uuid.uuid4().hex
         # 2 KB results a turn: the run continues as new every two turns or so
         async with build_worker(client, [agent], task_queue=task_queue):
