@@ -13,7 +13,8 @@ its first attempt's schedule time), a call first
 looks for the same activity (id, type, and what it is: tool, arguments and
 idempotency key, or the whole request) completed in the base, and takes that
 result. A reset of a reset finds it in its own base, which took it the same
-way. An execution continued as new from a reset one (the workflow marks its
+way, or in that base's own base (the second reset made before a worker ran
+the first). An execution continued as new from a reset one (the workflow marks its
 calls too, `Carry.reset`) looks in the executions the base continued into: a
 reset of an older execution of a long run does not pay again for the later
 executions' work. A tool that raised there, a request that failed, and a call that had not
@@ -182,21 +183,32 @@ class ResetAnswers:
 #: Executions walked back through continue-as-new to find the reset a line began with.
 MAX_LINE = 10_000
 
+#: Resets of resets whose bases' lines are read.
+MAX_RESETS = 100
+
 _STARTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
 _CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
 
 async def _completed_in_line(
-    client: Client, workflow_id: str, base: str, point: int
+    client: Client, workflow_id: str, base: str, point: int, depth: int = 0
 ) -> dict[str, _Done]:
     """The activities completed, by id, in the execution `base` a reset ended (from event
     `point` on) and in the executions it continued as new into.
 
     The execution a reset began, and those continued as new from it, do again
     what the base and the executions it continued into did (turns keep their
-    numbers, calls their ids across a continue-as-new).
+    numbers, calls their ids across a continue-as-new). A base in a line a reset
+    began itself (a reset of a reset) may not have done its own base's work yet
+    (reset again before a worker ran it): that earlier line's calls count too,
+    the base's own taking precedence.
     """
-    done: dict[str, _Done] = {}
+    earlier = await _reset_of(client, workflow_id, base) if depth < MAX_RESETS else None
+    done = (
+        {}
+        if earlier is None
+        else await _completed_in_line(client, workflow_id, *earlier, depth + 1)
+    )
     run = base
     for _ in range(MAX_LINE):
         following = await _completed_in(client, workflow_id, run, point, done)

@@ -241,3 +241,34 @@ async def test_a_reset_of_an_older_execution_takes_the_later_executions_answers_
             again = await asyncio.wait_for(agent.aresume(run_id), 60)
     assert (again.status, again.final_output) == ("completed", f"Read {turns} chunks.")
     assert (model.request_count, len(ledger_lines(ledger))) == (paid, ran)
+
+
+async def test_a_reset_again_before_any_worker_ran_the_first_takes_the_first_base_s_answers(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A finished run reset to its second workflow task, and again (the operator picking
+    another point) to its first before any worker ran the first reset: the second reset's
+    base did nothing, and what the run's first execution recorded is taken still."""
+
+    @function_tool
+    def pay(to: str) -> str:
+        """Pays someone.
+
+        Args:
+            to: Who.
+        """
+        ledger_write(ledger, "pay", to)
+        return f"paid {to}"
+
+    with ScriptedModelServer([[CallTool("pay", {"to": "bob"}, id="c1")], Reply("Paid.")]) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[pay], embedded_worker=False)
+        run_id = uuid.uuid4().hex
+        async with build_worker(client, [agent], task_queue=task_queue):
+            first = await asyncio.wait_for(agent.arun("Pay bob.", run_id=run_id), 30)
+        assert (first.status, first.final_output) == ("completed", "Paid."), first.error
+        await _reset(client, run_id, 1)
+        await _reset(client, run_id, 0)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            again = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert (model.request_count, len(ledger_lines(ledger))) == (2, 1), ledger_lines(ledger)
+    assert (again.status, again.final_output) == ("completed", "Paid."), again.error
