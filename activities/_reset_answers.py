@@ -13,12 +13,16 @@ its first attempt's schedule time), a call first
 looks for the same activity (id, type, and what it is: tool, arguments and
 idempotency key, or the whole request) completed in the base, and takes that
 result. A reset of a reset finds it in its own base, which took it the same
-way. A tool that raised there, a request that failed, and a call that had not
+way, or in that base's own base (the second reset made before a worker ran
+the first). An execution continued as new from a reset one (the workflow marks its
+calls too, `Carry.reset`) looks in the executions the base continued into: a
+reset of an older execution of a long run does not pay again for the later
+executions' work. A tool that raised there, a request that failed, and a call that had not
 completed run again (a call still running in this worker is joined instead,
 `LiveCalls`), so a reset to before a failure is still how a fixed tool is run
 again. A local model request (`local_model_calls`) is found by its marker, its
 result naming the request it sent (its input is not in history). The base's
-completed calls are read once per reset execution and worker, kept `KEEP`
+line's completed calls are read once per reset and worker, kept `KEEP`
 seconds after the last use.
 """
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -85,8 +89,10 @@ class ResetAnswers:
 
     def __init__(self, keep: float = KEEP) -> None:
         self.keep = keep
-        self._bases: dict[tuple[str, str], asyncio.Task[dict[str, _Done]]] = {}
-        self._expiry: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        #: ("line", workflow id, execution) -> the reset its line began with;
+        #: ("base", workflow id, base, point) -> what the base's line completed
+        self._reads: dict[tuple[Any, ...], asyncio.Task[Any]] = {}
+        self._expiry: dict[tuple[Any, ...], asyncio.TimerHandle] = {}
         #: calls answered from their base's history instead of running again
         self.taken = 0
 
@@ -108,14 +114,18 @@ class ResetAnswers:
             client = activity.client()
         except RuntimeError:
             return None
-        key = (info.workflow_id or "", info.workflow_run_id or "")
-        task = self._bases.get(key)
-        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
-            task = asyncio.get_running_loop().create_task(_completed_in_base(client, *key))
-            self._bases[key] = task
-        self._touch(key)
+        workflow_id, execution = info.workflow_id or "", info.workflow_run_id or ""
         try:
-            done = (await asyncio.shield(task)).get(info.activity_id)
+            found = await self._read(
+                ("line", workflow_id, execution), lambda: _reset_of(client, workflow_id, execution)
+            )
+            if found is None:
+                return None
+            calls = await self._read(
+                ("base", workflow_id, *found),
+                lambda: _completed_in_line(client, workflow_id, *found),
+            )
+            done = calls.get(info.activity_id)
             if done is None or done.activity_type != info.activity_type:
                 return None
             result: T = (await client.data_converter.decode([done.result], [cls]))[0]
@@ -149,33 +159,97 @@ class ResetAnswers:
         )
         return result
 
-    def _touch(self, key: tuple[str, str]) -> None:
+    async def _read(self, key: tuple[Any, ...], read: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """`read()`'s answer, read once for `key` (again if it failed) and kept a while."""
+        task = self._reads.get(key)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.get_running_loop().create_task(read())
+            self._reads[key] = task
+        self._touch(key)
+        answer: T = await asyncio.shield(task)
+        return answer
+
+    def _touch(self, key: tuple[Any, ...]) -> None:
         old = self._expiry.pop(key, None)
         if old is not None:
             old.cancel()
         self._expiry[key] = asyncio.get_running_loop().call_later(self.keep, self._forget, key)
 
-    def _forget(self, key: tuple[str, str]) -> None:
-        self._bases.pop(key, None)
+    def _forget(self, key: tuple[Any, ...]) -> None:
+        self._reads.pop(key, None)
         self._expiry.pop(key, None)
 
 
-async def _completed_in_base(client: Client, workflow_id: str, execution: str) -> dict[str, _Done]:
-    """The activities completed in the execution a reset ended for `execution`, by id."""
-    base, point = "", 0
-    handle = client.get_workflow_handle(workflow_id, run_id=execution)
-    async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-            failed = event.workflow_task_failed_event_attributes
-            # a reset of a reset copies its base's own reset event first
-            if failed.cause == _RESET and failed.new_run_id == execution:
-                base, point = failed.base_run_id, event.event_id
-                break
-    if not base:
-        return {}
+#: Executions walked back through continue-as-new to find the reset a line began with.
+MAX_LINE = 10_000
+
+#: Resets of resets whose bases' lines are read.
+MAX_RESETS = 100
+
+_STARTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+_CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+
+
+async def _completed_in_line(
+    client: Client, workflow_id: str, base: str, point: int, depth: int = 0
+) -> dict[str, _Done]:
+    """The activities completed, by id, in the execution `base` a reset ended (from event
+    `point` on) and in the executions it continued as new into.
+
+    The execution a reset began, and those continued as new from it, do again
+    what the base and the executions it continued into did (turns keep their
+    numbers, calls their ids across a continue-as-new). A base in a line a reset
+    began itself (a reset of a reset) may not have done its own base's work yet
+    (reset again before a worker ran it): that earlier line's calls count too,
+    the base's own taking precedence.
+    """
+    earlier = await _reset_of(client, workflow_id, base) if depth < MAX_RESETS else None
+    done = (
+        {}
+        if earlier is None
+        else await _completed_in_line(client, workflow_id, *earlier, depth + 1)
+    )
+    run = base
+    for _ in range(MAX_LINE):
+        following = await _completed_in(client, workflow_id, run, point, done)
+        if not following:
+            break
+        run, point = following, 0
+    return done
+
+
+async def _reset_of(client: Client, workflow_id: str, execution: str) -> tuple[str, int] | None:
+    """(base, point) of the reset that began `execution`, or the nearest execution before it
+    that `execution` was continued as new from; None if none did."""
+    for _ in range(MAX_LINE):
+        handle = client.get_workflow_handle(workflow_id, run_id=execution)
+        previous = ""
+        async for event in handle.fetch_history_events():
+            if event.event_type == _STARTED:
+                started = event.workflow_execution_started_event_attributes
+                if started.original_execution_run_id in ("", execution):
+                    # not begun by a reset: only its first event is read
+                    previous = started.continued_execution_run_id
+                    break
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                failed = event.workflow_task_failed_event_attributes
+                # a reset of a reset copies its base's own reset event first
+                if failed.cause == _RESET and failed.new_run_id == execution:
+                    return failed.base_run_id, event.event_id
+        if not previous:
+            return None
+        execution = previous
+    return None
+
+
+async def _completed_in(
+    client: Client, workflow_id: str, run: str, point: int, done: dict[str, _Done]
+) -> str:
+    """Add to `done` the activities `run` completed from event `point` on; the execution it
+    continued as new into, if it did."""
     scheduled: dict[int, tuple[str, str, Payload]] = {}
-    done: dict[str, _Done] = {}
-    async for event in client.get_workflow_handle(workflow_id, run_id=base).fetch_history_events():
+    following = ""
+    async for event in client.get_workflow_handle(workflow_id, run_id=run).fetch_history_events():
         if event.event_id < point and event.event_type != (
             EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         ):
@@ -199,7 +273,11 @@ async def _completed_in_base(client: Client, workflow_id: str, execution: str) -
             local = _local_activity(marker.marker_name, marker.details)
             if local is not None:
                 done[local[0]] = _Done(local[1], None, local[2])
-    return done
+        elif event.event_type == _CONTINUED:
+            following = (
+                event.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            )
+    return following
 
 
 def _local_activity(name: str, details: Any) -> tuple[str, str, Payload] | None:

@@ -129,6 +129,8 @@ class AgentRunWorkflow(Continuing):
         self._fold: bool | None = None
         self._history: HistoryGauge | None = None
         self._executions = 1
+        #: an execution before this one in its line began with a reset (`Carry.reset`)
+        self.reset_line = False
         self._whole_run = False
         #: the run's time limit, when it was started with one (`policies.DEADLINE_SETTLES`)
         self._deadline: Deadline | None = None
@@ -554,6 +556,7 @@ class AgentRunWorkflow(Continuing):
         if carry is not None:
             self._turn, self._usage = carry.turn, Usage.from_dict(carry.usage)
             self._executions = carry.executions
+            self.reset_line = carry.reset
             return Setup(spec, carry.budget, carry.started, inp.stream_text, carry)
         return Setup(
             spec=spec,

@@ -71,12 +71,17 @@ class Carry:
     #: when the chain's `execution_timeout` times it out (epoch seconds; from
     #: `policies.DEADLINE_SETTLES`, for a run started with one: see `deadline`)
     deadline: float | None = None
+    #: whether an execution before this one in the line began with a reset
+    #: (`run_ids.reset_execution`): its calls take the answers the executions
+    #: its base continued into recorded
+    reset: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form; `seen` and `deadline` only when set (older carries stay as they were)."""
+        """The JSON form; `seen`, `deadline` and `reset` only when set (older carries stay as
+        they were)."""
         data = asdict(self)
-        for name in ("seen", "deadline"):
-            if data[name] is None:
+        for name in ("seen", "deadline", "reset"):
+            if data[name] in (None, False):
                 del data[name]
         return data
 
@@ -104,6 +109,7 @@ class Carry:
                 executions=int(data.get("executions") or 1),
                 seen=data.get("seen"),
                 deadline=float(data["deadline"]) if data.get("deadline") is not None else None,
+                reset=data.get("reset") is True,
             )
             if carry.seen is not None:
                 SeenIds(carry.seen)  # raises naming what is wrong

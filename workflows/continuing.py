@@ -21,6 +21,7 @@ from agentor_temporal.workflows.closing import Closing
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.deadline import chain_expiry
 from agentor_temporal.workflows.payloads import encoded_size
+from agentor_temporal.workflows.run_ids import reset_execution
 from agentor_temporal.workflows.segment import Setup
 from agentor_temporal.workflows.tool_calls import ToolCalls
 from agentor_temporal.workflows.types import AgentRunInput
@@ -113,6 +114,7 @@ class Continuing(Closing):
             seen=seen,
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,
+            reset=reset_execution(),
         )
         if level() >= policies.DEADLINE_SETTLES:
             expiry = chain_expiry(seg.carry)

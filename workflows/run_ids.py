@@ -53,7 +53,12 @@ def reset_execution() -> bool:
 
     A reset execution's history begins with a copy of its base's started
     event, so its original execution run id names another execution; a first
-    execution's, or one continued as new, names itself.
+    execution's, or one continued as new, names itself. An execution continued
+    as new from a reset one (or from such a one) counts too (`Carry.reset`,
+    set on the workflow as `reset_line`): the executions its base continued
+    into had already done its work.
     """
     info = workflow.info()
-    return info.original_execution_run_id != info.run_id
+    if info.original_execution_run_id != info.run_id:
+        return True
+    return getattr(workflow.instance(), "reset_line", False) is True

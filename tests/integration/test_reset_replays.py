@@ -22,12 +22,20 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 
-from agentor_temporal import function_tool
+from agentor_temporal import TemporalStore, function_tool
 from agentor_temporal.connection import connect
 from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, payer, scripted_agent
+from helpers import (
+    chunk_reader,
+    chunk_tool,
+    coder,
+    ledger_lines,
+    ledger_write,
+    payer,
+    scripted_agent,
+)
 from private import keys_of, make_keys
 
 
@@ -182,3 +190,85 @@ async def test_an_approved_call_is_not_made_again_by_a_reset(
     assert (again.status, again.final_output) == ("completed", "Paid."), again.error
     assert len(ledger_lines(ledger)) == 1, ledger_lines(ledger)
     assert model.request_count == 2
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
+async def test_a_reset_of_an_older_execution_takes_the_later_executions_answers_too(
+    local: bool,
+    client: Client,
+    task_queue: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that continued as new twice or more, reset to its first execution's second workflow
+    task on a fresh worker: the reset execution takes its base's answers, and the executions
+    it continues as new into take those the base's later executions recorded (before, only
+    the reset execution's own calls did: 11 model requests for 7, 9 tool calls for 6)."""
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", "20000")
+    turns, ledger = 6, str(tmp_path / "ledger")
+    with ScriptedModelServer(chunk_reader(turns)) as model:
+        agent = coder(
+            model, client, task_queue, tools=[chunk_tool(ledger, 2000)], local_model_calls=local
+        )
+        run_id = uuid.uuid4().hex
+        # 2 KB results a turn: the run continues as new every two turns or so
+        async with build_worker(client, [agent], task_queue=task_queue):
+            first = await asyncio.wait_for(
+                agent.arun("Read the repository.", run_id=run_id, max_turns=turns + 1), 60
+            )
+        assert first.status == "completed", first.error
+        segments = await TemporalStore(client).segments(run_id)
+        assert len(segments) >= 3, [s.status for s in segments]
+        paid, ran = model.request_count, len(ledger_lines(ledger))
+        assert (paid, ran) == (turns + 1, turns)
+        handle = client.get_workflow_handle(run_id, run_id=segments[0].execution_run_id)
+        events = (await handle.fetch_history()).events
+        done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        await client.workflow_service.reset_workflow_execution(
+            ResetWorkflowExecutionRequest(
+                namespace=client.namespace,
+                workflow_execution=WorkflowExecution(
+                    workflow_id=run_id, run_id=segments[0].execution_run_id
+                ),
+                reason="test",
+                workflow_task_finish_event_id=[e.event_id for e in events if e.event_type == done][
+                    1
+                ],
+                request_id=uuid.uuid4().hex,
+            )
+        )
+        async with build_worker(client, [agent], task_queue=task_queue):
+            again = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert (again.status, again.final_output) == ("completed", f"Read {turns} chunks.")
+    assert (model.request_count, len(ledger_lines(ledger))) == (paid, ran)
+
+
+async def test_a_reset_again_before_any_worker_ran_the_first_takes_the_first_base_s_answers(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """A finished run reset to its second workflow task, and again (the operator picking
+    another point) to its first before any worker ran the first reset: the second reset's
+    base did nothing, and what the run's first execution recorded is taken still."""
+
+    @function_tool
+    def pay(to: str) -> str:
+        """Pays someone.
+
+        Args:
+            to: Who.
+        """
+        ledger_write(ledger, "pay", to)
+        return f"paid {to}"
+
+    with ScriptedModelServer([[CallTool("pay", {"to": "bob"}, id="c1")], Reply("Paid.")]) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[pay], embedded_worker=False)
+        run_id = uuid.uuid4().hex
+        async with build_worker(client, [agent], task_queue=task_queue):
+            first = await asyncio.wait_for(agent.arun("Pay bob.", run_id=run_id), 30)
+        assert (first.status, first.final_output) == ("completed", "Paid."), first.error
+        await _reset(client, run_id, 1)
+        await _reset(client, run_id, 0)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            again = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert (model.request_count, len(ledger_lines(ledger))) == (2, 1), ledger_lines(ledger)
+    assert (again.status, again.final_output) == ("completed", "Paid."), again.error
