@@ -107,6 +107,29 @@ def logging_kept() -> Iterator[None]:
     sdk.setLevel(levels[1])
 
 
+@pytest.fixture(autouse=True)
+def known_keys_kept() -> Iterator[None]:
+    """The keys a test makes its process know are forgotten after it, as its logging is.
+
+    A process masks every key it has known in every text it records or shows,
+    so the cost of masking grows with their number; a worker knows a handful,
+    but an xdist worker process ran hundreds of tests' keys, and masking a
+    large turn's results with all of them took `test_update_cap.py`'s ten
+    followers past their two minutes (10 s alone) in a clean-clone run.
+    """
+    from agentor_temporal.activities import _redact
+
+    known = set(_redact._known)
+    scanned, seen = dict(_redact._scanned), list(_redact._environment_seen)
+    yield
+    with _redact._guard:
+        _redact._known.intersection_update(known)
+        _redact._known.update(known)
+        _redact._scanned.clear()
+        _redact._scanned.update(scanned)
+        _redact._environment_seen[:] = seen
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Exit without interpreter finalization once pytest has reported.
 
