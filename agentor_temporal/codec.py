@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ class EncryptionKeys:
     def __post_init__(self) -> None:
         if not self.entries:
             raise EncryptionConfigError(f"{self.source}: no encryption keys given")
+        _note_keys(key for _, key in self.entries)
 
     def __repr__(self) -> str:
         return f"EncryptionKeys(current={self.current_id!r}, ids={list(self.ids)!r})"
@@ -115,6 +117,31 @@ class EncryptionKeys:
             if known == key_id:
                 return key
         return None
+
+
+#: Each key this process has held (`EncryptionKeys`), as text: masked wherever it shows
+#: (`activities._redact` reads them; this module imports nothing of ours). Only ever
+#: appended to, so a reader keeps its place.
+_held_keys: list[str] = []
+_held_lock = threading.Lock()
+
+
+def _note_keys(keys: Iterable[bytes]) -> None:
+    """Remember keys as a tool or a log may show them: base64 in both alphabets, padded
+    or not, and hex (a key file read by a tool, an error quoting an entry)."""
+    forms: list[str] = []
+    for key in keys:
+        for encoded in (base64.b64encode(key).decode(), base64.urlsafe_b64encode(key).decode()):
+            forms += [encoded, encoded.rstrip("=")]
+        forms.append(key.hex())
+    with _held_lock:
+        _held_keys.extend(f for f in dict.fromkeys(forms) if f not in _held_keys)
+
+
+def held_keys(start: int = 0) -> list[str]:
+    """The keys this process has held (`_note_keys`' forms), from the `start`th on."""
+    with _held_lock:
+        return _held_keys[start:]
 
 
 # -- reading keys --------------------------------------------------------------------
