@@ -174,11 +174,7 @@ def parse_keys(text: str, source: str = KEYS_ENV) -> EncryptionKeys:
                 f"{where}: expected key_id:base64-key (e.g. 2025a:<44 base64 characters>); "
                 + _NEW_KEY_HINT
             )
-        if not _KEY_ID.match(key_id):
-            raise EncryptionConfigError(
-                f"{where}: bad key id {_shown_id(key_id)}: use 1-64 letters, digits, '.', '_' "
-                "or '-'"
-            )
+        check_key_id(key_id, where)
         if any(known == key_id for known, _ in entries):
             raise EncryptionConfigError(f"{where}: key id {key_id!r} is given twice")
         try:
@@ -196,6 +192,18 @@ def parse_keys(text: str, source: str = KEYS_ENV) -> EncryptionKeys:
     if not entries:
         raise EncryptionConfigError(f"{source}: no encryption keys given; {_NEW_KEY_HINT}")
     return EncryptionKeys(tuple(entries), source)
+
+
+def check_key_id(key_id: str, where: str) -> None:
+    """Refuse a key id that is not 1-64 letters, digits, '.', '_' or '-' (`where` says whose).
+
+    Raises:
+        EncryptionConfigError: naming `where` and the id (not when it reads as a key).
+    """
+    if not _KEY_ID.match(key_id):
+        raise EncryptionConfigError(
+            f"{where}: bad key id {_shown_id(key_id)}: use 1-64 letters, digits, '.', '_' or '-'"
+        )
 
 
 def _holds_a_key(text: str) -> bool:
