@@ -283,8 +283,12 @@ def _remember_held_keys() -> None:
     encrypted history, and in every decrypted view."""
     with _keys_lock:
         new = held_keys(_keys_seen[0])
-        for key in new:
-            remember(key)
+        for written, *others in new:
+            # its base64 as written in every form a server may echo it in; the others as they
+            # are (any letter case: `folded`), a few more forms to test each text against
+            remember(written)
+            with _guard:
+                _known.update(form for form in others if len(form) >= MIN_SECRET_CHARS)
         _keys_seen[0] += len(new)
 
 

@@ -119,27 +119,29 @@ class EncryptionKeys:
         return None
 
 
-#: Each key this process has held (`EncryptionKeys`), as text: masked wherever it shows
+#: Each key this process has held (`EncryptionKeys`) as text: masked wherever it shows
 #: (`activities._redact` reads them; this module imports nothing of ours). Only ever
 #: appended to, so a reader keeps its place.
-_held_keys: list[str] = []
+_held_keys: list[tuple[str, ...]] = []
 _held_lock = threading.Lock()
 
 
 def _note_keys(keys: Iterable[bytes]) -> None:
-    """Remember keys as a tool or a log may show them: base64 in both alphabets, padded
-    or not, and hex (a key file read by a tool, an error quoting an entry)."""
-    forms: list[str] = []
+    """Remember keys as a tool or a log may show them: base64 as written first, then
+    unpadded, in the URL-safe alphabet, and hex (a key file read by a tool, an error
+    quoting an entry)."""
     for key in keys:
-        for encoded in (base64.b64encode(key).decode(), base64.urlsafe_b64encode(key).decode()):
-            forms += [encoded, encoded.rstrip("=")]
-        forms.append(key.hex())
-    with _held_lock:
-        _held_keys.extend(f for f in dict.fromkeys(forms) if f not in _held_keys)
+        encoded, urlsafe = base64.b64encode(key).decode(), base64.urlsafe_b64encode(key).decode()
+        forms = tuple(
+            dict.fromkeys([encoded, encoded.rstrip("="), urlsafe, urlsafe.rstrip("="), key.hex()])
+        )
+        with _held_lock:
+            if forms not in _held_keys:
+                _held_keys.append(forms)
 
 
-def held_keys(start: int = 0) -> list[str]:
-    """The keys this process has held (`_note_keys`' forms), from the `start`th on."""
+def held_keys(start: int = 0) -> list[tuple[str, ...]]:
+    """The keys this process has held (`_note_keys`' forms of each), from the `start`th on."""
     with _held_lock:
         return _held_keys[start:]
 
