@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 from agentor_temporal.activities._env_secrets import env_variable_secrets
+from agentor_temporal.codec import held_keys
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
@@ -194,6 +195,7 @@ def secrets() -> list[str]:
     if not _installed:
         install()
     _remember_environment()
+    _remember_held_keys()
     with _guard:
         return sorted(_known, key=len, reverse=True)
 
@@ -266,6 +268,28 @@ def _masked(value: object, known: list[str]) -> object:
     if isinstance(value, (list, tuple)):
         return [_masked(v, known) for v in value]
     return value
+
+
+#: How many of `codec.held_keys` are remembered.
+_keys_seen: list[int] = [0]
+_keys_lock = threading.Lock()
+
+
+def _remember_held_keys() -> None:
+    """Remember the encryption keys this process holds, however it was given them (a key
+    file, `encryption_keys="id:base64"`, `EncryptionKeys` built in code; not only
+    `AGENTOR_ENCRYPTION_KEYS`, a credential variable): a tool reading the key file, or an
+    error quoting an entry, recorded the key as it was in the JSONL mirror beside the
+    encrypted history, and in every decrypted view."""
+    with _keys_lock:
+        new = held_keys(_keys_seen[0])
+        for written, *others in new:
+            # its base64 as written in every form a server may echo it in; the others as they
+            # are (any letter case: `folded`), a few more forms to test each text against
+            remember(written)
+            with _guard:
+                _known.update(form for form in others if len(form) >= MIN_SECRET_CHARS)
+        _keys_seen[0] += len(new)
 
 
 #: Each variable's value as `_remember_environment` last read it, and the environment's

@@ -15,10 +15,10 @@ from pathlib import Path
 from agentor_temporal._cli_common import EXIT_OK, EXIT_USAGE, CliError
 from agentor_temporal.codec import (
     EncryptionKeys,
+    check_key_id,
     keys_from_env,
     keys_from_file,
     new_key,
-    parse_keys,
 )
 from agentor_temporal.codec_server import (
     DEFAULT_ORIGINS,
@@ -73,9 +73,10 @@ def cmd_codec_server(args: argparse.Namespace) -> int:
 def cmd_keygen(args: argparse.Namespace) -> int:
     """Print a new `key_id:base64` entry."""
     key_id = args.key_id or time.strftime("k%Y%m%d")
-    entry = f"{key_id}:{new_key()}"
-    parse_keys(entry, source="keygen")  # checks the id
-    print(entry)
+    # the id checked alone: a key parsed here would be one this process holds, and its
+    # printed lines mask those (`k1:***`)
+    check_key_id(key_id, "keygen")
+    print(f"{key_id}:{new_key()}")
     return EXIT_OK
 
 

@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,7 @@ class EncryptionKeys:
     def __post_init__(self) -> None:
         if not self.entries:
             raise EncryptionConfigError(f"{self.source}: no encryption keys given")
+        _note_keys(key for _, key in self.entries)
 
     def __repr__(self) -> str:
         return f"EncryptionKeys(current={self.current_id!r}, ids={list(self.ids)!r})"
@@ -115,6 +117,33 @@ class EncryptionKeys:
             if known == key_id:
                 return key
         return None
+
+
+#: Each key this process has held (`EncryptionKeys`) as text: masked wherever it shows
+#: (`activities._redact` reads them; this module imports nothing of ours). Only ever
+#: appended to, so a reader keeps its place.
+_held_keys: list[tuple[str, ...]] = []
+_held_lock = threading.Lock()
+
+
+def _note_keys(keys: Iterable[bytes]) -> None:
+    """Remember keys as a tool or a log may show them: base64 as written first, then
+    unpadded, in the URL-safe alphabet, and hex (a key file read by a tool, an error
+    quoting an entry)."""
+    for key in keys:
+        encoded, urlsafe = base64.b64encode(key).decode(), base64.urlsafe_b64encode(key).decode()
+        forms = tuple(
+            dict.fromkeys([encoded, encoded.rstrip("="), urlsafe, urlsafe.rstrip("="), key.hex()])
+        )
+        with _held_lock:
+            if forms not in _held_keys:
+                _held_keys.append(forms)
+
+
+def held_keys(start: int = 0) -> list[tuple[str, ...]]:
+    """The keys this process has held (`_note_keys`' forms of each), from the `start`th on."""
+    with _held_lock:
+        return _held_keys[start:]
 
 
 # -- reading keys --------------------------------------------------------------------
@@ -147,11 +176,7 @@ def parse_keys(text: str, source: str = KEYS_ENV) -> EncryptionKeys:
                 f"{where}: expected key_id:base64-key (e.g. 2025a:<44 base64 characters>); "
                 + _NEW_KEY_HINT
             )
-        if not _KEY_ID.match(key_id):
-            raise EncryptionConfigError(
-                f"{where}: bad key id {_shown_id(key_id)}: use 1-64 letters, digits, '.', '_' "
-                "or '-'"
-            )
+        check_key_id(key_id, where)
         if any(known == key_id for known, _ in entries):
             raise EncryptionConfigError(f"{where}: key id {key_id!r} is given twice")
         try:
@@ -169,6 +194,18 @@ def parse_keys(text: str, source: str = KEYS_ENV) -> EncryptionKeys:
     if not entries:
         raise EncryptionConfigError(f"{source}: no encryption keys given; {_NEW_KEY_HINT}")
     return EncryptionKeys(tuple(entries), source)
+
+
+def check_key_id(key_id: str, where: str) -> None:
+    """Refuse a key id that is not 1-64 letters, digits, '.', '_' or '-' (`where` says whose).
+
+    Raises:
+        EncryptionConfigError: naming `where` and the id (not when it reads as a key).
+    """
+    if not _KEY_ID.match(key_id):
+        raise EncryptionConfigError(
+            f"{where}: bad key id {_shown_id(key_id)}: use 1-64 letters, digits, '.', '_' or '-'"
+        )
 
 
 def _holds_a_key(text: str) -> bool:

@@ -164,6 +164,36 @@ def test_keys_repr_shows_ids_only() -> None:
     assert KEY_A not in repr(EncryptionCodec(configured))
 
 
+@pytest.mark.parametrize("given", ["file", "text", "env"])
+def test_keys_read_from_a_file_or_given_as_text_are_masked_wherever_they_show(
+    tmp_path: Path, given: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key the process read from a key file (`--encryption-keys-file`, `show`/`export`
+    of an encrypted run) or was given as text is a secret of it: masked in content and
+    error text, as base64 of either alphabet, padded or not, and hex of either case.
+    From `AGENTOR_ENCRYPTION_KEYS` (a credential variable) only its base64 as written was."""
+    from agentor_temporal.activities._redact import clean, mask_secrets
+
+    encoded = new_key()
+    raw = base64.b64decode(encoded)
+    if given == "file":
+        path = tmp_path / "keys.txt"
+        path.write_text(f"k1:{encoded}\n")
+        path.chmod(0o600)
+        keys_from_file(path)
+    elif given == "text":
+        resolve_keys(f"k1:{encoded}")
+    else:
+        monkeypatch.setenv("AGENTOR_ENCRYPTION_KEYS", f"k1:{encoded}")
+        keys_from_env()
+    urlsafe = base64.urlsafe_b64encode(raw).decode()
+    forms = [encoded, encoded.rstrip("="), urlsafe.rstrip("="), raw.hex(), raw.hex().upper()]
+    text = "key file: k1:" + " | ".join(forms)
+    for shown in (mask_secrets(text), clean(text)):
+        # the variable's whole value (`k1:<key>`) is one of its secrets too
+        assert shown.replace("k1:***", "***") == "key file: " + " | ".join(["***"] * 5), shown
+
+
 def test_keys_come_from_the_environment_or_a_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
