@@ -121,6 +121,7 @@ def known_keys_kept() -> Iterator[None]:
 
     known = set(_redact._known)
     scanned, seen = dict(_redact._scanned), list(_redact._environment_seen)
+    keys_seen = list(_redact._keys_seen)
     yield
     with _redact._guard:
         _redact._known.intersection_update(known)
@@ -128,6 +129,8 @@ def known_keys_kept() -> Iterator[None]:
         _redact._scanned.clear()
         _redact._scanned.update(scanned)
         _redact._environment_seen[:] = seen
+    with _redact._keys_lock:  # encryption keys still held are remembered again when asked
+        _redact._keys_seen[:] = keys_seen
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
