@@ -12,7 +12,9 @@ request with `local_model_calls`): a workflow task dropped while it ran (a
 worker frozen past the workflow task timeout) is run again from its last
 recorded step, asking again under the same key as a first attempt. A call
 keeps running when its attempt is cancelled because the server gave up on it
-(so the retry can join it), unless its run turns out to have ended
+(so the retry can join it), or because the activity was paused or reset
+(`temporal activity pause`, `reset`: the attempt after the unpause or reset
+joins it, a first attempt too), unless its run turns out to have ended
 (terminated or reset: nothing will join it), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
@@ -107,6 +109,15 @@ def _dropped_with_its_task(details: activity.ActivityCancellationDetails | None)
     return details is not None and details.cancel_requested and not details.worker_shutdown
 
 
+def _paused_or_reset(details: activity.ActivityCancellationDetails | None) -> bool:
+    """Whether the attempt was cancelled by an activity pause or reset, and for nothing else."""
+    return (
+        details is not None
+        and (details.paused or details.reset)
+        and not (details.cancel_requested or details.worker_shutdown)
+    )
+
+
 def _joinable(task: asyncio.Task[Any] | None) -> bool:
     """Whether an attempt may take `task`'s outcome: live, or finished with a result."""
     return (
@@ -134,6 +145,9 @@ class LiveCalls:
         )
         #: calls of an execution ended by a reset that its reset execution joined
         self._adopted: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: calls whose attempt was paused or reset (`temporal activity pause`/`reset`):
+        #: the attempt after it joins them, a first attempt too
+        self._paused: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         #: calls a later attempt joined (since the last cancel of one awaiting them)
         self._rejoined: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
@@ -159,7 +173,9 @@ class LiveCalls:
             return await make()
         info = activity.info()
         key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
-        task = self._calls.get(key) if info.attempt > 1 or info.is_local else None
+        task = self._calls.get(key)
+        if not (info.attempt > 1 or info.is_local or task in self._paused):
+            task = None
         if not _joinable(task) and same is not None:
             task = await self._reset_from(info, same)
             if task is not None:
@@ -211,6 +227,18 @@ class LiveCalls:
                 # not found: the server timed the attempt out (a retry may join
                 # the call) or the run ended (terminated, reset): nothing will
                 self._stop_if_ended(task, info)
+            if _paused_or_reset(details):
+                # paused or reset from the CLI or API: the attempt after the unpause
+                # (or the reset's) joins the call, which goes on meanwhile
+                self._paused.add(task)
+                logger.info(
+                    "%s %s of run %s paused or reset: the call keeps running for the "
+                    "attempt after it to join",
+                    info.activity_type,
+                    info.activity_id,
+                    info.workflow_id,
+                )
+                raise
             if info.is_local and _dropped_with_its_task(details) and not task.done():
                 # the workflow task it ran in was lost (timed out while this worker
                 # was frozen): the run's next task asks again, and joins this call

@@ -1,0 +1,114 @@
+"""A tool call paused from the CLI or API (`temporal activity pause`), then unpaused, runs once.
+
+The server tells the worker of the pause through the heartbeat's answer, and
+the SDK cancels the attempt. The call was cancelled with it, and the attempt
+after the unpause ran the tool again: its side effect twice, under the same
+idempotency key, on the same live worker. The call now keeps running, and the
+attempt after the unpause (a first attempt again when the unpause resets the
+attempts) joins it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+
+import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import PauseActivityRequest, UnpauseActivityRequest
+from temporalio.client import Client
+
+from agentor_temporal import function_tool
+from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.worker import build_worker
+
+from helpers import ledger_lines, ledger_write, scripted_agent, until
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async_tool", "sync_tool"])
+@pytest.mark.parametrize("reset_attempts", [False, True], ids=["attempts_kept", "attempts_reset"])
+async def test_a_paused_then_unpaused_tool_call_runs_once(
+    client: Client,
+    task_queue: str,
+    ledger: str,
+    reset_attempts: bool,
+    sync: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pause the running tool call (async or sync), unpause it once the worker has ended the
+    paused attempt: one ledger line, the run completes, two model requests."""
+    caplog.set_level(logging.WARNING, logger="temporalio.activity")
+    release = threading.Event()
+
+    @function_tool(name="get_weather")
+    async def async_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        ledger_write(ledger, "get_weather", city)
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+        return f"The weather in {city} is sunny and 22C."
+
+    @function_tool(name="get_weather")
+    def sync_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        ledger_write(ledger, "get_weather", city)
+        release.wait(60)
+        return f"The weather in {city} is sunny and 22C."
+
+    def heard_of_pause() -> bool:
+        # the SDK ends a paused attempt with this warning (unfixed and fixed alike)
+        return "produced by activity pause" in caplog.text
+
+    with ScriptedModelServer() as model:
+        agent = scripted_agent(
+            model,
+            client,
+            task_queue,
+            tools=[sync_weather if sync else async_weather],
+            embedded_worker=False,
+        )
+        run_id = uuid.uuid4().hex
+        async with build_worker(client, [agent], task_queue=task_queue):
+            started = asyncio.ensure_future(agent.arun("Weather in Paris?", run_id=run_id))
+            try:
+                await until(lambda: ledger_lines(ledger), "the tool to start", timeout=30)
+                execution = WorkflowExecution(workflow_id=run_id)
+                await client.workflow_service.pause_activity(
+                    PauseActivityRequest(
+                        namespace=client.namespace,
+                        execution=execution,
+                        id="tool-1-0",
+                        identity="test",
+                        reason="test",
+                    )
+                )
+                await until(heard_of_pause, "the worker to hear of the pause", timeout=30)
+                await client.workflow_service.unpause_activity(
+                    UnpauseActivityRequest(
+                        namespace=client.namespace,
+                        execution=execution,
+                        id="tool-1-0",
+                        identity="test",
+                        reset_attempts=reset_attempts,
+                    )
+                )
+                release.set()
+                result = await asyncio.wait_for(started, 30)
+            finally:
+                release.set()
+                if not started.done():
+                    started.cancel()
+        assert result.status == "completed", result.error
+        lines = ledger_lines(ledger)
+        assert len(lines) == 1, lines
+        assert model.request_count == 2
