@@ -16,6 +16,7 @@ import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -46,14 +47,30 @@ SEARCH_ATTRIBUTE_ARGS = [
 ]
 
 
+async def start_dev_server(*settings: str) -> WorkflowEnvironment:
+    """A dev server of our own (in memory), each of `settings` a dynamic config value."""
+    limits = [arg for setting in settings for arg in ("--dynamic-config-value", setting)]
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        dev_server_extra_args=[*SEARCH_ATTRIBUTE_ARGS, "--log-level", "error", *limits],
+        ui=False,
+    )
+
+
+@asynccontextmanager
+async def dev_server(*settings: str) -> AsyncIterator[Client]:
+    """A client of a dev server started for the block and shut down after it."""
+    env = await start_dev_server(*settings)
+    try:
+        yield env.client
+    finally:
+        await env.shutdown()
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     """A dev server for the whole session (in memory)."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        dev_server_extra_args=[*SEARCH_ATTRIBUTE_ARGS, "--log-level", "error"],
-        ui=False,
-    )
+    env = await start_dev_server()
     yield env
     # embedded workers first, while the server they poll is still up
     from agentor_temporal._runtime import Runtime

@@ -22,16 +22,14 @@ import pytest_asyncio
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from agentor_temporal import AgentorPlugin
-from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import Reply, ScriptedModelServer
 from agentor_temporal.workflow import run_agent
 from agentor_temporal.workflows import policies
 
-from conftest import SEARCH_ATTRIBUTE_ARGS
+from conftest import dev_server
 from helpers import unwedged_history
 from integration.test_plugin import support
 
@@ -44,21 +42,8 @@ RUNS = 7
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def few_children() -> AsyncIterator[Client]:
     """A dev server that lets a workflow have only PENDING child executions pending."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        dev_server_extra_args=[
-            *SEARCH_ATTRIBUTE_ARGS,
-            "--log-level",
-            "error",
-            "--dynamic-config-value",
-            f"limit.numPendingChildExecutions.error={PENDING}",
-        ],
-        ui=False,
-    )
-    try:
-        yield env.client
-    finally:
-        await env.shutdown()
+    async with dev_server(f"limit.numPendingChildExecutions.error={PENDING}") as client:
+        yield client
 
 
 @workflow.defn(sandboxed=False)

@@ -19,13 +19,11 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
 from agentor_temporal import FileStore
-from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer, Step
 
-from conftest import SEARCH_ATTRIBUTE_ARGS
+from conftest import start_dev_server
 from helpers import (
     PROMPT,
     ROOT,
@@ -144,11 +142,7 @@ async def test_a_run_id_gone_from_temporal_but_mirrored_is_not_run_again(
     run_id = f"order-{uuid.uuid4().hex[:8]}"
     results = []
     for _ in "ab":  # a fresh in-memory server each time: the first one's history is gone
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_binary(),
-            dev_server_extra_args=[*SEARCH_ATTRIBUTE_ARGS, "--log-level", "error"],
-            ui=False,
-        )
+        env = await start_dev_server()
         try:
             agent = scripted_agent(model, env.client, task_queue, store=store, ledger=ledger)
             results.append(await asyncio.wait_for(agent.arun(PROMPT, run_id=run_id), 60))

@@ -22,14 +22,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import RawValue
 from temporalio.service import RPCError
-from temporalio.testing import WorkflowEnvironment
 
-from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 
-from conftest import SEARCH_ATTRIBUTE_ARGS
+from conftest import dev_server
 from helpers import ledger_lines, payer, scripted_agent
 
 #: signals the server takes per execution in these tests (Temporal's default: 10,000)
@@ -42,23 +40,10 @@ PAY = CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay")
 @pytest_asyncio.fixture
 async def few_signals() -> AsyncIterator[Client]:
     """A dev server that takes only SIGNALS signals and UPDATES updates per execution."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        dev_server_extra_args=[
-            *SEARCH_ATTRIBUTE_ARGS,
-            "--log-level",
-            "error",
-            "--dynamic-config-value",
-            f"history.maximumSignalsPerExecution={SIGNALS}",
-            "--dynamic-config-value",
-            f"history.maxTotalUpdates={UPDATES}",
-        ],
-        ui=False,
-    )
-    try:
-        yield env.client
-    finally:
-        await env.shutdown()
+    async with dev_server(
+        f"history.maximumSignalsPerExecution={SIGNALS}", f"history.maxTotalUpdates={UPDATES}"
+    ) as client:
+        yield client
 
 
 async def flood(client: Client, run_id: str) -> str:

@@ -24,16 +24,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateStage
 from temporalio.contrib.workflow_streams import PollInput
 from temporalio.service import RetryConfig, RPCError
-from temporalio.testing import WorkflowEnvironment
 
 from agentor_temporal import TemporalStore
 from agentor_temporal.activities.tooldef import function_tool
-from agentor_temporal.connection import temporal_binary
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 
-from conftest import SEARCH_ATTRIBUTE_ARGS
+from conftest import dev_server
 from helpers import ledger_lines, payer, scripted_agent, transfer_tool, weather_agent, weather_tool
 from integration.test_watchers_and_plain_clients import Asks
 
@@ -83,21 +81,8 @@ async def test_asking_a_paused_run_again_and_again_leaves_its_history_alone(
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def few_updates() -> AsyncIterator[Client]:
     """A dev server that takes only UPDATES updates per workflow execution (each test its runs)."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        dev_server_extra_args=[
-            *SEARCH_ATTRIBUTE_ARGS,
-            "--log-level",
-            "error",
-            "--dynamic-config-value",
-            f"history.maxTotalUpdates={UPDATES}",
-        ],
-        ui=False,
-    )
-    try:
-        yield env.client
-    finally:
-        await env.shutdown()
+    async with dev_server(f"history.maxTotalUpdates={UPDATES}") as client:
+        yield client
 
 
 async def test_callers_past_the_update_limit_still_get_the_pause(
