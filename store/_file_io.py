@@ -19,6 +19,11 @@ from typing import BinaryIO, cast
 
 from agentor_temporal.store.events import Event
 
+try:  # POSIX: lets two worker processes share one runs directory safely
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 # the store's own logger name: the worker's redaction filter knows it
 logger = logging.getLogger("agentor_temporal.store.file")
 
@@ -122,7 +127,7 @@ def _open_safely(path: Path, flags: int) -> Iterator[BinaryIO]:
         yield f
 
 
-def _open_fd(path: Path, flags: int) -> int:
+def _open_fd(path: Path, flags: int, *, linked: bool = True) -> int:
     """Open a run's file without following a link out of the store's directory.
 
     Raises:
@@ -143,7 +148,7 @@ def _open_fd(path: Path, flags: int) -> int:
         # at start, so the mirror writes the runs again from Temporal's record
         logger.warning("The store's directory %s is gone; making it again", path.parent)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return _open_fd(path, flags)
+        return _open_fd(path, flags, linked=linked)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
             raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link")) from None
@@ -154,7 +159,8 @@ def _open_fd(path: Path, flags: int) -> int:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeLogFile(errno.EINVAL, _refusal(path, "it is not a regular file"))
-        if st.st_nlink > 1:
+        again = st.st_nlink > 1 and _linked_for_a_moment(fd, path, linked)
+        if st.st_nlink > 1 and not again:
             raise UnsafeLogFile(
                 errno.EMLINK,
                 _refusal(path, f"it has {st.st_nlink} hard links (writes would land elsewhere)"),
@@ -165,7 +171,71 @@ def _open_fd(path: Path, flags: int) -> int:
     except BaseException:
         os.close(fd)
         raise
+    if again:
+        os.close(fd)
+        return _open_fd(path, flags, linked=False)
     return fd
+
+
+def _linked_for_a_moment(fd: int, path: Path, first: bool) -> bool:
+    """Whether a second name of the file may be a rewrite's, gone once its lock is let go.
+
+    `FileStore.replace_log` links the old log beside itself, then puts the new
+    one in its place, holding the old one's lock: a file opened in between
+    has two names for that moment. It is waited for (a shared lock), then
+    opened again; a file with two names after that is a hard link, refused.
+    """
+    if not first or fcntl is None:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return True
+
+
+#: The mode a log set aside is given while its lock is held: no longer the run's log.
+SET_ASIDE_MODE = 0o400
+
+
+def _open_locked(path: Path, flags: int) -> tuple[int, bool, os.stat_result]:
+    """Open a run's file and hold its exclusive lock: (descriptor, whether it was made, its stat).
+
+    Locked, the file must still be the one at `path`: a writer that opened a
+    log just before another process set it aside (renamed, and put a new log
+    in its place) took the lock after, and wrote into the copy set aside. It
+    opens the file at `path` again instead. A file is set aside holding this
+    lock and made read-only first, so a writable file is still the run's
+    without looking its name up again (the mirror's usual step stats nothing
+    by name). O_EXCL in `flags` asks to know whether the file was made here
+    (then made, or opened if it was there).
+    """
+    for _ in range(100):
+        created = False
+        if flags & os.O_EXCL:
+            try:
+                fd = _open_fd(path, flags)
+                created = True
+            except FileExistsError:
+                fd = _open_fd(path, flags & ~(os.O_EXCL | os.O_CREAT))
+        else:
+            fd = _open_fd(path, flags)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if fcntl is None or st.st_mode & stat.S_IWUSR or _same_file(st, path):
+                return fd, created, st
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise OSError(errno.EAGAIN, f"{path} kept being replaced while it was opened")
+
+
+def _same_file(here: os.stat_result, path: Path) -> bool:
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _refusal(path: Path, why: str) -> str:

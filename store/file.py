@@ -21,26 +21,23 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
-try:  # POSIX: lets two worker processes share one runs directory safely
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
-from agentor_temporal.store._file_io import UnsafeLogFile as UnsafeLogFile  # its home before
 from agentor_temporal.store._file_io import (
+    SET_ASIDE_MODE,
     _after_last_newline,
     _append_whole,
     _identity,
     _last_byte,
-    _open_fd,
+    _open_locked,
     _open_safely,
 )
+from agentor_temporal.store._file_io import UnsafeLogFile as UnsafeLogFile  # its home before
 from agentor_temporal.store.base import validate_run_id
 from agentor_temporal.store.events import Event, with_readable_counts
 
@@ -127,22 +124,14 @@ class FileStore:
         path = self.path(run_id)
         flags = os.O_RDWR | os.O_APPEND
         with self._run_lock(run_id):
-            created = False
             try:
-                if start == 0:  # a new run's first step: its file is made here
-                    try:
-                        fd = _open_fd(path, flags | os.O_CREAT | os.O_EXCL)
-                        created = True
-                    except FileExistsError:
-                        fd = _open_fd(path, flags)
-                else:
-                    fd = _open_fd(path, flags)
+                # a new run's first step: its file is made here
+                fd, created, st = _open_locked(
+                    path, flags | (os.O_CREAT | os.O_EXCL if start == 0 else 0)
+                )
             except FileNotFoundError:  # as `count` and `unchanged` say for no file
                 return 0, True, None
             try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                st = os.fstat(fd)
                 identity = _identity(st)
                 # a file made just now is as new as no file: unchanged, empty
                 same = created or self._written.get(run_id) == identity
@@ -177,10 +166,15 @@ class FileStore:
     @contextlib.contextmanager
     def _locked(self, run_id: str) -> Iterator[BinaryIO]:
         path = self.path(run_id)
-        with self._run_lock(run_id), _open_safely(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as f:
-            if fcntl is not None:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            yield f
+        with self._run_lock(run_id):
+            fd, _, _ = _open_locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            try:
+                f = cast(BinaryIO, os.fdopen(fd, "rb+"))
+            except BaseException:
+                os.close(fd)
+                raise
+            with f:
+                yield f
 
     def _write(self, run_id: str, f: BinaryIO, events: list[Event]) -> None:
         before: tuple[int, int, int] | None = _identity(os.fstat(f.fileno()))
@@ -252,30 +246,110 @@ class FileStore:
         """Rename the run's file out of the way (never delete it); return its new name.
 
         The new name (`<id>.jsonl.damaged-<UTC time>`) is not a run's file, so
-        `list_runs` and `load` ignore it; None when there was no file.
+        `list_runs` and `load` ignore it; None when there was no file. Done
+        holding the file's lock, as writers hold it: a writer in another
+        process waiting for it then finds the file gone and opens the new one.
+        """
+        with self._run_lock(run_id), self._held(run_id) as mark:
+            mark()
+            return self._move_aside(run_id, replacement=None)
+
+    def replace_log(
+        self, run_id: str, events: list[Event], wrong: Callable[[], bool]
+    ) -> str | None:
+        """Set the run's file aside and put a log of `events` in its place, if still `wrong()`.
+
+        Under one lock, the one writers take: `wrong` is asked again under it
+        (another worker may have put a right log there meanwhile), and the new
+        log, written whole beside it first, replaces the old one in one rename.
+        A reader or writer never finds the run without a log, or half of one,
+        and a writer that opened the old log before never writes into the
+        copy set aside. Returns the set-aside name; None when nothing was wrong.
+        """
+        path = self.path(run_id)
+        with self._run_lock(run_id), self._held(run_id) as mark:
+            if not wrong():
+                return None
+            fresh = path.with_name(f"{path.name}.rewrite-{os.getpid()}-{time.time_ns()}")
+            try:
+                with _open_safely(fresh, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
+                    _append_whole(g.fileno(), 0, events)
+                mark()
+                moved = self._move_aside(run_id, replacement=fresh)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    fresh.unlink()
+                raise
+            after = _identity(os.stat(path, follow_symlinks=False))
+            self._counts[run_id] = (after, len(events))
+            self._written[run_id] = after
+            return moved
+
+    @contextlib.contextmanager
+    def _held(self, run_id: str) -> Iterator[Callable[[], None]]:
+        """The exclusive lock of the run's file, when it is one this store would open;
+        yields what marks the file set aside (read-only) for writers waiting for the lock.
+        """
+        try:
+            fd, _, st = _open_locked(self.path(run_id), os.O_RDONLY)
+        except (FileNotFoundError, UnsafeLogFile):  # no file, or a link: moved all the same
+            yield lambda: None
+            return
+
+        def mark() -> None:
+            if hasattr(os, "fchmod"):  # pragma: no branch - not on Windows before 3.13
+                with contextlib.suppress(OSError):  # a filesystem without modes: as before
+                    os.fchmod(fd, SET_ASIDE_MODE)
+
+        try:
+            yield mark
+        except BaseException:
+            with contextlib.suppress(OSError, AttributeError):
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))  # not set aside after all
+            raise
+        finally:
+            os.close(fd)
+
+    def _move_aside(self, run_id: str, replacement: Path | None) -> str | None:
+        """Give the file a free side name, then put `replacement` (or nothing) at its own.
+
+        Linked to the side name, then replaced (or unlinked): never replaces a
+        file that appeared at the side name meanwhile, and never leaves the
+        run without a log between the old one and the new one.
         """
         path = self.path(run_id)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        with self._run_lock(run_id):
-            for n in range(1000):
-                target = path.with_name(f"{path.name}.damaged-{stamp}{f'-{n}' if n else ''}")
-                if target.exists() or target.is_symlink():
-                    continue
+        for n in range(1000):
+            target = path.with_name(f"{path.name}.damaged-{stamp}{f'-{n}' if n else ''}")
+            if target.exists() or target.is_symlink():
+                continue
+            try:
+                os.link(path, target, follow_symlinks=False)
+            except FileNotFoundError:  # no file (any more): the new log is all there is
+                if replacement is not None:
+                    os.rename(replacement, path)
+                return None
+            except FileExistsError:
+                continue
+            except OSError as exc:  # no hard links here (some FUSE, FAT)
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise
+                os.rename(path, target)
+                if replacement is not None:
+                    os.rename(replacement, path)
+            else:
                 try:
-                    # link + unlink: never replaces a file that appeared meanwhile
-                    os.link(path, target, follow_symlinks=False)
-                    os.unlink(path)
-                except FileNotFoundError:
-                    return None
-                except FileExistsError:
-                    continue
-                except OSError as exc:  # no hard links here (some FUSE, FAT)
-                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                        raise
-                    os.rename(path, target)
-                self._counts.pop(run_id, None)
-                self._written.pop(run_id, None)
-                return target.name
+                    if replacement is not None:
+                        os.replace(replacement, path)
+                    else:
+                        os.unlink(path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        target.unlink()  # the old log keeps its one name
+                    raise
+            self._counts.pop(run_id, None)
+            self._written.pop(run_id, None)
+            return target.name
         raise OSError(errno.EEXIST, f"no free name to set {path} aside")
 
     def retract(self, run_id: str, keep: int) -> str | None:
