@@ -238,6 +238,34 @@ def _same_file(here: os.stat_result, path: Path) -> bool:
     return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
+def _check_encoding(f: BinaryIO, path: Path) -> None:
+    """Refuse a log in UTF-16 or UTF-32 (a Windows tool re-saved it); leaves `f` at its start.
+
+    Read line by line as UTF-8, such a log gave its first event alone, every
+    other line skipped as unreadable: resumed, the run started over, asking
+    the model again and running its tools again. A UTF-8 BOM is read past.
+
+    Raises:
+        UnsafeLogFile: naming the file and what it holds.
+    """
+    f.seek(0)
+    head = f.read(4)
+    f.seek(0)
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        found = "UTF-32 text"
+    elif head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        found = "UTF-16 text"
+    elif len(head) >= 2 and (head[0] == 0) != (head[1] == 0):
+        found = "UTF-16 or UTF-32 text"  # no BOM: every other byte of `{"` is NUL
+    else:
+        return
+    raise UnsafeLogFile(
+        errno.EILSEQ,
+        f"Refusing to use {path}: it is {found}, not UTF-8 (a Windows tool may have "
+        "re-saved it); convert it to UTF-8 (one JSON event per line) to continue.",
+    )
+
+
 def _refusal(path: Path, why: str) -> str:
     return (
         f"Refusing to use {path}: {why}. A FileStore reads and writes only regular "

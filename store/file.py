@@ -32,6 +32,7 @@ from agentor_temporal.store._file_io import (
     SET_ASIDE_MODE,
     _after_last_newline,
     _append_whole,
+    _check_encoding,
     _identity,
     _last_byte,
     _open_locked,
@@ -180,6 +181,7 @@ class FileStore:
         before: tuple[int, int, int] | None = _identity(os.fstat(f.fileno()))
         size = f.seek(0, os.SEEK_END)
         if size > 0:
+            _check_encoding(f, self.path(run_id))  # UTF-8 lines are not added to another
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
                 self._mend_torn_tail(f, self.path(run_id))
@@ -413,6 +415,7 @@ class FileStore:
         path = self.path(run_id)
         try:
             with _open_safely(path, os.O_RDONLY) as f:
+                _check_encoding(f, path)
                 for number, raw in enumerate(f, 1):
                     line = raw.strip()
                     if not line:
