@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
@@ -271,3 +272,59 @@ def _refusal(path: Path, why: str) -> str:
         f"Refusing to use {path}: {why}. A FileStore reads and writes only regular "
         "files inside its own directory; move it away to continue."
     )
+
+
+def _make_directory(directory: Path) -> None:
+    """Make the store's directory (owner only), or say why the path cannot be one."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError:  # there, and no directory: "File exists" said nothing of it
+        if directory.is_symlink():
+            gone = not directory.exists()
+            what = f"a symbolic link to {os.readlink(directory)!r}, which " + (
+                "does not exist" if gone else "is not a directory"
+            )
+        else:
+            what = "a file, not a directory"
+        raise FileExistsError(errno.EEXIST, f"{directory} is {what}") from None
+
+
+def _move_aside(path: Path, replacement: Path | None) -> str | None:
+    """Give the file a free side name, then put `replacement` (or nothing) at its own.
+
+    Linked to the side name, then replaced (or unlinked): never replaces a
+    file that appeared at the side name meanwhile, and never leaves the run
+    without a log between the old one and the new one. Returns the side
+    name; None when there was no file (then `replacement` is the log).
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    for n in range(1000):
+        target = path.with_name(f"{path.name}.damaged-{stamp}{f'-{n}' if n else ''}")
+        if target.exists() or target.is_symlink():
+            continue
+        try:
+            os.link(path, target, follow_symlinks=False)
+        except FileNotFoundError:  # no file (any more): the new log is all there is
+            if replacement is not None:
+                os.rename(replacement, path)
+            return None
+        except FileExistsError:
+            continue
+        except OSError as exc:  # no hard links here (some FUSE, FAT)
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            os.rename(path, target)
+            if replacement is not None:
+                os.rename(replacement, path)
+        else:
+            try:
+                if replacement is not None:
+                    os.replace(replacement, path)
+                else:
+                    os.unlink(path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    target.unlink()  # the old log keeps its one name
+                raise
+        return target.name
+    raise OSError(errno.EEXIST, f"no free name to set {path} aside")

@@ -16,7 +16,6 @@ its run is never deleted: `set_aside` renames it beside the others.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -35,6 +34,8 @@ from agentor_temporal.store._file_io import (
     _check_encoding,
     _identity,
     _last_byte,
+    _make_directory,
+    _move_aside,
     _open_locked,
     _open_safely,
 )
@@ -54,7 +55,7 @@ class FileStore:
 
     def __init__(self, directory: str | os.PathLike[str] = "runs") -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_directory(self.directory)
         # (file identity, event count) per run: counting is on the mirror's hot
         # path, and re-parsing a long log on every step is quadratic. Keyed by
         # the file's identity (inode, size, mtime), not its size alone: an edit
@@ -313,46 +314,11 @@ class FileStore:
             os.close(fd)
 
     def _move_aside(self, run_id: str, replacement: Path | None) -> str | None:
-        """Give the file a free side name, then put `replacement` (or nothing) at its own.
-
-        Linked to the side name, then replaced (or unlinked): never replaces a
-        file that appeared at the side name meanwhile, and never leaves the
-        run without a log between the old one and the new one.
-        """
-        path = self.path(run_id)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        for n in range(1000):
-            target = path.with_name(f"{path.name}.damaged-{stamp}{f'-{n}' if n else ''}")
-            if target.exists() or target.is_symlink():
-                continue
-            try:
-                os.link(path, target, follow_symlinks=False)
-            except FileNotFoundError:  # no file (any more): the new log is all there is
-                if replacement is not None:
-                    os.rename(replacement, path)
-                return None
-            except FileExistsError:
-                continue
-            except OSError as exc:  # no hard links here (some FUSE, FAT)
-                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                    raise
-                os.rename(path, target)
-                if replacement is not None:
-                    os.rename(replacement, path)
-            else:
-                try:
-                    if replacement is not None:
-                        os.replace(replacement, path)
-                    else:
-                        os.unlink(path)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        target.unlink()  # the old log keeps its one name
-                    raise
+        moved = _move_aside(self.path(run_id), replacement)
+        if moved is not None:
             self._counts.pop(run_id, None)
             self._written.pop(run_id, None)
-            return target.name
-        raise OSError(errno.EEXIST, f"no free name to set {path} aside")
+        return moved
 
     def retract(self, run_id: str, keep: int) -> str | None:
         """Move the run's events from position `keep` on into a side file; return its name.
