@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
@@ -189,7 +190,36 @@ def _linked_for_a_moment(fd: int, path: Path, first: bool) -> bool:
     if not first or fcntl is None:
         return False
     fcntl.flock(fd, fcntl.LOCK_SH)
+    _undo_interrupted_set_aside(fd, path)
     return True
+
+
+def _undo_interrupted_set_aside(fd: int, path: Path) -> None:
+    """Remove a side name of the log left by a set-aside killed before it replaced the log.
+
+    Killed between its link and its rename, a rewrite left the log with two
+    names, its own and `<id>.jsonl.damaged-<time>`: refused as a hard link by
+    every later step, the run's mirror was dead until a person moved it. The
+    side name goes (nothing is lost: it is the same file, still at `path`),
+    and the next step that finds the log wrong sets it aside again. Called
+    holding the file's shared lock: no set-aside of it is under way.
+    """
+    here = os.fstat(fd)
+    for side in path.parent.glob(f"{glob.escape(path.name)}.damaged-*"):
+        try:
+            there = os.stat(side, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino):
+            logger.warning(
+                "Removing %s, a second name of %s left by a set-aside that was interrupted",
+                side.name,
+                path,
+            )
+            with contextlib.suppress(FileNotFoundError):
+                side.unlink()
+            if not here.st_mode & stat.S_IWUSR:  # marked set aside: the run's log again
+                os.fchmod(fd, stat.S_IMODE(here.st_mode) | stat.S_IWUSR)
 
 
 #: The mode a log set aside is given while its lock is held: no longer the run's log.
@@ -289,13 +319,16 @@ def _make_directory(directory: Path) -> None:
         raise FileExistsError(errno.EEXIST, f"{directory} is {what}") from None
 
 
-def _move_aside(path: Path, replacement: Path | None) -> str | None:
+def _move_aside(
+    path: Path, replacement: Path | None, mark: Callable[[], None] = lambda: None
+) -> str | None:
     """Give the file a free side name, then put `replacement` (or nothing) at its own.
 
     Linked to the side name, then replaced (or unlinked): never replaces a
     file that appeared at the side name meanwhile, and never leaves the run
     without a log between the old one and the new one. Returns the side
     name; None when there was no file (then `replacement` is the log).
+    `mark` marks the old log set aside, once it has its side name.
     """
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     for n in range(1000):
@@ -313,11 +346,13 @@ def _move_aside(path: Path, replacement: Path | None) -> str | None:
         except OSError as exc:  # no hard links here (some FUSE, FAT)
             if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
                 raise
+            mark()
             os.rename(path, target)
             if replacement is not None:
                 os.rename(replacement, path)
         else:
             try:
+                mark()
                 if replacement is not None:
                     os.replace(replacement, path)
                 else:

@@ -254,8 +254,7 @@ class FileStore:
         process waiting for it then finds the file gone and opens the new one.
         """
         with self._run_lock(run_id), self._held(run_id) as mark:
-            mark()
-            return self._move_aside(run_id, replacement=None)
+            return self._move_aside(run_id, None, mark)
 
     def replace_log(
         self, run_id: str, events: list[Event], wrong: Callable[[], bool]
@@ -277,8 +276,7 @@ class FileStore:
             try:
                 with _open_safely(fresh, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
                     _append_whole(g.fileno(), 0, events)
-                mark()
-                moved = self._move_aside(run_id, replacement=fresh)
+                moved = self._move_aside(run_id, fresh, mark)
             except BaseException:
                 with contextlib.suppress(OSError):
                     fresh.unlink()
@@ -313,8 +311,10 @@ class FileStore:
         finally:
             os.close(fd)
 
-    def _move_aside(self, run_id: str, replacement: Path | None) -> str | None:
-        moved = _move_aside(self.path(run_id), replacement)
+    def _move_aside(
+        self, run_id: str, replacement: Path | None, mark: Callable[[], None]
+    ) -> str | None:
+        moved = _move_aside(self.path(run_id), replacement, mark)
         if moved is not None:
             self._counts.pop(run_id, None)
             self._written.pop(run_id, None)

@@ -54,21 +54,28 @@ else:  # the mirror's step: this process wrote the log as it is now, and extends
     print(json.dumps({"done": store.append_next("r1", have, [late])[2]}), flush=True)
 """
 
-#: A worker in its own process that rewrites a wrong log, waiting for "go" before creating a file.
+#: A worker in its own process that rewrites a wrong log, waiting for "go" before creating a
+#: file or before replacing one (argv[3]: "creating", "replacing").
 REWRITER = """
 import json, os, sys
 from agentor_temporal.activities.mirror import reconcile
 from agentor_temporal.store import Event, FileStore
 
-real = os.open
+real_open, real_replace = os.open, os.replace
 paused = []
-def opener(path, flags, *args, **kwargs):
-    if flags & os.O_CREAT and not paused:
+def pause(what):
+    if sys.argv[3] == what and not paused:
         paused.append(1)
-        print("CREATING", flush=True)
+        print(what.upper(), flush=True)
         sys.stdin.readline()
-    return real(path, flags, *args, **kwargs)
-os.open = opener
+def opener(path, flags, *args, **kwargs):
+    if flags & os.O_CREAT:
+        pause("creating")
+    return real_open(path, flags, *args, **kwargs)
+def replacer(*args, **kwargs):
+    pause("replacing")
+    return real_replace(*args, **kwargs)
+os.open, os.replace = opener, replacer
 
 events = [Event.from_dict(e) for e in json.loads(sys.argv[2])]
 print(json.dumps({"kept": reconcile(FileStore(sys.argv[1]), "r1", events)}), flush=True)
@@ -143,7 +150,7 @@ def test_a_writer_that_opened_the_log_before_it_was_set_aside_writes_the_new_log
 def test_a_log_being_rewritten_is_never_missing_or_partial(tmp_path: Path) -> None:
     """While a worker rewrites a wrong log, others read the old log whole, never no log."""
     run, data = damaged_log(tmp_path)
-    rewriter = child(REWRITER, str(tmp_path), json.dumps(dicts(run)))
+    rewriter = child(REWRITER, str(tmp_path), json.dumps(dicts(run)), "creating")
     try:
         wait_line(rewriter, "CREATING", timeout=20)
         store = FileStore(tmp_path)
@@ -160,7 +167,7 @@ def test_a_log_being_rewritten_is_never_missing_or_partial(tmp_path: Path) -> No
 def test_two_workers_rewriting_one_wrong_log_set_it_aside_once(tmp_path: Path) -> None:
     """The second worker finds the log already right under the lock: no good log set aside."""
     run, data = damaged_log(tmp_path)
-    rewriter = child(REWRITER, str(tmp_path), json.dumps(dicts(run)))
+    rewriter = child(REWRITER, str(tmp_path), json.dumps(dicts(run)), "creating")
     try:
         wait_line(rewriter, "CREATING", timeout=20)  # it compared, found the log wrong
         done = threading.Event()
@@ -179,3 +186,26 @@ def test_two_workers_rewriting_one_wrong_log_set_it_aside_once(tmp_path: Path) -
     assert dicts(FileStore(tmp_path).load(RUN)) == dicts(run)
     asides = [p for p in tmp_path.iterdir() if ".damaged-" in p.name]
     assert [p.read_bytes() for p in asides] == [data]
+
+
+def test_a_rewrite_killed_between_its_two_renames_leaves_no_log_refused_for_good(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGKILLed with the old log linked to its side name and not yet replaced, the log has
+    two names: it was refused ("2 hard links") by every later step, the run's mirror dead."""
+    run, data = damaged_log(tmp_path)
+    rewriter = child(REWRITER, str(tmp_path), json.dumps(dicts(run)), "replacing")
+    try:
+        wait_line(rewriter, "REPLACING", timeout=20)
+        rewriter.kill()
+        rewriter.wait(10)
+    finally:
+        stop_process(rewriter)
+    store = FileStore(tmp_path)
+    assert [e.type for e in store.load(RUN)][:1] == ["run_start"]  # read, not refused
+    assert reconcile(store, RUN, run) == len(run)
+    assert dicts(FileStore(tmp_path).load(RUN)) == dicts(run)
+    asides = [p for p in tmp_path.iterdir() if ".damaged-" in p.name]
+    assert [p.read_bytes() for p in asides] == [data]  # the wrong log kept once
+    assert "interrupted" in caplog.text
+    assert (tmp_path / f"{RUN}.jsonl").stat().st_mode & 0o777 == 0o600  # writable again
