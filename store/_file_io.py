@@ -189,9 +189,23 @@ def _linked_for_a_moment(fd: int, path: Path, first: bool) -> bool:
     """
     if not first or fcntl is None:
         return False
-    fcntl.flock(fd, fcntl.LOCK_SH)
+    # polled, not blocked on: this process may itself hold the file's exclusive lock
+    # (a rewrite reading the log it set aside), and would wait on itself for good
+    deadline = time.monotonic() + _LINK_PATIENCE
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False  # a hard link after all: refused
+            time.sleep(0.005)
     _undo_interrupted_set_aside(fd, path)
     return True
+
+
+#: How long an open waits for a rewrite holding a log with two names (seconds).
+_LINK_PATIENCE = 10.0
 
 
 def _undo_interrupted_set_aside(fd: int, path: Path) -> None:

@@ -10,7 +10,10 @@ created readable by their owner only. The store writes only inside its
 directory, whatever that directory holds: a run's file is opened without
 following links, and one that is a symbolic link, a hard link, a FIFO or
 anything but a regular file is refused. A log whose content does not match
-its run is never deleted: `set_aside` renames it beside the others.
+its run is never deleted: `set_aside` renames it beside the others, and
+`replace_log` puts a whole new log in its place by one rename, both holding
+the lock writers take (a writer that opened the old log first then opens the
+new one). A log in UTF-16 or UTF-32 is refused, never read as a few events.
 """
 
 from __future__ import annotations
