@@ -86,6 +86,7 @@ def reconcile(
     *,
     confirmed: int | None = None,
     superseded: bool = False,
+    again: bool = True,
 ) -> int | None:
     """Make the store's copy of the run a prefix of `expected` (the run's record).
 
@@ -100,6 +101,8 @@ def reconcile(
         superseded: the caller's step belongs to an execution that no longer
             runs the run: events past `expected` are the current execution's
             (written ahead of its record), not this caller's to move.
+        again: whether to compare once more when the copy was found right
+            under the store's lock (another worker replaced it meanwhile).
 
     A copy that differs from the record within its confirmed part is damaged
     or foreign: it is set aside (never deleted) and replaced by all of
@@ -134,6 +137,36 @@ def reconcile(
             moved,
         )
         return first
+    replace_log = getattr(store, "replace_log", None)
+    if callable(replace_log):
+        # compared again, set aside and written whole under the lock writers take (a
+        # FileStore): a writer elsewhere never writes into the copy set aside, and a
+        # second worker finding the same wrong log finds it right by then
+        def wrong() -> bool:
+            return _compared(store, run_id, expected)[1] is not None
+
+        with lock or contextlib.nullcontext():
+            moved = replace_log(run_id, expected, wrong)
+        if moved is None:
+            if again:
+                return reconcile(
+                    store,
+                    run_id,
+                    expected,
+                    lock,
+                    confirmed=confirmed,
+                    superseded=superseded,
+                    again=False,
+                )
+            logger.error(
+                "The log of run %s in %r kept changing while it was set right; nothing more "
+                "is written to it in this step. Temporal has every event.",
+                run_id,
+                store,
+            )
+            return None
+        _warn_set_aside(store, run_id, where, moved, len(expected))
+        return len(expected)
     set_aside = getattr(store, "set_aside", None)
     if not callable(set_aside):
         logger.error(
@@ -147,6 +180,11 @@ def reconcile(
     with lock or contextlib.nullcontext():
         moved = set_aside(run_id)
         written = mirror_into(store, run_id, 0, expected)
+    _warn_set_aside(store, run_id, where, moved, written)
+    return written
+
+
+def _warn_set_aside(store: Store, run_id: str, where: str, moved: object, written: int) -> None:
     logger.warning(
         "The log of run %s in %r did not match the run (%s); it was set aside as %s and a "
         "complete log of %d events was written from Temporal's record",
@@ -156,7 +194,6 @@ def reconcile(
         moved,
         written,
     )
-    return written
 
 
 def _compared(store: Store, run_id: str, expected: list[Event]) -> tuple[int, int | None, str]:

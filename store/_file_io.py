@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import logging
 import os
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
 from agentor_temporal.store.events import Event
+
+try:  # POSIX: lets two worker processes share one runs directory safely
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 # the store's own logger name: the worker's redaction filter knows it
 logger = logging.getLogger("agentor_temporal.store.file")
@@ -122,7 +129,7 @@ def _open_safely(path: Path, flags: int) -> Iterator[BinaryIO]:
         yield f
 
 
-def _open_fd(path: Path, flags: int) -> int:
+def _open_fd(path: Path, flags: int, *, linked: bool = True) -> int:
     """Open a run's file without following a link out of the store's directory.
 
     Raises:
@@ -143,7 +150,7 @@ def _open_fd(path: Path, flags: int) -> int:
         # at start, so the mirror writes the runs again from Temporal's record
         logger.warning("The store's directory %s is gone; making it again", path.parent)
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return _open_fd(path, flags)
+        return _open_fd(path, flags, linked=linked)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
             raise UnsafeLogFile(errno.ELOOP, _refusal(path, "it is a symbolic link")) from None
@@ -154,7 +161,8 @@ def _open_fd(path: Path, flags: int) -> int:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeLogFile(errno.EINVAL, _refusal(path, "it is not a regular file"))
-        if st.st_nlink > 1:
+        again = st.st_nlink > 1 and _linked_for_a_moment(fd, path, linked)
+        if st.st_nlink > 1 and not again:
             raise UnsafeLogFile(
                 errno.EMLINK,
                 _refusal(path, f"it has {st.st_nlink} hard links (writes would land elsewhere)"),
@@ -165,7 +173,142 @@ def _open_fd(path: Path, flags: int) -> int:
     except BaseException:
         os.close(fd)
         raise
+    if again:
+        os.close(fd)
+        return _open_fd(path, flags, linked=False)
     return fd
+
+
+def _linked_for_a_moment(fd: int, path: Path, first: bool) -> bool:
+    """Whether a second name of the file may be a rewrite's, gone once its lock is let go.
+
+    `FileStore.replace_log` links the old log beside itself, then puts the new
+    one in its place, holding the old one's lock: a file opened in between
+    has two names for that moment. It is waited for (a shared lock), then
+    opened again; a file with two names after that is a hard link, refused.
+    """
+    if not first or fcntl is None:
+        return False
+    # polled, not blocked on: this process may itself hold the file's exclusive lock
+    # (a rewrite reading the log it set aside), and would wait on itself for good
+    deadline = time.monotonic() + _LINK_PATIENCE
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False  # a hard link after all: refused
+            time.sleep(0.005)
+    _undo_interrupted_set_aside(fd, path)
+    return True
+
+
+#: How long an open waits for a rewrite holding a log with two names (seconds).
+_LINK_PATIENCE = 10.0
+
+
+def _undo_interrupted_set_aside(fd: int, path: Path) -> None:
+    """Remove a side name of the log left by a set-aside killed before it replaced the log.
+
+    Killed between its link and its rename, a rewrite left the log with two
+    names, its own and `<id>.jsonl.damaged-<time>`: refused as a hard link by
+    every later step, the run's mirror was dead until a person moved it. The
+    side name goes (nothing is lost: it is the same file, still at `path`),
+    and the next step that finds the log wrong sets it aside again. Called
+    holding the file's shared lock: no set-aside of it is under way.
+    """
+    here = os.fstat(fd)
+    for side in path.parent.glob(f"{glob.escape(path.name)}.damaged-*"):
+        try:
+            there = os.stat(side, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino):
+            logger.warning(
+                "Removing %s, a second name of %s left by a set-aside that was interrupted",
+                side.name,
+                path,
+            )
+            with contextlib.suppress(FileNotFoundError):
+                side.unlink()
+            if not here.st_mode & stat.S_IWUSR:  # marked set aside: the run's log again
+                os.fchmod(fd, stat.S_IMODE(here.st_mode) | stat.S_IWUSR)
+
+
+#: The mode a log set aside is given while its lock is held: no longer the run's log.
+SET_ASIDE_MODE = 0o400
+
+
+def _open_locked(path: Path, flags: int) -> tuple[int, bool, os.stat_result]:
+    """Open a run's file and hold its exclusive lock: (descriptor, whether it was made, its stat).
+
+    Locked, the file must still be the one at `path`: a writer that opened a
+    log just before another process set it aside (renamed, and put a new log
+    in its place) took the lock after, and wrote into the copy set aside. It
+    opens the file at `path` again instead. A file is set aside holding this
+    lock and made read-only first, so a writable file is still the run's
+    without looking its name up again (the mirror's usual step stats nothing
+    by name). O_EXCL in `flags` asks to know whether the file was made here
+    (then made, or opened if it was there).
+    """
+    for _ in range(100):
+        created = False
+        if flags & os.O_EXCL:
+            try:
+                fd = _open_fd(path, flags)
+                created = True
+            except FileExistsError:
+                fd = _open_fd(path, flags & ~(os.O_EXCL | os.O_CREAT))
+        else:
+            fd = _open_fd(path, flags)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if fcntl is None or st.st_mode & stat.S_IWUSR or _same_file(st, path):
+                return fd, created, st
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise OSError(errno.EAGAIN, f"{path} kept being replaced while it was opened")
+
+
+def _same_file(here: os.stat_result, path: Path) -> bool:
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _check_encoding(f: BinaryIO, path: Path) -> None:
+    """Refuse a log in UTF-16 or UTF-32 (a Windows tool re-saved it); leaves `f` at its start.
+
+    Read line by line as UTF-8, such a log gave its first event alone, every
+    other line skipped as unreadable: resumed, the run started over, asking
+    the model again and running its tools again. A UTF-8 BOM is read past.
+
+    Raises:
+        UnsafeLogFile: naming the file and what it holds.
+    """
+    f.seek(0)
+    head = f.read(4)
+    f.seek(0)
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        found = "UTF-32 text"
+    elif head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        found = "UTF-16 text"
+    elif len(head) >= 2 and (head[0] == 0) != (head[1] == 0):
+        found = "UTF-16 or UTF-32 text"  # no BOM: every other byte of `{"` is NUL
+    else:
+        return
+    raise UnsafeLogFile(
+        errno.EILSEQ,
+        f"Refusing to use {path}: it is {found}, not UTF-8 (a Windows tool may have "
+        "re-saved it); convert it to UTF-8 (one JSON event per line) to continue.",
+    )
 
 
 def _refusal(path: Path, why: str) -> str:
@@ -173,3 +316,64 @@ def _refusal(path: Path, why: str) -> str:
         f"Refusing to use {path}: {why}. A FileStore reads and writes only regular "
         "files inside its own directory; move it away to continue."
     )
+
+
+def _make_directory(directory: Path) -> None:
+    """Make the store's directory (owner only), or say why the path cannot be one."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError:  # there, and no directory: "File exists" said nothing of it
+        if directory.is_symlink():
+            gone = not directory.exists()
+            what = f"a symbolic link to {os.readlink(directory)!r}, which " + (
+                "does not exist" if gone else "is not a directory"
+            )
+        else:
+            what = "a file, not a directory"
+        raise FileExistsError(errno.EEXIST, f"{directory} is {what}") from None
+
+
+def _move_aside(
+    path: Path, replacement: Path | None, mark: Callable[[], None] = lambda: None
+) -> str | None:
+    """Give the file a free side name, then put `replacement` (or nothing) at its own.
+
+    Linked to the side name, then replaced (or unlinked): never replaces a
+    file that appeared at the side name meanwhile, and never leaves the run
+    without a log between the old one and the new one. Returns the side
+    name; None when there was no file (then `replacement` is the log).
+    `mark` marks the old log set aside, once it has its side name.
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    for n in range(1000):
+        target = path.with_name(f"{path.name}.damaged-{stamp}{f'-{n}' if n else ''}")
+        if target.exists() or target.is_symlink():
+            continue
+        try:
+            os.link(path, target, follow_symlinks=False)
+        except FileNotFoundError:  # no file (any more): the new log is all there is
+            if replacement is not None:
+                os.rename(replacement, path)
+            return None
+        except FileExistsError:
+            continue
+        except OSError as exc:  # no hard links here (some FUSE, FAT)
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            mark()
+            os.rename(path, target)
+            if replacement is not None:
+                os.rename(replacement, path)
+        else:
+            try:
+                mark()
+                if replacement is not None:
+                    os.replace(replacement, path)
+                else:
+                    os.unlink(path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    target.unlink()  # the old log keeps its one name
+                raise
+        return target.name
+    raise OSError(errno.EEXIST, f"no free name to set {path} aside")

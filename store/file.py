@@ -10,37 +10,39 @@ created readable by their owner only. The store writes only inside its
 directory, whatever that directory holds: a run's file is opened without
 following links, and one that is a symbolic link, a hard link, a FIFO or
 anything but a regular file is refused. A log whose content does not match
-its run is never deleted: `set_aside` renames it beside the others.
+its run is never deleted: `set_aside` renames it beside the others, and
+`replace_log` puts a whole new log in its place by one rename, both holding
+the lock writers take (a writer that opened the old log first then opens the
+new one). A log in UTF-16 or UTF-32 is refused, never read as a few events.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
-try:  # POSIX: lets two worker processes share one runs directory safely
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
-from agentor_temporal.store._file_io import UnsafeLogFile as UnsafeLogFile  # its home before
 from agentor_temporal.store._file_io import (
+    SET_ASIDE_MODE,
     _after_last_newline,
     _append_whole,
+    _check_encoding,
     _identity,
     _last_byte,
-    _open_fd,
+    _make_directory,
+    _move_aside,
+    _open_locked,
     _open_safely,
 )
+from agentor_temporal.store._file_io import UnsafeLogFile as UnsafeLogFile  # its home before
 from agentor_temporal.store.base import validate_run_id
 from agentor_temporal.store.events import Event, with_readable_counts
 
@@ -56,7 +58,7 @@ class FileStore:
 
     def __init__(self, directory: str | os.PathLike[str] = "runs") -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_directory(self.directory)
         # (file identity, event count) per run: counting is on the mirror's hot
         # path, and re-parsing a long log on every step is quadratic. Keyed by
         # the file's identity (inode, size, mtime), not its size alone: an edit
@@ -127,22 +129,14 @@ class FileStore:
         path = self.path(run_id)
         flags = os.O_RDWR | os.O_APPEND
         with self._run_lock(run_id):
-            created = False
             try:
-                if start == 0:  # a new run's first step: its file is made here
-                    try:
-                        fd = _open_fd(path, flags | os.O_CREAT | os.O_EXCL)
-                        created = True
-                    except FileExistsError:
-                        fd = _open_fd(path, flags)
-                else:
-                    fd = _open_fd(path, flags)
+                # a new run's first step: its file is made here
+                fd, created, st = _open_locked(
+                    path, flags | (os.O_CREAT | os.O_EXCL if start == 0 else 0)
+                )
             except FileNotFoundError:  # as `count` and `unchanged` say for no file
                 return 0, True, None
             try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                st = os.fstat(fd)
                 identity = _identity(st)
                 # a file made just now is as new as no file: unchanged, empty
                 same = created or self._written.get(run_id) == identity
@@ -177,15 +171,21 @@ class FileStore:
     @contextlib.contextmanager
     def _locked(self, run_id: str) -> Iterator[BinaryIO]:
         path = self.path(run_id)
-        with self._run_lock(run_id), _open_safely(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as f:
-            if fcntl is not None:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            yield f
+        with self._run_lock(run_id):
+            fd, _, _ = _open_locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            try:
+                f = cast(BinaryIO, os.fdopen(fd, "rb+"))
+            except BaseException:
+                os.close(fd)
+                raise
+            with f:
+                yield f
 
     def _write(self, run_id: str, f: BinaryIO, events: list[Event]) -> None:
         before: tuple[int, int, int] | None = _identity(os.fstat(f.fileno()))
         size = f.seek(0, os.SEEK_END)
         if size > 0:
+            _check_encoding(f, self.path(run_id))  # UTF-8 lines are not added to another
             f.seek(-1, os.SEEK_END)
             if f.read(1) != b"\n":
                 self._mend_torn_tail(f, self.path(run_id))
@@ -252,31 +252,76 @@ class FileStore:
         """Rename the run's file out of the way (never delete it); return its new name.
 
         The new name (`<id>.jsonl.damaged-<UTC time>`) is not a run's file, so
-        `list_runs` and `load` ignore it; None when there was no file.
+        `list_runs` and `load` ignore it; None when there was no file. Done
+        holding the file's lock, as writers hold it: a writer in another
+        process waiting for it then finds the file gone and opens the new one.
+        """
+        with self._run_lock(run_id), self._held(run_id) as mark:
+            return self._move_aside(run_id, None, mark)
+
+    def replace_log(
+        self, run_id: str, events: list[Event], wrong: Callable[[], bool]
+    ) -> str | None:
+        """Set the run's file aside and put a log of `events` in its place, if still `wrong()`.
+
+        Under one lock, the one writers take: `wrong` is asked again under it
+        (another worker may have put a right log there meanwhile), and the new
+        log, written whole beside it first, replaces the old one in one rename.
+        A reader or writer never finds the run without a log, or half of one,
+        and a writer that opened the old log before never writes into the
+        copy set aside. Returns the set-aside name; None when nothing was wrong.
         """
         path = self.path(run_id)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        with self._run_lock(run_id):
-            for n in range(1000):
-                target = path.with_name(f"{path.name}.damaged-{stamp}{f'-{n}' if n else ''}")
-                if target.exists() or target.is_symlink():
-                    continue
-                try:
-                    # link + unlink: never replaces a file that appeared meanwhile
-                    os.link(path, target, follow_symlinks=False)
-                    os.unlink(path)
-                except FileNotFoundError:
-                    return None
-                except FileExistsError:
-                    continue
-                except OSError as exc:  # no hard links here (some FUSE, FAT)
-                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                        raise
-                    os.rename(path, target)
-                self._counts.pop(run_id, None)
-                self._written.pop(run_id, None)
-                return target.name
-        raise OSError(errno.EEXIST, f"no free name to set {path} aside")
+        with self._run_lock(run_id), self._held(run_id) as mark:
+            if not wrong():
+                return None
+            fresh = path.with_name(f"{path.name}.rewrite-{os.getpid()}-{time.time_ns()}")
+            try:
+                with _open_safely(fresh, os.O_RDWR | os.O_CREAT | os.O_EXCL) as g:
+                    _append_whole(g.fileno(), 0, events)
+                moved = self._move_aside(run_id, fresh, mark)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    fresh.unlink()
+                raise
+            after = _identity(os.stat(path, follow_symlinks=False))
+            self._counts[run_id] = (after, len(events))
+            self._written[run_id] = after
+            return moved
+
+    @contextlib.contextmanager
+    def _held(self, run_id: str) -> Iterator[Callable[[], None]]:
+        """The exclusive lock of the run's file, when it is one this store would open;
+        yields what marks the file set aside (read-only) for writers waiting for the lock.
+        """
+        try:
+            fd, _, st = _open_locked(self.path(run_id), os.O_RDONLY)
+        except (FileNotFoundError, UnsafeLogFile):  # no file, or a link: moved all the same
+            yield lambda: None
+            return
+
+        def mark() -> None:
+            if hasattr(os, "fchmod"):  # pragma: no branch - not on Windows before 3.13
+                with contextlib.suppress(OSError):  # a filesystem without modes: as before
+                    os.fchmod(fd, SET_ASIDE_MODE)
+
+        try:
+            yield mark
+        except BaseException:
+            with contextlib.suppress(OSError, AttributeError):
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))  # not set aside after all
+            raise
+        finally:
+            os.close(fd)
+
+    def _move_aside(
+        self, run_id: str, replacement: Path | None, mark: Callable[[], None]
+    ) -> str | None:
+        moved = _move_aside(self.path(run_id), replacement, mark)
+        if moved is not None:
+            self._counts.pop(run_id, None)
+            self._written.pop(run_id, None)
+        return moved
 
     def retract(self, run_id: str, keep: int) -> str | None:
         """Move the run's events from position `keep` on into a side file; return its name.
@@ -339,6 +384,7 @@ class FileStore:
         path = self.path(run_id)
         try:
             with _open_safely(path, os.O_RDONLY) as f:
+                _check_encoding(f, path)
                 for number, raw in enumerate(f, 1):
                     line = raw.strip()
                     if not line:

@@ -232,3 +232,27 @@ def test_a_copy_written_before_a_key_was_known_matches_the_masked_run(tmp_path: 
     assert catch_up(store, RUN, run, "A") == len(run)
     assert [p.name for p in tmp_path.iterdir()] == [f"{RUN}.jsonl"]
     assert store.load(RUN)[-1].to_dict() == run[-1].to_dict()
+
+
+@pytest.mark.parametrize("kind", ["dangling-link", "file"])
+def test_a_runs_directory_that_cannot_be_one_is_refused_naming_why(
+    kind: str, tmp_path: Path
+) -> None:
+    """`FileStore("runs")` where runs is a link to a directory since removed, or a file,
+    says which: it said "File exists: 'runs'", of a path that was no directory."""
+    from agentor_temporal.worker import ConfigError, worker_store
+
+    runs = tmp_path / "runs"
+    if kind == "dangling-link":
+        runs.symlink_to(tmp_path / "volume" / "runs")
+        why = f"runs is a symbolic link to '{tmp_path / 'volume' / 'runs'}', which does not exist"
+    else:
+        runs.write_text("not a directory")
+        why = "runs is a file, not a directory"
+    with pytest.raises(FileExistsError) as caught:
+        FileStore(runs)
+    assert why in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(ConfigError, match=why.replace("(", r"\(")) as refused:
+        worker_store(str(runs))
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "volume").exists()  # nothing made through the link
