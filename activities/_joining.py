@@ -15,13 +15,16 @@ keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), or because the activity was paused or reset
 (`temporal activity pause`, `reset`: the attempt after the unpause or reset
 joins it, a first attempt too), unless its run turns out to have ended
-(terminated or reset: nothing will join it), and is cancelled with it
+(terminated or reset: nothing will join it; a paused call's run is checked
+until an attempt takes it again), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
 after `KEEP`, by which time any retry has long started, or as soon as their
 workflow execution ends (`forget_execution`: nothing of it is retried
-then, and a long run's results would otherwise outlive it). And an attempt that
+then, and a long run's results would otherwise outlive it). A first attempt of a run's next
+execution (a resume after a terminate) first stops the ended execution's calls
+still live here, so that no tool runs twice at once. And an attempt that
 reaches Python only after its heartbeat timeout has passed does not call at
 all: the server has already given up on it and scheduled another.
 """
@@ -85,6 +88,16 @@ RESET_GRACE = 10.0
 #: this, a second paid request while the first's answer was coming. A run
 #: cancelled mid-request lets its request run this long before it is stopped.
 LOCAL_REJOIN_GRACE = 10.0
+
+#: Seconds between checks whether the run of a paused call (`temporal activity
+#: pause`) has ended meanwhile (terminated, cancelled): no unpause can come then,
+#: and the call is stopped as any call of an ended run is.
+PAUSED_CHECK = 1.0
+
+#: Seconds a call of a run's next execution (a resume after a terminate or a
+#: cancel) waits for the calls of the run's ended execution still live here to
+#: stop before it starts: the same tool must not run twice at once.
+STOP_WAIT = 10.0
 
 _Key = tuple[str, str, str]
 
@@ -188,6 +201,7 @@ class LiveCalls:
                     info.workflow_id,
                 )
         if task is None or not _joinable(task):
+            await self._stop_ended_executions(info)
             if _expired(info):
                 # started after the server gave up on it: its answer could never
                 # be recorded, and the attempt the server made instead will ask
@@ -213,6 +227,7 @@ class LiveCalls:
         else:
             self.joined += 1
             self._rejoined.add(task)
+            self._paused.discard(task)  # an attempt awaits it again: no longer orphaned
             logger.info(
                 "%s attempt %d of run %s joins the call its attempt before started",
                 info.activity_type,
@@ -231,6 +246,7 @@ class LiveCalls:
                 # paused or reset from the CLI or API: the attempt after the unpause
                 # (or the reset's) joins the call, which goes on meanwhile
                 self._paused.add(task)
+                self._stop_if_ended_while_paused(task, info)
                 logger.info(
                     "%s %s of run %s paused or reset: the call keeps running for the "
                     "attempt after it to join",
@@ -332,6 +348,80 @@ class LiveCalls:
                     info.workflow_id,
                 )
                 task.cancel()
+
+        checking = asyncio.get_running_loop().create_task(check())
+        self._checks.add(checking)
+        checking.add_done_callback(self._checks.discard)
+
+    async def _stop_ended_executions(self, info: activity.Info) -> None:
+        """Stop the calls of this run's earlier executions still live here, and wait for them.
+
+        An execution of the run is running, so those executions have ended
+        (terminated or cancelled, then resumed): nothing will join their calls
+        (a paused one included), and the resume's own call must not run beside
+        them. Calls of an execution a reset ended are left to its grace.
+        """
+        workflow_id, execution = info.workflow_id or "", info.workflow_run_id or ""
+        earlier = [
+            (key[1], task)
+            for key, task in self._calls.items()
+            if key[0] == workflow_id
+            and key[1] != execution
+            and not task.done()
+            and task not in self._adopted
+        ]
+        if not earlier:
+            return
+        try:
+            client = activity.client()
+        except RuntimeError:
+            return
+        leave: dict[str, bool] = {}
+        for run_id in {run_id for run_id, _ in earlier}:
+            try:
+                described = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+            except RPCError:
+                leave[run_id] = False
+                continue
+            ended_by_reset = described.raw_description.workflow_extended_info.reset_run_id
+            leave[run_id] = described.status == WorkflowExecutionStatus.RUNNING or bool(
+                ended_by_reset
+            )
+        stopping = [task for run_id, task in earlier if not leave[run_id] and not task.done()]
+        if not stopping:
+            return
+        logger.info(
+            "%s of run %s waits for %d call(s) of its ended execution to stop",
+            info.activity_type,
+            workflow_id,
+            len(stopping),
+        )
+        for task in stopping:
+            task.cancel()
+        await asyncio.wait(stopping, timeout=STOP_WAIT)
+
+    def _stop_if_ended_while_paused(self, task: asyncio.Task[Any], info: activity.Info) -> None:
+        """Check the paused call's run until an attempt takes the call again or the run ends."""
+        try:
+            client = activity.client()
+        except RuntimeError:
+            return
+
+        async def check() -> None:
+            handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+            while task in self._paused and not task.done():
+                await asyncio.sleep(PAUSED_CHECK)
+                try:
+                    described = await handle.describe()
+                except RPCError as exc:
+                    if exc.status != RPCStatusCode.NOT_FOUND:
+                        continue
+                else:
+                    if described.status == WorkflowExecutionStatus.RUNNING:
+                        continue
+                if task in self._paused:
+                    self._stop_if_ended(task, info)
+                return
 
         checking = asyncio.get_running_loop().create_task(check())
         self._checks.add(checking)
