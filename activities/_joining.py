@@ -16,7 +16,8 @@ keeps running when its attempt is cancelled because the server gave up on it
 (`temporal activity pause`, `reset`: the attempt after the unpause or reset
 joins it, a first attempt too), unless its run turns out to have ended
 (terminated or reset: nothing will join it; a paused call's run is checked
-until an attempt takes it again), and is cancelled with it
+until an attempt takes it again, and the call once finished is kept till
+then, however late the unpause), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
@@ -45,6 +46,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal.activities._ended import stop_ended_executions
 from agentor_temporal.activities._errors import instead_of_cancel
 
 T = TypeVar("T")
@@ -94,10 +96,6 @@ LOCAL_REJOIN_GRACE = 10.0
 #: and the call is stopped as any call of an ended run is.
 PAUSED_CHECK = 1.0
 
-#: Seconds a call of a run's next execution (a resume after a terminate or a
-#: cancel) waits for the calls of the run's ended execution still live here to
-#: stop before it starts: the same tool must not run twice at once.
-STOP_WAIT = 10.0
 
 _Key = tuple[str, str, str]
 
@@ -143,8 +141,8 @@ def _joinable(task: asyncio.Task[Any] | None) -> bool:
 class LiveCalls:
     """This worker's model requests and tool calls, by activity."""
 
-    def __init__(self, keep: float = KEEP) -> None:
-        self.keep = keep
+    def __init__(self, keep: float | None = None) -> None:
+        self.keep = KEEP if keep is None else keep
         self._calls: dict[_Key, asyncio.Task[Any]] = {}
         #: background checks whether a call's run has ended (kept referenced)
         self._checks: set[asyncio.Task[None]] = set()
@@ -163,6 +161,8 @@ class LiveCalls:
         self._paused: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         #: calls a later attempt joined (since the last cancel of one awaiting them)
         self._rejoined: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: paused calls whose run is being checked (see `_watch_paused`)
+        self._watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -201,7 +201,7 @@ class LiveCalls:
                     info.workflow_id,
                 )
         if task is None or not _joinable(task):
-            await self._stop_ended_executions(info)
+            await stop_ended_executions(self._calls, self._adopted, info)
             if _expired(info):
                 # started after the server gave up on it: its answer could never
                 # be recorded, and the attempt the server made instead will ask
@@ -246,7 +246,7 @@ class LiveCalls:
                 # paused or reset from the CLI or API: the attempt after the unpause
                 # (or the reset's) joins the call, which goes on meanwhile
                 self._paused.add(task)
-                self._stop_if_ended_while_paused(task, info)
+                self._watch_paused(key, task, info)
                 logger.info(
                     "%s %s of run %s paused or reset: the call keeps running for the "
                     "attempt after it to join",
@@ -353,75 +353,48 @@ class LiveCalls:
         self._checks.add(checking)
         checking.add_done_callback(self._checks.discard)
 
-    async def _stop_ended_executions(self, info: activity.Info) -> None:
-        """Stop the calls of this run's earlier executions still live here, and wait for them.
+    def _watch_paused(self, key: _Key, task: asyncio.Task[Any], info: activity.Info) -> None:
+        """Check the paused call's run until an attempt takes the call again or the run ends.
 
-        An execution of the run is running, so those executions have ended
-        (terminated or cancelled, then resumed): nothing will join their calls
-        (a paused one included), and the resume's own call must not run beside
-        them. Calls of an execution a reset ended are left to its grace.
+        Meanwhile the call, once finished, is kept (not forgotten after
+        `keep`): an unpause may come any time later, and its attempt takes
+        the result rather than run the tool or ask the model again. The run
+        ended, the call is stopped (if still running) and forgotten.
         """
-        workflow_id, execution = info.workflow_id or "", info.workflow_run_id or ""
-        earlier = [
-            (key[1], task)
-            for key, task in self._calls.items()
-            if key[0] == workflow_id
-            and key[1] != execution
-            and not task.done()
-            and task not in self._adopted
-        ]
-        if not earlier:
-            return
         try:
             client = activity.client()
         except RuntimeError:
             return
-        leave: dict[str, bool] = {}
-        for run_id in {run_id for run_id, _ in earlier}:
-            try:
-                described = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
-            except RPCError:
-                leave[run_id] = False
-                continue
-            ended_by_reset = described.raw_description.workflow_extended_info.reset_run_id
-            leave[run_id] = described.status == WorkflowExecutionStatus.RUNNING or bool(
-                ended_by_reset
-            )
-        stopping = [task for run_id, task in earlier if not leave[run_id] and not task.done()]
-        if not stopping:
+        if task in self._watched:
             return
-        logger.info(
-            "%s of run %s waits for %d call(s) of its ended execution to stop",
-            info.activity_type,
-            workflow_id,
-            len(stopping),
-        )
-        for task in stopping:
-            task.cancel()
-        await asyncio.wait(stopping, timeout=STOP_WAIT)
-
-    def _stop_if_ended_while_paused(self, task: asyncio.Task[Any], info: activity.Info) -> None:
-        """Check the paused call's run until an attempt takes the call again or the run ends."""
-        try:
-            client = activity.client()
-        except RuntimeError:
-            return
+        self._watched.add(task)
+        ref = weakref.ref(task)
 
         async def check() -> None:
             handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
-            while task in self._paused and not task.done():
-                await asyncio.sleep(PAUSED_CHECK)
-                try:
-                    described = await handle.describe()
-                except RPCError as exc:
-                    if exc.status != RPCStatusCode.NOT_FOUND:
-                        continue
-                else:
-                    if described.status == WorkflowExecutionStatus.RUNNING:
-                        continue
-                if task in self._paused:
-                    self._stop_if_ended(task, info)
-                return
+            try:
+                while task in self._paused:
+                    await asyncio.sleep(PAUSED_CHECK)
+                    try:
+                        described = await handle.describe()
+                    except RPCError as exc:
+                        if exc.status != RPCStatusCode.NOT_FOUND:
+                            continue
+                    else:
+                        if described.status == WorkflowExecutionStatus.RUNNING:
+                            continue
+                    if task in self._paused:
+                        self._paused.discard(task)
+                        self._watched.discard(task)
+                        self._stop_if_ended(task, info)
+                        if task.done():
+                            self._forget(key, ref)
+                    return
+                if task.done():
+                    # an attempt took it again: forgotten as any finished call is
+                    asyncio.get_running_loop().call_later(self.keep, self._forget, key, ref)
+            finally:
+                self._watched.discard(task)
 
         checking = asyncio.get_running_loop().create_task(check())
         self._checks.add(checking)
@@ -461,6 +434,8 @@ class LiveCalls:
             # retrieved here so an unjoined failure is not logged as never retrieved
             with contextlib.suppress(BaseException):
                 task.exception()
+        if task in self._watched:
+            return  # paused: kept until an attempt takes it or its run ends
         # by weak reference: a call forgotten with its execution is freed at
         # once (its result, and the activity context its task copied)
         asyncio.get_running_loop().call_later(self.keep, self._forget, key, weakref.ref(task))
@@ -481,5 +456,5 @@ class LiveCalls:
 
     def _forget(self, key: _Key, ref: weakref.ref[asyncio.Task[Any]]) -> None:
         task = ref()
-        if task is not None and self._calls.get(key) is task:
+        if task is not None and task not in self._watched and self._calls.get(key) is task:
             del self._calls[key]
