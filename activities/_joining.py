@@ -190,13 +190,13 @@ class LiveCalls:
         if not (info.attempt > 1 or info.is_local or task in self._paused):
             task = None
         if not _joinable(task) and same is not None:
-            task = await self._reset_from(info, same)
+            task = await self._ended_same(info, same)
             if task is not None:
                 self._adopted.add(task)
                 self._calls[key] = task
                 task.add_done_callback(lambda done: self._finished(key, done))
                 logger.info(
-                    "%s of run %s joins the call the execution it was reset from started",
+                    "%s of run %s joins the same call its ended execution started",
                     info.activity_type,
                     info.workflow_id,
                 )
@@ -286,10 +286,15 @@ class LiveCalls:
                     raise replaced from None
             raise
 
-    async def _reset_from(
+    async def _ended_same(
         self, info: activity.Info, same: Callable[[], str]
     ) -> asyncio.Task[Any] | None:
-        """The same call of the execution a reset ended for this one, live or finished here."""
+        """The same call of an ended execution of this run, live or finished here.
+
+        The execution a reset ended for this one, or one terminated or
+        cancelled and then resumed (its call goes on until the worker hears
+        the server no longer knows it, or for a paused call, until found).
+        """
         workflow_id, execution = info.workflow_id or "", info.workflow_run_id or ""
         candidates = [
             (key, task)
@@ -316,7 +321,13 @@ class LiveCalls:
                 described = await handle.describe()
             except RPCError:
                 continue
-            if described.raw_description.workflow_extended_info.reset_run_id == execution:
+            reset_to = described.raw_description.workflow_extended_info.reset_run_id
+            if reset_to == execution or not (
+                reset_to or described.status == WorkflowExecutionStatus.RUNNING
+            ):
+                # reset into this one, or ended (terminated, cancelled) and resumed
+                # at once: the same call (request, or tool call with its idempotency
+                # key) is joined rather than made a second time
                 return task
         return None
 
@@ -341,7 +352,7 @@ class LiveCalls:
                 await asyncio.sleep(RESET_GRACE)
                 if task in self._adopted:
                     return
-            if ended and not task.done():
+            if ended and not task.done() and task not in self._adopted:
                 logger.info(
                     "%s of run %s stopped: the run ended while it was running",
                     info.activity_type,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 
 import pytest
@@ -18,6 +19,7 @@ from temporalio.api.workflowservice.v1 import PauseActivityRequest
 from temporalio.client import Client
 
 from agentor_temporal import function_tool
+from agentor_temporal.activities import _joining
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
@@ -33,9 +35,13 @@ async def test_a_call_of_a_run_that_ended_is_stopped_before_the_resume_runs_one(
     end: str,
     paused: bool,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """End the run of a running tool call (paused first, or not): the call is stopped, and
-    a resume at once never has two calls of the tool running."""
+    a resume at once never has two calls of the tool running. (The model's answer is
+    forgotten past KEEP: the resume asks again and gets another call id, so its call
+    cannot join the ended one.)"""
+    monkeypatch.setattr(_joining, "KEEP", 0.3)
     caplog.set_level(logging.WARNING, logger="temporalio.activity")
     running = 0
     most = 0
@@ -70,6 +76,8 @@ async def test_a_call_of_a_run_that_ended_is_stopped_before_the_resume_runs_one(
         async with build_worker(client, [agent], task_queue=task_queue):
             started = asyncio.ensure_future(agent.arun("Weather in Paris?", run_id=run_id))
             await until(lambda: ledger_lines(ledger), "the tool to start", timeout=30)
+            began = time.monotonic()
+            await until(lambda: time.monotonic() > began + 1.5, "the answer to be forgotten")
             if paused:
                 await client.workflow_service.pause_activity(
                     PauseActivityRequest(
@@ -96,4 +104,5 @@ async def test_a_call_of_a_run_that_ended_is_stopped_before_the_resume_runs_one(
             assert result.status == "completed", result.error
             lines = ledger_lines(ledger)
         assert most == 1, lines
-        assert any("stopped" in line for line in lines), lines
+        assert [line.split()[0] for line in lines].count("stopped") == 1, lines
+        assert model.request_count == 3
