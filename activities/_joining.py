@@ -15,13 +15,17 @@ keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), or because the activity was paused or reset
 (`temporal activity pause`, `reset`: the attempt after the unpause or reset
 joins it, a first attempt too), unless its run turns out to have ended
-(terminated or reset: nothing will join it), and is cancelled with it
+(terminated or reset: nothing will join it; a paused call's run is checked
+until an attempt takes it again, and the call once finished is kept till
+then, however late the unpause), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
 after `KEEP`, by which time any retry has long started, or as soon as their
 workflow execution ends (`forget_execution`: nothing of it is retried
-then, and a long run's results would otherwise outlive it). And an attempt that
+then, and a long run's results would otherwise outlive it). A first attempt of a run's next
+execution (a resume after a terminate) first stops the ended execution's calls
+still live here, so that no tool runs twice at once. And an attempt that
 reaches Python only after its heartbeat timeout has passed does not call at
 all: the server has already given up on it and scheduled another.
 """
@@ -42,6 +46,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentor_temporal.activities._ended import stop_ended_executions
 from agentor_temporal.activities._errors import instead_of_cancel
 
 T = TypeVar("T")
@@ -85,6 +90,12 @@ RESET_GRACE = 10.0
 #: this, a second paid request while the first's answer was coming. A run
 #: cancelled mid-request lets its request run this long before it is stopped.
 LOCAL_REJOIN_GRACE = 10.0
+
+#: Seconds between checks whether the run of a paused call (`temporal activity
+#: pause`) has ended meanwhile (terminated, cancelled): no unpause can come then,
+#: and the call is stopped as any call of an ended run is.
+PAUSED_CHECK = 1.0
+
 
 _Key = tuple[str, str, str]
 
@@ -130,8 +141,8 @@ def _joinable(task: asyncio.Task[Any] | None) -> bool:
 class LiveCalls:
     """This worker's model requests and tool calls, by activity."""
 
-    def __init__(self, keep: float = KEEP) -> None:
-        self.keep = keep
+    def __init__(self, keep: float | None = None) -> None:
+        self.keep = KEEP if keep is None else keep
         self._calls: dict[_Key, asyncio.Task[Any]] = {}
         #: background checks whether a call's run has ended (kept referenced)
         self._checks: set[asyncio.Task[None]] = set()
@@ -150,6 +161,8 @@ class LiveCalls:
         self._paused: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         #: calls a later attempt joined (since the last cancel of one awaiting them)
         self._rejoined: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: paused calls whose run is being checked (see `_watch_paused`)
+        self._watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -177,17 +190,18 @@ class LiveCalls:
         if not (info.attempt > 1 or info.is_local or task in self._paused):
             task = None
         if not _joinable(task) and same is not None:
-            task = await self._reset_from(info, same)
+            task = await self._ended_same(info, same)
             if task is not None:
                 self._adopted.add(task)
                 self._calls[key] = task
                 task.add_done_callback(lambda done: self._finished(key, done))
                 logger.info(
-                    "%s of run %s joins the call the execution it was reset from started",
+                    "%s of run %s joins the same call its ended execution started",
                     info.activity_type,
                     info.workflow_id,
                 )
         if task is None or not _joinable(task):
+            await stop_ended_executions(self._calls, self._adopted, info)
             if _expired(info):
                 # started after the server gave up on it: its answer could never
                 # be recorded, and the attempt the server made instead will ask
@@ -213,6 +227,7 @@ class LiveCalls:
         else:
             self.joined += 1
             self._rejoined.add(task)
+            self._paused.discard(task)  # an attempt awaits it again: no longer orphaned
             logger.info(
                 "%s attempt %d of run %s joins the call its attempt before started",
                 info.activity_type,
@@ -231,6 +246,7 @@ class LiveCalls:
                 # paused or reset from the CLI or API: the attempt after the unpause
                 # (or the reset's) joins the call, which goes on meanwhile
                 self._paused.add(task)
+                self._watch_paused(key, task, info)
                 logger.info(
                     "%s %s of run %s paused or reset: the call keeps running for the "
                     "attempt after it to join",
@@ -270,10 +286,15 @@ class LiveCalls:
                     raise replaced from None
             raise
 
-    async def _reset_from(
+    async def _ended_same(
         self, info: activity.Info, same: Callable[[], str]
     ) -> asyncio.Task[Any] | None:
-        """The same call of the execution a reset ended for this one, live or finished here."""
+        """The same call of an ended execution of this run, live or finished here.
+
+        The execution a reset ended for this one, or one terminated or
+        cancelled and then resumed (its call goes on until the worker hears
+        the server no longer knows it, or for a paused call, until found).
+        """
         workflow_id, execution = info.workflow_id or "", info.workflow_run_id or ""
         candidates = [
             (key, task)
@@ -300,7 +321,13 @@ class LiveCalls:
                 described = await handle.describe()
             except RPCError:
                 continue
-            if described.raw_description.workflow_extended_info.reset_run_id == execution:
+            reset_to = described.raw_description.workflow_extended_info.reset_run_id
+            if reset_to == execution or not (
+                reset_to or described.status == WorkflowExecutionStatus.RUNNING
+            ):
+                # reset into this one, or ended (terminated, cancelled) and resumed
+                # at once: the same call (request, or tool call with its idempotency
+                # key) is joined rather than made a second time
                 return task
         return None
 
@@ -325,13 +352,60 @@ class LiveCalls:
                 await asyncio.sleep(RESET_GRACE)
                 if task in self._adopted:
                     return
-            if ended and not task.done():
+            if ended and not task.done() and task not in self._adopted:
                 logger.info(
                     "%s of run %s stopped: the run ended while it was running",
                     info.activity_type,
                     info.workflow_id,
                 )
                 task.cancel()
+
+        checking = asyncio.get_running_loop().create_task(check())
+        self._checks.add(checking)
+        checking.add_done_callback(self._checks.discard)
+
+    def _watch_paused(self, key: _Key, task: asyncio.Task[Any], info: activity.Info) -> None:
+        """Check the paused call's run until an attempt takes the call again or the run ends.
+
+        Meanwhile the call, once finished, is kept (not forgotten after
+        `keep`): an unpause may come any time later, and its attempt takes
+        the result rather than run the tool or ask the model again. The run
+        ended, the call is stopped (if still running) and forgotten.
+        """
+        try:
+            client = activity.client()
+        except RuntimeError:
+            return
+        if task in self._watched:
+            return
+        self._watched.add(task)
+        ref = weakref.ref(task)
+
+        async def check() -> None:
+            handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+            try:
+                while task in self._paused:
+                    await asyncio.sleep(PAUSED_CHECK)
+                    try:
+                        described = await handle.describe()
+                    except RPCError as exc:
+                        if exc.status != RPCStatusCode.NOT_FOUND:
+                            continue
+                    else:
+                        if described.status == WorkflowExecutionStatus.RUNNING:
+                            continue
+                    if task in self._paused:
+                        self._paused.discard(task)
+                        self._watched.discard(task)
+                        self._stop_if_ended(task, info)
+                        if task.done():
+                            self._forget(key, ref)
+                    return
+                if task.done():
+                    # an attempt took it again: forgotten as any finished call is
+                    asyncio.get_running_loop().call_later(self.keep, self._forget, key, ref)
+            finally:
+                self._watched.discard(task)
 
         checking = asyncio.get_running_loop().create_task(check())
         self._checks.add(checking)
@@ -371,6 +445,8 @@ class LiveCalls:
             # retrieved here so an unjoined failure is not logged as never retrieved
             with contextlib.suppress(BaseException):
                 task.exception()
+        if task in self._watched:
+            return  # paused: kept until an attempt takes it or its run ends
         # by weak reference: a call forgotten with its execution is freed at
         # once (its result, and the activity context its task copied)
         asyncio.get_running_loop().call_later(self.keep, self._forget, key, weakref.ref(task))
@@ -391,5 +467,5 @@ class LiveCalls:
 
     def _forget(self, key: _Key, ref: weakref.ref[asyncio.Task[Any]]) -> None:
         task = ref()
-        if task is not None and self._calls.get(key) is task:
+        if task is not None and task not in self._watched and self._calls.get(key) is task:
             del self._calls[key]

@@ -1,0 +1,72 @@
+"""Calls of a run's ended executions, stopped before its next execution's first call starts.
+
+A run terminated (or cancelled) mid-call and resumed at once: the resume's
+tool call must not run beside the ended execution's, which this worker stops
+only once it hears the server no longer knows it (its next heartbeat), or
+never, when the call was paused (`temporal activity pause`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Container, Mapping
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a call of a run's next execution (a resume after a terminate or a
+#: cancel) waits for the calls of the run's ended execution still live here to
+#: stop before it starts: the same tool must not run twice at once.
+STOP_WAIT = 10.0
+
+
+async def stop_ended_executions(
+    calls: Mapping[tuple[str, str, str], asyncio.Task[Any]],
+    adopted: Container[asyncio.Task[Any]],
+    info: activity.Info,
+) -> None:
+    """Stop the calls of this run's earlier executions still live here, and wait for them.
+
+    An execution of the run is running, so those executions have ended
+    (terminated or cancelled, then resumed): nothing will join their calls
+    (a paused one included), and the resume's own call must not run beside
+    them. Calls of an execution a reset ended are left to its grace.
+    """
+    workflow_id, execution = info.workflow_id or "", info.workflow_run_id or ""
+    earlier = [
+        (key[1], task)
+        for key, task in calls.items()
+        if key[0] == workflow_id and key[1] != execution and not task.done() and task not in adopted
+    ]
+    if not earlier:
+        return
+    try:
+        client = activity.client()
+    except RuntimeError:
+        return
+    leave: dict[str, bool] = {}
+    for run_id in {run_id for run_id, _ in earlier}:
+        try:
+            described = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        except RPCError:
+            leave[run_id] = False
+            continue
+        ended_by_reset = described.raw_description.workflow_extended_info.reset_run_id
+        leave[run_id] = described.status == WorkflowExecutionStatus.RUNNING or bool(ended_by_reset)
+    stopping = [task for run_id, task in earlier if not leave[run_id] and not task.done()]
+    if not stopping:
+        return
+    logger.info(
+        "%s of run %s waits for %d call(s) of its ended execution to stop",
+        info.activity_type,
+        workflow_id,
+        len(stopping),
+    )
+    for task in stopping:
+        task.cancel()
+    await asyncio.wait(stopping, timeout=STOP_WAIT)
