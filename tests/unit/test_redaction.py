@@ -230,6 +230,9 @@ async def test_streamed_deltas_never_spell_a_key_even_split_across_them(
         "\\u0073k-esc\\/aped\\u002dkey-01234567\\u0038\\u0039",  # escapes at both ends
         "SK-ESC/APED-KEY-0123456789",  # upper-cased
         "sk%2Desc%2faped-key-012345678%39",  # percent-encoded, hex of either case
+        "&#115;&#X6B;&#45;esc&sol;aped-key-0123456789",  # HTML character references
+        "s\u200bk-esc/aped\u2060-key-0123\u00ad456789",  # invisible characters between
+        "ｓｋ－ｅｓｃ／ａｐｅｄ－ｋｅｙ－０１２３４５６７８９",  # full-width letters
     ],
 )
 async def test_streamed_deltas_never_show_a_key_in_any_masked_form_at_any_split(
