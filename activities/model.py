@@ -139,10 +139,11 @@ def prepared_request(
     A lone surrogate (a file name decoded with surrogateescape) becomes
     U+FFFD, in the messages and in a pre-encoded conversation alike: it
     cannot be encoded as UTF-8, and escaped it is JSON strict parsers refuse.
-    A person's denial has the keys this process knows masked (`masked_denials`).
+    What a client wrote (a prompt, a person's denial) has the keys this process knows
+    masked (`masked_denials`).
     """
     messages = encodable(messages)
-    # a person's denial may carry a key a plain client's decision did not mask
+    # a prompt or a denial may carry a key a plain client did not mask
     messages, masked = masked_denials(messages)
     if encoded is not None and (masked or _SURROGATE_ESCAPE.search(encoded)):
         encoded = encode(messages)
