@@ -28,10 +28,12 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+#: A non-ASCII character's UTF-8 bytes percent-encoded (`%C3%A4`).
+_UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
 #: One written character (or escape) that may stand for another: a percent-escape, a JSON
 #: escape, an HTML character reference, or a run of non-ASCII characters.
 _TOKEN = re.compile(
-    r"%[0-9A-Fa-f]{2}"
+    _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}"
     r"|\\u[0-9A-Fa-f]{4}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
     r"|[^\x00-\x7f]+"
@@ -133,10 +135,15 @@ class Canonical:
 def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] | None:
     """What one token (`_TOKEN`) is in the canonical text: a text, one text a character
     (a non-ASCII run), or None to leave it as it is written (`Canonical`'s `charset`)."""
-    if token[0] == "%":
+    canon: str | None
+    if token[0] == "%" and len(token) > 3:
+        try:
+            canon = _char(bytes.fromhex(token.replace("%", "")).decode())
+        except ValueError:  # not UTF-8: as it is written
+            return None
+    elif token[0] == "%":
         byte = int(token[1:], 16)
-        # a byte of a longer UTF-8 character stays its escape: a key's non-ASCII letter
-        # is matched as it is or as `quote` writes it (`secret_forms`)
+        # a byte of no UTF-8 character's escapes stays as it is written
         canon = _char(chr(byte)) if byte < 0x80 else None
     elif token[0] == "\\":
         canon = _char(_unescape(token))
@@ -258,6 +265,7 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
     escaped = "".join(re.escape(c) for c in ascii_chars if c not in "bfnrtuBFNRTU")
     units = "|".join(f"{ord(c):04x}" for c in others if len(c) == 1 and ord(c) <= 0xFFFF)
     parts = [
+        *([_UTF8_ESCAPED] if others else []),
         rf"%(?i:{hexes})",
         rf"\\u(?i:00(?:{hexes})|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
         *([rf"\\[{escaped}]"] if escaped else []),
@@ -265,7 +273,8 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
         *([r"&(?:" + "|".join(re.escape(n) for n in names) + ")"] if names else []),
         "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
     ]
-    return re.compile("|".join(parts))
+    # the lookahead lets the scan skip to a character a token may begin with
+    return re.compile(r"(?=[%\\&\x80-\U0010ffff])(?:" + "|".join(parts) + ")")
 
 
 @functools.lru_cache(maxsize=1)
@@ -318,5 +327,6 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
 
 #: An escape or reference cut short at the end of a text (the next delta may finish it).
 _PARTIAL = re.compile(
-    r"(?:%[0-9A-Fa-f]?|\\(?:u[0-9A-Fa-f]{0,3})?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
+    r"(?:(?:%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2})?%[0-9A-Fa-f]?"
+    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\(?:u[0-9A-Fa-f]{0,3})?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
 )
