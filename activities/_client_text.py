@@ -23,7 +23,7 @@ from agentor_temporal.activities._redact import mask_input, mask_secrets
 from agentor_temporal.workflows.formatting import DENIED_ANSWER
 
 
-def masked_denials(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+def masked_client_text(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
     """`messages` with every known key masked in what a client wrote (each user message,
     each denial's answer), and whether any was.
 
