@@ -27,7 +27,7 @@ from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
     RedactingFilter,
     forget_texts,
-    mask_secret,
+    mask_all,
     redact,
     secret_forms,
 )
@@ -207,8 +207,7 @@ def clean(text: str) -> str:
 
 def mask_secrets(text: str) -> str:
     """`text` with every known secret masked (URLs left as they are: this is content)."""
-    for secret in secrets():
-        text = mask_secret(text, secret)
+    text = mask_all(text, secrets())
     forget_texts()
     return text
 
@@ -260,9 +259,7 @@ def masked_event(event: Event, error: Callable[[str], str] = mask_secrets) -> Ev
 
 def _masked(value: object, known: list[str]) -> object:
     if isinstance(value, str):
-        for secret in known:
-            value = mask_secret(value, secret)
-        return value
+        return mask_all(value, known)
     if isinstance(value, dict):
         return {k: _masked(v, known) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

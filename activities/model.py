@@ -31,8 +31,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentor_temporal.activities import _redact, _starts
+from agentor_temporal.activities._client_text import masked_client_text
 from agentor_temporal.activities._definition import definition_for
-from agentor_temporal.activities._denials import masked_denials
 from agentor_temporal.activities._errors import (
     instead_of_cancel,
     internal_error,
@@ -139,11 +139,12 @@ def prepared_request(
     A lone surrogate (a file name decoded with surrogateescape) becomes
     U+FFFD, in the messages and in a pre-encoded conversation alike: it
     cannot be encoded as UTF-8, and escaped it is JSON strict parsers refuse.
-    A person's denial has the keys this process knows masked (`masked_denials`).
+    What a client wrote (a prompt, a person's denial) has the keys this process knows
+    masked (`masked_client_text`).
     """
     messages = encodable(messages)
-    # a person's denial may carry a key a plain client's decision did not mask
-    messages, masked = masked_denials(messages)
+    # a prompt or a denial may carry a key a plain client did not mask
+    messages, masked = masked_client_text(messages)
     if encoded is not None and (masked or _SURROGATE_ESCAPE.search(encoded)):
         encoded = encode(messages)
     request: dict[str, Any] = {"model": inp.model, **encodable(inp.model_settings)}

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,6 +35,7 @@ from agentor_temporal.activities._slow_model import request_of, said_when_silent
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
+from agentor_temporal.workflows.canonical import begun, canonical_forms
 from agentor_temporal.workflows.policies import (
     DELTA_BATCH_INTERVAL,
     DELTAS_TOPIC,
@@ -334,63 +333,11 @@ class PacedDeltas:
 def _secret_begun(text: str) -> int:
     """The length of the longest end of `text` that may begin a known secret.
 
-    In any form `mask_secret` masks: as it is, JSON-escaped in any mix
-    (`\\/`, `\\u00xx`) or percent-encoded, in any letter case, an end cut inside an
-    escape included.
+    In any spelling `mask_secret` masks (`canonical`: any letter case, JSON-escaped,
+    percent-encoded, as HTML character references, in full-width letters, with
+    invisible characters between its letters), an end cut inside an escape included.
     """
-    longest = 0
-    for secret in _redact.secrets():
-        forms = _char_forms(secret)
-        # a form is at most 12 characters (a surrogate pair's two escapes)
-        for at in range(max(len(text) - 12 * len(secret), 0), len(text) - longest):
-            may = text[at] in "\\%" or text[at].lower() == secret[0].lower()
-            if may and _begins(text, at, forms):
-                longest = len(text) - at
-                break
-    return longest
-
-
-def _begins(text: str, at: int, forms: tuple[tuple[str, ...], ...]) -> bool:
-    """Whether `text[at:]` is a proper beginning of a secret with these character forms."""
-    positions = {at}
-    for char_forms in forms:
-        following = set()
-        for pos in positions:
-            if pos == len(text):
-                return True
-            for form in char_forms:
-                seen = text[pos : pos + len(form)]
-                if _same(seen, form[: len(seen)]):
-                    if len(seen) < len(form):
-                        return True
-                    following.add(pos + len(form))
-        if not following:
-            return False
-        positions = following
-    return False  # the whole secret: masked already, nothing to hold
-
-
-def _same(seen: str, form: str) -> bool:
-    """`seen` is `form` in any letter case (a key upper-cased, the hex digits of an escape)."""
-    return seen.lower() == form.lower()
-
-
-@functools.lru_cache(maxsize=2048)  # per known form, as `redaction._escaped`
-def _char_forms(secret: str) -> tuple[tuple[str, ...], ...]:
-    """Each character of `secret` as JSON may write it (see `redaction._escaped`) or
-    percent-encoded (see `folded`)."""
-    forms = []
-    for char in secret:
-        units = char.encode("utf-16-be")
-        escaped = "".join(
-            f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2)
-        )
-        percent = "".join(f"%{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
-        char_forms = {char, json.dumps(char)[1:-1], escaped, percent}
-        if char == "/":
-            char_forms.add("\\/")
-        forms.append(tuple(sorted(char_forms)))
-    return tuple(forms)
+    return begun(text, canonical_forms(frozenset(_redact.secrets())))
 
 
 async def stream_with_deltas(

@@ -21,7 +21,7 @@ SUMMARY_BYTES = 200
 
 #: How the answer to a call a person denied begins (the model reads it): the
 #: worker masks the keys it knows in such an answer before sending it, since a
-#: plain client's decision reaches the run unmasked (`activities._denials`).
+#: plain client's decision reaches the run unmasked (`activities._client_text`).
 DENIED_ANSWER = "Error: a person denied this call"
 
 

@@ -8,25 +8,24 @@ activity's last failure), worker logs, the JSONL `run_end` and
 values become `***`, and any known secret (the configured API keys) is masked
 wherever it appears. A secret is masked in the forms a server may echo it
 in too: percent-encoded, base64 (a Basic `Authorization` header), a URL's
-credentials decoded, and JSON-escaped (`\\/`, `\\u002d`: a tool or server
-echoing it inside JSON text), in any letter case and with any of its characters
-percent-encoded (`folded`). Pure functions over strings: the worker, the facade and
-the CLI use the same rules.
+credentials decoded, and in every spelling that reads as one of those
+(`canonical`: in any letter case, JSON-escaped, percent-encoded or written as HTML
+character references character by character, in full-width letters, with invisible
+characters between its letters), all known forms found in one pass over the text.
+Pure functions over strings: the worker, the facade and the CLI use the same rules.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import functools
-import json
 import logging
 import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
-from agentor_temporal.workflows.folded import forget as _forget_folded
-from agentor_temporal.workflows.folded import mask_folded
+from agentor_temporal.workflows.canonical import canonical_forms, mask_canonical
+from agentor_temporal.workflows.wrapped import forget as _forget_wrapped
 from agentor_temporal.workflows.wrapped import mask_wrapped
 
 #: What replaces a secret.
@@ -208,9 +207,7 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     credential headers quoted (`_QUOTED_HEADER`, `_HEADER_LINE`) masked."""
     if not text:
         return text
-    for secret in secrets:
-        if secret and len(secret) >= MIN_SECRET_CHARS:
-            text = mask_secret(text, secret)
+    text = mask_all(text, secrets)
     forget_texts()
     text = _SHAPED_KEY.sub(MASK, text)
     if "earer" in text or "asic" in text or "EARER" in text or "ASIC" in text:
@@ -227,75 +224,33 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
 
 
 def mask_secret(text: str, secret: str) -> str:
-    """`text` with `secret` masked, as it is and JSON-escaped (in any mix of escapes),
-    in any letter case, with any of its characters percent-encoded (`mask_folded`)."""
-    if secret in text:
-        text = text.replace(secret, MASK)
-    # an escape is a backslash: without one, the plain form was all there was
-    if "\\" in text and _may_hold_escaped(text, secret):
-        text = _escaped(secret).sub(MASK, text)
-    text = mask_folded(text, secret, MASK)
-    # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM)
-    return mask_wrapped(text, secret, MASK)
+    """`text` with `secret` masked (`mask_all`)."""
+    return mask_all(text, (secret,))
+
+
+def mask_all(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with every one of `secrets` masked, in every spelling that reads as it
+    (`canonical`: any letter case, JSON escapes, percent-escapes, HTML character
+    references, full-width letters, invisible characters between its letters) and
+    its base64 split by the line breaks of wrapped base64 (`mask_wrapped`).
+
+    The text is read once for all of them (`canonical.mask_canonical`): the cost of a
+    text grows by one search a known form, not by one pass per spelling a form.
+    """
+    forms = frozenset(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
+    if not text or not forms:
+        return text
+    text = mask_canonical(text, canonical_forms(forms), MASK)
+    for form in forms:
+        # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM)
+        text = mask_wrapped(text, form, MASK)
+    return text
 
 
 def forget_texts() -> None:
     """Let go of the copies kept while one text is tested against every known form: a
     text masked whole is not tested again, and a tool result may be megabytes."""
-    _unescaped.cache_clear()
-    _forget_folded()
-
-
-_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
-
-
-def _may_hold_escaped(text: str, secret: str) -> bool:
-    """Whether `text` may hold `secret` JSON-escaped: it does when its escapes decoded
-    and its backslashes dropped (`_unescaped`) hold the secret.
-
-    A quick test before `_escaped`'s pattern, which is slow on long texts (each
-    character of the secret an alternation) and is run for every known form.
-    Never wrong the other way for a secret of printable characters in the basic
-    plane without a backslash; for any other the pattern decides alone.
-    """
-    if "\\" in secret or not secret.isprintable() or any(ord(c) > 0xFFFF for c in secret):
-        return True
-    return secret.lower() in _unescaped(text)
-
-
-@functools.lru_cache(maxsize=1)  # one text is tested against every known form in turn
-def _unescaped(text: str) -> str:
-    """`text`'s escapes decoded, its backslashes dropped, lowered (the pattern ignores case)."""
-    return _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).replace("\\", "").lower()
-
-
-# one pattern per known form: a worker with a few dozen credentials knows hundreds
-@functools.lru_cache(maxsize=2048)
-def _escaped(secret: str) -> re.Pattern[str]:
-    """`secret` as JSON may write it: each character as it is or escaped, in any letter case
-    (a key upper-cased is the key but for its case: see `folded`).
-
-    Escaped as JSON encoders do (`\\"`, `\\/`, `\\n`), or as `\\uXXXX` in
-    either case of hex, a character past U+FFFF as its surrogate pair. Only
-    the secret's own characters match: a text decoding to anything else is
-    left as it is.
-    """
-    parts = []
-    for char in secret:
-        forms = {re.escape(char), re.escape(json.dumps(char)[1:-1])}
-        if char == "/":
-            forms.add(re.escape("\\/"))
-        units = char.encode("utf-16-be")
-        forms.add(
-            "".join(
-                "\\\\u" + "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{unit:04x}")
-                for unit in (
-                    int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)
-                )
-            )
-        )
-        parts.append("(?:" + "|".join(sorted(forms)) + ")")
-    return re.compile("".join(parts), re.IGNORECASE)
+    _forget_wrapped()
 
 
 def _mask_value(match: re.Match[str]) -> str:

@@ -68,3 +68,8 @@ _BASE64_CHARS = re.compile(r"[A-Za-z0-9+/_\-=]+")
 def _pattern(form: str) -> re.Pattern[str]:
     # a line break as it is, or JSON-escaped (wrapped base64 inside a tool's JSON text)
     return re.compile(r"(?:\r?\n|(?:\\r)?\\n)?".join(re.escape(c) for c in form))
+
+
+def forget() -> None:
+    """Let go of the texts kept joined (after masking a text whole)."""
+    _unwrapped.cache_clear()

@@ -462,3 +462,42 @@ async def test_a_key_percent_encoded_twice_or_hex_never_shows(
         ),
     }
     assert [name for name, text in texts.items() if encoded in text] == []
+
+
+@pytest.mark.parametrize("shape", ["prompt", "messages"])
+async def test_a_key_in_a_plain_clients_input_never_reaches_the_model(
+    client: Client, task_queue: str, tmp_path: Path, shape: str
+) -> None:
+    """A key the worker knows, sent in a run's input by a plain Temporal client (a prompt, or
+    chat messages with text parts), is `***` in every request the model is sent."""
+    key = _key()
+    said = f"my key is {key}, what is the weather?"
+    sent: object = said
+    if shape == "messages":
+        sent = [
+            {"role": "user", "content": "hello"},
+            {"role": "user", "content": [{"type": "text", "text": said}]},
+        ]
+    script = [CallTool("get_weather", {"city": "London"}), Reply("It is sunny.")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            instructions=INSTRUCTIONS,
+            tools=[weather_tool()],
+            base_url=model.base_url,
+            api_key=key,
+            temporal=client,
+            task_queue=task_queue,
+            store=FileStore(tmp_path / "runs"),
+        )
+        run_id = f"plain-model-{uuid.uuid4().hex[:8]}"
+        await client.start_workflow(
+            "AgentRun", {"agent": "Weather Agent", "input": sent}, id=run_id, task_queue=task_queue
+        )
+        result = await agent.aresume(run_id)
+        requests = model.requests
+    assert result.status == "completed", result.error
+    assert len(requests) == 2
+    for request in requests:
+        text = json.dumps(request)
+        assert key not in text and "my key is ***, what is the weather?" in text, text

@@ -230,6 +230,9 @@ async def test_streamed_deltas_never_spell_a_key_even_split_across_them(
         "\\u0073k-esc\\/aped\\u002dkey-01234567\\u0038\\u0039",  # escapes at both ends
         "SK-ESC/APED-KEY-0123456789",  # upper-cased
         "sk%2Desc%2faped-key-012345678%39",  # percent-encoded, hex of either case
+        "&#115;&#X6B;&#45;esc&sol;aped-key-0123456789",  # HTML character references
+        "s\u200bk-esc/aped\u2060-key-0123\u00ad456789",  # invisible characters between
+        "ｓｋ－ｅｓｃ／ａｐｅｄ－ｋｅｙ－０１２３４５６７８９",  # full-width letters
     ],
 )
 async def test_streamed_deltas_never_show_a_key_in_any_masked_form_at_any_split(
@@ -728,3 +731,13 @@ def test_keys_no_one_told_of_are_masked_in_errors_by_their_shape(secret: str) ->
 )
 def test_words_near_key_shapes_stay(text: str) -> None:
     assert redact(text) == text
+
+
+def test_a_non_ascii_secret_is_masked_with_any_of_its_characters_percent_encoded() -> None:
+    """A secret's non-ASCII letters percent-encoded as UTF-8 one by one, the others as they
+    are, upper-cased, or written as HTML references: each reads as the secret and is masked."""
+    from agentor_temporal.workflows.redaction import mask_secret
+
+    secret = "pässwörd-Ü123"
+    for written in ["p%C3%A4sswörd-Ü123", "PÄSSW%c3%b6RD-ü123", "p&auml;ssw&#246;rd-&Uuml;123"]:
+        assert mask_secret(f"[{written}]", secret) == "[***]", written

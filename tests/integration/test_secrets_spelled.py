@@ -1,0 +1,116 @@
+"""A known key spelled so that it reads as the key is masked as the key is.
+
+A tool echoing a gateway's HTML error page (the key as character references,
+`&#115;&#107;...`), text copied with invisible characters between the key's letters
+(zero-width space, word joiner, soft hyphen), a key in full-width letters: each
+shows the key to whoever reads it. Real dev server, scripted model, real `openai`
+client: the tool's result and error, the model's next request, the model's reply, the
+JSONL store, history and the captured log records are all read as a person would
+read them (references and escapes decoded, letters folded, invisible characters
+dropped), and none shows the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import logging
+import re
+import unicodedata
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import Agentor, FileStore, function_tool
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+
+from helpers import INSTRUCTIONS, PROMPT
+
+KEY = "sk-spelled_Q7wE2rT9yU4iO1pA"
+
+SPELLINGS = {
+    "html-decimal": "".join(f"&#{ord(c)};" for c in KEY),
+    "html-hex-and-named": "".join(f"&#x{ord(c):X};" for c in KEY[:10])
+    + KEY[10:].replace("_", "&lowbar;"),
+    "zero-width": "\u200b".join(KEY[:12]) + "\u2060" + "\u00ad".join(KEY[12:]),
+    "full-width": "".join(chr(ord(c) + 0xFEE0) for c in KEY),
+}
+
+
+def _read(text: str) -> str:
+    """`text` as a person reads it: escapes and references decoded, letters folded to
+    their plain form and lower case, invisible characters dropped."""
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text)
+    text = unicodedata.normalize("NFKC", html.unescape(text))
+    return "".join(c for c in text if unicodedata.category(c) != "Cf").lower()
+
+
+async def _history_text(client: Client, run_id: str) -> str:
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    text = history.to_json()
+    decoded = []
+    for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
+        try:
+            decoded.append(base64.b64decode(blob, validate=True).decode("utf-8", "replace"))
+        except ValueError:
+            continue
+    return text + "\n".join(decoded)
+
+
+@pytest.mark.parametrize("outcome", ["returned", "raised"])
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+async def test_a_key_spelled_to_read_as_the_key_never_shows(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    spelling: str,
+    outcome: str,
+) -> None:
+    """A tool's result or error and the model's reply holding the key as HTML references,
+    with invisible characters between its letters or in full-width letters, show `***`."""
+    caplog.set_level(logging.WARNING)
+    spelled = SPELLINGS[spelling]
+    assert KEY.lower() in _read(spelled) and KEY not in spelled
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+        page = f"<html><body><h1>401</h1><p>Invalid key: {spelled}</p></body></html>"
+        if outcome == "raised":
+            raise RuntimeError(page)
+        return page
+
+    script = [CallTool("get_weather", {"city": "London"}), Reply(f"The gateway said {spelled}.")]
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Weather Agent",
+            model="gpt-4o-mini",
+            instructions=INSTRUCTIONS,
+            tools=[get_weather],
+            base_url=model.base_url,
+            api_key=KEY,
+            temporal=client,
+            task_queue=task_queue,
+            store=FileStore(tmp_path),
+        )
+        result = await agent.arun(PROMPT)
+        sent = str(model.requests[-1]["messages"][-1]["content"])
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    shown = {
+        "tool result": f"{answer.result} {answer.error or ''}",
+        "model request": sent,
+        "final output": str(result.final_output),
+        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
+        "history": await _history_text(client, result.run_id),
+        "logs": "\n".join(r.getMessage() for r in caplog.records),
+    }
+    assert "***" in shown["tool result"] and "Invalid key: ***" in sent, shown["tool result"]
+    assert str(result.final_output) == "The gateway said ***."
+    assert [where for where, text in shown.items() if KEY.lower() in _read(text)] == []

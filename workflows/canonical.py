@@ -1,0 +1,332 @@
+"""Every known secret found in one pass over a text, in any of the forms it may be written in.
+
+A key comes back from a server, a tool or an HTML error page written in many ways
+that all read as the key: in another letter case, percent-encoded (`%73%6B...`),
+JSON-escaped (`\\u0073`, `\\/`), as HTML character references (`&#115;`, `&#x73;`,
+`&hyphen;`), in full-width or other compatibility letters (`ｓｋ－...`), with
+invisible characters between its letters (zero-width space, word joiner, soft
+hyphen). Searching each text for each known form in each of these ways scanned a
+text many times per form. Instead the text is mapped once to a canonical form
+(`Canonical`: escapes and references decoded, compatibility letters folded by
+NFKC, invisible format characters dropped, lower case) with an index back to the
+original positions, and each known form's canonical form is searched for in it
+(`find`, one scan a form); a match is masked over the original characters it
+came from. Pure functions over strings, as `redaction`'s.
+
+Not masked: a key spelled out with visible separators (`s k - a b c`), reversed or
+in an encoding no reader decodes at sight (base32, rot13): deliberate disguises,
+which no list of forms can close, and whose search would mask ordinary text.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import html.entities
+import json
+import re
+import unicodedata
+from collections.abc import Iterable
+
+#: A non-ASCII character's UTF-8 bytes percent-encoded (`%C3%A4`).
+_UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
+#: One written character (or escape) that may stand for another: a percent-escape, a JSON
+#: escape, an HTML character reference, or a run of non-ASCII characters.
+_TOKEN = re.compile(
+    _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}"
+    r"|\\u[0-9A-Fa-f]{4}|\\[^\r\n]"
+    r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
+    r"|[^\x00-\x7f]+"
+)
+_JSON_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+#: The shortest canonical form searched for: a shorter one (a secret made of escapes and
+#: invisible characters) would be found in ordinary text.
+MIN_CANONICAL = 6
+
+
+class Canonical:
+    """A text's canonical form and the way back to the text's own positions.
+
+    `segments` holds, for each piece of the canonical text, its start there, its start
+    in the original text, and either None (a plain piece: the same length in both) or
+    the end in the original text of the escape or character it came from.
+    """
+
+    def __init__(self, text: str, charset: frozenset[str] | None = None) -> None:
+        """`charset`: the characters of the forms searched for; an escape or reference of
+        any other character is left as it is written (none of them can be part of a
+        match), so a text dense in them (`%20`, `\\n`, `&amp;`) costs little more."""
+        self.text = text
+        if text.isascii() and "%" not in text and "\\" not in text and "&" not in text:
+            self.canon = text.lower()
+            self._starts = [0]
+            self._segments: list[tuple[int, int | None]] = [(0, None)]
+            return
+        pieces: list[str] = []
+        starts: list[int] = []
+        segments: list[tuple[int, int | None]] = []
+        at = 0  # in the canonical text
+
+        def piece(canon: str, start: int, end: int | None) -> None:
+            nonlocal at
+            pieces.append(canon)
+            starts.append(at)
+            segments.append((start, end))
+            at += len(canon)
+
+        decoded: dict[str, str | tuple[str, ...] | None] = {}
+        pos = 0
+        for match in (_TOKEN if charset is None else _tokens(charset)).finditer(text):
+            token = match.group(0)
+            if token in decoded:
+                canon = decoded[token]
+            else:
+                canon = decoded[token] = _token(token, charset)
+            if canon is None:  # as written: part of the plain run around it
+                continue
+            start, end = match.span()
+            if start > pos:
+                piece(text[pos:start].lower(), pos, None)
+            if isinstance(canon, str):
+                piece(canon, start, end)
+            else:
+                for i, char in enumerate(canon):
+                    piece(char, start + i, start + i + 1)
+            pos = end
+        if pos < len(text):
+            piece(text[pos:].lower(), pos, None)
+        self.canon = "".join(pieces)
+        self._starts = starts or [0]
+        self._segments = segments or [(0, None)]
+
+    def start(self, at: int) -> int:
+        """The original position of canonical position `at`'s character."""
+        i = bisect.bisect_right(self._starts, at) - 1
+        origin, end = self._segments[i]
+        return origin + (at - self._starts[i]) if end is None else origin
+
+    def end(self, at: int) -> int:
+        """The original position just past the character canonical position `at - 1` came from."""
+        i = bisect.bisect_right(self._starts, at - 1) - 1
+        origin, end = self._segments[i]
+        return origin + (at - self._starts[i]) if end is None else end
+
+    def spans(self, forms: Iterable[str]) -> list[tuple[int, int]]:
+        """The original spans where any of the canonical `forms` is found, merged."""
+        found: list[tuple[int, int]] = []
+        canon = self.canon
+        for form in forms:
+            at = canon.find(form)
+            while at >= 0:
+                found.append((at, at + len(form)))
+                at = canon.find(form, at + 1)
+        if not found:
+            return []
+        found.sort()
+        merged: list[tuple[int, int]] = []
+        for start, end in found:
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        return [(self.start(s), self.end(e)) for s, e in merged]
+
+
+def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] | None:
+    """What one token (`_TOKEN`) is in the canonical text: a text, one text a character
+    (a non-ASCII run), or None to leave it as it is written (`Canonical`'s `charset`)."""
+    canon: str | None
+    if token[0] == "%" and len(token) > 3:
+        try:
+            canon = _char(bytes.fromhex(token.replace("%", "")).decode())
+        except ValueError:  # not UTF-8: as it is written
+            return None
+    elif token[0] == "%":
+        byte = int(token[1:], 16)
+        # a byte of no UTF-8 character's escapes stays as it is written
+        canon = _char(chr(byte)) if byte < 0x80 else None
+    elif token[0] == "\\":
+        canon = _char(_unescape(token))
+    elif token[0] == "&":
+        reference = _reference(token)
+        canon = _char(reference) if reference != token else None
+    elif unicodedata.normalize("NFKC", token).lower() == token and not _has_format(token):
+        return None
+    else:
+        return tuple(_char(char) for char in token)
+    if canon is None or charset is None or not canon:
+        return canon
+    return canon if all(char in charset for char in canon) else None
+
+
+def _char(char: str) -> str:
+    """One character as the canonical text holds it: NFKC-folded, lower case, and nothing
+    for an invisible format character (zero-width space, soft hyphen, word joiner)."""
+    if char.isascii():
+        return char.lower()
+    return "".join(
+        c for c in unicodedata.normalize("NFKC", char).lower() if unicodedata.category(c) != "Cf"
+    )
+
+
+def _has_format(run: str) -> bool:
+    return any(unicodedata.category(c) == "Cf" for c in run)
+
+
+def _unescape(token: str) -> str:
+    if token[1] == "u" and len(token) == 6:
+        return chr(int(token[2:], 16))  # a surrogate alone: a pair's halves are two escapes
+    return _JSON_ESCAPES.get(token[1], token[1])
+
+
+def _reference(token: str) -> str:
+    if token[1] == "#":
+        number = token[2:].rstrip(";")
+        code = int(number[1:], 16) if number[:1] in "xX" else int(number)
+        return chr(code) if 0 < code <= 0x10FFFF else "\ufffd"
+    return html.entities.html5.get(token[1:], token)
+
+
+def canonical(text: str) -> str:
+    """`text` in its canonical form (see the module's docstring)."""
+    return Canonical(text).canon
+
+
+def _split_astral(text: str) -> str:
+    """`text` with each character past U+FFFF as its UTF-16 surrogates: a text's JSON
+    escapes of one are decoded one by one."""
+    out = []
+    for char in text:
+        code = ord(char) - 0x10000
+        out.append(char if code < 0 else chr(0xD800 + (code >> 10)) + chr(0xDC00 + (code & 0x3FF)))
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=64)  # one set of known forms a process, changing rarely
+def canonical_forms(forms: frozenset[str]) -> tuple[str, ...]:
+    """The distinct canonical forms of `forms` to search for, longest first.
+
+    With each form's JSON-escaped spelling too when it differs (a secret holding a
+    backslash or a quote: its escape decoded is the character, not its escape).
+    """
+    found: dict[str, None] = {}
+    for form in sorted(forms):
+        for spelling in (form, json.dumps(form, ensure_ascii=False)[1:-1]):
+            canon = canonical(spelling)
+            if len(canon) >= MIN_CANONICAL:
+                found[canon] = None
+            split = _split_astral(canon)
+            if split != canon and len(split) >= MIN_CANONICAL:
+                found[split] = None
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _charset(forms: tuple[str, ...]) -> frozenset[str]:
+    return frozenset("".join(forms))
+
+
+#: The non-ASCII characters that may read as an ASCII one, or as nothing: full-width and
+#: half-width forms, invisible format characters (soft hyphen, zero-width space and
+#: joiners, direction marks, word joiner, byte-order mark, tags), superscripts and
+#: subscripts, letterlike symbols (the Kelvin sign), enclosed alphanumerics, ligatures,
+#: mathematical alphanumerics. Other non-ASCII text (accented letters, CJK, emoji) is not
+#: looked at unless a known form holds non-ASCII characters itself.
+_LOOKALIKES = (
+    "\u00aa\u00ad\u00b2\u00b3\u00b9\u00ba\u0600-\u0605\u061c\u06dd\u070f\u180e"
+    "\u2000-\u200f\u2024-\u2026\u202a-\u202f\u205f-\u209f\u2100-\u214f\u2460-\u24ff"
+    "\ufb00-\ufb06\ufe00-\ufe0f\ufeff\uff01-\uffef\ufff9-\ufffb"
+    "\U0001d400-\U0001d7ff\U0001f100-\U0001f1ff\U000e0000-\U000e0fff"
+)
+#: The same, as the hex of a JSON escape (`\\uff53`), and the halves of a surrogate pair.
+_LOOKALIKE_ESCAPES = (
+    "00a[ad]|00b[239a]|060[0-5]|061c|06dd|070f|180e|200[0-9a-f]|202[4-6a-f]|205f|20[6-9][0-9a-f]"
+    "|21[0-4][0-9a-f]|24[6-9a-f][0-9a-f]|fb0[0-6]|fe0[0-9a-f]|feff|ff[0-9a-e][0-9a-f]"
+    "|fff[9ab]|d[89a-f][0-9a-f]{2}"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
+    """`_TOKEN` narrowed to what may stand for a character of `charset` or for nothing (an
+    invisible character): a text's JSON escapes of line breaks and quotes, its `%20`s,
+    `&amp;`s and accented letters are then not even looked at (a JSON text is dense in
+    them)."""
+    # a letter matched in any case: its upper case escaped (`%41`, `\\u0041`) too
+    ascii_chars = sorted({v for c in charset if c.isascii() for v in (c, c.upper())})
+    others = sorted({v for c in charset if not c.isascii() for v in (c, c.upper(), c.title())})
+    hexes = "|".join(f"{ord(c):02x}" for c in ascii_chars) or "(?!)"
+    names = sorted(
+        {name for char, found in _named().items() if char in charset or not char for name in found},
+        key=len,
+        reverse=True,
+    )
+    # `\\n` is a line break, not an `n`
+    escaped = "".join(re.escape(c) for c in ascii_chars if c not in "bfnrtuBFNRTU")
+    units = "|".join(f"{ord(c):04x}" for c in others if len(c) == 1 and ord(c) <= 0xFFFF)
+    parts = [
+        *([_UTF8_ESCAPED] if others else []),
+        rf"%(?i:{hexes})",
+        rf"\\u(?i:00(?:{hexes})|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
+        *([rf"\\[{escaped}]"] if escaped else []),
+        r"&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?",
+        *([r"&(?:" + "|".join(re.escape(n) for n in names) + ")"] if names else []),
+        "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
+    ]
+    # the lookahead lets the scan skip to a character a token may begin with
+    return re.compile(r"(?=[%\\&\x80-\U0010ffff])(?:" + "|".join(parts) + ")")
+
+
+@functools.lru_cache(maxsize=1)
+def _named() -> dict[str, list[str]]:
+    """HTML's named character references (with their `;`), by the canonical text of what
+    they stand for."""
+    found: dict[str, list[str]] = {}
+    for name, value in html.entities.html5.items():
+        if name.endswith(";"):
+            found.setdefault("".join(_char(c) for c in value), []).append(name)
+    return found
+
+
+def mask_canonical(text: str, forms: tuple[str, ...], mask: str) -> str:
+    """`text` with each place reading as one of `forms` (`canonical_forms`) masked."""
+    if not text or not forms:
+        return text
+    spans = Canonical(text, _charset(forms)).spans(forms)
+    if not spans:
+        return text
+    out, pos = [], 0
+    for start, end in spans:
+        if start < pos:  # two matches over one escape: already masked
+            start = pos
+        if end <= start:
+            continue
+        out += [text[pos:start], mask]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def begun(text: str, forms: tuple[str, ...]) -> int:
+    """The length of the longest end of `text` that may begin one of `forms`: its canonical
+    end a proper beginning of a form, or an escape or reference cut short."""
+    cut = _PARTIAL.search(text)
+    held_from = cut.start() if cut else len(text)
+    view = Canonical(text[:held_from], _charset(forms))
+    canon = view.canon
+    longest = 0
+    for form in forms:
+        for size in range(min(len(form) - 1, len(canon)), longest, -1):
+            if canon.endswith(form[:size]):
+                longest = size
+                break
+    if longest:
+        held_from = min(held_from, view.start(len(canon) - longest))
+    return len(text) - held_from
+
+
+#: An escape or reference cut short at the end of a text (the next delta may finish it).
+_PARTIAL = re.compile(
+    r"(?:(?:%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2})?%[0-9A-Fa-f]?"
+    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\(?:u[0-9A-Fa-f]{0,3})?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
+)
