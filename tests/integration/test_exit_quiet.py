@@ -1,12 +1,14 @@
-"""Plain scripts stay quiet under Python's development mode (`python -X dev`).
+"""Plain scripts end, and end quietly: under Python's development mode, and with threads.
 
-Development mode turns on asyncio's debug mode, which reports every step that
-holds an event loop past 100 ms ("Executing <Task ...> took 1.6 seconds"), and
-shows the warnings Python hides by default (ResourceWarning, a coroutine never
-awaited). The embedded worker runs on the runtime's loop, beside every other
-call of the script, so what it does there must not hold that loop: a script
-run so exits 0 with nothing on stderr. Real processes (`procs/plain_script.py`)
-against the session's dev server and a scripted model.
+Python's development mode (`python -X dev`) turns on asyncio's debug mode,
+which reports every step that holds an event loop past 100 ms ("Executing
+<Task ...> took 1.6 seconds"), and shows the warnings Python hides by default
+(ResourceWarning, a coroutine never awaited). The embedded worker runs on the
+runtime's loop, beside every other call of the script, so what it does there
+must not hold that loop: a script run so exits 0 with nothing on stderr. A
+script whose background thread made a call and works on until the main thread
+ends exits too. Real processes (`procs/plain_script.py`) against the session's
+dev server and a scripted model.
 """
 
 from __future__ import annotations
@@ -30,16 +32,18 @@ pytestmark = pytest.mark.slow
 
 #: asyncio's report of a slow step (debug mode's `slow_callback_duration`, 100 ms)
 SLOW_STEP = re.compile(r"^Executing <.*> took (\d+\.\d+) seconds$")
-#: Slow steps shorter than this are the machine's load, not ours: on a loaded
-#: 2-core machine any 30 ms step (a workflow activation, a client's connect) can
-#: pass 100 ms. The embedded worker's build on the loop took 1.3-1.7 s idle.
-LOAD_NOISE = 0.5
+#: Slow steps shorter than this are the machine's load, not ours: on a 2-core
+#: machine at load 11 (this suite beside others) steps of a workflow activation
+#: or a client's call took up to 0.4 s. The embedded worker's build on the loop
+#: took 1.3-1.9 s on an idle machine.
+LOAD_NOISE = 1.0
 
 
 def dev_mode_script(
     address: str, model: ScriptedModelServer, queue: str, tmp_path: Path, *args: str
 ) -> dict[str, Any]:
-    """Run `plain_script.py` under `python -X dev`; fail naming what it said on stderr."""
+    """Run `plain_script.py` under `python -X dev` (30 s at most); fail naming what it said
+    on stderr."""
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": address,
@@ -55,7 +59,7 @@ def dev_mode_script(
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=30,
     )
     said = [
         line
@@ -100,3 +104,18 @@ async def test_an_async_tool_returning_a_coroutine_answers_with_its_value(
             temporal_address, model, task_queue, tmp_path, "forgot_await", uuid.uuid4().hex
         )
     assert outcome == {"status": "completed", "answers": ["Sunny in Paris"]}, outcome
+
+
+async def test_a_thread_that_waits_for_the_main_threads_end_lets_the_script_exit(
+    temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    """A thread that made a call, then loops `while main_thread().is_alive()`: the script exits.
+
+    Before, the exit hook waited for every thread that had called in, busy or not, and the
+    main thread counts as alive until the exit hooks are done: the script hung for ever
+    (here, killed by the 30 s timeout)."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        outcome = dev_mode_script(
+            temporal_address, model, task_queue, tmp_path, "watcher", uuid.uuid4().hex
+        )
+    assert outcome == {"status": "completed"}, outcome
