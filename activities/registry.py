@@ -360,13 +360,15 @@ class AgentRegistry:
                 self._tool_pool = ToolThreads(SYNC_TOOL_THREADS)
             return self._tool_pool
 
-    def openai_client(self, agent: AgentDefinition) -> Any:
+    def openai_client(
+        self, agent: AgentDefinition, loop: asyncio.AbstractEventLoop | None = None
+    ) -> Any:
         """An `AsyncOpenAI` client for the agent, with its own retries off.
 
         Temporal owns retries (with backoff and visibility in the UI); the
         client retrying underneath would multiply them. One client per
-        endpoint and event loop: clients are bound to the loop they were
-        first used on.
+        endpoint and event loop (`loop`, by default the running one): clients
+        are bound to the loop they were first used on.
         """
         from openai import AsyncOpenAI, Timeout
 
@@ -381,7 +383,7 @@ class AgentRegistry:
         _redact.remember(api_key)
         for secret in url_secrets(base_url):
             _redact.remember(secret)
-        loop = asyncio.get_running_loop()
+        loop = loop or asyncio.get_running_loop()
         dead: list[Any] = []
         with self._lock:
             for stale in [other for other in self._clients if other.is_closed()]:
@@ -405,23 +407,26 @@ class AgentRegistry:
             _close_dead(dead)
         return client
 
-    def open_clients(self) -> int:
-        """Make, on the running loop, the openai clients this worker's agents will use.
+    def open_clients(self, loop: asyncio.AbstractEventLoop | None = None) -> int:
+        """Make, for `loop` (by default the running one), the openai clients this worker's
+        agents will use.
 
         Done at start so the worker's idle footprint includes them (each
-        loads its TLS trust store); agents without an API key are left to
-        fail their first request clearly. Returns how many clients exist.
+        loads its TLS trust store, 50-150 ms: a caller on `loop` may make
+        them in a thread); agents without an API key are left to fail their
+        first request clearly. Returns how many clients exist.
         """
+        loop = loop or asyncio.get_running_loop()
         with self._lock:
             agents = list(self._agents.values())
         for agent in agents:
             try:
-                client = self.openai_client(agent)
+                client = self.openai_client(agent, loop)
             except ValueError:
                 continue
             client.chat.completions  # noqa: B018 - the resource the requests go through
         with self._lock:
-            return len(self._clients.get(asyncio.get_running_loop(), {}))
+            return len(self._clients.get(loop, {}))
 
     async def close_clients(self) -> None:
         """Close the openai clients made on the running loop (a stopping worker's)."""

@@ -392,9 +392,15 @@ async def _contained(awaitable: Any) -> Any:
     out of the event loop itself, which stopped the whole worker (every run
     on it hung): carried as an ordinary exception, it becomes the tool's
     answer like any other, as it is for a sync tool.
+
+    What it returns is awaited too when awaitable (an `await` forgotten in an
+    `async def` tool, as a sync tool's returned coroutine is awaited): the model
+    was answered "<coroutine object ...>" and the script printed "coroutine ...
+    was never awaited" on stderr.
     """
     try:
-        return await awaitable
+        value = await awaitable
+        return await value if inspect.isawaitable(value) else value
     except (SystemExit, KeyboardInterrupt) as exc:
         raise _Exited(exc) from None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -54,19 +55,28 @@ class EmbeddedWorker:
             self.idle = None
         async with self.lock:
             if self.worker is None:
-                from agentor_temporal.plugin import AgentorPlugin, ensure_search_attributes
+                # the plugin's imports and the worker's build run in a thread: they take 1-4 s
+                # (the model client's modules, the workflow's check in its sandbox), which on
+                # this loop held every other call and heartbeat of the process, and `python
+                # -X dev` said "Executing <Task ...> took 1.6 seconds" at each first call
+                await asyncio.to_thread(importlib.import_module, "agentor_temporal.plugin")
+                from agentor_temporal.plugin import ensure_search_attributes
 
                 # registered before the first run starts: runs started now set them
                 await ensure_search_attributes(self.client, self.registry)
-                from agentor_temporal.telemetry import client_traces
-
-                self.worker = Worker(
-                    self.client,
-                    task_queue=self.task_queue,
-                    # the worker traces runs exactly when its client traces starts
-                    plugins=[AgentorPlugin(self.registry, tracing=client_traces(self.client))],
-                )
+                self.worker = await asyncio.to_thread(self._build)
                 self.task = asyncio.create_task(self.worker.run())
+
+    def _build(self) -> Worker:
+        from agentor_temporal.plugin import AgentorPlugin
+        from agentor_temporal.telemetry import client_traces
+
+        return Worker(
+            self.client,
+            task_queue=self.task_queue,
+            # the worker traces runs exactly when its client traces starts
+            plugins=[AgentorPlugin(self.registry, tracing=client_traces(self.client))],
+        )
 
     def release(self, nested: bool = False) -> None:
         self.users -= 1

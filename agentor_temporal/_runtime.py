@@ -66,9 +66,10 @@ def refuse_at_exit(coro: Coroutine[Any, Any, Any]) -> None:
     if getattr(concurrent.futures.thread, "_shutdown", False):
         coro.close()
         raise RuntimeError(
-            "an agent call while the interpreter exits (from an atexit handler, say) "
-            "cannot run: its thread pools refuse new work, which this process's worker "
-            "needs; make the call before the script ends"
+            "an agent call while the interpreter exits (from an atexit handler, or a "
+            "thread once the main thread has ended) cannot run: its thread pools refuse "
+            "new work, which this process's worker needs; make the call before the script "
+            "ends (or keep the main thread until the thread's calls are made: join it)"
         )
 
 

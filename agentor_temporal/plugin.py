@@ -447,9 +447,11 @@ class AgentorPlugin(SimplePlugin):
         if not self.registry.search_attributes:
             await ensure_search_attributes(worker.client, self.registry)
         offer(worker.task_queue, self.registry)
-        self.bundle.loop = asyncio.get_running_loop()
+        self.bundle.loop = loop = asyncio.get_running_loop()
         tune_allocator(arenas=False)
-        self.registry.open_clients()
+        # in a thread: each loads its TLS trust store, which held this loop (an
+        # embedded worker's, shared with the script's other calls) past 100 ms
+        await asyncio.to_thread(self.registry.open_clients, loop)
         trimming = asyncio.create_task(keep_memory_trimmed())
         meter = telemetry.runtime_meter(worker.client)
         watching = None

@@ -286,6 +286,39 @@ elif command == "nested":
         print(json.dumps({"decided": outer.approve(run_id, sys.argv[4])["call_id"]}))
     else:
         print(json.dumps({"status": outer.run(WEATHER, run_id=run_id).status}))
+elif command == "watcher":
+    # a background thread (not a daemon) makes a call, then works on until the main
+    # thread ends, as background jobs poll for it; the main thread returns after the call
+    answered = threading.Event()
+
+    def background() -> None:
+        print(json.dumps({"status": agent.run(WEATHER, run_id=run_id).status}), flush=True)
+        answered.set()
+        while threading.main_thread().is_alive():
+            time.sleep(0.02)
+
+    threading.Thread(target=background).start()
+    answered.wait(60)
+elif command == "forgot_await":
+    # an async tool returning its lookup's coroutine, the `await` forgotten
+
+    async def lookup(city: str) -> str:
+        await asyncio.sleep(0)
+        return f"Sunny in {city}"
+
+    @function_tool(name="get_weather")
+    async def forgetful_weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        return lookup(city)  # type: ignore[return-value]
+
+    forgetful = plain_agent(tools=[forgetful_weather])
+    result = forgetful.run(WEATHER, run_id=run_id)
+    answers = [e.result for e in result.events if e.type == "tool_result"]
+    print(json.dumps({"status": result.status, "answers": answers}))
 elif command == "start":
     # started, then the script returns: nobody waits on the run
     print(json.dumps({"started": asyncio.run(agent.astart(WEATHER, run_id=run_id))}))
