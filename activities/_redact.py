@@ -52,6 +52,7 @@ LOGGERS = (
     "agentor_temporal.activities._joining",
     "agentor_temporal.activities._private",
     "agentor_temporal.activities._reset_answers",
+    "agentor_temporal.activities._ended",
     "agentor_temporal.activities._starts",
     "agentor_temporal.activities.conversations",
     "agentor_temporal.activities.model",
