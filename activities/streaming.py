@@ -33,6 +33,7 @@ from agentor_temporal.activities._provider_errors import (
     json_kind,
     stopped_empty,
 )
+from agentor_temporal.activities._reply_json import content_text, tolerant_event
 from agentor_temporal.activities._slow_model import request_of, said_when_silent
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
@@ -81,6 +82,10 @@ async def stream_completion(
     try:
         async for chunk in _paced(stream, client):
             chunks += 1
+            if chunk is None or json_kind(chunk) != "an object":
+                # `data: null`, `[1,2]`, a bare string or number: no part of a reply
+                # (a stream of only such lines was taken as an empty final answer)
+                raise MalformedReply(f"a streamed chunk is {json_kind(chunk)}, not an object")
             raw_usage = getattr(chunk, "usage", None)
             if raw_usage is not None:
                 counted = True
@@ -102,6 +107,8 @@ async def stream_completion(
             if delta is None:
                 continue
             content = getattr(_object(delta, "a chunk's delta"), "content", None)
+            if isinstance(content, list):
+                content = content_text(content)  # content parts, as a whole reply may send
             if content is not None and not isinstance(content, str):
                 raise MalformedReply(f"a chunk's content is {json_kind(content)}, not text")
             refusal = getattr(delta, "refusal", None)
@@ -185,6 +192,9 @@ async def _paced(stream: Any, client: Any) -> AsyncIterator[Any]:
 class _EndSeen:
     """A stream's SSE decoder, noting whether the reply's `[DONE]` came.
 
+    Its events read their JSON with `loads_reply` (an integer past Python's
+    4300 digits read as its text, not failing the reply).
+
     The client's stream ends its iteration alike at `[DONE]` and at a closed
     connection; only its decoder sees which.
     """
@@ -207,7 +217,7 @@ class _EndSeen:
         async for event in self.decoder.aiter_bytes(iterator):
             if event.data.startswith("[DONE]"):
                 self.done = True
-            yield event
+            yield tolerant_event(event)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.decoder, name)

@@ -1,0 +1,157 @@
+"""Reading a model reply's JSON, whatever standard JSON numbers it holds.
+
+JSON puts no bound on an integer's length, but Python refuses to read one
+past `sys.get_int_max_str_digits()` (4300 digits) and raises ValueError. A
+provider's reply holding one (a token count, a `created` stamp, any field we
+never read) failed the run at once as an error of our own code (a whole
+reply), or as "not JSON" after every retry (a streamed one): a reply the
+provider was paid for was thrown away, and a resume asked again. Such an
+integer is read as its text instead: JSON-safe wherever it goes, and a field
+read as a number takes it for no number (a token count reads 0, an index is
+refused as malformed, naming the field).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any
+
+from agentor_temporal.activities._provider_errors import MalformedReply, json_kind
+
+__all__ = [
+    "TEXT_PARTS",
+    "ReplyView",
+    "arguments_text",
+    "content_text",
+    "loads_reply",
+    "tolerant_event",
+]
+
+
+def _integer(text: str) -> int | str:
+    """`text` as an int, or as it is when Python refuses to read that many digits."""
+    digits = len(text) - (text[0] == "-")
+    limit = sys.get_int_max_str_digits()
+    if limit and digits > limit:
+        return text
+    return int(text)
+
+
+def loads_reply(data: str | bytes) -> Any:
+    """`json.loads(data)`, an integer too long for Python read as its text."""
+    return json.loads(data, parse_int=_integer)
+
+
+class ReplyView:
+    """A JSON object read by attribute, as `parse_reply` reads the client's models.
+
+    A missing key is a missing attribute (`getattr(reply, "usage", None)` is
+    None); objects inside are views too, lists stay lists.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self._data = data
+
+    @staticmethod
+    def of(value: Any) -> Any:
+        if isinstance(value, dict):
+            return ReplyView(value)
+        if isinstance(value, list):
+            return [ReplyView.of(v) for v in value]
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return ReplyView.of(self._data[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __repr__(self) -> str:
+        return json.dumps(self._data)
+
+    @staticmethod
+    def plain(value: Any) -> Any:
+        """`value` as the JSON it views (views unwrapped, in lists too)."""
+        if isinstance(value, ReplyView):
+            return value._data
+        if isinstance(value, list):
+            return [ReplyView.plain(v) for v in value]
+        return value
+
+
+@functools.cache
+def _event_type() -> Any:
+    """The `openai` client's SSE event, reading its data with `loads_reply` (made once)."""
+    from openai._streaming import ServerSentEvent
+
+    class TolerantEvent(ServerSentEvent):
+        def json(self) -> Any:
+            return loads_reply(self.data)
+
+    return TolerantEvent
+
+
+def tolerant_event(event: Any) -> Any:
+    """`event` (from the `openai` stream's SSE decoder) whose `json()` reads it so.
+
+    The client reads each streamed chunk with the event's `json()`.
+    """
+    return _event_type()(event=event.event, data=event.data, id=event.id, retry=event.retry)
+
+
+#: The types of a content part whose `text` is the reply's text (`output_text`:
+#: the Responses API's name, which some chat-completions servers reuse).
+TEXT_PARTS = ("text", "output_text")
+
+
+def _field(value: Any, name: str) -> Any:
+    """`value[name]` of a reply's object, whether a dict or read by attribute."""
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def content_text(content: Any) -> str | None:
+    """A reply message's `content` as text.
+
+    Text as it is; a list of content parts (the shape newer servers answer in,
+    `[{"type": "text", "text": "..."}, {"type": "thinking", ...}]`) as its text
+    parts joined, other parts left out (None when it has no text part). It was
+    refused as malformed on every retry, so the run failed on a good answer.
+
+    Raises:
+        MalformedReply: when it is neither, or a part is not an object.
+    """
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise MalformedReply(f"the message content is {json_kind(content)}, not text")
+    texts = []
+    for index, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if json_kind(part) != "an object" or part is None:
+            raise MalformedReply(f"content part {index} is {json_kind(part)}, not an object")
+        text = _field(part, "text")
+        if _field(part, "type") in TEXT_PARTS and isinstance(text, str):
+            texts.append(text)
+    return "".join(texts) if texts else None
+
+
+def arguments_text(arguments: Any) -> str | None:
+    """A reply's tool-call `arguments` as the JSON text the run reads.
+
+    Servers that answer them as a JSON object (or list) rather than its text
+    had the reply refused as malformed on every retry; the object is written
+    as JSON (a number no float holds is then caught as in text arguments).
+    None when they are something else (a number, a boolean).
+    """
+    if arguments is None or isinstance(arguments, str):
+        return arguments or ""
+    arguments = ReplyView.plain(arguments)
+    if isinstance(arguments, (dict, list)):
+        return json.dumps(arguments, ensure_ascii=False)
+    return None

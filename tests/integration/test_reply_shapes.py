@@ -1,0 +1,164 @@
+"""A model reply of a shape or value servers really send is read, or refused clearly.
+
+Real dev server, embedded worker, the real `openai` client against the
+scripted model server. An integer past Python's 4300-digit limit anywhere in
+a reply (standard JSON) failed the run as an error of our own code (a whole
+reply) or as "not JSON" after every retry (a streamed one), throwing away a
+paid answer; content given as a list of parts and tool-call arguments given
+as an object were refused as malformed on every retry; and a stream of data
+lines that are no chunk at all (`null`, `[1, 2]`, a string) was taken as an
+empty final answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import Event, function_tool
+from agentor_temporal.testing import Raw, Reply, ScriptedModelServer, Step
+
+from helpers import scripted_agent
+
+#: an integer of 5000 digits: standard JSON, past what Python reads by default
+HUGE = "9" * 5000
+
+
+@function_tool
+def echo(text: str) -> str:
+    """Echoes.
+
+    Args:
+        text: what to echo.
+    """
+    return text
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+    body = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+    body["choices"][0]["finish_reason"] = finish
+    return f"data: {json.dumps(body)}\n\n"
+
+
+def _sse(*lines: str) -> Raw:
+    return Raw("".join(lines) + "data: [DONE]\n\n", content_type="text/event-stream")
+
+
+def _completion(message: dict[str, Any], finish: str = "stop", usage: str = "") -> Raw:
+    body = json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+        }
+    )
+    return Raw(body[:-1] + usage + "}")
+
+
+#: the usage count's fields, one of them an integer too long for Python to read
+HUGE_USAGE = f', "usage": {{"prompt_tokens": {HUGE}, "completion_tokens": 3, "total_tokens": 4}}'
+HUGE_USAGE_CHUNK = (
+    'data: {"object": "chat.completion.chunk", "choices": [], "created": '
+    + HUGE
+    + HUGE_USAGE
+    + "}\n\n"
+)
+
+
+async def _events(agent: Any, streamed: bool, **kwargs: Any) -> list[Event]:
+    if streamed:
+        return [e async for e in agent.stream_chat("go", stream_text=True, **kwargs)]
+    return (await agent.arun("go", **kwargs)).events
+
+
+@pytest.mark.parametrize("via", ["plain", "streamed", "client-options"])
+async def test_an_integer_too_long_for_python_in_a_reply_is_read(
+    via: str, client: Client, task_queue: str
+) -> None:
+    """A reply holding a 5000-digit integer is the run's answer, its count read as 0, asked once."""
+    streamed = via == "streamed"
+    reply: Step = (
+        _sse(_chunk({"content": "hi"}, "stop"), HUGE_USAGE_CHUNK)
+        if streamed
+        else _completion({"role": "assistant", "content": "hi"}, usage=HUGE_USAGE)
+    )
+    with ScriptedModelServer([reply, Reply("asked twice")]) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[echo])
+        if via == "client-options":
+            agent.definition.model_settings["timeout"] = 30  # the client's own request path
+        events = await asyncio.wait_for(_events(agent, streamed), 30)
+        assert model.request_count == 1
+    end = events[-1]
+    assert end.type == "run_end" and end.status == "completed", end.error
+    [generation] = [e for e in events if e.type == "generation"]
+    assert generation.text == "hi"
+    assert generation.usage is not None and generation.usage.input_tokens == 0
+    assert generation.usage.output_tokens == 3
+
+
+async def test_content_parts_and_object_arguments_are_read(client: Client, task_queue: str) -> None:
+    """Content as a list of parts is its text parts joined; arguments as an object run the tool."""
+    call = {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": [{"type": "text", "text": "hmm"}]}],
+        "tool_calls": [
+            {
+                "id": "c_obj",
+                "type": "function",
+                "function": {"name": "echo", "arguments": {"text": "from an object"}},
+            }
+        ],
+    }
+    parts = [{"type": "text", "text": "Here "}, {"type": "text", "text": "it is."}]
+    script: list[Step] = [
+        _completion(call, "tool_calls"),
+        _completion({"role": "assistant", "content": parts}),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[echo])
+        started = time.monotonic()
+        result = await asyncio.wait_for(agent.arun("go"), 30)
+        took = time.monotonic() - started
+        assert model.request_count == 2
+    assert result.status == "completed" and result.final_output == "Here it is.", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert answer.call_id == "c_obj" and answer.error is None
+    assert answer.result == "from an object"
+    assert took < 10  # not a malformed reply retried
+
+
+#: data lines that are no chunk, and how the refusal names them
+NOT_CHUNKS = {
+    "null": ("data: null\n\n", "null"),
+    "list": ("data: [1, 2]\n\n", "a list"),
+    "string": ('data: "text"\n\n', "a string"),
+}
+
+
+@pytest.mark.parametrize("kind", list(NOT_CHUNKS))
+async def test_a_streamed_line_that_is_no_chunk_fails_clearly_and_resume_goes_on(
+    kind: str, client: Client, task_queue: str
+) -> None:
+    """A stream of non-object data lines is a malformed reply, not an empty final answer."""
+    line, what = NOT_CHUNKS[kind]
+    with ScriptedModelServer(lambda request: _sse(line, _chunk({}, "stop"))) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[echo])
+        started = time.monotonic()
+        run_id = uuid.uuid4().hex
+        events = await asyncio.wait_for(_events(agent, True, run_id=run_id), 30)
+        took = time.monotonic() - started
+        end = events[-1]
+        assert end.type == "run_end" and end.status == "failed", end
+        assert f"malformed (a streamed chunk is {what}, not an object)" in (end.error or "")
+        assert took < 20
+        model.set_script([Reply("done")])
+        resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert resumed.status == "completed" and resumed.final_output == "done", resumed.error
