@@ -1,24 +1,23 @@
-"""Reading a model reply's JSON, whatever standard JSON numbers it holds.
+"""Reading a model reply as servers really send it, before `parse_reply` reads its fields.
 
-JSON puts no bound on an integer's length, but Python refuses to read one
-past `sys.get_int_max_str_digits()` (4300 digits) and raises ValueError. A
-provider's reply holding one (a token count, a `created` stamp, any field we
-never read) failed the run at once as an error of our own code (a whole
-reply), or as "not JSON" after every retry (a streamed one): a reply the
-provider was paid for was thrown away, and a resume asked again. Such an
-integer is read as its text instead: JSON-safe wherever it goes, and a field
-read as a number takes it for no number (a token count reads 0, an index is
-refused as malformed, naming the field).
+A reply's JSON is read with `read_json` (whole replies and each streamed
+event alike): an integer past Python's 4300 digits, standard JSON, is its
+text, where it failed the run as an error of our own code (a whole reply) or
+as "not JSON" after every retry (a streamed one), throwing away an answer
+the provider was paid for. The shapes newer servers answer in are read too:
+content as a list of parts, tool-call arguments as a JSON object (both were
+refused as malformed on every retry). `ReplyView` reads the JSON by
+attribute, as the client's models are read.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import sys
 from typing import Any
 
 from agentor_temporal.activities._provider_errors import MalformedReply, json_kind
+from agentor_temporal.store.encoding import read_json
 
 __all__ = [
     "TEXT_PARTS",
@@ -30,18 +29,8 @@ __all__ = [
 ]
 
 
-def _integer(text: str) -> int | str:
-    """`text` as an int, or as it is when Python refuses to read that many digits."""
-    digits = len(text) - (text[0] == "-")
-    limit = sys.get_int_max_str_digits()
-    if limit and digits > limit:
-        return text
-    return int(text)
-
-
-def loads_reply(data: str | bytes) -> Any:
-    """`json.loads(data)`, an integer too long for Python read as its text."""
-    return json.loads(data, parse_int=_integer)
+#: `json.loads` for a reply: an integer too long for Python read as its text
+loads_reply = read_json
 
 
 class ReplyView:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import shutil
@@ -42,6 +41,7 @@ from agentor_temporal.store._file_io import (
     _open_safely,
 )
 from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.store.encoding import read_json
 from agentor_temporal.store.events import Event, with_readable_counts
 
 logger = logging.getLogger(__name__)
@@ -344,7 +344,7 @@ class FileStore:
                     if not line:
                         continue
                     try:
-                        data = json.loads(line)
+                        data = read_json(line)
                         if not isinstance(data, dict):
                             raise ValueError("not a JSON object")
                         event = Event.from_dict(with_readable_counts(data))
@@ -409,7 +409,7 @@ UNREADABLE = (ValueError, TypeError, RecursionError, OverflowError)
 def _readable(line: bytes) -> int:
     """1 when `load` would read an event from this line, else 0."""
     try:
-        data = json.loads(line)
+        data = read_json(line)
         if isinstance(data, dict):
             Event.from_dict(with_readable_counts(data))
             return 1
