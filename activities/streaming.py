@@ -149,11 +149,13 @@ async def stream_completion(
         )
     calls = [
         {
-            "id": slot["id"],
+            # a call needs an id to be answered: one that never came is named as a
+            # whole reply's is (it was "", every such call of the turn sharing it)
+            "id": slot["id"] or f"call_{position}",
             "type": "function",
             "function": {"name": slot["name"], "arguments": slot["arguments"]},
         }
-        for _, slot in sorted(partial.items())
+        for position, (_, slot) in enumerate(sorted(partial.items()))
     ]
     empty = stopped_empty(reason, "".join(text), calls)
     if empty is not None:

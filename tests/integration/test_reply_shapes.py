@@ -162,3 +162,33 @@ async def test_a_streamed_line_that_is_no_chunk_fails_clearly_and_resume_goes_on
         model.set_script([Reply("done")])
         resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
     assert resumed.status == "completed" and resumed.final_output == "done", resumed.error
+
+
+async def test_streamed_calls_without_ids_are_named_as_a_whole_replys_are(
+    client: Client, task_queue: str
+) -> None:
+    """Streamed calls whose id never came are call_0, call_1 (they were all "", one id shared)."""
+
+    def call(index: int, text: str) -> dict[str, Any]:
+        arguments = json.dumps({"text": text})
+        return {
+            "index": index,
+            "type": "function",
+            "function": {"name": "echo", "arguments": arguments},
+        }
+
+    reply = _sse(
+        _chunk({"tool_calls": [call(0, "a")]}), _chunk({"tool_calls": [call(1, "b")]}, "tool_calls")
+    )
+    with ScriptedModelServer([reply, Reply("done")]) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[echo])
+        events = await asyncio.wait_for(_events(agent, True), 30)
+        sent = [
+            (m.get("tool_call_id"), m.get("content"))
+            for m in model.requests[1]["messages"]
+            if m.get("role") == "tool"
+        ]
+    assert events[-1].type == "run_end" and events[-1].status == "completed", events[-1]
+    answers = {e.call_id: e.result for e in events if e.type == "tool_result"}
+    assert answers == {"call_0": "a", "call_1": "b"}
+    assert sorted(sent) == [("call_0", "a"), ("call_1", "b")]
