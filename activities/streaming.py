@@ -33,7 +33,7 @@ from agentor_temporal.activities._provider_errors import (
     json_kind,
     stopped_empty,
 )
-from agentor_temporal.activities._reply_json import content_text, tolerant_event
+from agentor_temporal.activities._reply_json import arguments_text, content_text, tolerant_event
 from agentor_temporal.activities._slow_model import request_of, said_when_silent
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
@@ -256,10 +256,13 @@ def _add_calls(partial: dict[int, dict[str, str]], calls: Any) -> None:
         if not isinstance(index, int) or isinstance(index, bool):
             raise MalformedReply(f"a chunk's tool call index is {json_kind(index)}, not a number")
         function = _object(getattr(call, "function", None), f"tool call {index}'s function")
+        arguments = getattr(function, "arguments", None)
+        if isinstance(arguments, (dict, list)):
+            arguments = arguments_text(arguments)  # an object, as a whole reply may send
         parts = {
             "id": getattr(call, "id", None),
             "name": getattr(function, "name", None),
-            "arguments": getattr(function, "arguments", None),
+            "arguments": arguments,
         }
         for part, value in parts.items():
             if value is not None and not isinstance(value, str):

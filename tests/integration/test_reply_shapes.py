@@ -104,7 +104,10 @@ async def test_an_integer_too_long_for_python_in_a_reply_is_read(
     assert generation.usage.output_tokens == 3
 
 
-async def test_content_parts_and_object_arguments_are_read(client: Client, task_queue: str) -> None:
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+async def test_content_parts_and_object_arguments_are_read(
+    streamed: bool, client: Client, task_queue: str
+) -> None:
     """Content as a list of parts is its text parts joined; arguments as an object run the tool."""
     call = {
         "role": "assistant",
@@ -122,14 +125,22 @@ async def test_content_parts_and_object_arguments_are_read(client: Client, task_
         _completion(call, "tool_calls"),
         _completion({"role": "assistant", "content": parts}),
     ]
+    if streamed:
+        [tool_call] = call["tool_calls"]
+        script = [
+            _sse(_chunk({"tool_calls": [{**tool_call, "index": 0}]}, "tool_calls")),
+            _sse(_chunk({"content": parts[:1]}), _chunk({"content": parts[1:]}, "stop")),
+        ]
     with ScriptedModelServer(script) as model:
         agent = scripted_agent(model, client, task_queue, tools=[echo])
         started = time.monotonic()
-        result = await asyncio.wait_for(agent.arun("go"), 30)
+        events = await asyncio.wait_for(_events(agent, streamed), 30)
         took = time.monotonic() - started
         assert model.request_count == 2
-    assert result.status == "completed" and result.final_output == "Here it is.", result.error
-    [answer] = [e for e in result.events if e.type == "tool_result"]
+    end = events[-1]
+    assert end.type == "run_end" and end.status == "completed", end.error
+    assert [e.text for e in events if e.type == "message"] == ["Here it is."]
+    [answer] = [e for e in events if e.type == "tool_result"]
     assert answer.call_id == "c_obj" and answer.error is None
     assert answer.result == "from an object"
     assert took < 10  # not a malformed reply retried
