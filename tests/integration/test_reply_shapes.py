@@ -5,9 +5,10 @@ scripted model server. An integer past Python's 4300-digit limit anywhere in
 a reply (standard JSON) failed the run as an error of our own code (a whole
 reply) or as "not JSON" after every retry (a streamed one), throwing away a
 paid answer; content given as a list of parts and tool-call arguments given
-as an object were refused as malformed on every retry; and a stream of data
-lines that are no chunk at all (`null`, `[1, 2]`, a string) was taken as an
-empty final answer.
+as an object were refused as malformed on every retry (whole or streamed);
+a stream of data lines that are no chunk at all (`null`, `[1, 2]`, a string)
+was taken as an empty final answer; and streamed calls without ids were all
+recorded and answered under the one id "".
 """
 
 from __future__ import annotations
