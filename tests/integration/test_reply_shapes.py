@@ -204,3 +204,45 @@ async def test_streamed_calls_without_ids_are_named_as_a_whole_replys_are(
     answers = {e.call_id: e.result for e in events if e.type == "tool_result"}
     assert answers == {"call_0": "a", "call_1": "b"}
     assert sorted(sent) == [("call_0", "a"), ("call_1", "b")]
+
+
+def _error_event(data: str, done: bool) -> Raw:
+    text = _chunk({"content": "Hel"}) + f"event: error\ndata: {data}\n\n"
+    return Raw(text + ("data: [DONE]\n\n" if done else ""), content_type="text/event-stream")
+
+
+@pytest.mark.parametrize("done", [True, False], ids=["then-done", "then-closed"])
+async def test_an_error_event_without_an_error_key_is_the_providers_failure(
+    done: bool, client: Client, task_queue: str
+) -> None:
+    """`event: error` whose data has no `error` key: the provider's message, its kind honoured.
+
+    The client passed such an event on as a chunk with no choices: followed by
+    [DONE] the run completed with the text before it, "Hel"; closed after it,
+    the reply was retried for minutes as cut off, the provider's message
+    (here a final one) never shown.
+    """
+    final = json.dumps({"message": "prompt is too long", "code": "context_length_exceeded"})
+    transient = json.dumps({"message": "upstream overloaded"})
+    script: list[Step] = [_error_event(transient, done), Reply("done")]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[echo])
+        retried = await asyncio.wait_for(_events(agent, True), 30)
+        assert model.request_count == 2
+        model.set_script([_error_event(final, done)])
+        started = time.monotonic()
+        run_id = uuid.uuid4().hex
+        refused = await asyncio.wait_for(_events(agent, True, run_id=run_id), 30)
+        took = time.monotonic() - started
+        assert model.request_count == 3
+        model.set_script([Reply("fixed")])
+        resumed = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert retried[-1].type == "run_end" and retried[-1].status == "completed", retried[-1]
+    assert [e.text for e in retried if e.type == "message"] == ["done"]
+    end = refused[-1]
+    assert end.type == "run_end" and end.status == "failed", end
+    assert "refused the request mid-reply: prompt is too long (context_length_exceeded)" in (
+        end.error or ""
+    )
+    assert took < 10
+    assert resumed.status == "completed" and resumed.final_output == "fixed", resumed.error
