@@ -7,7 +7,8 @@ as "not JSON" after every retry (a streamed one), throwing away an answer
 the provider was paid for. The shapes newer servers answer in are read too:
 content as a list of parts, tool-call arguments as a JSON object (both were
 refused as malformed on every retry). `ReplyView` reads the JSON by
-attribute, as the client's models are read.
+attribute, as the client's models are read; `EndSeen` watches a stream's
+events (its `[DONE]`, an `event: error` whatever its data).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import functools
 import json
 from typing import Any
 
+from agentor_temporal.activities._private import clip
 from agentor_temporal.activities._provider_errors import MalformedReply, json_kind
 from agentor_temporal.store.encoding import read_json
 
@@ -25,6 +27,7 @@ __all__ = [
     "arguments_text",
     "content_text",
     "loads_reply",
+    "EndSeen",
     "tolerant_event",
 ]
 
@@ -144,3 +147,59 @@ def arguments_text(arguments: Any) -> str | None:
     if isinstance(arguments, (dict, list)):
         return json.dumps(arguments, ensure_ascii=False)
     return None
+
+
+class EndSeen:
+    """A stream's SSE decoder, noting whether the reply's `[DONE]` came.
+
+    Its events read their JSON with `loads_reply` (an integer past Python's
+    4300 digits read as its text, not failing the reply).
+
+    The client's stream ends its iteration alike at `[DONE]` and at a closed
+    connection; only its decoder sees which.
+    """
+
+    def __init__(self, decoder: Any, request: Any = None) -> None:
+        self.decoder = decoder
+        self.request = request
+        self.done = False
+
+    @classmethod
+    def watch(cls, stream: Any) -> EndSeen | None:
+        """Watch `stream`'s events (None: not a client stream; finish_reason tells alone)."""
+        decoder = getattr(stream, "_decoder", None)
+        if decoder is None or not hasattr(decoder, "aiter_bytes"):
+            return None
+        watcher = cls(decoder, getattr(getattr(stream, "response", None), "request", None))
+        stream._decoder = watcher
+        return watcher
+
+    async def aiter_bytes(self, iterator: Any) -> Any:
+        async for event in self.decoder.aiter_bytes(iterator):
+            if event.data.startswith("[DONE]"):
+                self.done = True
+            if event.event == "error":
+                raise _error_event(event.data, self.request)
+            yield tolerant_event(event)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.decoder, name)
+
+
+def _error_event(data: str, request: Any) -> Exception:
+    """An SSE `event: error`: the provider failed mid-reply, whatever its data holds.
+
+    The client raises only for data holding an `error` key; other data (`{"message":
+    ...}`, plain text) it passed on as a chunk with no choices: the reply then
+    ended as cut off, retried for minutes with the provider's message never
+    shown (a final one, `context_length_exceeded`, too), or, followed by
+    `[DONE]`, the text streamed before it was recorded as the whole answer.
+    """
+    import openai
+
+    try:
+        body: Any = loads_reply(data)
+    except ValueError:
+        body = data
+    message = clip(data, 500) if data.strip() else "an error event with no data"
+    return openai.APIError(message, request, body=body if isinstance(body, dict) else None)

@@ -33,12 +33,7 @@ from agentor_temporal.activities._provider_errors import (
     json_kind,
     stopped_empty,
 )
-from agentor_temporal.activities._reply_json import (
-    arguments_text,
-    content_text,
-    loads_reply,
-    tolerant_event,
-)
+from agentor_temporal.activities._reply_json import EndSeen, arguments_text, content_text
 from agentor_temporal.activities._slow_model import request_of, said_when_silent
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
@@ -74,7 +69,7 @@ async def stream_completion(
     limit = policies.MODEL_REPLY_LIMIT.total_seconds()
     where = str(getattr(client, "base_url", "") or "?")
     stream = await said_when_silent(sent, base_url=where, what=request_of(), limit=limit)
-    ends = _EndSeen.watch(stream)
+    ends = EndSeen.watch(stream)
     finished = False
     chunks = 0
     text: list[str] = []
@@ -194,62 +189,6 @@ async def _paced(stream: Any, client: Any) -> AsyncIterator[Any]:
                 "kept the connection open (a provider or proxy holding the request)"
             ) from None
         yield chunk
-
-
-class _EndSeen:
-    """A stream's SSE decoder, noting whether the reply's `[DONE]` came.
-
-    Its events read their JSON with `loads_reply` (an integer past Python's
-    4300 digits read as its text, not failing the reply).
-
-    The client's stream ends its iteration alike at `[DONE]` and at a closed
-    connection; only its decoder sees which.
-    """
-
-    def __init__(self, decoder: Any, request: Any = None) -> None:
-        self.decoder = decoder
-        self.request = request
-        self.done = False
-
-    @classmethod
-    def watch(cls, stream: Any) -> _EndSeen | None:
-        """Watch `stream`'s events (None: not a client stream; finish_reason tells alone)."""
-        decoder = getattr(stream, "_decoder", None)
-        if decoder is None or not hasattr(decoder, "aiter_bytes"):
-            return None
-        watcher = cls(decoder, getattr(getattr(stream, "response", None), "request", None))
-        stream._decoder = watcher
-        return watcher
-
-    async def aiter_bytes(self, iterator: Any) -> Any:
-        async for event in self.decoder.aiter_bytes(iterator):
-            if event.data.startswith("[DONE]"):
-                self.done = True
-            if event.event == "error":
-                raise _error_event(event.data, self.request)
-            yield tolerant_event(event)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.decoder, name)
-
-
-def _error_event(data: str, request: Any) -> Exception:
-    """An SSE `event: error`: the provider failed mid-reply, whatever its data holds.
-
-    The client raises only for data holding an `error` key; other data (`{"message":
-    ...}`, plain text) it passed on as a chunk with no choices: the reply then
-    ended as cut off, retried for minutes with the provider's message never
-    shown (a final one, `context_length_exceeded`, too), or, followed by
-    `[DONE]`, completed the run with an empty answer.
-    """
-    import openai
-
-    try:
-        body: Any = loads_reply(data)
-    except ValueError:
-        body = data
-    message = clip(data, 500) if data.strip() else "an error event with no data"
-    return openai.APIError(message, request, body=body if isinstance(body, dict) else None)
 
 
 def _unfinished(stream: Any, chunks: int) -> Exception:
