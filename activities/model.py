@@ -57,6 +57,12 @@ from agentor_temporal.activities._provider_errors import (
     model_error,
     stopped_empty,
 )
+from agentor_temporal.activities._reply_json import (
+    ReplyView,
+    arguments_text,
+    content_text,
+    loads_reply,
+)
 from agentor_temporal.activities._slow_model import request_of, said_when_silent
 from agentor_temporal.activities.conversations import encode, full_messages, remember
 from agentor_temporal.activities.registry import AgentRegistry, check_request_settings
@@ -71,6 +77,7 @@ __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "MAX_RETRY_AFTER",
     "MalformedReply",
+    "ReplyView",
     "create",
     "generate",
     "malformed",
@@ -411,7 +418,12 @@ async def create(client: Any, request: dict[str, Any], encoded: bytes | None = N
             f"create() got an unexpected keyword argument {', '.join(map(repr, unknown))}"
         )
     if _CLIENT_OPTIONS & request.keys():
-        return await completions.create(**request)  # the client's own path: its options
+        # the client's own path (its options); a whole reply read as below
+        if request.get("stream"):
+            return await completions.create(**request)
+        return ReplyView.of(
+            loads_reply((await completions.with_raw_response.create(**request)).content)
+        )
     from openai import AsyncStream
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -437,43 +449,13 @@ async def create(client: Any, request: dict[str, Any], encoded: bytes | None = N
     )
     if stream:
         return reply
-    return ReplyView.of(json.loads(reply))
+    return ReplyView.of(loads_reply(reply))
 
 
 @functools.cache
 def _takes(method: Any) -> frozenset[str]:
     """The parameter names of a client method (looked up once per type)."""
     return frozenset(inspect.signature(method).parameters)
-
-
-class ReplyView:
-    """A JSON object read by attribute, as `parse_reply` reads the client's models.
-
-    A missing key is a missing attribute (`getattr(reply, "usage", None)` is
-    None); objects inside are views too, lists stay lists.
-    """
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self._data = data
-
-    @staticmethod
-    def of(value: Any) -> Any:
-        if isinstance(value, dict):
-            return ReplyView(value)
-        if isinstance(value, list):
-            return [ReplyView.of(v) for v in value]
-        return value
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return ReplyView.of(self._data[name])
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __repr__(self) -> str:
-        return json.dumps(self._data)
 
 
 def _classified(exc: Exception, inp: GenerateInput) -> ApplicationError:
@@ -530,9 +512,7 @@ def parse_reply(raw: Any) -> GenerateResult:
     message = getattr(choices[0], "message", None)
     if message is None:
         raise MalformedReply("the first choice has no message")
-    content = getattr(message, "content", None)
-    if content is not None and not isinstance(content, str):
-        raise MalformedReply(f"the message content is {type(content).__name__}, not text")
+    content = content_text(getattr(message, "content", None))
     if not content:
         # a refusal comes as `content: null` and its text in `refusal`: it is the
         # model's answer, and the run's `message` and final output carry it
@@ -546,8 +526,8 @@ def parse_reply(raw: Any) -> GenerateResult:
         name = getattr(function, "name", None)
         if not isinstance(name, str) or not name:
             raise MalformedReply(f"tool call {index} has no function name")
-        arguments = getattr(function, "arguments", None) or ""
-        if not isinstance(arguments, str):
+        arguments = arguments_text(getattr(function, "arguments", None))
+        if arguments is None:
             raise MalformedReply(f"the arguments of tool call {index} are not a string")
         call_id = getattr(tc, "id", None)
         calls.append(

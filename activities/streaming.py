@@ -31,6 +31,7 @@ from agentor_temporal.activities._provider_errors import (
     json_kind,
     stopped_empty,
 )
+from agentor_temporal.activities._reply_json import EndSeen, arguments_text, content_text
 from agentor_temporal.activities._slow_model import request_of, said_when_silent
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
@@ -67,7 +68,7 @@ async def stream_completion(
     limit = policies.MODEL_REPLY_LIMIT.total_seconds()
     where = str(getattr(client, "base_url", "") or "?")
     stream = await said_when_silent(sent, base_url=where, what=request_of(), limit=limit)
-    ends = _EndSeen.watch(stream)
+    ends = EndSeen.watch(stream)
     finished = False
     chunks = 0
     text: list[str] = []
@@ -80,6 +81,10 @@ async def stream_completion(
     try:
         async for chunk in _paced(stream, client):
             chunks += 1
+            if chunk is None or json_kind(chunk) != "an object":
+                # `data: null`, `[1,2]`, a bare string or number: no part of a reply
+                # (a stream of only such lines was taken as an empty final answer)
+                raise MalformedReply(f"a streamed chunk is {json_kind(chunk)}, not an object")
             raw_usage = getattr(chunk, "usage", None)
             if raw_usage is not None:
                 counted = True
@@ -101,6 +106,8 @@ async def stream_completion(
             if delta is None:
                 continue
             content = getattr(_object(delta, "a chunk's delta"), "content", None)
+            if isinstance(content, list):
+                content = content_text(content)  # content parts, as a whole reply may send
             if content is not None and not isinstance(content, str):
                 raise MalformedReply(f"a chunk's content is {json_kind(content)}, not text")
             refusal = getattr(delta, "refusal", None)
@@ -141,11 +148,13 @@ async def stream_completion(
         )
     calls = [
         {
-            "id": slot["id"],
+            # a call needs an id to be answered: one that never came is named as a
+            # whole reply's is (it was "", every such call of the turn sharing it)
+            "id": slot["id"] or f"call_{position}",
             "type": "function",
             "function": {"name": slot["name"], "arguments": slot["arguments"]},
         }
-        for _, slot in sorted(partial.items())
+        for position, (_, slot) in enumerate(sorted(partial.items()))
     ]
     empty = stopped_empty(reason, "".join(text), calls)
     if empty is not None:
@@ -181,37 +190,6 @@ async def _paced(stream: Any, client: Any) -> AsyncIterator[Any]:
         yield chunk
 
 
-class _EndSeen:
-    """A stream's SSE decoder, noting whether the reply's `[DONE]` came.
-
-    The client's stream ends its iteration alike at `[DONE]` and at a closed
-    connection; only its decoder sees which.
-    """
-
-    def __init__(self, decoder: Any) -> None:
-        self.decoder = decoder
-        self.done = False
-
-    @classmethod
-    def watch(cls, stream: Any) -> _EndSeen | None:
-        """Watch `stream`'s events (None: not a client stream; finish_reason tells alone)."""
-        decoder = getattr(stream, "_decoder", None)
-        if decoder is None or not hasattr(decoder, "aiter_bytes"):
-            return None
-        watcher = cls(decoder)
-        stream._decoder = watcher
-        return watcher
-
-    async def aiter_bytes(self, iterator: Any) -> Any:
-        async for event in self.decoder.aiter_bytes(iterator):
-            if event.data.startswith("[DONE]"):
-                self.done = True
-            yield event
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.decoder, name)
-
-
 def _unfinished(stream: Any, chunks: int) -> Exception:
     """The error for a streamed reply that ended without saying it was complete."""
     response = getattr(stream, "response", None)
@@ -243,10 +221,13 @@ def _add_calls(partial: dict[int, dict[str, str]], calls: Any) -> None:
         if not isinstance(index, int) or isinstance(index, bool):
             raise MalformedReply(f"a chunk's tool call index is {json_kind(index)}, not a number")
         function = _object(getattr(call, "function", None), f"tool call {index}'s function")
+        arguments = getattr(function, "arguments", None)
+        if isinstance(arguments, (dict, list)):
+            arguments = arguments_text(arguments)  # an object, as a whole reply may send
         parts = {
             "id": getattr(call, "id", None),
             "name": getattr(function, "name", None),
-            "arguments": getattr(function, "arguments", None),
+            "arguments": arguments,
         }
         for part, value in parts.items():
             if value is not None and not isinstance(value, str):

@@ -10,7 +10,6 @@ kept, with the reason, and a log written to while pruning is kept too.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal.store import Event, FileStore, final_event, validate_run_id
 from agentor_temporal.store.base import read_events
+from agentor_temporal.store.encoding import read_json
 from agentor_temporal.store.events import with_readable_counts
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -124,7 +124,7 @@ async def plan(
 
 def _parses(line: bytes) -> bool:
     try:
-        json.loads(line)
+        read_json(line)
     except ValueError:
         return False
     return True
@@ -177,7 +177,7 @@ def last_segment_end(path: Path) -> tuple[bool, Event | None] | None:
                     kind = match.group(1) if match else None
                     if kind == b"run_end":
                         try:
-                            return True, Event.from_dict(with_readable_counts(json.loads(line)))
+                            return True, Event.from_dict(with_readable_counts(read_json(line)))
                         except ValueError:
                             kind = None
                     if kind is None:

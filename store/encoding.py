@@ -8,7 +8,9 @@ infinities become the non-standard tokens `NaN` / `Infinity`. Text crossing a
 boundary (into a model request, into a log line) goes through `encodable`, and
 JSON this project writes through `standard_json`: lone surrogates become
 U+FFFD (a valid surrogate pair is joined into its character), and non-finite
-numbers become `null`, as JavaScript's `JSON.stringify` writes them.
+numbers become `null`, as JavaScript's `JSON.stringify` writes them. JSON
+read from outside (a model's reply, a log line) goes through `read_json`: an
+integer longer than Python reads is its text, not a refused document.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any
 
 #: A `\\uD800`-`\\uDFFF` escape in `json.dumps` output (ensure_ascii): the
@@ -117,3 +120,24 @@ def nesting(value: Any) -> int:
         stack.append((item, depth, True))
         stack.extend((child, depth + 1, False) for child in children)
     return deepest
+
+
+def _integer(text: str) -> int | str:
+    """`text` as an int, or as it is when Python refuses to read that many digits."""
+    limit = sys.get_int_max_str_digits()
+    if limit and len(text) - (text[0] == "-") > limit:
+        return text
+    return int(text)
+
+
+def read_json(data: str | bytes) -> Any:
+    """`json.loads(data)`, an integer past Python's int-text limit read as its text.
+
+    JSON puts no bound on an integer's length, but Python refuses one past
+    `sys.get_int_max_str_digits()` (4300 digits) and raises ValueError for the
+    whole document: a model's paid reply was thrown away for an unread field,
+    a log's event skipped (a generation: resume asked that turn again). Read
+    as its text, it is JSON-safe wherever it goes, and a field read as a number
+    takes it for no number (a token count reads 0).
+    """
+    return json.loads(data, parse_int=_integer)

@@ -19,7 +19,6 @@ new one). A log in UTF-16 or UTF-32 is refused, never read as a few events.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -44,6 +43,7 @@ from agentor_temporal.store._file_io import (
 )
 from agentor_temporal.store._file_io import UnsafeLogFile as UnsafeLogFile  # its home before
 from agentor_temporal.store.base import validate_run_id
+from agentor_temporal.store.encoding import read_json
 from agentor_temporal.store.events import Event, with_readable_counts
 
 logger = logging.getLogger(__name__)
@@ -390,7 +390,7 @@ class FileStore:
                     if not line:
                         continue
                     try:
-                        data = json.loads(line)
+                        data = read_json(line)
                         if not isinstance(data, dict):
                             raise ValueError("not a JSON object")
                         event = Event.from_dict(with_readable_counts(data))
@@ -455,7 +455,7 @@ UNREADABLE = (ValueError, TypeError, RecursionError, OverflowError)
 def _readable(line: bytes) -> int:
     """1 when `load` would read an event from this line, else 0."""
     try:
-        data = json.loads(line)
+        data = read_json(line)
         if isinstance(data, dict):
             Event.from_dict(with_readable_counts(data))
             return 1

@@ -245,10 +245,14 @@ async def test_a_store_only_run_replaying_to_a_non_message_is_refused_clearly(
     assert model.request_count == 0
 
 
+#: written in the log as an integer of 5000 digits (json.dumps refuses to write one)
+PAST_INT_LIMIT = "<an integer past Python's int-text limit>"
+
+
 @pytest.mark.parametrize(
     "tokens",
-    [10**30, -5, math.nan, math.inf, "many", [1]],
-    ids=["huge", "negative", "nan", "inf", "text", "list"],
+    [10**30, -5, math.nan, math.inf, "many", [1], PAST_INT_LIMIT],
+    ids=["huge", "negative", "nan", "inf", "text", "list", "past-int-limit"],
 )
 async def test_a_log_whose_token_counts_no_run_can_carry_is_still_resumed(
     tokens: Any,
@@ -265,7 +269,8 @@ async def test_a_log_whose_token_counts_no_run_can_carry_is_still_resumed(
     attribute): every resume of the log failed at its start, the same way. A
     count Python writes but no int holds (NaN, Infinity: Agentor's json.dumps
     writes them) or that is no number made the store skip the whole
-    generation: resume lost the turn's answer and the tool call in it.
+    generation: resume lost the turn's answer and the tool call in it. So did
+    an integer of more digits than Python reads (standard JSON, 4300+).
     """
     run_id = f"tokens-{task_queue}"
     runs = tmp_path / "runs"
@@ -273,7 +278,8 @@ async def test_a_log_whose_token_counts_no_run_can_carry_is_still_resumed(
     log = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()
     lines = [json.loads(line) for line in log[:4]]  # the fifth is torn
     lines[1]["usage"]["total_tokens"] = tokens
-    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    (runs / f"{run_id}.jsonl").write_text(text.replace(f'"{PAST_INT_LIMIT}"', "9" * 5000))
     agent = scripted_agent(model, client, task_queue, store=FileStore(runs), ledger=ledger)
 
     result = await agent.aresume(run_id)

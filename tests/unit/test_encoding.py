@@ -8,7 +8,7 @@ import math
 import pytest
 
 from agentor_temporal.store import Event
-from agentor_temporal.store.encoding import encodable, encodable_text, standard_json
+from agentor_temporal.store.encoding import encodable, encodable_text, read_json, standard_json
 
 
 def _strict_loads(text: str) -> object:
@@ -68,3 +68,15 @@ def test_standard_json_keeps_ordinary_values_exactly() -> None:
     value = {"a": [1, 2.5, "x", None, True], "b": "caf\u00e9"}
     assert json.loads(standard_json(value)) == value
     assert standard_json(value) == json.dumps(value)
+
+
+def test_read_json_reads_an_integer_past_pythons_limit_as_its_text() -> None:
+    """Standard JSON json.loads refuses (5000 digits) is read, that integer as its text."""
+    digits = "9" * 5000
+    with pytest.raises(ValueError, match="4300 digits"):
+        json.loads(f'{{"n": {digits}}}')
+    assert read_json(f'{{"n": -{digits}, "m": [12, -3]}}'.encode()) == {
+        "n": f"-{digits}",
+        "m": [12, -3],
+    }
+    assert read_json("4300" + "0" * 4296) == 4300 * 10**4296  # at the limit: still an int

@@ -167,3 +167,26 @@ def test_a_denials_known_key_is_masked_in_the_messages_and_their_encoding() -> N
     assert sent[:-1] == MESSAGES
     assert encoded is not None and key.encode() not in encoded and b"***" in encoded
     assert messages[-1]["content"] == denial
+
+
+@pytest.mark.parametrize(
+    "content, text",
+    [
+        ([{"type": "text", "text": "a"}, {"type": "thinking", "thinking": "x"}, "b"], "ab"),
+        ([{"type": "image_url", "image_url": {"url": "u"}}], None),
+        ([{"type": "output_text", "text": "out"}], "out"),
+    ],
+    ids=["text-parts", "no-text-part", "output-text"],
+)
+def test_content_parts_are_read_as_their_text(content: Any, text: str | None) -> None:
+    reply = {"choices": [{"message": {"content": content}, "finish_reason": "stop"}]}
+    assert parse_reply(ReplyView.of(reply)).text == text
+
+
+@pytest.mark.parametrize("content", [[5], [None], 5, {"type": "text"}], ids=str)
+def test_content_of_no_known_shape_is_malformed(content: Any) -> None:
+    from agentor_temporal.activities.model import MalformedReply
+
+    reply = {"choices": [{"message": {"content": content}, "finish_reason": "stop"}]}
+    with pytest.raises(MalformedReply, match="content"):
+        parse_reply(ReplyView.of(reply))

@@ -42,6 +42,11 @@ CASES = {
     + '{"type": "run_end", "status": "completed", "usage": {"input_tokens": Infinity}}\n',
     "nan count at the end": lines(START, GEN)
     + '{"type": "run_end", "status": "completed", "usage": {"total_tokens": NaN}}\n',
+    # standard JSON, but more digits than Python reads: the run_end was skipped
+    "5000-digit count at the end": lines(START, GEN)
+    + '{"type": "run_end", "status": "completed", "usage": {"total_tokens": '
+    + "9" * 5000
+    + "}}\n",
 }
 
 
