@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -33,6 +32,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._dev_server import ConnectionFailed
+from agentor_temporal._reconnect import OUTAGE_PATIENCE, OUTAGE_PATIENCE_ENV, outage_patience
 from agentor_temporal.activities._redact import clean
 from agentor_temporal.workflows.redaction import redact_address
 
@@ -40,12 +40,6 @@ logger = logging.getLogger("agentor_temporal")
 
 T = TypeVar("T")
 
-#: How long a caller waits for an unreachable Temporal server to come back, by
-#: default: a server restart (a crash, an upgrade, a Postgres failover) takes
-#: seconds to a minute or two; a caller held much longer is better told.
-OUTAGE_PATIENCE = 300.0
-#: The environment variable that changes it (seconds; 0 gives up at once).
-OUTAGE_PATIENCE_ENV = "AGENTOR_OUTAGE_PATIENCE"
 #: A step that ran this long before failing was connected meanwhile: its
 #: failure begins a new outage (each gets the whole patience). A step failing
 #: while the server is down fails within the SDK's own retries (~10 s).
@@ -69,23 +63,6 @@ _SLOW_EVERY = 30.0
 _SLOW_SAID_FOR = 300.0
 #: When a slow server was last said, by the client's id.
 _slow_said: dict[int, float] = {}
-
-
-def outage_patience() -> float:
-    """Seconds to wait for an unreachable server (`AGENTOR_OUTAGE_PATIENCE`, else 300)."""
-    raw = os.environ.get(OUTAGE_PATIENCE_ENV)
-    if not raw:
-        return OUTAGE_PATIENCE
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(
-            f"{OUTAGE_PATIENCE_ENV}={raw!r} is not a number of seconds (default "
-            f"{OUTAGE_PATIENCE:g})"
-        ) from None
-    if not value >= 0:  # NaN too
-        raise ValueError(f"{OUTAGE_PATIENCE_ENV} must be 0 or more seconds, got {raw!r}")
-    return value
 
 
 def unreachable(exc: BaseException) -> bool:

@@ -8,6 +8,7 @@ that died.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -446,6 +447,24 @@ class DevServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def connected_to(pid: int, port: int) -> bool:
+    """Whether process `pid` holds an open TCP connection to `port` on this host."""
+    sockets = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    sockets.add(target[8:-1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        # remote address, state (01: established), inode
+        if int(fields[2].split(":")[1], 16) == port and fields[3] == "01":
+            if fields[9] in sockets:
+                return True
+    return False
 
 
 def stop_process(proc: subprocess.Popen[str] | None) -> None:
