@@ -361,9 +361,16 @@ class DevServerProcess:
     the same database (a server crash), and it is not shared with other tests.
     """
 
-    def __init__(self, db: str | os.PathLike[str], log: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        db: str | os.PathLike[str],
+        log: str | os.PathLike[str],
+        dynamic: dict[str, Any] | None = None,
+    ) -> None:
         self.db = str(db)
         self.log = str(log)
+        #: dynamic config values (`frontend.longPollExpirationInterval`: "2s", say)
+        self.dynamic = dict(dynamic or {})
         self.port = free_port()
         self.ui_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -398,6 +405,11 @@ class DevServerProcess:
                 arg
                 for name, kind in DEV_SEARCH_ATTRIBUTES.items()
                 for arg in ("--search-attribute", f"{name}={kind}")
+            ),
+            *(
+                arg
+                for key, value in self.dynamic.items()
+                for arg in ("--dynamic-config-value", f"{key}={json.dumps(value)}")
             ),
         ]
         with open(self.log, "ab") as log:

@@ -249,13 +249,15 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
                     **more,
                 }
 
+            # their tools outlast all that comes before the kill, however loaded the
+            # machine: with 9 s, a run once ended before the outage began
             procs = [
                 spawn(
-                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="9")
+                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="40")
                 ),
                 spawn(
                     ["stream", "--run-id", streamed],
-                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="9"),
+                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="40"),
                 ),
                 _cli(
                     ["run", "--agent", "procs.cli_agents:agent", "--run-id", commanded, PROMPT],
@@ -306,7 +308,7 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
                     and all(proc.poll() is not None for proc in procs)
                 ),
                 "the outage, and the impatient callers to give up",
-                timeout=60,
+                timeout=90,
             )
             outputs = [proc.communicate(timeout=10) for proc in procs]
             for task in (decided, forked, denied, started):
