@@ -62,8 +62,9 @@ _SLOW_EVERY = 30.0
 #: (one `run()` waits in several: the start, the wait for the end, the reading).
 _SLOW_SAID_FOR = 300.0
 #: How many times in a row a step the server held is asked again at once, unsaid,
-#: when the server answers a check right after (a freeze that just ended).
-_QUIET_RETRIES = 2
+#: when the server answers a check right after (a freeze that just ended); past it,
+#: the step's own failure (a query no worker takes runs out of time so).
+_QUIET_RETRIES = 1
 #: When a slow server was last said, by the client's id.
 _slow_said: dict[int, float] = {}
 
@@ -299,7 +300,11 @@ async def riding_outages(
                 reply = await _reply(client) if _held(exc) and not busy else "down"
                 if now - started > _NEW_OUTAGE_AFTER:
                     quietly = 0
-                if reply == "yes" and quietly < _QUIET_RETRIES:
+                if reply == "yes":
+                    if quietly >= _QUIET_RETRIES:
+                        # the server answers, and the call itself runs out of time (a
+                        # query no worker takes): the caller's to handle, as ever
+                        raise
                     quietly += 1
                     continue
                 goes_on = " (the run goes on in Temporal meanwhile)" if run_id else ""
