@@ -57,6 +57,53 @@ async def said_when_silent(ask: Awaitable[T], *, base_url: str, what: str, limit
                 await task
 
 
+class QuietReply:
+    """Says once, on the logger, that a streamed reply went `MODEL_SILENT_SAY_AFTER`
+    without a part (however many such gaps it has): `part()` at each one.
+
+    A watcher task notes the time, so a part costs no task of its own.
+    """
+
+    def __init__(self, *, base_url: str, what: str, limit: float) -> None:
+        self.base_url = base_url
+        self.what = what
+        self.limit = limit
+        self.parts = 0
+        self.last = time.monotonic()
+        self._watcher: asyncio.Future[None] | None = None
+
+    def part(self) -> None:
+        self.parts += 1
+        self.last = time.monotonic()
+
+    async def __aenter__(self) -> QuietReply:
+        if MODEL_SILENT_SAY_AFTER < self.limit:
+            self._watcher = asyncio.ensure_future(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watcher
+
+    async def _watch(self) -> None:
+        while (quiet := time.monotonic() - self.last) < MODEL_SILENT_SAY_AFTER:
+            await asyncio.sleep(MODEL_SILENT_SAY_AFTER - quiet)
+        logger.warning(
+            "The model endpoint at %s went quiet in the middle of its streamed reply to %s: "
+            "no part of it for %.0f s after %d %s (the connection is open: a provider or "
+            "proxy hanging mid-reply); waiting up to %.0f s since its last part, then the "
+            "request is given up and asked again",
+            redact_url(self.base_url),
+            self.what,
+            quiet,
+            self.parts,
+            "part" if self.parts == 1 else "parts",
+            self.limit,
+        )
+
+
 def request_of(run_id: str | None = None, turn: int | None = None) -> str:
     """What a request is, for the line: its turn and run (else the activity's run)."""
     if run_id is None:

@@ -32,7 +32,7 @@ from agentor_temporal.activities._provider_errors import (
     stopped_empty,
 )
 from agentor_temporal.activities._reply_json import EndSeen, arguments_text, content_text
-from agentor_temporal.activities._slow_model import request_of, said_when_silent
+from agentor_temporal.activities._slow_model import QuietReply, request_of, said_when_silent
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
@@ -176,18 +176,22 @@ async def _paced(stream: Any, client: Any) -> AsyncIterator[Any]:
     """
     limit = policies.MODEL_REPLY_LIMIT.total_seconds()
     chunks = stream.__aiter__()
-    while True:
-        try:
-            chunk = await asyncio.wait_for(chunks.__anext__(), limit)
-        except StopAsyncIteration:
-            return
-        except asyncio.TimeoutError:
-            where = redact_url(str(getattr(client, "base_url", "") or "")) or "?"
-            raise SlowReply(
-                f" at {where} sent no part of its streamed reply for {limit:g} s, though it "
-                "kept the connection open (a provider or proxy holding the request)"
-            ) from None
-        yield chunk
+    base_url = str(getattr(client, "base_url", "") or "?")
+    # a provider hanging between parts (or after its headers): said once, long before the limit
+    async with QuietReply(base_url=base_url, what=request_of(), limit=limit) as quiet:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(chunks.__anext__(), limit)
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                where = redact_url(str(getattr(client, "base_url", "") or "")) or "?"
+                raise SlowReply(
+                    f" at {where} sent no part of its streamed reply for {limit:g} s, though "
+                    "it kept the connection open (a provider or proxy holding the request)"
+                ) from None
+            quiet.part()
+            yield chunk
 
 
 def _unfinished(stream: Any, chunks: int) -> Exception:

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -33,6 +32,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._dev_server import ConnectionFailed
+from agentor_temporal._reconnect import OUTAGE_PATIENCE, OUTAGE_PATIENCE_ENV, outage_patience
 from agentor_temporal.activities._redact import clean
 from agentor_temporal.workflows.redaction import redact_address
 
@@ -40,12 +40,6 @@ logger = logging.getLogger("agentor_temporal")
 
 T = TypeVar("T")
 
-#: How long a caller waits for an unreachable Temporal server to come back, by
-#: default: a server restart (a crash, an upgrade, a Postgres failover) takes
-#: seconds to a minute or two; a caller held much longer is better told.
-OUTAGE_PATIENCE = 300.0
-#: The environment variable that changes it (seconds; 0 gives up at once).
-OUTAGE_PATIENCE_ENV = "AGENTOR_OUTAGE_PATIENCE"
 #: A step that ran this long before failing was connected meanwhile: its
 #: failure begins a new outage (each gets the whole patience). A step failing
 #: while the server is down fails within the SDK's own retries (~10 s).
@@ -67,25 +61,12 @@ _SLOW_EVERY = 30.0
 #: A slow server is said once a client in this long, however many steps wait on it
 #: (one `run()` waits in several: the start, the wait for the end, the reading).
 _SLOW_SAID_FOR = 300.0
+#: How many times in a row a step the server held is asked again at once, unsaid,
+#: when the server answers a check right after (a freeze that just ended); past it,
+#: the step's own failure (a query no worker takes runs out of time so).
+_QUIET_RETRIES = 1
 #: When a slow server was last said, by the client's id.
 _slow_said: dict[int, float] = {}
-
-
-def outage_patience() -> float:
-    """Seconds to wait for an unreachable server (`AGENTOR_OUTAGE_PATIENCE`, else 300)."""
-    raw = os.environ.get(OUTAGE_PATIENCE_ENV)
-    if not raw:
-        return OUTAGE_PATIENCE
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(
-            f"{OUTAGE_PATIENCE_ENV}={raw!r} is not a number of seconds (default "
-            f"{OUTAGE_PATIENCE:g})"
-        ) from None
-    if not value >= 0:  # NaN too
-        raise ValueError(f"{OUTAGE_PATIENCE_ENV} must be 0 or more seconds, got {raw!r}")
-    return value
 
 
 def unreachable(exc: BaseException) -> bool:
@@ -101,9 +82,29 @@ def unreachable(exc: BaseException) -> bool:
         # the transport's own deadline: a server that holds the connection and never
         # answers (stopped, overloaded, partitioned away), not one refusing the call
         return True
-    # a call in flight when the server died: the connection broke under it
-    return exc.status in (RPCStatusCode.UNKNOWN, RPCStatusCode.CANCELLED) and any(
-        word in text for word in ("transport error", "connection", "broken pipe", "h2 protocol")
+    if exc.status == RPCStatusCode.DEADLINE_EXCEEDED and "context deadline exceeded" in text:
+        # the server's own deadline on the call passed while it did not run it (frozen:
+        # a paused VM, SIGSTOP; thawed, it answers so): a held call, as above
+        return True
+    # a call in flight when the server died: the connection broke under it (or, thawed
+    # from a freeze, the server reset the call's stream: "RST_STREAM ... CANCEL")
+    return exc.status in (
+        RPCStatusCode.UNKNOWN,
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.INTERNAL,
+    ) and any(
+        word in text
+        for word in ("transport error", "connection", "broken pipe", "h2 protocol", "rst_stream")
+    )
+
+
+def _held(exc: BaseException) -> bool:
+    """Whether a call failed as one the server held unanswered does (its deadline passed,
+    its stream reset), not refused: a slow or frozen server, not a gone one."""
+    if not isinstance(exc, RPCError):
+        return False
+    return _timed_out(exc) or any(
+        word in str(exc.message).lower() for word in ("deadline exceeded", "rst_stream")
     )
 
 
@@ -281,6 +282,8 @@ async def riding_outages(
     began: float | None = None
     attempt = 0
     slow = _Slowness(client, what, run_id)
+    #: steps asked again at once, unsaid, for a server that held them and answers now
+    quietly = 0
     while True:
         started = time.monotonic()
         try:
@@ -292,16 +295,32 @@ async def riding_outages(
             now = time.monotonic()
             how = f"throttling requests ({_short(exc)})" if busy else "unreachable"
             if began is None or now - started > _NEW_OUTAGE_AFTER:
+                # a call the server held past its deadline: a freeze that ended (asked
+                # again at once, unsaid), or a slow server (said once, as slow)
+                reply = await _reply(client) if _held(exc) and not busy else "down"
+                if now - started > _NEW_OUTAGE_AFTER:
+                    quietly = 0
+                if reply == "yes":
+                    if quietly >= _QUIET_RETRIES:
+                        # the server answers, and the call itself runs out of time (a
+                        # query no worker takes): the caller's to handle, as ever
+                        raise
+                    quietly += 1
+                    continue
                 goes_on = " (the run goes on in Temporal meanwhile)" if run_id else ""
-                logger.warning(
-                    "Temporal at %s is %s while %s; waiting up to %.0f s for it to %s%s",
-                    _address(client),
-                    how if busy else f"unreachable ({_short(exc)})",
-                    what,
-                    patience,
-                    "take them again" if busy else "come back",
-                    goes_on,
-                )
+                if reply != "down":
+                    if not slow.said_lately():
+                        slow.say(started)
+                else:
+                    logger.warning(
+                        "Temporal at %s is %s while %s; waiting up to %.0f s for it to %s%s",
+                        _address(client),
+                        how if busy else f"unreachable ({_short(exc)})",
+                        what,
+                        patience,
+                        "take them again" if busy else "come back",
+                        goes_on,
+                    )
                 began, attempt = now, 0
             if clock is not None:
                 # down since the step's first failed try, the SDK's retries ago
@@ -397,6 +416,10 @@ class _Slowness:
         self.run_id = run_id
         self.said = False
 
+    def said_lately(self) -> bool:
+        """Whether this caller, or another step of its client's, said the server slow lately."""
+        return self.said or self._said_lately()
+
     def _said_lately(self) -> bool:
         said = _slow_said.get(id(self.client))
         return said is not None and time.monotonic() - said < _SLOW_SAID_FOR
@@ -422,8 +445,11 @@ class _Slowness:
             if reply == "slow":
                 break
             await asyncio.sleep(_SLOW_EVERY)
-        if self._said_lately():
-            return  # another step of this client's said it meanwhile
+        if not self._said_lately():  # else another step of this client's said it meanwhile
+            self.say(started)
+
+    def say(self, started: float) -> None:
+        """Say the server slow for this client (a call of it waiting since `started`)."""
         now = time.monotonic()
         for key, said in list(_slow_said.items()):
             if now - said >= _SLOW_SAID_FOR:
@@ -435,7 +461,7 @@ class _Slowness:
             "server did not answer a check within %g s; still waiting%s",
             _address(self.client),
             self.what,
-            time.monotonic() - started,
+            now - started,
             _PROBE_TIMEOUT.total_seconds(),
             goes_on,
         )

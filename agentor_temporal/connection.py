@@ -28,6 +28,7 @@ from temporalio.client import Client, Interceptor
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
 
+from agentor_temporal import _reconnect
 from agentor_temporal._dev_server import (
     DEV_DATA_DIR,
     DEV_DYNAMIC_CONFIG,
@@ -170,8 +171,14 @@ _CONNECT_FAILURES = (
 )
 
 
+class _Away(Exception):
+    """A server that went away while the process connected stayed away; says it whole."""
+
+
 def _connect_failure(exc: BaseException) -> str:
     """Why a connection to Temporal failed, in one plain clause (else the error's first line)."""
+    if isinstance(exc, _Away):
+        return str(exc)
     text = str(exc)
     lowered = text.lower()
     for phrase, said in _CONNECT_FAILURES:
@@ -320,8 +327,34 @@ async def connect(
     if interceptors:
         config["interceptors"] = list(interceptors)
     config["data_converter"] = encrypted_data_converter(keys)
+    # whether a server listened as the connect began: one that then went away
+    # is an outage to wait out (`_reconnect`), not an address where none listens
+    listening = await _reconnect.accepts(address)
     try:
-        return await _connect_saying_waits(config, address, connection_secrets)
+        try:
+            return await _connect_saying_waits(config, address, connection_secrets)
+        except Exception as exc:
+            if not (listening and await _reconnect.accepts(address) is False):
+                raise
+            failure = (
+                "the connection was reset before it answered"
+                if "reset" in str(exc).lower()
+                else _connect_failure(exc)
+            )
+        shown = redact(redact_address(address), [*connection_secrets])
+        try:
+            return await _reconnect.through_restart(
+                lambda: _connect_saying_waits(config, address, connection_secrets),
+                address,
+                shown,
+                failure,
+            )
+        except TimeoutError as exc:
+            raise _Away(
+                f"it went away while this process connected ({failure}) and did not come "
+                f"back: {exc} ({_reconnect.OUTAGE_PATIENCE_ENV} sets how long to wait, "
+                f"default {_reconnect.OUTAGE_PATIENCE:g} s)"
+            ) from None
     except Exception as exc:
         if embedded:
             hint = "start one with `agentor-temporal dev`"

@@ -8,6 +8,7 @@ that died.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -360,9 +361,16 @@ class DevServerProcess:
     the same database (a server crash), and it is not shared with other tests.
     """
 
-    def __init__(self, db: str | os.PathLike[str], log: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        db: str | os.PathLike[str],
+        log: str | os.PathLike[str],
+        dynamic: dict[str, Any] | None = None,
+    ) -> None:
         self.db = str(db)
         self.log = str(log)
+        #: dynamic config values (`frontend.longPollExpirationInterval`: "2s", say)
+        self.dynamic = dict(dynamic or {})
         self.port = free_port()
         self.ui_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -397,6 +405,11 @@ class DevServerProcess:
                 arg
                 for name, kind in DEV_SEARCH_ATTRIBUTES.items()
                 for arg in ("--search-attribute", f"{name}={kind}")
+            ),
+            *(
+                arg
+                for key, value in self.dynamic.items()
+                for arg in ("--dynamic-config-value", f"{key}={json.dumps(value)}")
             ),
         ]
         with open(self.log, "ab") as log:
@@ -446,6 +459,24 @@ class DevServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def connected_to(pid: int, port: int) -> bool:
+    """Whether process `pid` holds an open TCP connection to `port` on this host."""
+    sockets = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    sockets.add(target[8:-1])
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        # remote address, state (01: established), inode
+        if int(fields[2].split(":")[1], 16) == port and fields[3] == "01":
+            if fields[9] in sockets:
+                return True
+    return False
 
 
 def stop_process(proc: subprocess.Popen[str] | None) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -31,6 +30,7 @@ from helpers import (
     ROOT,
     SEED_EVENT_TYPES,
     DevServerProcess,
+    connected_to,
     finish,
     ledger_lines,
     spawn,
@@ -188,24 +188,6 @@ async def test_a_stream_follower_rides_out_a_server_outage(
 DOWN = 20.0
 
 
-def _connected(pid: int, port: int) -> bool:
-    """Whether process `pid` holds an open TCP connection to `port` on this host."""
-    sockets = set()
-    with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith("socket:["):
-                    sockets.add(target[8:-1])
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        # remote address, state (01: established), inode
-        if int(fields[2].split(":")[1], 16) == port and fields[3] == "01":
-            if fields[9] in sockets:
-                return True
-    return False
-
-
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     """`agentor-temporal ARGS` in its own process, its output kept."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
@@ -267,13 +249,15 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
                     **more,
                 }
 
+            # their tools outlast all that comes before the kill, however loaded the
+            # machine: with 9 s, a run once ended before the outage began
             procs = [
                 spawn(
-                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="9")
+                    ["run", "--run-id", ran], env("run", AGENT_LEDGER=run_ledger, TOOL_DELAY="40")
                 ),
                 spawn(
                     ["stream", "--run-id", streamed],
-                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="9"),
+                    env("stream", AGENT_LEDGER=stream_ledger, TOOL_DELAY="40"),
                 ),
                 _cli(
                     ["run", "--agent", "procs.cli_agents:agent", "--run-id", commanded, PROMPT],
@@ -308,7 +292,7 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
                 ["approve", by_cli.run_id, asked.call_id, "--wait", "5", "--by", "dave"],
                 {"TEMPORAL_ADDRESS": server.address},
             )
-            await until(lambda: _connected(approving.pid, server.port), "the CLI to connect")
+            await until(lambda: connected_to(approving.pid, server.port), "the CLI to connect")
             server.kill()
             down = time.monotonic()
             gate.touch()  # the command's tool finishes (its outcome waits for the server)
@@ -324,7 +308,7 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
                     and all(proc.poll() is not None for proc in procs)
                 ),
                 "the outage, and the impatient callers to give up",
-                timeout=60,
+                timeout=90,
             )
             outputs = [proc.communicate(timeout=10) for proc in procs]
             for task in (decided, forked, denied, started):

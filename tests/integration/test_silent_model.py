@@ -79,3 +79,31 @@ async def test_a_streamed_request_held_before_its_first_byte_is_said_once(
     said = [r.getMessage() for r in caplog.records if "has not answered" in r.getMessage()]
     assert len(said) == 1, said
     assert f"run {run_id!r}" in said[0], said
+
+
+async def test_a_streamed_reply_that_goes_quiet_midway_is_said_once(
+    client: Client,
+    task_queue: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A provider that hangs in the middle of a streamed reply (its first parts came, then
+    nothing) was waited for up to 570 s a gap without a word: said once, however many
+    gaps, and the reply then taken as ever (asked once)."""
+    monkeypatch.setattr(_slow_model, "MODEL_SILENT_SAY_AFTER", 1.0)
+    caplog.set_level(logging.WARNING, logger="agentor_temporal")
+    # a part at once, then 1.6 s of quiet after each word
+    with ScriptedModelServer([Reply("sunny and")], chunk_delay=1.6) as model:
+        agent = scripted_agent(model, client, task_queue)
+        run_id = f"quiet-{uuid.uuid4().hex[:8]}"
+        events = [e async for e in agent.stream_chat(PROMPT, run_id=run_id, stream_text=True)]
+        requests = model.request_count
+    assert events[-1].type == "run_end" and events[-1].status == "completed", events[-3:]
+    assert events[-2].text == "sunny and", events[-2]
+    assert requests == 1, requests
+    said = [r.getMessage() for r in caplog.records if "quiet" in r.getMessage()]
+    assert len(said) == 1, said
+    assert model.base_url.split("//")[1].split("/")[0] in said[0], said
+    assert f"run {run_id!r}" in said[0] and "after 2 parts" in said[0], said
+    assert "570 s" in said[0] and "part" in said[0], said
+    assert not [r for r in caplog.records if "has not answered" in r.getMessage()], said
