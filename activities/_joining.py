@@ -97,6 +97,9 @@ LOCAL_REJOIN_GRACE = 10.0
 PAUSED_CHECK = 1.0
 
 
+#: How an ended execution's same call may be joined by its resume's (see `_ended_same`).
+STOPPED_BY_HAND = (WorkflowExecutionStatus.TERMINATED, WorkflowExecutionStatus.CANCELED)
+
 _Key = tuple[str, str, str]
 
 
@@ -322,12 +325,12 @@ class LiveCalls:
             except RPCError:
                 continue
             reset_to = described.raw_description.workflow_extended_info.reset_run_id
-            if reset_to == execution or not (
-                reset_to or described.status == WorkflowExecutionStatus.RUNNING
-            ):
-                # reset into this one, or ended (terminated, cancelled) and resumed
-                # at once: the same call (request, or tool call with its idempotency
-                # key) is joined rather than made a second time
+            if reset_to == execution or (not reset_to and described.status in STOPPED_BY_HAND):
+                # reset into this one, or stopped by hand (terminated, cancelled) and
+                # resumed at once: the same call (request, or tool call with its
+                # idempotency key) is joined rather than made a second time. Not the
+                # call of a run that timed out or failed: it may be what held the run
+                # up (a hung request past the run's time limit), and is asked again
                 return task
         return None
 
