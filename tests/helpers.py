@@ -73,11 +73,13 @@ def weather_tool(
     delay_city: str | None = None,
     exit_process: bool = False,
     blocking_loop: bool = False,
+    gate: str | None = None,
 ) -> Any:
     """The seed's get_weather, recording each execution in `ledger`.
 
     `delay` seconds pass after the ledger line (for every city, or only for
-    `delay_city`), so a test can kill a process while the tool is in flight.
+    `delay_city`), so a test can kill a process while the tool is in flight;
+    with `gate` (a path), the tool answers as soon as that file exists instead.
     `exit_process`: the tool then kills its own process. `blocking_loop`: an
     `async def` tool that sleeps without awaiting (its worker's event loop blocked).
     """
@@ -105,7 +107,9 @@ def weather_tool(
         """
         ledger_write(ledger, "get_weather", city)
         if delay and delay_city in (None, city):
-            time.sleep(delay)
+            deadline = time.monotonic() + delay
+            while time.monotonic() < deadline and not (gate and os.path.exists(gate)):
+                time.sleep(min(0.05 if gate else delay, max(0.0, deadline - time.monotonic())))
         if exit_process:
             os._exit(3)
         return f"The weather in {city} is sunny and 22C."
@@ -547,14 +551,17 @@ def plain_agent(ledger: str | None = None, **overrides: Any) -> Agentor:
     """The agent of `procs/plain_script.py`: a transfer needing approval, and the weather.
 
     Built from the environment (as the script is) unless `overrides` say otherwise;
-    AGENT_TOOL_SECONDS makes get_weather take that long after its ledger line,
-    AGENT_TRANSFER_SECONDS the transfer.
+    AGENT_TOOL_SECONDS makes get_weather take that long after its ledger line
+    (or until the file AGENT_TOOL_GATE names exists), AGENT_TRANSFER_SECONDS the transfer.
     """
     ledger = ledger if ledger is not None else os.environ.get("AGENT_LEDGER")
     delay = float(os.environ.get("AGENT_TOOL_SECONDS", "0"))
     paying = float(os.environ.get("AGENT_TRANSFER_SECONDS", "0"))
     options: dict[str, Any] = {
-        "tools": [transfer_tool(ledger, delay=paying), weather_tool(ledger, delay=delay)],
+        "tools": [
+            transfer_tool(ledger, delay=paying),
+            weather_tool(ledger, delay=delay, gate=os.environ.get("AGENT_TOOL_GATE")),
+        ],
         "name": "Plain Agent",
     }
     for key, env in (

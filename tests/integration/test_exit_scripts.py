@@ -736,10 +736,11 @@ async def test_ctrl_c_then_sigterm_finishes_the_tool_call_once_then_ends_by_sigt
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
-            # long enough that the SIGTERM comes while the call is being finished: with 2 s,
-            # under a clean-clone run's load the drain once ended first, and the SIGTERM
-            # then met the default handler of a process already exiting (no line to check)
-            "AGENT_TOOL_SECONDS": "5",
+            # the call is finished only once the SIGTERM's line is out: with a tool of a
+            # fixed 2 s, then 5 s, under a clean-clone run's load the drain once ended
+            # first, and the SIGTERM then met a process already exiting (no line)
+            "AGENT_TOOL_SECONDS": "60",
+            "AGENT_TOOL_GATE": str(tmp_path / "gate"),
         }
         run_id = uuid.uuid4().hex
         argv = [command, run_id, "Weather in Paris?"]
@@ -758,10 +759,12 @@ async def test_ctrl_c_then_sigterm_finishes_the_tool_call_once_then_ends_by_sigt
             running.send_signal(signal.SIGINT)
             first = await asyncio.to_thread(read_until, running, "SIGINT: finishing")
             running.send_signal(signal.SIGTERM)
+            second = await asyncio.to_thread(read_until, running, "SIGTERM:")
+            (tmp_path / "gate").touch()
             _, rest = await asyncio.to_thread(running.communicate, None, 60)
         finally:
             running.kill()
-        stderr = first + rest
+        stderr = first + second + rest
         assert running.returncode == -signal.SIGTERM, stderr
         [line] = [line for line in stderr.splitlines() if line.startswith("SIGTERM:")]
         assert "finishing the calls" in line and "send it again to abandon them" in line, stderr

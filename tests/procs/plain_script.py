@@ -25,6 +25,8 @@ from agentor_temporal import function_tool
 from helpers import ledger_lines, ledger_write, plain_agent, transfer_tool, weather_tool
 
 agent = plain_agent()
+#: a file whose coming ends the slow tools' wait early (tests/helpers.py weather_tool)
+GATE = os.environ.get("AGENT_TOOL_GATE")
 command, run_id = sys.argv[1], sys.argv[2]
 WEATHER = "What is the weather in Paris?"
 
@@ -126,7 +128,7 @@ elif command == "stream_break":
     # while the tool runs: nobody waits on the rest of the run
     ledger = os.environ["AGENT_LEDGER"]
     delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
-    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay, gate=GATE)])
 
     async def leave() -> list[str]:
         seen = []
@@ -142,7 +144,7 @@ elif command == "thread":
     # thread returns while the thread's tool call is in flight
     ledger = os.environ["AGENT_LEDGER"]
     delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
-    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay, gate=GATE)])
 
     def work() -> None:
         print(json.dumps({"status": slow.run(WEATHER, run_id=run_id).status}), flush=True)
@@ -156,7 +158,7 @@ elif command == "pool":
     # while the pool thread's tool call is in flight
     ledger = os.environ["AGENT_LEDGER"]
     delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
-    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay, gate=GATE)])
 
     def pooled() -> None:
         print(json.dumps({"status": slow.run(WEATHER, run_id=run_id).status}), flush=True)
@@ -197,7 +199,7 @@ elif command == "own_handler_daemon":
     # flight, so the exit hook drains the worker when the SIGTERM comes
     ledger = os.environ["AGENT_LEDGER"]
     delay = float(os.environ.get("AGENT_TOOL_SECONDS", "3"))
-    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay, gate=GATE)])
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     threading.Thread(target=lambda: slow.run(WEATHER, run_id=run_id), daemon=True).start()
     deadline = time.monotonic() + 90
@@ -210,7 +212,7 @@ elif command in ("own_handler_full_stderr", "full_stderr"):
     # blocks, outside its waits, as the SIGTERM comes
     ledger = os.environ["AGENT_LEDGER"]
     delay = float(os.environ.get("AGENT_TOOL_SECONDS", "3"))
-    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay)])
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay, gate=GATE)])
     if command == "own_handler_full_stderr":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     threading.Thread(target=lambda: slow.run(WEATHER, run_id=run_id), daemon=True).start()
