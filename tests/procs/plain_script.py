@@ -301,6 +301,21 @@ elif command == "watcher":
 
     threading.Thread(target=background).start()
     answered.wait(60)
+elif command == "producer":
+    # a background thread (not a daemon) makes calls with pauses longer than the exit
+    # hook's IDLE_WAIT, after the main thread returned without joining it
+    first = threading.Event()
+
+    def producer() -> None:
+        for i in range(2):
+            status = agent.run(WEATHER, run_id=f"{run_id}-{i}").status
+            print(json.dumps({"call": i, "status": status}), flush=True)
+            first.set()
+            time.sleep(3.0)
+        print(json.dumps({"status": "completed"}), flush=True)
+
+    threading.Thread(target=producer).start()
+    first.wait(60)
 elif command == "forgot_await":
     # an async tool returning its lookup's coroutine, the `await` forgotten
 
