@@ -100,27 +100,15 @@ class Callers:
     ...)`) is waited for only while it is in a call or its pool has work
     queued: idle, it lives until the pool's own exit hook, which runs after
     this one, and the wait for its end never ended (the script hung at exit).
-    Any other thread is waited for while it is in a call, and between calls for
-    at most `IDLE_WAIT` since its last call ended: a thread that made a call and
-    then waits for the main thread's end (`while main_thread().is_alive()`, a
-    background job's usual loop) hung the script for ever, as the main thread
-    counts as alive until the exit hooks are done.
     """
 
     #: How often the wait looks whether it was told to stop (by a signal's handler).
     POLL = 0.05
-    #: How long a thread between calls is still waited for: one making calls in a row
-    #: (a queue of jobs) is in its next call long before, as for WORKER_LINGER.
-    IDLE_WAIT = 2.0
 
     def __init__(self) -> None:
         self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         #: calls under way, by thread (a thread's calls may nest: async ones on its loop)
         self._calls: weakref.WeakKeyDictionary[threading.Thread, int] = weakref.WeakKeyDictionary()
-        #: when each thread's last call ended (time.monotonic)
-        self._ended: weakref.WeakKeyDictionary[threading.Thread, float] = (
-            weakref.WeakKeyDictionary()
-        )
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -140,15 +128,13 @@ class Callers:
         finally:
             with self._lock:
                 self._calls[current] -= 1
-                self._ended[current] = time.monotonic()
 
     def _busy(self, thread: threading.Thread) -> bool:
         """Whether the exit hook waits for `thread` now: alive and, if a pool's, working."""
         if not thread.is_alive() or thread is threading.current_thread():
             return False
         if getattr(thread, "_target", None) is not _pool_worker:
-            idle = time.monotonic() - self._ended.get(thread, time.monotonic())
-            return self._calls.get(thread, 0) > 0 or idle < self.IDLE_WAIT
+            return True
         # _worker(executor_reference, work_queue, initializer, initargs)
         queued = any(
             isinstance(arg, queue.SimpleQueue) and not arg.empty()

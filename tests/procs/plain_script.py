@@ -288,19 +288,6 @@ elif command == "nested":
         print(json.dumps({"decided": outer.approve(run_id, sys.argv[4])["call_id"]}))
     else:
         print(json.dumps({"status": outer.run(WEATHER, run_id=run_id).status}))
-elif command == "watcher":
-    # a background thread (not a daemon) makes a call, then works on until the main
-    # thread ends, as background jobs poll for it; the main thread returns after the call
-    answered = threading.Event()
-
-    def background() -> None:
-        print(json.dumps({"status": agent.run(WEATHER, run_id=run_id).status}), flush=True)
-        answered.set()
-        while threading.main_thread().is_alive():
-            time.sleep(0.02)
-
-    threading.Thread(target=background).start()
-    answered.wait(60)
 elif command == "producer":
     # a background thread (not a daemon) makes calls with pauses longer than the exit
     # hook's IDLE_WAIT, after the main thread returned without joining it
