@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from temporalio import activity
@@ -24,10 +24,17 @@ logger = logging.getLogger(__name__)
 #: stop before it starts: the same tool must not run twice at once.
 STOP_WAIT = 10.0
 
+#: Seconds a call whose run was terminated while it ran goes on once its worker
+#: hears of the end (at the call's next heartbeat), for the same call of a
+#: resume to join (or take its result, kept `KEEP` once finished), before it is
+#: stopped: stopped at once, a resume a few seconds after the terminate sent
+#: the same model request again, or ran the tool again, on a worker still alive.
+ENDED_GRACE = 30.0
+
 
 async def stop_ended_executions(
     calls: Mapping[tuple[str, str, str], asyncio.Task[Any]],
-    adopted: Container[asyncio.Task[Any]],
+    adopted: Mapping[asyncio.Task[Any], str],
     info: activity.Info,
 ) -> None:
     """Stop the calls of this run's earlier executions still live here, and wait for them.
@@ -41,7 +48,10 @@ async def stop_ended_executions(
     earlier = [
         (key[1], task)
         for key, task in calls.items()
-        if key[0] == workflow_id and key[1] != execution and not task.done() and task not in adopted
+        if key[0] == workflow_id
+        and key[1] != execution
+        and not task.done()
+        and adopted.get(task) != execution  # joined by this execution: its own
     ]
     if not earlier:
         return

@@ -15,9 +15,10 @@ keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), or because the activity was paused or reset
 (`temporal activity pause`, `reset`: the attempt after the unpause or reset
 joins it, a first attempt too), unless its run turns out to have ended
-(terminated or reset: nothing will join it; a paused call's run is checked
-until an attempt takes it again, and the call once finished is kept till
-then, however late the unpause), and is cancelled with it
+(terminated or reset: it goes on `ENDED_GRACE`, or `RESET_GRACE`, for the
+same call of the run's resume or reset execution to join, then is stopped; a
+paused call's run is checked until an attempt takes it again, and the call
+once finished is kept till then, however late the unpause), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
@@ -46,7 +47,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal.activities._ended import stop_ended_executions
+from agentor_temporal.activities._ended import ENDED_GRACE, stop_ended_executions
 from agentor_temporal.activities._errors import instead_of_cancel
 
 T = TypeVar("T")
@@ -154,8 +155,11 @@ class LiveCalls:
         self._same: weakref.WeakKeyDictionary[asyncio.Task[Any], Callable[[], str]] = (
             weakref.WeakKeyDictionary()
         )
-        #: calls of an execution ended by a reset that its reset execution joined
-        self._adopted: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: calls of an ended execution that a later execution of the run (a reset's,
+        #: a resume's) joined, with the execution that joined them last
+        self._adopted: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = (
+            weakref.WeakKeyDictionary()
+        )
         #: calls whose attempt was paused or reset (`temporal activity pause`/`reset`):
         #: the attempt after it joins them, a first attempt too
         self._paused: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
@@ -192,7 +196,7 @@ class LiveCalls:
         if not _joinable(task) and same is not None:
             task = await self._ended_same(info, same)
             if task is not None:
-                self._adopted.add(task)
+                self._adopted[task] = info.workflow_run_id or ""
                 self._calls[key] = task
                 task.add_done_callback(lambda done: self._finished(key, done))
                 logger.info(
@@ -338,6 +342,8 @@ class LiveCalls:
         except RuntimeError:
             return
 
+        execution = info.workflow_run_id or ""
+
         async def check() -> None:
             handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
             reset = False
@@ -347,12 +353,18 @@ class LiveCalls:
                 reset = bool(described.raw_description.workflow_extended_info.reset_run_id)
             except RPCError as exc:
                 ended = exc.status == RPCStatusCode.NOT_FOUND
-            if ended and reset:
-                # the reset execution may run the same call again: it joins this one
-                await asyncio.sleep(RESET_GRACE)
-                if task in self._adopted:
-                    return
-            if ended and not task.done() and task not in self._adopted:
+            if ended and not task.done():
+                # the reset execution, or a resume of the run, may make the same
+                # call again: it joins this one, rather than pay for it twice
+                if not reset:
+                    logger.info(
+                        "%s of run %s kept for a resume to join for up to %.0f s: its run ended",
+                        info.activity_type,
+                        info.workflow_id,
+                        ENDED_GRACE,
+                    )
+                await asyncio.sleep(RESET_GRACE if reset else ENDED_GRACE)
+            if ended and not task.done() and self._adopted.get(task, execution) == execution:
                 logger.info(
                     "%s of run %s stopped: the run ended while it was running",
                     info.activity_type,
@@ -399,7 +411,8 @@ class LiveCalls:
                         self._watched.discard(task)
                         self._stop_if_ended(task, info)
                         if task.done():
-                            self._forget(key, ref)
+                            # kept a while, for a resume's same call to take
+                            asyncio.get_running_loop().call_later(self.keep, self._forget, key, ref)
                     return
                 if task.done():
                     # an attempt took it again: forgotten as any finished call is
