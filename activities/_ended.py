@@ -4,17 +4,21 @@ A run terminated (or cancelled) mid-call and resumed at once: the resume's
 tool call must not run beside the ended execution's, which this worker stops
 only once it hears the server no longer knows it (its next heartbeat), or
 never, when the call was paused (`temporal activity pause`).
+Once it hears, the call goes on `ENDED_GRACE` for a resume's same call to
+join (`linger`), unless the resume runs that call on another worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 logger = logging.getLogger(__name__)
@@ -80,3 +84,46 @@ async def stop_ended_executions(
     for task in stopping:
         task.cancel()
     await asyncio.wait(stopping, timeout=STOP_WAIT)
+
+
+#: Seconds between checks, while an ended run's call lingers (`ENDED_GRACE`),
+#: whether the run's resume started the same call on another worker.
+ENDED_CHECK = 1.0
+
+
+async def linger(client: Client, info: activity.Info, task: asyncio.Task[Any]) -> None:
+    """Wait `ENDED_GRACE` (or until `task` is done) for a resume of the run to join it.
+
+    Ends early when the run's next execution has the same call (same activity)
+    running on another worker: this one is then stopped at once, rather than
+    run beside it the whole grace (the same tool twice at once).
+    """
+    logger.info(
+        "%s of run %s kept for a resume to join for up to %.0f s: its run ended",
+        info.activity_type,
+        info.workflow_id,
+        ENDED_GRACE,
+    )
+    deadline = time.monotonic() + ENDED_GRACE
+    me = client.identity
+    while not task.done() and time.monotonic() < deadline:
+        await asyncio.wait([task], timeout=min(ENDED_CHECK, deadline - time.monotonic()))
+        if task.done():
+            return
+        try:
+            latest = await client.get_workflow_handle(info.workflow_id or "").describe()
+        except RPCError:
+            continue
+        if (
+            latest.run_id == info.workflow_run_id
+            or latest.status != WorkflowExecutionStatus.RUNNING
+        ):
+            continue
+        for pending in latest.raw_description.pending_activities:
+            if (
+                pending.activity_id == info.activity_id
+                and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                and pending.last_worker_identity
+                and pending.last_worker_identity != me
+            ):
+                return

@@ -15,7 +15,7 @@ keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), or because the activity was paused or reset
 (`temporal activity pause`, `reset`: the attempt after the unpause or reset
 joins it, a first attempt too), unless its run turns out to have ended
-(terminated or reset: it goes on `ENDED_GRACE`, or `RESET_GRACE`, for the
+(terminated or reset: it goes on `_ended.ENDED_GRACE`, or `RESET_GRACE`, for the
 same call of the run's resume or reset execution to join, then is stopped; a
 paused call's run is checked until an attempt takes it again, and the call
 once finished is kept till then, however late the unpause), and is cancelled with it
@@ -47,7 +47,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal.activities._ended import ENDED_GRACE, stop_ended_executions
+from agentor_temporal.activities._ended import linger, stop_ended_executions
 from agentor_temporal.activities._errors import instead_of_cancel
 
 T = TypeVar("T")
@@ -356,14 +356,10 @@ class LiveCalls:
             if ended and not task.done():
                 # the reset execution, or a resume of the run, may make the same
                 # call again: it joins this one, rather than pay for it twice
-                if not reset:
-                    logger.info(
-                        "%s of run %s kept for a resume to join for up to %.0f s: its run ended",
-                        info.activity_type,
-                        info.workflow_id,
-                        ENDED_GRACE,
-                    )
-                await asyncio.sleep(RESET_GRACE if reset else ENDED_GRACE)
+                if reset:
+                    await asyncio.sleep(RESET_GRACE)
+                else:
+                    await linger(client, info, task)
             if ended and not task.done() and self._adopted.get(task, execution) == execution:
                 logger.info(
                     "%s of run %s stopped: the run ended while it was running",
