@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from temporalio import activity
@@ -127,3 +127,31 @@ async def linger(client: Client, info: activity.Info, task: asyncio.Task[Any]) -
                 and pending.last_worker_identity != me
             ):
                 return
+
+
+async def restarted(
+    task: asyncio.Task[Any], resets: MutableMapping[asyncio.Task[Any], int]
+) -> bool:
+    """Whether `task`, a call reset while it ran, was stopped for this attempt to make it anew.
+
+    A `temporal activity reset` of a running call is joined by the attempt after
+    it (the call is not made twice). An attempt that finds the call still
+    running after that (the operator reset the hung call again) restarts it:
+    the call is stopped (up to `STOP_WAIT`) and this attempt makes it anew.
+    """
+    if task.done() or task not in resets:
+        return False
+    if resets[task] == 0:
+        resets[task] = 1  # the reset's attempt: it joins
+        return False
+    info = activity.info()
+    logger.warning(
+        "%s %s of run %s was reset and is still running: restarting it",
+        info.activity_type,
+        info.activity_id,
+        info.workflow_id,
+    )
+    del resets[task]
+    task.cancel()
+    await asyncio.wait([task], timeout=STOP_WAIT)
+    return True

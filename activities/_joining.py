@@ -14,7 +14,8 @@ recorded step, asking again under the same key as a first attempt. A call
 keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), or because the activity was paused or reset
 (`temporal activity pause`, `reset`: the attempt after the unpause or reset
-joins it, a first attempt too), unless its run turns out to have ended
+joins it, a first attempt too; an attempt after that which finds it still
+running, a second reset of a hung call, restarts it), unless its run turns out to have ended
 (terminated or reset: it goes on `_ended.ENDED_GRACE`, or `RESET_GRACE`, for the
 same call of the run's resume or reset execution to join, then is stopped; a
 paused call's run is checked until an attempt takes it again, and the call
@@ -47,7 +48,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal.activities._ended import linger, stop_ended_executions
+from agentor_temporal.activities._ended import linger, restarted, stop_ended_executions
 from agentor_temporal.activities._errors import instead_of_cancel
 
 T = TypeVar("T")
@@ -165,6 +166,10 @@ class LiveCalls:
         self._paused: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         #: calls a later attempt joined (since the last cancel of one awaiting them)
         self._rejoined: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: calls reset (`temporal activity reset`) while running: attempts that joined since
+        self._resets: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
         #: paused calls whose run is being checked (see `_watch_paused`)
         self._watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
@@ -193,6 +198,9 @@ class LiveCalls:
         task = self._calls.get(key)
         if not (info.attempt > 1 or info.is_local or task in self._paused):
             task = None
+        if task is not None and await restarted(task, self._resets):
+            self._paused.discard(task)
+            task = None  # reset twice: the operator restarts it
         if not _joinable(task) and same is not None:
             task = await self._ended_same(info, same)
             if task is not None:
@@ -250,6 +258,8 @@ class LiveCalls:
                 # paused or reset from the CLI or API: the attempt after the unpause
                 # (or the reset's) joins the call, which goes on meanwhile
                 self._paused.add(task)
+                if details is not None and details.reset and not details.paused:
+                    self._resets.setdefault(task, 0)
                 self._watch_paused(key, task, info)
                 logger.info(
                     "%s %s of run %s paused or reset: the call keeps running for the "
