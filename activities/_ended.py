@@ -4,17 +4,21 @@ A run terminated (or cancelled) mid-call and resumed at once: the resume's
 tool call must not run beside the ended execution's, which this worker stops
 only once it hears the server no longer knows it (its next heartbeat), or
 never, when the call was paused (`temporal activity pause`).
+Once it hears, the call goes on `ENDED_GRACE` for a resume's same call to
+join (`linger`), unless the resume runs that call on another worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Container, Mapping
+import time
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 logger = logging.getLogger(__name__)
@@ -24,10 +28,17 @@ logger = logging.getLogger(__name__)
 #: stop before it starts: the same tool must not run twice at once.
 STOP_WAIT = 10.0
 
+#: Seconds a call whose run was terminated while it ran goes on once its worker
+#: hears of the end (at the call's next heartbeat), for the same call of a
+#: resume to join (or take its result, kept `KEEP` once finished), before it is
+#: stopped: stopped at once, a resume a few seconds after the terminate sent
+#: the same model request again, or ran the tool again, on a worker still alive.
+ENDED_GRACE = 30.0
+
 
 async def stop_ended_executions(
     calls: Mapping[tuple[str, str, str], asyncio.Task[Any]],
-    adopted: Container[asyncio.Task[Any]],
+    adopted: Mapping[asyncio.Task[Any], str],
     info: activity.Info,
 ) -> None:
     """Stop the calls of this run's earlier executions still live here, and wait for them.
@@ -41,7 +52,10 @@ async def stop_ended_executions(
     earlier = [
         (key[1], task)
         for key, task in calls.items()
-        if key[0] == workflow_id and key[1] != execution and not task.done() and task not in adopted
+        if key[0] == workflow_id
+        and key[1] != execution
+        and not task.done()
+        and adopted.get(task) != execution  # joined by this execution: its own
     ]
     if not earlier:
         return
@@ -70,3 +84,74 @@ async def stop_ended_executions(
     for task in stopping:
         task.cancel()
     await asyncio.wait(stopping, timeout=STOP_WAIT)
+
+
+#: Seconds between checks, while an ended run's call lingers (`ENDED_GRACE`),
+#: whether the run's resume started the same call on another worker.
+ENDED_CHECK = 1.0
+
+
+async def linger(client: Client, info: activity.Info, task: asyncio.Task[Any]) -> None:
+    """Wait `ENDED_GRACE` (or until `task` is done) for a resume of the run to join it.
+
+    Ends early when the run's next execution has the same call (same activity)
+    running on another worker: this one is then stopped at once, rather than
+    run beside it the whole grace (the same tool twice at once).
+    """
+    logger.info(
+        "%s of run %s kept for a resume to join for up to %.0f s: its run ended",
+        info.activity_type,
+        info.workflow_id,
+        ENDED_GRACE,
+    )
+    deadline = time.monotonic() + ENDED_GRACE
+    me = client.identity
+    while not task.done() and time.monotonic() < deadline:
+        await asyncio.wait([task], timeout=min(ENDED_CHECK, deadline - time.monotonic()))
+        if task.done():
+            return
+        try:
+            latest = await client.get_workflow_handle(info.workflow_id or "").describe()
+        except RPCError:
+            continue
+        if (
+            latest.run_id == info.workflow_run_id
+            or latest.status != WorkflowExecutionStatus.RUNNING
+        ):
+            continue
+        for pending in latest.raw_description.pending_activities:
+            if (
+                pending.activity_id == info.activity_id
+                and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                and pending.last_worker_identity
+                and pending.last_worker_identity != me
+            ):
+                return
+
+
+async def restarted(
+    task: asyncio.Task[Any], resets: MutableMapping[asyncio.Task[Any], int]
+) -> bool:
+    """Whether `task`, a call reset while it ran, was stopped for this attempt to make it anew.
+
+    A `temporal activity reset` of a running call is joined by the attempt after
+    it (the call is not made twice). An attempt that finds the call still
+    running after that (the operator reset the hung call again) restarts it:
+    the call is stopped (up to `STOP_WAIT`) and this attempt makes it anew.
+    """
+    if task.done() or task not in resets:
+        return False
+    if resets[task] == 0:
+        resets[task] = 1  # the reset's attempt: it joins
+        return False
+    info = activity.info()
+    logger.warning(
+        "%s %s of run %s was reset and is still running: restarting it",
+        info.activity_type,
+        info.activity_id,
+        info.workflow_id,
+    )
+    del resets[task]
+    task.cancel()
+    await asyncio.wait([task], timeout=STOP_WAIT)
+    return True

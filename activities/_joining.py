@@ -14,10 +14,12 @@ recorded step, asking again under the same key as a first attempt. A call
 keeps running when its attempt is cancelled because the server gave up on it
 (so the retry can join it), or because the activity was paused or reset
 (`temporal activity pause`, `reset`: the attempt after the unpause or reset
-joins it, a first attempt too), unless its run turns out to have ended
-(terminated or reset: nothing will join it; a paused call's run is checked
-until an attempt takes it again, and the call once finished is kept till
-then, however late the unpause), and is cancelled with it
+joins it, a first attempt too; an attempt after that which finds it still
+running, a second reset of a hung call, restarts it), unless its run turns out to have ended
+(terminated or reset: it goes on `_ended.ENDED_GRACE`, or `RESET_GRACE`, for the
+same call of the run's resume or reset execution to join, then is stopped; a
+paused call's run is checked until an attempt takes it again, and the call
+once finished is kept till then, however late the unpause), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
@@ -46,7 +48,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal.activities._ended import stop_ended_executions
+from agentor_temporal.activities._ended import linger, restarted, stop_ended_executions
 from agentor_temporal.activities._errors import instead_of_cancel
 
 T = TypeVar("T")
@@ -157,13 +159,20 @@ class LiveCalls:
         self._same: weakref.WeakKeyDictionary[asyncio.Task[Any], Callable[[], str]] = (
             weakref.WeakKeyDictionary()
         )
-        #: calls of an execution ended by a reset that its reset execution joined
-        self._adopted: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: calls of an ended execution that a later execution of the run (a reset's,
+        #: a resume's) joined, with the execution that joined them last
+        self._adopted: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = (
+            weakref.WeakKeyDictionary()
+        )
         #: calls whose attempt was paused or reset (`temporal activity pause`/`reset`):
         #: the attempt after it joins them, a first attempt too
         self._paused: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         #: calls a later attempt joined (since the last cancel of one awaiting them)
         self._rejoined: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: calls reset (`temporal activity reset`) while running: attempts that joined since
+        self._resets: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
         #: paused calls whose run is being checked (see `_watch_paused`)
         self._watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
@@ -192,10 +201,13 @@ class LiveCalls:
         task = self._calls.get(key)
         if not (info.attempt > 1 or info.is_local or task in self._paused):
             task = None
+        if task is not None and await restarted(task, self._resets):
+            self._paused.discard(task)
+            task = None  # reset twice: the operator restarts it
         if not _joinable(task) and same is not None:
             task = await self._ended_same(info, same)
             if task is not None:
-                self._adopted.add(task)
+                self._adopted[task] = info.workflow_run_id or ""
                 self._calls[key] = task
                 task.add_done_callback(lambda done: self._finished(key, done))
                 logger.info(
@@ -249,6 +261,8 @@ class LiveCalls:
                 # paused or reset from the CLI or API: the attempt after the unpause
                 # (or the reset's) joins the call, which goes on meanwhile
                 self._paused.add(task)
+                if details is not None and details.reset and not details.paused:
+                    self._resets.setdefault(task, 0)
                 self._watch_paused(key, task, info)
                 logger.info(
                     "%s %s of run %s paused or reset: the call keeps running for the "
@@ -341,6 +355,8 @@ class LiveCalls:
         except RuntimeError:
             return
 
+        execution = info.workflow_run_id or ""
+
         async def check() -> None:
             handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
             reset = False
@@ -350,12 +366,14 @@ class LiveCalls:
                 reset = bool(described.raw_description.workflow_extended_info.reset_run_id)
             except RPCError as exc:
                 ended = exc.status == RPCStatusCode.NOT_FOUND
-            if ended and reset:
-                # the reset execution may run the same call again: it joins this one
-                await asyncio.sleep(RESET_GRACE)
-                if task in self._adopted:
-                    return
-            if ended and not task.done() and task not in self._adopted:
+            if ended and not task.done():
+                # the reset execution, or a resume of the run, may make the same
+                # call again: it joins this one, rather than pay for it twice
+                if reset:
+                    await asyncio.sleep(RESET_GRACE)
+                else:
+                    await linger(client, info, task)
+            if ended and not task.done() and self._adopted.get(task, execution) == execution:
                 logger.info(
                     "%s of run %s stopped: the run ended while it was running",
                     info.activity_type,
@@ -402,7 +420,8 @@ class LiveCalls:
                         self._watched.discard(task)
                         self._stop_if_ended(task, info)
                         if task.done():
-                            self._forget(key, ref)
+                            # kept a while, for a resume's same call to take
+                            asyncio.get_running_loop().call_later(self.keep, self._forget, key, ref)
                     return
                 if task.done():
                     # an attempt took it again: forgotten as any finished call is

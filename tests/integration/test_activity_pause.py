@@ -17,7 +17,11 @@ import uuid
 
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import PauseActivityRequest, UnpauseActivityRequest
+from temporalio.api.workflowservice.v1 import (
+    PauseActivityRequest,
+    ResetActivityRequest,
+    UnpauseActivityRequest,
+)
 from temporalio.client import Client
 
 from agentor_temporal import function_tool
@@ -112,3 +116,57 @@ async def test_a_paused_then_unpaused_tool_call_runs_once(
         lines = ledger_lines(ledger)
         assert len(lines) == 1, lines
         assert model.request_count == 2
+
+
+async def test_a_hung_tool_call_reset_twice_is_restarted(
+    client: Client, task_queue: str, ledger: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hung call reset (`temporal activity reset`) is joined by the attempt after the reset,
+    so it stays hung; reset again while that attempt waits, it is stopped and made anew,
+    and the run completes."""
+    caplog.set_level(logging.INFO, logger="agentor_temporal.activities")
+
+    @function_tool(name="get_weather")
+    async def weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        first = not ledger_lines(ledger)
+        ledger_write(ledger, "start", city)
+        try:
+            while first:  # the first call hangs
+                await asyncio.sleep(0.02)
+        except asyncio.CancelledError:
+            ledger_write(ledger, "stopped", city)
+            raise
+        return f"The weather in {city} is sunny and 22C."
+
+    async def reset() -> None:
+        await client.workflow_service.reset_activity(
+            ResetActivityRequest(
+                namespace=client.namespace,
+                execution=WorkflowExecution(workflow_id=run_id),
+                id="tool-1-0",
+                identity="test",
+            )
+        )
+
+    with ScriptedModelServer() as model:
+        agent = scripted_agent(model, client, task_queue, tools=[weather], embedded_worker=False)
+        run_id = uuid.uuid4().hex
+        async with build_worker(client, [agent], task_queue=task_queue):
+            started = asyncio.ensure_future(agent.arun("Weather in Paris?", run_id=run_id))
+            await until(lambda: ledger_lines(ledger), "the tool to start", timeout=30)
+            await reset()
+            await until(
+                lambda: "joins the call its attempt before started" in caplog.text,
+                "the reset's attempt to join the hung call",
+                timeout=30,
+            )
+            await reset()
+            result = await asyncio.wait_for(started, 30)
+        assert result.status == "completed", result.error
+        kinds = [line.split()[0] for line in ledger_lines(ledger)]
+        assert kinds == ["start", "stopped", "start"], ledger_lines(ledger)

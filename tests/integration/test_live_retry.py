@@ -26,6 +26,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError
 
 from agentor_temporal import function_tool
+from agentor_temporal.activities import _ended
 from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
@@ -215,9 +216,11 @@ async def _run_with_a_blocking_tool(
 
 
 async def test_a_call_of_a_terminated_run_stops(
-    client: Client, model: ScriptedModelServer, task_queue: str
+    client: Client, model: ScriptedModelServer, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Terminated mid-tool: the tool's body is cancelled, not left running for nobody."""
+    """Terminated mid-tool, and no resume joins it within ENDED_GRACE: the tool's body is
+    cancelled, not left running for nobody."""
+    monkeypatch.setattr(_ended, "ENDED_GRACE", 1.0)
     progress: list[str] = []
 
     @function_tool
