@@ -359,19 +359,21 @@ class LiveCalls:
 
         async def check() -> None:
             handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
-            reset = False
+            reset = by_hand = False
             try:
                 described = await handle.describe()
                 ended = described.status != WorkflowExecutionStatus.RUNNING
                 reset = bool(described.raw_description.workflow_extended_info.reset_run_id)
+                by_hand = described.status in STOPPED_BY_HAND
             except RPCError as exc:
                 ended = exc.status == RPCStatusCode.NOT_FOUND
             if ended and not task.done():
-                # the reset execution, or a resume of the run, may make the same
-                # call again: it joins this one, rather than pay for it twice
+                # the reset execution, or a resume of a run stopped by hand, may make
+                # the same call again: it joins this one, rather than pay for it twice
+                # (a run that timed out or failed: its resume asks again, see `_ended_same`)
                 if reset:
                     await asyncio.sleep(RESET_GRACE)
-                else:
+                elif by_hand:
                     await linger(client, info, task)
             if ended and not task.done() and self._adopted.get(task, execution) == execution:
                 logger.info(
