@@ -82,3 +82,45 @@ async def test_a_parent_recorded_before_the_history_room_check_replays(
             history = await handle.fetch_history()
     monkeypatch.setattr(run_agent_module, "RUN_AGENT_HISTORY_BYTES", PROMPT)
     await Replayer(workflows=[AskBig], plugins=[AgentorPlugin()]).replay_workflow(history)
+
+
+#: the test server's history length limit (Temporal's default: 51,200 events)
+EVENTS = 100
+
+
+@workflow.defn(sandboxed=False)
+class AskInTurn:
+    @workflow.run
+    async def run(self, count: int) -> list[str]:
+        answers = []
+        for n in range(count):
+            outcome = await run_agent("Support Agent", f"Refund order A-{n}?")
+            answers.append(outcome.final_output or outcome.error or outcome.status)
+        return answers
+
+
+async def test_runs_one_after_another_past_the_event_limit_are_refused(
+    task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small runs, thousands one after another: the history's length, not its size."""
+    runs = 20
+    monkeypatch.setattr(run_agent_module, "RUN_AGENT_HISTORY_EVENTS", EVENTS * 7 // 10)
+    async with dev_server(
+        f"limit.historyCount.error={EVENTS}", f"limit.historyCount.warn={EVENTS // 4}"
+    ) as client:
+        with ScriptedModelServer([Reply(f"Answer {n}.") for n in range(runs)]) as model:
+            plugin = AgentorPlugin(agents=[support(model)])
+            async with Worker(
+                client, task_queue=task_queue, workflows=[AskInTurn], plugins=[plugin]
+            ):
+                handle = await client.start_workflow(
+                    AskInTurn.run, runs, id=uuid.uuid4().hex, task_queue=task_queue
+                )
+                # before: "Workflow history count exceeds limit." at the eleventh run or so
+                answers = await asyncio.wait_for(handle.result(), 60)
+                history = await handle.fetch_history()
+    done = [a for a in answers if a.startswith("Answer ")]
+    refused = [a for a in answers if "Continue your workflow as new" in a]
+    assert done and refused and len(done) + len(refused) == runs, answers
+    assert answers[: len(done)] == done
+    await Replayer(workflows=[AskInTurn], plugins=[AgentorPlugin()]).replay_workflow(history)
