@@ -74,6 +74,21 @@ PATCH_PENDING_CAP = "agentor-run-agent-pending-cap"
 #: The patch under which `run_agent` starts a run in the next workflow task when
 #: this one's starts carry `policies.RUN_AGENT_TASK_BYTES` (asked only then).
 PATCH_TASK_BYTES = "agentor-run-agent-task-bytes"
+#: The patch under which `run_agent` refuses a run whose start would take this
+#: execution's history past `RUN_AGENT_HISTORY_BYTES` or `RUN_AGENT_HISTORY_EVENTS`.
+PATCH_HISTORY_ROOM = "agentor-run-agent-history-room"
+#: The history bytes past which `run_agent` starts no run in an execution (a
+#: "failed" outcome saying so instead). Each start's input is in the caller's
+#: history, and Temporal terminates a workflow whose history passes 50 MB
+#: (`limit.historySize.error`), cancelling every agent run it has pending:
+#: forty runs of 1.3 MB prompts gathered side by side ended so. The margin
+#: leaves room for the outcomes of the runs pending and the caller's own events.
+RUN_AGENT_HISTORY_BYTES = 40_000_000
+#: The same for history events (Temporal's limit: 51,200, `limit.historyCount.error`).
+RUN_AGENT_HISTORY_EVENTS = 40_000
+#: History events one run adds to its caller at most (its start, started, outcome,
+#: and the workflow task its outcome wakes).
+_EVENTS_PER_RUN = 6
 #: Names the default run ids (`_stable_id`).
 _CHILD_IDS = uuid.UUID("3e9a7c15-2b64-4f0d-8a1e-9c5d7b3f6e20")
 #: The attribute on the workflow instance counting its `run_agent` calls with a default id.
@@ -92,13 +107,18 @@ class _Pending:
 
     def __init__(self) -> None:
         self.count = 0
-        #: (history length naming the workflow task, input bytes started in it)
-        self.task: tuple[int, int] = (-1, 0)
+        #: (history length naming the workflow task, input bytes started in it, runs started)
+        self.task: tuple[int, int, int] = (-1, 0, 0)
 
     def started(self) -> int:
         """Input bytes of the runs started in the current workflow task."""
-        task, size = self.task
+        task, size, _ = self.task
         return size if task == workflow.info().get_current_history_length() else 0
+
+    def runs(self) -> int:
+        """The runs started in the current workflow task."""
+        task, _, runs = self.task
+        return runs if task == workflow.info().get_current_history_length() else 0
 
 
 def _pending() -> _Pending:
@@ -119,8 +139,12 @@ def _pending() -> _Pending:
     return made
 
 
-async def _slot(pending: _Pending, size: int) -> None:
+async def _slot(pending: _Pending, size: int) -> str | None:
     """Wait until the run may start, then count it: `size` is its start's input bytes.
+
+    Returns why the run must not start at all (not counted then): its start
+    would take this execution's history past `RUN_AGENT_HISTORY_BYTES` or
+    `RUN_AGENT_HISTORY_EVENTS` (`_no_room`).
 
     Temporal refuses a workflow task whose commands would leave more child
     executions pending than its limit (2,000 by default), and gRPC one whose
@@ -145,8 +169,41 @@ async def _slot(pending: _Pending, size: int) -> None:
                 await workflow.sleep(policies.JOURNAL_STEP_PAUSE, summary="next task")
                 continue
         break
+    refused = _no_room(pending, size)
+    if refused is not None and workflow.patched(PATCH_HISTORY_ROOM):
+        return refused
     pending.count += 1
-    pending.task = (workflow.info().get_current_history_length(), pending.started() + size)
+    pending.task = (
+        workflow.info().get_current_history_length(),
+        pending.started() + size,
+        pending.runs() + 1,
+    )
+    return None
+
+
+def _no_room(pending: _Pending, size: int) -> str | None:
+    """Why a start of `size` input bytes would take this history too near Temporal's limits.
+
+    The history's size and length are as of this workflow task; the runs this
+    task already started are not in them yet, so they are added.
+    """
+    info = workflow.info()
+    held = info.get_current_history_size() + pending.started()
+    events = info.get_current_history_length() + _EVENTS_PER_RUN * pending.runs()
+    if held + size <= RUN_AGENT_HISTORY_BYTES and events + _EVENTS_PER_RUN <= (
+        RUN_AGENT_HISTORY_EVENTS
+    ):
+        return None
+    return (
+        f"The agent run was not started: this workflow's history holds {held / 1e6:.1f} MB "
+        f"in {events} events, and the run's start ({size / 1e6:.2f} MB of input, which "
+        "Temporal keeps in this history) would take it past "
+        f"{RUN_AGENT_HISTORY_BYTES / 1e6:g} MB or {RUN_AGENT_HISTORY_EVENTS} events, too near "
+        "Temporal's limits (50 MB, 51,200 events), past which Temporal terminates this "
+        "workflow and cancels every agent run it has pending. Continue your workflow as new "
+        "(workflow.continue_as_new) and run it there; pass large inputs by reference (a file "
+        "name, a URL a tool reads)."
+    )
 
 
 async def run_agent(
@@ -232,7 +289,9 @@ async def run_agent(
     # paying for it twice; the patch leaves a parent recorded before as it was
     attach = stable or (run_id is not None and workflow.patched(PATCH_ATTACH))
     pending = _pending()
-    await _slot(pending, encoded_size(inp.to_dict()))
+    refused = await _slot(pending, encoded_size(inp.to_dict()))
+    if refused is not None:
+        return RunOutcome(run_id=child_id, status="failed", final_output=None, error=refused)
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,
