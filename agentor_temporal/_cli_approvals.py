@@ -16,6 +16,7 @@ from agentor_temporal._cli_common import (
     connect_for_reading,
     load_agent,
     run_id_arg,
+    shown_id,
     text_arg,
 )
 from agentor_temporal._outage import patiently
@@ -46,11 +47,12 @@ def cmd_pending(args: argparse.Namespace) -> int:
         return EXIT_OK
     table = [
         [
-            r["run_id"],
-            r["call_id"],
+            # what a model chose (the call id) escaped: a newline in it wrote a row of its own
+            shown_id(r["run_id"]),
+            shown_id(r["call_id"]),
             "?" if r["turn"] is None else r["turn"],
-            call_summary(r["tool"] or "?", r["args"]),
-            r["agent"],
+            shown_id(call_summary(r["tool"] or "?", r["args"])),
+            shown_id(r["agent"]),
             _since(r["waiting_since"]),
         ]
         for r in rows
@@ -132,7 +134,7 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         ) from None
     verb = "approved" if approved else "denied"
     turn = f" (turn {decided['turn']})" if decided.get("turn") is not None else ""
-    print(f"{verb} {args.call_id}{turn} of run {run_id} (by {by})")
+    print(f"{verb} {shown_id(args.call_id)}{turn} of run {run_id} (by {shown_id(by)})")
     print(f"continue it with: agentor-temporal resume {run_id} --agent MODULE:ATTR")
     return EXIT_OK
 

@@ -46,6 +46,14 @@ class CliError(Exception):
 # -- helpers shared by the commands ------------------------------------------------
 
 
+def shown_id(value: object) -> str:
+    """A name a model or client chose (a call id) as a terminal shows it: as it is when it
+    is printable, else as a Python string literal, so a newline in it writes no row of its
+    own and an escape sequence does not act on the terminal."""
+    text = str(value)
+    return text if text.isprintable() else ascii(text)
+
+
 def run_id_arg(value: str) -> str:
     try:
         return validate_run_id(value)

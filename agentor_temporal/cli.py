@@ -36,6 +36,7 @@ from agentor_temporal._cli_common import (
     configure,
     load_agent,
     run_id_arg,
+    shown_id,
     text_arg,
 )
 from agentor_temporal._cli_fork import cmd_fork
@@ -148,7 +149,8 @@ def _report(result: RunResult, args: argparse.Namespace) -> int:
         print(f"awaiting approval ({len(result.pending_approvals)} call(s)):")
         for pending in result.pending_approvals:
             turn = f"turn {pending.turn}" if pending.turn is not None else "turn ?"
-            print(f"  {pending.call_id}  {turn}  {call_summary(pending.tool, pending.args)}")
+            summary = shown_id(call_summary(pending.tool, pending.args))
+            print(f"  {shown_id(pending.call_id)}  {turn}  {summary}")
         print(
             f"decide with: agentor-temporal approve {result.run_id} CALL_ID --turn N "
             f"(or deny ... --reason WHY), then: agentor-temporal resume {result.run_id} "

@@ -32,6 +32,7 @@ from fastapi.responses import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection
 from temporalio.service import RPCError
 
 from agentor_temporal._decided import EXECUTION_RUN_ID_PATTERN
@@ -45,6 +46,7 @@ from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
 from agentor_temporal.connection import ConnectionFailed
 from agentor_temporal.serve import a2a, page
+from agentor_temporal.serve._bodies import BodyGuard
 from agentor_temporal.serve._compat import agent_output, chat_chunks
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, run_frames
 from agentor_temporal.serve._state import (
@@ -145,7 +147,7 @@ def _token_matches(supplied: str | None, token: str) -> bool:
     return supplied is not None and hmac.compare_digest(supplied.encode(), token.encode())
 
 
-def _authorized(request: Request, token: str | None) -> bool:
+def _authorized(request: HTTPConnection, token: str | None) -> bool:
     if token is None:
         return True
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
@@ -153,15 +155,19 @@ def _authorized(request: Request, token: str | None) -> bool:
     return _token_matches(bearer, token) or _token_matches(request.cookies.get(COOKIE), token)
 
 
+#: a route's answer to a request without the token
+_NO_TOKEN = (
+    401,
+    "this server needs a token: send 'Authorization: Bearer <token>' "
+    "(the value of AGENTOR_SERVE_TOKEN it was started with)",
+    {"WWW-Authenticate": "Bearer"},
+)
+
+
 def _guard(token: str | None) -> Callable[[Request], Awaitable[None]]:
     async def check(request: Request) -> None:
         if not _authorized(request, token):
-            raise ApiError(
-                401,
-                "this server needs a token: send 'Authorization: Bearer <token>' "
-                "(the value of AGENTOR_SERVE_TOKEN it was started with)",
-                {"WWW-Authenticate": "Bearer"},
-            )
+            raise ApiError(*_NO_TOKEN)
 
     return check
 
@@ -301,6 +307,10 @@ def create_app(agents: Sequence[Agentor], *, token: str | None = None) -> FastAP
         return HTMLResponse(page.render([a.name for a in served.all]))
 
     app.include_router(_routes(served), dependencies=[Depends(_guard(token))])
+    # FastAPI reads a body before the token's check: a body is read only with the token
+    app.add_middleware(
+        BodyGuard, authorized=lambda conn: _authorized(conn, token), refusal=_NO_TOKEN
+    )
     return app
 
 
@@ -488,7 +498,8 @@ def _routes(served: Agents) -> APIRouter:
         )
         return StreamingResponse(body, media_type="text/event-stream", headers=_SSE_HEADERS)
 
-    @router.post("/runs/{run_id}/approvals/{call_id}")
+    # a model's call id may hold a '/': the rest of the path is the id
+    @router.post("/runs/{run_id}/approvals/{call_id:path}")
     async def decide(run_id: str, call_id: str, body: DecisionRequest) -> dict[str, Any]:
         check_run_id(run_id)
         agent, segments = await served.find(run_id)
