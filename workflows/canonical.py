@@ -8,7 +8,7 @@ invisible characters between its letters (zero-width space, word joiner, soft
 hyphen). Searching each text for each known form in each of these ways scanned a
 text many times per form. Instead the text is mapped once to a canonical form
 (`Canonical`: escapes and references decoded, compatibility letters folded by
-NFKC, invisible format characters dropped, lower case) with an index back to the
+NFKC, invisible (default-ignorable) characters dropped, lower case) with an index back to the
 original positions, and each known form's canonical form is searched for in it
 (`find`, one scan a form); a match is masked over the original characters it
 came from. Pure functions over strings, as `redaction`'s.
@@ -138,6 +138,17 @@ class Canonical:
         origin, end = self._segments[i]
         return origin + (at - self._starts[i]) if end is None else end
 
+    def visible(self) -> str:
+        """The text without what reads as nothing: each invisible character, and each
+        escape or reference of one (`%E2%80%8B`, `&ZeroWidthSpace;`, `\\u200b`)."""
+        segments, starts = self._segments, [*self._starts, len(self.canon)]
+        origins = [origin for origin, _ in segments[1:]] + [len(self.text)]
+        return "".join(
+            self.text[origin : origins[i]]  # a piece runs to the next one's origin
+            for i, (origin, end) in enumerate(segments)
+            if end is None or starts[i + 1] > starts[i]
+        )
+
     def spans(self, forms: Iterable[str]) -> list[tuple[int, int]]:
         """The original spans where any of the canonical `forms` is found, merged."""
         found: list[tuple[int, int]] = []
@@ -186,6 +197,7 @@ def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] 
     return canon if all(char in charset for char in canon) else None
 
 
+@functools.lru_cache(maxsize=4096)
 def _char(char: str) -> str:
     """One character as the canonical text holds it: NFKC-folded, lower case, and nothing
     for an invisible format character (zero-width space, soft hyphen, word joiner)."""
@@ -252,7 +264,7 @@ def canonical_forms(forms: frozenset[str]) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=64)
-def _charset(forms: tuple[str, ...]) -> frozenset[str]:
+def charset(forms: tuple[str, ...]) -> frozenset[str]:
     return frozenset("".join(forms))
 
 
@@ -297,7 +309,7 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
     escaped = "".join(re.escape(c) for c in ascii_chars if c not in "bfnrtuBFNRTU")
     units = "|".join(f"{ord(c):04x}" for c in others if len(c) == 1 and ord(c) <= 0xFFFF)
     parts = [
-        *([_UTF8_ESCAPED] if others else []),
+        _UTF8_ESCAPED,  # a non-ASCII letter's or an invisible character's UTF-8
         rf"%(?i:{hexes})",
         rf"\\u(?i:00(?:{hexes})|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
         *([rf"\\[{escaped}]"] if escaped else []),
@@ -324,7 +336,7 @@ def mask_canonical(text: str, forms: tuple[str, ...], mask: str) -> str:
     """`text` with each place reading as one of `forms` (`canonical_forms`) masked."""
     if not text or not forms:
         return text
-    spans = Canonical(text, _charset(forms)).spans(forms)
+    spans = Canonical(text, charset(forms)).spans(forms)
     if not spans:
         return text
     out, pos = [], 0
@@ -344,7 +356,7 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
     end a proper beginning of a form, or an escape or reference cut short."""
     cut = _PARTIAL.search(text)
     held_from = cut.start() if cut else len(text)
-    view = Canonical(text[:held_from], _charset(forms))
+    view = Canonical(text[:held_from], charset(forms))
     canon = view.canon
     longest = 0
     for form in forms:
