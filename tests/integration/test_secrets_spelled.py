@@ -17,6 +17,7 @@ import html
 import logging
 import re
 import unicodedata
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,8 @@ SPELLINGS = {
     # invisible characters that are not format characters (`Cf`)
     "variation-selectors": "\ufe0f".join(KEY[:8]) + "\u034f" + "\U000e0100".join(KEY[8:]),
     "hangul-fillers": "\u3164".join(KEY[:10]) + "\uffa0" + "\u180b".join(KEY[10:]),
+    # an invisible character percent-encoded (its UTF-8 bytes) for a key all ASCII
+    "percent-encoded-invisible": "%E2%80%8B".join(KEY[:8]) + "%e2%81%a0" + KEY[8:],
     # as written, after a letter whose lower case is two characters (`İ`: `i` and a dot)
     "after-dotted-capital-i": KEY,
 }
@@ -49,7 +52,7 @@ def _read(text: str) -> str:
     """`text` as a person reads it: escapes and references decoded, letters folded to
     their plain form and lower case, invisible characters dropped."""
     text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text)
-    text = unicodedata.normalize("NFKC", html.unescape(text))
+    text = unicodedata.normalize("NFKC", html.unescape(urllib.parse.unquote(text)))
     return "".join(c for c in text if not _invisible(c)).lower()
 
 
