@@ -36,7 +36,7 @@ from agentor_temporal.activities._slow_model import QuietReply, request_of, said
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult
-from agentor_temporal.workflows.canonical import begun, canonical_forms
+from agentor_temporal.workflows.canonical import Canonical, begun, canonical_forms, charset
 from agentor_temporal.workflows.policies import (
     DELTA_BATCH_INTERVAL,
     DELTAS_TOPIC,
@@ -259,11 +259,17 @@ class MaskedDeltas:
     def __init__(self, sink: DeltaSink) -> None:
         self.sink = sink
         self.held = ""
+        self.compacted = 0
 
     async def __call__(self, text: str) -> None:
         masked = _redact.mask_secrets(self.held + text)
         cut = len(masked) - _secret_begun(masked)
         self.held = masked[cut:]
+        if len(self.held) > max(_HELD_COMPACT, 2 * self.compacted):
+            # a key's beginning padded with invisible characters, one a delta: held
+            # without them, or each delta would read the whole padding again
+            self.held = _visible(self.held)
+            self.compacted = len(self.held)
         if cut:
             await self.sink(masked[:cut])
 
@@ -313,6 +319,15 @@ class PacedDeltas:
         self.sent_at = now
         if held:
             await self.sink(held)
+
+
+#: The length of held text past which its invisible characters are dropped (then twice
+#: what was left: a key's beginning written as escapes is held whole, read once a delta).
+_HELD_COMPACT = 256
+
+
+def _visible(text: str) -> str:
+    return Canonical(text, charset(canonical_forms(frozenset(_redact.secrets())))).visible()
 
 
 def _secret_begun(text: str) -> int:

@@ -8,7 +8,7 @@ invisible characters between its letters (zero-width space, word joiner, soft
 hyphen). Searching each text for each known form in each of these ways scanned a
 text many times per form. Instead the text is mapped once to a canonical form
 (`Canonical`: escapes and references decoded, compatibility letters folded by
-NFKC, invisible format characters dropped, lower case) with an index back to the
+NFKC, invisible (default-ignorable) characters dropped, lower case) with an index back to the
 original positions, and each known form's canonical form is searched for in it
 (`find`, one scan a form); a match is masked over the original characters it
 came from. Pure functions over strings, as `redaction`'s.
@@ -37,6 +37,15 @@ _TOKEN = re.compile(
     r"|\\u[0-9A-Fa-f]{4}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
     r"|[^\x00-\x7f]+"
+)
+#: Unicode's default-ignorable characters, shown as nothing (or as a blank) wherever
+#: they stand: the format characters (`Cf`: zero-width space, soft hyphen, word joiner,
+#: tags) and those of other categories (variation selectors, the combining grapheme
+#: joiner, Hangul fillers, Mongolian and Khmer invisible marks, shorthand format
+#: controls, musical formatting characters).
+_IGNORABLE = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0"
+    "\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
 )
 _JSON_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 #: The shortest canonical form searched for: a shorter one (a secret made of escapes and
@@ -74,6 +83,24 @@ class Canonical:
             segments.append((start, end))
             at += len(canon)
 
+        def plain(start: int, end: int) -> None:
+            # a plain piece keeps its length: a letter whose lower case is longer (`İ`,
+            # two characters) is a piece of its own, or every later position would drift
+            run = text[start:end]
+            lowered = run.lower()
+            if len(lowered) == len(run):
+                piece(lowered, start, None)
+                return
+            pos = 0  # rare (a Turkish text): one character at a time
+            for i, char in enumerate(run):
+                if len(char.lower()) != 1:
+                    if i > pos:
+                        piece(run[pos:i].lower(), start + pos, None)
+                    piece(char.lower(), start + i, start + i + 1)
+                    pos = i + 1
+            if pos < len(run):
+                piece(run[pos:].lower(), start + pos, None)
+
         decoded: dict[str, str | tuple[str, ...] | None] = {}
         pos = 0
         for match in (_TOKEN if charset is None else _tokens(charset)).finditer(text):
@@ -86,7 +113,7 @@ class Canonical:
                 continue
             start, end = match.span()
             if start > pos:
-                piece(text[pos:start].lower(), pos, None)
+                plain(pos, start)
             if isinstance(canon, str):
                 piece(canon, start, end)
             else:
@@ -94,7 +121,7 @@ class Canonical:
                     piece(char, start + i, start + i + 1)
             pos = end
         if pos < len(text):
-            piece(text[pos:].lower(), pos, None)
+            plain(pos, len(text))
         self.canon = "".join(pieces)
         self._starts = starts or [0]
         self._segments = segments or [(0, None)]
@@ -110,6 +137,17 @@ class Canonical:
         i = bisect.bisect_right(self._starts, at - 1) - 1
         origin, end = self._segments[i]
         return origin + (at - self._starts[i]) if end is None else end
+
+    def visible(self) -> str:
+        """The text without what reads as nothing: each invisible character, and each
+        escape or reference of one (`%E2%80%8B`, `&ZeroWidthSpace;`, `\\u200b`)."""
+        segments, starts = self._segments, [*self._starts, len(self.canon)]
+        origins = [origin for origin, _ in segments[1:]] + [len(self.text)]
+        return "".join(
+            self.text[origin : origins[i]]  # a piece runs to the next one's origin
+            for i, (origin, end) in enumerate(segments)
+            if end is None or starts[i + 1] > starts[i]
+        )
 
     def spans(self, forms: Iterable[str]) -> list[tuple[int, int]]:
         """The original spans where any of the canonical `forms` is found, merged."""
@@ -159,18 +197,22 @@ def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] 
     return canon if all(char in charset for char in canon) else None
 
 
+@functools.lru_cache(maxsize=4096)
 def _char(char: str) -> str:
     """One character as the canonical text holds it: NFKC-folded, lower case, and nothing
     for an invisible format character (zero-width space, soft hyphen, word joiner)."""
     if char.isascii():
         return char.lower()
-    return "".join(
-        c for c in unicodedata.normalize("NFKC", char).lower() if unicodedata.category(c) != "Cf"
-    )
+    return "".join(c for c in unicodedata.normalize("NFKC", char).lower() if not _ignorable(c))
+
+
+def _ignorable(char: str) -> bool:
+    """Whether `char` is shown as nothing: a default-ignorable character (`_IGNORABLE`)."""
+    return unicodedata.category(char) == "Cf" or _IGNORABLE.match(char) is not None
 
 
 def _has_format(run: str) -> bool:
-    return any(unicodedata.category(c) == "Cf" for c in run)
+    return any(_ignorable(c) for c in run)
 
 
 def _unescape(token: str) -> str:
@@ -222,7 +264,7 @@ def canonical_forms(forms: frozenset[str]) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=64)
-def _charset(forms: tuple[str, ...]) -> frozenset[str]:
+def charset(forms: tuple[str, ...]) -> frozenset[str]:
     return frozenset("".join(forms))
 
 
@@ -233,16 +275,18 @@ def _charset(forms: tuple[str, ...]) -> frozenset[str]:
 #: mathematical alphanumerics. Other non-ASCII text (accented letters, CJK, emoji) is not
 #: looked at unless a known form holds non-ASCII characters itself.
 _LOOKALIKES = (
-    "\u00aa\u00ad\u00b2\u00b3\u00b9\u00ba\u0600-\u0605\u061c\u06dd\u070f\u180e"
+    "\u00aa\u00ad\u00b2\u00b3\u00b9\u00ba\u034f\u0600-\u0605\u061c\u06dd\u070f"
+    "\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\u2000-\u200f\u2024-\u2026\u202a-\u202f\u205f-\u209f\u2100-\u214f\u2460-\u24ff"
     "\ufb00-\ufb06\ufe00-\ufe0f\ufeff\uff01-\uffef\ufff9-\ufffb"
     "\U0001d400-\U0001d7ff\U0001f100-\U0001f1ff\U000e0000-\U000e0fff"
 )
 #: The same, as the hex of a JSON escape (`\\uff53`), and the halves of a surrogate pair.
 _LOOKALIKE_ESCAPES = (
-    "00a[ad]|00b[239a]|060[0-5]|061c|06dd|070f|180e|200[0-9a-f]|202[4-6a-f]|205f|20[6-9][0-9a-f]"
+    "00a[ad]|00b[239a]|034f|060[0-5]|061c|06dd|070f|115f|1160|17b[45]|180[b-f]|3164|200[0-9a-f]|202[4-6a-f]|205f|20[6-9][0-9a-f]"
     "|21[0-4][0-9a-f]|24[6-9a-f][0-9a-f]|fb0[0-6]|fe0[0-9a-f]|feff|ff[0-9a-e][0-9a-f]"
-    "|fff[9ab]|d[89a-f][0-9a-f]{2}"
+    "|fff[0-9ab]|d[89a-f][0-9a-f]{2}"
 )
 
 
@@ -265,7 +309,7 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
     escaped = "".join(re.escape(c) for c in ascii_chars if c not in "bfnrtuBFNRTU")
     units = "|".join(f"{ord(c):04x}" for c in others if len(c) == 1 and ord(c) <= 0xFFFF)
     parts = [
-        *([_UTF8_ESCAPED] if others else []),
+        _UTF8_ESCAPED,  # a non-ASCII letter's or an invisible character's UTF-8
         rf"%(?i:{hexes})",
         rf"\\u(?i:00(?:{hexes})|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
         *([rf"\\[{escaped}]"] if escaped else []),
@@ -292,7 +336,7 @@ def mask_canonical(text: str, forms: tuple[str, ...], mask: str) -> str:
     """`text` with each place reading as one of `forms` (`canonical_forms`) masked."""
     if not text or not forms:
         return text
-    spans = Canonical(text, _charset(forms)).spans(forms)
+    spans = Canonical(text, charset(forms)).spans(forms)
     if not spans:
         return text
     out, pos = [], 0
@@ -312,7 +356,7 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
     end a proper beginning of a form, or an escape or reference cut short."""
     cut = _PARTIAL.search(text)
     held_from = cut.start() if cut else len(text)
-    view = Canonical(text[:held_from], _charset(forms))
+    view = Canonical(text[:held_from], charset(forms))
     canon = view.canon
     longest = 0
     for form in forms:

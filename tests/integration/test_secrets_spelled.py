@@ -17,6 +17,7 @@ import html
 import logging
 import re
 import unicodedata
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -35,15 +36,32 @@ SPELLINGS = {
     + KEY[10:].replace("_", "&lowbar;"),
     "zero-width": "\u200b".join(KEY[:12]) + "\u2060" + "\u00ad".join(KEY[12:]),
     "full-width": "".join(chr(ord(c) + 0xFEE0) for c in KEY),
+    # invisible characters that are not format characters (`Cf`)
+    "variation-selectors": "\ufe0f".join(KEY[:8]) + "\u034f" + "\U000e0100".join(KEY[8:]),
+    "hangul-fillers": "\u3164".join(KEY[:10]) + "\uffa0" + "\u180b".join(KEY[10:]),
+    # an invisible character percent-encoded (its UTF-8 bytes) for a key all ASCII
+    "percent-encoded-invisible": "%E2%80%8B".join(KEY[:8]) + "%e2%81%a0" + KEY[8:],
+    # as written, after a letter whose lower case is two characters (`İ`: `i` and a dot)
+    "after-dotted-capital-i": KEY,
 }
+#: What the page holds before the key: the Turkish words shift nothing masked after them.
+BEFORE = {"after-dotted-capital-i": "İSTANBUL İZMİR "}
 
 
 def _read(text: str) -> str:
     """`text` as a person reads it: escapes and references decoded, letters folded to
     their plain form and lower case, invisible characters dropped."""
     text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text)
-    text = unicodedata.normalize("NFKC", html.unescape(text))
-    return "".join(c for c in text if unicodedata.category(c) != "Cf").lower()
+    text = unicodedata.normalize("NFKC", html.unescape(urllib.parse.unquote(text)))
+    return "".join(c for c in text if not _invisible(c)).lower()
+
+
+def _invisible(char: str) -> bool:
+    """Whether `char` is shown as nothing (Unicode's default-ignorable characters)."""
+    return unicodedata.category(char) == "Cf" or char in _IGNORABLE
+
+
+_IGNORABLE = {"\u034f", "\u180b", "\u3164", "\ufe0f", "\uffa0", "\u1160", "\U000e0100"}
 
 
 async def _history_text(client: Client, run_id: str) -> str:
@@ -71,8 +89,8 @@ async def test_a_key_spelled_to_read_as_the_key_never_shows(
     """A tool's result or error and the model's reply holding the key as HTML references,
     with invisible characters between its letters or in full-width letters, show `***`."""
     caplog.set_level(logging.WARNING)
-    spelled = SPELLINGS[spelling]
-    assert KEY.lower() in _read(spelled) and KEY not in spelled
+    spelled, before = SPELLINGS[spelling], BEFORE.get(spelling, "")
+    assert KEY.lower() in _read(spelled) and (KEY not in spelled or before)
 
     @function_tool
     def get_weather(city: str) -> str:
@@ -81,12 +99,15 @@ async def test_a_key_spelled_to_read_as_the_key_never_shows(
         Args:
             city: The city.
         """
-        page = f"<html><body><h1>401</h1><p>Invalid key: {spelled}</p></body></html>"
+        page = f"<html><body><h1>401</h1><p>Invalid key: {before}{spelled}</p></body></html>"
         if outcome == "raised":
             raise RuntimeError(page)
         return page
 
-    script = [CallTool("get_weather", {"city": "London"}), Reply(f"The gateway said {spelled}.")]
+    script = [
+        CallTool("get_weather", {"city": "London"}),
+        Reply(f"The gateway said {before}{spelled}."),
+    ]
     with ScriptedModelServer(script) as model:
         agent = Agentor(
             name="Weather Agent",
@@ -111,6 +132,6 @@ async def test_a_key_spelled_to_read_as_the_key_never_shows(
         "history": await _history_text(client, result.run_id),
         "logs": "\n".join(r.getMessage() for r in caplog.records),
     }
-    assert "***" in shown["tool result"] and "Invalid key: ***" in sent, shown["tool result"]
-    assert str(result.final_output) == "The gateway said ***."
+    assert "***" in shown["tool result"] and f"Invalid key: {before}***<" in sent, sent
+    assert str(result.final_output) == f"The gateway said {before}***."
     assert [where for where, text in shown.items() if KEY.lower() in _read(text)] == []

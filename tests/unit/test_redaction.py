@@ -222,6 +222,31 @@ async def test_streamed_deltas_never_spell_a_key_even_split_across_them(
     assert sent[-2:] == [" and more text", " to end."]
 
 
+async def test_a_key_beginning_padded_with_invisible_deltas_is_held_small(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reply streaming a key's beginning, then thousands of invisible characters one a
+    delta: what is held back stays small (each delta read it all again: quadratic), and
+    the key that follows is still masked."""
+    from agentor_temporal.activities.streaming import MaskedDeltas
+
+    key = "sk-streamed-key-0123456789"
+    monkeypatch.setattr(_redact, "secrets", lambda: [key])
+    sent: list[str] = []
+
+    async def sink(text: str) -> None:
+        sent.append(text)
+
+    masked = MaskedDeltas(sink)
+    await masked("The key is sk-str")
+    for pad in ["\u200b", "%E2%80%8B", "&ZeroWidthSpace;", "\\u2060", "\ufe0f"] * 400:
+        await masked(pad)
+        assert len(masked.held) <= 600
+    await masked("eamed-key-0123456789 and more")
+    await masked.flush()
+    assert "".join(sent) == "The key is *** and more"
+
+
 @pytest.mark.parametrize(
     "written",
     [
@@ -233,6 +258,8 @@ async def test_streamed_deltas_never_spell_a_key_even_split_across_them(
         "&#115;&#X6B;&#45;esc&sol;aped-key-0123456789",  # HTML character references
         "s\u200bk-esc/aped\u2060-key-0123\u00ad456789",  # invisible characters between
         "ｓｋ－ｅｓｃ／ａｐｅｄ－ｋｅｙ－０１２３４５６７８９",  # full-width letters
+        "s\ufe0fk-esc\u034f/aped\u3164-key-0123\U000e0100456789",  # invisible, not `Cf`
+        "İSTANBUL İZMİR sk-esc/aped-key-0123456789",  # after letters whose lower case is longer
     ],
 )
 async def test_streamed_deltas_never_show_a_key_in_any_masked_form_at_any_split(
