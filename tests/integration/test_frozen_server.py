@@ -27,6 +27,18 @@ from integration.test_disk_full import small_disk
 pytestmark = pytest.mark.slow
 
 
+def freeze(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP `pid` and wait until the kernel shows it stopped (its state `T` in
+    /proc/PID/stat): in a clean-clone run under load, a call made just after the signal
+    was once answered, as if the server had not stopped yet."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    stat = Path(f"/proc/{pid}/stat")
+    while stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+        assert time.monotonic() < deadline, f"process {pid} not stopped {timeout} s after SIGSTOP"
+        time.sleep(0.01)
+
+
 def test_a_frozen_server_at_connect_is_said_within_seconds(tmp_path: Path) -> None:
     """A server that takes the connection and never answers (SIGSTOPped: a paused VM, an
     overloaded frontend): `list` sat silent for the Temporal client's ~30 s, then failed.
@@ -103,7 +115,7 @@ async def test_a_server_frozen_while_a_caller_waits_is_said_once(
                 raise
             return "answered"
 
-        os.kill(server.proc.pid, signal.SIGSTOP)
+        freeze(server.proc.pid)
         try:
             waiting = asyncio.ensure_future(riding_outages(step, client, what="waiting for x"))
             # slow said, then past the deadline
