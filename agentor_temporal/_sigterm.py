@@ -237,9 +237,11 @@ def _drain_then_end(signum: signal.Signals) -> None:
     runtime = Runtime._instance
     _then.clear()
     if runtime is not None and runtime.serving():
+        # recorded before the line says it: another signal while it is written is noted
+        # (`_drain_noted`), not taken for one coming after the drain
+        _then.append(signum)
         note_line(signum, ", then stopping" if signum == signal.SIGINT else ", then exiting")
         try:
-            _then.append(signum)
             if runner is not None:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
             runtime.stop_workers(exit_drain())

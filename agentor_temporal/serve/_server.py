@@ -17,6 +17,7 @@ import concurrent.futures
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -44,6 +45,45 @@ def listen(host: str, port: int) -> socket.socket:
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
+class StopSignals:
+    """The server's handler of SIGINT, SIGTERM and SIGHUP.
+
+    The first stops the server (`halt`) and, while the embedded workers run calls
+    (`serving`), says they finish; the same one again abandons them (the next worker runs
+    them again) and ends the process by it, as in a script. Before, the drain was left to
+    the process's end, silent: a second signal was only noted there, and a third abandoned
+    the calls. Another one meanwhile (SIGTERM after Ctrl+C: a supervisor escalating) is
+    noted too, as the line said only the same one abandons them; it cut the calls off.
+
+    Each signal is recorded before its line is written: one coming while the line is
+    written runs the handler again, nested, and must find the first noted. A client
+    escalating on reading the line (a second SIGTERM) was taken for a first, noted again,
+    and never obeyed: the process waited out the calls.
+    """
+
+    def __init__(
+        self, serving: Callable[[], bool], halt: Callable[[int, FrameType | None], None]
+    ) -> None:
+        self._serving = serving
+        self._halt = halt
+        #: the signals that stopped the server
+        self.stopped_by: list[signal.Signals] = []
+        #: those said (the first, if the embedded workers ran then, and any other after it)
+        self.noted: list[signal.Signals] = []
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        received = signal.Signals(signum)
+        if received in self.noted:
+            end_by(received)
+            return  # only off the main thread, where the handler could not be reset
+        noting = bool(self.noted or not self.stopped_by) and self._serving()
+        self.stopped_by.append(received)
+        if noting:
+            self.noted.append(received)
+            note_line(received, ", then stopping")
+        self._halt(signum, frame)
+
+
 def run(app: Any, host: str, port: int, **options: Any) -> None:
     """Serve `app` on host:port until SIGINT/SIGTERM/SIGHUP; returns after a graceful stop."""
     sock = listen(host, port)
@@ -66,30 +106,14 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
             raise RuntimeError("the server failed to start (see the log above)") from exc
 
     runtime = Runtime.get()
-    #: the signals that stopped the server
-    stopped_by: list[signal.Signals] = []
-    #: the first, if the embedded workers ran then (it was said that they finish their calls)
-    noted: list[signal.Signals] = []
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        # The first stops the server and drains the embedded workers, saying so; the same
-        # one again abandons their calls (the next worker runs them again) and ends the
-        # process by it, as in a script. Before, the drain was left to the process's end,
-        # silent: a second signal was only noted there, and a third abandoned the calls.
-        # Another one meanwhile (SIGTERM after Ctrl+C: a supervisor escalating) is noted
-        # too, as the line said only the same one abandons them; it cut the calls off.
-        received = signal.Signals(signum)
-        if received in noted:
-            end_by(received)
-        if (noted or not stopped_by) and runtime.serving():
-            note_line(received, ", then stopping")
-            noted.append(received)
-        stopped_by.append(received)
+    def halt(signum: int, frame: FrameType | None) -> None:
         # open streams end themselves now, telling their clients, not cut off at the
         # graceful timeout (a body cut mid-transfer, a traceback each in the log)
         stop_streams(runtime.loop)
         server.handle_exit(signum, frame)
 
+    stop = StopSignals(runtime.serving, halt)
     future = asyncio.run_coroutine_threadsafe(main(), runtime.loop)
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -108,7 +132,7 @@ def run(app: Any, host: str, port: int, **options: Any) -> None:
                 break
             except concurrent.futures.TimeoutError:
                 continue
-        if stopped_by:
+        if stop.stopped_by:
             # the calls finish here, where a second signal abandons them (not at the
             # process's exit, under handlers that note it first)
             runtime.stop_workers()

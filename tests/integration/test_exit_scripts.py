@@ -46,13 +46,18 @@ def script(env: dict[str, str], *args: str, timeout: float = 120) -> dict[str, A
         # this checkout's package, not the one installed (a worktree's differs)
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
     }
-    proc = subprocess.run(
-        [sys.executable, str(PROCS / "plain_script.py"), *args],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(PROCS / "plain_script.py"), *args],
+            env=full,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr or b""
+        stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+        pytest.fail(f"{args[0]} still running after {timeout:g} s; its stderr:\n{stderr[-3000:]}")
     assert proc.returncode == 0 and proc.stderr == "", (
         f"{args[0]} exited {proc.returncode} with stderr:\n{proc.stderr[-3000:]}"
     )
@@ -114,6 +119,9 @@ async def test_a_decision_then_exit_never_loses_the_tool_call(
         assert [k for k in transfers if k.startswith(run_id)] == [f"{run_id}:{result.call_id}"]
 
 
+# each script is a whole process (imports, a connection, a worker) beside a busy worker:
+# 50 s on a quiet 2-core machine, past 180 s once in CI on a slower one
+@pytest.mark.timeout(420)
 async def test_short_scripts_exit_cleanly_under_load(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import signal
 import subprocess
 import sys
 import types
@@ -16,7 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal import Agentor, ConnectionFailed, Event, RunResult, function_tool
 from agentor_temporal.cli import execute
-from agentor_temporal.serve import a2a
+from agentor_temporal.serve import _server, a2a
 from agentor_temporal.serve._compat import project
 from agentor_temporal.serve._events import frame, keepalive
 from agentor_temporal.serve._state import Agents, RunView
@@ -285,3 +286,45 @@ async def test_temporal_not_answering_is_503_unreachable_not_a_refusal(
             request, ConnectionFailed("Temporal at x has been unreachable for at least 30 s")
         )
         assert gave_up.status_code == 503 and gave_up.headers["retry-after"] == "5"
+
+
+@pytest.mark.parametrize(
+    ("first", "nested", "obeyed"),
+    [
+        # the same signal again while the first's line is written: obeyed (abandons)
+        (signal.SIGTERM, signal.SIGTERM, [signal.SIGTERM]),
+        # another one then (a supervisor escalating): noted too, not obeyed
+        (signal.SIGINT, signal.SIGTERM, []),
+    ],
+    ids=["same", "other"],
+)
+def test_a_signal_coming_while_the_first_is_said_finds_it_noted(
+    monkeypatch: pytest.MonkeyPatch,
+    first: signal.Signals,
+    nested: signal.Signals,
+    obeyed: list[signal.Signals],
+) -> None:
+    """A signal arriving while the server's handler writes the first one's line runs the
+    handler again, nested, before the first returns. Before, the first was recorded only
+    after its line: a client escalating on reading the line (SIGINT, SIGTERM, then SIGTERM
+    again) had its last signal taken for a new one, noted, never obeyed, and the process
+    waited out the calls (seen in CI: still running 20 s after the third signal)."""
+    ended: list[signal.Signals] = []
+    said: list[signal.Signals] = []
+    halted: list[int] = []
+    stop = _server.StopSignals(lambda: True, lambda signum, frame: halted.append(signum))
+
+    def note_line(signum: signal.Signals, then: str = "") -> None:
+        said.append(signum)
+        if len(said) == 1:
+            stop(nested, None)  # delivered while the line is written
+
+    monkeypatch.setattr(_server, "note_line", note_line)
+    monkeypatch.setattr(_server, "end_by", ended.append)
+    stop(first, None)
+    assert ended == obeyed
+    assert said == [first] + ([] if obeyed else [nested])
+    assert stop.noted == [first] + ([] if obeyed else [nested])
+    # a third, the same as the last noted: obeyed
+    stop(nested, None)
+    assert ended == [*obeyed, nested]
