@@ -531,6 +531,26 @@ async def until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) 
         await asyncio.sleep(0.02)
 
 
+async def polled(client: Client, task_queue: str, timeout: float = 60.0) -> None:
+    """Wait until the server lists a poller of `task_queue`'s workflow tasks: a worker just
+    started has not always polled yet (under load, seconds later), and a run started before
+    then is, rightly, one whose queue no worker polls."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    deadline = time.monotonic() + timeout
+    while not (await client.workflow_service.describe_task_queue(request)).pollers:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no worker polled {task_queue!r} in {timeout} s")
+        await asyncio.sleep(0.05)
+
+
 def weather_or_transfer(request: dict[str, Any]) -> Any:
     """A model for agents with both tools: weather questions ask for the weather,
     anything else for a transfer (which waits for approval); a tool result is answered."""

@@ -37,6 +37,7 @@ from helpers import (
     SEED_EVENT_TYPES,
     free_port,
     ledger_lines,
+    polled,
     scripted_agent,
     until,
     weather_agent,
@@ -454,6 +455,7 @@ async def test_a_worker_without_the_key_leaves_the_run_and_the_caller_is_told(
     plain = await Client.connect(temporal_address)
     no_codec = scripted_agent(model, plain, task_queue)
     async with build_worker(plain, [no_codec], task_queue=task_queue):
+        await polled(plain, task_queue)
         waiting = asyncio.ensure_future(agent.arun(SECRET_PROMPT, run_id=run_id))
         await until(lambda: warned(run_id) or waiting.done(), "a warning for the stuck run")
         assert not waiting.done(), waiting.result()
@@ -472,6 +474,7 @@ async def test_a_worker_without_the_key_leaves_the_run_and_the_caller_is_told(
     keyless = await connect(temporal_address)
     no_keys = scripted_agent(model, keyless, task_queue)
     async with build_worker(keyless, [no_keys], task_queue=task_queue):
+        await polled(keyless, task_queue)
         following = asyncio.ensure_future(follow())
         await until(lambda: warned(stream_id), "a warning for the stuck stream")
     assert "key 'A', and no encryption keys are configured here" in warned(stream_id)[0]

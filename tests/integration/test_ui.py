@@ -106,6 +106,14 @@ async def ui_server() -> AsyncIterator[UiServer]:
         await env.shutdown()
 
 
+async def until_listed(client: Client, query: str, run_id: str, timeout: float = 60) -> None:
+    """Wait until the visibility store lists `run_id` for `query`."""
+    deadline = time.monotonic() + timeout
+    while not [w async for w in client.list_workflows(query) if w.id == run_id]:
+        assert time.monotonic() < deadline, f"{query} never listed run {run_id}"
+        await asyncio.sleep(0.2)
+
+
 async def _worker(client: Client, agent: Agentor, task_queue: str) -> Worker:
     """A worker for `agent` whose runs set AgentName/AgentModel (as `worker.py`'s do)."""
     worker = build_worker(client, [agent], task_queue=task_queue)
@@ -250,12 +258,13 @@ async def test_finished_run_page_shows_its_summary_and_activity_summaries(
                             "the finished run's current details",
                         )
                     )
-                    # the list is read from the visibility store, a moment behind
-                    deadline = time.monotonic() + 60
+                    # the list is read from the visibility store, a moment behind (waited
+                    # for below); a page loaded under load can take longer than 5 s
+                    deadline = time.monotonic() + 90
                     while True:
                         go(listing)
                         try:
-                            page.wait_for_text(result.run_id, timeout=5)
+                            page.wait_for_text(result.run_id, timeout=20)
                             break
                         except AssertionError:
                             if time.monotonic() > deadline:
@@ -267,6 +276,10 @@ async def test_finished_run_page_shows_its_summary_and_activity_summaries(
                     page.screenshot(shot)
                 return dom, rendered
 
+            # the visibility store lists the run (the UI's list reads it) before the
+            # browser asks for it
+            listed = f'AgentName="Weather Agent" AND TaskQueue="{task_queue}"'
+            await until_listed(ui_server.client, listed, result.run_id)
             dom, rendered = await asyncio.to_thread(look)
             assert result.run_id in dom
             assert SUMMARY in dom, "the workflow summary is not on the run's page"

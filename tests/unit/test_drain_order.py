@@ -1,0 +1,60 @@
+"""A script's drain on a first signal: another signal coming while its line is written."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+
+from agentor_temporal import _live, _sigterm
+from agentor_temporal._runtime import Runtime
+
+
+class _Serving:
+    """What `_drain_then_end` asks of the runtime: it serves, and its workers stop."""
+
+    def __init__(self, done: list[str]) -> None:
+        self.done = done
+
+    def serving(self) -> bool:
+        return True
+
+    def stop_workers(self, timeout: float | None = None) -> None:
+        self.done.append("drained")
+
+
+def test_a_sigterm_while_ctrl_cs_line_is_written_is_noted_and_ends_the_process_after_the_drain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl+C mid-tool, and a SIGTERM arriving while the Ctrl+C's line is written (a client
+    escalating on reading it): the SIGTERM's handler runs nested, before the first returns.
+    Before, the Ctrl+C was recorded only after its line, so the SIGTERM found no drain under
+    way and ended the process at once, mid-call, saying nothing (seen in a clean-clone run:
+    the script killed by SIGTERM with no 'SIGTERM:' line); the next worker ran the tool again.
+    Now it is noted in its own line and the process ends by it once the call is finished."""
+    done: list[str] = []
+    said: list[signal.Signals] = []
+
+    def note_line(signum: signal.Signals, then: str = "") -> None:
+        said.append(signum)
+        if len(said) == 1:
+            _sigterm._drain_noted(signal.SIGTERM)  # delivered while the line is written
+
+    def ended(signum: signal.Signals) -> None:
+        done.append(f"ended by {signum.name}")
+
+    def left_open(runtime: Any, ending: bool = False) -> None:
+        done.append("left open said")
+
+    monkeypatch.setattr(Runtime, "_instance", _Serving(done))
+    monkeypatch.setattr(_sigterm, "note_line", note_line)
+    monkeypatch.setattr(_sigterm, "end_by", ended)
+    monkeypatch.setattr(_live, "say_left_open", left_open)
+    monkeypatch.setattr(_sigterm, "_then", [])
+    try:
+        _sigterm._drain_then_end(signal.SIGINT)
+    except KeyboardInterrupt:  # the process would have ended by Ctrl+C
+        done.append("KeyboardInterrupt")
+    assert said == [signal.SIGINT, signal.SIGTERM]
+    assert done == ["drained", "left open said", "ended by SIGTERM"]
