@@ -7,21 +7,25 @@ user's script does, `worker.py` is the CLI a container runs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
-from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal import FileStore, RunResult, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
+from agentor_temporal.worker import build_worker
 
-from helpers import PROCS, ROOT, ledger_lines, until, weather_or_transfer
+from helpers import PROCS, ROOT, ledger_lines, plain_agent, until, weather_or_transfer
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +40,30 @@ def _env(
         "AGENT_TASK_QUEUE": queue,
         "AGENT_STORE": str(tmp_path / "runs"),
         "AGENT_LEDGER": ledger,
-        "AGENT_TOOL_SECONDS": "3",
+        # get_weather runs until the test opens this gate (60 s at most), once the signal was
+        # noted: in flight then however slow the machine, and no fixed wait on a quiet one
+        "AGENT_TOOL_SECONDS": "60",
+        "AGENT_TOOL_GATE": str(tmp_path / "gate"),
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
     }
+
+
+async def resume_here(
+    client: Client, model: ScriptedModelServer, queue: str, tmp_path: Path, ledger: str, run_id: str
+) -> RunResult:
+    """Resume `run_id` on a worker of the test's own process (the next worker after the
+    script's end), mirroring to the script's store: a resuming process more cost ~3 s of CPU
+    in imports alone, and its own exit is `test_exit_scripts`' subject."""
+    agent = plain_agent(
+        ledger,
+        base_url=model.base_url,
+        task_queue=queue,
+        temporal=client,
+        store=FileStore(tmp_path / "runs"),
+        embedded_worker=False,
+    )
+    async with build_worker(client, [agent], task_queue=queue):
+        return await asyncio.wait_for(agent.aresume(run_id), 60)
 
 
 async def test_a_sigterm_handler_of_the_scripts_own_does_not_cut_the_exit_drain_short(
@@ -65,6 +90,8 @@ async def test_a_sigterm_handler_of_the_scripts_own_does_not_cut_the_exit_drain_
             # the exit hook names the run still open before it drains the worker
             await until(lambda: f"run {run_id} is still open" in errors.read_text(), "the exit")
             proc.send_signal(signal.SIGTERM)
+            await until(lambda: "again to abandon" in errors.read_text(), "the SIGTERM's line")
+            (tmp_path / "gate").touch()
             out, _ = await asyncio.to_thread(proc.communicate, None, 90)
         finally:
             proc.kill()
@@ -74,16 +101,8 @@ async def test_a_sigterm_handler_of_the_scripts_own_does_not_cut_the_exit_drain_
         assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
         [noted] = [line for line in stderr.splitlines() if "SystemExit(0)" in line]
         assert "finishing the calls" in noted and "again to abandon" in noted, noted
-        resumed = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, str(PROCS / "plain_script.py"), "resume", run_id],
-            env={**env, "AGENT_TOOL_SECONDS": "0"},
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-        assert resumed.returncode == 0, resumed.stderr
-        assert json.loads(resumed.stdout) == {"status": "completed"}
+        resumed = await resume_here(client, model, task_queue, tmp_path, ledger, run_id)
+        assert resumed.status == "completed", resumed.error
     # the call finished in the exiting process, once
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
     assert "attempt=1" in ledger_lines(ledger)[0]
@@ -118,10 +137,13 @@ async def test_a_handlers_exception_outside_the_exit_hooks_waits_is_noted_too(
         try:
             await until(lambda: _writing_stderr(proc.pid), "the exit hook's blocked line")
             proc.send_signal(signal.SIGTERM)
+            # reading stderr unblocks the hook; the call runs on until its line is out
+            first = await asyncio.to_thread(_read_until, proc, "finishing the calls")
+            (tmp_path / "gate").touch()
             out, err = await asyncio.to_thread(proc.communicate, None, 90)
         finally:
             proc.kill()
-        stderr = err.decode().lstrip(".")
+        stderr = (first + err).decode().lstrip(".")
         # the default's SIGTERM ends the process by it once the calls are done
         assert proc.returncode == (0 if own else -signal.SIGTERM), stderr
         assert json.loads(out) == {"started": True}
@@ -130,20 +152,26 @@ async def test_a_handlers_exception_outside_the_exit_hooks_waits_is_noted_too(
             line for line in stderr.splitlines() if ("SystemExit(0)" if own else "SIGTERM") in line
         ]
         assert "finishing the calls" in noted, noted
-        resumed = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, str(PROCS / "plain_script.py"), "resume", run_id],
-            env={**env, "AGENT_TOOL_SECONDS": "0"},
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-        assert resumed.returncode == 0, resumed.stderr
-        assert json.loads(resumed.stdout) == {"status": "completed"}
+        resumed = await resume_here(client, model, task_queue, tmp_path, ledger, run_id)
+        assert resumed.status == "completed", resumed.error
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
     mirrored = [e.to_dict() for e in FileStore(tmp_path / "runs").load(run_id)]
     assert mirrored == [e.to_dict() for e in await TemporalStore(client).aload(run_id)]
     assert [e["type"] for e in mirrored][-1] == "run_end"
+
+
+def _read_until(proc: subprocess.Popen[bytes], text: str, timeout: float = 60.0) -> bytes:
+    """What `proc` wrote on stderr up to and including a line with `text` (read raw, so the
+    deadline holds); `communicate` reads the rest."""
+    assert proc.stderr is not None
+    fd, seen = proc.stderr.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen or b"\n" not in seen.partition(text.encode())[2]:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 65536) if ready else b""
+        assert chunk, f"no {text!r} on stderr in {timeout} s: {seen[-2000:]!r}"
+        seen += chunk
+    return seen
 
 
 def _writing_stderr(pid: int) -> bool:
@@ -272,6 +300,7 @@ async def test_a_stop_during_the_launchers_own_imports_says_so_in_one_line(
     assert [text for text in err.splitlines() if text.strip()] == [line]
 
 
+@functools.cache
 def _pid_namespaces() -> bool:
     """Whether `unshare -Urpf` runs here (a process as PID 1, as in a container)."""
     try:

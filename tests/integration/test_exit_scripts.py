@@ -28,7 +28,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agentor_temporal import FileStore, TemporalStore
+from agentor_temporal import FileStore, RunResult, TemporalStore
 from agentor_temporal._embedded_worker import WORKER_LINGER
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
@@ -74,6 +74,61 @@ def env_for(
         "AGENT_STORE": str(tmp_path / "runs"),
         "AGENT_LEDGER": ledger,
     }
+
+
+def gated(tmp_path: Path) -> dict[str, str]:
+    """A get_weather that runs until the file `tmp_path / "gate"` exists (60 s at most): the
+    test opens it once what must happen mid-call did, instead of a fixed wait that a loaded
+    machine outruns (and a quiet one waits out)."""
+    return {"AGENT_TOOL_SECONDS": "60", "AGENT_TOOL_GATE": str(tmp_path / "gate")}
+
+
+async def resume_here(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    run_id: str,
+) -> RunResult:
+    """Resume `run_id` on a worker of the test's own process: the next worker after a script
+    ended (a resuming script's own clean exit is `test_short_scripts_exit_cleanly_under_load`'s
+    subject; a process more here cost ~3 s of CPU in imports alone)."""
+    agent = plain_agent(
+        ledger,
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(tmp_path / "runs"),
+        embedded_worker=False,
+    )
+    async with build_worker(client, [agent], task_queue=task_queue):
+        return await asyncio.wait_for(agent.aresume(run_id), 60)
+
+
+async def start_paused(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    ledger: str,
+    run_id: str,
+) -> str:
+    """Start `run_id` (a transfer) on a worker of the test's own process, stopped once the run
+    waits for approval: the approving script's worker is then the only one polling. The call
+    id of the pending transfer."""
+    agent = plain_agent(
+        ledger,
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(tmp_path / "runs"),
+        embedded_worker=False,
+    )
+    async with build_worker(client, [agent], task_queue=task_queue):
+        paused = await asyncio.wait_for(agent.arun("Send 5 to bob", run_id=run_id), 60)
+    assert paused.status == "awaiting_approval", paused.status
+    return paused.pending_approvals[0].call_id
 
 
 async def test_a_decision_then_exit_never_loses_the_tool_call(
@@ -126,7 +181,7 @@ async def test_short_scripts_exit_cleanly_under_load(
     client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
 ) -> None:
     """Scripts (run, approve, deny, resume, stream) beside a busy worker: exit 0, stderr empty."""
-    cycles = int(os.environ.get("EXIT_SCRIPT_CYCLES", "2"))  # one approve, one deny
+    cycles = int(os.environ.get("EXIT_SCRIPT_CYCLES", "1"))  # each: one approve, one deny
     with ScriptedModelServer(weather_or_transfer, latency=0.05) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         agent = plain_agent(
@@ -150,7 +205,7 @@ async def test_short_scripts_exit_cleanly_under_load(
             busy = asyncio.create_task(load())
             try:
                 count = 0
-                for i in range(cycles):
+                for _ in range(cycles):
 
                     async def decided(decision: str) -> None:
                         run_id = uuid.uuid4().hex
@@ -162,27 +217,31 @@ async def test_short_scripts_exit_cleanly_under_load(
                         resumed = await asyncio.to_thread(script, env, "resume", run_id)
                         assert resumed["status"] == "completed"
 
-                    # the streaming script beside the deciding ones: more load, not less
-                    streamed = (
-                        await asyncio.gather(
-                            decided("approve" if i % 2 == 0 else "deny"),
-                            asyncio.to_thread(script, env, "stream", uuid.uuid4().hex),
-                        )
-                    )[1]
-                    assert streamed["events"][-1] == "run_end"
-                    count += 4
+                    # the approving and the denying scripts side by side, a streaming script
+                    # beside each: more load, not less (one after the other, the scripts'
+                    # starts made this test 50 s on a quiet 2-core machine)
+                    _, _, *streamed = await asyncio.gather(
+                        decided("approve"),
+                        decided("deny"),
+                        *(
+                            asyncio.to_thread(script, env, "stream", uuid.uuid4().hex)
+                            for _ in range(2)
+                        ),
+                    )
+                    assert [s["events"][-1] for s in streamed] == ["run_end"] * 2
+                    count += 8
             finally:
                 stop.set()
                 await busy
-    assert count == 4 * cycles
+    assert count == 8 * cycles
     # every approved transfer ran once
     keys = [line.split()[1] for line in ledger_lines(ledger) if line.startswith("transfer")]
-    assert len(keys) == len(set(keys)) == (cycles + 1) // 2
+    assert len(keys) == len(set(keys)) == cycles
 
 
-@pytest.mark.parametrize(
-    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
-)
+# SIGHUP: the same handler as SIGTERM's, ending the process by SIGHUP (tests/unit/
+# test_hangup_signal.py); sent to a real script in test_a_signal_after_a_decision_...
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 async def test_a_terminated_script_finishes_the_tool_call_it_runs(
     client: Client,
     temporal_address: str,
@@ -200,7 +259,8 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
-            "AGENT_TOOL_SECONDS": "3",
+            # in flight until the signal's line is out, however slow the machine
+            **gated(tmp_path),
         }
         run_id = uuid.uuid4().hex
         running = subprocess.Popen(
@@ -213,12 +273,15 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
         try:
             await until(lambda: ledger_lines(ledger), "the tool to start")
             running.send_signal(signum)
-            _, stderr = await asyncio.to_thread(running.communicate, None, 60)
+            first = await asyncio.to_thread(read_until, running, f"{signum.name}: finishing")
+            (tmp_path / "gate").touch()
+            _, rest = await asyncio.to_thread(running.communicate, None, 60)
         finally:
             running.kill()
+        stderr = first + rest
         assert running.returncode == -signum, stderr
-        resumed = await asyncio.to_thread(script, env, "resume", run_id)
-    assert resumed["status"] == "completed"
+        resumed = await resume_here(client, model, task_queue, tmp_path, ledger, run_id)
+    assert resumed.status == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.result == "The weather in Paris is sunny and 22C.", result.result
@@ -262,7 +325,8 @@ async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
-            "AGENT_TOOL_SECONDS": "3",
+            # in flight until the signal's line is out, however slow the machine
+            **gated(tmp_path),
         }
         run_id = uuid.uuid4().hex
         running = subprocess.Popen(
@@ -275,9 +339,12 @@ async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so
         try:
             await until(lambda: ledger_lines(ledger), "the tool to start")
             running.send_signal(signal.SIGINT)
-            _, stderr = await asyncio.to_thread(running.communicate, None, 60)
+            first = await asyncio.to_thread(read_until, running, "SIGINT: finishing")
+            (tmp_path / "gate").touch()
+            _, rest = await asyncio.to_thread(running.communicate, None, 60)
         finally:
             running.kill()
+        stderr = first + rest
         assert running.returncode == -signal.SIGINT, stderr
         # the call finished and was recorded before asyncio's KeyboardInterrupt: the line
         # comes first, and the traceback ends the output
@@ -289,8 +356,8 @@ async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so
         traceback, _, left = stderr.rstrip().partition(f"\nrun {run_id} is still open")
         assert traceback.endswith("KeyboardInterrupt") and "ignored" not in stderr, stderr
         assert left and f"run {run_id}" not in left, stderr
-        resumed = await asyncio.to_thread(script, env, "resume", run_id)
-    assert resumed["status"] == "completed"
+        resumed = await resume_here(client, model, task_queue, tmp_path, ledger, run_id)
+    assert resumed.status == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.result == "The weather in Paris is sunny and 22C.", result.result
@@ -398,7 +465,7 @@ async def test_a_sigterm_while_exit_waits_for_a_thread_finishes_its_tool_call_on
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
-            "AGENT_TOOL_SECONDS": "5",
+            **gated(tmp_path),
             # the drain's limit is the workers' graceful shutdown
             "AGENTOR_GRACEFUL_SHUTDOWN": "90",
         }
@@ -418,13 +485,16 @@ async def test_a_sigterm_while_exit_waits_for_a_thread_finishes_its_tool_call_on
                 await until(lambda: catches(running.pid, signal.SIGTERM), "a handler", timeout=3)
             assert running.poll() is None, "the script ended before the tool did"
             running.terminate()
-            _, stderr = await asyncio.to_thread(running.communicate, None, 60)
+            first = await asyncio.to_thread(read_until, running, "SIGTERM: finishing")
+            (tmp_path / "gate").touch()
+            _, rest = await asyncio.to_thread(running.communicate, None, 60)
         finally:
             running.kill()
+        stderr = first + rest
         # ended as SIGTERM ends a process (143), not 0: the thread's run was cut off
         assert running.returncode == -signal.SIGTERM, stderr
-        resumed = await asyncio.to_thread(script, env, "resume", run_id)
-    assert resumed["status"] == "completed"
+        resumed = await resume_here(client, model, task_queue, tmp_path, ledger, run_id)
+    assert resumed.status == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.result == "The weather in Paris is sunny and 22C.", result.result
@@ -487,9 +557,9 @@ async def test_a_forked_child_runs_only_if_forked_before_the_parents_first_call(
         await client.get_workflow_handle(f"{run_id}-c").describe()
 
 
-@pytest.mark.parametrize(
-    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
-)
+# SIGHUP at exit: the same handler as SIGTERM's, ending the process by SIGHUP (tests/unit/
+# test_hangup_signal.py); sent to a real script in test_a_signal_after_a_decision_...
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is_noted(
     client: Client,
     temporal_address: str,
@@ -508,9 +578,8 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
             "AGENT_TRANSFER_SECONDS": "3",
         }
         run_id = uuid.uuid4().hex
-        started = await asyncio.to_thread(script, env, "run", run_id)
-        assert started["status"] == "awaiting_approval"
-        argv = ["approve", run_id, started["pending"][0]]
+        call_id = await start_paused(client, model, task_queue, tmp_path, ledger, run_id)
+        argv = ["approve", run_id, call_id]
         approving = subprocess.Popen(
             [sys.executable, str(PROCS / "plain_script.py"), *argv],
             env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
@@ -521,7 +590,7 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
         try:
             assert approving.stdout is not None
             decided = await asyncio.to_thread(approving.stdout.readline)  # printed as it ends
-            assert json.loads(decided)["decided"] == started["pending"][0]
+            assert json.loads(decided)["decided"] == call_id
             await until(lambda: ledger_lines(ledger), "the transfer to start")
             approving.send_signal(signum)
             _, stderr = await asyncio.to_thread(approving.communicate, None, 60)
@@ -529,8 +598,8 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
             approving.kill()
         # ended as the signal ends a process (128 + signum), once the transfer finished
         assert approving.returncode == -signum, stderr
-        resumed = await asyncio.to_thread(script, env, "resume", run_id)
-    assert resumed["status"] == "completed"
+        resumed = await resume_here(client, model, task_queue, tmp_path, ledger, run_id)
+    assert resumed.status == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.result == "Sent 5 to bob.", result.result
@@ -621,17 +690,25 @@ async def test_a_script_that_stops_waiting_on_arun_says_the_run_waits_for_a_work
     with ScriptedModelServer(weather_or_transfer) as model:
         env = {
             **env_for(temporal_address, model, task_queue, tmp_path, ledger),
-            "AGENT_TOOL_SECONDS": "3",
+            # in flight until the exit names the run, however slow the machine
+            **gated(tmp_path),
         }
         run_id = uuid.uuid4().hex
-        proc = await asyncio.to_thread(
-            subprocess.run,
+        running = subprocess.Popen(
             [sys.executable, str(PROCS / "plain_script.py"), command, run_id],
             env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=60,
         )
+        try:
+            # the exit hook names the run left open, then drains the call in flight
+            first = await asyncio.to_thread(read_until, running, "is still open", 60)
+            (tmp_path / "gate").touch()
+            out, rest = await asyncio.to_thread(running.communicate, None, 60)
+        finally:
+            running.kill()
+        proc = subprocess.CompletedProcess(running.args, running.returncode, out, first + rest)
         if command == "arun_timeout":
             assert proc.returncode == 0, proc.stderr
             assert json.loads(proc.stdout) == {"status": "timed out"}
@@ -678,9 +755,8 @@ async def test_a_signal_after_a_decision_while_the_script_works_on_finishes_the_
             "AGENT_TRANSFER_SECONDS": "5",
         }
         run_id = uuid.uuid4().hex
-        started = await asyncio.to_thread(script, env, "run", run_id)
-        assert started["status"] == "awaiting_approval"
-        argv = ["approve_then_work", run_id, started["pending"][0]]
+        call_id = await start_paused(client, model, task_queue, tmp_path, ledger, run_id)
+        argv = ["approve_then_work", run_id, call_id]
         approving = subprocess.Popen(
             [sys.executable, str(PROCS / "plain_script.py"), *argv],
             env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
@@ -692,7 +768,7 @@ async def test_a_signal_after_a_decision_while_the_script_works_on_finishes_the_
             assert approving.stdout is not None
             decided = await asyncio.to_thread(approving.stdout.readline)
             decided_at = time.monotonic()
-            assert json.loads(decided)["decided"] == started["pending"][0]
+            assert json.loads(decided)["decided"] == call_id
             await until(lambda: ledger_lines(ledger), "the transfer to start")
             if late:  # the worker's idle time after the call has run out: it is stopping
                 await until(
@@ -704,8 +780,8 @@ async def test_a_signal_after_a_decision_while_the_script_works_on_finishes_the_
         finally:
             approving.kill()
         assert approving.returncode == -signum, stderr
-        resumed = await asyncio.to_thread(script, env, "resume", run_id)
-    assert resumed["status"] == "completed"
+        resumed = await resume_here(client, model, task_queue, tmp_path, ledger, run_id)
+    assert resumed.status == "completed"
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.result == "Sent 5 to bob.", result.result
@@ -713,7 +789,7 @@ async def test_a_signal_after_a_decision_while_the_script_works_on_finishes_the_
     assert "Traceback" not in stderr, stderr
 
 
-def read_until(proc: subprocess.Popen[str], text: str, timeout: float = 30.0) -> str:
+def read_until(proc: subprocess.Popen[str], text: str, timeout: float = 60.0) -> str:
     """What `proc` wrote on stderr up to and including `text` (read raw, so the deadline holds)."""
     assert proc.stderr is not None
     fd, seen = proc.stderr.fileno(), b""

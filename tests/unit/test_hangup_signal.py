@@ -1,0 +1,86 @@
+"""SIGHUP (a terminal closed, an ssh session dropped) is handled exactly as SIGTERM is.
+
+`tests/integration/test_exit_scripts.py` sends each signal to real scripts; SIGHUP
+there only where it differs in timing (as the idle worker stops). What made its
+other variants differ is pinned here: the same handler as SIGTERM's, in a call
+and at exit, the same line, and the process ended by SIGHUP itself.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+
+from agentor_temporal import _live, _sigterm
+from agentor_temporal._runtime import Runtime
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP here")
+
+
+@pytest.fixture
+def defaults() -> Any:
+    """SIGINT, SIGTERM, SIGHUP on Python's defaults for the test, then as they were."""
+    names = ("SIGINT", "SIGTERM", "SIGHUP")
+    kept = {name: signal.getsignal(getattr(signal, name)) for name in names}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    for name, handler in kept.items():
+        signal.signal(getattr(signal, name), handler)
+
+
+def test_a_call_puts_the_same_handler_on_sighup_as_on_sigterm_and_leaves_both_on(
+    defaults: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During a facade call: one handler for both; after it, both stay while the worker serves."""
+    monkeypatch.setattr(_sigterm, "_serving", lambda: True)
+    with _sigterm.draining_on_sigterm():
+        on = signal.getsignal(signal.SIGHUP)
+        assert on is signal.getsignal(signal.SIGTERM)
+        assert on not in (signal.SIG_DFL, signal.default_int_handler)
+    assert signal.getsignal(signal.SIGHUP) is signal.getsignal(signal.SIGTERM) is on
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_exit_drain_puts_the_same_handler_on_sighup_as_on_sigterm(defaults: None) -> None:
+    """While the exit hook drains: one handler for both, and the process ends by the one noted."""
+    with _sigterm.patient_exit(True):
+        on = signal.getsignal(signal.SIGHUP)
+        assert on is signal.getsignal(signal.SIGTERM)
+        assert on is not signal.SIG_DFL
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+    assert _sigterm.ending_signal([signal.SIGHUP]) is signal.SIGHUP
+
+
+class _Serving:
+    """What `_drain_then_end` asks of the runtime: it serves, and its workers stop."""
+
+    def __init__(self, done: list[str]) -> None:
+        self.done = done
+
+    def serving(self) -> bool:
+        return True
+
+    def stop_workers(self, timeout: float | None = None) -> None:
+        self.done.append("drained")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_mid_call_drains_says_so_and_ends_the_process_by_itself(
+    monkeypatch: pytest.MonkeyPatch, signum: signal.Signals
+) -> None:
+    """SIGHUP's drain mid-call is SIGTERM's, step for step, but ends the process by SIGHUP."""
+    done: list[str] = []
+    monkeypatch.setattr(Runtime, "_instance", _Serving(done))
+    monkeypatch.setattr(
+        _sigterm, "note_line", lambda s, then="": done.append(f"{s.name} noted{then}")
+    )
+    monkeypatch.setattr(_sigterm, "end_by", lambda s: done.append(f"ended by {s.name}"))
+    monkeypatch.setattr(_live, "say_left_open", lambda runtime, ending=False: done.append("left"))
+    monkeypatch.setattr(_sigterm, "_then", [])
+    _sigterm._drain_then_end(signum)
+    name = signum.name
+    assert done == [f"{name} noted, then exiting", "drained", "left", f"ended by {name}"]
