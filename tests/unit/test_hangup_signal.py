@@ -43,6 +43,8 @@ def test_a_call_puts_the_same_handler_on_sighup_as_on_sigterm_and_leaves_both_on
         assert on not in (signal.SIG_DFL, signal.default_int_handler)
     assert signal.getsignal(signal.SIGHUP) is signal.getsignal(signal.SIGTERM) is on
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    _sigterm._DRAINING.restore()  # as a later call would, once the worker stopped
+    assert signal.getsignal(signal.SIGHUP) is signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_an_exit_drain_puts_the_same_handler_on_sighup_as_on_sigterm(defaults: None) -> None:
