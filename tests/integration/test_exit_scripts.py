@@ -408,7 +408,7 @@ async def test_a_thread_running_the_agent_finishes_after_the_main_thread_returns
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
-        finished = await asyncio.to_thread(script, env, "thread", run_id, timeout=60)
+        finished = await asyncio.to_thread(script, env, "thread", run_id)
     assert finished == {"status": "completed"}
     outcome = await client.get_workflow_handle(run_id).result()
     assert outcome["status"] == "completed"
@@ -424,7 +424,7 @@ async def test_a_pool_thread_running_the_agent_finishes_its_call_and_the_script_
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
-        finished = await asyncio.to_thread(script, env, "pool", run_id, timeout=60)
+        finished = await asyncio.to_thread(script, env, "pool", run_id)
     assert finished == {"status": "completed"}
     outcome = await client.get_workflow_handle(run_id).result()
     assert outcome["status"] == "completed"
@@ -440,7 +440,7 @@ async def test_an_agent_call_from_an_atexit_handler_is_refused_at_once(
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
-        refused = await asyncio.to_thread(script, env, "atexit", run_id, timeout=60)
+        refused = await asyncio.to_thread(script, env, "atexit", run_id)
     assert "while the interpreter exits" in refused["refused"], refused
     assert "before the script ends" in refused["refused"], refused
     with pytest.raises(RPCError):
@@ -518,7 +518,7 @@ async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
             env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=120,
         )
         assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": True}
         lines = proc.stderr.splitlines()
@@ -548,7 +548,7 @@ async def test_a_forked_child_runs_only_if_forked_before_the_parents_first_call(
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
-        outcome = await asyncio.to_thread(script, env, "fork", run_id, timeout=60)
+        outcome = await asyncio.to_thread(script, env, "fork", run_id)
     # 3: refused with FORKED_AFTER_CORE (see child_run)
     assert outcome == {"parent": ["completed", "completed"], "children": [0, 3], "stuck": False}
     keys = [line.split()[1] for line in ledger_lines(ledger)]
@@ -622,7 +622,7 @@ async def test_a_script_that_starts_a_run_and_returns_says_the_run_waits_for_a_w
             env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=120,
         )
         assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": run_id}
         described = await client.get_workflow_handle(run_id).describe()
@@ -654,7 +654,7 @@ async def test_a_script_that_stops_following_a_stream_says_the_run_waits_for_a_w
             env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=120,
         )
         took = time.monotonic() - started
         assert proc.returncode == 0, proc.stderr
