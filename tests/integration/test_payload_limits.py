@@ -333,6 +333,7 @@ def fetch(n: int) -> str:
     return "r" * 1990
 
 
+@pytest.mark.timeout(300)  # 500 calls: 30 s here, past 180 s once on 2 cores at load 16
 async def test_a_turn_of_many_long_call_ids_leaves_them_room(
     client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
