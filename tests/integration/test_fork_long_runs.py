@@ -43,7 +43,8 @@ from helpers import (
 from integration.test_fork import PARIS, PARIS_ANSWER, _listed
 from private import SECRET_ANSWER, SECRET_PROMPT, history_json, keys_of, leaks, make_keys
 
-#: Small enough that 40 turns of 2 KB results continue as new 3+ times.
+#: Small enough that 24 turns of 2 KB results continue as new 3+ times (about every
+#: five or six turns).
 BUDGET = 60_000
 MORE = "Read ten more."
 
@@ -69,7 +70,7 @@ async def test_a_parent_that_continued_as_new_is_forked_whole(
 ) -> None:
     """The fork holds every event of every execution; its conversation goes by reference."""
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
-    turns, ledger, runs = 40, str(tmp_path / "ledger"), tmp_path / "runs"
+    turns, ledger, runs = 24, str(tmp_path / "ledger"), tmp_path / "runs"
     with ScriptedModelServer(chunk_reader(turns, MORE)) as model:
         agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
         async with build_worker(
@@ -131,15 +132,15 @@ async def test_a_fork_that_continues_as_new_keeps_its_parent(
         ):
             parent = await agent.arun("Read the repository.")
             assert parent.run_id is not None
-            # four times MORE: forty more chunks, enough to continue as new
+            # three times MORE: thirty more chunks, enough to continue as new 3+ times
             fork = await agent.afork(
                 parent.run_id,
-                [{"role": "user", "content": MORE} for _ in range(4)],
-                max_turns=50,
+                [{"role": "user", "content": MORE} for _ in range(3)],
+                max_turns=40,
             )
             assert fork.run_id is not None
             resumed = await agent.aresume(fork.run_id)
-    assert fork.status == "completed" and fork.final_output == "Read 42 chunks."
+    assert fork.status == "completed" and fork.final_output == "Read 32 chunks."
     segments = await TemporalStore(client).segments(fork.run_id)
     assert len(segments) >= 3
     assert [s.status for s in segments[:-1]] == ["continued_as_new"] * (len(segments) - 1)
@@ -151,11 +152,11 @@ async def test_a_fork_that_continues_as_new_keeps_its_parent(
     assert projected[n].type == "fork" and projected[n].forked_from == parent.run_id
     assert _dicts(projected) == _dicts(fork.events) == _dicts(FileStore(runs).load(fork.run_id))
     assert _dicts(resumed.events) == _dicts(fork.events)  # resume returns it as it is
-    assert sorted(_calls(ledger, fork.run_id)) == sorted(f"call_{k}" for k in range(3, 43))
+    assert sorted(_calls(ledger, fork.run_id)) == sorted(f"call_{k}" for k in range(3, 33))
     # the last execution still has ForkedFrom, and tokens count the whole fork
     attributes = await _attributes(client, fork.run_id)
     assert attributes.get(FORKED_FROM) == parent.run_id
-    assert attributes.get(AGENT_TOKENS) == fork.usage.total_tokens == 15 * (3 + 41)
+    assert attributes.get(AGENT_TOKENS) == fork.usage.total_tokens == 15 * (3 + 31)
     latest = segments[-1].execution_run_id
 
     def listed() -> bool:
@@ -297,9 +298,6 @@ async def test_a_long_run_forks_and_resumes_on_a_worker_that_never_saw_it(
                 "a resumed long run",
             )
             assert again.status == "max_turns"
-    # each began with the conversation by reference, which the other worker rebuilt
-    for run_id in (summary_id, nested_id, more_id, parent.run_id):
-        assert await _sent_by_reference(client, run_id), run_id
     # each began with the conversation by reference, which the other worker rebuilt
     for run_id in (summary_id, nested_id, more_id, parent.run_id):
         assert await _sent_by_reference(client, run_id), run_id

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import importlib.util
 import json
 import os
 import re
@@ -29,7 +30,15 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from agentor_temporal import Event, FileStore, MemoryStore, TemporalStore, function_tool
+from agentor_temporal import (
+    Agentor,
+    Event,
+    FileStore,
+    MemoryStore,
+    TemporalStore,
+    function_tool,
+)
+from agentor_temporal.cli import execute
 from agentor_temporal.streaming import follow
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
@@ -51,8 +60,11 @@ from helpers import (
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "limit_terminated_history.json.gz"
-#: Small enough that a 40-turn run of 2 KB results continues as new 3+ times.
+#: Small enough that a run of 2 KB results continues as new every five or six turns: 24
+#: turns make four executions or more (40 made eight, where the tests need three).
 BUDGET = 60_000
+#: turns of 2 KB results a run makes to cross BUDGET several times
+TURNS = 24
 
 
 def bare(event: Event) -> dict[str, Any]:
@@ -80,6 +92,7 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
     task_queue: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Across several continuations: one log, every tool once, turns and positions keep counting.
 
@@ -89,7 +102,7 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
     if local:
         monkeypatch.setenv("AGENTOR_INLINE_CONVERSATION_BYTES", "8000")
-    turns, ledger, address = 40, str(tmp_path / "ledger"), temporal_address
+    turns, ledger, address = TURNS, str(tmp_path / "ledger"), temporal_address
     runs = tmp_path / "runs"
     with ScriptedModelServer(chunk_reader(turns)) as model:
         agent = coder(
@@ -111,13 +124,16 @@ async def test_a_long_run_continues_as_new_and_reads_as_one_run(
     # the run's current details and state say how big its history is
     assert re.search(r" · history [\d.]+ [kM]B, [\d,]+ events$", metadata.current_details)
     assert state["execution"] >= 3 and 0 < state["history_bytes"] < BUDGET + 60_000
-    shown = subprocess.run(
-        [sys.executable, "-m", "agentor_temporal", "show", run_id, "--temporal", address],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    # the CLI's `show`, in this process (a process of its own only added its imports)
+    capsys.readouterr()
+    assert (
+        await asyncio.wait_for(
+            asyncio.to_thread(execute, ["show", run_id, "--temporal", address]), 60
+        )
+        == 0
     )
-    history_line = next(line for line in shown.stdout.splitlines() if line.startswith("history"))
+    shown = capsys.readouterr().out
+    history_line = next(line for line in shown.splitlines() if line.startswith("history"))
     assert re.search(r"MB, [\d,]+ events in the latest of \d+ executions \(largest", history_line)
     segments = await TemporalStore(client).segments(run_id)
     assert len(segments) >= 3
@@ -189,7 +205,7 @@ async def test_a_follower_gets_every_event_once_across_continuations(
 ) -> None:
     """One follower keeps up, one falls behind over two continuations: both get each event once."""
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
-    turns, ledger = 40, str(tmp_path / "ledger")
+    turns, ledger = TURNS, str(tmp_path / "ledger")
     with ScriptedModelServer(chunk_reader(turns)) as model:
         agent = coder(model, client, task_queue, tools=[chunk_tool(ledger, 2000)])
         run_id = uuid.uuid4().hex
@@ -346,13 +362,40 @@ def _worker(address: str, task_queue: str, model: ScriptedModelServer, env: dict
     )
 
 
+def _long_coder(model: ScriptedModelServer, client: Client, task_queue: str, runs: Path) -> Any:
+    """`bench/long_agents.py`'s coder (what `_worker` serves), in this process, on `model`."""
+    spec = importlib.util.spec_from_file_location("long_agents", ROOT / "bench" / "long_agents.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    served = module.coder
+    return Agentor(
+        name=served.name,
+        model=served.model,
+        instructions=served.instructions,
+        tools=served.tools,
+        store=FileStore(runs),
+        base_url=model.base_url,
+        api_key="test-key",
+        temporal=client,
+        task_queue=task_queue,
+        embedded_worker=False,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("when", ["before", "after"])
 async def test_worker_killed_around_a_continue_as_new(
-    when: str, client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+    when: str,
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A worker SIGKILLed as the run continues as new: another finishes it, no event lost."""
-    turns, ledger, runs = 30, str(tmp_path / "ledger"), tmp_path / "runs"
+    # one continue-as-new to be killed around, and turns after it on the next worker
+    turns, ledger, runs = 16, str(tmp_path / "ledger"), tmp_path / "runs"
     env = {
         "AGENTOR_HISTORY_BUDGET": str(BUDGET),
         "LONG_RUN_RESULT_BYTES": "2000",
@@ -362,7 +405,6 @@ async def test_worker_killed_around_a_continue_as_new(
     run_id = uuid.uuid4().hex
     with ScriptedModelServer(chunk_reader(turns)) as model:
         first = _worker(temporal_address, task_queue, model, env)
-        second = None
         try:
             handle = await client.start_workflow(
                 "AgentRun",
@@ -388,11 +430,16 @@ async def test_worker_killed_around_a_continue_as_new(
                 raise AssertionError(f"the run never got {when} its continue-as-new")
             first.send_signal(signal.SIGKILL)
             first.wait(10)
-            second = _worker(temporal_address, task_queue, model, env)
-            outcome = await asyncio.wait_for(handle.result(), 240)
+            # another worker (this process's: a process more only added its imports) on the
+            # same queue and store, with the agent the first one served
+            for name, value in env.items():
+                monkeypatch.setenv(name, value)
+            async with build_worker(
+                client, [_long_coder(model, client, task_queue, runs)], task_queue=task_queue
+            ):
+                outcome = await asyncio.wait_for(handle.result(), 240)
         finally:
             stop_process(first)
-            stop_process(second)
     assert outcome["status"] == "completed"
     events = await TemporalStore(client).aload(run_id)
     assert [e.turn for e in events if e.type == "generation"] == list(range(1, turns + 2))
@@ -445,7 +492,9 @@ async def test_resuming_a_conversation_too_large_to_send_whole(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     """A failed run whose conversation is past the 2 MB payload limit resumes by reference."""
-    turns, ledger, runs = 22, str(tmp_path / "ledger"), tmp_path / "runs"
+    # ten results just under the one-result cut (MAX_TOOL_RESULT_BYTES): 2.4 MB in fewer
+    # turns than 100 KB ones took (22), each turn's request carrying the conversation
+    turns, ledger, runs = 10, str(tmp_path / "ledger"), tmp_path / "runs"
     refused: list[int] = []
 
     def respond(request: dict[str, Any]) -> Any:
@@ -462,7 +511,7 @@ async def test_resuming_a_conversation_too_large_to_send_whole(
             model,
             client,
             task_queue,
-            tools=[chunk_tool(ledger, 100_000)],
+            tools=[chunk_tool(ledger, 240_000)],
             store=FileStore(runs),
         )
         async with build_worker(client, [agent], task_queue=task_queue):
@@ -488,7 +537,7 @@ async def test_an_approval_after_several_continuations_pauses_the_run(
 ) -> None:
     """run() returns the pause of a later execution, and the decision reaches that execution."""
     monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", str(BUDGET))
-    turns, ledger = 30, str(tmp_path / "ledger")
+    turns, ledger = TURNS, str(tmp_path / "ledger")
 
     def respond(request: dict[str, Any]) -> Any:
         done = tool_results(request)
@@ -731,7 +780,7 @@ async def test_a_run_flooded_with_signals_while_a_tool_runs_stops_resumable_befo
             else:
                 pytest.fail("the run still runs after 100 signals of 300 kB")
             description = await handle.describe()
-            outcome = await asyncio.wait_for(handle.result(), 30)
+            outcome = await asyncio.wait_for(handle.result(), 60)
             result = await asyncio.wait_for(agent.aresume(run_id), 60)
     # closed by the run itself, short of the limit, not terminated by the server
     assert description.status == WorkflowExecutionStatus.COMPLETED
@@ -804,7 +853,7 @@ async def test_a_run_flooded_with_signals_while_its_model_request_is_in_flight_k
                 await handle.signal("decide_signal", "x" * 300_000)
             await _task_completed_after_the_signals(handle)
             stopped.set()
-            outcome = await asyncio.wait_for(handle.result(), 30)
+            outcome = await asyncio.wait_for(handle.result(), 60)
             result = await asyncio.wait_for(agent.aresume(run_id), 60)
     assert outcome["status"] == "failed" and "stopped mid-turn" in outcome["error"], outcome
     # the stop is seen in the task that took the signals, though the server's figures
@@ -859,7 +908,7 @@ async def test_a_run_its_models_answer_takes_past_the_stop_goes_on_from_that_ans
             state = await handle.query("state", result_type=dict)
             monkeypatch.setattr(policies, "PAUSED_HISTORY_BYTES", state["history_bytes"] + 300_000)
             lowered.set()
-            outcome = await asyncio.wait_for(handle.result(), 30)
+            outcome = await asyncio.wait_for(handle.result(), 60)
             stopped = await TemporalStore(client).aload(run_id)
             monkeypatch.undo()  # the next segment carries that answer: its own stop is far
             result = await asyncio.wait_for(agent.aresume(run_id), 60)
@@ -901,7 +950,7 @@ async def test_a_run_still_flooded_while_its_model_answer_is_awaited_closes_shor
             else:
                 pytest.fail("the run still waits for its model's answer after 30 MB of signals")
             description = await handle.describe()
-            outcome = await asyncio.wait_for(handle.result(), 30)
+            outcome = await asyncio.wait_for(handle.result(), 60)
             result = await asyncio.wait_for(agent.aresume(run_id), 60)
     assert description.status == WorkflowExecutionStatus.COMPLETED
     info = description.raw_description.workflow_execution_info
@@ -995,7 +1044,7 @@ async def test_a_run_still_flooded_while_it_stops_closes_short_of_the_limit(
                 else:
                     pytest.fail("the run still waits for its crawl after 30 MB of signals")
                 description = await handle.describe()
-                outcome = await asyncio.wait_for(handle.result(), 30)
+                outcome = await asyncio.wait_for(handle.result(), 60)
                 release.set()
                 result = await asyncio.wait_for(agent.aresume(run_id), 60)
         finally:

@@ -1,8 +1,9 @@
 """Worker loss: a worker process SIGKILLed at each point of a run, another one finishes it.
 
 Each test kills the process running the run (its embedded worker holds the
-workflow and runs its activities) at one exact point, then starts a plain
-worker process on the same task queue and store, and checks the promise:
+workflow and runs its activities) at one exact point, then serves the same
+task queue and store with another worker (the test's own, in its process: a
+worker process more would only cost its imports), and checks the promise:
 the run completes, a completed tool call never runs again (an in-flight one
 runs again with the same idempotency key), and the JSONL mirror has every
 event once and equals `TemporalStore.load`.
@@ -11,6 +12,7 @@ event once and equals `TemporalStore.load`.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import uuid
@@ -25,15 +27,17 @@ from temporalio.client import Client
 
 from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import Hang, ScriptedModelServer, tool_then_answer
+from agentor_temporal.worker import build_worker
 from agentor_temporal.workflows import policies
 
 from helpers import (
     ANSWER,
-    finish,
     ledger_lines,
     spawn,
     stop_process,
     wait_until,
+    weather_agent,
+    weather_tool,
 )
 
 pytestmark = pytest.mark.slow
@@ -53,8 +57,8 @@ class KillPoint:
     tool_starts: int = 1
     #: model requests in all (3 when the first one was in flight)
     requests: int = 2
-    #: extra environment for the worker that finishes the run
-    second_env: dict[str, str] = field(default_factory=dict)
+    #: the worker that finishes the run asks the model locally
+    second_local: bool = False
 
 
 LOCAL = {"LOCAL_MODEL_CALLS": "1"}
@@ -74,12 +78,12 @@ KILL_POINTS = {
     # the same with `local_model_calls=True`: the request is a local activity
     # inside the dead worker's workflow task, which times out (5 s)
     "local_during_generation": KillPoint(
-        env=LOCAL, hang_first_request=True, requests=3, second_env=LOCAL
+        env=LOCAL, hang_first_request=True, requests=3, second_local=True
     ),
     # the run recorded the option: a worker built without it follows the run
     "local_during_tool_call": KillPoint(env={**LOCAL, "TOOL_DELAY": "60"}, tool_starts=2),
     # the generation's event goes into history with the tool call here
-    "local_during_mirror": KillPoint(env={**LOCAL, "BLOCK_AFTER": "generation"}, second_env=LOCAL),
+    "local_during_mirror": KillPoint(env={**LOCAL, "BLOCK_AFTER": "generation"}, second_local=True),
 }
 
 
@@ -93,6 +97,22 @@ def _env(
         "AGENT_STORE": str(runs),
         "AGENT_LEDGER": ledger,
     }
+
+
+def _agent(
+    client: Client, model: ScriptedModelServer, queue: str, runs: Path, ledger: str, local: bool
+) -> Any:
+    """The agent `tests/procs/agent_proc.py` builds from `_env`'s settings, in this process,
+    served by the test's own worker (`build_worker`)."""
+    return weather_agent(
+        base_url=model.base_url,
+        task_queue=queue,
+        temporal=client,
+        store=FileStore(runs),
+        tools=[weather_tool(ledger)],
+        embedded_worker=False,
+        local_model_calls=local,
+    )
 
 
 def _killed_at(proc: subprocess.Popen[str], ready: Callable[[], object], what: str) -> None:
@@ -122,7 +142,6 @@ async def test_run_survives_a_sigkill(
     if kill.hang_first_request:
         model.set_script([Hang(60)])
     first = spawn(["run", "--run-id", run_id], {**env, **kill.env, "BLOCK_MARKER": str(marker)})
-    second: subprocess.Popen[str] | None = None
     try:
         if kill.hang_first_request:
             _killed_at(first, lambda: model.request_count >= 1, "the first model request")
@@ -131,12 +150,13 @@ async def test_run_survives_a_sigkill(
         else:
             _killed_at(first, marker.exists, f"{kill.env['BLOCK_AFTER']} to reach the JSONL file")
 
-        second = spawn(["worker"], {**env, **kill.second_env}, stderr=subprocess.DEVNULL)
-        outcome = await client.get_workflow_handle(run_id).result()
-        pids = [f"pid={first.pid}", f"pid={second.pid}"]
+        # another worker (this process's) on the same task queue and store finishes the run
+        agent = _agent(client, model, task_queue, runs, ledger, kill.second_local)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 150)
+        pids = [f"pid={first.pid}", f"pid={os.getpid()}"]
     finally:
         stop_process(first)
-        stop_process(second)
 
     assert outcome["status"] == "completed" and outcome["final_output"] == ANSWER
     assert model.request_count == kill.requests
@@ -294,13 +314,15 @@ async def test_a_model_request_that_kills_its_worker_is_sent_three_times_then_fa
         assert f"was sent {sent} times and never answered" in outcome["error"]
         assert "resume(run_id)" in outcome["error"]
         assert model.request_count == sends
-        # the cause found, resume continues the run from that turn (the last worker serves it)
+        # the cause found, resume continues the run from that turn (the last worker serves it;
+        # the caller is this process, with no worker of its own)
         model.set_script(tool_then_answer)
-        resumed = finish(spawn(["resume", "--run-id", run_id], {**env, "EMBEDDED_WORKER": "0"}))
+        caller = _agent(client, model, task_queue, tmp_path / "runs", ledger, local)
+        resumed = await asyncio.wait_for(caller.aresume(run_id), 120)
     finally:
         if result is not None:
             result.cancel()
         for proc in procs:
             stop_process(proc)
-    assert resumed["status"] == "completed", resumed
+    assert resumed.status == "completed", resumed.error
     assert model.request_count == sends + 2
