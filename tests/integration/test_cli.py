@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -29,6 +31,7 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import FileStore
+from agentor_temporal._cli_parser import build_parser
 from agentor_temporal.connection import stop_dev_server, temporal_binary
 from agentor_temporal.testing import Fail, Reply, ScriptedModelServer, tool_then_answer
 
@@ -71,6 +74,26 @@ def cli_all(calls: list[tuple[str, ...]], env: dict[str, str] | None = None) -> 
     """Run independent CLI commands side by side (each its own process); results in order."""
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         return list(pool.map(lambda args: cli(*args, env=env), calls))
+
+
+def parsed(*args: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a command line the CLI's parser alone answers (`--help`,
+    a usage error), parsed in this process by the parser `python -m agentor_temporal` uses.
+
+    A fresh interpreter costs ~3 s of CPU in imports: the tests run the real entry point once
+    (`cli("--help")`, `cli()`) and the parser's other answers here. A line the parser accepts
+    is a test's mistake (it would run a command): it fails.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            build_parser().parse_args(list(args))
+        except SystemExit as exc:
+            code = exc.code
+        else:
+            raise AssertionError(f"the parser accepted {args}: it is not a usage error")
+    assert isinstance(code, int), code
+    return code, out.getvalue(), err.getvalue()
 
 
 class Running:
@@ -162,11 +185,12 @@ def test_every_command_explains_itself_with_examples() -> None:
     for command in commands:
         assert command in top.stdout
     assert "exit status" in top.stdout
-    for command, out in zip(commands, cli_all([(c, "--help") for c in commands]), strict=True):
-        assert out.returncode == 0, out.stderr
-        assert "examples:" in out.stdout and f"agentor-temporal {command}" in out.stdout
+    for command in commands:
+        code, stdout, stderr = parsed(command, "--help")
+        assert code == 0, stderr
+        assert "examples:" in stdout and f"agentor-temporal {command}" in stdout
         if command != "dev":
-            assert "--temporal" in out.stdout
+            assert "--temporal" in stdout
 
 
 # -- run / resume -------------------------------------------------------------------------
@@ -436,7 +460,10 @@ def test_list_shows_runs_newest_first_filtered_by_agent_and_status(
         rows = listed()
         return rows if len(rows) == 2 else None
 
-    # visibility is eventually consistent
+    # visibility is eventually consistent: waited for in this process first (each poll by
+    # `list` is a process, ~3 s of CPU), then by `list` itself
+    closed = f"AgentName = '{name}' AND ExecutionStatus != 'Running'"
+    asyncio.run(_visible(temporal_address, closed, 2))
     rows = wait_until(both, "both runs to be listed")
     assert [r["run_id"] for r in rows] == [refused_id, done["run_id"]]
     assert [(r["status"], r["turns"], r["usage"]["total_tokens"]) for r in rows] == [
@@ -453,6 +480,14 @@ def test_list_shows_runs_newest_first_filtered_by_agent_and_status(
     assert table[1].startswith(refused_id) and table[1].split()[-2:] == ["0", "0"]
     assert table[2].startswith(done["run_id"]) and table[2].split()[-2:] == ["2", "30"]
     assert f"  {name}  completed  " in table[2]
+
+
+async def _visible(address: str, query: str, count: int, timeout: float = 60) -> None:
+    """Wait until Temporal's visibility counts `count` workflows matching `query`."""
+    client = await Client.connect(address)
+    async with asyncio.timeout(timeout):
+        while (await client.count_workflows(query)).count < count:
+            await asyncio.sleep(0.1)
 
 
 # -- prune ---------------------------------------------------------------------------------------
@@ -705,9 +740,7 @@ def test_mistakes_are_one_line_errors_with_exit_codes(
         (["run", "--agent", "procs.cli_agents:not_an_agent", *here, "hi"], 2, "not an agent"),
         (["worker", "--agents", "procs.cli_agents:nope", *here], 2, "has no attribute 'nope'"),
         (["show", "../etc/passwd", *here], 2, "Invalid run id '../etc/passwd'"),
-        (["prune", "--store", str(tmp_path), "--older-than", "soon"], 2, "invalid age 'soon'"),
         (["prune", "--store", str(tmp_path / "gone"), "--older-than", "30d"], 1, "does not exist"),
-        (["list", "--status", "done", *here], 2, "invalid choice: 'done'"),
         ([], 2, "usage: agentor-temporal"),
     ]
     for (args, code, needle), out in zip(
@@ -715,6 +748,14 @@ def test_mistakes_are_one_line_errors_with_exit_codes(
     ):
         assert (out.returncode, needle in out.stderr) == (code, True), (args, out.stderr)
         assert "Traceback" not in out.stderr, (args, out.stderr)
+    # the parser's own refusals: parsed here (`[]` above ran the real entry point's)
+    for args, needle in [
+        (["prune", "--store", str(tmp_path), "--older-than", "soon"], "invalid age 'soon'"),
+        (["list", "--status", "done", *here], "invalid choice: 'done'"),
+    ]:
+        code, _, stderr = parsed(*args)
+        assert (code, needle in stderr) == (2, True), (args, stderr)
+        assert "Traceback" not in stderr, (args, stderr)
     asyncio.run(_terminate(temporal_address, taken))
 
 
