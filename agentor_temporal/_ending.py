@@ -11,6 +11,19 @@ from collections.abc import Iterator
 from typing import Any
 
 
+def say_line(line: str) -> None:
+    """Write `line` and its newline to stderr in one write, flushed; a closed terminal is
+    ignored.
+
+    `print` writes the text and the newline apart, and a signal handled between the two
+    (the io layer runs handlers between its writes) printed its own line inside this one:
+    "SIGINT: finishing ... SIGTERM: finishing ...\n\n", a line nobody could read or match.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
 def end_by(signum: signal.Signals) -> None:
     """End the process as `signum`'s default does (exit status 128 + signum), streams flushed.
 

@@ -25,6 +25,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from agentor_temporal._ending import say_line
+
 T = TypeVar("T")
 
 #: What a `ThreadPoolExecutor`'s worker threads run (their `Thread._target`).
@@ -297,5 +299,4 @@ def _raised(exc: BaseException) -> str:
 
 
 def _say(line: str) -> None:
-    with contextlib.suppress(OSError, ValueError):  # a closed terminal
-        print(f"agentor_temporal: {line}", file=sys.stderr, flush=True)
+    say_line(f"agentor_temporal: {line}")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from agentor_temporal._ending import say_line
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._start import refuse_other_workflow, start_riding_outages
 from agentor_temporal.store import Event
@@ -268,18 +268,10 @@ def say_left_open(runtime: Runtime, ending: bool = False) -> None:
         return
     shown = list(still.items())[:_LEFT_OPEN_SHOWN]
     for run_id, queue in shown:
-        with contextlib.suppress(OSError, ValueError):  # a closed terminal
-            print(
-                f"run {run_id} is still open and this process's worker stops as it exits: "
-                f"it goes on once a worker serves task queue {queue!r} "
-                f"(`agentor-temporal worker --agents MODULE:ATTR`, or agent.resume({run_id!r}))",
-                file=sys.stderr,
-                flush=True,
-            )
+        say_line(
+            f"run {run_id} is still open and this process's worker stops as it exits: "
+            f"it goes on once a worker serves task queue {queue!r} "
+            f"(`agentor-temporal worker --agents MODULE:ATTR`, or agent.resume({run_id!r}))"
+        )
     if len(still) > len(shown):
-        with contextlib.suppress(OSError, ValueError):
-            print(
-                f"... and {len(still) - len(shown)} more runs still open the same way",
-                file=sys.stderr,
-                flush=True,
-            )
+        say_line(f"... and {len(still) - len(shown)} more runs still open the same way")

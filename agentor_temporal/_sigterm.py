@@ -24,14 +24,13 @@ import contextlib
 import functools
 import logging
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from types import FrameType
 from typing import Any
 
-from agentor_temporal._ending import end_by
+from agentor_temporal._ending import end_by, say_line
 from agentor_temporal._exit import calls_grace, exit_drain
 
 logger = logging.getLogger("agentor_temporal")
@@ -200,14 +199,11 @@ class NoteFirst:
 def note_line(signum: signal.Signals, then: str = "") -> None:
     """Say on stderr that the calls are being finished, and how to abandon them (one line)."""
     again = "press Ctrl+C again" if signum == signal.SIGINT else "send it again"
-    with contextlib.suppress(OSError, ValueError):  # a closed terminal
-        print(
-            f"{signum.name}: finishing the calls this process's worker runs "
-            f"(up to {calls_grace():g} s){then}; {again} to abandon them "
-            "(the next worker runs them again)",
-            file=sys.stderr,
-            flush=True,
-        )
+    say_line(
+        f"{signum.name}: finishing the calls this process's worker runs "
+        f"(up to {calls_grace():g} s){then}; {again} to abandon them "
+        "(the next worker runs them again)"
+    )
 
 
 def _drain_then_end(signum: signal.Signals) -> None:

@@ -42,6 +42,7 @@ from agentor_temporal._cli_common import (
 from agentor_temporal._cli_fork import cmd_fork
 from agentor_temporal._cli_inspect import cmd_export, cmd_list, cmd_prune, cmd_show
 from agentor_temporal._cli_parser import build_parser
+from agentor_temporal._ending import say_line
 from agentor_temporal._exit import calls_grace
 from agentor_temporal._outage import outage_of
 from agentor_temporal._progress import Progress, finished_execution, follow
@@ -320,13 +321,10 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def _noted(signum: signal.Signals) -> None:
     again = "Ctrl+C again" if signum == signal.SIGINT else f"{signum.name} again"
-    with contextlib.suppress(OSError, ValueError):  # a closed terminal
-        print(
-            f"finishing the calls this command's worker runs (up to {calls_grace():g} s); "
-            f"interrupt again to abandon them ({again}; another worker then runs them again)",
-            file=sys.stderr,
-            flush=True,
-        )
+    say_line(
+        f"finishing the calls this command's worker runs (up to {calls_grace():g} s); "
+        f"interrupt again to abandon them ({again}; another worker then runs them again)"
+    )
 
 
 #: Ctrl+C, SIGTERM, SIGHUP: end the command; once its outcome is decided, wait first. An

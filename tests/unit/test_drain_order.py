@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import signal
+import sys
 from typing import Any
 
 import pytest
@@ -58,3 +60,30 @@ def test_a_sigterm_while_ctrl_cs_line_is_written_is_noted_and_ends_the_process_a
         done.append("KeyboardInterrupt")
     assert said == [signal.SIGINT, signal.SIGTERM]
     assert done == ["drained", "left open said", "ended by SIGTERM"]
+
+
+class _Interrupting(io.StringIO):
+    """stderr where a signal is handled right after the first write: its handler's line."""
+
+    fired = False
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if not self.fired:
+            self.fired = True
+            _sigterm.note_line(signal.SIGTERM, ", then exiting")
+        return written
+
+
+def test_a_signal_handled_while_a_line_is_written_never_splits_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The io layer runs signal handlers between its writes, and `print` wrote the text and
+    its newline apart: a SIGTERM after Ctrl+C put its own line inside the Ctrl+C's (seen in a
+    loaded run: no stderr line began with 'SIGTERM:'). Each line is now one write."""
+    err = _Interrupting()
+    monkeypatch.setattr(sys, "stderr", err)
+    _sigterm.note_line(signal.SIGINT, ", then stopping")
+    lines = err.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["SIGINT", "SIGTERM"], lines
+    assert all(line.endswith("(the next worker runs them again)") for line in lines), lines
