@@ -598,6 +598,32 @@ def plain_agent(ledger: str | None = None, **overrides: Any) -> Agentor:
     return weather_agent(**options)
 
 
+def here_agent(ledger: str, model: Any, task_queue: str, client: Client, runs: Path) -> Agentor:
+    """`plain_agent` for a worker of the test's own process, on `model` (a scripted model
+    server), mirroring to `runs` (a script's runs directory): the next worker after a script
+    ended, without a process of its own (~3 s of CPU in imports alone)."""
+    return plain_agent(
+        ledger,
+        base_url=model.base_url,
+        task_queue=task_queue,
+        temporal=client,
+        store=FileStore(runs),
+        embedded_worker=False,
+    )
+
+
+async def resume_here(
+    client: Client, model: Any, task_queue: str, tmp_path: Path, ledger: str, run_id: str
+) -> Any:
+    """Resume `run_id` on a worker of the test's own process (`here_agent`, mirroring to
+    `tmp_path / "runs"`, the scripts' store); its RunResult."""
+    from agentor_temporal.worker import build_worker
+
+    agent = here_agent(ledger, model, task_queue, client, tmp_path / "runs")
+    async with build_worker(client, [agent], task_queue=task_queue):
+        return await asyncio.wait_for(agent.aresume(run_id), 60)
+
+
 @function_tool
 def pad(data: str, n: int) -> str:
     """Take a lot, give back a lot.

@@ -21,11 +21,17 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agentor_temporal import FileStore, RunResult, TemporalStore
+from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
-from agentor_temporal.worker import build_worker
 
-from helpers import PROCS, ROOT, ledger_lines, plain_agent, until, weather_or_transfer
+from helpers import (
+    PROCS,
+    ROOT,
+    ledger_lines,
+    resume_here,
+    until,
+    weather_or_transfer,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -46,24 +52,6 @@ def _env(
         "AGENT_TOOL_GATE": str(tmp_path / "gate"),
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
     }
-
-
-async def resume_here(
-    client: Client, model: ScriptedModelServer, queue: str, tmp_path: Path, ledger: str, run_id: str
-) -> RunResult:
-    """Resume `run_id` on a worker of the test's own process (the next worker after the
-    script's end), mirroring to the script's store: a resuming process more cost ~3 s of CPU
-    in imports alone, and its own exit is `test_exit_scripts`' subject."""
-    agent = plain_agent(
-        ledger,
-        base_url=model.base_url,
-        task_queue=queue,
-        temporal=client,
-        store=FileStore(tmp_path / "runs"),
-        embedded_worker=False,
-    )
-    async with build_worker(client, [agent], task_queue=queue):
-        return await asyncio.wait_for(agent.aresume(run_id), 60)
 
 
 async def test_a_sigterm_handler_of_the_scripts_own_does_not_cut_the_exit_drain_short(

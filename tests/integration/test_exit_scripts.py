@@ -28,12 +28,21 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agentor_temporal import FileStore, RunResult, TemporalStore
+from agentor_temporal import FileStore, TemporalStore
 from agentor_temporal._embedded_worker import WORKER_LINGER
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import PROCS, ROOT, ledger_lines, plain_agent, until, weather_or_transfer
+from helpers import (
+    PROCS,
+    ROOT,
+    here_agent,
+    ledger_lines,
+    plain_agent,
+    resume_here,
+    until,
+    weather_or_transfer,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -83,29 +92,6 @@ def gated(tmp_path: Path) -> dict[str, str]:
     return {"AGENT_TOOL_SECONDS": "60", "AGENT_TOOL_GATE": str(tmp_path / "gate")}
 
 
-async def resume_here(
-    client: Client,
-    model: ScriptedModelServer,
-    task_queue: str,
-    tmp_path: Path,
-    ledger: str,
-    run_id: str,
-) -> RunResult:
-    """Resume `run_id` on a worker of the test's own process: the next worker after a script
-    ended (a resuming script's own clean exit is `test_short_scripts_exit_cleanly_under_load`'s
-    subject; a process more here cost ~3 s of CPU in imports alone)."""
-    agent = plain_agent(
-        ledger,
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(tmp_path / "runs"),
-        embedded_worker=False,
-    )
-    async with build_worker(client, [agent], task_queue=task_queue):
-        return await asyncio.wait_for(agent.aresume(run_id), 60)
-
-
 async def start_paused(
     client: Client,
     model: ScriptedModelServer,
@@ -117,14 +103,7 @@ async def start_paused(
     """Start `run_id` (a transfer) on a worker of the test's own process, stopped once the run
     waits for approval: the approving script's worker is then the only one polling. The call
     id of the pending transfer."""
-    agent = plain_agent(
-        ledger,
-        base_url=model.base_url,
-        task_queue=task_queue,
-        temporal=client,
-        store=FileStore(tmp_path / "runs"),
-        embedded_worker=False,
-    )
+    agent = here_agent(ledger, model, task_queue, client, tmp_path / "runs")
     async with build_worker(client, [agent], task_queue=task_queue):
         paused = await asyncio.wait_for(agent.arun("Send 5 to bob", run_id=run_id), 60)
     assert paused.status == "awaiting_approval", paused.status

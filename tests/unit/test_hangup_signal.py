@@ -4,11 +4,16 @@
 there only where it differs in timing (as the idle worker stops). What made its
 other variants differ is pinned here: the same handler as SIGTERM's, in a call
 and at exit, the same line, and the process ended by SIGHUP itself.
+
+Also here, a drain's signals arriving while another's line is written: each is recorded
+before its line is said, and each line is one write.
 """
 
 from __future__ import annotations
 
+import io
 import signal
+import sys
 from typing import Any
 
 import pytest
@@ -86,3 +91,66 @@ def test_a_signal_mid_call_drains_says_so_and_ends_the_process_by_itself(
     _sigterm._drain_then_end(signum)
     name = signum.name
     assert done == [f"{name} noted, then exiting", "drained", "left", f"ended by {name}"]
+
+
+def test_a_sigterm_while_ctrl_cs_line_is_written_is_noted_and_ends_the_process_after_the_drain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl+C mid-tool, and a SIGTERM arriving while the Ctrl+C's line is written (a client
+    escalating on reading it): the SIGTERM's handler runs nested, before the first returns.
+    Before, the Ctrl+C was recorded only after its line, so the SIGTERM found no drain under
+    way and ended the process at once, mid-call, saying nothing (seen in a clean-clone run:
+    the script killed by SIGTERM with no 'SIGTERM:' line); the next worker ran the tool again.
+    Now it is noted in its own line and the process ends by it once the call is finished."""
+    done: list[str] = []
+    said: list[signal.Signals] = []
+
+    def note_line(signum: signal.Signals, then: str = "") -> None:
+        said.append(signum)
+        if len(said) == 1:
+            _sigterm._drain_noted(signal.SIGTERM)  # delivered while the line is written
+
+    def ended(signum: signal.Signals) -> None:
+        done.append(f"ended by {signum.name}")
+
+    def left_open(runtime: Any, ending: bool = False) -> None:
+        done.append("left open said")
+
+    monkeypatch.setattr(Runtime, "_instance", _Serving(done))
+    monkeypatch.setattr(_sigterm, "note_line", note_line)
+    monkeypatch.setattr(_sigterm, "end_by", ended)
+    monkeypatch.setattr(_live, "say_left_open", left_open)
+    monkeypatch.setattr(_sigterm, "_then", [])
+    try:
+        _sigterm._drain_then_end(signal.SIGINT)
+    except KeyboardInterrupt:  # the process would have ended by Ctrl+C
+        done.append("KeyboardInterrupt")
+    assert said == [signal.SIGINT, signal.SIGTERM]
+    assert done == ["drained", "left open said", "ended by SIGTERM"]
+
+
+class _Interrupting(io.StringIO):
+    """stderr where a signal is handled right after the first write: its handler's line."""
+
+    fired = False
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if not self.fired:
+            self.fired = True
+            _sigterm.note_line(signal.SIGTERM, ", then exiting")
+        return written
+
+
+def test_a_signal_handled_while_a_line_is_written_never_splits_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The io layer runs signal handlers between its writes, and `print` wrote the text and
+    its newline apart: a SIGTERM after Ctrl+C put its own line inside the Ctrl+C's (seen in a
+    loaded run: no stderr line began with 'SIGTERM:'). Each line is now one write."""
+    err = _Interrupting()
+    monkeypatch.setattr(sys, "stderr", err)
+    _sigterm.note_line(signal.SIGINT, ", then stopping")
+    lines = err.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["SIGINT", "SIGTERM"], lines
+    assert all(line.endswith("(the next worker runs them again)") for line in lines), lines
