@@ -379,8 +379,10 @@ def patient_exit(
         return contextlib.nullcontext()
 
     def note(signum: signal.Signals) -> None:
-        note_line(signum, ", then exiting")
+        # recorded before the line says it: another signal while the line is written (its
+        # handler runs nested) is noted after this one, not before it
         if noted is not None:
             noted(signum)
+        note_line(signum, ", then exiting")
 
     return NoteFirst(EXIT_SIGNALS, note, over=over_default_or_draining).installed()
