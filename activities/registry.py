@@ -370,7 +370,7 @@ class AgentRegistry:
         endpoint and event loop (`loop`, by default the running one): clients
         are bound to the loop they were first used on.
         """
-        from openai import AsyncOpenAI, Timeout
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient, Timeout
 
         # an empty OPENAI_BASE_URL (compose passes one through) means the default
         base_url = agent.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_URL
@@ -392,15 +392,20 @@ class AgentRegistry:
             clients = self._clients.setdefault(loop, {})
             client = clients.get((base_url, api_key))
             if client is None:
+                # each read within the reply's bound, the connect within its own
+                timeout = Timeout(
+                    MODEL_REPLY_LIMIT.total_seconds(),
+                    connect=MODEL_CONNECT_LIMIT.total_seconds(),
+                )
                 client = AsyncOpenAI(
                     base_url=base_url,
                     api_key=api_key,
                     max_retries=0,
-                    # each read within the reply's bound, the connect within its own
-                    timeout=Timeout(
-                        MODEL_REPLY_LIMIT.total_seconds(),
-                        connect=MODEL_CONNECT_LIMIT.total_seconds(),
-                    ),
+                    timeout=timeout,
+                    # openai's own pool (its defaults, no finaliser): dropped open,
+                    # openai's schedules its close on whichever loop collects it,
+                    # which inside a workflow activation is refused and printed
+                    http_client=DefaultAsyncHttpxClient(timeout=timeout),
                 )
                 clients[(base_url, api_key)] = client
         if dead:

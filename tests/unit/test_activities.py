@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -542,3 +544,43 @@ def test_clients_of_a_closed_loop_are_closed_when_dropped() -> None:
         finally:
             loop.close()
     assert second is not first and first.is_closed()
+
+
+class _Evicting(BaseException):
+    """What a workflow's event loop raises for a task made while it is evicted."""
+
+
+def test_a_client_dropped_open_schedules_nothing_on_the_loop_that_collects_it() -> None:
+    """An openai client dropped open and collected on a loop that refuses new tasks (a
+    workflow's, being evicted: the SDK raises a BaseException there) prints nothing:
+    openai's own HTTP pool's finaliser would schedule its `aclose()` on that loop."""
+    definition = AgentDefinition(
+        name="A", model="m", tools=[], api_key="sk-dropped-0002", base_url="http://127.0.0.1:9/v1"
+    )
+    registry = AgentRegistry([definition])
+    unraisable: list[Any] = []
+
+    class Refusing(asyncio.SelectorEventLoop):
+        evicting = False
+
+        def create_task(self, coro: Any, **kwargs: Any) -> Any:
+            if not self.evicting:
+                return super().create_task(coro, **kwargs)
+            coro.close()
+            raise _Evicting("Ignoring create task while evicting workflow.")
+
+    async def dropped() -> None:
+        registry.openai_client(definition, loop)
+        loop.evicting = True
+        registry._clients.clear()  # dropped open, as a registry nobody closed
+        gc.collect()
+        loop.evicting = False
+
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    loop = Refusing()
+    try:
+        loop.run_until_complete(dropped())
+    finally:
+        sys.unraisablehook = hook
+        loop.close()
+    assert unraisable == []
