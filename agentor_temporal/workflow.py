@@ -96,7 +96,7 @@ PATCH_OUTCOME_ROOM = "agentor-run-agent-outcome-room"
 #: Every pending run's outcome lands there: eight runs gathered with short prompts
 #: and 300 kB answers took a history with a 2 MB limit past it, and Temporal
 #: terminated the caller. So runs are started while the outcomes of those pending
-#: fit, about 65 at once in a fresh history (a further call waits for one to end).
+#: fit, about 69 at once in a fresh history (a further call waits for one to end).
 RUN_AGENT_OUTCOME_BYTES = policies.MAX_REPLY_BYTES + 64_000
 #: History events one run adds to its caller at most (its start, started, outcome,
 #: and the workflow task its outcome wakes).
