@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -86,6 +87,17 @@ PATCH_HISTORY_ROOM = "agentor-run-agent-history-room"
 RUN_AGENT_HISTORY_BYTES = 40_000_000
 #: The same for history events (Temporal's limit: 51,200, `limit.historyCount.error`).
 RUN_AGENT_HISTORY_EVENTS = 40_000
+#: The patch under which a `run_agent` call waits while the outcomes of the runs
+#: pending, at `RUN_AGENT_OUTCOME_BYTES` each, could take the history past
+#: `RUN_AGENT_HISTORY_BYTES` (asked only when they could).
+PATCH_OUTCOME_ROOM = "agentor-run-agent-outcome-room"
+#: What one run's outcome may add to its caller's history: its final answer (at
+#: most `policies.MAX_REPLY_BYTES` as Temporal encodes it), its error and usage.
+#: Every pending run's outcome lands there: eight runs gathered with short prompts
+#: and 300 kB answers took a history with a 2 MB limit past it, and Temporal
+#: terminated the caller. So runs are started while the outcomes of those pending
+#: fit, about 69 at once in a fresh history (a further call waits for one to end).
+RUN_AGENT_OUTCOME_BYTES = policies.MAX_REPLY_BYTES + 64_000
 #: History events one run adds to its caller at most (its start, started, outcome,
 #: and the workflow task its outcome wakes).
 _EVENTS_PER_RUN = 6
@@ -152,7 +164,10 @@ async def _slot(pending: _Pending, size: int) -> str | None:
     side): every command of it, on every retry, so the parent started none of
     its runs, for good. So a run waits while `MAX_PENDING_AGENT_RUNS` are
     pending, and for the next workflow task (a short timer) when this one's
-    starts already carry `RUN_AGENT_TASK_BYTES`. No command is issued unless
+    starts already carry `RUN_AGENT_TASK_BYTES`, and for one to end while the
+    outcomes of those pending could take the history past `RUN_AGENT_HISTORY_BYTES`
+    (`RUN_AGENT_OUTCOME_BYTES` each: Temporal would terminate the caller as they
+    landed, cancelling its runs). No command is issued unless
     a limit is met; then a patch marks the history (one recorded before
     started them all at once).
     """
@@ -168,6 +183,9 @@ async def _slot(pending: _Pending, size: int) -> str | None:
             if workflow.patched(PATCH_TASK_BYTES):
                 await workflow.sleep(policies.JOURNAL_STEP_PAUSE, summary="next task")
                 continue
+        if _outcomes_short(pending, size) and workflow.patched(PATCH_OUTCOME_ROOM):
+            await workflow.wait_condition(_fewer_than(pending, pending.count))
+            continue
         break
     refused = _no_room(pending, size)
     if refused is not None and workflow.patched(PATCH_HISTORY_ROOM):
@@ -179,6 +197,20 @@ async def _slot(pending: _Pending, size: int) -> str | None:
         pending.runs() + 1,
     )
     return None
+
+
+def _fewer_than(pending: _Pending, count: int) -> Callable[[], bool]:
+    """A condition: fewer than `count` runs pending (one has ended since)."""
+    return lambda: pending.count < count
+
+
+def _outcomes_short(pending: _Pending, size: int) -> bool:
+    """Whether the outcomes of the runs pending (each one's largest) and a start of `size`
+    could take this history past `RUN_AGENT_HISTORY_BYTES`; never with none pending."""
+    if not pending.count:
+        return False
+    held = workflow.info().get_current_history_size() + pending.started() + size
+    return held + pending.count * RUN_AGENT_OUTCOME_BYTES > RUN_AGENT_HISTORY_BYTES
 
 
 def _no_room(pending: _Pending, size: int) -> str | None:

@@ -70,7 +70,8 @@ async def test_runs_past_the_history_limit_are_refused_not_the_parent_terminated
 async def test_a_parent_recorded_before_the_history_room_check_replays(
     client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A history whose runs started past today's room (recorded before it) replays as it was."""
+    """A history whose runs started past today's room, for their inputs or their outcomes
+    (recorded before it), replays as it was."""
     runs = 3
     with ScriptedModelServer([Reply(f"Answer {n}.") for n in range(runs)]) as model:
         plugin = AgentorPlugin(agents=[support(model)])
@@ -81,6 +82,10 @@ async def test_a_parent_recorded_before_the_history_room_check_replays(
             assert all(a.startswith("Answer ") for a in await handle.result())
             history = await handle.fetch_history()
     monkeypatch.setattr(run_agent_module, "RUN_AGENT_HISTORY_BYTES", PROMPT)
+    await Replayer(workflows=[AskBig], plugins=[AgentorPlugin()]).replay_workflow(history)
+    # and past today's room for the outcomes of the runs pending
+    monkeypatch.setattr(run_agent_module, "RUN_AGENT_HISTORY_BYTES", 40_000_000)
+    monkeypatch.setattr(run_agent_module, "RUN_AGENT_OUTCOME_BYTES", 40_000_000)
     await Replayer(workflows=[AskBig], plugins=[AgentorPlugin()]).replay_workflow(history)
 
 
@@ -124,3 +129,43 @@ async def test_runs_one_after_another_past_the_event_limit_are_refused(
     assert done and refused and len(done) + len(refused) == runs, answers
     assert answers[: len(done)] == done
     await Replayer(workflows=[AskInTurn], plugins=[AgentorPlugin()]).replay_workflow(history)
+
+
+#: agent runs gathered side by side with short prompts, and each one's answer
+ANSWERED, ANSWER = 8, 300_000
+
+
+@workflow.defn(sandboxed=False)
+class AskMany:
+    @workflow.run
+    async def run(self, count: int) -> list[str]:
+        outcomes = await asyncio.gather(
+            *(run_agent("Support Agent", f"Write report {n}.") for n in range(count))
+        )
+        return [(o.final_output or "")[:20] or o.error or o.status for o in outcomes]
+
+
+async def test_runs_gathered_whose_answers_would_pass_the_history_limit_wait_their_turn(
+    task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Short prompts, long answers: each outcome lands in the caller's history, so runs wait
+    while the outcomes of those pending could take it past the limit, never the parent
+    terminated (before: eight 300 KB answers under a 2 MB limit terminated it)."""
+    monkeypatch.setattr(run_agent_module, "RUN_AGENT_HISTORY_BYTES", LIMIT * 3 // 4)
+    monkeypatch.setattr(run_agent_module, "RUN_AGENT_OUTCOME_BYTES", ANSWER + 10_000)
+    async with dev_server(
+        f"limit.historySize.error={LIMIT}", f"limit.historySize.warn={LIMIT // 4}"
+    ) as client:
+        with ScriptedModelServer([Reply(f"{n}" * ANSWER) for n in range(ANSWERED)]) as model:
+            plugin = AgentorPlugin(agents=[support(model)])
+            async with Worker(client, task_queue=task_queue, workflows=[AskMany], plugins=[plugin]):
+                handle = await client.start_workflow(
+                    AskMany.run, ANSWERED, id=uuid.uuid4().hex, task_queue=task_queue
+                )
+                answers = await asyncio.wait_for(handle.result(), 60)
+                history = await handle.fetch_history()
+        assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+    done = [a for a in answers if len(a) == 20]
+    refused = [a for a in answers if "Continue your workflow as new" in a]
+    assert done and len(done) + len(refused) == ANSWERED, answers
+    await Replayer(workflows=[AskMany], plugins=[AgentorPlugin()]).replay_workflow(history)
