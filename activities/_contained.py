@@ -36,6 +36,22 @@ class Exited(Exception):
         self.original = original
 
 
+def exited_in(exc: BaseException) -> BaseException | None:
+    """The `SystemExit`/`KeyboardInterrupt` an `Exited` carries in `exc`, or in its group.
+
+    A `TaskGroup` whose task exited gathers the `Exited` into an exception
+    group; asyncio's own rule for a group's task that exited is to raise that
+    exit alone, so the model reads "SystemExit: 2", not "unhandled errors in a
+    TaskGroup".
+    """
+    if isinstance(exc, Exited):
+        return exc.original
+    for inner in getattr(exc, "exceptions", None) or ():
+        if isinstance(inner, BaseException) and (found := exited_in(inner)) is not None:
+            return found
+    return None
+
+
 async def contained(awaitable: Any) -> Any:
     """Await an async tool; what it raises stays an exception of its task.
 

@@ -36,7 +36,7 @@ from typing import Any, overload
 import pydantic
 
 from agentor_temporal.activities import _tool_context
-from agentor_temporal.activities._contained import Exited, contained, in_tool
+from agentor_temporal.activities._contained import contained, exited_in, in_tool
 from agentor_temporal.activities._errors import run_cancelled
 from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities._tool_context import ToolContext, tool_context
@@ -218,8 +218,9 @@ class Tool:
             inside = in_tool.set(True)  # the tasks it starts are kept too (`_contained`)
             try:
                 return bool(await _bounded(contained(timed), timeout))
-            except Exited as exc:
-                raise exc.original from None
+            except Exception as exc:
+                _raise_exited(exc)
+                raise
             finally:
                 in_tool.reset(inside)
         asked = functools.partial(self.needs_approval, kwargs)
@@ -266,12 +267,21 @@ class Tool:
                 value = await _in_thread(threads or _default_threads(), call, timeout)
                 if inspect.isawaitable(value):
                     value = await _bounded(contained(value), timeout)
-        except Exited as exc:
-            raise exc.original from None  # here, in the caller's task, it is an answer
+        except Exception as exc:
+            _raise_exited(exc)
+            raise
         finally:
             in_tool.reset(inside)
             _tool_context.current.reset(token)
         return stringify(value)
+
+
+def _raise_exited(exc: Exception) -> None:
+    """Raise the exit a tool's task carried out (`_contained`): here, in the caller's task,
+    it is an answer; return when `exc` carries none."""
+    original = exited_in(exc)
+    if original is not None:
+        raise original from None
 
 
 _default: ToolThreads | None = None

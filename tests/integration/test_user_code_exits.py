@@ -30,7 +30,9 @@ from agentor_temporal.worker import build_worker
 from helpers import ledger_lines, ledger_write, polled, weather_agent
 
 #: each tool, and how its answer begins
-TOOLS = {"gathers": "SystemExit: 2", "waits_for": "KeyboardInterrupt", "in_group": "ExceptionGroup"}
+TOOLS = {"gathers": "SystemExit: 2", "waits_for": "KeyboardInterrupt", "in_group": "SystemExit: 2"}
+if sys.version_info < (3, 11):  # no asyncio.TaskGroup
+    del TOOLS["in_group"]
 
 
 async def _exits(how: str) -> None:
@@ -63,7 +65,7 @@ def _tools(ledger: str) -> list[Any]:
             group.create_task(_exits("exit"))
         return "ran"
 
-    return [gathers, waits_for, in_group]
+    return [t for t in (gathers, waits_for, in_group) if t.name in TOOLS]
 
 
 def _serve(address: str, agent: Agentor, task_queue: str, stop: threading.Event) -> list[str]:

@@ -88,3 +88,21 @@ def test_the_loops_own_task_factory_still_makes_the_tasks() -> None:
 
     _run(main)
     assert made[:2] == ["coroutine", "_Kept"]  # then asyncio.run's own, at its end
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.TaskGroup is 3.11's")
+def test_a_task_groups_exited_task_is_raised_as_its_exit() -> None:
+    """A TaskGroup's task that exited makes the tool raise that exit, as asyncio's rule is."""
+
+    async def in_group() -> str:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(_exits())
+            group.create_task(asyncio.sleep(5))
+        return "ran"
+
+    async def main() -> None:
+        with pytest.raises(SystemExit) as raised:
+            await Tool(in_group).call({})
+        assert raised.value.code == 3
+
+    _run(main)
