@@ -36,6 +36,7 @@ from typing import Any, overload
 import pydantic
 
 from agentor_temporal.activities import _tool_context
+from agentor_temporal.activities._contained import contained, exited_in, in_tool
 from agentor_temporal.activities._errors import run_cancelled
 from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities._tool_context import ToolContext, tool_context
@@ -214,7 +215,14 @@ class Tool:
             # an async predicate awaits its lookups: it runs on the loop, timed
             # step by step, since a blocking call in it holds up the whole worker
             timed = _timed_steps(self.requires_approval(**kwargs), self._blocked_loop)
-            return bool(await _bounded(_contained(timed), timeout))
+            inside = in_tool.set(True)  # the tasks it starts are kept too (`_contained`)
+            try:
+                return bool(await _bounded(contained(timed), timeout))
+            except Exception as exc:
+                _raise_exited(exc)
+                raise
+            finally:
+                in_tool.reset(inside)
         asked = functools.partial(self.needs_approval, kwargs)
         return bool(await _in_thread(threads or _default_threads(), asked, timeout))
 
@@ -249,20 +257,31 @@ class Tool:
         """
         kwargs = self.validate(args)
         token = _tool_context.current.set(context)
+        inside = in_tool.set(True)  # the tasks an async tool starts are kept too (`_contained`)
         try:
             if inspect.iscoroutinefunction(self.fn):
-                value = await _bounded(_contained(self.fn(**kwargs)), timeout)
+                value = await _bounded(contained(self.fn(**kwargs)), timeout)
             else:
                 # the copied context carries tool_context() into the thread
                 call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
                 value = await _in_thread(threads or _default_threads(), call, timeout)
                 if inspect.isawaitable(value):
-                    value = await _bounded(_contained(value), timeout)
-        except _Exited as exc:
-            raise exc.original from None  # here, in the caller's task, it is an answer
+                    value = await _bounded(contained(value), timeout)
+        except Exception as exc:
+            _raise_exited(exc)
+            raise
         finally:
+            in_tool.reset(inside)
             _tool_context.current.reset(token)
         return stringify(value)
+
+
+def _raise_exited(exc: Exception) -> None:
+    """Raise the exit a tool's task carried out (`_contained`): here, in the caller's task,
+    it is an answer; return when `exc` carries none."""
+    original = exited_in(exc)
+    if original is not None:
+        raise original from None
 
 
 _default: ToolThreads | None = None
@@ -375,34 +394,6 @@ async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float
             "abandoned (it may still have effects; its result will be discarded)"
         )
     return await outcome  # done, or it ended just as it timed out
-
-
-class _Exited(Exception):
-    """A `SystemExit` or `KeyboardInterrupt` an async tool raised, carried out of its task."""
-
-    def __init__(self, original: BaseException) -> None:
-        super().__init__(str(original))
-        self.original = original
-
-
-async def _contained(awaitable: Any) -> Any:
-    """Await an async tool; what it raises stays an exception of its task.
-
-    asyncio re-raises a `SystemExit` or `KeyboardInterrupt` that ends a task
-    out of the event loop itself, which stopped the whole worker (every run
-    on it hung): carried as an ordinary exception, it becomes the tool's
-    answer like any other, as it is for a sync tool.
-
-    What it returns is awaited too when awaitable (an `await` forgotten in an
-    `async def` tool, as a sync tool's returned coroutine is awaited): the model
-    was answered "<coroutine object ...>" and the script printed "coroutine ...
-    was never awaited" on stderr.
-    """
-    try:
-        value = await awaitable
-        return await value if inspect.isawaitable(value) else value
-    except (SystemExit, KeyboardInterrupt) as exc:
-        raise _Exited(exc) from None
 
 
 @types.coroutine

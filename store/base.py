@@ -51,15 +51,22 @@ _T = TypeVar("_T")
 
 
 async def in_thread(fn: Callable[..., _T], /, *args: Any) -> _T:
-    """`asyncio.to_thread(fn, *args)` for a store's code: a StopIteration it raises is an error.
+    """`asyncio.to_thread(fn, *args)` for a store's code: what it raises is an error.
 
     asyncio cannot take a StopIteration into a Future (a TypeError in the
     loop's callback), so its caller was never woken: a store whose `load`
     did `next()` on nothing hung the run's model call until its timeout,
-    every attempt, and `resume` for ever.
+    every attempt, and `resume` for ever. A `SystemExit` or
+    `KeyboardInterrupt` (a store's client calling `sys.exit` on a bad
+    setting) reached the awaiting task, and asyncio re-raises either out of
+    the event loop when it ends a task: the worker's loop stopped, every
+    call in flight on it ran again on the next worker, and that worker's
+    retry of the mirror stopped it too. Raised in a thread, neither is a
+    signal to this process (Python handles signals in the main thread).
 
     Raises:
-        RuntimeError: for a StopIteration, naming the function.
+        RuntimeError: for a StopIteration, SystemExit or KeyboardInterrupt,
+            naming the function.
         Exception: whatever else `fn` raised.
     """
     return await asyncio.to_thread(functools.partial(_stopped_raises, fn, *args))
@@ -68,10 +75,13 @@ async def in_thread(fn: Callable[..., _T], /, *args: Any) -> _T:
 def _stopped_raises(fn: Callable[..., _T], *args: Any) -> _T:
     try:
         return fn(*args)
-    except StopIteration as exc:
+    except (StopIteration, SystemExit, KeyboardInterrupt) as exc:
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
-        detail = f": {exc}" if str(exc) else ""
-        raise RuntimeError(f"{name} raised StopIteration{detail}") from exc
+        try:
+            detail = f": {exc}" if str(exc) else ""
+        except Exception:
+            detail = ""
+        raise RuntimeError(f"{name} raised {type(exc).__name__}{detail}") from exc
 
 
 def new_run_id() -> str:
