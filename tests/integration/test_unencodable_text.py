@@ -37,10 +37,10 @@ async def test_a_providers_refusal_holding_a_lone_surrogate_fails_the_run_at_onc
     assert result.error == "Model request failed with 400: bad \ufffd request", result.error
 
 
-async def test_a_denial_holding_a_lone_surrogate_is_shown(
-    client: Client, temporal_address: str, task_queue: str, tmp_path: Path
+async def test_a_denial_holding_a_lone_surrogate_is_recorded_as_the_mirror_has_it(
+    client: Client, task_queue: str, tmp_path: Path
 ) -> None:
-    """`show` prints a run whose recorded text holds a lone surrogate, as U+FFFD."""
+    """A reason holding a lone surrogate is recorded with U+FFFD, in history as in the JSONL."""
     script = [[CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay")], Reply("done")]
     with ScriptedModelServer(script) as model:
         agent = scripted_agent(
@@ -49,10 +49,33 @@ async def test_a_denial_holding_a_lone_surrogate_is_shown(
         run_id = uuid.uuid4().hex
         paused = await agent.arun("pay bob", run_id=run_id)
         assert paused.status == "awaiting_approval", paused
-        await agent.adeny(run_id, paused.pending_approvals[0], reason="no \ud800 way")
+        await agent.adeny(run_id, paused.pending_approvals[0], reason="no \ud800 way", by="b\udcff")
+        result = await agent.aresume(run_id)
+    assert result.status == "completed", result
+    recorded = [e for e in result.events if e.type == "approval_decision"]
+    mirrored = [e for e in FileStore(tmp_path).load(run_id) if e.type == "approval_decision"]
+    # before: the result (and TemporalStore) read 'no \ud800 way', the JSONL 'no \ufffd way'
+    assert [(e.text, e.result) for e in recorded] == [("no \ufffd way", "b\ufffd")]
+    assert [(e.text, e.result) for e in mirrored] == [("no \ufffd way", "b\ufffd")]
+
+
+async def test_show_prints_a_run_holding_a_lone_surrogate(
+    client: Client, temporal_address: str, task_queue: str
+) -> None:
+    """`show` prints a run a plain client started with a lone surrogate, as U+FFFD."""
+    with ScriptedModelServer([Reply("done")]) as model:
+        agent = scripted_agent(model, client, task_queue)
+        run_id = uuid.uuid4().hex
+        # a plain client's start: nothing on its way made the text encodable
+        await client.start_workflow(
+            "AgentRun",
+            {"agent": "Weather Agent", "input": "London \ud800 please"},
+            id=run_id,
+            task_queue=task_queue,
+        )
         assert (await agent.aresume(run_id)).status == "completed"
     shown = cli("show", run_id, "--temporal", temporal_address)
     # before: exit 1, "UnicodeEncodeError: 'utf-8' codec can't encode character '\ud800'"
     assert shown.returncode == 0, shown.stderr
     assert "Traceback" not in shown.stderr
-    assert "no \ufffd way" in shown.stdout
+    assert "London \ufffd please" in shown.stdout
