@@ -8,13 +8,16 @@ never as an encoder's error in place of the run's own.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from agentor_temporal import FileStore
 from agentor_temporal.testing import CallTool, Fail, Raw, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
 
 from helpers import scripted_agent, transfer_tool, weather_tool
 from integration.test_cli import cli
@@ -79,3 +82,38 @@ async def test_show_prints_a_run_holding_a_lone_surrogate(
     assert shown.returncode == 0, shown.stderr
     assert "Traceback" not in shown.stderr
     assert "London \ufffd please" in shown.stdout
+
+
+async def test_a_second_decision_on_a_call_decided_by_a_lone_surrogate_is_refused_clearly(
+    client: Client, task_queue: str
+) -> None:
+    """A call decided 'by' a name holding a lone surrogate (a plain client's update) refuses
+    a second decision saying so, and the run takes its next decision and ends."""
+    script = [
+        [
+            CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_pay"),
+            CallTool("transfer", {"amount": 6, "to": "bob"}, id="call_two"),
+        ],
+        Reply("done"),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(
+            model, client, task_queue, tools=[transfer_tool()], embedded_worker=False
+        )
+        run_id = uuid.uuid4().hex
+        async with build_worker(client, [agent], task_queue=task_queue):  # type: ignore[list-item]
+            assert (await agent.arun("pay bob", run_id=run_id)).status == "awaiting_approval"
+            handle = client.get_workflow_handle(run_id)
+            # a plain client's update: nothing on its way made the text encodable
+            first = {"call_id": "call_pay", "approved": False, "by": "b\udcff"}
+            await asyncio.wait_for(handle.execute_update("decide", first), 30)
+            again = {"call_id": "call_pay", "approved": True}
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await asyncio.wait_for(handle.execute_update("decide", again), 30)
+            # before: the refusal could not be encoded, and the caller read only
+            # 'Failure error' (the worker logged 'Task exception was never retrieved')
+            assert "was already denied by b\ufffd" in str(refused.value.cause), refused.value
+            last = {"call_id": "call_two", "approved": False}
+            await asyncio.wait_for(handle.execute_update("decide", last), 30)
+            result = await asyncio.wait_for(agent.aresume(run_id), 30)
+    assert result.status == "completed", result
