@@ -18,6 +18,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from agentor_temporal.store.encoding import encodable_text
+
 logger = logging.getLogger(__name__)
 
 #: Error types the activities raise (written into history; the UI shows them).
@@ -202,3 +204,51 @@ def said_once(error: ApplicationError) -> ApplicationError:
         next_retry_delay=error.next_retry_delay,
         category=ApplicationErrorCategory.BENIGN,
     )
+
+
+def encodable_error(exc: BaseException) -> BaseException:
+    """`exc`, or an `ApplicationError` like it whose text encodes (U+FFFD for a lone surrogate).
+
+    A failure's message is a protobuf string: one holding a lone surrogate (a
+    provider's error escaping it as JSON's "\\ud800", an OS error naming a file
+    decoded with surrogateescape) could not be encoded, and the SDK reported
+    'Failed building exception result: ... surrogates not allowed' instead,
+    retryable: a provider's final 400 was asked again for minutes. Its type,
+    retry decision and delay are kept; so is its cause, made encodable too.
+    """
+    if not isinstance(exc, Exception) or _chain_encodable(exc):
+        return exc
+    cause = exc.__cause__
+    if isinstance(exc, ApplicationError):
+        rebuilt = ApplicationError(
+            encodable_text(exc.message),
+            *exc.details,
+            type=exc.type,
+            non_retryable=exc.non_retryable,
+            next_retry_delay=exc.next_retry_delay,
+            category=exc.category,
+        )
+    else:
+        # what the SDK's failure converter makes of any other exception
+        rebuilt = ApplicationError(encodable_text(str(exc)), type=type(exc).__name__)
+    rebuilt.__cause__ = encodable_error(cause) if cause is not None else None
+    return rebuilt
+
+
+def _chain_encodable(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = current.message if isinstance(current, ApplicationError) else _text(current)
+        if encodable_text(text) != text:
+            return False
+        current = current.__cause__
+    return True
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except BaseException:  # an unprintable exception: the SDK says so itself
+        return ""

@@ -7,7 +7,8 @@ its log records are masked (`_redact.guard_handlers`). So the streams of a
 command are wrapped once: each whole line is written with every key the
 process knows masked (`mask_secrets`: content is left as it is otherwise, a
 URL in `show`'s output stays whole). A line is held until its end, or until
-the stream is flushed, so a key written in pieces is masked whole.
+the stream is flushed, so a key written in pieces is masked whole. Text the
+stream cannot encode (a lone surrogate) is written replaced, never raised.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 from typing import Any, TextIO
 
 from agentor_temporal.activities._redact import mask_secrets
+from agentor_temporal.store.encoding import encodable_text
 
 #: A line held longer than this is written as it is so far (masked): a progress bar
 #: without line breaks still shows.
@@ -42,8 +44,19 @@ class MaskedStream:
                 cut = len(held)
             self._held = held[cut:]
             if cut:
-                self._inner.write(mask_secrets(held[:cut]))
+                self._write(mask_secrets(held[:cut]))
         return len(text)
+
+    def _write(self, text: str) -> None:
+        # a lone surrogate (a person's reason, a run a plain client started) as
+        # U+FFFD, and a character the stream's encoding lacks replaced: `show`
+        # ended in a traceback at the first line holding one
+        text = encodable_text(text)
+        try:
+            self._inner.write(text)
+        except UnicodeEncodeError:
+            encoding = getattr(self._inner, "encoding", None) or "utf-8"
+            self._inner.write(text.encode(encoding, "replace").decode(encoding))
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -53,7 +66,7 @@ class MaskedStream:
         with self._lock:
             if self._held:
                 held, self._held = self._held, ""
-                self._inner.write(mask_secrets(held))
+                self._write(mask_secrets(held))
         self._inner.flush()
 
     def __getattr__(self, name: str) -> Any:

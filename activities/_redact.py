@@ -22,6 +22,7 @@ from typing import Any, TypeVar, cast
 
 from agentor_temporal.activities._env_secrets import env_variable_secrets
 from agentor_temporal.codec import held_keys
+from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows.redaction import (
     MIN_SECRET_CHARS,
@@ -202,8 +203,12 @@ def secrets() -> list[str]:
 
 
 def clean(text: str) -> str:
-    """`text` with URL credentials, query values and every known secret masked."""
-    return redact(text, secrets())
+    """`text` with URL credentials, query values and every known secret masked.
+
+    Error text, so made encodable too (U+FFFD for a lone surrogate): a log line
+    or failure message holding one is refused by every UTF-8 encoder.
+    """
+    return encodable_text(redact(text, secrets()))
 
 
 def mask_secrets(text: str) -> str:

@@ -8,7 +8,9 @@ status. The workflow learns the attempt number through the result, so its own
 span of the call says how many attempts it took. For workflows the
 interceptor only hands the worker's `TraceConfig` to the run (see
 `agentor_temporal.workflows.tracing`); the activities themselves know nothing
-of any of it.
+of any of it. It is also where every activity's failure is made encodable
+(`encodable_error`): a message Temporal cannot carry was replaced by the
+SDK's own retryable error.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from temporalio.worker import (
 )
 
 from agentor_temporal.activities import AgentRegistry
+from agentor_temporal.activities._errors import encodable_error
+from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (
     CallToolInput,
@@ -83,13 +87,23 @@ class _Attempts(ActivityInboundInterceptor):
         self.trace = trace
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        try:
+            return await self._execute(input)
+        except Exception as exc:
+            error = encodable_error(exc)
+            if error is exc:
+                raise
+            raise error from None
+
+    async def _execute(self, input: ExecuteActivityInput) -> Any:
         info = activity.info()
         arg = input.args[0] if input.args else None
         if info.activity_type == policies.GENERATE and isinstance(arg, GenerateInput):
-            labels = {"agent": arg.agent, "model": arg.model}
+            # a label the core cannot take (a lone surrogate) failed every attempt
+            labels = {"agent": encodable_text(arg.agent), "model": encodable_text(arg.model)}
             kind, name = "model", f"chat {arg.model}"
         elif info.activity_type == policies.CALL_TOOL and isinstance(arg, CallToolInput):
-            labels = {"agent": arg.agent, "tool": arg.name}
+            labels = {"agent": encodable_text(arg.agent), "tool": arg.name}
             kind, name = "tool", f"execute_tool {arg.name}"
         else:
             return await super().execute_activity(input)

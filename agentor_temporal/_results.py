@@ -38,7 +38,7 @@ from agentor_temporal.store import (
     replay_messages,
     total_usage,
 )
-from agentor_temporal.store.encoding import nesting
+from agentor_temporal.store.encoding import encodable_text, nesting
 from agentor_temporal.workflows import PausedState, Segment, TemporalStore
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.payloads import encoded_size
@@ -171,6 +171,13 @@ def check_definition(agent: AgentDefinition) -> None:
         ValueError: naming what is wrong and the limit.
     """
     for what, value in (("name", agent.name), ("model", agent.model)):
+        if isinstance(value, str) and encodable_text(value) != value:
+            # a metric label and a protobuf string: with metrics on, every workflow
+            # task of every run failed ("Invalid value type for key agent")
+            raise ValueError(
+                f"the agent's {what} {value!r} holds a lone surrogate (text no UTF-8 "
+                "encoder takes: a name decoded with surrogateescape); give it as text"
+            )
         # measured as recorded: 512 "é" are 1,024 bytes of UTF-8 but 3,074 of
         # JSON, and every run failed with BadSearchAttributes
         size = len(json.dumps(value))

@@ -43,6 +43,7 @@ from agentor_temporal.store import (
     validate_run_id,
 )
 from agentor_temporal.store.base import in_thread, read_events
+from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import Decision, Segment, TemporalStore, policies
 from agentor_temporal.workflows.formatting import failure_message
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
@@ -258,8 +259,13 @@ async def send_decision(
     if not isinstance(decision.call_id, str) or not decision.call_id:
         raise ValueError("call_id must be a non-empty string")
     # a person's reason is recorded and shown to the model: a key this process
-    # knows, pasted into it, is masked as in a prompt
-    decision = replace(decision, reason=mask_input(decision.reason), by=mask_input(decision.by))
+    # knows, pasted into it, is masked as in a prompt, and a lone surrogate is
+    # U+FFFD as in a prompt (history then holds what the JSONL mirror does)
+    decision = replace(
+        decision,
+        reason=encodable(mask_input(decision.reason)),
+        by=encodable(mask_input(decision.by)),
+    )
     problem = decision.problem() or decision.size_problem() or decision.turn_problem()
     if problem is not None:
         raise ValueError(problem)

@@ -43,6 +43,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
+from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import ApprovalCheckInput
@@ -272,7 +273,9 @@ class Approvals:
             verdict = "approved" if taken.approved else "denied"
             raise ApplicationError(
                 f"Call {quoted(decision.call_id)} of run {run_id!r} was already {verdict}"
-                f"{' by ' + taken.by if taken.by else ''}; the decision stands.",
+                # a plain client's 'by' may hold a lone surrogate: the refusal could
+                # not be encoded ('Failure error') and the run took no decision after it
+                f"{' by ' + encodable_text(taken.by) if taken.by else ''}; the decision stands.",
                 type="AlreadyDecided",
             )
         if decision.call_id not in self.awaiting:

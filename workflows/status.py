@@ -25,6 +25,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import MetricMeter, SearchAttributeKey, SearchAttributeUpdate
 
+from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.store.events import Event, Usage
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.types import AgentSpec
@@ -142,8 +143,9 @@ class RunMetrics:
 
     def begin(self, spec: AgentSpec, new_run: bool) -> None:
         """Label everything with the agent and model; `new_run`: not a resumed segment."""
+        # a label the core cannot take (a lone surrogate) failed every workflow task
         self._meter = workflow.metric_meter().with_additional_attributes(
-            {"agent": spec.name, "model": spec.model}
+            {"agent": encodable_text(spec.name), "model": encodable_text(spec.model)}
         )
         self._new_run = new_run
 

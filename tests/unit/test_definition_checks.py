@@ -6,7 +6,8 @@ are not JSON (every run failed in its first step), `stream=True` (a stream
 where a reply was expected), instructions and settings over what one payload
 holds (every workflow task of every run failed, for ever), a budget of `True`,
 a setting of NaN or Infinity (sent as no provider can read), instructions
-that are not text (a TypeError from deep inside).
+that are not text (a TypeError from deep inside), a name or model holding a
+lone surrogate (a worker with metrics failed every workflow task of its runs).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     # 1,024 bytes of UTF-8, but Temporal measures its JSON: 3,074 bytes, and runs failed
     "escaped name": ({"name": "é" * 512}, "the agent's name is 3,074 bytes as Temporal records"),
     "long model": ({"model": "m" * 1500}, "the agent's model is 1,502 bytes"),
+    # a metric label: with metrics on, every workflow task of every run failed
+    "surrogate name": ({"name": "Agent \udcff"}, "the agent's name 'Agent \\udcff' holds a lone"),
+    "surrogate model": ({"model": "gpt\ud800"}, "the agent's model 'gpt\\ud800' holds a lone"),
     "stream": ({"stream": True}, "model setting(s) stream are set by the run itself"),
     "messages": ({"messages": []}, "model setting(s) messages are set by the run itself"),
     "object setting": ({"temperature": object()}, "model setting 'temperature' must be a JSON"),

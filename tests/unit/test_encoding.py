@@ -80,3 +80,46 @@ def test_read_json_reads_an_integer_past_pythons_limit_as_its_text() -> None:
         "m": [12, -3],
     }
     assert read_json("4300" + "0" * 4296) == 4300 * 10**4296  # at the limit: still an int
+
+
+def test_an_activitys_failure_is_made_encodable_keeping_what_temporal_reads() -> None:
+    """A failure holding a lone surrogate encodes (type, retry decision and cause kept)."""
+    import asyncio
+    from datetime import timedelta
+
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.converter import DataConverter
+    from temporalio.exceptions import ApplicationError
+
+    from agentor_temporal.activities._errors import encodable_error
+
+    def encoded(exc: BaseException) -> Failure:
+        failure = Failure()
+        asyncio.run(DataConverter.default.encode_failure(exc, failure))
+        return failure
+
+    cause = OSError("no file 'report-\udcff.txt'")
+    refused = ApplicationError(
+        "bad \ud800 request",
+        type="ModelRequestError",
+        non_retryable=True,
+        next_retry_delay=timedelta(seconds=3),
+    )
+    refused.__cause__ = cause
+    with pytest.raises(UnicodeEncodeError):
+        encoded(refused)  # what the SDK met: it sent 'Failed building exception result'
+    failure = encoded(encodable_error(refused))
+    assert failure.message == "bad \ufffd request"
+    info = failure.application_failure_info
+    assert (info.type, info.non_retryable, info.next_retry_delay.seconds) == (
+        "ModelRequestError",
+        True,
+        3,
+    )
+    assert failure.cause.message == "no file 'report-\ufffd.txt'"
+    assert failure.cause.application_failure_info.type == "OSError"
+    # any other exception is what the SDK would make of it; an encodable one is itself
+    other = encoded(encodable_error(RuntimeError("k\ud800")))
+    assert (other.message, other.application_failure_info.type) == ("k\ufffd", "RuntimeError")
+    fine = ApplicationError("fine", type="X")
+    assert encodable_error(fine) is fine
