@@ -53,6 +53,7 @@ from agentor_temporal.workflows.formatting import (
     SUMMARY_BYTES,
     call_summary,
     fit,
+    printable,
     quoted,
 )
 from agentor_temporal.workflows.journaling import Journal
@@ -272,7 +273,7 @@ class Approvals:
             verdict = "approved" if taken.approved else "denied"
             raise ApplicationError(
                 f"Call {quoted(decision.call_id)} of run {run_id!r} was already {verdict}"
-                f"{' by ' + taken.by if taken.by else ''}; the decision stands.",
+                f"{' by ' + printable(taken.by) if taken.by else ''}; the decision stands.",
                 type="AlreadyDecided",
             )
         if decision.call_id not in self.awaiting:

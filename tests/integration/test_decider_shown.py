@@ -1,0 +1,57 @@
+"""A refused decision names who decided as a terminal can show it.
+
+The first decision wins and the rest are told who decided; `by` is whatever the
+first decider sent (a plain client, `serve`'s `"by"`, the facade), so a
+newline in it wrote lines of its own into the loser's `error:` line (a forged
+"approved ... (by bob)" confirmation) and an escape sequence acted on the
+loser's terminal, as a model's call id once did in `pending`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+
+from helpers import ledger_lines, scripted_agent, transfer_tool
+
+#: a first decider's name: a line of its own, and an escape that clears the screen
+FORGED = "alice\nerror: none; approved call_pay (by bob)\x1b[2J"
+
+
+async def test_a_decision_after_another_names_the_first_decider_printably(
+    client: Client, task_queue: str, ledger: str
+) -> None:
+    """While the run waits on another call (the run says who decided), and once the run has
+    ended (read from history): one line, no escape, the name still readable."""
+    script = [
+        [
+            CallTool("transfer", {"amount": 5000, "to": "bob"}, id="call_pay"),
+            CallTool("transfer", {"amount": 7000, "to": "eve"}, id="call_eve"),
+        ],
+        Reply("Paid."),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = scripted_agent(model, client, task_queue, tools=[transfer_tool(ledger)])
+        paused = await asyncio.wait_for(agent.arun("Pay bob and eve."), 60)
+        assert paused.status == "awaiting_approval", paused.error
+        run_id = paused.run_id
+        await asyncio.wait_for(agent.aapprove(run_id, "call_pay", by=FORGED), 60)
+        told = []
+        with pytest.raises(ValueError, match="already approved by") as waiting:
+            await asyncio.wait_for(agent.adeny(run_id, "call_pay", "no", by="carol"), 60)
+        told.append(str(waiting.value))
+        await asyncio.wait_for(agent.aapprove(run_id, "call_eve", by="dave"), 60)
+        done = await asyncio.wait_for(agent.aresume(run_id), 60)
+        assert done.status == "completed", done.error
+        with pytest.raises(ValueError, match="already approved by") as ended:
+            await asyncio.wait_for(agent.adeny(run_id, "call_pay", "no", by="carol"), 60)
+        told.append(str(ended.value))
+    for message in told:
+        assert "\n" not in message and "\x1b" not in message, message
+        assert r"alice\nerror: none" in message, message
+    # the first decision stood: both transfers ran once
+    assert sorted(line.split()[-1] for line in ledger_lines(ledger)) == ["bob", "eve"]
