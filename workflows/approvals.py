@@ -59,6 +59,7 @@ from agentor_temporal.workflows.formatting import (
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.pause_watch import PauseWatch, pause_overgrown
 from agentor_temporal.workflows.payloads import plain
+from agentor_temporal.workflows.request_ids import SIGNAL_SHAPE, request_id_problem
 from agentor_temporal.workflows.types import Decision, ToolSpec
 from agentor_temporal.workflows.versions import level
 
@@ -299,7 +300,7 @@ class Approvals:
         self.decisions[self._key(decision.call_id)] = decision
         return {**self.awaiting[decision.call_id], "approved": decision.approved}
 
-    def take_signalled(self, value: Any) -> None:
+    def take_signalled(self, value: Any) -> str | None:
         """The `decide_signal` handler: a decision sent when Temporal refused the update.
 
         Temporal caps an execution's updates (2,000 in all, 10 in flight), and
@@ -309,14 +310,20 @@ class Approvals:
         to is kept under the sender's request id, for the `signalled_decision`
         query. Checked as the update's validator and handler check, and a
         malformed one is refused, never raised (that would fail the task).
+
+        Returns:
+            Why the signal was dropped unread, when it was: it names no request id
+            the run can keep its outcome under (`request_id_problem`), so no query
+            can read what it came to; the caller says so. None otherwise.
         """
         if not isinstance(value, dict):
-            return
+            return f"it takes {SIGNAL_SHAPE}, got {type(value).__name__}"
         request_id = value.get("request_id")
-        if not isinstance(request_id, str) or not request_id or len(request_id) > 64:
-            return
+        problem = request_id_problem(request_id)
+        if problem is not None or not isinstance(request_id, str):
+            return f"{problem}; it takes {SIGNAL_SHAPE}"
         if request_id in self.signalled:
-            return  # delivered twice
+            return None  # delivered twice
         try:
             decision = signalled(value.get("decision"))
             self.check(decision, replayed=True)
@@ -326,6 +333,7 @@ class Approvals:
         self.signalled[request_id] = outcome
         while len(self.signalled) > policies.SIGNALLED_DECISIONS_KEPT:
             del self.signalled[next(iter(self.signalled))]
+        return None
 
     def end_waiting(self, why: str) -> None:
         """The run fails: calls waiting for a person are answered as not run.
