@@ -280,7 +280,11 @@ class Approvals:
         if decision.call_id not in self.awaiting:
             # quoted cut: the refusal goes back in the workflow task's completion,
             # and a megabyte id quoted whole made Temporal refuse that, task after task
-            shown = [c if len(c) <= QUOTED_CHARS else quoted(c) for c in sorted(self.awaiting)]
+            # and one that is not printable (a model's id holding a newline) quoted
+            shown = [
+                c if len(c) <= QUOTED_CHARS and c.isprintable() else quoted(c)
+                for c in sorted(self.awaiting)
+            ]
             waiting = ", ".join(shown) or "none"
             raise ApplicationError(
                 f"Run {run_id!r} has no tool call {quoted(decision.call_id)} waiting for approval "
