@@ -126,9 +126,10 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         # the decision may have reached Temporal already: it is then applied
         # when a worker takes the run, although this command never said so
         raise CliError(
-            f"interrupted before run {run_id} confirmed the decision on {args.call_id}: it "
-            "may still be taken (Temporal holds a decision it received for the run, and a "
-            f"worker that picks the run up applies it); see `agentor-temporal show {run_id}` "
+            f"interrupted before run {run_id} confirmed the decision on "
+            f"{shown_id(args.call_id)}: it may still be taken (Temporal holds a decision it "
+            "received for the run, and a worker that picks the run up applies it); see "
+            f"`agentor-temporal show {run_id}` "
             "before deciding again",
             130,
         ) from None

@@ -23,6 +23,7 @@ from agentor_temporal.connection import connect
 from agentor_temporal.store import Event, FileStore, validate_run_id
 from agentor_temporal.store.base import in_thread
 from agentor_temporal.workflows import Segment, TemporalStore
+from agentor_temporal.workflows.formatting import printable
 from agentor_temporal.workflows.redaction import redact_address
 
 #: Set once a command's outcome is decided (an `approve` whose decision the run
@@ -50,8 +51,7 @@ def shown_id(value: object) -> str:
     """A name a model or client chose (a call id) as a terminal shows it: as it is when it
     is printable, else as a Python string literal, so a newline in it writes no row of its
     own and an escape sequence does not act on the terminal."""
-    text = str(value)
-    return text if text.isprintable() else ascii(text)
+    return printable(value)
 
 
 def run_id_arg(value: str) -> str:

@@ -16,6 +16,7 @@ from agentor_temporal.activities._redact import clean
 from agentor_temporal.connection import describe_target
 from agentor_temporal.store import Event
 from agentor_temporal.workflows import TemporalStore, policies
+from agentor_temporal.workflows.formatting import printable
 from agentor_temporal.workflows.history_reader import NotAnAgentRun
 
 logger = logging.getLogger("agentor_temporal")
@@ -116,7 +117,11 @@ async def how_decided(
         return ""
     for event in reversed(events):
         if event.type == "approval_decision" and event.call_id == call_id:
-            who = f" by {event.result}" if event.result and event.status != "expired" else ""
+            who = (
+                f" by {printable(event.result)}"
+                if event.result and event.status != "expired"
+                else ""
+            )
             return f", and call {call_id!r} was already {event.status}{who}"
     return ""
 

@@ -45,7 +45,7 @@ from agentor_temporal.store import (
 from agentor_temporal.store.base import in_thread, read_events
 from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import Decision, Segment, TemporalStore, policies
-from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows.formatting import failure_message, printable
 from agentor_temporal.workflows.status import AWAITING_APPROVAL
 
 logger = logging.getLogger("agentor_temporal")
@@ -278,7 +278,7 @@ async def send_decision(
         waiting = await riding_outages(
             lambda: waiting_call(client, run_id, decision.call_id),
             client,
-            what=f"reading which turn of run {run_id!r} waits for {decision.call_id}",
+            what=f"reading which turn of run {run_id!r} waits for {printable(decision.call_id)}",
         )
         if waiting is not None:
             decision = replace(decision, turn=waiting.turn)
@@ -292,7 +292,7 @@ async def send_decision(
         result: dict[str, Any] = await riding_outages(
             lambda: _update_decision(handle, decision, update_id),
             client,
-            what=f"deciding {decision.call_id} of run {run_id!r}",
+            what=f"deciding {printable(decision.call_id)} of run {run_id!r}",
         )
     except WorkflowUpdateFailedError as exc:
         raise ValueError(failure_message(exc)) from None
@@ -382,7 +382,7 @@ async def decide_by_signal(
             await riding_outages(
                 lambda: client.get_workflow_handle(run_id).describe(),
                 client,
-                what=f"reading run {run_id!r} to decide {decision.call_id}",
+                what=f"reading run {run_id!r} to decide {printable(decision.call_id)}",
             )
         ).run_id
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
@@ -394,7 +394,7 @@ async def decide_by_signal(
                 "decide_signal", {"request_id": request_id, "decision": asdict(decision)}
             ),
             client,
-            what=f"deciding {decision.call_id} of run {run_id!r}",
+            what=f"deciding {printable(decision.call_id)} of run {run_id!r}",
         )
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
@@ -448,7 +448,7 @@ def undelivered(run_id: str, call_id: str, waited: float | None = None) -> str:
     """What to tell a person whose decision no worker took in time."""
     within = f" within {waited:g} s" if waited is not None else ""
     return (
-        f"No worker took the decision on {call_id} of run {run_id}{within}: is a worker "
+        f"No worker took the decision on {printable(call_id)} of run {run_id}{within}: is a worker "
         "serving the run's agent running? Temporal holds the decision for the run, and a "
         "worker that picks the run up before the server restarts applies it; look at the "
         "run's events before deciding again"

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import fields_of
+    from agentor_temporal.workflows.request_ids import query_refusal
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import LocalSpec, Setup, describe, set_names
     from agentor_temporal.workflows.stream_window import PollGuard, StreamWindow, guard_publish
@@ -179,8 +180,9 @@ class AgentRunWorkflow(Continuing):
         The status is "awaiting_approval" while a call waits for a person (as
         the run's AgentStatus says), and the history numbers are those of the
         workflow task the run last took. `unreadable_signals` counts the signals
-        this execution dropped unread (a `decide_signal` with no argument, or one
-        that does not decode: its sender's `signalled_decision` stays None).
+        this execution dropped unread (a `decide_signal` with no argument, one
+        that does not decode, or one naming no request id of 1 to 64 characters:
+        no `signalled_decision` query can read what it came to).
         """
         status = self._status
         if status == "running" and self._approvals.awaiting:
@@ -253,7 +255,13 @@ class AgentRunWorkflow(Continuing):
     def decide_signal(self, value: Any) -> None:
         """`decide` for a sender Temporal refused the update: {"request_id", "decision"}."""
         self._signalled()
-        self._approvals.take_signalled(value)
+        dropped = self._approvals.take_signalled(value)
+        if dropped is not None:
+            # no query can read what it came to: said and counted, not dropped in silence
+            self._unreadable += 1
+            workflow.logger.warning(
+                "Dropped a 'decide_signal' signal the run cannot answer: %s", dropped
+            )
 
     def _other_signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Every signal, its arguments as sent: `decide_signal`, the stream's publish, the rest.
@@ -319,6 +327,9 @@ class AgentRunWorkflow(Continuing):
                 f"named: got {fit(repr(request_id), 60)}",
                 type="BadQuery",
             )
+        refusal = query_refusal(request_id)
+        if refusal is not None:
+            raise ApplicationError(refusal, type="BadQuery")
         return self._approvals.signalled.get(request_id)
 
     # -- the loop --------------------------------------------------------------

@@ -43,7 +43,6 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
-from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.store.events import Event
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import ApprovalCheckInput
@@ -54,11 +53,13 @@ from agentor_temporal.workflows.formatting import (
     SUMMARY_BYTES,
     call_summary,
     fit,
+    printable,
     quoted,
 )
 from agentor_temporal.workflows.journaling import Journal
 from agentor_temporal.workflows.pause_watch import PauseWatch, pause_overgrown
 from agentor_temporal.workflows.payloads import plain
+from agentor_temporal.workflows.request_ids import SIGNAL_SHAPE, request_id_problem
 from agentor_temporal.workflows.types import Decision, ToolSpec
 from agentor_temporal.workflows.versions import level
 
@@ -273,15 +274,17 @@ class Approvals:
             verdict = "approved" if taken.approved else "denied"
             raise ApplicationError(
                 f"Call {quoted(decision.call_id)} of run {run_id!r} was already {verdict}"
-                # a plain client's 'by' may hold a lone surrogate: the refusal could
-                # not be encoded ('Failure error') and the run took no decision after it
-                f"{' by ' + encodable_text(taken.by) if taken.by else ''}; the decision stands.",
+                f"{' by ' + printable(taken.by) if taken.by else ''}; the decision stands.",
                 type="AlreadyDecided",
             )
         if decision.call_id not in self.awaiting:
             # quoted cut: the refusal goes back in the workflow task's completion,
             # and a megabyte id quoted whole made Temporal refuse that, task after task
-            shown = [c if len(c) <= QUOTED_CHARS else quoted(c) for c in sorted(self.awaiting)]
+            # and one that is not printable (a model's id holding a newline) quoted
+            shown = [
+                c if len(c) <= QUOTED_CHARS and c.isprintable() else quoted(c)
+                for c in sorted(self.awaiting)
+            ]
             waiting = ", ".join(shown) or "none"
             raise ApplicationError(
                 f"Run {run_id!r} has no tool call {quoted(decision.call_id)} waiting for approval "
@@ -301,7 +304,7 @@ class Approvals:
         self.decisions[self._key(decision.call_id)] = decision
         return {**self.awaiting[decision.call_id], "approved": decision.approved}
 
-    def take_signalled(self, value: Any) -> None:
+    def take_signalled(self, value: Any) -> str | None:
         """The `decide_signal` handler: a decision sent when Temporal refused the update.
 
         Temporal caps an execution's updates (2,000 in all, 10 in flight), and
@@ -311,14 +314,20 @@ class Approvals:
         to is kept under the sender's request id, for the `signalled_decision`
         query. Checked as the update's validator and handler check, and a
         malformed one is refused, never raised (that would fail the task).
+
+        Returns:
+            Why the signal was dropped unread, when it was: it names no request id
+            the run can keep its outcome under (`request_id_problem`), so no query
+            can read what it came to; the caller says so. None otherwise.
         """
         if not isinstance(value, dict):
-            return
+            return f"it takes {SIGNAL_SHAPE}, got {type(value).__name__}"
         request_id = value.get("request_id")
-        if not isinstance(request_id, str) or not request_id or len(request_id) > 64:
-            return
+        problem = request_id_problem(request_id)
+        if problem is not None or not isinstance(request_id, str):
+            return f"{problem}; it takes {SIGNAL_SHAPE}"
         if request_id in self.signalled:
-            return  # delivered twice
+            return None  # delivered twice
         try:
             decision = signalled(value.get("decision"))
             self.check(decision, replayed=True)
@@ -328,6 +337,7 @@ class Approvals:
         self.signalled[request_id] = outcome
         while len(self.signalled) > policies.SIGNALLED_DECISIONS_KEPT:
             del self.signalled[next(iter(self.signalled))]
+        return None
 
     def end_waiting(self, why: str) -> None:
         """The run fails: calls waiting for a person are answered as not run.

@@ -73,6 +73,14 @@ def quoted(value: str, limit: int = QUOTED_CHARS) -> str:
     return f"{value[:limit]!r}... ({len(value):,} characters)"
 
 
+def printable(value: object) -> str:
+    """A name a model or client chose (a call id, who decided) as a terminal shows it: as it
+    is when it is printable, else as a Python string literal, so a newline in it writes no
+    line of its own and an escape sequence does not act on the reader's terminal."""
+    text = str(value)
+    return text if text.isprintable() else ascii(text)
+
+
 def failure_message(exc: BaseException) -> str:
     """The innermost failure's message: what actually went wrong."""
     cause: BaseException | None = exc
