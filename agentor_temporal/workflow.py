@@ -89,7 +89,8 @@ RUN_AGENT_HISTORY_BYTES = 40_000_000
 RUN_AGENT_HISTORY_EVENTS = 40_000
 #: The patch under which a `run_agent` call waits while the outcomes of the runs
 #: pending, at `RUN_AGENT_OUTCOME_BYTES` each, could take the history past
-#: `RUN_AGENT_HISTORY_BYTES` (asked only when they could).
+#: `RUN_AGENT_HISTORY_BYTES`, and the history's size counts what the runs added
+#: (`_Pending.held`); asked at an execution's first `run_agent` call.
 PATCH_OUTCOME_ROOM = "agentor-run-agent-outcome-room"
 #: What one run's outcome may add to its caller's history: its final answer (at
 #: most `policies.MAX_REPLY_BYTES` as Temporal encodes it), its error and usage.
@@ -101,6 +102,9 @@ RUN_AGENT_OUTCOME_BYTES = policies.MAX_REPLY_BYTES + 64_000
 #: History events one run adds to its caller at most (its start, started, outcome,
 #: and the workflow task its outcome wakes).
 _EVENTS_PER_RUN = 6
+#: History bytes one run adds to its caller besides its input and its outcome (the
+#: events around them, and the workflow task its outcome wakes).
+_RUN_EVENT_BYTES = 2_000
 #: Names the default run ids (`_stable_id`).
 _CHILD_IDS = uuid.UUID("3e9a7c15-2b64-4f0d-8a1e-9c5d7b3f6e20")
 #: The attribute on the workflow instance counting its `run_agent` calls with a default id.
@@ -121,6 +125,27 @@ class _Pending:
         self.count = 0
         #: (history length naming the workflow task, input bytes started in it, runs started)
         self.task: tuple[int, int, int] = (-1, 0, 0)
+        #: The history's size as the server gave it when this count was made, and the
+        #: bytes this execution's runs have added to it since (inputs, outcomes as
+        #: received, their events): the size the server gives each workflow task
+        #: leaves out events that came while the task before it ran (three 300 kB
+        #: outcomes landing together: 904 kB held, 304 kB said), so it alone let runs
+        #: start past the limit. Kept only where `PATCH_OUTCOME_ROOM` marks the history.
+        self.counted = _counts_outcomes()
+        self.base = workflow.info().get_current_history_size()
+        self.added = 0
+
+    def held(self) -> int:
+        """The history's size as best known: what the server said at this workflow task,
+        with the runs started in it, or what this execution's runs have added, if more."""
+        said = workflow.info().get_current_history_size() + self.started()
+        return max(said, self.base + self.added) if self.counted else said
+
+    def ended(self, outcome: Any) -> None:
+        """Count a run's end: its outcome (a result, or the failure it ended with) is held."""
+        self.count -= 1
+        if self.counted:
+            self.added += encoded_size(outcome) + _RUN_EVENT_BYTES
 
     def started(self) -> int:
         """Input bytes of the runs started in the current workflow task."""
@@ -131,6 +156,11 @@ class _Pending:
         """The runs started in the current workflow task."""
         task, _, runs = self.task
         return runs if task == workflow.info().get_current_history_length() else 0
+
+
+def _counts_outcomes() -> bool:
+    """Whether this execution keeps room for its runs' outcomes (`PATCH_OUTCOME_ROOM`)."""
+    return workflow.patched(PATCH_OUTCOME_ROOM)
 
 
 def _pending() -> _Pending:
@@ -183,7 +213,7 @@ async def _slot(pending: _Pending, size: int) -> str | None:
             if workflow.patched(PATCH_TASK_BYTES):
                 await workflow.sleep(policies.JOURNAL_STEP_PAUSE, summary="next task")
                 continue
-        if _outcomes_short(pending, size) and workflow.patched(PATCH_OUTCOME_ROOM):
+        if pending.counted and _outcomes_short(pending, size):
             await workflow.wait_condition(_fewer_than(pending, pending.count))
             continue
         break
@@ -191,6 +221,8 @@ async def _slot(pending: _Pending, size: int) -> str | None:
     if refused is not None and workflow.patched(PATCH_HISTORY_ROOM):
         return refused
     pending.count += 1
+    if pending.counted:
+        pending.added += size + _RUN_EVENT_BYTES
     pending.task = (
         workflow.info().get_current_history_length(),
         pending.started() + size,
@@ -209,8 +241,9 @@ def _outcomes_short(pending: _Pending, size: int) -> bool:
     could take this history past `RUN_AGENT_HISTORY_BYTES`; never with none pending."""
     if not pending.count:
         return False
-    held = workflow.info().get_current_history_size() + pending.started() + size
-    return held + pending.count * RUN_AGENT_OUTCOME_BYTES > RUN_AGENT_HISTORY_BYTES
+    return pending.held() + size + pending.count * RUN_AGENT_OUTCOME_BYTES > (
+        RUN_AGENT_HISTORY_BYTES
+    )
 
 
 def _no_room(pending: _Pending, size: int) -> str | None:
@@ -220,7 +253,7 @@ def _no_room(pending: _Pending, size: int) -> str | None:
     task already started are not in them yet, so they are added.
     """
     info = workflow.info()
-    held = info.get_current_history_size() + pending.started()
+    held = pending.held()
     events = info.get_current_history_length() + _EVENTS_PER_RUN * pending.runs()
     if held + size <= RUN_AGENT_HISTORY_BYTES and events + _EVENTS_PER_RUN <= (
         RUN_AGENT_HISTORY_EVENTS
@@ -324,6 +357,7 @@ async def run_agent(
     refused = await _slot(pending, encoded_size(inp.to_dict()))
     if refused is not None:
         return RunOutcome(run_id=child_id, status="failed", final_output=None, error=refused)
+    outcome_held: Any = None  # what the run's end put in this history, as far as known
     try:
         result = await workflow.execute_child_workflow(
             WORKFLOW_TYPE,
@@ -341,6 +375,7 @@ async def run_agent(
                 else WorkflowIDReusePolicy.ALLOW_DUPLICATE
             ),
         )
+        outcome_held = result
     except WorkflowAlreadyStartedError:
         if not attach:
             raise
@@ -353,6 +388,7 @@ async def run_agent(
             retry_policy=RUN_OUTCOME_RETRY_POLICY,
             summary=f"outcome of {child_id} (started before)",
         )
+        outcome_held = outcome.to_dict()
         return outcome
     except ChildWorkflowError as exc:
         if isinstance(exc.cause, CancelledError) and _cancel_requested():
@@ -360,11 +396,12 @@ async def run_agent(
             # with it, and the cancellation goes on up
             raise asyncio.CancelledError(failure_message(exc)) from None
         error = failure_message(exc)
+        outcome_held = error
         if isinstance(exc.cause, CancelledError):
             error = f"The agent run {child_id!r} was cancelled; resume(run_id) continues it."
         return RunOutcome(run_id=child_id, status="failed", final_output=None, error=error)
     finally:
-        pending.count -= 1
+        pending.ended(outcome_held)
     return RunOutcome.from_dict(result)
 
 

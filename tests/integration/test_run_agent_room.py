@@ -22,6 +22,7 @@ from temporalio.worker import Replayer, Worker
 import agentor_temporal.workflow as run_agent_module
 from agentor_temporal import AgentorPlugin
 from agentor_temporal.testing import Reply, ScriptedModelServer
+from agentor_temporal.workflow import _counts_outcomes as counts_outcomes
 from agentor_temporal.workflow import run_agent
 
 from conftest import dev_server
@@ -73,6 +74,8 @@ async def test_a_parent_recorded_before_the_history_room_check_replays(
     """A history whose runs started past today's room, for their inputs or their outcomes
     (recorded before it), replays as it was."""
     runs = 3
+    # recorded as before the outcome room: its patch never asked
+    monkeypatch.setattr(run_agent_module, "_counts_outcomes", lambda: False)
     with ScriptedModelServer([Reply(f"Answer {n}.") for n in range(runs)]) as model:
         plugin = AgentorPlugin(agents=[support(model)])
         async with Worker(client, task_queue=task_queue, workflows=[AskBig], plugins=[plugin]):
@@ -81,6 +84,7 @@ async def test_a_parent_recorded_before_the_history_room_check_replays(
             )
             assert all(a.startswith("Answer ") for a in await handle.result())
             history = await handle.fetch_history()
+    monkeypatch.setattr(run_agent_module, "_counts_outcomes", counts_outcomes)
     monkeypatch.setattr(run_agent_module, "RUN_AGENT_HISTORY_BYTES", PROMPT)
     await Replayer(workflows=[AskBig], plugins=[AgentorPlugin()]).replay_workflow(history)
     # and past today's room for the outcomes of the runs pending
