@@ -30,7 +30,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from agentor_temporal._embedded_worker import EmbeddedWorker
-from agentor_temporal._ending import end_by
+from agentor_temporal._ending import end_by, say_line
 from agentor_temporal._exit import (
     EXIT_SETTLE,
     Callers,
@@ -136,12 +136,10 @@ class Runtime:
             # would read as a crash. SystemExit ends the thread quietly.
             current = threading.current_thread()
             kind = "daemon thread" if current.daemon else "thread"
-            print(
+            say_line(
                 f"agentor_temporal: the interpreter exited while {kind} {current.name!r} "
                 "was in an agent call; the call was cut off and its run stays in Temporal "
-                "(`resume` it by its run id)",
-                file=sys.stderr,
-                flush=True,
+                "(`resume` it by its run id)"
             )
             raise SystemExit(1) from None
 
