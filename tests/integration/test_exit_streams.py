@@ -1,11 +1,15 @@
-"""A script whose stderr cannot take our lines still finishes its calls once, and ends cleanly.
+"""Scripts whose streams are unusual still finish their calls once, and end cleanly.
 
-The lines a signal's handler or the exit hook says ("SIGTERM: finishing the calls ...") are
-written mid-drain. A script started with its stderr closed (`python script.py 2>&-`, a
-service manager's or cron's choice: Python then sets `sys.stderr` to None) raised
-AttributeError from there, which ended the drain: the call in flight was cut off, and the
-next worker ran it again (a transfer made twice); the script ended with exit status 1.
-Real processes, a real dev server; the script's stderr closed by the shell, as a user's is.
+Their stderr: the lines a signal's handler or the exit hook says ("SIGTERM: finishing the
+calls ...") are written mid-drain. A script started with its stderr closed (`python
+script.py 2>&-`, a service manager's or cron's choice: Python then sets `sys.stderr` to None)
+raised AttributeError from there, which ended the drain: the call in flight was cut off, and
+the next worker ran it again (a transfer made twice); the script ended with exit status 1.
+
+A run's event stream followed by a thread of the script's (`stream_chat()` on the thread's own
+loop) as the main thread returns: the exit hook did not wait for that thread as it waits for
+one in `run()`, stopped the worker under the run, and the thread waited for ever on the run's
+next event: the script hung at exit. Real processes, a real dev server.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -101,3 +107,103 @@ async def test_a_sigterm_to_a_script_without_stderr_finishes_the_call_once(
     assert [line.split()[0] for line in ledger_lines(ledger)] == [tool]
     [result] = [e for e in await TemporalStore(client).aload(run_id) if e.type == "tool_result"]
     assert result.error is None, result.error
+
+
+def script_env(
+    address: str, model: ScriptedModelServer, queue: str, tmp_path: Path
+) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": address,
+        "MODEL_BASE_URL": model.base_url,
+        "AGENT_TASK_QUEUE": queue,
+        "AGENT_STORE": str(tmp_path / "runs"),
+        "AGENT_LEDGER": str(tmp_path / "ledger.txt"),
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+    }
+
+
+def read_until(proc: subprocess.Popen[str], text: str, timeout: float = 60.0) -> str:
+    """What `proc` wrote on stderr up to and including `text` (read raw, so the deadline holds)."""
+    assert proc.stderr is not None
+    fd, seen = proc.stderr.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 65536) if ready else b""
+        assert chunk, f"no {text!r} on stderr in {timeout} s: {seen[-2000:]!r}"
+        seen += chunk
+    return seen.decode()
+
+
+async def test_a_thread_following_a_stream_as_the_script_ends_sees_the_run_through(
+    temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """A non-daemon thread follows `stream_chat()` while the main thread returns mid-tool: the
+    exit hook waits for it as for a thread in `run()`, the run ends, and the script exits 0
+    with nothing on stderr. Before, the hook stopped the worker under the run: the run was
+    left open and the thread waited for ever (the script never exited)."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **script_env(temporal_address, model, task_queue, tmp_path),
+            "AGENT_TOOL_SECONDS": "2",
+        }
+        run_id = uuid.uuid4().hex
+        try:
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, str(PROCS / "plain_script.py"), "stream_thread", run_id],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"the script still ran after 90 s (hung at exit): {exc.stderr!r}")
+    assert done.returncode == 0 and done.stderr == "", (done.returncode, done.stderr[-3000:])
+    assert json.loads(done.stdout.splitlines()[-1])["events"][-1] == "run_end", done.stdout
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
+
+
+async def test_a_sigterm_while_exit_waits_for_a_streaming_thread_ends_the_script(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """SIGTERM while the exit hook waits for a thread following a stream: the tool call in
+    flight finishes, recorded, the thread's stream is cut off with one line (as a thread's
+    `run()` is), and the script ends by SIGTERM. Before, the stream's thread waited for ever
+    on the stopped runtime: the script never exited, and only SIGKILL ended it."""
+    with ScriptedModelServer(weather_or_transfer) as model:
+        env = {
+            **script_env(temporal_address, model, task_queue, tmp_path),
+            # in flight until the signal's line is out, however slow the machine
+            "AGENT_TOOL_SECONDS": "60",
+            "AGENT_TOOL_GATE": str(tmp_path / "gate"),
+        }
+        run_id = uuid.uuid4().hex
+        running = subprocess.Popen(
+            [sys.executable, str(PROCS / "plain_script.py"), "stream_thread", run_id],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            await until(lambda: ledger_lines(ledger), "the tool to start")
+            # the main thread returned and the exit hook, its handler on, waits for the thread
+            await until(lambda: catches(running.pid, signal.SIGTERM), "the exit hook's handler", 30)
+            running.terminate()
+            first = await asyncio.to_thread(read_until, running, "SIGTERM: finishing")
+            (tmp_path / "gate").touch()
+            try:
+                _, rest = await asyncio.to_thread(running.communicate, None, 60)
+            except subprocess.TimeoutExpired:
+                pytest.fail("the script still ran 60 s after its tool call finished (hung)")
+        finally:
+            running.kill()
+        stderr = first + rest
+        assert running.returncode == -signal.SIGTERM, stderr
+        assert "was in an agent call; the call was cut off" in stderr, stderr
+        assert "Traceback" not in stderr, stderr
+        resumed = await resume_here(client, model, task_queue, tmp_path, ledger, run_id)
+    assert resumed.status == "completed"
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["get_weather"]
