@@ -416,7 +416,7 @@ def _guard_stderr_hooks() -> None:
                 return
             name = args.thread.name if args.thread is not None else threading.get_ident()
             lines = traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
-            print(clean(f"Exception in thread {name}:\n{''.join(lines)}"), end="", file=sys.stderr)
+            _to_stderr(clean(f"Exception in thread {name}:\n{''.join(lines)}"))
 
         threading.excepthook = thread_hook
 
@@ -430,6 +430,16 @@ def _guard_stderr_hooks() -> None:
                     unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback
                 )
             )
-            print(clean(text), end="", file=sys.stderr)
+            _to_stderr(clean(text))
 
         sys.unraisablehook = unraisable_hook
+
+
+def _to_stderr(text: str) -> None:
+    """Write `text` to stderr, as Python's own hooks do: nothing where there is none (a script
+    started with `2>&-`; `print(file=None)` wrote the traceback to stdout, into its output)."""
+    import sys
+
+    stream = sys.stderr
+    if stream is not None:
+        stream.write(text)

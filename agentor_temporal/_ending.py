@@ -12,16 +12,25 @@ from typing import Any
 
 
 def say_line(line: str) -> None:
-    """Write `line` and its newline to stderr in one write, flushed; a closed terminal is
-    ignored.
+    """Write `line` and its newline to stderr in one write, flushed; a stderr that cannot
+    take it is ignored: the line is lost, never what the process was doing.
 
     `print` writes the text and the newline apart, and a signal handled between the two
     (the io layer runs handlers between its writes) printed its own line inside this one:
     "SIGINT: finishing ... SIGTERM: finishing ...\n\n", a line nobody could read or match.
+
+    Said from signal handlers and the exit hook, mid-drain: a stderr closed before the
+    script started (`python script.py 2>&-`, where Python sets `sys.stderr` to None) raised
+    AttributeError there, which ended the drain; the approved call in flight was cut off,
+    and the next worker ran it again. So is any other failure to write (a stream closed, a
+    replacement that raises): print(file=None) would write to stdout instead, and none is used.
     """
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+    stream = sys.stderr
+    if stream is None:
+        return
+    with contextlib.suppress(Exception):
+        stream.write(line + "\n")
+        stream.flush()
 
 
 def end_by(signum: signal.Signals) -> None:
@@ -104,10 +113,8 @@ def launching(worker: bool) -> Iterator[None]:
             yield
     except StoppedStarting as stopped:
         if worker:
-            sys.stderr.write(starting_line(stopped.signum) + "\n")
-            sys.stderr.flush()
+            say_line(starting_line(stopped.signum))
             os._exit(0)
         # as any command interrupted (exit status 130, whichever signal: the CLI's own rule)
-        sys.stderr.write(f"interrupted ({stopped.signum.name}) while starting: nothing was done\n")
-        sys.stderr.flush()
+        say_line(f"interrupted ({stopped.signum.name}) while starting: nothing was done")
         os._exit(130)

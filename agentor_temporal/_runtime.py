@@ -30,7 +30,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from agentor_temporal._embedded_worker import EmbeddedWorker
-from agentor_temporal._ending import end_by
+from agentor_temporal._ending import end_by, say_line
 from agentor_temporal._exit import (
     EXIT_SETTLE,
     Callers,
@@ -130,20 +130,33 @@ class Runtime:
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             if not self._exiting:
                 raise
-            # a daemon thread (the interpreter waits for no other), or one the
-            # exit hook stopped waiting for at an interrupt, cut off at exit:
-            # its call went back to Temporal, and a traceback from deep inside
-            # would read as a crash. SystemExit ends the thread quietly.
-            current = threading.current_thread()
-            kind = "daemon thread" if current.daemon else "thread"
-            print(
-                f"agentor_temporal: the interpreter exited while {kind} {current.name!r} "
-                "was in an agent call; the call was cut off and its run stays in Temporal "
-                "(`resume` it by its run id)",
-                file=sys.stderr,
-                flush=True,
-            )
-            raise SystemExit(1) from None
+            raise self.cut_off() from None
+
+    def cut_off(self) -> SystemExit:
+        """Say that the interpreter's exit cut off the current thread's call; what to raise.
+
+        A daemon thread (the interpreter waits for no other), or one the exit hook stopped
+        waiting for at an interrupt, cut off at exit: its call went back to Temporal, and a
+        traceback from deep inside would read as a crash. SystemExit ends the thread quietly.
+        """
+        current = threading.current_thread()
+        kind = "daemon thread" if current.daemon else "thread"
+        say_line(
+            f"agentor_temporal: the interpreter exited while {kind} {current.name!r} "
+            "was in an agent call; the call was cut off and its run stays in Temporal "
+            "(`resume` it by its run id)"
+        )
+        return SystemExit(1)
+
+    def calling(self) -> contextlib.AbstractContextManager[None]:
+        """Note the current thread as in a call while the body runs: the exit hook lets it
+        finish first (`Callers`), as a non-daemon thread's call must."""
+        return self._callers.calling()
+
+    @property
+    def exiting(self) -> bool:
+        """Whether the exit hook has begun: calls cut off from now on are the interpreter's exit."""
+        return self._exiting
 
     async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await `coro` on the background loop from any loop."""

@@ -333,7 +333,8 @@ async def on_runtime(factory: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
     def put(kind: str, value: Any) -> None:
-        consumer.call_soon_threadsafe(queue.put_nowait, (kind, value))
+        with contextlib.suppress(RuntimeError):  # the consumer's loop closed: nobody reads
+            consumer.call_soon_threadsafe(queue.put_nowait, (kind, value))
 
     async def pump() -> None:
         try:
@@ -346,14 +347,28 @@ async def on_runtime(factory: Callable[[], AsyncIterator[T]]) -> AsyncIterator[T
             put("error", exc)
 
     future = asyncio.run_coroutine_threadsafe(pump(), runtime.loop)
+    # the pump cancelled without the consumer asking (the exit hook's `close` cancels what
+    # the runtime's loop still runs): the consumer is told, rather than waiting for ever
+    future.add_done_callback(lambda done: put("cut", None) if done.cancelled() else None)
     try:
-        with draining_on_sigterm():
+        # a thread following a stream is a caller the exit hook waits for, as one in `run()`:
+        # a non-daemon thread streaming as the main thread returned was not, and once the
+        # worker stopped it waited for ever on the run's next event (the script hung at exit)
+        with runtime.calling(), draining_on_sigterm():
             while True:
                 kind, value = await queue.get()
                 if kind == "item":
                     yield value
                 elif kind == "end":
                     return
+                elif kind == "cut":
+                    if runtime.exiting:
+                        raise runtime.cut_off()
+                    raise RuntimeError(
+                        "agentor_temporal: this process's runtime was closed while the stream "
+                        "was followed; the run stays in Temporal (`stream` or `resume` it by "
+                        "its run id)"
+                    )
                 else:
                     raise value
     finally:

@@ -153,6 +153,23 @@ elif command == "thread":
     deadline = time.monotonic() + 30
     while not ledger_lines(ledger) and time.monotonic() < deadline:
         time.sleep(0.01)
+elif command == "stream_thread":
+    # a thread (not a daemon) follows a run's stream on its own loop; the main thread
+    # returns while the run's tool call is in flight
+    ledger = os.environ["AGENT_LEDGER"]
+    delay = float(os.environ.get("AGENT_TOOL_SECONDS", "1"))
+    slow = plain_agent(tools=[transfer_tool(ledger), weather_tool(ledger, delay=delay, gate=GATE)])
+
+    def follow_in_thread() -> None:
+        async def follow() -> list[str]:
+            return [e.type async for e in slow.stream_chat(WEATHER, run_id=run_id)]
+
+        print(json.dumps({"events": asyncio.run(follow())}), flush=True)
+
+    threading.Thread(target=follow_in_thread).start()
+    deadline = time.monotonic() + 30
+    while not ledger_lines(ledger) and time.monotonic() < deadline:
+        time.sleep(0.01)
 elif command == "pool":
     # a thread pool, never shut down, runs the agent; the main thread returns
     # while the pool thread's tool call is in flight

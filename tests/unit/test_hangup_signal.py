@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agentor_temporal import _live, _sigterm
+from agentor_temporal import _ending, _live, _sigterm
 from agentor_temporal._runtime import Runtime
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP here")
@@ -154,3 +154,28 @@ def test_a_signal_handled_while_a_line_is_written_never_splits_it(
     lines = err.getvalue().splitlines()
     assert [line.split(":")[0] for line in lines] == ["SIGINT", "SIGTERM"], lines
     assert all(line.endswith("(the next worker runs them again)") for line in lines), lines
+
+
+class _Refusing(io.StringIO):
+    def write(self, text: str) -> int:
+        raise RuntimeError("a replaced stderr that refuses")
+
+
+@pytest.mark.parametrize("stream", [None, "closed", "refusing"])
+def test_a_line_said_without_a_usable_stderr_is_dropped_never_raised(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stream: str | None
+) -> None:
+    """A script started with `2>&-` has `sys.stderr` None: the line a drain says raised
+    AttributeError from the signal's handler and ended the drain (the call in flight cut off,
+    run again by the next worker; `tests/integration/test_exit_streams.py`). Any stderr that
+    cannot take it loses the line only, and stdout never gets it instead."""
+    err: Any = None
+    if stream == "closed":
+        err = io.StringIO()
+        err.close()
+    elif stream == "refusing":
+        err = _Refusing()
+    monkeypatch.setattr(sys, "stderr", err)
+    _sigterm.note_line(signal.SIGTERM, ", then exiting")
+    _ending.say_line("agentor_temporal: a line")
+    assert capsys.readouterr().out == ""

@@ -64,3 +64,38 @@ def test_a_partial_line_is_held_until_its_end_or_a_flush() -> None:
     assert inner.getvalue().endswith(" done\n") and KEY not in inner.getvalue()
     stream.flush()
     assert inner.getvalue().endswith("next ")
+
+
+def test_a_threads_traceback_without_a_stderr_goes_nowhere_as_pythons_own_does(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker started with `2>&-` has `sys.stderr` None: Python's own hooks then print
+    nothing, and ours (masking secrets) printed a failed thread's traceback on stdout, into
+    the process's output (`print(file=None)` writes there)."""
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    monkeypatch.setattr("warnings.formatwarning", __import__("warnings").formatwarning)
+    _redact._guard_stderr_hooks()
+    assert threading.excepthook is not threading.__excepthook__
+    monkeypatch.setattr(sys, "stderr", None)
+
+    def fails() -> None:
+        raise RuntimeError("a tool's own thread failed")
+
+    thread = threading.Thread(target=fails)
+    thread.start()
+    thread.join()
+    sys.unraisablehook(
+        type(
+            "U",
+            (),
+            {
+                "err_msg": None,
+                "object": None,
+                "exc_type": RuntimeError,
+                "exc_value": RuntimeError("x"),
+                "exc_traceback": None,
+            },
+        )()
+    )
+    assert capsys.readouterr().out == ""
