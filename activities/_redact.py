@@ -201,14 +201,19 @@ def secrets() -> list[str]:
         return sorted(_known, key=len, reverse=True)
 
 
-def clean(text: str) -> str:
-    """`text` with URL credentials, query values and every known secret masked."""
-    return redact(text, secrets())
+def clean(text: str, pieces: bool = False) -> str:
+    """`text` with URL credentials, query values and every known secret masked (`pieces`:
+    as `mask_secrets`')."""
+    return redact(text, secrets(), pieces)
 
 
-def mask_secrets(text: str) -> str:
-    """`text` with every known secret masked (URLs left as they are: this is content)."""
-    text = mask_all(text, secrets())
+def mask_secrets(text: str, pieces: bool = False) -> str:
+    """`text` with every known secret masked (URLs left as they are: this is content).
+
+    With `pieces`, each piece of one at a word's edge too (`workflows.key_pieces`): for a
+    tool's result or error, which may be one chunk of a file the key is cut across.
+    """
+    text = mask_all(text, secrets(), pieces)
     forget_texts()
     return text
 

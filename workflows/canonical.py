@@ -14,7 +14,8 @@ compatibility letters folded by NFKC, invisible (default-ignorable) characters a
 NULs dropped, lower case) with an index back to the
 original positions, and each known form's canonical form is searched for in it
 (`find`, one scan a form); a match is masked over the original characters it
-came from. Pure functions over strings, as `redaction`'s.
+came from; in a tool's result, so is a piece of one at a word's edge (`key_pieces`: a
+key cut in two by a chunked read). Pure functions over strings, as `redaction`'s.
 
 Not masked: a key spelled out with visible separators (`s k - a b c`), reversed or
 in an encoding no reader decodes at sight (base32, rot13): deliberate disguises,
@@ -29,7 +30,8 @@ import html.entities
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
+
+from agentor_temporal.workflows.key_pieces import piece_spans
 
 #: A non-ASCII character's UTF-8 bytes percent-encoded (`%C3%A4`).
 _UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
@@ -158,10 +160,11 @@ class Canonical:
             if end is None or starts[i + 1] > starts[i]
         )
 
-    def spans(self, forms: Iterable[str]) -> list[tuple[int, int]]:
-        """The original spans where any of the canonical `forms` is found, merged."""
-        found: list[tuple[int, int]] = []
+    def spans(self, forms: tuple[str, ...], pieces: bool = False) -> list[tuple[int, int]]:
+        """The original spans where any of the canonical `forms` is found, merged; with
+        `pieces`, and where a piece of one is at a word's edge (`key_pieces`)."""
         canon = self.canon
+        found = piece_spans(canon, forms) if pieces else []
         for form in forms:
             at = canon.find(form)
             while at >= 0:
@@ -348,11 +351,12 @@ def _named() -> dict[str, list[str]]:
     return found
 
 
-def mask_canonical(text: str, forms: tuple[str, ...], mask: str) -> str:
-    """`text` with each place reading as one of `forms` (`canonical_forms`) masked."""
+def mask_canonical(text: str, forms: tuple[str, ...], mask: str, pieces: bool = False) -> str:
+    """`text` with each place reading as one of `forms` (`canonical_forms`) masked; with
+    `pieces`, each piece of one at a word's edge too (`key_pieces`)."""
     if not text or not forms:
         return text
-    spans = Canonical(text, charset(forms)).spans(forms)
+    spans = Canonical(text, charset(forms)).spans(forms, pieces)
     if not spans:
         return text
     out, pos = [], 0
