@@ -135,6 +135,11 @@ LOGGERS = (
     "uvicorn.error",
     "uvicorn.asgi",
     "fastapi",
+    # the event loop's and the thread pool's, which tools run on: in a script's own process
+    # (the embedded worker, whose handlers are the script's) asyncio's "Task exception was
+    # never retrieved" quoted a task a tool dropped, with the error it failed with
+    "asyncio",
+    "concurrent.futures",
 )
 
 
