@@ -136,6 +136,11 @@ LOGGERS = (
     "uvicorn.error",
     "uvicorn.asgi",
     "fastapi",
+    # the event loop's and the thread pool's, which tools run on: in a script's own process
+    # (the embedded worker, whose handlers are the script's) asyncio's "Task exception was
+    # never retrieved" quoted a task a tool dropped, with the error it failed with
+    "asyncio",
+    "concurrent.futures",
 )
 
 
@@ -202,18 +207,23 @@ def secrets() -> list[str]:
         return sorted(_known, key=len, reverse=True)
 
 
-def clean(text: str) -> str:
-    """`text` with URL credentials, query values and every known secret masked.
+def clean(text: str, pieces: bool = False) -> str:
+    """`text` with URL credentials, query values and every known secret masked (`pieces`:
+    as `mask_secrets`').
 
     Error text, so made encodable too (U+FFFD for a lone surrogate): a log line
     or failure message holding one is refused by every UTF-8 encoder.
     """
-    return encodable_text(redact(text, secrets()))
+    return encodable_text(redact(text, secrets(), pieces))
 
 
-def mask_secrets(text: str) -> str:
-    """`text` with every known secret masked (URLs left as they are: this is content)."""
-    text = mask_all(text, secrets())
+def mask_secrets(text: str, pieces: bool = False) -> str:
+    """`text` with every known secret masked (URLs left as they are: this is content).
+
+    With `pieces`, each piece of one at a word's edge too (`workflows.key_pieces`): for a
+    tool's result or error, which may be one chunk of a file the key is cut across.
+    """
+    text = mask_all(text, secrets(), pieces)
     forget_texts()
     return text
 

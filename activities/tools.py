@@ -64,8 +64,9 @@ def error_result(error: str, **extra: float | None) -> CallToolResult:
 
 
 def failure_text(error: str) -> str:
-    """A failure's whole text as it may be shown: secrets masked (not yet cut)."""
-    return _redact.clean(encodable_text(error))
+    """A failure's whole text as it may be shown: secrets masked (not yet cut), a piece of
+    one at a word's edge too (a chunk of a file quoted: `workflows.key_pieces`)."""
+    return _redact.clean(encodable_text(error), pieces=True)
 
 
 def _failed(text: str, **extra: float | None) -> CallToolResult:
@@ -190,7 +191,9 @@ def _limit(inp: CallToolInput) -> int:
 
 def _result(text: str, inp: CallToolInput, started: float) -> CallToolResult:
     ended = time.time()
-    text = _redact.mask_secrets(encodable_text(text))
+    # a piece of a key at a word's edge too: the result may be one chunk of a file the key
+    # is cut across (`read_file(offset, limit)`), the next chunk holding the rest
+    text = _redact.mask_secrets(encodable_text(text), pieces=True)
     limit = _limit(inp)
     clipped = clip_to_size(text, limit)
     if clipped != text:

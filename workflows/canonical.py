@@ -5,13 +5,17 @@ that all read as the key: in another letter case, percent-encoded (`%73%6B...`),
 JSON-escaped (`\\u0073`, `\\/`), as HTML character references (`&#115;`, `&#x73;`,
 `&hyphen;`), in full-width or other compatibility letters (`ｓｋ－...`), with
 invisible characters between its letters (zero-width space, word joiner, soft
-hyphen). Searching each text for each known form in each of these ways scanned a
-text many times per form. Instead the text is mapped once to a canonical form
-(`Canonical`: escapes and references decoded, compatibility letters folded by
-NFKC, invisible (default-ignorable) characters dropped, lower case) with an index back to the
+hyphen), or as UTF-16 text read as bytes (a NUL beside each letter: `s\\x00k\\x00`,
+as a Windows file or PowerShell's output holds it, decoded as Latin-1 or UTF-8, or
+shown as the `\\x00` escapes of a bytes repr). Searching each text for each known
+form in each of these ways scanned a text many times per form. Instead the text is
+mapped once to a canonical form (`Canonical`: escapes and references decoded,
+compatibility letters folded by NFKC, invisible (default-ignorable) characters and
+NULs dropped, lower case) with an index back to the
 original positions, and each known form's canonical form is searched for in it
 (`find`, one scan a form); a match is masked over the original characters it
-came from. Pure functions over strings, as `redaction`'s.
+came from; in a tool's result, so is a piece of one at a word's edge (`key_pieces`: a
+key cut in two by a chunked read). Pure functions over strings, as `redaction`'s.
 
 Not masked: a key spelled out with visible separators (`s k - a b c`), reversed or
 in an encoding no reader decodes at sight (base32, rot13): deliberate disguises,
@@ -26,7 +30,8 @@ import html.entities
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
+
+from agentor_temporal.workflows.key_pieces import piece_spans
 
 #: A non-ASCII character's UTF-8 bytes percent-encoded (`%C3%A4`).
 _UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
@@ -34,9 +39,9 @@ _UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
 #: escape, an HTML character reference, or a run of non-ASCII characters.
 _TOKEN = re.compile(
     _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}"
-    r"|\\u[0-9A-Fa-f]{4}|\\[^\r\n]"
+    r"|\\u[0-9A-Fa-f]{4}|\\{1,2}x[0-9A-Fa-f]{2}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
-    r"|[^\x00-\x7f]+"
+    r"|[^\x00-\x7f]+|\x00+"
 )
 #: Unicode's default-ignorable characters, shown as nothing (or as a blank) wherever
 #: they stand: the format characters (`Cf`: zero-width space, soft hyphen, word joiner,
@@ -66,7 +71,13 @@ class Canonical:
         any other character is left as it is written (none of them can be part of a
         match), so a text dense in them (`%20`, `\\n`, `&amp;`) costs little more."""
         self.text = text
-        if text.isascii() and "%" not in text and "\\" not in text and "&" not in text:
+        if (
+            text.isascii()
+            and "%" not in text
+            and "\\" not in text
+            and "&" not in text
+            and "\x00" not in text
+        ):
             self.canon = text.lower()
             self._starts = [0]
             self._segments: list[tuple[int, int | None]] = [(0, None)]
@@ -149,10 +160,11 @@ class Canonical:
             if end is None or starts[i + 1] > starts[i]
         )
 
-    def spans(self, forms: Iterable[str]) -> list[tuple[int, int]]:
-        """The original spans where any of the canonical `forms` is found, merged."""
-        found: list[tuple[int, int]] = []
+    def spans(self, forms: tuple[str, ...], pieces: bool = False) -> list[tuple[int, int]]:
+        """The original spans where any of the canonical `forms` is found, merged; with
+        `pieces`, and where a piece of one is at a word's edge (`key_pieces`)."""
         canon = self.canon
+        found = piece_spans(canon, forms) if pieces else []
         for form in forms:
             at = canon.find(form)
             while at >= 0:
@@ -202,13 +214,15 @@ def _char(char: str) -> str:
     """One character as the canonical text holds it: NFKC-folded, lower case, and nothing
     for an invisible format character (zero-width space, soft hyphen, word joiner)."""
     if char.isascii():
-        return char.lower()
+        return "" if char == "\x00" else char.lower()
     return "".join(c for c in unicodedata.normalize("NFKC", char).lower() if not _ignorable(c))
 
 
 def _ignorable(char: str) -> bool:
     """Whether `char` is shown as nothing: a default-ignorable character (`_IGNORABLE`)."""
-    return unicodedata.category(char) == "Cf" or _IGNORABLE.match(char) is not None
+    return (
+        unicodedata.category(char) == "Cf" or char == "\x00" or _IGNORABLE.match(char) is not None
+    )
 
 
 def _has_format(run: str) -> bool:
@@ -216,6 +230,8 @@ def _has_format(run: str) -> bool:
 
 
 def _unescape(token: str) -> str:
+    if 4 <= len(token) <= 5 and token[-3] == "x":  # `\x73`, JSON's `\\x73` (a repr's)
+        return chr(int(token[-2:], 16))
     if token[1] == "u" and len(token) == 6:
         return chr(int(token[2:], 16))  # a surrogate alone: a pair's halves are two escapes
     return _JSON_ESCAPES.get(token[1], token[1])
@@ -310,15 +326,18 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
     units = "|".join(f"{ord(c):04x}" for c in others if len(c) == 1 and ord(c) <= 0xFFFF)
     parts = [
         _UTF8_ESCAPED,  # a non-ASCII letter's or an invisible character's UTF-8
-        rf"%(?i:{hexes})",
-        rf"\\u(?i:00(?:{hexes})|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
+        # a NUL reads as nothing, whichever way it is written (UTF-16 text read as bytes)
+        rf"%(?i:{hexes}|00)",
+        rf"\\u(?i:00(?:{hexes}|00)|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
+        rf"\\{{1,2}}x(?i:{hexes}|00)",
+        r"\x00+",
         *([rf"\\[{escaped}]"] if escaped else []),
         r"&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?",
         *([r"&(?:" + "|".join(re.escape(n) for n in names) + ")"] if names else []),
         "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
     ]
     # the lookahead lets the scan skip to a character a token may begin with
-    return re.compile(r"(?=[%\\&\x80-\U0010ffff])(?:" + "|".join(parts) + ")")
+    return re.compile(r"(?=[%\\&\x00\x80-\U0010ffff])(?:" + "|".join(parts) + ")")
 
 
 @functools.lru_cache(maxsize=1)
@@ -332,11 +351,12 @@ def _named() -> dict[str, list[str]]:
     return found
 
 
-def mask_canonical(text: str, forms: tuple[str, ...], mask: str) -> str:
-    """`text` with each place reading as one of `forms` (`canonical_forms`) masked."""
+def mask_canonical(text: str, forms: tuple[str, ...], mask: str, pieces: bool = False) -> str:
+    """`text` with each place reading as one of `forms` (`canonical_forms`) masked; with
+    `pieces`, each piece of one at a word's edge too (`key_pieces`)."""
     if not text or not forms:
         return text
-    spans = Canonical(text, charset(forms)).spans(forms)
+    spans = Canonical(text, charset(forms)).spans(forms, pieces)
     if not spans:
         return text
     out, pos = [], 0
@@ -372,5 +392,5 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
 #: An escape or reference cut short at the end of a text (the next delta may finish it).
 _PARTIAL = re.compile(
     r"(?:(?:%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2})?%[0-9A-Fa-f]?"
-    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\(?:u[0-9A-Fa-f]{0,3})?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
+    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\(?:u[0-9A-Fa-f]{0,3}|\\?x[0-9A-Fa-f]?|\\)?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
 )

@@ -201,13 +201,14 @@ def _mask_schemed(match: re.Match[str]) -> str:
     return match.group(1) + MASK
 
 
-def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+def redact(text: str, secrets: Iterable[str | None] = (), pieces: bool = False) -> str:
     """`text` with URL userinfo and query values, every given secret, the credentials
     known by their shape (`_SHAPED_KEY`, a token after `Bearer`/`Basic`) and the values of
-    credential headers quoted (`_QUOTED_HEADER`, `_HEADER_LINE`) masked."""
+    credential headers quoted (`_QUOTED_HEADER`, `_HEADER_LINE`) masked (`pieces`: as
+    `mask_all`'s)."""
     if not text:
         return text
-    text = mask_all(text, secrets)
+    text = mask_all(text, secrets, pieces)
     forget_texts()
     text = _SHAPED_KEY.sub(MASK, text)
     if "earer" in text or "asic" in text or "EARER" in text or "ASIC" in text:
@@ -228,11 +229,15 @@ def mask_secret(text: str, secret: str) -> str:
     return mask_all(text, (secret,))
 
 
-def mask_all(text: str, secrets: Iterable[str | None]) -> str:
+def mask_all(text: str, secrets: Iterable[str | None], pieces: bool = False) -> str:
     """`text` with every one of `secrets` masked, in every spelling that reads as it
     (`canonical`: any letter case, JSON escapes, percent-escapes, HTML character
     references, full-width letters, invisible characters between its letters) and
     its base64 split by the line breaks of wrapped base64 (`mask_wrapped`).
+
+    With `pieces` (a tool's result or error: a text that may be one chunk of a longer
+    one), each piece of a secret at the edge of a word too (`key_pieces`). Not for a
+    streamed text, whose deltas' ends are no word's edges.
 
     The text is read once for all of them (`canonical.mask_canonical`): the cost of a
     text grows by one search a known form, not by one pass per spelling a form.
@@ -240,7 +245,7 @@ def mask_all(text: str, secrets: Iterable[str | None]) -> str:
     forms = frozenset(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
     if not text or not forms:
         return text
-    text = mask_canonical(text, canonical_forms(forms), MASK)
+    text = mask_canonical(text, canonical_forms(forms), MASK, pieces)
     for form in forms:
         # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM)
         text = mask_wrapped(text, form, MASK)
@@ -382,7 +387,8 @@ def secret_forms(secret: str) -> list[str]:
     and the secret's base64 inside a longer base64 text (an env file holding
     the key, base64'd as a Kubernetes secret keeps it): at each of base64's
     three alignments, the characters that encode the secret's bytes alone,
-    all but at most two bytes at each end (`_base64_pieces`); and hex.
+    all but at most two bytes at each end (`_base64_pieces`); and hex, of its UTF-8
+    and its UTF-16 (either byte order).
     """
     forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
     # encoded twice: a URL holding it put in another's query (a redirect's `?next=`)
@@ -393,8 +399,15 @@ def secret_forms(secret: str) -> list[str]:
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms += [encoded.decode(), encoded.decode().rstrip("=")]
     forms += _base64_pieces(raw)
-    # hex, in either case: a dump of the bytes holding it
+    # hex, in either case: a dump of the bytes holding it; and of its UTF-16 (a Windows
+    # file's, PowerShell's output), whose NULs the canonical pass reads as nothing in text
     forms += [raw.hex(), raw.hex().upper()]
+    utf16 = secret.encode("utf-16-le", "surrogatepass").hex()
+    if secret.isascii():
+        # `73006b00...`: without its last NUL, inside either byte order's hex
+        forms.append(utf16[:-2])
+    else:
+        forms += [utf16, secret.encode("utf-16-be", "surrogatepass").hex()]
     return list(dict.fromkeys(forms))
 
 

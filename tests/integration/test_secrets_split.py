@@ -1,0 +1,100 @@
+"""A known key cut in pieces across texts is masked in each piece.
+
+A tool reading a file in chunks (`read_file(offset, limit)`, as coding agents do) cuts
+its text where the chunk ends, not where the key does: one result ends with the key's
+beginning, the next begins with its end, and a long key across three chunks makes the
+middle one all key. No result holds the whole key, yet the model, history and the
+JSONL read it from the pieces put together. Real dev server, scripted model, real
+`openai` client.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from agentor_temporal import Agentor, FileStore, function_tool
+from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+
+from helpers import INSTRUCTIONS, PROMPT
+
+KEY = "sk-proj-Zq81fJ2xVb7Kc0LmN4pRt6Yw9AeHs3Ud5GiOxW7k"
+ENV = f"HOME=/root\nOPENAI_API_KEY={KEY}\nDEBUG=1\n"
+CHUNK = 20
+#: The key's pieces as long as the shortest one masked (`key_pieces.PIECE_CHARS`).
+PIECES = [KEY[at : at + 12] for at in range(len(KEY) - 11)]
+
+
+async def _history_text(client: Client, run_id: str) -> str:
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    text = history.to_json()
+    decoded = []
+    for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
+        try:
+            decoded.append(base64.b64decode(blob, validate=True).decode("utf-8", "replace"))
+        except ValueError:
+            continue
+    return text + "\n".join(decoded)
+
+
+@pytest.mark.parametrize("shape", ["text", "json"])
+async def test_a_key_read_in_chunks_never_shows_in_any_chunk(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    shape: str,
+) -> None:
+    """An env file read 20 characters at a time (the key across three chunks, the middle
+    one all key) as plain text or a JSON object: no chunk shows 12 characters of the key
+    in the results, the model's requests, the store, history or the log."""
+    caplog.set_level(logging.WARNING)
+
+    @function_tool
+    def read_file(offset: int) -> str:
+        """Read the settings file, 20 characters from an offset.
+
+        Args:
+            offset: Where to begin.
+        """
+        chunk = ENV[offset : offset + CHUNK]
+        return json.dumps({"content": chunk, "next": offset + CHUNK}) if shape == "json" else chunk
+
+    offsets = range(0, len(ENV), CHUNK)
+    script = [*(CallTool("read_file", {"offset": at}) for at in offsets)]
+    script.append(Reply("The file sets HOME, OPENAI_API_KEY and DEBUG."))
+    with ScriptedModelServer(script) as model:
+        agent = Agentor(
+            name="Env Agent",
+            model="gpt-4o-mini",
+            instructions=INSTRUCTIONS,
+            tools=[read_file],
+            base_url=model.base_url,
+            api_key=KEY,
+            temporal=client,
+            task_queue=task_queue,
+            store=FileStore(tmp_path),
+        )
+        result = await agent.arun(PROMPT)
+        sent = json.dumps([request["messages"] for request in model.requests])
+    assert result.status == "completed", result.error
+    answers = [str(e.result) for e in result.events if e.type == "tool_result"]
+    assert len(answers) == len(offsets)
+    # the text around the key as it was: the chunks before and after it
+    assert "OPENAI_AP" in answers[0] and "I_KEY=" in answers[1] and "DEBUG" in answers[3]
+    assert sum("***" in answer for answer in answers) == 3, answers
+    shown = {
+        "tool results": "\n".join(answers),
+        "model requests": sent,
+        "final output": str(result.final_output),
+        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
+        "history": await _history_text(client, result.run_id),
+        "logs": "\n".join(r.getMessage() for r in caplog.records),
+    }
+    assert [where for where, text in shown.items() if any(p in text for p in PIECES)] == []
