@@ -43,6 +43,7 @@ from agentor_temporal._inspect import (
 from agentor_temporal._prune import Verdict, apply, plan
 from agentor_temporal._results import shown_event, shown_events
 from agentor_temporal._stuck import unpolled_advice, unpolled_queue
+from agentor_temporal._terminal import terminal_text
 from agentor_temporal._timeline import Timeline
 from agentor_temporal.connection import ConnectionFailed, connect
 from agentor_temporal.store import Event, FileStore
@@ -80,7 +81,10 @@ def cmd_show(args: argparse.Namespace) -> int:
             "history; `show --store DIR` shows them)"
         )
     if unpolled is not None:
-        note = "\n".join(filter(None, [note, unpolled_advice(run_id, unpolled) + "."]))
+        # the queue is a plain client's choice: as it came
+        note = terminal_text(
+            "\n".join(filter(None, [note, unpolled_advice(run_id, unpolled) + "."])), lines=True
+        )
     events = shown_events(events)
     if args.jsonl:
         event_json = EventJson()  # the generations' requests share their messages

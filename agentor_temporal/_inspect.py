@@ -17,6 +17,7 @@ from typing import Any
 from temporalio.client import Client
 
 from agentor_temporal._results import shown_error, shown_text
+from agentor_temporal._terminal import terminal_text
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import (
     Event,
@@ -60,9 +61,10 @@ _PREVIEW = 72
 
 
 def preview(text: str | None, limit: int = _PREVIEW) -> str:
-    """One line of at most `limit` characters."""
+    """One line of at most `limit` characters (before escaping), what would act on a
+    terminal escaped (`terminal_text`)."""
     flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    return terminal_text(flat if len(flat) <= limit else flat[: limit - 3] + "...")
 
 
 def when(timestamp: float | None) -> str:
@@ -248,13 +250,15 @@ def render_run(summary: RunSummary, events: list[Event], *, source: str) -> list
     lines.append("")
     lines.append(f"{'#':>4}  {'turn':>4}  {'event':<12} detail")
     lines.extend(event_row(index, event) for index, event in enumerate(events, 1))
-    return lines
+    # the head quotes a plain client's agent name, the rows a model's tool names
+    return [terminal_text(line) for line in lines]
 
 
 def event_row(index: int, event: Event) -> str:
     """`show`'s line for the `index`th event (from 1)."""
     turn = str(event.turn) if event.turn is not None else ""
-    return f"{index:>4}  {turn:>4}  {event.type:<12} {event_detail(event)}"
+    # a tool name the model made up, a fork's parent: as they were recorded
+    return terminal_text(f"{index:>4}  {turn:>4}  {event.type:<12} {event_detail(event)}")
 
 
 def summary_part(event: Event) -> Event | None:
@@ -292,7 +296,7 @@ def render_table(summaries: list[RunSummary]) -> list[str]:
         (
             # escaped: an id no run may have (see `list_runs`) can hold controls
             s.run_id if s.run_id.isprintable() else ascii(s.run_id),
-            s.agent or "?",
+            terminal_text(s.agent or "?"),  # a plain client's choice
             s.status,
             when(s.started),
             str(s.turns),

@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._inspect import preview
 from agentor_temporal._results import shown_event
+from agentor_temporal._terminal import terminal_text
 from agentor_temporal.store import Event, Usage
 from agentor_temporal.workflows import Segment, TemporalStore
 from agentor_temporal.workflows.formatting import call_summary
@@ -71,7 +72,8 @@ class Progress:
             # as every reader shows it: keys this process knows masked, for a run a
             # worker that did not know them recorded (a fleet's, an older version)
             for line in self._lines(shown_event(event), budget):
-                print(f"  {line}", file=self.out, flush=True)
+                # a tool name the model made up, a provider's error: as they came
+                print(f"  {terminal_text(line)}", file=self.out, flush=True)
         self._printed = len(segment.events)
 
     def _lines(self, event: Event, budget: int | None) -> list[str]:

@@ -48,6 +48,7 @@ from agentor_temporal._outage import outage_of
 from agentor_temporal._progress import Progress, finished_execution, follow
 from agentor_temporal._runtime import Runtime
 from agentor_temporal._sigterm import NoteFirst
+from agentor_temporal._terminal import escape_log_lines, terminal_text
 from agentor_temporal.agent import Agentor
 from agentor_temporal.codec import EncryptionConfigError, EncryptionKeyError
 from agentor_temporal.codec_server import stop_codec_server
@@ -145,7 +146,8 @@ def _report(result: RunResult, args: argparse.Namespace) -> int:
         # a piece at a time: a long run's JSON is hundreds of megabytes
         sys.stdout.writelines(result.json_chunks())
     elif result.final_output is not None:
-        print(result.final_output)
+        # the model's: its lines kept, what would act on the terminal escaped
+        print(terminal_text(result.final_output, lines=True))
     elif result.status == "awaiting_approval":
         print(f"awaiting approval ({len(result.pending_approvals)} call(s)):")
         for pending in result.pending_approvals:
@@ -160,7 +162,8 @@ def _report(result: RunResult, args: argparse.Namespace) -> int:
     if result.status in ("completed", "awaiting_approval"):
         return EXIT_OK
     print(
-        f"error: run {result.run_id} ended {result.status}: {result.error or 'no answer'}",
+        f"error: run {result.run_id} ended {result.status}: "
+        f"{terminal_text(result.error or 'no answer')}",
         file=sys.stderr,
     )
     return EXIT_FAILED
@@ -257,6 +260,7 @@ def execute(argv: Sequence[str] | None = None) -> int:
         # an embedded worker's SDK logs carry tracebacks of failures the
         # progress lines already tell; `worker` keeps them for operators
         logging.getLogger("temporalio").setLevel(logging.ERROR)
+        escape_log_lines()  # a line quoting a provider's message as it came
     # every line printed masked, of any logger (a tool's own, asyncio's)
     from agentor_temporal.activities import _redact
 
@@ -287,14 +291,15 @@ def execute(argv: Sequence[str] | None = None) -> int:
 
 
 def said(error: BaseException | str) -> str:
-    """An error's text as the CLI prints it: URL credentials and known secrets masked.
+    """An error's text as the CLI prints it: URL credentials and known secrets masked, what
+    would act on the terminal escaped (`terminal_text`; its lines kept).
 
     A command's error may quote anything it met: a store's own error quoting its
-    connection URL, the key the loaded agent holds.
+    connection URL, the key the loaded agent holds, a provider's message.
     """
     from agentor_temporal.activities import _redact
 
-    return _redact.clean(str(error))
+    return terminal_text(_redact.clean(str(error)), lines=True)
 
 
 def _again(args: argparse.Namespace, run_id: str | None) -> str:

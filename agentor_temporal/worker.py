@@ -31,6 +31,7 @@ from agentor_temporal._ending import (
     stopped_while_starting,
 )
 from agentor_temporal._memory import preload, tune_allocator
+from agentor_temporal._terminal import escape_log_lines
 from agentor_temporal._worker_stop import on_stop_signals
 from agentor_temporal.activities import AgentDefinition, AgentRegistry, _redact
 from agentor_temporal.codec import (
@@ -428,6 +429,8 @@ def run(args: argparse.Namespace) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # a line quoting a provider's message or a tool's text as it came acts on no terminal
+    escape_log_lines()
     # every line printed masked, of any logger (a tool's own, asyncio's)
     _redact.guard_handlers()
     from agentor_temporal.connection import ConnectionFailed
