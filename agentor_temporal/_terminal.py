@@ -56,8 +56,12 @@ class _TerminalFormatter(logging.Formatter):
 
 
 def escape_log_lines() -> None:
-    """Each line the root logger's handlers print shows control characters escaped: a log
-    line quotes a provider's error message or a tool's text as it came."""
+    """Each line the root logger's stream handlers print (`logging.basicConfig`'s, to a
+    terminal or a log collector) shows control characters escaped: a log line quotes a
+    provider's error message or a tool's text as it came. A handler of another kind (a
+    user's file handler, a test's capture) is left as it is."""
     for handler in logging.getLogger().handlers:
-        if not isinstance(handler.formatter, _TerminalFormatter):
+        if type(handler) is logging.StreamHandler and not isinstance(
+            handler.formatter, _TerminalFormatter
+        ):
             handler.setFormatter(_TerminalFormatter(handler.formatter or logging.Formatter()))

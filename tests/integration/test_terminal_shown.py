@@ -10,8 +10,12 @@ escapes (`\\x1b`); `--json`, `--jsonl` and `export` keep the exact text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import unicodedata
+import uuid
+
+from temporalio.client import Client
 
 from agentor_temporal.testing import CallTool, Fail, Reply, ScriptedModelServer
 
@@ -42,7 +46,7 @@ def test_a_models_reply_and_a_tools_result_are_shown_escaped_and_exported_exact(
     temporal_address: str, task_queue: str, ledger: str
 ) -> None:
     """`run`'s progress and answer and `show` escape what the model and the tool wrote;
-    `run --json`, `show --jsonl` and `export` give it as it is."""
+    `export` gives it as it is."""
     script = [
         CallTool("get_weather", {"city": CITY}),
         CallTool(MADE_UP, {"city": "Bergen"}),
@@ -59,10 +63,9 @@ def test_a_models_reply_and_a_tools_result_are_shown_escaped_and_exported_exact(
     assert "Second line." in ran.stdout.splitlines()
     assert "get_weather\\x1b[2J" in ran.stderr
 
-    shown, jsonl, exported = cli_all(
+    shown, exported = cli_all(
         [
             ("show", run_id, "--temporal", temporal_address),
-            ("show", run_id, "--temporal", temporal_address, "--jsonl"),
             ("export", run_id, "--temporal", temporal_address),
         ]
     )
@@ -70,12 +73,11 @@ def test_a_models_reply_and_a_tools_result_are_shown_escaped_and_exported_exact(
     assert acting(shown.stdout) == [], shown.stdout
     assert "output   The answer.\\x1b[2J" in shown.stdout
     assert "Oslo\\x1b[2J" in shown.stdout and "get_weather\\x1b[2J" in shown.stdout
-    for out in (jsonl, exported):
-        assert out.returncode == 0, out.stderr
-        events = [json.loads(line) for line in out.stdout.splitlines()]
-        assert REPLY in [e.get("text") for e in events]
-        assert f"The weather in {CITY} is sunny and 22C." in [e.get("result") for e in events]
-        assert MADE_UP in [e.get("name") for e in events]
+    assert exported.returncode == 0, exported.stderr
+    events = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert REPLY in [e.get("text") for e in events]
+    assert f"The weather in {CITY} is sunny and 22C." in [e.get("result") for e in events]
+    assert MADE_UP in [e.get("name") for e in events]
 
 
 def test_a_providers_error_is_shown_escaped(
@@ -99,3 +101,21 @@ def test_a_providers_error_is_shown_escaped(
     assert acting(shown.stdout) == [] and "refused: \\x1b[2J" in shown.stdout, shown.stdout
     errors = [json.loads(line).get("error") or "" for line in exported.stdout.splitlines()]
     assert any(f"refused: {ACTS}" in error for error in errors), errors
+
+
+async def test_a_plain_clients_agent_name_is_shown_escaped(
+    client: Client, temporal_address: str, task_queue: str
+) -> None:
+    """`show` heads a run a plain client started (no worker took it yet) with the agent name
+    that client sent, escaped."""
+    run_id, name = uuid.uuid4().hex, f"Weather Agent{ACTS}"
+    handle = await client.start_workflow(
+        "AgentRun", {"agent": name, "input": "hi"}, id=run_id, task_queue=f"none-{task_queue}"
+    )
+    try:
+        shown = await asyncio.to_thread(cli, "show", run_id, "--temporal", temporal_address)
+    finally:
+        await handle.terminate("test over")
+    assert shown.returncode == 0, shown.stderr
+    assert acting(shown.stdout) == [], shown.stdout
+    assert "agent    Weather Agent\\x1b[2J" in shown.stdout, shown.stdout
