@@ -17,13 +17,11 @@ import logging
 import re
 
 #: C0 and C1 controls (newline and tab apart), line and paragraph separators,
-#: bidi marks, embeddings, overrides and isolates, and lone surrogates (which no
-#: terminal encoding can write: printing one raises UnicodeEncodeError).
-_ACTING = (
-    "\x00-\x08\x0b-\x1f\x7f-\x9f"
-    "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-    "\ud800-\udfff"
-)
+#: bidi embeddings, overrides and isolates (which reorder what follows them), and
+#: lone surrogates (which no terminal encoding can write: printing one raises
+#: UnicodeEncodeError). The bidi marks (U+200E, U+200F, U+061C) stay: right-to-left
+#: text carries them, and they reorder nothing beyond themselves.
+_ACTING = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _IN_LINE = re.compile(f"[{_ACTING}\t\n]")
 _IN_LINES = re.compile(f"[{_ACTING}]")
 

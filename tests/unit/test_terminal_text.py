@@ -40,3 +40,11 @@ def test_a_log_line_quoting_a_providers_message_is_escaped_on_the_stream_handler
     assert said.startswith("ERROR model said \\x1b[2J\nTraceback"), said
     assert "ValueError: refused: \\x1b]0;pwned\\x07" in said
     assert other.formatter is None
+
+
+def test_right_to_left_text_keeps_its_marks() -> None:
+    """A bidi mark (in Hebrew or Arabic text) reorders nothing beyond itself: kept as it is;
+    an override, which reorders what follows, is escaped."""
+    hebrew = "\u05e9\u05dc\u05d5\u05dd\u200f 42 \u200e\u061c"
+    assert terminal_text(hebrew) == hebrew
+    assert terminal_text("a\u202eb") == "a\\u202eb"
