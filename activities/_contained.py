@@ -13,7 +13,8 @@ coroutine of each task created inside a tool call (`in_tool`, a context
 variable that such tasks inherit) and chains to any factory already there.
 Either way the exception travels as `Exited`, an ordinary exception, to the
 tool's caller, where it is the tool's answer like any other. A callback the
-tool schedules itself (`loop.call_soon`) is not a task and is not covered.
+tool schedules itself (`loop.call_soon`) is not a task and is not covered
+here: a worker stopped by one drains and exits (`agentor_temporal._loop_death`).
 """
 
 from __future__ import annotations

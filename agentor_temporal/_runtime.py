@@ -39,6 +39,7 @@ from agentor_temporal._exit import (
     calls_grace,
     exit_drain,
 )
+from agentor_temporal._loop_death import run_forever_kept
 from agentor_temporal._sigterm import (
     blocking_main,
     draining_on_sigterm,
@@ -81,14 +82,17 @@ class Runtime:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self._closed = False
         self.thread = threading.Thread(
-            target=self.loop.run_forever, name="agentor-temporal", daemon=True
+            target=run_forever_kept,
+            args=(self.loop, lambda: self._closed),
+            name="agentor-temporal",
+            daemon=True,
         )
         self.thread.start()
         self._clients: dict[tuple[str, bool, EncryptionKeys | None], Client] = {}
         self._client_lock: asyncio.Lock | None = None
         self._workers: dict[tuple[int, str], EmbeddedWorker] = {}
-        self._closed = False
         self._callers = Callers()
         #: set by the exit hook: calls cut off from now on are the interpreter's exit
         self._exiting = False

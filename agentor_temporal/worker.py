@@ -30,6 +30,7 @@ from agentor_temporal._ending import (
     starting_line,
     stopped_while_starting,
 )
+from agentor_temporal._loop_death import serve_on_own_loop
 from agentor_temporal._memory import preload, tune_allocator
 from agentor_temporal._terminal import escape_log_lines
 from agentor_temporal._worker_stop import on_stop_signals
@@ -353,8 +354,10 @@ def _read_only(directory: Path) -> bool:
         return False
 
 
-async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
-    """Connect, run the worker until SIGTERM/SIGINT/SIGHUP, then drain and exit."""
+async def serve(
+    args: argparse.Namespace, *, ready: Any = None, stop: asyncio.Event | None = None
+) -> None:
+    """Connect, run the worker until SIGTERM/SIGINT/SIGHUP (or `stop` is set), then drain."""
     from agentor_temporal.connection import connect
 
     objects = load_agent_objects(args.agents or "")
@@ -378,7 +381,7 @@ async def serve(args: argparse.Namespace, *, ready: Any = None) -> None:
         options["max_cached_workflows"] = args.max_cached_workflows
     worker = Worker(client, task_queue=task_queue, plugins=[plugin], **options)
     await ensure_search_attributes(client, plugin.registry)
-    stop = asyncio.Event()
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     on_stop_signals(loop, stop)
     names = ", ".join(a.name for a in agents)
@@ -437,7 +440,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with stopped_while_starting():
-            asyncio.run(serve(args))
+            stopped_by = serve_on_own_loop(lambda stop: serve(args, stop=stop))
+        if stopped_by is not None:
+            raise WorkerDied(stopped_by)
     except StoppedStarting as stopped:
         # before it polled: nothing taken, nothing to finish; a clean stop (exit 0)
         logger.warning("%s", starting_line(stopped.signum))
