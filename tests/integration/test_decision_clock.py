@@ -26,7 +26,7 @@ from integration.test_cli import cli
 from integration.test_cli_approval import agent_env
 
 #: how long the command's own worker takes to start, past the `--wait` it is given
-START, WAIT = 5, 4
+START, WAIT = 10, 8
 #: the facade's own bound in the command's process, as 60 s is to a `--wait 120`
 PATIENCE = 0.01
 
