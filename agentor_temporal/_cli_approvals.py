@@ -20,7 +20,7 @@ from agentor_temporal._cli_common import (
     text_arg,
 )
 from agentor_temporal._outage import patiently
-from agentor_temporal._runs import send_decision, undelivered, waiting_calls
+from agentor_temporal._runs import make_decision, send_decision, undelivered, waiting_calls
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.codec import keys_from_file
 from agentor_temporal.store import PendingApproval
@@ -95,12 +95,13 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
             if args.encryption_keys_file:
                 agent.encryption_keys = keys_from_file(args.encryption_keys_file)
             client = await agent._client()
-            decided = await patiently(
-                agent.aapprove(run_id, call, decision.reason, by=by, turn=args.turn)
-                if approved
-                else agent.adeny(run_id, call, decision.reason, by=by, turn=args.turn),
-                args.wait,
-                client,
+            # --wait bounds the worker from when this process's own serves the run: its
+            # start (imports, the sandbox check) took 20 s of the 30 on a loaded machine,
+            # which then said no worker took the decision while its own was about to
+            decided = await agent._decide(
+                run_id,
+                *make_decision(call, approved, decision.reason, by, args.turn),
+                patience=args.wait,
             )
             return {**decided, "address": address(client)}
         client = await connect_for_reading(args)
@@ -119,8 +120,7 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         raise CliError(str(exc)) from None
     except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
         raise CliError(
-            f"{undelivered(run_id, decision.call_id, args.wait)}. Pass --agent MODULE:ATTR "
-            "to serve the run's agent from here"
+            f"{undelivered(run_id, decision.call_id, args.wait)}. {_serve_hint(args)}"
         ) from None
     except KeyboardInterrupt:
         # the decision may have reached Temporal already: it is then applied
@@ -138,6 +138,17 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
     print(f"{verb} {shown_id(args.call_id)}{turn} of run {run_id} (by {shown_id(by)})")
     print(f"continue it with: agentor-temporal resume {run_id} --agent MODULE:ATTR")
     return EXIT_OK
+
+
+def _serve_hint(args: argparse.Namespace) -> str:
+    """What to try when no worker took a decision within --wait."""
+    if not args.agent:
+        return "Pass --agent MODULE:ATTR to serve the run's agent from here"
+    # this process served one: it told the person to pass the --agent they had passed
+    return (
+        f"This command served {args.agent} from the time its worker started: is that the "
+        "run's agent, on the run's task queue? On a loaded machine, allow a longer --wait"
+    )
 
 
 def cmd_approve(args: argparse.Namespace) -> int:

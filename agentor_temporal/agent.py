@@ -493,8 +493,15 @@ class Agentor:
         return any(t.requires_approval for t in self.tools)
 
     async def _decide(
-        self, run_id: str, decision: Decision, execution_run_id: str | None = None
+        self,
+        run_id: str,
+        decision: Decision,
+        execution_run_id: str | None = None,
+        patience: float | None = None,
     ) -> dict[str, Any]:
+        """Deliver `decision`, waiting `patience` seconds (default `DECISION_PATIENCE`) for a
+        worker to take it, counted once this agent's embedded worker serves the run: its
+        start (imports, the sandbox check: 20 s on a loaded machine) is not a worker's wait."""
         validate_run_id(run_id)
         client = await self._client()
         try:
@@ -511,7 +518,8 @@ class Agentor:
             raise
         # the decision is taken by the workflow, so a worker must be polling
         async with self._serving(client):
-            patience = policies.DECISION_PATIENCE.total_seconds()
+            if patience is None:
+                patience = policies.DECISION_PATIENCE.total_seconds()
             try:
                 # a bound on the worker, not on a server outage (ridden out apart)
                 return await patiently(
