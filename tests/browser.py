@@ -228,7 +228,8 @@ class Page:
         value = self.settled("document.documentElement ? document.documentElement.outerHTML : ''")
         return str(value or "")
 
-    def wait_for(self, predicate: Callable[[str], bool], what: str, timeout: float = 30) -> str:
+    # a page renders in 2-5 s on a quiet machine; past 30 s once at load ~20
+    def wait_for(self, predicate: Callable[[str], bool], what: str, timeout: float = 60) -> str:
         """The DOM once `predicate(dom)` holds; fails naming `what` after `timeout`."""
         deadline = time.monotonic() + timeout
         while True:
@@ -239,7 +240,7 @@ class Page:
                 raise AssertionError(f"the page never showed {what} within {timeout}s")
             time.sleep(0.1)
 
-    def wait_for_text(self, *needles: str, timeout: float = 30) -> str:
+    def wait_for_text(self, *needles: str, timeout: float = 60) -> str:
         """The DOM once it contains every needle."""
         return self.wait_for(
             lambda html: all(n in html for n in needles), f"all of {list(needles)}", timeout

@@ -355,8 +355,9 @@ async def test_a_turn_of_many_long_call_ids_leaves_them_room(
                 task_queue=task_queue,
             )
             # a wedge shows at once as a failed workflow task; 500 calls with 200 KB of
-            # schemas take 18-32 s on 2 cores under the suite's load, so the wait is long
-            history = await unwedged_history(client, handle.id, timeout=90)
+            # schemas take 18-32 s on 2 cores under the suite's load (past 90 s once at
+            # load ~20), so the wait is long
+            history = await unwedged_history(client, handle.id, timeout=200)
             outcome = await asyncio.wait_for(handle.result(), 10)
     assert outcome["status"] == "completed" and outcome["final_output"] == "Fetched."
     inputs = [
