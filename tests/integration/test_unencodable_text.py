@@ -65,7 +65,8 @@ async def test_a_denial_holding_a_lone_surrogate_is_recorded_as_the_mirror_has_i
 async def test_show_prints_a_run_holding_a_lone_surrogate(
     client: Client, temporal_address: str, task_queue: str
 ) -> None:
-    """`show` prints a run a plain client started with a lone surrogate, as U+FFFD."""
+    """`show` prints a run a plain client started with a lone surrogate, shown escaped (as
+    every character that could act on a terminal: `_terminal.terminal_text`)."""
     with ScriptedModelServer([Reply("done")]) as model:
         agent = scripted_agent(model, client, task_queue)
         run_id = uuid.uuid4().hex
@@ -81,7 +82,7 @@ async def test_show_prints_a_run_holding_a_lone_surrogate(
     # before: exit 1, "UnicodeEncodeError: 'utf-8' codec can't encode character '\ud800'"
     assert shown.returncode == 0, shown.stderr
     assert "Traceback" not in shown.stderr
-    assert "London \ufffd please" in shown.stdout
+    assert "London \\ud800 please" in shown.stdout
 
 
 async def test_a_second_decision_on_a_call_decided_by_a_lone_surrogate_is_refused_clearly(
