@@ -202,6 +202,9 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
+TRACEBACK = "Traceback (most recent call last):"
+
+
 async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re_attach(
     task_queue: str, tmp_path: Path, ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,9 +361,13 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
     (_, run_err), (_, stream_err), (_, cli_err) = outputs
 
     def said(err: str) -> str:
-        """The error's own line: Temporal core's log lines (through Python logging, on
-        stderr) may follow it while the process's worker stops."""
+        """The error's own line. Log lines may follow it while the process's worker
+        stops: Temporal core's (through Python logging), and ours (a tool the stop's
+        grace ran out on is handed back, said after the script's traceback)."""
         lines = [line for line in err.strip().splitlines() if not line.startswith("[sdk_core")]
+        if TRACEBACK in lines:  # a script's: the line naming the exception ends the frames
+            last = len(lines) - lines[::-1].index(TRACEBACK)
+            return next((line for line in lines[last:] if not line.startswith(" ")), "")
         return lines[-1] if lines else ""
 
     run_said = said(run_err)
