@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentor_temporal.activities import _redact
+from agentor_temporal.activities import _redact, _tls
 from agentor_temporal.activities._finished import FinishedCalls
 from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities.tooldef import Tool
@@ -397,6 +397,9 @@ class AgentRegistry:
                     MODEL_REPLY_LIMIT.total_seconds(),
                     connect=MODEL_CONNECT_LIMIT.total_seconds(),
                 )
+                # one trust store for all of them (each client loading its own: 45-60 ms)
+                context = _tls.shared_context(DefaultAsyncHttpxClient)
+                tls: dict[str, Any] = {} if context is None else {"verify": context}
                 client = AsyncOpenAI(
                     base_url=base_url,
                     api_key=api_key,
@@ -405,7 +408,7 @@ class AgentRegistry:
                     # openai's own pool (its defaults, no finaliser): dropped open,
                     # openai's schedules its close on whichever loop collects it,
                     # which inside a workflow activation is refused and printed
-                    http_client=DefaultAsyncHttpxClient(timeout=timeout),
+                    http_client=DefaultAsyncHttpxClient(timeout=timeout, **tls),
                 )
                 clients[(base_url, api_key)] = client
         if dead:
@@ -416,9 +419,9 @@ class AgentRegistry:
         """Make, for `loop` (by default the running one), the openai clients this worker's
         agents will use.
 
-        Done at start so the worker's idle footprint includes them (each
-        loads its TLS trust store, 50-150 ms: a caller on `loop` may make
-        them in a thread); agents without an API key are left to fail their
+        Done at start so the worker's idle footprint includes them (the
+        first loads the process's TLS trust store, 50-150 ms: a caller on
+        `loop` may make them in a thread); agents without an API key are left to fail their
         first request clearly. Returns how many clients exist.
         """
         loop = loop or asyncio.get_running_loop()

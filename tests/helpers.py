@@ -8,9 +8,11 @@ that died.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -250,6 +252,45 @@ def spawn(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Pop
         stderr=kwargs.pop("stderr", subprocess.PIPE),
         text=True,
         **kwargs,
+    )
+
+
+def worker_cli(
+    env: dict[str, str],
+    log: Path,
+    agents: str,
+    *more: str,
+    launcher: Sequence[str] = (),
+    prefix: Sequence[str] = (),
+) -> subprocess.Popen[str]:
+    """A worker process serving `agents` (a module of tests/procs) on env's
+    TEMPORAL_ADDRESS and AGENT_TASK_QUEUE: `python worker.py`, or `python
+    LAUNCHER...` (`-m agentor_temporal worker`), after `prefix` (`unshare ...`);
+    its stderr written to `log`, its stdout piped (it says "worker ready")."""
+    full = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(PROCS)]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    return subprocess.Popen(
+        [
+            *prefix,
+            sys.executable,
+            *(launcher or [str(ROOT / "worker.py")]),
+            "--agents",
+            agents,
+            "--temporal",
+            env["TEMPORAL_ADDRESS"],
+            "--task-queue",
+            env["AGENT_TASK_QUEUE"],
+            *more,
+        ],
+        env=full,
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
     )
 
 
@@ -695,3 +736,17 @@ def failing_once(client: Client, matches: Callable[[bytes], bool]) -> tuple[Clie
     config = client.config()
     config["data_converter"] = replace(client.data_converter, payload_codec=codec)
     return Client(**config), codec
+
+
+async def history_text(client: Client, run_id: str) -> str:
+    """A run's whole history as JSON text, with every base64 blob in it decoded beside it
+    (payloads are base64: a secret in one shows only decoded)."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    text = history.to_json()
+    decoded = []
+    for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
+        try:
+            decoded.append(base64.b64decode(blob, validate=True).decode("utf-8", "replace"))
+        except ValueError:
+            continue
+    return text + "\n".join(decoded)

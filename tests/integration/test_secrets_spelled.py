@@ -12,7 +12,6 @@ dropped), and none shows the key.
 
 from __future__ import annotations
 
-import base64
 import html
 import logging
 import re
@@ -26,7 +25,7 @@ from temporalio.client import Client
 from agentor_temporal import Agentor, FileStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT
+from helpers import INSTRUCTIONS, PROMPT, history_text
 
 KEY = "sk-spelled_Q7wE2rT9yU4iO1pA"
 
@@ -62,18 +61,6 @@ def _invisible(char: str) -> bool:
 
 
 _IGNORABLE = {"\u034f", "\u180b", "\u3164", "\ufe0f", "\uffa0", "\u1160", "\U000e0100"}
-
-
-async def _history_text(client: Client, run_id: str) -> str:
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    text = history.to_json()
-    decoded = []
-    for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
-        try:
-            decoded.append(base64.b64decode(blob, validate=True).decode("utf-8", "replace"))
-        except ValueError:
-            continue
-    return text + "\n".join(decoded)
 
 
 @pytest.mark.parametrize("outcome", ["returned", "raised"])
@@ -129,7 +116,7 @@ async def test_a_key_spelled_to_read_as_the_key_never_shows(
         "model request": sent,
         "final output": str(result.final_output),
         "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await _history_text(client, result.run_id),
+        "history": await history_text(client, result.run_id),
         "logs": "\n".join(r.getMessage() for r in caplog.records),
     }
     assert "***" in shown["tool result"] and f"Invalid key: {before}***<" in sent, sent

@@ -10,10 +10,8 @@ JSONL read it from the pieces put together. Real dev server, scripted model, rea
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import re
 from pathlib import Path
 
 import pytest
@@ -22,25 +20,13 @@ from temporalio.client import Client
 from agentor_temporal import Agentor, FileStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT
+from helpers import INSTRUCTIONS, PROMPT, history_text
 
 KEY = "sk-proj-Zq81fJ2xVb7Kc0LmN4pRt6Yw9AeHs3Ud5GiOxW7k"
 ENV = f"HOME=/root\nOPENAI_API_KEY={KEY}\nDEBUG=1\n"
 CHUNK = 20
 #: The key's pieces as long as the shortest one masked (`key_pieces.PIECE_CHARS`).
 PIECES = [KEY[at : at + 12] for at in range(len(KEY) - 11)]
-
-
-async def _history_text(client: Client, run_id: str) -> str:
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    text = history.to_json()
-    decoded = []
-    for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
-        try:
-            decoded.append(base64.b64decode(blob, validate=True).decode("utf-8", "replace"))
-        except ValueError:
-            continue
-    return text + "\n".join(decoded)
 
 
 @pytest.mark.parametrize("shape", ["text", "json"])
@@ -94,7 +80,7 @@ async def test_a_key_read_in_chunks_never_shows_in_any_chunk(
         "model requests": sent,
         "final output": str(result.final_output),
         "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await _history_text(client, result.run_id),
+        "history": await history_text(client, result.run_id),
         "logs": "\n".join(r.getMessage() for r in caplog.records),
     }
     assert [where for where, text in shown.items() if any(p in text for p in PIECES)] == []

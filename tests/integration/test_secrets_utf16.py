@@ -10,7 +10,6 @@ Real dev server, scripted model, real `openai` client.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import re
@@ -22,7 +21,7 @@ from temporalio.client import Client
 from agentor_temporal import Agentor, FileStore, function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT
+from helpers import INSTRUCTIONS, PROMPT, history_text
 
 KEY = "sk-utf16_Q7wE2rT9yU4iO1pA8sD"
 #: The `.env` line as PowerShell 5 writes it (`echo ... > .env`): UTF-16LE with its BOM.
@@ -46,18 +45,6 @@ def _read(text: str) -> str:
             data = bytes.fromhex(blob[start : start + (len(blob) - start) // 4 * 4])
             text += "\n" + data.decode("utf-16-le", "replace") + data.decode("utf-16-be", "replace")
     return re.sub(r"\x00|\\+u0000|\\+x00", "", text).lower()
-
-
-async def _history_text(client: Client, run_id: str) -> str:
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    text = history.to_json()
-    decoded = []
-    for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
-        try:
-            decoded.append(base64.b64decode(blob, validate=True).decode("utf-8", "replace"))
-        except ValueError:
-            continue
-    return text + "\n".join(decoded)
 
 
 @pytest.mark.parametrize("outcome", ["returned", "raised"])
@@ -114,7 +101,7 @@ async def test_a_key_in_utf16_text_read_as_bytes_never_shows(
         "model request": sent,
         "final output": str(result.final_output),
         "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await _history_text(client, result.run_id),
+        "history": await history_text(client, result.run_id),
         "logs": "\n".join(r.getMessage() for r in caplog.records),
     }
     assert all("***" in a.result for a in answers if outcome == "returned"), answers

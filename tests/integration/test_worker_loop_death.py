@@ -31,7 +31,6 @@ from agentor_temporal.worker import build_worker
 
 from helpers import (
     ANSWER,
-    PROCS,
     PROMPT,
     ROOT,
     ledger_lines,
@@ -39,6 +38,7 @@ from helpers import (
     stop_process,
     wait_line,
     wait_until,
+    worker_cli,
 )
 from procs.loop_breakers import get_weather
 
@@ -53,33 +53,6 @@ BREAKS = {
     "callback_interrupt": (1, "the worker's event loop was stopped by KeyboardInterrupt", 1),
     "loop_stop": (1, "the worker's event loop was stopped (loop.stop())", 1),
 }
-
-
-def _worker_cli(env: dict[str, str], log: Path, *cli: str) -> subprocess.Popen[str]:
-    full = {
-        **os.environ,
-        **env,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(PROCS)]),
-        "PYTHONUNBUFFERED": "1",
-    }
-    command = list(cli) or [str(ROOT / "worker.py")]
-    return subprocess.Popen(
-        [
-            sys.executable,
-            *command,
-            "--agents",
-            "loop_breakers:agent",
-            "--temporal",
-            env["TEMPORAL_ADDRESS"],
-            "--task-queue",
-            env["AGENT_TASK_QUEUE"],
-        ],
-        env=full,
-        cwd=str(ROOT),
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-    )
 
 
 @pytest.mark.parametrize("how", list(BREAKS))
@@ -108,7 +81,7 @@ async def test_a_worker_broken_by_a_tool_exits_and_another_finishes_the_run(
     cli = ("-m", "agentor_temporal", "worker") if how.startswith("callback") else ()
     with ScriptedModelServer() as model:
         env["MODEL_BASE_URL"] = model.base_url
-        first = _worker_cli(env, tmp_path / "first.log", *cli)
+        first = worker_cli(env, tmp_path / "first.log", "loop_breakers:agent", launcher=cli)
         try:
             wait_line(first, "worker ready")
             agent = scripted_agent(

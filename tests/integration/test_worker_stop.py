@@ -25,48 +25,16 @@ from agentor_temporal.testing import Hang, ScriptedModelServer
 
 from helpers import (
     ANSWER,
-    PROCS,
     PROMPT,
-    ROOT,
     ledger_lines,
     scripted_agent,
     stop_process,
     wait_line,
     wait_until,
+    worker_cli,
 )
 
 pytestmark = pytest.mark.slow
-
-
-def _worker_cli(
-    env: dict[str, str], runs: Path, log: Path, prefix: tuple[str, ...] = ()
-) -> subprocess.Popen[str]:
-    full = {
-        **os.environ,
-        **env,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(PROCS)]),
-        "PYTHONUNBUFFERED": "1",
-    }
-    return subprocess.Popen(
-        [
-            *prefix,
-            sys.executable,
-            str(ROOT / "worker.py"),
-            "--agents",
-            "env_agent:agent",
-            "--temporal",
-            env["TEMPORAL_ADDRESS"],
-            "--task-queue",
-            env["AGENT_TASK_QUEUE"],
-            "--store",
-            str(runs),
-        ],
-        env=full,
-        cwd=str(ROOT),
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-    )
 
 
 @pytest.mark.parametrize(
@@ -98,7 +66,7 @@ async def test_sigterm_mid_run_finishes_in_flight_work_and_loses_nothing(
             "TOOL_DELAY": "2" if during == "tool_call" else "0",
         }
         logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
-        workers = [_worker_cli(env, runs, log) for log in logs]
+        workers = [worker_cli(env, log, "env_agent:agent", "--store", str(runs)) for log in logs]
         try:
             for proc in workers:
                 wait_line(proc, "worker ready")
@@ -175,7 +143,7 @@ async def test_a_second_signal_abandons_the_drain_and_says_so(
             "TOOL_DELAY": "30",
         }
         log = tmp_path / "worker.log"
-        proc = _worker_cli(env, tmp_path / "runs", log)
+        proc = worker_cli(env, log, "env_agent:agent", "--store", str(tmp_path / "runs"))
         try:
             wait_line(proc, "worker ready")
             agent = scripted_agent(model, client, task_queue, embedded_worker=False)
@@ -215,7 +183,7 @@ async def test_signals_reach_a_worker_whose_event_loop_a_tool_blocks(
             "TOOL_BLOCKS_LOOP": "1",
         }
         log = tmp_path / "worker.log"
-        proc = _worker_cli(env, tmp_path / "runs", log)
+        proc = worker_cli(env, log, "env_agent:agent", "--store", str(tmp_path / "runs"))
         try:
             wait_line(proc, "worker ready")
             agent = scripted_agent(model, client, task_queue, embedded_worker=False)
@@ -253,7 +221,7 @@ async def test_a_call_cut_off_by_the_graceful_shutdown_is_said_and_runs_again_el
         }
         log = tmp_path / "worker.log"
         run_id = uuid.uuid4().hex
-        proc = _worker_cli(env, tmp_path / "runs", log)
+        proc = worker_cli(env, log, "env_agent:agent", "--store", str(tmp_path / "runs"))
         try:
             wait_line(proc, "worker ready")
             agent = scripted_agent(model, client, task_queue, embedded_worker=False)
@@ -269,7 +237,9 @@ async def test_a_call_cut_off_by_the_graceful_shutdown_is_said_and_runs_again_el
         assert "get_weather(city='London')" in said and run_id in said, said
         assert "another worker runs it again" in said, said
         env["TOOL_DELAY"] = "0"
-        proc = _worker_cli(env, tmp_path / "runs", tmp_path / "next.log")
+        proc = worker_cli(
+            env, tmp_path / "next.log", "env_agent:agent", "--store", str(tmp_path / "runs")
+        )
         try:
             wait_line(proc, "worker ready")
             outcome = await asyncio.wait_for(client.get_workflow_handle(run_id).result(), 60)
@@ -310,7 +280,14 @@ async def test_a_second_signal_ends_a_worker_that_is_a_containers_first_process(
             "TOOL_DELAY": "60",
         }
         log = tmp_path / "worker.log"
-        proc = _worker_cli(env, tmp_path / "runs", log, prefix=("unshare", "-Urpf"))
+        proc = worker_cli(
+            env,
+            log,
+            "env_agent:agent",
+            "--store",
+            str(tmp_path / "runs"),
+            prefix=("unshare", "-Urpf"),
+        )
         worker_pid = None
         try:
             wait_line(proc, "worker ready")

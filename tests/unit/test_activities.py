@@ -6,13 +6,14 @@ import asyncio
 import gc
 import json
 import socket
+import ssl
 import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from openai import Timeout
+from openai import DefaultAsyncHttpxClient, Timeout
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -584,3 +585,33 @@ def test_a_client_dropped_open_schedules_nothing_on_the_loop_that_collects_it() 
         sys.unraisablehook = hook
         loop.close()
     assert unraisable == []
+
+
+def test_every_model_client_of_a_process_shares_one_tls_context() -> None:
+    """Clients for two endpoints, and for one endpoint on two loops, load the trust store
+    once between them (each loading its own cost 45-60 ms of CPU and its certificates'
+    memory), and it is the context the HTTP library would make for a client by itself."""
+    definitions = [
+        AgentDefinition(
+            name=name, model="m", tools=[], api_key="sk-tls-0001", base_url=f"https://{host}/v1"
+        )
+        for name, host in (("A", "one.example"), ("B", "two.example"))
+    ]
+    registry = AgentRegistry(definitions)
+
+    def contexts() -> list[Any]:
+        async def made() -> list[Any]:
+            clients = [registry.openai_client(definition) for definition in definitions]
+            return [client._client._transport._pool._ssl_context for client in clients]
+
+        return asyncio.run(made())
+
+    first, second = contexts(), contexts()
+    assert len({id(context) for context in first + second}) == 1
+    (context,) = {*first}
+    alone = DefaultAsyncHttpxClient()._transport._pool._ssl_context
+    assert context is not alone
+    assert context.verify_mode == alone.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname and alone.check_hostname
+    assert context.cert_store_stats() == alone.cert_store_stats()
+    assert context.get_ca_certs() == alone.get_ca_certs()
