@@ -750,3 +750,22 @@ async def history_text(client: Client, run_id: str) -> str:
         except ValueError:
             continue
     return text + "\n".join(decoded)
+
+
+#: what starts a Python traceback, and a log line of the CLI's or the worker's own handler
+TRACEBACK = "Traceback (most recent call last):"
+_LOG_LINE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: |\[sdk_core")
+
+
+def error_line(err: str) -> str:
+    """The line of a process's stderr that says its error.
+
+    Log lines may follow it while the process's worker stops: Temporal core's,
+    the CLI's (`LEVEL logger: ...`), a script's (a tool the stop's grace ran out
+    on is handed back, logged after the script's traceback). A script's error
+    is the line naming the exception after its last traceback's frames."""
+    lines = [line for line in err.strip().splitlines() if not _LOG_LINE.match(line)]
+    if TRACEBACK in lines:
+        last = len(lines) - lines[::-1].index(TRACEBACK)
+        return next((line for line in lines[last:] if not line.startswith(" ")), "")
+    return lines[-1] if lines else ""

@@ -32,6 +32,7 @@ from helpers import (
     SEED_EVENT_TYPES,
     DevServerProcess,
     connected_to,
+    error_line,
     finish,
     ledger_lines,
     spawn,
@@ -202,9 +203,6 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-TRACEBACK = "Traceback (most recent call last):"
-
-
 async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re_attach(
     task_queue: str, tmp_path: Path, ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -360,25 +358,15 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
     # each gave up saying where, and how its own entry point picks the run up
     (_, run_err), (_, stream_err), (_, cli_err) = outputs
 
-    def said(err: str) -> str:
-        """The error's own line. Log lines may follow it while the process's worker
-        stops: Temporal core's (through Python logging), and ours (a tool the stop's
-        grace ran out on is handed back, said after the script's traceback)."""
-        lines = [line for line in err.strip().splitlines() if not line.startswith("[sdk_core")]
-        if TRACEBACK in lines:  # a script's: the line naming the exception ends the frames
-            last = len(lines) - lines[::-1].index(TRACEBACK)
-            return next((line for line in lines[last:] if not line.startswith(" ")), "")
-        return lines[-1] if lines else ""
-
-    run_said = said(run_err)
+    run_said = error_line(run_err)
     assert procs[0].returncode != 0 and "ConnectionFailed" in run_said, run_err[-4000:]
     assert server.address in run_said and "AGENTOR_OUTAGE_PATIENCE" in run_said, run_said
     assert f"resume({ran!r})" in run_said, run_said
-    stream_said = said(stream_err)
+    stream_said = error_line(stream_err)
     assert procs[1].returncode != 0 and server.address in stream_said, stream_err[-4000:]
     assert f"stream({streamed!r}, after=" in stream_said, stream_said
     assert "resume(" not in stream_said, stream_said
-    cli_said = said(cli_err)
+    cli_said = error_line(cli_err)
     assert procs[2].returncode != 0 and server.address in cli_said, cli_err[-4000:]
     again = f"agentor-temporal resume {commanded} --agent procs.cli_agents:agent"
     assert again in cli_said and "Traceback" not in cli_err, cli_err[-4000:]
@@ -503,14 +491,14 @@ async def test_a_server_back_empty_says_the_run_is_gone_and_whether_its_mirror_h
     assert f"`agentor-temporal show {running} --store DIR` shows it from there" in shown_err
     assert f"`agentor-temporal resume {running} --agent MODULE:ATTR`" in shown_err
     assert exported_code == 1 and "Traceback" not in exported_err, exported_err[-4000:]
-    said = exported_err.strip().splitlines()[-1]
+    said = error_line(exported_err)
     assert f"Run {running!r} is gone from Temporal at {server.address}" in said, said
     assert f"its first 3 events: `resume({running!r})`" in said, said
     assert f"`agentor-temporal resume {running} --agent MODULE:ATTR`" in said, said
     said = str(fork_gone.value.args[0])
     assert "is gone from Temporal" in said and "`resume(" in said, said
     assert command.returncode != 0 and "Traceback" not in command_err, command_err[-4000:]
-    said = command_err.strip().splitlines()[-1]
+    said = error_line(command_err)
     assert f"Run {commanded!r} is gone from Temporal at {server.address}" in said, said
     assert restored["status"] == "completed", restored
     assert restored["final_output"].startswith("Done: The weat"), restored
