@@ -742,7 +742,11 @@ async def history_text(client: Client, run_id: str) -> str:
     """A run's whole history as JSON text, with every base64 blob in it decoded beside it
     (payloads are base64: a secret in one shows only decoded)."""
     history = await client.get_workflow_handle(run_id).fetch_history()
-    text = history.to_json()
+    return with_decoded(history.to_json())
+
+
+def with_decoded(text: str) -> str:
+    """`text` followed by the text of each base64 blob in it (16 characters or more)."""
     decoded = []
     for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
         try:

@@ -43,7 +43,16 @@ from agentor_temporal._chat_wire import completion
 from agentor_temporal.streaming import RunFailedError
 from agentor_temporal.testing import CallTool, Fail, Hang, Raw, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT, ROOT, free_port, ledger_lines, transfer_tool, weather_tool
+from helpers import (
+    INSTRUCTIONS,
+    PROMPT,
+    ROOT,
+    free_port,
+    ledger_lines,
+    transfer_tool,
+    weather_tool,
+    with_decoded,
+)
 
 API_KEY = "sk-leakaudit-APIKEY-0123456789"
 URL_USER = "leakuser-USERINFO"
@@ -78,15 +87,7 @@ async def _history_json(client: Client, run_id: str) -> str:
     desc = await handle.describe()
     text = text + "\n".join(decoded) + MessageToJson(desc.raw_description)
     # and base64 nested inside payloads (stream batches carry their items so)
-    for _ in range(2):
-        nested = []
-        for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
-            try:
-                nested.append(base64.b64decode(blob, validate=True).decode("utf-8", "replace"))
-            except ValueError:
-                continue
-        text += "\n".join(nested)
-    return text
+    return with_decoded(with_decoded(text))
 
 
 def _store_text(directory: Path) -> str:
