@@ -111,7 +111,7 @@ class MaskedBuffer:
         self._held = b""
 
     def write(self, data: Any) -> int:
-        data = bytes(data)
+        data = memoryview(data).tobytes()  # a bytes-like object, as the buffer takes
         with self._text._lock:
             # text written before these bytes goes first, as it would unwrapped once flushed
             self._text.write_held()
