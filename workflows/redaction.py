@@ -245,11 +245,12 @@ def mask_all(text: str, secrets: Iterable[str | None], pieces: bool = False) -> 
     forms = frozenset(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
     if not text or not forms:
         return text
-    text = mask_canonical(text, canonical_forms(forms), MASK, pieces)
     for form in forms:
-        # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM)
+        # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM),
+        # or a key by a quoted-printable soft line break: first, while the form is whole (a
+        # piece of it at a word's edge, masked next, leaves the rest of it)
         text = mask_wrapped(text, form, MASK)
-    return text
+    return mask_canonical(text, canonical_forms(forms), MASK, pieces)
 
 
 def forget_texts() -> None:

@@ -5,6 +5,9 @@ Base64 written for mail or files is cut into lines (`base64.encodebytes`, MIME a
 text (a JSON credentials file, an env file) is then split by a line break wherever one
 falls in its characters, and no known form of it (`redaction.secret_forms`) matched.
 Its line breaks as they are or JSON-escaped (`\\n`: the file inside a tool's JSON text).
+So is a form cut by a quoted-printable soft line break (a line ending in `=` that goes on
+in the next: an email's source, MIME's other way to keep lines under 76 characters), which
+cuts a key written in the mail's text wherever the line's 76th character falls.
 Pure functions over strings, as `redaction`'s.
 """
 
@@ -35,9 +38,34 @@ def _unwrapped(text: str) -> str | None:
     """`text`'s lines joined, None when it has no line break: worked out once a text, not
     once a form (each known key has several forms: looking for a line break in a 5 MB text
     for each of them took seconds a mask)."""
-    if ("\n" not in text and "\\n" not in text) or not _wraps_base64(text):
+    if "\n" not in text and "\\n" not in text:
         return None
+    if _soft_breaks(text):
+        # the soft breaks read as nothing, and joined as other line breaks are too (`=` may
+        # end a key, base64's padding, at a line's end): both, for the quick test
+        return _joined(_SOFT_BREAK.sub(lambda m: m.group(0)[:1] + m.group(0)[-1:], text)) + (
+            "\n" + _joined(text)
+        )
+    if not _wraps_base64(text):
+        return None
+    return _joined(text)
+
+
+def _joined(text: str) -> str:
     return text.replace("\\r", "").replace("\\n", "").replace("\r", "").replace("\n", "")
+
+
+#: A quoted-printable soft line break inside a run of base64 characters (a key's): its `=`
+#: ending a line, as it is or JSON-escaped, between the characters around it.
+_SOFT_BREAK = re.compile(r"[A-Za-z0-9+/_\-]=(?:\r?\n|(?:\\r)?\\n)[A-Za-z0-9+/_\-=]")
+
+
+def _soft_breaks(text: str) -> bool:
+    """Whether `text` holds a quoted-printable soft line break inside base64 characters (a
+    quick look for `=` ending a line first: the pattern is slower over megabytes)."""
+    return ("=\n" in text or "=\r\n" in text or "=\\n" in text or "=\\r\\n" in text) and (
+        _SOFT_BREAK.search(text) is not None
+    )
 
 
 def _wraps_base64(text: str) -> bool:
@@ -66,8 +94,9 @@ _BASE64_CHARS = re.compile(r"[A-Za-z0-9+/_\-=]+")
 
 @functools.lru_cache(maxsize=2048)
 def _pattern(form: str) -> re.Pattern[str]:
-    # a line break as it is, or JSON-escaped (wrapped base64 inside a tool's JSON text)
-    return re.compile(r"(?:\r?\n|(?:\\r)?\\n)?".join(re.escape(c) for c in form))
+    # a line break as it is, or JSON-escaped (wrapped base64 inside a tool's JSON text), and
+    # after a quoted-printable soft line break's `=`
+    return re.compile(r"(?:=?(?:\r?\n|(?:\\r)?\\n))?".join(re.escape(c) for c in form))
 
 
 def forget() -> None:

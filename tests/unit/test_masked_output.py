@@ -99,3 +99,48 @@ def test_a_threads_traceback_without_a_stderr_goes_nowhere_as_pythons_own_does(
         )()
     )
     assert capsys.readouterr().out == ""
+
+
+class _Console(io.TextIOWrapper):
+    """A text stream over bytes, as a process's stdout is (its `buffer` is the bytes)."""
+
+    def __init__(self) -> None:
+        super().__init__(io.BytesIO(), encoding="utf-8", write_through=False)
+
+    def written(self) -> bytes:
+        self.flush()
+        raw = self.buffer
+        assert isinstance(raw, io.BytesIO)
+        return raw.getvalue()
+
+
+def test_bytes_written_on_the_buffer_are_masked_by_line_and_kept_as_they_came_otherwise() -> None:
+    """A tool passing on a command's output as bytes (`sys.stdout.buffer.write`): a key in
+    it, whole or cut across writes, is masked; bytes no encoding reads, and lines without a
+    key, are written as they came."""
+    _redact.remember(KEY)
+    console = _Console()
+    stream = MaskedStream(console)
+    stream.buffer.write(b"\xff\xfe raw \x80 and " + KEY.encode() + b" \xc3\n")
+    stream.buffer.write(b"cut: " + KEY[:10].encode())
+    assert b"cut" not in console.written()
+    stream.buffer.write(bytearray(KEY[10:].encode() + b"\nplain \xff\n"))
+    stream.buffer.flush()
+    assert console.written() == b"\xff\xfe raw \x80 and *** \xc3\ncut: ***\nplain \xff\n"
+
+
+def test_text_and_bytes_keep_the_order_they_were_written_in() -> None:
+    _redact.remember(KEY)
+    console = _Console()
+    stream = MaskedStream(console)
+    stream.write("text one, ")
+    stream.buffer.write(b"bytes one\nbytes held ")
+    stream.write(f"text two {KEY}\n")
+    stream.buffer.write(b"bytes two\n")
+    stream.flush()
+    assert console.written() == (b"text one, bytes one\nbytes held text two ***\nbytes two\n")
+
+
+def test_a_stream_without_a_buffer_still_has_none() -> None:
+    with pytest.raises(AttributeError):
+        MaskedStream(io.StringIO()).buffer  # noqa: B018

@@ -40,3 +40,20 @@ def test_wrapped_base64_is_told_from_a_log() -> None:
     )
     assert wrapped._unwrapped('{"f": "QUJDREVGR0hJSktMTU5PUFFS\\r\\nU1RV"}') is not None
     assert wrapped._unwrapped("Traceback (most recent call last):\n  File x") is None
+
+
+def test_a_soft_line_breaks_key_is_masked_whole_and_an_equals_at_a_lines_end_kept() -> None:
+    """A key a quoted-printable soft line break (`=` ending a line) cuts is masked whole, as
+    it is or JSON-escaped, however few of its characters are on one side; a value ending in
+    `=` at a line's end, and `=` ending lines of other text, are left as they are."""
+    key = "sk-soft-" + secrets.token_hex(16)
+    _redact.remember(key)
+    for cut in (1, 6, 20, len(key) - 1):
+        for brk in ("=\n", "=\r\n", "=\\n", "=\\r\\n"):
+            text = f"your key: {key[:cut]}{brk}{key[cut:]} (keep it safe)"
+            assert _redact.mask_secrets(text) == "your key: *** (keep it safe)", (cut, brk)
+    padded = "c2VjcmV0LXBhZGRlZC12YWx1ZQ=="
+    _redact.remember(padded)
+    assert _redact.mask_secrets(f"TOKEN={padded}\nNEXT=1\n") == "TOKEN=***\nNEXT=1\n"
+    plain = "x =\n  5\nwidth=\nheight=3\n"
+    assert _redact.mask_secrets(plain) == plain
