@@ -19,7 +19,7 @@ from agentor_temporal import Event, FileStore, TemporalStore
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.workflows import policies
 
-from helpers import ANSWER, PROMPT, scripted_agent
+from helpers import ANSWER, PROMPT, scripted_agent, until
 
 
 class HungStore(FileStore):
@@ -69,3 +69,29 @@ async def test_a_store_that_stops_answering_never_holds_up_the_run(
     assert again.status == "completed" and model.request_count == requests
     projected = await TemporalStore(client).aload(result.run_id)
     assert [e.to_dict() for e in store.load(result.run_id)] == [e.to_dict() for e in projected]
+
+
+async def test_runs_whose_store_hangs_leave_the_workers_other_runs_alone(
+    client: Client,
+    model: ScriptedModelServer,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many runs each holding a thread in a hung store: another agent's run still finishes."""
+    monkeypatch.setattr(policies, "STORE_PATIENCE", timedelta(seconds=3), raising=False)
+    store = HungStore(tmp_path)
+    hung = scripted_agent(model, client, task_queue, store=store)
+    try:
+        # one thread each blocked in the store: more than asyncio's default executor has
+        runs = [asyncio.ensure_future(hung.arun(PROMPT)) for _ in range(12)]
+        await until(lambda: store.blocked >= 12 or None, "every run's store call hung", 90)
+        with ScriptedModelServer() as other_model:
+            other = scripted_agent(other_model, client, task_queue, name="Other Agent")
+            # before: its model request waited on a thread the hung store held
+            result = await asyncio.wait_for(other.arun(PROMPT), 60)
+        assert result.status == "completed" and result.final_output == ANSWER, result.error
+        done = await asyncio.wait_for(asyncio.gather(*runs), 90)
+        assert all(r.status == "completed" for r in done)
+    finally:
+        store.released.set()
