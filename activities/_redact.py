@@ -55,6 +55,7 @@ LOGGERS = (
     "agentor_temporal.activities._reset_answers",
     "agentor_temporal.activities._ended",
     "agentor_temporal.activities._starts",
+    "agentor_temporal.activities._store_patience",
     "agentor_temporal.activities.conversations",
     "agentor_temporal.activities.model",
     "agentor_temporal.activities.registry",

@@ -15,6 +15,7 @@ Most steps need no journal step: their events ride in the next `generate` or
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -25,6 +26,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from agentor_temporal.activities import _redact
 from agentor_temporal.activities._errors import safe_str
 from agentor_temporal.activities._private import clip
+from agentor_temporal.activities._store_patience import StoreSilent, patiently
 from agentor_temporal.activities.conversations import CACHE, full_messages, long_run_settings
 from agentor_temporal.activities.mirror import (
     mirror_into,
@@ -161,9 +163,22 @@ async def _mirror(
     store = registry.store_for(inp.agent)
     if store is None:
         return result
+    try:
+        # a copy: a store answering late finishes with its own result, never this one
+        lock = registry.run_lock(store, inp.run_id)
+        copy = dataclasses.replace(result)
+        return await patiently(store, inp.run_id, lambda: _mirror_into(store, lock, inp, copy))
+    except StoreSilent as exc:
+        result.error = str(exc)
+        return result
+
+
+async def _mirror_into(
+    store: Store, lock: threading.Lock, inp: JournalInput, result: JournalResult
+) -> JournalResult:
+    """`_mirror` once the agent's store is known; waited for `policies.STORE_PATIENCE`."""
     events = [Event.from_dict(e) for e in inp.events]
     start = inp.start
-    lock = registry.run_lock(store, inp.run_id)
     try:
         for key, request in inp.requests.items():
             # a generation sent by reference: the store gets its whole request

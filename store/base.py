@@ -8,8 +8,11 @@ become file names and Temporal workflow ids, so one validator guards both.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import functools
 import itertools
+import threading
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterator
@@ -49,6 +52,10 @@ class Store(Protocol):
 
 _T = TypeVar("_T")
 
+#: Threads for store calls in one process (`in_thread`): a store that stops answering
+#: holds one per run at most (`activities._store_patience`), and only these
+STORE_THREADS = 64
+
 
 async def in_thread(fn: Callable[..., _T], /, *args: Any) -> _T:
     """`asyncio.to_thread(fn, *args)` for a store's code: what it raises is an error.
@@ -69,7 +76,28 @@ async def in_thread(fn: Callable[..., _T], /, *args: Any) -> _T:
             naming the function.
         Exception: whatever else `fn` raised.
     """
-    return await asyncio.to_thread(functools.partial(_stopped_raises, fn, *args))
+    # the store's own threads, not the loop's default executor: a store call that never
+    # returns held one of its few threads (6 on 2 cores), and once a handful of runs' calls
+    # had, every getaddrinfo of the worker (each new model connection) waited behind them
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, _stopped_raises, fn, *args)
+    return await loop.run_in_executor(_store_threads(), call)
+
+
+_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _store_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's threads for store calls (made at first use)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(
+                concurrent.futures.ThreadPoolExecutor(
+                    max_workers=STORE_THREADS, thread_name_prefix="agentor-store"
+                )
+            )
+        return _POOL[0]
 
 
 def _stopped_raises(fn: Callable[..., _T], *args: Any) -> _T:

@@ -253,6 +253,10 @@ TOKENS_INTERVAL = timedelta(seconds=10)
 #: Journal and describe run as local activities: no server round trip, their
 #: results land in history with the next workflow task completion.
 LOCAL_START_TO_CLOSE = timedelta(seconds=30)
+#: How long a step waits for its run's mirror store before it goes on without it
+#: (`activities._store_patience`): inside LOCAL_START_TO_CLOSE, so a journal step
+#: whose store never answers ends once, not on each of its retries.
+STORE_PATIENCE = timedelta(seconds=20)
 LOCAL_RETRY_POLICY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
     backoff_coefficient=2.0,
