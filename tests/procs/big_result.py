@@ -2,7 +2,8 @@
 
 `worker.py --agents big_result:agent` serves it. Configured through the environment:
 TEMPORAL_ADDRESS, MODEL_BASE_URL, AGENT_TASK_QUEUE, AGENT_LEDGER, and BIG_ROWS: how many
-rows the tool returns in this process (unset: three).
+rows the tool returns in this process (unset: three), and BIG_ERROR: how many characters
+of a dotted list `fail_loudly`'s error quotes before a URL (unset: a short error).
 """
 
 from __future__ import annotations
@@ -23,12 +24,20 @@ def query_rows() -> list[Any]:
     return [{"a": 1}] * int(os.environ.get("BIG_ROWS", "3"))
 
 
+@function_tool
+def fail_loudly() -> str:
+    """Fails, quoting what it read."""
+    ledger_write(os.environ.get("AGENT_LEDGER"), "fail_loudly")
+    dotted = "a." * (int(os.environ.get("BIG_ERROR", "2")) // 2)
+    raise RuntimeError(f"bad versions {dotted} (see https://example.com/versions)")
+
+
 def build(base_url: str, temporal: Any, task_queue: str, **options: Any) -> Agentor:
     """The agent, built alike in the worker process and the test's."""
     return Agentor(
         name="Rows",
         model="m",
-        tools=[query_rows],
+        tools=[query_rows, fail_loudly],
         base_url=base_url,
         api_key="k",
         temporal=temporal,
