@@ -277,7 +277,10 @@ class Tool:
             return stringify(value)
         # written beside the loop: a huge value (a query's million rows) takes seconds
         # to write, in which the loop would serve no other call of the worker
-        return await asyncio.to_thread(stringify, value)
+        try:
+            return await asyncio.to_thread(stringify, value)
+        except RuntimeError:  # no thread to be had (the interpreter is exiting): here, then
+            return stringify(value)
 
 
 def _raise_exited(exc: Exception) -> None:

@@ -155,7 +155,10 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         if len(text) > _ON_LOOP_CHARS:
             # masked beside the loop: tens of megabytes take seconds, in which the loop
             # would serve no other call of the worker
-            answer = await asyncio.to_thread(_result, text, inp, started)
+            try:
+                answer = await asyncio.to_thread(_result, text, inp, started)
+            except RuntimeError:  # no thread to be had (the interpreter is exiting)
+                answer = _result(text, inp, started)
         else:
             answer = _result(text, inp, started)
     finally:
