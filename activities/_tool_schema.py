@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
-import json
 import re
 import uuid
 from collections.abc import Callable
@@ -20,6 +19,8 @@ from typing import Any
 
 import pydantic
 import pydantic_core
+
+from agentor_temporal.activities._json_pieces import dumps
 
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _SECTION = re.compile(
@@ -264,9 +265,10 @@ def _digits(number: int) -> str:
 
 
 def _json_text(value: Any) -> str:
-    """`json.dumps(value, default=str)`, integers past the int-to-text limit included."""
+    """`json.dumps(value, default=str)`, integers past the int-to-text limit included,
+    written a piece at a time (`_json_pieces`: a huge value held the lock for seconds)."""
     try:
-        return json.dumps(value, default=_shown)
+        return dumps(value, _shown)
     except ValueError as exc:
         if "integer string conversion" not in str(exc):
             raise
@@ -290,5 +292,5 @@ def _json_text(value: Any) -> str:
         is_int = isinstance(key, int) and not isinstance(key, bool)
         return _digits(key) if is_int and key.bit_length() > _SAFE_BITS else key
 
-    text = json.dumps(swap(value), default=_shown)
+    text = dumps(swap(value), _shown)
     return re.sub(f'"{token}(\\d+)"', lambda match: long_ints[int(match.group(1))], text)

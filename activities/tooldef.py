@@ -273,7 +273,14 @@ class Tool:
         finally:
             in_tool.reset(inside)
             _tool_context.current.reset(token)
-        return stringify(value)
+        if value is None or isinstance(value, str):
+            return stringify(value)
+        # written beside the loop: a huge value (a query's million rows) takes seconds
+        # to write, in which the loop would serve no other call of the worker
+        try:
+            return await asyncio.to_thread(stringify, value)
+        except RuntimeError:  # no thread to be had (the interpreter is exiting): here, then
+            return stringify(value)
 
 
 def _raise_exited(exc: Exception) -> None:

@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 #: Error type of a tool failure retried because the tool asked for retries.
 TOOL_FAILED = "ToolFailed"
 
+#: Characters of a tool's result masked on the event loop; a longer one is masked in a
+#: thread (about 50 ms a megabyte, more for text full of escapes or NULs).
+_ON_LOOP_CHARS = 1_000_000
+
 
 def error_result(error: str, **extra: float | None) -> CallToolResult:
     """The result a failed call answers the model with (`result` = "Error: ...")."""
@@ -148,7 +152,15 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         failure = failure_text(safe_str(exc))
         answer = _failed(failure, started_at=started, ended_at=time.time())
     else:
-        answer = _result(text, inp, started)
+        if len(text) > _ON_LOOP_CHARS:
+            # masked beside the loop: tens of megabytes take seconds, in which the loop
+            # would serve no other call of the worker
+            try:
+                answer = await asyncio.to_thread(_result, text, inp, started)
+            except RuntimeError:  # no thread to be had (the interpreter is exiting)
+                answer = _result(text, inp, started)
+        else:
+            answer = _result(text, inp, started)
     finally:
         settle_by.reset(settling)
     if answer.error is not None:

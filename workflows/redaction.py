@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 from agentor_temporal.workflows.canonical import canonical_forms, mask_canonical
+from agentor_temporal.workflows.url_runs import sub_urls
 from agentor_temporal.workflows.wrapped import forget as _forget_wrapped
 from agentor_temporal.workflows.wrapped import mask_wrapped
 
@@ -34,7 +35,6 @@ MASK = "***"
 #: garble every message, and a key that short protects nothing anyway.
 MIN_SECRET_CHARS = 6
 
-_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
 #: A query parameter outside a full URL ("no route POST /v1/?api-key=..."):
 #: servers echo paths, and paths carry the query. Its name may be percent-encoded
 #: (`?%74oken=`), as a server decodes it.
@@ -218,7 +218,7 @@ def redact(text: str, secrets: Iterable[str | None] = (), pieces: bool = False) 
         if ":" in text:
             text = _HEADER_LINE.sub(_mask_header_line, text)
     if "://" in text:
-        text = _URL.sub(lambda m: _redact_url(m.group(0)), text)
+        text = sub_urls(text, _redact_url)
     if "=" in text:
         text = _QUERY_VALUE.sub(_mask_value, text)
     return text

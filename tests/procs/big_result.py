@@ -1,0 +1,53 @@
+"""An agent whose tool returns a large structure (rows of a query, say).
+
+`worker.py --agents big_result:agent` serves it. Configured through the environment:
+TEMPORAL_ADDRESS, MODEL_BASE_URL, AGENT_TASK_QUEUE, AGENT_LEDGER, and BIG_ROWS: how many
+rows the tool returns in this process (unset: three), and BIG_ERROR: how many characters
+of a dotted list `fail_loudly`'s error quotes before a URL (unset: a short error).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from agentor_temporal import Agentor, function_tool
+
+from helpers import ledger_write
+
+
+@function_tool
+def query_rows() -> list[Any]:
+    """Rows of a query."""
+    ledger_write(os.environ.get("AGENT_LEDGER"), "query_rows")
+    # one small row many times over: the list costs 8 bytes a row, its JSON 10 characters
+    return [{"a": 1}] * int(os.environ.get("BIG_ROWS", "3"))
+
+
+@function_tool
+def fail_loudly() -> str:
+    """Fails, quoting what it read."""
+    ledger_write(os.environ.get("AGENT_LEDGER"), "fail_loudly")
+    dotted = "a." * (int(os.environ.get("BIG_ERROR", "2")) // 2)
+    raise RuntimeError(f"bad versions {dotted} (see https://example.com/versions)")
+
+
+def build(base_url: str, temporal: Any, task_queue: str, **options: Any) -> Agentor:
+    """The agent, built alike in the worker process and the test's."""
+    return Agentor(
+        name="Rows",
+        model="m",
+        tools=[query_rows, fail_loudly],
+        base_url=base_url,
+        api_key="k",
+        temporal=temporal,
+        task_queue=task_queue,
+        **options,
+    )
+
+
+agent = build(
+    os.environ.get("MODEL_BASE_URL", "http://127.0.0.1:9/v1"),
+    os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
+    os.environ.get("AGENT_TASK_QUEUE", "agentor"),
+)
