@@ -773,3 +773,45 @@ def error_line(err: str) -> str:
         last = len(lines) - lines[::-1].index(TRACEBACK)
         return next((line for line in lines[last:] if not line.startswith(" ")), "")
     return lines[-1] if lines else ""
+
+
+def keyed_agent(
+    name: str, tool: Any, model: Any, key: str, client: Any, task_queue: str, store_dir: Path
+) -> Agentor:
+    """An agent whose API key is `key` (the credential the secrets tests look for), with
+    one tool, on the test's queue and embedded worker, mirrored into `store_dir`."""
+    return Agentor(
+        name=name,
+        model="gpt-4o-mini",
+        instructions=INSTRUCTIONS,
+        tools=[tool],
+        base_url=model.base_url,
+        api_key=key,
+        temporal=client,
+        task_queue=task_queue,
+        store=FileStore(store_dir),
+    )
+
+
+def run_agent_module(
+    source: str, module: str, key: str, model: Any, address: str, task_queue: str, where: Path
+) -> subprocess.CompletedProcess[str]:
+    """`agentor-temporal run --agent MODULE:agent --json "Oslo?"` in its own process, the
+    module written from `source` into `where` (its cwd), OPENAI_API_KEY=`key`."""
+    (where / f"{module}.py").write_text(source)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
+    env.update(
+        OPENAI_API_KEY=key,
+        MODEL_BASE_URL=model.base_url,
+        AGENT_TASK_QUEUE=task_queue,
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(where)]),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "run", "--agent", f"{module}:agent"]
+        + ["--temporal", address, "--json", "Oslo?"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=where,
+    )

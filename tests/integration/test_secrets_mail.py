@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agentor_temporal import Agentor, FileStore, function_tool
+from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT, history_text
+from helpers import PROMPT, history_text, keyed_agent
 
 KEY = "sk-proj-Mq81fJ2xVb7Kc0LmN4pRt6Yw9AeHs3Ud5GiOxW7k"
 
@@ -68,17 +68,7 @@ async def test_a_key_cut_by_a_soft_line_break_never_shows(
     quoted = source[source.index("Hello,") :]
     script = [CallTool("fetch_mail", {"uid": 7}), Reply(f"It says:\n{quoted}")]
     with ScriptedModelServer(script) as model:
-        agent = Agentor(
-            name="Mail Agent",
-            model="gpt-4o-mini",
-            instructions=INSTRUCTIONS,
-            tools=[fetch_mail],
-            base_url=model.base_url,
-            api_key=KEY,
-            temporal=client,
-            task_queue=task_queue,
-            store=FileStore(tmp_path),
-        )
+        agent = keyed_agent("Mail Agent", fetch_mail, model, KEY, client, task_queue, tmp_path)
         result = await agent.arun(PROMPT)
         sent = json.dumps([request["messages"] for request in model.requests])
     assert result.status == "completed", result.error

@@ -236,31 +236,13 @@ def test_a_tools_print_in_a_commands_process_never_shows_the_key(
 ) -> None:
     """A tool that prints a key its process knows (on stdout in pieces, on stderr), run by
     a command's embedded worker: every line the process writes shows `***`."""
-    import os
-    import subprocess
-    import sys
-
-    from helpers import ROOT
+    from helpers import run_agent_module
 
     key = _key()
-    (tmp_path / "printing_agent.py").write_text(PRINTING_AGENT)
     script = [CallTool("get_weather", {"city": "Oslo"}), Reply("Cold.")]
     with ScriptedModelServer(script) as model:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-        env.update(
-            OPENAI_API_KEY=key,
-            MODEL_BASE_URL=model.base_url,
-            AGENT_TASK_QUEUE=task_queue,
-            PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
-        )
-        ran = subprocess.run(
-            [sys.executable, "-m", "agentor_temporal", "run", "--agent", "printing_agent:agent"]
-            + ["--temporal", temporal_address, "--json", "Oslo?"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
+        ran = run_agent_module(
+            PRINTING_AGENT, "printing_agent", key, model, temporal_address, task_queue, tmp_path
         )
     assert ran.returncode == 0, ran.stderr
     assert "debug: calling the weather API with ***" in ran.stdout

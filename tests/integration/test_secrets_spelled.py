@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agentor_temporal import Agentor, FileStore, function_tool
+from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT, history_text
+from helpers import PROMPT, history_text, keyed_agent
 
 KEY = "sk-spelled_Q7wE2rT9yU4iO1pA"
 
@@ -96,17 +96,7 @@ async def test_a_key_spelled_to_read_as_the_key_never_shows(
         Reply(f"The gateway said {before}{spelled}."),
     ]
     with ScriptedModelServer(script) as model:
-        agent = Agentor(
-            name="Weather Agent",
-            model="gpt-4o-mini",
-            instructions=INSTRUCTIONS,
-            tools=[get_weather],
-            base_url=model.base_url,
-            api_key=KEY,
-            temporal=client,
-            task_queue=task_queue,
-            store=FileStore(tmp_path),
-        )
+        agent = keyed_agent("Weather Agent", get_weather, model, KEY, client, task_queue, tmp_path)
         result = await agent.arun(PROMPT)
         sent = str(model.requests[-1]["messages"][-1]["content"])
     assert result.status == "completed", result.error

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agentor_temporal import Agentor, FileStore, function_tool
+from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT, history_text
+from helpers import PROMPT, history_text, keyed_agent
 
 KEY = "sk-proj-Zq81fJ2xVb7Kc0LmN4pRt6Yw9AeHs3Ud5GiOxW7k"
 ENV = f"HOME=/root\nOPENAI_API_KEY={KEY}\nDEBUG=1\n"
@@ -56,17 +56,7 @@ async def test_a_key_read_in_chunks_never_shows_in_any_chunk(
     script = [*(CallTool("read_file", {"offset": at}) for at in offsets)]
     script.append(Reply("The file sets HOME, OPENAI_API_KEY and DEBUG."))
     with ScriptedModelServer(script) as model:
-        agent = Agentor(
-            name="Env Agent",
-            model="gpt-4o-mini",
-            instructions=INSTRUCTIONS,
-            tools=[read_file],
-            base_url=model.base_url,
-            api_key=KEY,
-            temporal=client,
-            task_queue=task_queue,
-            store=FileStore(tmp_path),
-        )
+        agent = keyed_agent("Env Agent", read_file, model, KEY, client, task_queue, tmp_path)
         result = await agent.arun(PROMPT)
         sent = json.dumps([request["messages"] for request in model.requests])
     assert result.status == "completed", result.error

@@ -5,15 +5,12 @@ container's log collector keeps it, so each shows `***` as a printed line does."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import ROOT
+from helpers import run_agent_module
 
 WRITING_AGENT = '''
 import os, sys
@@ -54,24 +51,10 @@ def test_a_tools_bytes_and_interpreter_stream_writes_never_show_the_key(
     stdout and stderr (whole, and cut across two writes) and on `sys.__stdout__` and
     `sys.__stderr__`: every such line shows `***`, and the lines keep their order."""
     key = f"sk-streams-{uuid.uuid4().hex}"
-    (tmp_path / "writing_agent.py").write_text(WRITING_AGENT)
     script = [CallTool("get_weather", {"city": "Oslo"}), Reply("Cold.")]
     with ScriptedModelServer(script) as model:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
-        env.update(
-            OPENAI_API_KEY=key,
-            MODEL_BASE_URL=model.base_url,
-            AGENT_TASK_QUEUE=task_queue,
-            PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
-        )
-        ran = subprocess.run(
-            [sys.executable, "-m", "agentor_temporal", "run", "--agent", "writing_agent:agent"]
-            + ["--temporal", temporal_address, "--json", "Oslo?"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
+        ran = run_agent_module(
+            WRITING_AGENT, "writing_agent", key, model, temporal_address, task_queue, tmp_path
         )
     assert ran.returncode == 0, ran.stderr
     assert key not in ran.stdout + ran.stderr, ran.stdout + ran.stderr

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agentor_temporal import Agentor, FileStore, function_tool
+from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import INSTRUCTIONS, PROMPT, history_text
+from helpers import PROMPT, history_text, keyed_agent
 
 KEY = "sk-utf16_Q7wE2rT9yU4iO1pA8sD"
 #: The `.env` line as PowerShell 5 writes it (`echo ... > .env`): UTF-16LE with its BOM.
@@ -77,17 +77,7 @@ async def test_a_key_in_utf16_text_read_as_bytes_never_shows(
     script = [*(CallTool("read_env", {"which": name}) for name in names)]
     script.append(Reply(f"The file says {SPELLINGS['latin-1']} and {SPELLINGS['hex']}."))
     with ScriptedModelServer(script) as model:
-        agent = Agentor(
-            name="Env Agent",
-            model="gpt-4o-mini",
-            instructions=INSTRUCTIONS,
-            tools=[read_env],
-            base_url=model.base_url,
-            api_key=KEY,
-            temporal=client,
-            task_queue=task_queue,
-            store=FileStore(tmp_path),
-        )
+        agent = keyed_agent("Env Agent", read_env, model, KEY, client, task_queue, tmp_path)
         result = await agent.arun(PROMPT)
         sent = json.dumps(model.requests[-1]["messages"])
     assert result.status == "completed", result.error
