@@ -561,7 +561,8 @@ class AgentRunWorkflow(Continuing):
             deep = depth_problem(inp) if carry is None else None
             if deep is not None and adopted(policies.PATCH_INPUT_DEPTH):
                 raise ApplicationError(deep, type="InvalidInput", non_retryable=True)
-            calls = calls_problem(inp)
+            # a continued execution's tail is the run's own: it opened with checked input
+            calls = calls_problem(inp) if carry is None else None
             if calls is not None and adopted(policies.PATCH_INPUT_CALLS):
                 raise ApplicationError(calls, type="InvalidInput", non_retryable=True)
             problem = input_problem(inp, spec, opening=carry is None)
