@@ -5,7 +5,9 @@ built. The run counts the calls of the conversation it opens with (a resumed
 run's ids, so a model reusing one gets a key of its own), reading each
 assistant message's `tool_calls`: a `tool_calls` that was no list (a number, a
 boolean, an object) raised in the run's first workflow task, which Temporal
-retries for ever (the run wedged until someone terminated it).
+retries for ever (the run wedged until someone terminated it). So did an
+`answer` (what resume carries: the model's reply a stopped segment had got)
+whose call's function was no object or whose arguments were no JSON text.
 """
 
 from __future__ import annotations
@@ -101,3 +103,36 @@ async def test_the_facades_messages_with_calls_of_no_shape_end_the_run_clearly(
         assert model.request_count == 0
     assert result.status == "failed"
     assert 'message 1: its "tool_calls" is a number, not a list of calls' in str(result.error)
+
+
+#: name -> (the answer's call, what the failure says)
+ANSWER_CALLS: dict[str, tuple[dict[str, Any], str]] = {
+    # 'int' object has no attribute 'get'
+    "function_number": ({"id": "c", "function": 5}, '"answer"."calls"[0]."function" must be'),
+    # the JSON object must be str, bytes or bytearray, not dict
+    "arguments_object": (
+        {"id": "c", "type": "function", "function": {"name": "a", "arguments": {"city": "x"}}},
+        '"answer"."calls"[0]."function"."arguments" must be JSON text',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANSWER_CALLS))
+async def test_a_plain_clients_answer_with_a_call_of_no_shape_fails_the_run_at_once(
+    case: str, client: Client, task_queue: str
+) -> None:
+    call, says = ANSWER_CALLS[case]
+    with ScriptedModelServer([Reply("ok")]) as model:
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            handle = await client.start_workflow(
+                policies.WORKFLOW_TYPE,
+                {"agent": agent.name, "input": "hi", "answer": {"text": None, "calls": [call]}},
+                id=f"plain-answer-{case}-{task_queue}",
+                task_queue=task_queue,
+            )
+            await unwedged_history(client, handle.id, timeout=60.0)
+            with pytest.raises(WorkflowFailureError) as info:
+                await asyncio.wait_for(handle.result(), 30)
+        assert model.request_count == 0
+    assert says in failure_message(info.value)
