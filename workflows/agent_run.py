@@ -48,7 +48,11 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.formatting import call_summary, fit
     from agentor_temporal.workflows.generation import AnswerKept, Generation
     from agentor_temporal.workflows.history_watch import HistoryWatch, history_now
-    from agentor_temporal.workflows.input_limits import depth_problem, input_problem
+    from agentor_temporal.workflows.input_limits import (
+        calls_problem,
+        depth_problem,
+        input_problem,
+    )
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import fields_of
@@ -557,6 +561,10 @@ class AgentRunWorkflow(Continuing):
             deep = depth_problem(inp) if carry is None else None
             if deep is not None and adopted(policies.PATCH_INPUT_DEPTH):
                 raise ApplicationError(deep, type="InvalidInput", non_retryable=True)
+            # a continued execution's tail is the run's own: it opened with checked input
+            calls = calls_problem(inp) if carry is None else None
+            if calls is not None and adopted(policies.PATCH_INPUT_CALLS):
+                raise ApplicationError(calls, type="InvalidInput", non_retryable=True)
             problem = input_problem(inp, spec, opening=carry is None)
             if problem is not None and adopted(policies.PATCH_INPUT_LIMITS):
                 raise ApplicationError(problem, type="InvalidInput", non_retryable=True)

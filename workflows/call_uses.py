@@ -170,6 +170,9 @@ class CallUses:
         for message in messages:
             if not isinstance(message, dict) or message.get("role") != "assistant":
                 continue
-            for call in message.get("tool_calls") or []:
+            calls = message.get("tool_calls")
+            if not isinstance(calls, list):
+                continue  # no calls a run reads (the run's start refuses such input)
+            for call in calls:
                 if isinstance(call, dict) and call.get("id") is not None:
                     self.next(str(call["id"]))

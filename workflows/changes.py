@@ -66,6 +66,13 @@ PATCH_INPUT_LIMITS = "input-limits"
 #: Python's recursion limit: every workflow task failed from then on. Asked
 #: only for such an input, so other runs' histories replay unchanged.
 PATCH_INPUT_DEPTH = "input-depth"
+#: A segment's opening messages (a plain client's input, a resumed
+#: conversation's tail) whose assistant `tool_calls` is not a list of objects
+#: fail the run at once, saying so. Before, a number or boolean there raised
+#: as the run counted the conversation's call ids: every workflow task failed
+#: from then on. Asked only for such an input, so other runs' histories
+#: replay unchanged.
+PATCH_INPUT_CALLS = "input-call-shapes"
 #: A continue-as-new whose input would pass MAX_PAYLOAD_BYTES ends the run,
 #: saying why, instead of failing every workflow task on Temporal's 2 MB limit
 #: (long call ids are counted by digest, and decisions carry no reason, so

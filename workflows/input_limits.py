@@ -68,6 +68,48 @@ def depth_problem(inp: AgentRunInput) -> str | None:
     return None
 
 
+def _json_kind(value: object) -> str:
+    """What JSON calls a value's type (a plain client sent JSON, not Python)."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an object" if isinstance(value, dict) else "an array"
+
+
+def calls_problem(inp: AgentRunInput) -> str | None:
+    """Why the segment's opening messages hold calls of no shape a run reads (None if not).
+
+    The run counts the call ids of the conversation it opens with (its
+    assistant messages' `tool_calls`), as a resumed run's; a plain client's
+    `tool_calls` of 5 or true raised there in every workflow task. What no
+    provider takes either is refused at the start, naming the message.
+    """
+    tail = (inp.conversation or {}).get("tail") if isinstance(inp.conversation, dict) else None
+    for what, messages in (("input", inp.input), ("conversation tail", tail)):
+        if not isinstance(messages, list):
+            continue
+        for i, message in enumerate(messages):
+            calls = message.get("tool_calls") if isinstance(message, dict) else None
+            if calls is None:
+                continue
+            if not isinstance(calls, list):
+                held = f"is {_json_kind(calls)}"
+            else:
+                odd = [c for c in calls if not isinstance(c, dict)]
+                if not odd:
+                    continue
+                held = f"holds {_json_kind(odd[0])}"
+            return (
+                f'The {what}\'s message {i}: its "tool_calls" {held}, not a list of calls '
+                "(objects with an id and a function). Send the calls as the model's reply "
+                "had them, or leave them out."
+            )
+    return None
+
+
 def input_problem(inp: AgentRunInput, spec: AgentSpec, *, opening: bool) -> str | None:
     """Why this input cannot run (None when it can).
 

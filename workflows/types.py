@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentor_temporal.store.events import Event, Usage
+from agentor_temporal.workflows.call_shapes import check_answer_call
 from agentor_temporal.workflows.call_uses import SeenIds
 from agentor_temporal.workflows.policies import MAX_DECISION_BYTES, MAX_DECISION_TEXT
 
@@ -286,6 +287,8 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         and _usage_ok(answer.get("usage"))
     ):
         raise ValueError('"answer" must be an object {"text", "calls": [...]} (set by resume)')
+    for index, call in enumerate((answer or {}).get("calls") or []):
+        check_answer_call(index, call)
     if answer is not None and answer.get("results") is not None:
         _check_answered(answer["results"], len(answer.get("calls") or []))
     recovered = raw.get("recovered")

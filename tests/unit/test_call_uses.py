@@ -40,6 +40,14 @@ def test_counts_follow_calls_and_seed_from_keys_and_messages() -> None:
     assert uses.counts == {"c": 5, "d": 2, "e": 1, "f": 1}
 
 
+@pytest.mark.parametrize("calls", [5, True, 1.5, "call_9", {"id": "g"}, None])
+def test_messages_whose_calls_are_no_list_seed_nothing(calls: object) -> None:
+    """A plain client's `tool_calls` of 5 raised here, in every workflow task of its run."""
+    uses = CallUses()
+    uses.seed_messages([{"role": "assistant", "tool_calls": calls}])
+    assert uses.counts == {}
+
+
 def test_idempotency_key_names_the_use() -> None:
     ctx = ToolContext(run_id="r", call_id="call_0", agent="A", turn=3, attempt=1, use=2)
     assert ctx.idempotency_key == "r:call_0#2"

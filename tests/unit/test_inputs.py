@@ -97,6 +97,18 @@ def _answered(results: object) -> dict[str, object]:
         (_answered([None, None]), "one per call"),
         (_answered({"0": None}), "one per call"),
         (_answered([{"type": "message"}]), "[0] is not one"),
+        (
+            {"agent": "A", "input": "x", "answer": {"calls": [{"id": "c", "function": 5}]}},
+            '"answer"."calls"[0]."function" must be an object',
+        ),
+        (
+            {
+                "agent": "A",
+                "input": "x",
+                "answer": {"calls": [{"id": "c", "function": {"name": "f", "arguments": {}}}]},
+            },
+            '"answer"."calls"[0]."function"."arguments" must be JSON text',
+        ),
     ],
 )
 def test_malformed_inputs(raw: object, fragment: str) -> None:
