@@ -36,3 +36,15 @@ def test_a_long_dotted_run_is_read_once() -> None:
     cleaned = _redact.clean(text)
     assert time.monotonic() - started < 2.0
     assert "secret" not in cleaned and cleaned.startswith("a.a.a.")
+
+
+def test_a_long_chain_of_schemeless_runs_is_read_once() -> None:
+    """'0://' 100,000 times in a row: a call for each passed the recursion limit (3,000 did),
+    and searching the rest again for each was quadratic."""
+    text = "0://" * 100_000 + "http://u:secret@host/ a"
+    started = time.monotonic()
+    cleaned = _redact.clean(text)
+    assert time.monotonic() - started < 5.0
+    assert cleaned.startswith("0://0://") and cleaned.endswith(" a") and "secret" not in cleaned
+    short = "x 0://" * 2 + "0://" * 3 + "h://y ://z 0://"
+    assert sub_urls(short, _marked) == PLAIN.sub(lambda m: _marked(m.group(0)), short)
