@@ -815,3 +815,26 @@ def run_agent_module(
         timeout=120,
         cwd=where,
     )
+
+
+async def operator_rpc(call: Callable[[Any], Any], request: Any, timeout: float = 30.0) -> Any:
+    """`await call(request)` (an operator's RPC: `pause_activity`, `unpause_activity`), sent
+    again while the server answers it with a transient status: a loaded dev server once
+    answered a pause "operation was canceled" (its own deadline inside), which is not
+    the test's subject. Sent again only then: a test that failed on the first answer can
+    do no worse."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    transient = {
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.UNAVAILABLE,
+    }
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await call(request)
+        except RPCError as err:
+            if err.status not in transient or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.2)

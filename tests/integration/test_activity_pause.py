@@ -28,7 +28,7 @@ from agentor_temporal import function_tool
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, scripted_agent, until
+from helpers import ledger_lines, ledger_write, operator_rpc, scripted_agent, until
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async_tool", "sync_tool"])
@@ -87,24 +87,26 @@ async def test_a_paused_then_unpaused_tool_call_runs_once(
             try:
                 await until(lambda: ledger_lines(ledger), "the tool to start", timeout=30)
                 execution = WorkflowExecution(workflow_id=run_id)
-                await client.workflow_service.pause_activity(
+                await operator_rpc(
+                    client.workflow_service.pause_activity,
                     PauseActivityRequest(
                         namespace=client.namespace,
                         execution=execution,
                         id="tool-1-0",
                         identity="test",
                         reason="test",
-                    )
+                    ),
                 )
                 await until(heard_of_pause, "the worker to hear of the pause", timeout=30)
-                await client.workflow_service.unpause_activity(
+                await operator_rpc(
+                    client.workflow_service.unpause_activity,
                     UnpauseActivityRequest(
                         namespace=client.namespace,
                         execution=execution,
                         id="tool-1-0",
                         identity="test",
                         reset_attempts=reset_attempts,
-                    )
+                    ),
                 )
                 release.set()
                 result = await asyncio.wait_for(started, 30)

@@ -23,7 +23,7 @@ from agentor_temporal.activities import _joining
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, scripted_agent, until
+from helpers import ledger_lines, ledger_write, operator_rpc, scripted_agent, until
 
 
 @pytest.mark.parametrize("paused", [True, False], ids=["paused", "running"])
@@ -79,14 +79,15 @@ async def test_a_call_of_a_run_that_ended_is_stopped_before_the_resume_runs_one(
             began = time.monotonic()
             await until(lambda: time.monotonic() > began + 1.5, "the answer to be forgotten")
             if paused:
-                await client.workflow_service.pause_activity(
+                await operator_rpc(
+                    client.workflow_service.pause_activity,
                     PauseActivityRequest(
                         namespace=client.namespace,
                         execution=WorkflowExecution(workflow_id=run_id),
                         id="tool-1-0",
                         identity="test",
                         reason="test",
-                    )
+                    ),
                 )
                 await until(
                     lambda: "produced by activity pause" in caplog.text,

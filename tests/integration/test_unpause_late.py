@@ -24,7 +24,7 @@ from agentor_temporal.activities import _joining
 from agentor_temporal.testing import Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, scripted_agent, until
+from helpers import ledger_lines, ledger_write, operator_rpc, scripted_agent, until
 
 #: `KEEP` in this test: the unpause comes well after it
 KEEP = 0.3
@@ -72,14 +72,15 @@ async def test_a_call_unpaused_after_it_was_kept_is_not_made_again(
                 else:
                     await until(lambda: ledger_lines(ledger), "the tool to start", timeout=30)
                 asked = time.monotonic()
-                await client.workflow_service.pause_activity(
+                await operator_rpc(
+                    client.workflow_service.pause_activity,
                     PauseActivityRequest(
                         namespace=client.namespace,
                         execution=execution,
                         id=activity_id,
                         identity="test",
                         reason="test",
-                    )
+                    ),
                 )
                 await until(
                     lambda: "produced by activity pause" in caplog.text,
@@ -95,14 +96,15 @@ async def test_a_call_unpaused_after_it_was_kept_is_not_made_again(
                 # the call's result is past KEEP: it was forgotten, without the fix
                 done = time.monotonic()
                 await until(lambda: time.monotonic() > done + 5 * KEEP, "KEEP to pass")
-                await client.workflow_service.unpause_activity(
+                await operator_rpc(
+                    client.workflow_service.unpause_activity,
                     UnpauseActivityRequest(
                         namespace=client.namespace,
                         execution=execution,
                         id=activity_id,
                         identity="test",
                         reset_attempts=True,
-                    )
+                    ),
                 )
                 result = await asyncio.wait_for(started, 30)
             finally:
