@@ -31,13 +31,9 @@ from agentor_temporal.workflows.policies import WORKFLOW_TYPE
 from agentor_temporal.workflows.redaction import redact_address
 from agentor_temporal.workflows.types import ForkOrigin
 
-__all__ = ["MAX_FORK_DEPTH", "Segment", "TemporalStore", "known_messages", "resolve_requests"]
+__all__ = ["Segment", "TemporalStore", "known_messages", "resolve_requests"]
 
 T = TypeVar("T")
-
-#: Forks of forks of ... deeper than this are not followed (a guard against
-#: a hand-written input whose parents loop).
-MAX_FORK_DEPTH = 100
 
 
 def resolve_requests(
@@ -143,8 +139,6 @@ class TemporalStore:
         run_id: str,
         segments: list[Segment] | None = None,
         store: Store | None = None,
-        *,
-        _depth: int = 0,
     ) -> tuple[list[Event], int]:
         """(the run's whole log, how many of its first events could not be read).
 
@@ -153,6 +147,13 @@ class TemporalStore:
         `store`), or the events of a run continued from a store. `store` also
         stands in for history that retention removed.
 
+        A fork of a fork of ... is read down its whole line of parents, one
+        history each, in a loop: a chat app that continues a conversation by
+        forking its last run at each message makes a line as long as the chat,
+        and a line cut at a depth left every later fork's log short (its fork,
+        resume and a long conversation's rebuild refused for good). A parent
+        met twice (a hand-written input whose parents loop) is not read again.
+
         Args:
             run_id: the run.
             segments: its segments, when the caller has read them already.
@@ -160,6 +161,41 @@ class TemporalStore:
         """
         if segments is None:
             segments = await self.segments(run_id)
+        # the line of runs read so far, the run asked for first: each one's
+        # log begins with the first `fork.at` events of the next one's
+        line: list[tuple[str, list[Segment]]] = []
+        seen: set[tuple[str, str]] = set()
+        parent: tuple[list[Event], int] | None = None
+        while True:
+            line.append((run_id, segments))
+            first = segments[0] if segments else None
+            origin = first.fork if first is not None and not first.previous else None
+            if origin is None or not origin.at or origin.execution is None:
+                break
+            if (origin.run_id, origin.execution) in seen:
+                break
+            seen.add((origin.run_id, origin.execution))
+            try:
+                segments = await self.segments(origin.run_id, execution=origin.execution)
+            except NotAnAgentRun:
+                segments = []  # a plain client's fork input naming another workflow: no parent
+            if not segments:
+                break
+            run_id = origin.run_id
+        # from the oldest run read back to the one asked for
+        for run_id, segments in reversed(line):
+            parent = await self._after(run_id, segments, store, parent)
+        assert parent is not None
+        return parent
+
+    async def _after(
+        self,
+        run_id: str,
+        segments: list[Segment],
+        store: Store | None,
+        parent: tuple[list[Event], int] | None,
+    ) -> tuple[list[Event], int]:
+        """`whole` of one run of a fork line, given its parent's (None: not read from Temporal)."""
         events = [e for s in segments for e in s.events]
         if not segments:
             return events, 0
@@ -169,7 +205,7 @@ class TemporalStore:
             return events, 0
         prefix = None
         if first.fork is not None and not first.previous:
-            prefix = await self._fork_prefix(first.fork, store, _depth)
+            prefix = await self._fork_prefix(first.fork, store, parent)
         if prefix is None and store is not None:
             # the run's own copy: a store-seeded run, a fork's mirror, or
             # segments whose history is gone
@@ -183,20 +219,13 @@ class TemporalStore:
         return prefix + events, 0
 
     async def _fork_prefix(
-        self, origin: ForkOrigin, store: Store | None, depth: int
+        self, origin: ForkOrigin, store: Store | None, parent: tuple[list[Event], int] | None
     ) -> list[Event] | None:
         """The parent's first `origin.at` events, or None when nothing holds them all."""
-        if depth >= MAX_FORK_DEPTH:
-            return None
-        if origin.execution is not None:
-            try:
-                parent = await self.segments(origin.run_id, execution=origin.execution)
-            except NotAnAgentRun:
-                parent = []  # a plain client's fork input naming another workflow: no parent
-            if parent:
-                events, missing = await self.whole(origin.run_id, parent, store, _depth=depth + 1)
-                if not missing and len(events) >= origin.at:
-                    return events[: origin.at]
+        if parent is not None:
+            events, missing = parent
+            if not missing and len(events) >= origin.at:
+                return events[: origin.at]
         if store is not None:
             stored = await in_thread(read_events, store, origin.run_id, origin.at)
             if len(stored) >= origin.at:
