@@ -169,3 +169,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config._agentor_exitstatus = exitstatus  # type: ignore[attr-defined]
+    import forkserver
+
+    forkserver.close_all()

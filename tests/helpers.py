@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from forkserver import ForkedPopen
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import PayloadCodec
@@ -240,12 +241,12 @@ class BlockingStore:
 
 
 def spawn(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen[str]:
-    """Start `tests/procs/agent_proc.py` with `args` in a fresh interpreter."""
+    """Start `tests/procs/agent_proc.py` with `args` (forked by `forkserver` when it can)."""
     full_env = dict(os.environ)
     full_env.update(env)
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
     full_env.setdefault("PYTHONUNBUFFERED", "1")
-    return subprocess.Popen(
+    return ForkedPopen(
         [sys.executable, str(PROCS / "agent_proc.py"), *args],
         env=full_env,
         stdout=subprocess.PIPE,
@@ -266,14 +267,15 @@ def worker_cli(
     """A worker process serving `agents` (a module of tests/procs) on env's
     TEMPORAL_ADDRESS and AGENT_TASK_QUEUE: `python worker.py`, or `python
     LAUNCHER...` (`-m agentor_temporal worker`), after `prefix` (`unshare ...`);
-    its stderr written to `log`, its stdout piped (it says "worker ready")."""
+    its stderr written to `log`, its stdout piped (it says "worker ready").
+    Forked by `forkserver` when it can (not under a prefix)."""
     full = {
         **os.environ,
         **env,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(PROCS)]),
         "PYTHONUNBUFFERED": "1",
     }
-    return subprocess.Popen(
+    return ForkedPopen(
         [
             *prefix,
             sys.executable,
