@@ -204,8 +204,25 @@ def secrets() -> list[str]:
         install()
     _remember_environment()
     _remember_held_keys()
+    for read in _sources:
+        for secret in read():
+            remember(secret)
     with _guard:
         return sorted(_known, key=len, reverse=True)
+
+
+#: Settings read again on each `secrets()`, each returning the secrets it holds that are new
+#: since it last did (`watch`).
+_sources: list[Callable[[], list[str]]] = []
+
+
+def watch(read: Callable[[], list[str]]) -> None:
+    """Read `read` again on each `secrets()` and remember what it returns: for a setting that
+    may change while the process runs (a Temporal client's API key, rotated in place). It
+    must be cheap and return only what changed."""
+    with _guard:
+        if read not in _sources:
+            _sources.append(read)
 
 
 def clean(text: str, pieces: bool = False) -> str:

@@ -19,7 +19,9 @@ import contextlib
 import logging
 import os
 import re
+import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 from temporalio.client import Client, Interceptor
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime
+from temporalio.service import ConnectConfig
 
 from agentor_temporal import _reconnect
 from agentor_temporal._dev_server import (
@@ -247,10 +250,49 @@ def remember_client(client: Client) -> None:
     """Mask the credentials of a client the caller connected in every message and log line
     of this process, as a connection made here has them masked: its address's, API key
     and gRPC metadata (`_remember_connection`), and its TLS client key's lines (a tool
-    quoting its own client's settings, a user's worker under `AgentorPlugin`)."""
+    quoting its own client's settings, a user's worker under `AgentorPlugin`).
+
+    Those set on it later too (`_rotated`): a long-lived worker rotates its Temporal Cloud
+    key in place (`client.api_key = ...`, `client.rpc_metadata = {...}`) before the first
+    expires, and the new key was masked nowhere."""
     settings = client.service_client.config
     _remember_connection(settings.target_host, settings.api_key, dict(settings.rpc_metadata or {}))
     _remember_tls_key(settings.tls)
+    try:
+        ref = weakref.ref(settings)
+    except TypeError:  # not the SDK's own settings (a stand-in): nothing rotates on it
+        return
+    with _watched_lock:
+        _watched[id(settings)] = (ref, _credentials(settings))
+    _redact.watch(_rotated)
+
+
+#: The connect settings of each client remembered, with the credentials they held then.
+_watched: dict[int, tuple[weakref.ref[ConnectConfig], tuple[Any, ...]]] = {}
+_watched_lock = threading.Lock()
+
+
+def _credentials(settings: ConnectConfig) -> tuple[Any, ...]:
+    return (settings.api_key, tuple((settings.rpc_metadata or {}).items()))
+
+
+def _rotated() -> list[str]:
+    """The credentials a remembered client was given since it was last read (none as a
+    rule: a few attribute reads, on each `_redact.secrets()`)."""
+    found: list[str] = []
+    with _watched_lock:
+        for key, (ref, seen) in list(_watched.items()):
+            settings = ref()
+            if settings is None:
+                del _watched[key]
+                continue
+            now = _credentials(settings)
+            if now != seen:
+                _watched[key] = (ref, now)
+                found.append(settings.api_key or "")
+                for name, value in now[1]:
+                    found += header_secrets(str(name), value)
+    return [s for s in found if s]
 
 
 def _remember_tls_key(tls: object) -> None:
@@ -388,7 +430,9 @@ async def _connect_saying_waits(
                     [*secrets, os.environ.get("TEMPORAL_API_KEY")],
                 ),
             )
-        return await task
+        client = await task
+        remember_client(client)  # a key the caller rotates on it later too
+        return client
     finally:
         if not task.done():
             task.cancel()
