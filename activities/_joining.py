@@ -475,6 +475,18 @@ class LiveCalls:
         # once (its result, and the activity context its task copied)
         asyncio.get_running_loop().call_later(self.keep, self._forget, key, weakref.ref(task))
 
+    def paused(self) -> list[tuple[_Key, asyncio.Task[Any]]]:
+        """The calls paused here (`temporal activity pause`, not a reset) that no attempt took."""
+        return [
+            (key, task)
+            for key, task in self._calls.items()
+            if task in self._paused and task not in self._resets
+        ]
+
+    def taken(self, task: asyncio.Task[Any]) -> None:
+        """`task`'s outcome went to the server otherwise: no attempt is waited for."""
+        self._paused.discard(task)
+
     def forget_execution(self, workflow_id: str, run_id: str) -> int:
         """Forget the finished calls of a workflow execution that ended; return how many.
 

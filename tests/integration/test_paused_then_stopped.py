@@ -1,0 +1,85 @@
+"""A call paused in a worker that then stops (a deploy's SIGTERM) before the unpause.
+
+A paused model request keeps running in its worker, and its answer was kept
+there, in memory only, for the attempt after the unpause to take. The worker
+stopped first (its graceful shutdown, as SIGTERM or a script's end does), the
+answer went with it, and the unpause's attempt on the next worker asked the
+model again: a second paid request for the turn. The stopping worker now waits
+for its paused calls and hands their results to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import PauseActivityRequest, UnpauseActivityRequest
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from agentor_temporal.testing import Hang, Reply, ScriptedModelServer
+from agentor_temporal.worker import build_worker
+
+from helpers import operator_rpc, scripted_agent, until
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["finished", "running"])
+async def test_a_paused_request_of_a_worker_that_stops_is_not_asked_again(
+    finished: bool, client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pause the model request; stop its worker once the answer came (or while it comes);
+    unpause on another worker: one request, its answer the run's."""
+    caplog.set_level(logging.WARNING, logger="temporalio.activity")
+    with ScriptedModelServer() as model:
+        model.set_script([Hang(4, Reply("It is sunny.")), Reply("asked again")])
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+        run_id = uuid.uuid4().hex
+        execution = WorkflowExecution(workflow_id=run_id)
+        started = asyncio.ensure_future(agent.arun("Weather in Paris?", run_id=run_id))
+        try:
+            async with build_worker(client, [agent], task_queue=task_queue):
+                await until(lambda: model.request_count, "the model request", timeout=60)
+                asked = time.monotonic()
+                await operator_rpc(
+                    client.workflow_service.pause_activity,
+                    PauseActivityRequest(
+                        namespace=client.namespace,
+                        execution=execution,
+                        id="generate-1",
+                        identity="test",
+                        reason="test",
+                    ),
+                )
+                await until(
+                    lambda: "produced by activity pause" in caplog.text,
+                    "the worker to hear of the pause",
+                    timeout=60,
+                )
+                if finished:
+                    # the scripted model answers 4 s after it was asked
+                    await until(lambda: time.monotonic() > asked + 5, "the answer", timeout=60)
+            # that worker stopped; the next one takes the run
+            async with build_worker(client, [agent], task_queue=task_queue):
+                try:
+                    await operator_rpc(
+                        client.workflow_service.unpause_activity,
+                        UnpauseActivityRequest(
+                            namespace=client.namespace,
+                            execution=execution,
+                            id="generate-1",
+                            identity="test",
+                            reset_attempts=True,
+                        ),
+                    )
+                except RPCError as exc:
+                    # the stopping worker completed the activity: nothing to unpause
+                    assert "already completed" in exc.message
+                result = await asyncio.wait_for(started, 60)
+        finally:
+            if not started.done():
+                started.cancel()
+        assert (model.request_count, result.final_output) == (1, "It is sunny.")
