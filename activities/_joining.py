@@ -19,7 +19,8 @@ running, a second reset of a hung call, restarts it), unless its run turns out t
 (terminated or reset: it goes on `_ended.ENDED_GRACE`, or `RESET_GRACE`, for the
 same call of the run's resume or reset execution to join, then is stopped; a
 paused call's run is checked until an attempt takes it again, and the call
-once finished is kept till then, however late the unpause), and is cancelled with it
+once finished is kept till then, however late the unpause, or handed to the server as
+the worker stops: `_paused_handover`), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
