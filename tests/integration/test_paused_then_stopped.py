@@ -21,10 +21,11 @@ from temporalio.api.workflowservice.v1 import PauseActivityRequest, UnpauseActiv
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from agentor_temporal import function_tool
 from agentor_temporal.testing import Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import operator_rpc, scripted_agent, until
+from helpers import ledger_lines, ledger_write, operator_rpc, scripted_agent, until
 
 
 @pytest.mark.parametrize("finished", [True, False], ids=["finished", "running"])
@@ -83,3 +84,72 @@ async def test_a_paused_request_of_a_worker_that_stops_is_not_asked_again(
             if not started.done():
                 started.cancel()
         assert (model.request_count, result.final_output) == (1, "It is sunny.")
+
+
+async def test_a_paused_tool_call_of_a_worker_that_stops_runs_once(
+    client: Client, task_queue: str, ledger: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pause a tool call, let it finish, stop its worker, unpause on another: the tool ran
+    once, and the run goes on from its result."""
+    caplog.set_level(logging.WARNING, logger="temporalio.activity")
+    release = asyncio.Event()
+
+    @function_tool(name="get_weather")
+    async def weather(city: str) -> str:
+        """Get the current weather for a city.
+
+        Args:
+            city: The city to look up.
+        """
+        ledger_write(ledger, "start", city)
+        await release.wait()
+        ledger_write(ledger, "end", city)
+        return f"The weather in {city} is sunny and 22C."
+
+    with ScriptedModelServer() as model:
+        agent = scripted_agent(model, client, task_queue, tools=[weather], embedded_worker=False)
+        run_id = uuid.uuid4().hex
+        execution = WorkflowExecution(workflow_id=run_id)
+        started = asyncio.ensure_future(agent.arun("Weather in Paris?", run_id=run_id))
+        try:
+            async with build_worker(client, [agent], task_queue=task_queue):
+                await until(lambda: ledger_lines(ledger), "the tool to start", timeout=60)
+                await operator_rpc(
+                    client.workflow_service.pause_activity,
+                    PauseActivityRequest(
+                        namespace=client.namespace,
+                        execution=execution,
+                        id="tool-1-0",
+                        identity="test",
+                        reason="test",
+                    ),
+                )
+                await until(
+                    lambda: "produced by activity pause" in caplog.text,
+                    "the worker to hear of the pause",
+                    timeout=60,
+                )
+                release.set()
+                await until(lambda: len(ledger_lines(ledger)) == 2, "the tool's end", timeout=60)
+            async with build_worker(client, [agent], task_queue=task_queue):
+                try:
+                    await operator_rpc(
+                        client.workflow_service.unpause_activity,
+                        UnpauseActivityRequest(
+                            namespace=client.namespace,
+                            execution=execution,
+                            id="tool-1-0",
+                            identity="test",
+                            reset_attempts=True,
+                        ),
+                    )
+                except RPCError as exc:
+                    assert "already completed" in exc.message
+                result = await asyncio.wait_for(started, 60)
+        finally:
+            release.set()
+            if not started.done():
+                started.cancel()
+    assert result.status == "completed", result.error
+    assert [line.split()[0] for line in ledger_lines(ledger)] == ["start", "end"]
+    assert model.request_count == 2
