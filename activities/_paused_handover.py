@@ -6,11 +6,10 @@ in its worker, and the attempt after the unpause joins it or takes its result
 stopped before the unpause (SIGTERM in a rolling deploy, a script's end) lost
 it, and the unpause's attempt, on another worker, asked the model again (a
 second paid request) or ran the tool again. So as the worker stops, each paused
-call is waited for (up to the worker's graceful shutdown, as its calls in
-flight are) and its result given to the server as the activity's completion
-(by its id, which the server takes while the activity is paused): the run goes
-on with it. A call that failed, or is still running past the wait, is left to
-the unpause as before.
+call still running is waited for (`PAUSED_WAIT`), and each one's result given to
+the server as its activity's completion (by the activity's id, which the server
+takes while the activity is paused): the run goes on with it. A call that failed,
+or is still running past the wait, is left to the unpause as before.
 """
 
 from __future__ import annotations
@@ -26,6 +25,11 @@ from temporalio.service import RPCError
 from agentor_temporal.activities._joining import LiveCalls
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a stopping worker waits, past its drain, for paused calls still running. Short:
+#: the drain has had the graceful shutdown (a container's stop grace) already, and a call
+#: an operator paused is often one that hangs; one still running is left to the unpause.
+PAUSED_WAIT = 10.0
 
 
 async def hand_over_paused(calls: LiveCalls, client: Client, patience: float) -> int:

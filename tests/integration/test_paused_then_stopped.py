@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
@@ -25,7 +28,16 @@ from agentor_temporal import function_tool
 from agentor_temporal.testing import Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, operator_rpc, scripted_agent, until
+from helpers import (
+    ledger_lines,
+    ledger_write,
+    operator_rpc,
+    scripted_agent,
+    stop_process,
+    until,
+    wait_line,
+    worker_cli,
+)
 
 
 @pytest.mark.parametrize("finished", [True, False], ids=["finished", "running"])
@@ -153,3 +165,74 @@ async def test_a_paused_tool_call_of_a_worker_that_stops_runs_once(
     assert result.status == "completed", result.error
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["start", "end"]
     assert model.request_count == 2
+
+
+@pytest.mark.slow
+async def test_a_worker_sigtermed_with_a_paused_answer_hands_it_over(
+    client: Client, temporal_address: str, task_queue: str, tmp_path: Path, ledger: str
+) -> None:
+    """The real worker CLI, sent SIGTERM (a rolling deploy) while it keeps a paused request's
+    answer: it exits 0 having handed the answer over; the run ends with it, asked once."""
+    with ScriptedModelServer() as model:
+        model.set_script([Hang(4, Reply("It is sunny.")), Reply("asked again")])
+        env = {
+            "TEMPORAL_ADDRESS": temporal_address,
+            "MODEL_BASE_URL": model.base_url,
+            "AGENT_TASK_QUEUE": task_queue,
+            "AGENT_LEDGER": ledger,
+        }
+        log = tmp_path / "worker.log"
+        proc = worker_cli(env, log, "env_agent:agent")
+        agent = scripted_agent(model, client, task_queue, embedded_worker=False)
+        run_id = uuid.uuid4().hex
+        execution = WorkflowExecution(workflow_id=run_id)
+        started: asyncio.Future[Any] | None = None
+        try:
+            await asyncio.to_thread(wait_line, proc, "worker ready")
+            started = asyncio.ensure_future(agent.arun("Weather in Paris?", run_id=run_id))
+            await until(lambda: model.request_count, "the model request", timeout=60)
+            asked = time.monotonic()
+            await operator_rpc(
+                client.workflow_service.pause_activity,
+                PauseActivityRequest(
+                    namespace=client.namespace,
+                    execution=execution,
+                    id="generate-1",
+                    identity="test",
+                    reason="test",
+                ),
+            )
+            await until(
+                lambda: "paused or reset" in log.read_text(),
+                "the worker to hear of the pause",
+                timeout=60,
+            )
+            await until(lambda: time.monotonic() > asked + 5, "the answer", timeout=60)
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.to_thread(proc.wait, 60)
+        finally:
+            stop_process(proc)
+        assert code == 0
+        assert started is not None
+        try:
+            # the operator unpauses on the next worker: the run went on from the answer
+            async with build_worker(client, [agent], task_queue=task_queue):
+                try:
+                    await operator_rpc(
+                        client.workflow_service.unpause_activity,
+                        UnpauseActivityRequest(
+                            namespace=client.namespace,
+                            execution=execution,
+                            id="generate-1",
+                            identity="test",
+                            reset_attempts=True,
+                        ),
+                    )
+                except RPCError as exc:
+                    assert "already completed" in exc.message
+                result = await asyncio.wait_for(started, 60)
+        finally:
+            if not started.done():
+                started.cancel()
+    assert (model.request_count, result.final_output) == (1, "It is sunny.")
+    assert "handed to the server" in log.read_text()
