@@ -68,6 +68,14 @@ async def hand_over_paused(calls: LiveCalls, client: Client, patience: float) ->
                 "paused %s of run %s not handed over: %s", activity_id, workflow_id, exc.message
             )
             continue
+        except Exception as exc:  # a codec or a connection failing: the worker still stops
+            logger.warning(
+                "paused %s of run %s not handed over: %s; the unpause makes the call again",
+                activity_id,
+                workflow_id,
+                exc,
+            )
+            continue
         calls.taken(task)
         handed += 1
         logger.info(
