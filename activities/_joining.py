@@ -19,7 +19,8 @@ running, a second reset of a hung call, restarts it), unless its run turns out t
 (terminated or reset: it goes on `_ended.ENDED_GRACE`, or `RESET_GRACE`, for the
 same call of the run's resume or reset execution to join, then is stopped; a
 paused call's run is checked until an attempt takes it again, and the call
-once finished is kept till then, however late the unpause), and is cancelled with it
+once finished is kept till then, however late the unpause, or handed to the server as
+the worker stops: `_paused_handover`), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
@@ -474,6 +475,18 @@ class LiveCalls:
         # by weak reference: a call forgotten with its execution is freed at
         # once (its result, and the activity context its task copied)
         asyncio.get_running_loop().call_later(self.keep, self._forget, key, weakref.ref(task))
+
+    def paused(self) -> list[tuple[_Key, asyncio.Task[Any]]]:
+        """The calls paused here (`temporal activity pause`, not a reset) that no attempt took."""
+        return [
+            (key, task)
+            for key, task in self._calls.items()
+            if task in self._paused and task not in self._resets
+        ]
+
+    def taken(self, task: asyncio.Task[Any]) -> None:
+        """`task`'s outcome went to the server otherwise: no attempt is waited for."""
+        self._paused.discard(task)
 
     def forget_execution(self, workflow_id: str, run_id: str) -> int:
         """Forget the finished calls of a workflow execution that ended; return how many.

@@ -51,6 +51,7 @@ LOGGERS = (
     "agentor_temporal.activities._definition",
     "agentor_temporal.activities._errors",
     "agentor_temporal.activities._joining",
+    "agentor_temporal.activities._paused_handover",
     "agentor_temporal.activities._private",
     "agentor_temporal.activities._reset_answers",
     "agentor_temporal.activities._ended",

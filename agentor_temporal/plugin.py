@@ -44,6 +44,7 @@ from agentor_temporal._instrument import TelemetryInterceptor, watch_waiting
 from agentor_temporal._local_spec import WorkerFacts, offer, withdraw
 from agentor_temporal._memory import keep_memory_trimmed, preload, tune_allocator
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
+from agentor_temporal.activities._paused_handover import PAUSED_WAIT, hand_over_paused
 from agentor_temporal.codec import (
     KeysSetting,
     encrypted_data_converter,
@@ -459,6 +460,10 @@ class AgentorPlugin(SimplePlugin):
             watching = asyncio.create_task(watch_waiting(worker.client, self.registry, meter))
         try:
             await super().run_worker(worker, next)
+            # a paused call's result lives only here: the unpause's attempt, on
+            # another worker, would ask the model or run the tool again
+            patience = min(PAUSED_WAIT, graceful_shutdown().total_seconds())
+            await hand_over_paused(self.bundle.calls, worker.client, patience)
         finally:
             withdraw(worker.task_queue, self.registry)
             trimming.cancel()
