@@ -296,6 +296,37 @@ def _forked(
     return int(reply.split()[1]), status
 
 
+def run(
+    args: Any,
+    *,
+    input: Any = None,
+    capture_output: bool = False,
+    timeout: float | None = None,
+    check: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[Any]:
+    """`subprocess.run`, its process forked by the fork server when it can."""
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    with ForkedPopen(args, **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+        except BaseException:
+            process.kill()
+            raise
+        code = process.poll()
+        assert code is not None
+    if check and code:
+        raise subprocess.CalledProcessError(code, args, output=stdout, stderr=stderr)
+    return subprocess.CompletedProcess(args, code, stdout, stderr)
+
+
 def _tty(fd: int) -> bool:
     try:
         return os.isatty(fd)

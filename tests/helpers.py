@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import forkserver
 from forkserver import ForkedPopen
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
@@ -808,7 +809,7 @@ def run_agent_module(
         AGENT_TASK_QUEUE=task_queue,
         PYTHONPATH=os.pathsep.join([str(ROOT), str(where)]),
     )
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "agentor_temporal", "run", "--agent", f"{module}:agent"]
         + ["--temporal", address, "--json", "Oslo?"],
         env=env,

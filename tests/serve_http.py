@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import httpx
 
 from helpers import free_port, wait_until
@@ -35,7 +36,7 @@ class Proc:
     def start(self) -> None:
         self.starts += 1
         log = (self.logs / f"{self.name}-{self.starts}.log").open("wb")
-        self.process = subprocess.Popen(
+        self.process = forkserver.ForkedPopen(
             [sys.executable, "-m", "agentor_temporal", *self.args],
             env=self.env,
             stdout=log,

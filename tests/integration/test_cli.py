@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 from temporalio.client import Client
 
@@ -61,7 +62,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Any:
     """Run the CLI to completion; returns the CompletedProcess."""
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "agentor_temporal", *args],
         env=_env(**(env or {})),
         capture_output=True,
@@ -100,7 +101,7 @@ class Running:
     """A CLI process whose output lines are read as they come."""
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
+        self.process = forkserver.ForkedPopen(
             [sys.executable, "-m", "agentor_temporal", *args],
             env=_env(**env),
             stdout=subprocess.PIPE,
@@ -338,7 +339,7 @@ def test_a_prompt_or_a_forks_input_is_read_from_stdin_off_the_command_line(
     put there."""
 
     def piped(*args: str, text: str) -> Any:
-        return subprocess.run(
+        return forkserver.run(
             [sys.executable, "-m", "agentor_temporal", *args, "--temporal", temporal_address],
             env=_env(**agent_env),
             input=text,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
 import pytest
 from temporalio.client import Client
 
@@ -114,7 +115,7 @@ def test_a_deny_reads_its_reason_from_stdin_and_resume_goes_on_without_the_call(
             cli("run", "--agent", AGENT, "Pay eve 9000", "--json", *common, env=env).stdout
         )
         # a reason given as `-` is read from stdin, off the command line (`ps`)
-        denied = subprocess.run(
+        denied = forkserver.run(
             [sys.executable, "-m", "agentor_temporal", "deny", second["run_id"], "call_eve",
              "--reason", "-", "--agent", AGENT, "--wait", "120", *common],
             env=_env(**env),
@@ -182,7 +183,7 @@ async def test_an_interrupted_approve_says_its_decision_may_still_be_taken(
         run_id = json.loads(started.stdout)["run_id"]
         handle = client.get_workflow_handle(run_id)
         assert not (await handle.describe()).raw_description.HasField("pending_workflow_task")
-        approving = subprocess.Popen(
+        approving = forkserver.ForkedPopen(
             [sys.executable, "-m", "agentor_temporal", "approve", run_id, "call_pay"]
             + ["--by", "alice", "--wait", "60", *common],
             env=_env(**env),
@@ -237,7 +238,7 @@ async def test_a_terminated_resume_finishes_the_approved_call_it_runs(
             cli, "approve", run_id, "call_pay", "--wait", "1", *common, env=env
         )
         assert "No worker took the decision" in held.stderr, held.stderr
-        resuming = subprocess.Popen(
+        resuming = forkserver.ForkedPopen(
             [sys.executable, "-m", "agentor_temporal", "resume", run_id, "--agent", AGENT, *common],
             env=_env(**env),
             stdout=subprocess.PIPE,
@@ -277,7 +278,7 @@ async def test_an_approve_interrupted_while_its_worker_runs_the_call_finishes_it
             cli, "run", "--agent", AGENT, "Pay bob 5000", "--json", *common, env=env
         )
         run_id = json.loads(started.stdout)["run_id"]
-        approving = subprocess.Popen(
+        approving = forkserver.ForkedPopen(
             [sys.executable, "-m", "agentor_temporal", "approve", run_id, "call_pay"]
             + ["--agent", AGENT, *common],
             env=_env(**env),

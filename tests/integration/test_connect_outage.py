@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forkserver
 import pytest
 
 from helpers import ROOT, DevServerProcess, connected_to, stop_process, wait_until
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.slow
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
     full.update(env, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(
+    return forkserver.ForkedPopen(
         [sys.executable, "-m", "agentor_temporal", *args],
         env=full,
         stdout=subprocess.PIPE,

@@ -6,12 +6,12 @@ import json
 import math
 import shutil
 import signal
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -351,7 +351,7 @@ with ScriptedModelServer() as model:
     env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
     import os
 
-    out = subprocess.run(
+    out = forkserver.run(
         [sys.executable, "-c", script],
         env={**os.environ, **env},
         capture_output=True,

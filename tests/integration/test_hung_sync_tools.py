@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 from temporalio.client import Client
 
@@ -96,7 +97,7 @@ async def test_a_script_whose_sync_tool_hung_exits_promptly(
 ) -> None:
     """The run ends (the tool timed out), and then the script ends too."""
     with ScriptedModelServer([CallTool("stuck"), Reply("done")]) as model:
-        proc = subprocess.Popen(
+        proc = forkserver.ForkedPopen(
             [sys.executable, str(PROCS / "hung_tool.py")],
             env=_env(temporal_address, model, task_queue, ledger),
             cwd=str(ROOT),
@@ -129,7 +130,7 @@ async def test_a_stopped_worker_whose_sync_tool_hung_exits(
     too; this guards that its drain never waits on an abandoned thread.)
     """
     with ScriptedModelServer([CallTool("stuck"), Reply("done")]) as model:
-        proc = subprocess.Popen(
+        proc = forkserver.ForkedPopen(
             [
                 sys.executable,
                 str(ROOT / "worker.py"),

@@ -15,6 +15,7 @@ import urllib.request
 import uuid
 from typing import Any
 
+import forkserver
 import pytest
 from temporalio.client import Client
 
@@ -67,7 +68,7 @@ async def test_worker_serves_temporal_and_agent_metrics(
     ]
     with ScriptedModelServer(script) as model:
         env = _env(MODEL_BASE_URL=model.base_url, AGENT_TASK_QUEUE=task_queue, AGENT_NAME=agent)
-        worker = subprocess.Popen(
+        worker = forkserver.ForkedPopen(
             [sys.executable, "-m", "agentor_temporal", "worker", "--agents", AGENT,
              "--temporal", temporal_address, "--metrics-port", f"127.0.0.1:{port}"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
@@ -86,7 +87,7 @@ async def test_a_users_workflow_runs_an_agent_as_an_ordinary_run(
         result = await agent.aresume(child)
         assert result.status == "completed" and result.final_output == "REFUND\nIt broke."
         assert model.request_count == asked
-    shown = subprocess.run(
+    shown = forkserver.run(
         [sys.executable, "-m", "agentor_temporal", "show", child, "--temporal", temporal_address],
         capture_output=True,
         text=True,

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
@@ -62,7 +62,7 @@ async def test_a_plain_client_start_under_a_refused_id_fails_the_run(
 def test_the_cli_refuses_them(run_id: str, temporal_address: str, tmp_path: Path) -> None:
     # the package as this interpreter has it installed, not the checkout's
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
-    out = subprocess.run(
+    out = forkserver.run(
         [sys.executable, "-m", "agentor_temporal", "show", run_id, "--temporal", temporal_address],
         env=env,
         cwd=tmp_path,

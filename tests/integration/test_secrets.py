@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import forkserver
 import pytest
 from google.protobuf.json_format import MessageToJson
 from temporalio.client import Client
@@ -733,7 +734,7 @@ def _cli(
     env.update(settings)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
     target = ["--temporal", address] if address else []
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "agentor_temporal", *args, *target],
         env=env,
         capture_output=True,

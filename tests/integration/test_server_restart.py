@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
+import forkserver
 import httpx
 import pytest
 from temporalio.client import Client
@@ -194,7 +195,7 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     """`agentor-temporal ARGS` in its own process, its output kept."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "AGENT_"))}
     full.update(env, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    return subprocess.Popen(
+    return forkserver.ForkedPopen(
         [sys.executable, "-m", "agentor_temporal", *args],
         env=full,
         stdout=subprocess.PIPE,

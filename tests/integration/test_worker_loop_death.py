@@ -23,6 +23,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import forkserver
 import pytest
 from temporalio.client import Client
 
@@ -133,7 +134,7 @@ def test_a_script_whose_tool_stops_the_embedded_workers_loop_finishes_its_run(
             "MODEL_BASE_URL": model.base_url,
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
         }
-        proc = subprocess.Popen(
+        proc = forkserver.ForkedPopen(
             [sys.executable, "-c", SCRIPT],
             env=env,
             cwd=str(ROOT),

@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -186,7 +187,7 @@ async def test_serve_worker_interrupted_says_so_once_and_a_second_interrupt_aban
     env = {k: v for k, v in serve_env.items() if k != "AGENTOR_SERVE_TOKEN"}
     env.update({"AGENT_TASK_QUEUE": queue, "SERVE_GATES": str(gates)})
     argv = ["serve", "--agents", "procs.serve_agents:weather", "--worker", "--port", str(port)]
-    process = subprocess.Popen(
+    process = forkserver.ForkedPopen(
         [sys.executable, "-m", "agentor_temporal", *argv, "--log-level", "warning"],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -259,7 +260,7 @@ async def test_serve_worker_stopping_ends_open_streams_telling_their_clients(
     env = {k: v for k, v in serve_env.items() if k != "AGENTOR_SERVE_TOKEN"}
     env.update({"AGENT_TASK_QUEUE": queue, "SERVE_GATES": str(gates), "AGENT_LEDGER": ledger})
     argv = ["serve", "--agents", AGENTS, "--worker", "--port", str(port)]
-    process = subprocess.Popen(
+    process = forkserver.ForkedPopen(
         [sys.executable, "-m", "agentor_temporal", *argv, "--log-level", "warning"],
         env=env,
         stdout=subprocess.DEVNULL,
