@@ -841,3 +841,57 @@ async def operator_rpc(call: Callable[[Any], Any], request: Any, timeout: float 
             if err.status not in transient or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(0.2)
+
+
+async def pause_call(client: Client, execution: Any, activity_id: str) -> None:
+    """Pause a run's activity as an operator does (`temporal activity pause`)."""
+    from temporalio.api.workflowservice.v1 import PauseActivityRequest
+
+    request = PauseActivityRequest(
+        namespace=client.namespace,
+        execution=execution,
+        id=activity_id,
+        identity="test",
+        reason="test",
+    )
+    await operator_rpc(client.workflow_service.pause_activity, request)
+
+
+async def unpause_call(
+    client: Client,
+    execution: Any,
+    activity_id: str,
+    *,
+    reset_attempts: bool = True,
+    handed_over: bool = False,
+) -> None:
+    """Unpause it (`temporal activity unpause`). `handed_over`: a stopping worker may have
+    completed the activity with its result already, leaving the server nothing to unpause."""
+    from temporalio.api.workflowservice.v1 import UnpauseActivityRequest
+    from temporalio.service import RPCError
+
+    request = UnpauseActivityRequest(
+        namespace=client.namespace,
+        execution=execution,
+        id=activity_id,
+        identity="test",
+        reset_attempts=reset_attempts,
+    )
+    try:
+        await operator_rpc(client.workflow_service.unpause_activity, request)
+    except RPCError as exc:
+        if not (handed_over and "already completed" in exc.message):
+            raise
+
+
+async def recorded(result: Any, client: Client, folder: Path, caplog: Any = None) -> dict[str, str]:
+    """Where a run's text ended up besides the model's requests, by place: its final output,
+    its store's files under `folder`, its history, and the log lines `caplog` caught."""
+    shown = {
+        "final output": str(result.final_output),
+        "store": "\n".join(p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()),
+        "history": await history_text(client, result.run_id),
+    }
+    if caplog is not None:
+        shown["logs"] = "\n".join(r.getMessage() for r in caplog.records)
+    return shown

@@ -18,9 +18,7 @@ import uuid
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import (
-    PauseActivityRequest,
     ResetActivityRequest,
-    UnpauseActivityRequest,
 )
 from temporalio.client import Client
 
@@ -28,7 +26,7 @@ from agentor_temporal import function_tool
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, operator_rpc, scripted_agent, until
+from helpers import ledger_lines, ledger_write, pause_call, scripted_agent, unpause_call, until
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async_tool", "sync_tool"])
@@ -87,27 +85,9 @@ async def test_a_paused_then_unpaused_tool_call_runs_once(
             try:
                 await until(lambda: ledger_lines(ledger), "the tool to start", timeout=30)
                 execution = WorkflowExecution(workflow_id=run_id)
-                await operator_rpc(
-                    client.workflow_service.pause_activity,
-                    PauseActivityRequest(
-                        namespace=client.namespace,
-                        execution=execution,
-                        id="tool-1-0",
-                        identity="test",
-                        reason="test",
-                    ),
-                )
+                await pause_call(client, execution, "tool-1-0")
                 await until(heard_of_pause, "the worker to hear of the pause", timeout=30)
-                await operator_rpc(
-                    client.workflow_service.unpause_activity,
-                    UnpauseActivityRequest(
-                        namespace=client.namespace,
-                        execution=execution,
-                        id="tool-1-0",
-                        identity="test",
-                        reset_attempts=reset_attempts,
-                    ),
-                )
+                await unpause_call(client, execution, "tool-1-0", reset_attempts=reset_attempts)
                 release.set()
                 result = await asyncio.wait_for(started, 30)
             finally:

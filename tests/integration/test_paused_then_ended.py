@@ -15,7 +15,6 @@ import uuid
 
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import PauseActivityRequest
 from temporalio.client import Client
 
 from agentor_temporal import function_tool
@@ -23,7 +22,7 @@ from agentor_temporal.activities import _joining
 from agentor_temporal.testing import ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, operator_rpc, scripted_agent, until
+from helpers import ledger_lines, ledger_write, pause_call, scripted_agent, until
 
 
 @pytest.mark.parametrize("paused", [True, False], ids=["paused", "running"])
@@ -79,16 +78,7 @@ async def test_a_call_of_a_run_that_ended_is_stopped_before_the_resume_runs_one(
             began = time.monotonic()
             await until(lambda: time.monotonic() > began + 1.5, "the answer to be forgotten")
             if paused:
-                await operator_rpc(
-                    client.workflow_service.pause_activity,
-                    PauseActivityRequest(
-                        namespace=client.namespace,
-                        execution=WorkflowExecution(workflow_id=run_id),
-                        id="tool-1-0",
-                        identity="test",
-                        reason="test",
-                    ),
-                )
+                await pause_call(client, WorkflowExecution(workflow_id=run_id), "tool-1-0")
                 await until(
                     lambda: "produced by activity pause" in caplog.text,
                     "the worker to hear of the pause",

@@ -20,9 +20,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import PauseActivityRequest, UnpauseActivityRequest
 from temporalio.client import Client
-from temporalio.service import RPCError
 
 from agentor_temporal import function_tool
 from agentor_temporal.testing import Hang, Reply, ScriptedModelServer
@@ -31,9 +29,10 @@ from agentor_temporal.worker import build_worker
 from helpers import (
     ledger_lines,
     ledger_write,
-    operator_rpc,
+    pause_call,
     scripted_agent,
     stop_process,
+    unpause_call,
     until,
     wait_line,
     worker_cli,
@@ -57,16 +56,7 @@ async def test_a_paused_request_of_a_worker_that_stops_is_not_asked_again(
             async with build_worker(client, [agent], task_queue=task_queue):
                 await until(lambda: model.request_count, "the model request", timeout=60)
                 asked = time.monotonic()
-                await operator_rpc(
-                    client.workflow_service.pause_activity,
-                    PauseActivityRequest(
-                        namespace=client.namespace,
-                        execution=execution,
-                        id="generate-1",
-                        identity="test",
-                        reason="test",
-                    ),
-                )
+                await pause_call(client, execution, "generate-1")
                 await until(
                     lambda: "produced by activity pause" in caplog.text,
                     "the worker to hear of the pause",
@@ -77,20 +67,7 @@ async def test_a_paused_request_of_a_worker_that_stops_is_not_asked_again(
                     await until(lambda: time.monotonic() > asked + 5, "the answer", timeout=60)
             # that worker stopped; the next one takes the run
             async with build_worker(client, [agent], task_queue=task_queue):
-                try:
-                    await operator_rpc(
-                        client.workflow_service.unpause_activity,
-                        UnpauseActivityRequest(
-                            namespace=client.namespace,
-                            execution=execution,
-                            id="generate-1",
-                            identity="test",
-                            reset_attempts=True,
-                        ),
-                    )
-                except RPCError as exc:
-                    # the stopping worker completed the activity: nothing to unpause
-                    assert "already completed" in exc.message
+                await unpause_call(client, execution, "generate-1", handed_over=True)
                 result = await asyncio.wait_for(started, 60)
         finally:
             if not started.done():
@@ -126,16 +103,7 @@ async def test_a_paused_tool_call_of_a_worker_that_stops_runs_once(
         try:
             async with build_worker(client, [agent], task_queue=task_queue):
                 await until(lambda: ledger_lines(ledger), "the tool to start", timeout=60)
-                await operator_rpc(
-                    client.workflow_service.pause_activity,
-                    PauseActivityRequest(
-                        namespace=client.namespace,
-                        execution=execution,
-                        id="tool-1-0",
-                        identity="test",
-                        reason="test",
-                    ),
-                )
+                await pause_call(client, execution, "tool-1-0")
                 await until(
                     lambda: "produced by activity pause" in caplog.text,
                     "the worker to hear of the pause",
@@ -144,19 +112,7 @@ async def test_a_paused_tool_call_of_a_worker_that_stops_runs_once(
                 release.set()
                 await until(lambda: len(ledger_lines(ledger)) == 2, "the tool's end", timeout=60)
             async with build_worker(client, [agent], task_queue=task_queue):
-                try:
-                    await operator_rpc(
-                        client.workflow_service.unpause_activity,
-                        UnpauseActivityRequest(
-                            namespace=client.namespace,
-                            execution=execution,
-                            id="tool-1-0",
-                            identity="test",
-                            reset_attempts=True,
-                        ),
-                    )
-                except RPCError as exc:
-                    assert "already completed" in exc.message
+                await unpause_call(client, execution, "tool-1-0", handed_over=True)
                 result = await asyncio.wait_for(started, 60)
         finally:
             release.set()
@@ -192,16 +148,7 @@ async def test_a_worker_sigtermed_with_a_paused_answer_hands_it_over(
             started = asyncio.ensure_future(agent.arun("Weather in Paris?", run_id=run_id))
             await until(lambda: model.request_count, "the model request", timeout=60)
             asked = time.monotonic()
-            await operator_rpc(
-                client.workflow_service.pause_activity,
-                PauseActivityRequest(
-                    namespace=client.namespace,
-                    execution=execution,
-                    id="generate-1",
-                    identity="test",
-                    reason="test",
-                ),
-            )
+            await pause_call(client, execution, "generate-1")
             await until(
                 lambda: "paused or reset" in log.read_text(),
                 "the worker to hear of the pause",
@@ -217,19 +164,7 @@ async def test_a_worker_sigtermed_with_a_paused_answer_hands_it_over(
         try:
             # the operator unpauses on the next worker: the run went on from the answer
             async with build_worker(client, [agent], task_queue=task_queue):
-                try:
-                    await operator_rpc(
-                        client.workflow_service.unpause_activity,
-                        UnpauseActivityRequest(
-                            namespace=client.namespace,
-                            execution=execution,
-                            id="generate-1",
-                            identity="test",
-                            reset_attempts=True,
-                        ),
-                    )
-                except RPCError as exc:
-                    assert "already completed" in exc.message
+                await unpause_call(client, execution, "generate-1", handed_over=True)
                 result = await asyncio.wait_for(started, 60)
         finally:
             if not started.done():

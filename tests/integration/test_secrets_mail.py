@@ -21,7 +21,7 @@ from temporalio.client import Client
 from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import PROMPT, history_text, keyed_agent
+from helpers import PROMPT, keyed_agent, recorded
 
 KEY = "sk-proj-Mq81fJ2xVb7Kc0LmN4pRt6Yw9AeHs3Ud5GiOxW7k"
 
@@ -77,9 +77,7 @@ async def test_a_key_cut_by_a_soft_line_break_never_shows(
     shown = {
         "tool result": answers[0],
         "model requests": sent,
-        "final output": str(result.final_output),
-        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await history_text(client, result.run_id),
+        **await recorded(result, client, tmp_path),
     }
 
     def joined(text: str) -> str:

@@ -25,7 +25,7 @@ from temporalio.client import Client
 from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import PROMPT, history_text, keyed_agent
+from helpers import PROMPT, keyed_agent, recorded
 
 KEY = "sk-spelled_Q7wE2rT9yU4iO1pA"
 
@@ -104,10 +104,7 @@ async def test_a_key_spelled_to_read_as_the_key_never_shows(
     shown = {
         "tool result": f"{answer.result} {answer.error or ''}",
         "model request": sent,
-        "final output": str(result.final_output),
-        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await history_text(client, result.run_id),
-        "logs": "\n".join(r.getMessage() for r in caplog.records),
+        **await recorded(result, client, tmp_path, caplog),
     }
     assert "***" in shown["tool result"] and f"Invalid key: {before}***<" in sent, sent
     assert str(result.final_output) == f"The gateway said {before}***."

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import PROMPT, history_text, keyed_agent
+from helpers import PROMPT, keyed_agent, recorded
 
 KEY = "sk-proj-Zq81fJ2xVb7Kc0LmN4pRt6Yw9AeHs3Ud5GiOxW7k"
 ENV = f"HOME=/root\nOPENAI_API_KEY={KEY}\nDEBUG=1\n"
@@ -68,9 +68,6 @@ async def test_a_key_read_in_chunks_never_shows_in_any_chunk(
     shown = {
         "tool results": "\n".join(answers),
         "model requests": sent,
-        "final output": str(result.final_output),
-        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await history_text(client, result.run_id),
-        "logs": "\n".join(r.getMessage() for r in caplog.records),
+        **await recorded(result, client, tmp_path, caplog),
     }
     assert [where for where, text in shown.items() if any(p in text for p in PIECES)] == []

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import PROMPT, history_text, keyed_agent
+from helpers import PROMPT, keyed_agent, recorded
 
 KEY = "sk-utf16_Q7wE2rT9yU4iO1pA8sD"
 #: The `.env` line as PowerShell 5 writes it (`echo ... > .env`): UTF-16LE with its BOM.
@@ -89,10 +89,7 @@ async def test_a_key_in_utf16_text_read_as_bytes_never_shows(
             for n, a in zip(names, answers, strict=True)
         },
         "model request": sent,
-        "final output": str(result.final_output),
-        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await history_text(client, result.run_id),
-        "logs": "\n".join(r.getMessage() for r in caplog.records),
+        **await recorded(result, client, tmp_path, caplog),
     }
     assert all("***" in a.result for a in answers if outcome == "returned"), answers
     assert [where for where, text in shown.items() if KEY.lower() in _read(text)] == []

@@ -16,7 +16,6 @@ import uuid
 
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import PauseActivityRequest, UnpauseActivityRequest
 from temporalio.client import Client
 
 from agentor_temporal import function_tool
@@ -24,7 +23,7 @@ from agentor_temporal.activities import _joining
 from agentor_temporal.testing import Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
 
-from helpers import ledger_lines, ledger_write, operator_rpc, scripted_agent, until
+from helpers import ledger_lines, ledger_write, pause_call, scripted_agent, unpause_call, until
 
 #: `KEEP` in this test: the unpause comes well after it
 KEEP = 0.3
@@ -72,16 +71,7 @@ async def test_a_call_unpaused_after_it_was_kept_is_not_made_again(
                 else:
                     await until(lambda: ledger_lines(ledger), "the tool to start", timeout=30)
                 asked = time.monotonic()
-                await operator_rpc(
-                    client.workflow_service.pause_activity,
-                    PauseActivityRequest(
-                        namespace=client.namespace,
-                        execution=execution,
-                        id=activity_id,
-                        identity="test",
-                        reason="test",
-                    ),
-                )
+                await pause_call(client, execution, activity_id)
                 await until(
                     lambda: "produced by activity pause" in caplog.text,
                     "the worker to hear of the pause",
@@ -96,16 +86,7 @@ async def test_a_call_unpaused_after_it_was_kept_is_not_made_again(
                 # the call's result is past KEEP: it was forgotten, without the fix
                 done = time.monotonic()
                 await until(lambda: time.monotonic() > done + 5 * KEEP, "KEEP to pass")
-                await operator_rpc(
-                    client.workflow_service.unpause_activity,
-                    UnpauseActivityRequest(
-                        namespace=client.namespace,
-                        execution=execution,
-                        id=activity_id,
-                        identity="test",
-                        reset_attempts=True,
-                    ),
-                )
+                await unpause_call(client, execution, activity_id)
                 result = await asyncio.wait_for(started, 30)
             finally:
                 release.set()
