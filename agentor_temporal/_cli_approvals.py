@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from typing import Any
 
 from agentor_temporal._cli_common import (
@@ -72,11 +73,28 @@ def _since(timestamp: float | None) -> str:
     return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _decide(args: argparse.Namespace, approved: bool) -> int:
-    run_id = run_id_arg(args.run_id)
+def _decider() -> str:
+    """Who decides when `--by` is not given: the login name, else `uid N`.
+
+    getpass.getuser() reads LOGNAME, USER, LNAME and USERNAME, then the password
+    database: a container run under a uid its image has no user for (OpenShift's
+    random uid, `docker run --user 12345`, a Kubernetes runAsUser) has neither,
+    and it raised KeyError (OSError from Python 3.13), so `approve` and `deny`
+    ended in that traceback and no decision could be made there without `--by`.
+    The uid still says who, as the system knows them.
+    """
     import getpass
 
-    by = args.by or getpass.getuser()
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError, ImportError):
+        getuid = getattr(os, "getuid", None)  # POSIX only; Windows names come from USERNAME
+        return f"uid {getuid()}" if getuid is not None else "unknown user"
+
+
+def _decide(args: argparse.Namespace, approved: bool) -> int:
+    run_id = run_id_arg(args.run_id)
+    by = args.by or _decider()
     reason = None if args.reason is None else text_arg(args.reason)
     decision = Decision(
         call_id=args.call_id, approved=approved, reason=reason, by=by, turn=args.turn

@@ -334,7 +334,7 @@ class AgentRunWorkflow(Continuing):
         refusal = query_refusal(request_id)
         if refusal is not None:
             raise ApplicationError(refusal, type="BadQuery")
-        return self._approvals.signalled.get(request_id)
+        return self._approvals.signalled_outcome(request_id)
 
     # -- the loop --------------------------------------------------------------
 

@@ -206,6 +206,9 @@ class Approvals:
         self.turns: dict[str, int] = {}
         #: request id -> what a decision sent by signal came to (`take_signalled`)
         self.signalled: dict[str, dict[str, Any]] = {}
+        #: request id -> the same, in brief (`brief_outcome`), once past the latest
+        #: SIGNALLED_DECISIONS_KEPT: in memory only, never in history
+        self.signalled_briefly: dict[str, dict[str, Any]] = {}
         #: calls whose tool's predicate is being asked whether a person must decide
         self.checking = 0
         #: why no call waits for a person any more: the run is failing (`end_waiting`)
@@ -336,8 +339,21 @@ class Approvals:
             outcome = {"refused": str(exc.message), "type": exc.type}
         self.signalled[request_id] = outcome
         while len(self.signalled) > policies.SIGNALLED_DECISIONS_KEPT:
-            del self.signalled[next(iter(self.signalled))]
+            # its sender may not have asked yet: 150 people deciding a turn's calls
+            # at once, those whose outcome was dropped asked "not taken yet" until
+            # their patience ran out, then were told no worker took the decision
+            oldest = next(iter(self.signalled))
+            self.signalled_briefly[oldest] = brief_outcome(self.signalled.pop(oldest))
         return None
+
+    def signalled_outcome(self, request_id: str) -> dict[str, Any] | None:
+        """What the decision sent by signal under `request_id` came to; None until taken.
+
+        The latest SIGNALLED_DECISIONS_KEPT whole, older ones in brief: an
+        execution takes at most Temporal's 10,000 signals, so every sender's
+        outcome is kept (a few hundred bytes each, in the worker's memory).
+        """
+        return self.signalled.get(request_id) or self.signalled_briefly.get(request_id)
 
     def end_waiting(self, why: str) -> None:
         """The run fails: calls waiting for a person are answered as not run.
@@ -591,6 +607,22 @@ class Approvals:
                 f"Approval of {call_summary(tool.name, args)} expired: {message}", answer
             )
         return answer
+
+
+def brief_outcome(outcome: dict[str, Any]) -> dict[str, Any]:
+    """A decision-by-signal's outcome without what may be large: the call's args, and a
+    refusal's message past REFUSAL_CHARS (it lists the calls waiting)."""
+    decided = outcome.get("decided")
+    if isinstance(decided, dict):
+        return {"decided": {k: v for k, v in decided.items() if k != "args"}}
+    refused = str(outcome.get("refused", ""))
+    if len(refused) > REFUSAL_CHARS:
+        refused = refused[:REFUSAL_CHARS] + "..."
+    return {**outcome, "refused": refused}
+
+
+#: how much of a refusal's message a brief outcome keeps
+REFUSAL_CHARS = 500
 
 
 def denied_answer(name: str, args: Any, call_id: Any, by: str | None, reason: str | None) -> Event:
