@@ -71,6 +71,12 @@ def text_arg(value: str) -> str:
     """
     if value != "-":
         return value
+    if sys.stdin is None:  # started with it closed (`<&-`, a service manager's default)
+        raise CliError(
+            "could not read the message from stdin: it is closed; pipe the message in, "
+            "or give it on the command line",
+            EXIT_USAGE,
+        )
     try:
         text = sys.stdin.read()
     except (OSError, UnicodeDecodeError) as exc:

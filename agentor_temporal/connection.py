@@ -191,14 +191,28 @@ def _connect_failure(exc: BaseException) -> str:
     return first
 
 
-def _default_config_file() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+def _default_config_file() -> Path | None:
+    """Temporal's default client config file; None when there is no home to hold it.
+
+    No HOME and a uid the system has no user for (a container run under another uid
+    than its image's: OpenShift, `docker run --user`, a Kubernetes runAsUser) is no
+    home at all: `Path.home()` raised, and every command ended in that traceback.
+    """
+    base = os.environ.get("XDG_CONFIG_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".config")
+        except RuntimeError:
+            return None
     return Path(base) / "temporalio" / "temporal.toml"
 
 
 def environment_configured() -> bool:
     """Whether the standard Temporal client environment names a server."""
-    return any(os.environ.get(k) for k in _ENV_KEYS) or _default_config_file().exists()
+    if any(os.environ.get(k) for k in _ENV_KEYS):
+        return True
+    config = _default_config_file()
+    return config is not None and config.exists()
 
 
 def describe_target(target: str | Client | None) -> str:

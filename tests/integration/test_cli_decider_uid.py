@@ -1,4 +1,5 @@
-"""`approve` with no `--by`, run under a uid the system has no user for (a container's).
+"""Commands run under a uid the system has no user for (a container's): `approve` with no
+`--by`, and any command with no HOME either.
 
 OpenShift gives a pod a random uid, and `docker run --user 12345` or a Kubernetes
 `runAsUser` another than the image's user: /etc/passwd has no entry for it and no
@@ -78,3 +79,31 @@ def test_approve_without_by_under_a_uid_with_no_user_decides_naming_the_uid(
     decision = next(e for e in finished["events"] if e["type"] == "approval_decision")
     assert (decision["status"], decision["result"]) == ("approved", f"uid {uid}")
     assert [line.split()[0] for line in ledger_lines(ledger)] == ["transfer"]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
+def test_a_command_with_no_home_at_all_says_where_it_looked_for_temporal(tmp_path: Path) -> None:
+    """No HOME, and a uid with no passwd entry (so no home directory at all), and no
+    Temporal settings: `list` says it cannot reach the default address, as it does with a
+    home. It ended in `RuntimeError: Could not determine home directory.` (the default
+    config file's path), a traceback from every command that looks for Temporal's."""
+    uid = unknown_uid()
+    env = {
+        k: v
+        for k, v in _env().items()
+        if k not in LOGIN_VARIABLES and k != "HOME" and not k.startswith(("TEMPORAL_", "XDG_"))
+    }
+    listed = subprocess.run(
+        ["unshare", "--user", f"--map-user={uid}", f"--map-group={uid}",
+         sys.executable, "-m", "agentor_temporal", "list"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in listed.stderr, listed.stderr
+    # (a dev server of another test may listen there: then the runs are listed)
+    assert listed.returncode == 0 or (
+        listed.returncode == 1 and "Cannot reach Temporal at localhost:7233" in listed.stderr
+    ), listed.stderr

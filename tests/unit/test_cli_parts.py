@@ -6,6 +6,8 @@ import asyncio
 import io
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -173,3 +175,18 @@ def test_a_run_id_read_as_an_option_is_a_usage_error_that_says_how(
         build_parser().parse_args(argv)
     assert info.value.code == 2
     assert hint in capsys.readouterr().err
+
+
+def test_a_message_read_from_a_closed_stdin_is_a_usage_error_not_a_traceback() -> None:
+    """`deny RUN CALL --reason -` (or `run -`, `fork --input -`) started with stdin closed
+    (`<&-`: sys.stdin is None) says so and exits 2: it ended in an AttributeError."""
+    result = subprocess.run(
+        [sys.executable, "-m", "agentor_temporal", "deny", "r1", "c1", "--reason", "-"],
+        preexec_fn=lambda: os.close(0),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "stdin: it is closed" in result.stderr, result.stderr
