@@ -310,6 +310,17 @@ STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
 #: moves after `STICKY_QUEUE_TIMEOUT`). Set by the facade when it starts a
 #: run; plain clients get their own (default 10 s).
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=60)
+#: The same for runs of an agent with `local_model_calls`: its lost sends are
+#: noticed by this timeout (three sends, each a timeout) and the SDK keeps a
+#: long local request's task alive at 80% of it, within the request's own
+#: `LOCAL_START_TO_CLOSE`; such runs keep 5 s, and with it the replay bound.
+LOCAL_CALLS_TASK_TIMEOUT = timedelta(seconds=5)
+
+
+def task_timeout(local_model_calls: bool) -> timedelta:
+    """The workflow task timeout the facade starts an agent's runs with."""
+    return LOCAL_CALLS_TASK_TIMEOUT if local_model_calls else WORKFLOW_TASK_TIMEOUT
+
 
 # Payload budgets. Temporal refuses any payload over 2 MB, counted as encoded
 # JSON (non-ASCII escaped: an emoji is 12 bytes), and a workflow task that

@@ -25,7 +25,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError
 
-from agentor_temporal import _start, function_tool
+from agentor_temporal import function_tool
 from agentor_temporal.activities import _ended
 from agentor_temporal.testing import CallTool, Hang, Reply, ScriptedModelServer
 from agentor_temporal.worker import build_worker
@@ -128,7 +128,6 @@ async def test_a_frozen_worker_s_local_request_is_joined_by_its_rerun_task(
     task_queue: str,
     ledger: str,
     tmp_path: Any,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A worker frozen mid local model request (`local_model_calls`) past the workflow task
     timeout, then thawed: the task the server runs again asks under the same key, as a
@@ -138,10 +137,7 @@ async def test_a_frozen_worker_s_local_request_is_joined_by_its_rerun_task(
     The rerun task asked the model again: the first answer paid and dropped (and a
     scripted model's next step, the final answer, came in its place: the tool never ran).
     """
-    # the run started with a short task timeout: the freeze outlasts it, and the test stays short
-    task_timeout = timedelta(seconds=5)
-    monkeypatch.setattr(_start, "WORKFLOW_TASK_TIMEOUT", task_timeout)
-    freeze = task_timeout.total_seconds() + 3
+    freeze = policies.WORKFLOW_TASK_TIMEOUT.total_seconds() + 3
     script = [Hang(answer_after, CallTool("get_weather", {"city": "London"})), Reply("Done")]
     with ScriptedModelServer(script) as model:
         worker = spawn(

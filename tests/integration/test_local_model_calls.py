@@ -18,7 +18,7 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 
-from agentor_temporal import FileStore, RunResult, TemporalStore, _start
+from agentor_temporal import FileStore, RunResult, TemporalStore
 from agentor_temporal._timeline import read_timeline
 from agentor_temporal.testing import (
     CallTool,
@@ -224,16 +224,14 @@ async def test_the_timeline_draws_local_requests(
 
 
 async def test_a_request_longer_than_the_workflow_task_timeout_is_asked_once(
-    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+    client: Client, task_queue: str
 ) -> None:
-    """A local request outliving a 5 s workflow task timeout is not asked again.
+    """A local request outliving the 5 s workflow task timeout is not asked again.
 
     The SDK keeps the workflow task alive while its local activity runs (it
     completes the task and takes the next one every ~4 s), so a live worker's
-    long request is neither timed out nor repeated. (The facade starts runs
-    with a longer timeout; the run here gets 5 s, for the request to outlive.)
+    long request is neither timed out nor repeated.
     """
-    monkeypatch.setattr(_start, "WORKFLOW_TASK_TIMEOUT", timedelta(seconds=5))
     script: list[Any] = [
         Hang(9, CallTool("get_weather", {"city": "London"})),
         Reply(ANSWER),
