@@ -27,6 +27,7 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, url
 from agentor_temporal.workflows.canonical import canonical_forms, mask_canonical
 from agentor_temporal.workflows.hex_dumps import mask_dumped
 from agentor_temporal.workflows.url_runs import sub_urls
+from agentor_temporal.workflows.userinfo import mask_raw_passwords, raw_passwords
 from agentor_temporal.workflows.wrapped import forget as _forget_wrapped
 from agentor_temporal.workflows.wrapped import mask_wrapped
 
@@ -219,7 +220,8 @@ def redact(text: str, secrets: Iterable[str | None] = (), pieces: bool = False) 
         if ":" in text:
             text = _HEADER_LINE.sub(_mask_header_line, text)
     if "://" in text:
-        text = sub_urls(text, _redact_url)
+        # a password holding `#`, `?` or `/` as written: `urlsplit` reads no userinfo there
+        text = sub_urls(mask_raw_passwords(text, MASK), _redact_url)
     if "=" in text:
         text = _QUERY_VALUE.sub(_mask_value, text)
     return text
@@ -280,11 +282,13 @@ def url_secrets(url: str | None) -> list[str]:
     """
     if not url:
         return []
+    # a password holding `#`, `?`, `/` or a bracket as written, which `urlsplit` misses (or
+    # refuses the URL for)
+    found: list[str] = raw_passwords(url)
     try:
         parts = urlsplit(url)
     except ValueError:
-        return []
-    found: list[str] = []
+        return [s for s in found if len(s) >= MIN_SECRET_CHARS]
     # as written (percent-encoded) and as sent: decoded, and the
     # `user:password` an HTTP client puts base64-encoded into a Basic header
     if parts.username:
@@ -434,7 +438,7 @@ def _base64_pieces(raw: bytes) -> list[str]:
 
 def redact_url(url: str) -> str:
     """A URL safe to show: userinfo and query values masked."""
-    return _redact_url(url)
+    return _redact_url(mask_raw_passwords(url, MASK))
 
 
 def redact_address(address: str) -> str:
@@ -444,7 +448,7 @@ def redact_address(address: str) -> str:
     pattern of `redact` does not see its userinfo.
     """
     if "://" in address:
-        return _redact_url(address)
+        return redact_url(address)
     if "@" not in address:
         return address
     return MASK + "@" + address.rsplit("@", 1)[1]
