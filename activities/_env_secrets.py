@@ -196,7 +196,8 @@ def env_url_secrets(value: str) -> list[str]:
         long_alone = not password and len(username or "") >= 20
         if username and (looks_like_key(unquote(username)) or long_alone):
             found += [username, unquote(username)]
-        for pair in parts.query.split("&"):
+        # the fragment's too: an OAuth redirect's `#access_token=...`
+        for pair in [*parts.query.split("&"), *parts.fragment.split("&")]:
             name, equals, item = pair.partition("=")
             if equals and query_credential(unquote_plus(name), unquote_plus(item)):
                 found += [item, unquote_plus(item)]

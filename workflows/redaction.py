@@ -37,10 +37,11 @@ MASK = "***"
 #: garble every message, and a key that short protects nothing anyway.
 MIN_SECRET_CHARS = 6
 
-#: A query parameter outside a full URL ("no route POST /v1/?api-key=..."):
+#: A query parameter outside a full URL ("no route POST /v1/?api-key=...", or a
+#: fragment's, "/cb#access_token=..."):
 #: servers echo paths, and paths carry the query. Its name may be percent-encoded
 #: (`?%74oken=`), as a server decodes it.
-_QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.%\-\[\]]+=)([^&\s#'\"<>]+)")
+_QUERY_VALUE = re.compile(r"([?&#][A-Za-z0-9_.%\-\[\]]+=)([^&\s#'\"<>]+)")
 #: Punctuation that ends a sentence rather than the URL it follows.
 _TRAILING = ".,;:!?)]}"
 #: Header, query and body field names whose values are credentials.
@@ -131,12 +132,19 @@ def _redact_url(url: str) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
-    query = parts.query
-    if query:
-        query = "&".join(
-            f"{pair.split('=', 1)[0]}={MASK}" if "=" in pair else pair for pair in query.split("&")
-        )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)) + tail
+    # a fragment of `name=value` pairs is read as a query is: an OAuth implicit grant's
+    # redirect carries its token there (`#access_token=...&token_type=bearer`)
+    query, fragment = _masked_pairs(parts.query), _masked_pairs(parts.fragment)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment)) + tail
+
+
+def _masked_pairs(query: str) -> str:
+    """A query (or a fragment written as one) with each value masked."""
+    if "=" not in query:
+        return query
+    return "&".join(
+        f"{pair.split('=', 1)[0]}={MASK}" if "=" in pair else pair for pair in query.split("&")
+    )
 
 
 #: Credentials no one told us of, known by their shape: a JWT, the keys of OpenAI,
@@ -297,7 +305,8 @@ def url_secrets(url: str | None) -> list[str]:
         found += [parts.password, unquote(parts.password)]
     if parts.username or parts.password:
         found.append(f"{unquote(parts.username or '')}:{unquote(parts.password or '')}")
-    for pair in parts.query.split("&"):
+    # the fragment's too (an OAuth redirect's `#access_token=`)
+    for pair in [*parts.query.split("&"), *parts.fragment.split("&")]:
         if "=" in pair:
             name, value = pair.split("=", 1)
             if query_credential(unquote_plus(name), unquote_plus(value)):

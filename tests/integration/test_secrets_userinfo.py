@@ -89,3 +89,59 @@ async def test_a_urls_raw_password_never_shows(
     }
     pieces = [password, password[4:], UNKNOWN, UNKNOWN[4:]]
     assert [(where, p) for where, text in shown.items() for p in pieces if p in text] == []
+
+
+#: An OAuth implicit grant's redirect: the token in the URL's fragment, as a query's.
+FRAGMENT_TOKEN = "Vt3kQ9zLm2Xw8Rb5Nc1Jp7"
+
+
+async def test_a_token_in_a_urls_fragment_never_shows(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A tool failing on an OAuth redirect (`#access_token=...&token_type=bearer`, a
+    token no one told the process of) and one returning the process's CALLBACK_URL
+    holding such a fragment show `***` for the token in the results, the model's next
+    request, the store, history and the log."""
+    caplog.set_level(logging.WARNING)
+    callback = f"https://app.example/cb#access_token={FRAGMENT_TOKEN}X&expires_in=3600"
+    monkeypatch.setenv("CALLBACK_URL", callback)
+    redirect = f"https://app.example/cb#access_token={FRAGMENT_TOKEN}&token_type=bearer"
+
+    @function_tool
+    def login(action: str) -> str:
+        """Log in, or show the callback.
+
+        Args:
+            action: login or show.
+        """
+        if action == "login":
+            raise RuntimeError(f"unexpected redirect to {redirect}")
+        return f"callback {callback}"
+
+    script = [
+        CallTool("login", {"action": "login"}),
+        CallTool("login", {"action": "show"}),
+        Reply("done"),
+    ]
+    with ScriptedModelServer(script) as model:
+        agent = keyed_agent("Oauth Agent", login, model, KEY, client, task_queue, tmp_path)
+        result = await agent.arun(PROMPT)
+        sent = json.dumps(model.requests[-1]["messages"])
+    assert result.status == "completed", result.error
+    answers = [e for e in result.events if e.type == "tool_result"]
+    assert [a.result for a in answers] == [
+        "Error: RuntimeError: unexpected redirect to https://app.example/cb#access_token=***"
+        "&token_type=***",
+        "callback https://app.example/cb#access_token=***&expires_in=3600",
+    ]
+    shown = {
+        "model request": sent,
+        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
+        "history": await history_text(client, result.run_id),
+        "logs": "\n".join(r.getMessage() for r in caplog.records),
+    }
+    assert [where for where, text in shown.items() if FRAGMENT_TOKEN[4:] in text] == []

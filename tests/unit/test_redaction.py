@@ -803,3 +803,25 @@ def test_a_urls_raw_password(text: str, shown: str, secrets: list[str]) -> None:
     assert redact(text) == shown
     assert _env_secrets.env_url_secrets(text) == secrets
     assert set(secrets) <= set(url_secrets(text.split()[-1]))
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "redirected to https://app.example/cb#access_token=Zx81kQp0aLm3&token_type=bearer",
+            "redirected to https://app.example/cb#access_token=***&token_type=***",
+        ),
+        ("GET /cb#access_token=Zx81kQp0aLm3 302", "GET /cb#access_token=*** 302"),
+        # a fragment that is no list of pairs, and a number, stay
+        ("see https://docs.example/page#section-2, issue #42", None),
+    ],
+)
+def test_a_token_in_a_urls_fragment(text: str, shown: str | None) -> None:
+    """A fragment of `name=value` pairs (an OAuth implicit grant's redirect) is masked as a
+    query is in error text, and its credential values are a variable's or endpoint's
+    secrets."""
+    assert redact(text) == (text if shown is None else shown)
+    url = "https://app.example/cb#access_token=Zx81kQp0aLm3&state=xyz"
+    assert url_secrets(url) == ["Zx81kQp0aLm3"]
+    assert _env_secrets.env_url_secrets(url) == ["Zx81kQp0aLm3"]
