@@ -23,6 +23,7 @@ from agentor_temporal.workflows.redaction import (
     looks_like_key,
     query_credential,
 )
+from agentor_temporal.workflows.userinfo import raw_passwords
 
 #: Environment variable names whose values are credentials: the last word of the name
 #: says so (`GITHUB_TOKEN`, `ANTHROPIC_API_KEY`, `DB_PASSWORD`, `AWS_SECRET_ACCESS_KEY`,
@@ -180,7 +181,9 @@ def env_url_secrets(value: str) -> list[str]:
     string and returning it recorded the password as it was: only error text masked a
     URL's userinfo by its shape.
     """
-    found: list[str] = []
+    # a password holding `#`, `?`, `/`, a bracket, `;` or `,` as written (SQLAlchemy takes it
+    # so): `urlsplit` ends the authority before its `@`, or `_ENV_URL` the URL
+    found: list[str] = raw_passwords(value)
     for url in _ENV_URL.findall(value):
         try:
             parts = urlsplit(url)
@@ -193,7 +196,8 @@ def env_url_secrets(value: str) -> list[str]:
         long_alone = not password and len(username or "") >= 20
         if username and (looks_like_key(unquote(username)) or long_alone):
             found += [username, unquote(username)]
-        for pair in parts.query.split("&"):
+        # the fragment's too: an OAuth redirect's `#access_token=...`
+        for pair in [*parts.query.split("&"), *parts.fragment.split("&")]:
             name, equals, item = pair.partition("=")
             if equals and query_credential(unquote_plus(name), unquote_plus(item)):
                 found += [item, unquote_plus(item)]

@@ -27,6 +27,7 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, url
 from agentor_temporal.workflows.canonical import canonical_forms, mask_canonical
 from agentor_temporal.workflows.hex_dumps import mask_dumped
 from agentor_temporal.workflows.url_runs import sub_urls
+from agentor_temporal.workflows.userinfo import mask_raw_passwords, raw_passwords
 from agentor_temporal.workflows.wrapped import forget as _forget_wrapped
 from agentor_temporal.workflows.wrapped import mask_wrapped
 
@@ -36,10 +37,11 @@ MASK = "***"
 #: garble every message, and a key that short protects nothing anyway.
 MIN_SECRET_CHARS = 6
 
-#: A query parameter outside a full URL ("no route POST /v1/?api-key=..."):
+#: A query parameter outside a full URL ("no route POST /v1/?api-key=...", or a
+#: fragment's, "/cb#access_token=..."):
 #: servers echo paths, and paths carry the query. Its name may be percent-encoded
 #: (`?%74oken=`), as a server decodes it.
-_QUERY_VALUE = re.compile(r"([?&][A-Za-z0-9_.%\-\[\]]+=)([^&\s#'\"<>]+)")
+_QUERY_VALUE = re.compile(r"([?&#][A-Za-z0-9_.%\-\[\]]+=)([^&\s#'\"<>]+)")
 #: Punctuation that ends a sentence rather than the URL it follows.
 _TRAILING = ".,;:!?)]}"
 #: Header, query and body field names whose values are credentials.
@@ -130,12 +132,19 @@ def _redact_url(url: str) -> str:
     netloc = parts.netloc
     if "@" in netloc:
         netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
-    query = parts.query
-    if query:
-        query = "&".join(
-            f"{pair.split('=', 1)[0]}={MASK}" if "=" in pair else pair for pair in query.split("&")
-        )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)) + tail
+    # a fragment of `name=value` pairs is read as a query is: an OAuth implicit grant's
+    # redirect carries its token there (`#access_token=...&token_type=bearer`)
+    query, fragment = _masked_pairs(parts.query), _masked_pairs(parts.fragment)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment)) + tail
+
+
+def _masked_pairs(query: str) -> str:
+    """A query (or a fragment written as one) with each value masked."""
+    if "=" not in query:
+        return query
+    return "&".join(
+        f"{pair.split('=', 1)[0]}={MASK}" if "=" in pair else pair for pair in query.split("&")
+    )
 
 
 #: Credentials no one told us of, known by their shape: a JWT, the keys of OpenAI,
@@ -219,7 +228,8 @@ def redact(text: str, secrets: Iterable[str | None] = (), pieces: bool = False) 
         if ":" in text:
             text = _HEADER_LINE.sub(_mask_header_line, text)
     if "://" in text:
-        text = sub_urls(text, _redact_url)
+        # a password holding `#`, `?` or `/` as written: `urlsplit` reads no userinfo there
+        text = sub_urls(mask_raw_passwords(text, MASK), _redact_url)
     if "=" in text:
         text = _QUERY_VALUE.sub(_mask_value, text)
     return text
@@ -280,11 +290,13 @@ def url_secrets(url: str | None) -> list[str]:
     """
     if not url:
         return []
+    # a password holding `#`, `?`, `/` or a bracket as written, which `urlsplit` misses (or
+    # refuses the URL for)
+    found: list[str] = raw_passwords(url)
     try:
         parts = urlsplit(url)
     except ValueError:
-        return []
-    found: list[str] = []
+        return [s for s in found if len(s) >= MIN_SECRET_CHARS]
     # as written (percent-encoded) and as sent: decoded, and the
     # `user:password` an HTTP client puts base64-encoded into a Basic header
     if parts.username:
@@ -293,7 +305,8 @@ def url_secrets(url: str | None) -> list[str]:
         found += [parts.password, unquote(parts.password)]
     if parts.username or parts.password:
         found.append(f"{unquote(parts.username or '')}:{unquote(parts.password or '')}")
-    for pair in parts.query.split("&"):
+    # the fragment's too (an OAuth redirect's `#access_token=`)
+    for pair in [*parts.query.split("&"), *parts.fragment.split("&")]:
         if "=" in pair:
             name, value = pair.split("=", 1)
             if query_credential(unquote_plus(name), unquote_plus(value)):
@@ -434,7 +447,7 @@ def _base64_pieces(raw: bytes) -> list[str]:
 
 def redact_url(url: str) -> str:
     """A URL safe to show: userinfo and query values masked."""
-    return _redact_url(url)
+    return _redact_url(mask_raw_passwords(url, MASK))
 
 
 def redact_address(address: str) -> str:
@@ -444,7 +457,7 @@ def redact_address(address: str) -> str:
     pattern of `redact` does not see its userinfo.
     """
     if "://" in address:
-        return _redact_url(address)
+        return redact_url(address)
     if "@" not in address:
         return address
     return MASK + "@" + address.rsplit("@", 1)[1]

@@ -768,3 +768,60 @@ def test_a_non_ascii_secret_is_masked_with_any_of_its_characters_percent_encoded
     secret = "pässwörd-Ü123"
     for written in ["p%C3%A4sswörd-Ü123", "PÄSSW%c3%b6RD-ü123", "p&auml;ssw&#246;rd-&Uuml;123"]:
         assert mask_secret(f"[{written}]", secret) == "[***]", written
+
+
+@pytest.mark.parametrize(
+    ("text", "shown", "secrets"),
+    [
+        # a password holding what a URL parser stops at, written as it is (SQLAlchemy's
+        # and libpq's URLs take it so): masked in error text, and known as a secret
+        (
+            "could not connect to postgresql://app:Zx8#1kQp0aLm3@db:5432/prod",
+            "could not connect to postgresql://***@db:5432/prod",
+            ["Zx8#1kQp0aLm3"],
+        ),
+        ("redis://:Zx8?1kQp0aLm3@cache:6379/0", "redis://***@cache:6379/0", ["Zx8?1kQp0aLm3"]),
+        ("mysql://u:Zx8/1kQp0aLm3@[::1]/db", "mysql://***@[::1]/db", ["Zx8/1kQp0aLm3"]),
+        ("mysql://u:Zx8]1kQp0aLm3@db/x.", "mysql://***@db/x.", ["Zx8]1kQp0aLm3"]),
+        ("pg://u:p@ss#w0rd12@db/x", "pg://***@db/x", ["p@ss#w0rd12"]),
+        # each URL of a list
+        (
+            "amqp://u:Ab#1cdefgh@h1,amqp://u:Ab#2cdefgh@h2",
+            "amqp://***@h1,amqp://u:***@h2",
+            ["Ab#1cdefgh", "Ab#2cdefgh"],
+        ),
+        # no userinfo: an `@` in a path or query after a port, or in a fragment
+        ("https://h:8080/x?email=a@b.example", "https://h:8080/x?email=***", []),
+        ("ssh://git@github.com/org/repo#readme", "ssh://***@github.com/org/repo#readme", []),
+        ("see https://h/a#b and me@x.org", "see https://h/a#b and me@x.org", []),
+    ],
+)
+def test_a_urls_raw_password(text: str, shown: str, secrets: list[str]) -> None:
+    """A URL's password holding `#`, `?`, `/`, a bracket (or an `@` too), which `urlsplit`
+    reads no userinfo in (or refuses): masked by its shape in error text, and a secret of
+    the variable or endpoint whose URL it is."""
+    assert redact(text) == shown
+    assert _env_secrets.env_url_secrets(text) == secrets
+    assert set(secrets) <= set(url_secrets(text.split()[-1]))
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "redirected to https://app.example/cb#access_token=Zx81kQp0aLm3&token_type=bearer",
+            "redirected to https://app.example/cb#access_token=***&token_type=***",
+        ),
+        ("GET /cb#access_token=Zx81kQp0aLm3 302", "GET /cb#access_token=*** 302"),
+        # a fragment that is no list of pairs, and a number, stay
+        ("see https://docs.example/page#section-2, issue #42", None),
+    ],
+)
+def test_a_token_in_a_urls_fragment(text: str, shown: str | None) -> None:
+    """A fragment of `name=value` pairs (an OAuth implicit grant's redirect) is masked as a
+    query is in error text, and its credential values are a variable's or endpoint's
+    secrets."""
+    assert redact(text) == (text if shown is None else shown)
+    url = "https://app.example/cb#access_token=Zx81kQp0aLm3&state=xyz"
+    assert url_secrets(url) == ["Zx81kQp0aLm3"]
+    assert _env_secrets.env_url_secrets(url) == ["Zx81kQp0aLm3"]
