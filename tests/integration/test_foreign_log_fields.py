@@ -5,7 +5,8 @@ A log written elsewhere or edited by hand may say a tool failed with
 give its times as ISO text. Those lines loaded as they were, the run resumed
 and even completed, but every reading of it met them as a `TypeError`: the
 masking of each event's error as `resume` (or `run` with the id) built the
-result, and `show`'s durations. The run's outcome could never be read again.
+result, and `show`'s durations and call summaries. The run's outcome could
+never be read again.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ async def test_a_log_with_other_writers_values_resumes_and_its_result_reads(
 
 def test_show_reads_a_log_with_other_writers_values(tmp_path: Path) -> None:
     _foreign_log(tmp_path / "r.jsonl")
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    # what replay does not read: a call's arguments as an object, a tool_call's as a list
+    lines[1]["calls"][0]["function"]["arguments"] = {"city": "London"}
+    lines[2]["args"] = ["London"]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     shown = subprocess.run(
         [sys.executable, "-m", "agentor_temporal", "show", "r", "--store", str(tmp_path)],
         capture_output=True,
@@ -74,3 +80,5 @@ def test_show_reads_a_log_with_other_writers_values(tmp_path: Path) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     assert 'failed: {"code": 503, "message": "gone"}' in shown.stdout
+    assert "asks for get_weather(city='London')" in shown.stdout
+    assert "get_weather(['London'])" in shown.stdout
