@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
-from types import NoneType
 from typing import Any, Literal
 
+from agentor_temporal.store._foreign import as_text, text_arguments
 from agentor_temporal.store.encoding import encodable, standard_json
 
 EventType = Literal[
@@ -135,43 +135,6 @@ _STRING_FIELDS = ("text", "result", "call_id")
 _OBJECT_LIST_FIELDS = ("messages", "calls")
 
 
-#: Text fields replay does not rebuild the conversation from: another writer's
-#: value of another type (an error as an object or `true`, a reasoning as its
-#: parts) is kept as its JSON text, not met by every reader as a TypeError.
-_TEXT_FIELDS = ("error", "reasoning", "name", "status", "agent", "model", "forked_from")
-
-
-def _as_text(data: dict[str, Any]) -> None:
-    """Give each of `_TEXT_FIELDS` that holds another JSON value as its JSON text, and drop a
-    time or turn that is no number.
-
-    A log written elsewhere or edited by hand may say `"error": true` or
-    `"error": {"message": ...}`: kept as it was, the event loaded, the run even
-    resumed and completed, but every reading of its result (`resume`, `run`
-    with its id, `show`) raised `TypeError` while masking it, for good. An
-    error of `false` says there was none.
-    """
-    for key in _TEXT_FIELDS:
-        value = data.get(key)
-        if value is None or isinstance(value, str):
-            continue
-        if key == "error" and value is False:
-            data[key] = None
-        else:
-            data[key] = standard_json(value)
-    # a time as text ("2024-05-01T12:00:00Z") or a turn as text: each reader
-    # subtracts times and compares turns; such a value is unknown here
-    for key in ("started_at", "ended_at"):
-        at = data.get(key)
-        if isinstance(at, bool) or not isinstance(at, (int, float, NoneType)):
-            data[key] = None
-    turn = data.get("turn")
-    if isinstance(turn, float) and turn.is_integer():
-        data["turn"] = int(turn)
-    elif isinstance(turn, bool) or not isinstance(turn, (int, NoneType)):
-        data["turn"] = None
-
-
 def _check_types(data: dict[str, Any]) -> None:
     """Refuse a field that replay relies on if it has the wrong type.
 
@@ -284,7 +247,8 @@ class Event:
         if "type" not in data:
             raise ValueError("event has no 'type'")
         _check_types(data)
-        _as_text(data)
+        as_text(data)
+        text_arguments(data)
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

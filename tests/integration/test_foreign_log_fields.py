@@ -82,3 +82,25 @@ def test_show_reads_a_log_with_other_writers_values(tmp_path: Path) -> None:
     assert 'failed: {"code": 503, "message": "gone"}' in shown.stdout
     assert "asks for get_weather(city='London')" in shown.stdout
     assert "get_weather(['London'])" in shown.stdout
+
+
+async def test_a_calls_arguments_kept_as_an_object_are_replayed_as_json_text(
+    client: Client, model: ScriptedModelServer, task_queue: str, tmp_path: Path
+) -> None:
+    """A provider refuses arguments that are no text ("expected a string, but got an
+    object"): replayed as another writer's log kept them, every resume failed so."""
+    run_id = f"foreign-args-{task_queue}"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    fixture = (FIXTURES / "crashed-after-tool.jsonl").read_text().splitlines()[:4]
+    lines = [json.loads(line) for line in fixture]
+    lines[1]["calls"][0]["function"]["arguments"] = {"city": "London"}
+    (runs / f"{run_id}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    agent = scripted_agent(model, client, task_queue, store=FileStore(runs))
+
+    result = await agent.aresume(run_id)
+
+    assert result.status == "completed" and result.final_output == ANSWER, result.error
+    assert model.request_count == 1
+    asked = [m for m in model.requests[0]["messages"] if m.get("tool_calls")]
+    assert [c["function"]["arguments"] for c in asked[0]["tool_calls"]] == ['{"city": "London"}']
