@@ -219,9 +219,11 @@ def event_detail(event: Event) -> str:
 def _call_text(function: dict[str, Any]) -> str:
     import json
 
+    args = function.get("arguments") or "{}"
     try:
-        args = json.loads(function.get("arguments") or "{}")
-    except ValueError:
+        # a log written elsewhere may hold the arguments as an object, not its JSON text
+        args = args if isinstance(args, dict) else json.loads(args)
+    except (ValueError, TypeError):
         args = None
     return call_summary(str(function.get("name")), args if isinstance(args, dict) else None)
 

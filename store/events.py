@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
+from agentor_temporal.store._foreign import as_text, text_arguments
 from agentor_temporal.store.encoding import encodable, standard_json
 
 EventType = Literal[
@@ -246,6 +247,8 @@ class Event:
         if "type" not in data:
             raise ValueError("event has no 'type'")
         _check_types(data)
+        as_text(data)
+        text_arguments(data)
         return cls(**{k: v for k, v in data.items() if k in known})
 
 

@@ -40,13 +40,17 @@ def fit(text: str, limit: int, end: str = "...") -> str:
     return text[:lo] + end
 
 
-def call_summary(name: str, args: dict[str, Any] | None) -> str:
+def call_summary(name: str, args: Any) -> str:
     """How a tool call reads in the UI: `get_weather(city='London')`.
 
     `fit` reads no further than `SUMMARY_BYTES` characters of a text it cuts,
     so the arguments are written only that far (the same summary): each call
     of a turn of 500 wrote all its arguments out, twice.
     """
+    if args is not None and not isinstance(args, dict):
+        # another writer's log may give a call's arguments as a list or a text:
+        # shown as they are, where `.items()` failed `show` on them for good
+        return fit(f"{name}({args!r})", SUMMARY_BYTES, "...)")
     parts, length = [f"{name}("], len(name) + 1
     for k, v in (args or {}).items():
         part = f"{', ' if len(parts) > 1 else ''}{k}={v!r}"

@@ -48,3 +48,9 @@ def test_a_summary_writes_the_arguments_only_as_far_as_it_shows_them() -> None:
     assert summary == fit(whole, SUMMARY_BYTES, "...)")
     assert len(written) < 30, len(written)
     assert call_summary("load", {"a": 1, "b": "x"}) == "load(a=1, b='x')"
+
+
+def test_arguments_of_another_shape_are_shown_as_they_are() -> None:
+    """A log written elsewhere may hold a call's arguments as a list or a text."""
+    assert call_summary("load", [1, 2]) == "load([1, 2])"
+    assert call_summary("load", "x" * 1000).endswith("...)")
