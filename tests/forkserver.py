@@ -32,6 +32,7 @@ import inspect
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -104,6 +105,7 @@ class _Server:
         with contextlib.suppress(Exception):
             self.proc.wait(10)
         self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _servers: dict[tuple[tuple[str, str], ...], _Server] = {}
