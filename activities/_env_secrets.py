@@ -121,6 +121,9 @@ def env_value_secrets(value: str) -> list[str]:
             # as an HTTP header's (OTEL_EXPORTER_OTLP_HEADERS' `authorization=Bearer%20<token>`):
             # percent-decoded, the token after its scheme, a Basic one's user:password
             found += [s for s in header_secrets(name, unquote(item)) if env_secret(s)]
+            # a base64 `user:password`, as a JSON document's `auth` is read: an `.npmrc`'s
+            # `_auth=` (npm's basic login)
+            found += _basic_pair(item)
     if value.lstrip().startswith(("{", "[")):
         found += json_secrets(value)
     if _NETRC.match(value):

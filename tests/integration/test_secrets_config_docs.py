@@ -1,8 +1,10 @@
 """Credentials in the configuration documents a worker's environment holds for its tools never
 show: a Docker login's `identitytoken` (Azure Container Registry's, in DOCKER_AUTH_CONFIG as
-Docker writes it), a `.netrc`'s `password` (a CI's netrc kept in a variable) and a kubeconfig's
-`client-key-data` (a cluster's YAML kept in a variable). A tool returning one recorded it as it
-was: only `auth`, `password:`/`password=` and a raw PEM key were read out of such documents.
+Docker writes it), a `.netrc`'s `password` (a CI's netrc kept in a variable), a kubeconfig's
+`client-key-data` (a cluster's YAML kept in a variable) and the password an `.npmrc`'s `_auth`
+encodes (base64 of npm's `user:password`, as DOCKER_AUTH_CONFIG's `auth` is). A tool
+returning one recorded it as it was: only `auth`, `password:`/`password=` and a raw PEM key
+were read out of such documents.
 Real dev server, scripted model, real `openai` client.
 """
 
@@ -33,6 +35,8 @@ CLIENT_KEY_DATA = base64.b64encode(
     b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBx7Kq2Zp9mLw4Rt8Vn3Yc6Jd1Fh5Gs0Qa2We7Rt9Yu\n"
     b"-----END EC PRIVATE KEY-----\n"
 ).decode()
+#: The password of npm's basic login to a private registry.
+NPM_PASSWORD = "Npm-Basic-7Hq2Lz9Wx4"
 
 ENVIRONMENT = {
     "DOCKER_AUTH_CONFIG": json.dumps(
@@ -44,6 +48,9 @@ ENVIRONMENT = {
         f"    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t\n"
         f"    client-key-data: {CLIENT_KEY_DATA}\n"
     ),
+    "NPMRC": "//npm.corp.example/:_auth="
+    + base64.b64encode(f"ci:{NPM_PASSWORD}".encode()).decode()
+    + "\nalways-auth=true\n",
 }
 
 
@@ -67,12 +74,14 @@ async def test_credentials_in_config_documents_never_show(
         """Read a login, or log in to another registry.
 
         Args:
-            action: docker, netrc, kube or other.
+            action: docker, netrc, kube, npm or other.
         """
         if action == "other":
             raise PermissionError(f"login refused with {other}")
         if action == "docker":
             return f"token {IDENTITY_TOKEN}"
+        if action == "npm":
+            return f"npm login ci / {NPM_PASSWORD}"
         if action == "netrc":
             return f"heroku password {NETRC_PASSWORD}"
         return f"client key {CLIENT_KEY_DATA}"
@@ -81,6 +90,7 @@ async def test_credentials_in_config_documents_never_show(
         CallTool("registry", {"action": "docker"}),
         CallTool("registry", {"action": "netrc"}),
         CallTool("registry", {"action": "kube"}),
+        CallTool("registry", {"action": "npm"}),
         CallTool("registry", {"action": "other"}),
         Reply(f"The token is {IDENTITY_TOKEN}"),
     ]
@@ -94,6 +104,7 @@ async def test_credentials_in_config_documents_never_show(
         "token ***",
         "heroku password ***",
         "client key ***",
+        "npm login ci / ***",
         'Error: PermissionError: login refused with {"auths": {"other.azurecr.io":'
         ' {"identitytoken": "***"}}}',
     ]
@@ -104,5 +115,5 @@ async def test_credentials_in_config_documents_never_show(
         "history": await history_text(client, result.run_id),
         "logs": "\n".join(r.getMessage() for r in caplog.records),
     }
-    secrets = [IDENTITY_TOKEN, UNKNOWN_TOKEN, NETRC_PASSWORD, CLIENT_KEY_DATA[20:60]]
+    secrets = [IDENTITY_TOKEN, UNKNOWN_TOKEN, NETRC_PASSWORD, CLIENT_KEY_DATA[20:60], NPM_PASSWORD]
     assert [(where, s) for where, text in shown.items() for s in secrets if s in text] == []

@@ -624,6 +624,11 @@ PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
         ("-Xmx1g -Dspring.datasource.password=Java-Pa55-0061 -Dx=y", ["Java-Pa55-0061"]),
         ("--db-password=Cli-Pa55-0062 --verbose", ["Cli-Pa55-0062"]),
         ("//registry.npmjs.org/:_authToken=npm-T0ken-0063", ["npm-T0ken-0063"]),
+        # npm's basic login: base64 of `user:password`, read as DOCKER_AUTH_CONFIG's `auth`
+        (
+            "//npm.corp.example/:_auth=Y2k6TnBtLUJhc2ljLVBhNTUtMDA4OA==",
+            ["Y2k6TnBtLUJhc2ljLVBhNTUtMDA4OA==", "ci:Npm-Basic-Pa55-0088", "Npm-Basic-Pa55-0088"],
+        ),
         ("host: db\npassword: Yaml-Pa55-0064\n", ["Yaml-Pa55-0064"]),
         ('Server=db;Password="Quoted;Pa55-0065";', ["Quoted;Pa55-0065"]),
         ("host=db password='Pg Pa55 0066' dbname=prod", ["Pg Pa55 0066"]),
