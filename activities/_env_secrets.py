@@ -87,6 +87,16 @@ _ENV_SETTING = re.compile(
 )
 
 
+#: A `.netrc` document (a CI's netrc kept in a variable): its tokens are apart by spaces and
+#: line breaks, no `=` or `:`, and it begins (past comments) with a `machine` or a `default`
+#: entry; a text that only mentions a machine is none.
+_NETRC = re.compile(
+    r"\s*(?:#[^\n]*\n\s*)*(?:machine\s+\S+|default)\s+(?:login|password|account|macdef)\s"
+)
+#: A `.netrc` entry's `password` (or `account`: a second secret some hosts ask) value.
+_NETRC_SECRET = re.compile(r"(?:^|\s)(?:password|account)\s+(\S+)")
+
+
 #: A PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), its lines apart or joined by `\\n`.
 _PEM_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(.*?)-----END", re.S)
 #: Shortest line of a PEM body masked (a short last line could be any text).
@@ -99,8 +109,8 @@ def env_value_secrets(value: str) -> list[str]:
     (`AZURE_STORAGE_CONNECTION_STRING=...;AccountKey=<key>;...`, `Password=`, `Pwd=`,
     `SharedAccessKey=`, `sig=`; by the name's last word, `credential_name`: not
     `credential.helper=manager-core`), unless a plain word or a path (`env_secret`), each
-    line of a PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), and a JSON document's
-    credential fields (`json_secrets`)."""
+    line of a PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), a JSON document's
+    credential fields (`json_secrets`), and a `.netrc`'s `password` and `account` values."""
     found = env_url_secrets(value)
     for body in _PEM_KEY.findall(value):
         found += [line for line in re.split(r"\s+|\\n", body) if len(line) >= _PEM_LINE]
@@ -111,8 +121,13 @@ def env_value_secrets(value: str) -> list[str]:
             # as an HTTP header's (OTEL_EXPORTER_OTLP_HEADERS' `authorization=Bearer%20<token>`):
             # percent-decoded, the token after its scheme, a Basic one's user:password
             found += [s for s in header_secrets(name, unquote(item)) if env_secret(s)]
+            # a base64 `user:password`, as a JSON document's `auth` is read: an `.npmrc`'s
+            # `_auth=` (npm's basic login)
+            found += _basic_pair(item)
     if value.lstrip().startswith(("{", "[")):
         found += json_secrets(value)
+    if _NETRC.match(value):
+        found += [item for item in _NETRC_SECRET.findall(value) if env_secret(item)]
     return list(dict.fromkeys(found))
 
 
@@ -226,6 +241,7 @@ def env_variable_secrets(name: str, value: str) -> list[str]:
         or "://" in value  # DATABASE_URL's password
         or "PRIVATE KEY" in value
         or value.lstrip().startswith(("{", "["))  # DOCKER_AUTH_CONFIG, a service account
+        or _NETRC.match(value)  # a `.netrc`'s `password ...`
     ):
         found += env_value_secrets(value)
     return list(dict.fromkeys(found))

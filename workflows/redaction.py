@@ -72,10 +72,13 @@ _CREDENTIAL_WORDS = frozenset(
         "token",
     }
 )
-#: The same words glued to the one before (`apikey`, `accesstoken`, `sslpassword`).
+#: The same words glued to the one before (`apikey`, `accesstoken`, `sslpassword`); `token`
+#: after any word (Docker's `identitytoken` and `registrytoken`, `bottoken`): no word but
+#: a token's name ends so, while `key` ends `hotkey` and `monkey`. And a key's data (a
+#: kubeconfig's `client-key-data`, base64 of its PEM private key).
 _GLUED_CREDENTIAL = re.compile(
     r"(?:api|access|account|secret|private|signing|shared|client|auth|session|security"
-    r"|refresh|master|bearer|id)(?:key|token|secret)$|(?:password|passwd|passphrase|secret)$",
+    r"|refresh|master|bearer|id)(?:key|secret)$|(?:password|passwd|passphrase|secret|token)$",
     re.I,
 )
 #: A name's words: apart (`.`, `_`, `-`, space) or in camel case (`AccountKey`, `SASToken`).
@@ -85,7 +88,8 @@ _NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 def credential_name(name: str) -> bool:
     """Whether a setting, query parameter or header named `name` holds a credential: its last
     word says so (`AccountKey`, `Pwd`, `sig`, `client_secret`, `X-Amz-Security-Token`,
-    `Set-Cookie`), glued or not (`apikey`, `sslpassword`).
+    `Set-Cookie`), glued or not (`apikey`, `sslpassword`, `identitytoken`), and a key's data
+    (`client-key-data`).
 
     Not a credential word elsewhere in the name (`credential.helper=manager-core`,
     `authMechanism=SCRAM-SHA-256`, `Authentication=ActiveDirectoryPassword`,
@@ -95,6 +99,8 @@ def credential_name(name: str) -> bool:
     words = _NAME_WORDS.findall(name.strip())
     if not words:
         return False
+    if [word.lower() for word in words[-2:]] == ["key", "data"]:
+        return True
     return words[-1].lower() in _CREDENTIAL_WORDS or bool(_GLUED_CREDENTIAL.search(name.strip()))
 
 

@@ -624,6 +624,11 @@ PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
         ("-Xmx1g -Dspring.datasource.password=Java-Pa55-0061 -Dx=y", ["Java-Pa55-0061"]),
         ("--db-password=Cli-Pa55-0062 --verbose", ["Cli-Pa55-0062"]),
         ("//registry.npmjs.org/:_authToken=npm-T0ken-0063", ["npm-T0ken-0063"]),
+        # npm's basic login: base64 of `user:password`, read as DOCKER_AUTH_CONFIG's `auth`
+        (
+            "//npm.corp.example/:_auth=Y2k6TnBtLUJhc2ljLVBhNTUtMDA4OA==",
+            ["Y2k6TnBtLUJhc2ljLVBhNTUtMDA4OA==", "ci:Npm-Basic-Pa55-0088", "Npm-Basic-Pa55-0088"],
+        ),
         ("host: db\npassword: Yaml-Pa55-0064\n", ["Yaml-Pa55-0064"]),
         ('Server=db;Password="Quoted;Pa55-0065";', ["Quoted;Pa55-0065"]),
         ("host=db password='Pg Pa55 0066' dbname=prod", ["Pg Pa55 0066"]),
@@ -674,6 +679,25 @@ PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
             '{"clientId": "app", "clientSecret": "changeme", "note": "Password=Pa55-0050;"}',
             ["Pa55-0050"],
         ),
+        # Docker's own token fields (`az acr login`), glued to the word before `token`
+        (
+            '{"auths": {"r.azurecr.io": {"identitytoken": "acr-Refresh-0081"}},'
+            ' "x": {"registrytoken": "Reg-T0ken-0082", "maxtokens": "Not-A-Secret-0"}}',
+            ["acr-Refresh-0081", "Reg-T0ken-0082"],
+        ),
+        # a kubeconfig's client key (base64 of its PEM), not its certificate
+        (
+            "users:\n- user:\n    client-certificate-data: LS0tQ2VydC0wMDgz\n"
+            "    client-key-data: LS0tS2V5LURhdGEtMDA4NA==\n",
+            ["LS0tS2V5LURhdGEtMDA4NA=="],
+        ),
+        # a .netrc (a CI's, kept in a variable): its password and account values
+        (
+            "# ci\nmachine api.heroku.com\n  login ci@example.com\n  password Netrc-Pa55-0085\n"
+            "default login anon account Netrc-Acct-0086",
+            ["Netrc-Pa55-0085", "Netrc-Acct-0086"],
+        ),
+        ("machine learning needs a password rotation-policy-0087", []),
     ],
 )
 def test_credentials_inside_a_variables_connection_string(value: str, secrets: list[str]) -> None:
