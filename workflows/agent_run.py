@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.payloads import fields_of
     from agentor_temporal.workflows.request_ids import query_refusal
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
-    from agentor_temporal.workflows.segment import LocalSpec, Setup, describe, set_names
+    from agentor_temporal.workflows.segment import LocalSpec, Setup, describe_continued, set_names
     from agentor_temporal.workflows.stream_window import PollGuard, StreamWindow, guard_publish
     from agentor_temporal.workflows.task_answers import TaskAnswers
     from agentor_temporal.workflows.tool_calls import CallFailed, ToolCalls, TurnCancelled
@@ -551,7 +551,9 @@ class AgentRunWorkflow(Continuing):
         self._prior = Usage.from_dict(inp.prior_usage)
         carry = Carry.from_dict(inp.carry) if inp.carry is not None else None
         try:
-            spec = self._spec = await describe(inp.agent, inp.fingerprint, self.local_spec)
+            spec = self._spec = await describe_continued(
+                inp.agent, inp.fingerprint, carry, self.local_spec
+            )
             # what `versions.adopted` reads: the level this run was begun at
             self.behaviour = spec.behaviour
             # before any command: a name refused as a search attribute fails

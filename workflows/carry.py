@@ -75,12 +75,16 @@ class Carry:
     #: (`run_ids.reset_execution`): its calls take the answers the executions
     #: its base continued into recorded
     reset: bool = False
+    #: the segment's recorded spec (an `AgentSpec` as a dict; from
+    #: `PATCH_CARRIED_SPEC`): what a continued execution goes on with when its
+    #: worker is built differently (`segment.describe_continued`)
+    spec: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form; `seen`, `deadline` and `reset` only when set (older carries stay as
-        they were)."""
+        """The JSON form; `seen`, `deadline`, `reset` and `spec` only when set (older carries
+        stay as they were)."""
         data = asdict(self)
-        for name in ("seen", "deadline", "reset"):
+        for name in ("seen", "deadline", "reset", "spec"):
             if data[name] in (None, False):
                 del data[name]
         return data
@@ -110,6 +114,7 @@ class Carry:
                 seen=data.get("seen"),
                 deadline=float(data["deadline"]) if data.get("deadline") is not None else None,
                 reset=data.get("reset") is True,
+                spec=data["spec"] if isinstance(data.get("spec"), dict) else None,
             )
             if carry.seen is not None:
                 SeenIds(carry.seen)  # raises naming what is wrong

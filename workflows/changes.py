@@ -78,6 +78,15 @@ PATCH_INPUT_CALLS = "input-call-shapes"
 #: (long call ids are counted by digest, and decisions carry no reason, so
 #: only a run of very many distinct call ids gets there).
 PATCH_CARRY_LIMIT = "carry-limit"
+#: A continue-as-new carries the segment's spec, and a continued execution
+#: whose worker is built differently from it (or has no such agent) goes on
+#: with that spec, its steps left for a worker built as the run was
+#: (`DEFINITION_PATIENCE`), as within an execution. Before, such an execution
+#: was described again and failed the run at once: in a deploy, a run whose
+#: continued execution came to a new build first failed mid-run, for good,
+#: though old workers still polled. Asked only when a run continues as new,
+#: and in a continued execution only when its describe step is refused.
+PATCH_CARRIED_SPEC = "carried-spec"
 #: A turn's results are cut to leave room for the call ids each repeats (in
 #: its event and its tool message), and a request sent by reference whose
 #: messages and tool schemas pass MAX_PAYLOAD_BYTES ends the run instead of

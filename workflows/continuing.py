@@ -115,6 +115,8 @@ class Continuing(Closing):
             stream=emptied(self._stream.get_state()),
             executions=self._executions + 1,
             reset=reset_execution(),
+            # what the next execution goes on with if its worker is built otherwise
+            spec=asdict(seg.spec) if workflow.patched(policies.PATCH_CARRIED_SPEC) else None,
         )
         if level() >= policies.DEADLINE_SETTLES:
             expiry = chain_expiry(seg.carry)

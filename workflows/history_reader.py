@@ -253,6 +253,9 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
             await _close(segment, event, decode)
     if segment.spec is None and decided and not refused and isinstance(header_spec, dict):
         segment.spec = header_spec  # taken from the start header: no describe step
+    if segment.spec is None and decided:
+        # a continued execution refused by its worker went on with its carried spec
+        segment.spec = _carried_spec(segment.input)
     for start, events, refs in journal:
         for index, data in enumerate(events):
             ref = refs.get(str(start + index))
@@ -352,3 +355,10 @@ async def _close(segment: Segment, event: Any, decode: Decode) -> None:
         segment.failure = "the run's workflow timed out"
     elif closed == "canceled":
         segment.failure = "the run was cancelled"
+
+
+def _carried_spec(data: Any) -> dict[str, Any] | None:
+    """The spec a continued execution's input carries (`Carry.spec`), if any."""
+    carry = data.get("carry") if isinstance(data, dict) else None
+    spec = carry.get("spec") if isinstance(carry, dict) else None
+    return spec if isinstance(spec, dict) else None

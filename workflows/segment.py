@@ -131,6 +131,66 @@ async def describe(
     return spec
 
 
+#: The describe step's refusals a continued execution goes on past with its carried spec
+_REFUSED_DEFINITIONS = ("AgentDefinitionMismatch", "UnknownAgent")
+
+
+async def describe_continued(
+    agent: str, fingerprint: str | None, carry: Carry | None, local: LocalSpec | None = None
+) -> AgentSpec:
+    """`describe`, but a continued execution refused by its worker goes on with its carried spec.
+
+    A continued execution is the same segment, already begun with the run's
+    definition: its first task coming to a worker built differently (a
+    deploy, old workers still polling) is no reason to fail the run, as it
+    is at a segment's start. Its steps carry the run's fingerprint, so that
+    worker leaves them for one built as the run was, and the run fails only
+    when none comes within `DEFINITION_PATIENCE` (`activities._definition`).
+
+    Raises:
+        ApplicationError: as `describe`, for a segment's first execution, or a
+            continued one carrying no spec of the run's fingerprint.
+    """
+    try:
+        return await describe(agent, fingerprint, local)
+    except ApplicationError as exc:
+        carried = _carried_spec(carry, fingerprint)
+        # asked only here: runs recorded before replay as they were (they failed)
+        if (
+            carried is None
+            or exc.type not in _REFUSED_DEFINITIONS
+            or not workflow.patched(policies.PATCH_CARRIED_SPEC)
+        ):
+            raise
+        workflow.logger.warning(
+            "Run %s continues with its recorded definition of %r; its steps wait for a "
+            "worker built as it was: %s",
+            workflow.info().workflow_id,
+            agent,
+            exc.message,
+        )
+        return carried
+
+
+def _carried_spec(carry: Carry | None, fingerprint: str | None) -> AgentSpec | None:
+    """The spec a continued execution carries, if it is of the run's fingerprint.
+
+    Only an execution continued as new carries one for the run (a plain
+    client's start could put anything in its input), and only a spec of the
+    fingerprint its steps carry: those are checked by every worker.
+    """
+    if carry is None or carry.spec is None or not fingerprint:
+        return None
+    if not workflow.info().continued_run_id or carry.spec.get("fingerprint") != fingerprint:
+        return None
+    try:
+        converter = workflow.payload_converter()
+        spec: AgentSpec = converter.from_payload(converter.to_payload(carry.spec), AgentSpec)
+    except Exception:
+        return None
+    return spec if spec.fingerprint == fingerprint and spec.name else None
+
+
 def set_names(spec: AgentSpec, inp: AgentRunInput, attributes: Attributes) -> None:
     """Set the run's agent, model and (for a fork) parent where the namespace has them."""
     updates: list[SearchAttributeUpdate[Any]] = []
