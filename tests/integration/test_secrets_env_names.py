@@ -99,3 +99,31 @@ async def test_credentials_under_other_names_never_show(
     }
     secrets = [MYSQL_PASSWORD, SSH_PASSWORD, LDAP_PASSWORD, JOB_JWT, PGP_LINE]
     assert [(where, s) for where, text in shown.items() for s in secrets if s in text] == []
+
+
+async def test_a_jwt_written_over_lines_never_shows(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model's answer quoting the job's JWT over lines (a code block wrapped at 40, cuts
+    on both sides of its dots) shows `***` for it in the final output, the store and history,
+    as a wrapped base64 key does: a `.` was no base64 character, so no cut JWT was joined."""
+    monkeypatch.setenv("CI_JOB_JWT_V2", JOB_JWT)
+
+    @function_tool
+    def noop() -> str:
+        """Do nothing."""
+        return "done"
+
+    wrapped = "\n".join(JOB_JWT[i : i + 40] for i in range(0, len(JOB_JWT), 40))
+    with ScriptedModelServer([Reply(f"Your token:\n```\n{wrapped}\n```")]) as model:
+        agent = keyed_agent("Wrap Agent", noop, model, KEY, client, task_queue, tmp_path)
+        result = await agent.arun(PROMPT)
+    assert result.status == "completed", result.error
+    assert str(result.final_output) == "Your token:\n```\n***\n```"
+    shown = {
+        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
+        "history": await history_text(client, result.run_id),
+    }
+    lines = wrapped.splitlines()
+    leaked = [(w, line) for w, text in shown.items() for line in lines if line in text]
+    assert leaked == []
