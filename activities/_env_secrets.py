@@ -36,9 +36,17 @@ from agentor_temporal.workflows.userinfo import raw_passwords
 #: word may be plural (`CLIENT_SECRETS`; `API_TOKENS`, not `MAX_TOKENS`) and followed by
 #: a rotation's or a list's suffix (`API_KEY_2`, `JWT_SECRET_OLD`, `STRIPE_SECRET_KEY_V2`,
 #: Rails' `SECRET_KEY_BASE`); Terraform's `TF_TOKEN_<host>` is one whatever its host.
+#: A password's short names (MySQL's `MYSQL_PWD`, `LDAP_BIND_PW`, sshpass's `SSHPASS`), a
+#: JWT (GitLab's `CI_JOB_JWT_V2`) and a key glued to the word that says whose (Gradle's
+#: `ORG_GRADLE_PROJECT_signingKey`, `MASTERKEY`) are too: each such variable's value was
+#: recorded as it was wherever a tool returned it.
 _ENV_CREDENTIAL = re.compile(
-    r"(?:(?:(?:^|_)(?:KEYS?|APIKEY|PASS|CREDENTIALS?|PAT|AUTH|AUTHORIZATION|COOKIE)"
-    r"|(?:TOKEN|SECRETS?|PASSWORDS?|PASSWD|PASSPHRASE|SECRETKEY|PRIVATEKEY)"
+    r"(?:(?:(?:^|_)(?:KEYS?|APIKEY|PASS|CREDENTIALS?|PAT|AUTH|AUTHORIZATION|COOKIE"
+    r"|SSHPASS|JWTS?)"
+    r"|_(?:PWD|PW)"
+    r"|(?:TOKEN|SECRETS?|PASSWORDS?|PASSWD|PASSPHRASE"
+    r"|(?:API|ACCESS|ACCOUNT|SECRET|PRIVATE|SIGNING|SHARED|CLIENT|SESSION|SECURITY|MASTER"
+    r"|BEARER)KEYS?)"
     r"|(?:^|_)(?:API|ACCESS|AUTH|BEARER|BOT|CLIENT|SERVICE)_?TOKENS)"
     r"(?:_(?:\d+|V\d+|OLD|NEW|PREV|PREVIOUS|NEXT|BACKUP|PRIMARY|SECONDARY|CURRENT"
     r"|FALLBACK|ROTATED|BASE))?$)"
@@ -97,8 +105,12 @@ _NETRC = re.compile(
 _NETRC_SECRET = re.compile(r"(?:^|\s)(?:password|account)\s+(\S+)")
 
 
-#: A PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), its lines apart or joined by `\\n`.
-_PEM_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----(.*?)-----END", re.S)
+#: A PEM private key (`TEMPORAL_TLS_CLIENT_KEY_DATA`), its lines apart or joined by `\\n`, or
+#: an OpenPGP one as `gpg --armor --export-secret-keys` writes it (Gradle's in-memory
+#: signing key, `ORG_GRADLE_PROJECT_signingKey`).
+_PEM_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----(.*?)-----END", re.S)
+#: A line break inside a PEM or PGP body, as written or JSON-escaped.
+_PEM_BREAK = re.compile(r"\r?\n|\\r\\n|\\n")
 #: Shortest line of a PEM body masked (a short last line could be any text).
 _PEM_LINE = 16
 
@@ -113,7 +125,10 @@ def env_value_secrets(value: str) -> list[str]:
     credential fields (`json_secrets`), and a `.netrc`'s `password` and `account` values."""
     found = env_url_secrets(value)
     for body in _PEM_KEY.findall(value):
-        found += [line for line in re.split(r"\s+|\\n", body) if len(line) >= _PEM_LINE]
+        for line in _PEM_BREAK.split(body):
+            # an armor header (`Comment: https://gnupg.org`, `Proc-Type: 4,ENCRYPTED`) is no key
+            if ": " not in line:
+                found += [part for part in line.split() if len(part) >= _PEM_LINE]
     for name, *items in _ENV_SETTING.findall(_ENV_URL.sub(" ", value)):
         item = "".join(items)  # the one that matched: double-quoted, single-quoted or bare
         if credential_name(name) and env_secret(item):

@@ -17,9 +17,11 @@ import functools
 import re
 
 #: A form is looked for across line breaks when it is this long and all base64 characters:
-#: shorter ones are the ends of a key's base64, matched in too much ordinary text.
+#: shorter ones are the ends of a key's base64, matched in too much ordinary text. A `.`
+#: counts: a JWT is base64url parts joined by dots, and one written over lines (`textwrap`,
+#: a reply's code block) was masked nowhere but in a tool's text, by its pieces.
 MIN_WRAPPED = 16
-_BASE64_FORM = re.compile(rf"[A-Za-z0-9+/_\-=]{{{MIN_WRAPPED},}}")
+_BASE64_FORM = re.compile(rf"[A-Za-z0-9+/_\-=.]{{{MIN_WRAPPED},}}")
 
 
 def mask_wrapped(text: str, form: str, mask: str) -> str:
@@ -89,7 +91,7 @@ def _wraps_base64(text: str) -> bool:
     return False
 
 
-_BASE64_CHARS = re.compile(r"[A-Za-z0-9+/_\-=]+")
+_BASE64_CHARS = re.compile(r"[A-Za-z0-9+/_\-=.]+")
 
 
 @functools.lru_cache(maxsize=2048)

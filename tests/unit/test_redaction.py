@@ -508,6 +508,14 @@ def test_the_processs_own_keys_are_masked_in_an_input_from_its_start() -> None:
         ("STRIPE_SECRET_KEY_V2", True),
         ("SECRET_KEY_BASE", True),  # Rails'
         ("TF_TOKEN_app_terraform_io", True),  # Terraform's, per host
+        ("MYSQL_PWD", True),  # MySQL's clients read the password there
+        ("LDAP_BIND_PW", True),
+        ("SSHPASS", True),  # sshpass -e
+        ("CI_JOB_JWT_V2", True),  # GitLab's
+        ("ORG_GRADLE_PROJECT_signingKey", True),  # Gradle's in-memory PGP key
+        ("MASTERKEY", True),
+        ("OLDPWD", False),
+        ("MONKEY", False),
         ("MAX_TOKENS", False),
         ("AWS_ACCESS_KEY_ID", False),
         ("SSH_AUTH_SOCK", False),
@@ -620,6 +628,12 @@ PEM_KEY = f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n-----END PRIVATE KEY-----"
         (f"-----BEGIN PRIVATE KEY-----\n{PEM[0]}\n{PEM[1]}\n-----END PRIVATE KEY-----", PEM),
         (f"-----BEGIN EC PRIVATE KEY-----\\n{PEM[0]}\\n-----END EC PRIVATE KEY-----", PEM[:1]),
         ("-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUO0\n-----END CERTIFICATE-----", []),
+        # an OpenPGP key as gpg --armor writes it: its body's lines, not its armor headers
+        (
+            "-----BEGIN PGP PRIVATE KEY BLOCK-----\nComment: https://gnupg.org\n\n"
+            f"{PEM[0]}\n=Hq2w\n-----END PGP PRIVATE KEY BLOCK-----",
+            PEM[:1],
+        ),
         # a command line's options, an .npmrc line, a YAML one, a quoted value
         ("-Xmx1g -Dspring.datasource.password=Java-Pa55-0061 -Dx=y", ["Java-Pa55-0061"]),
         ("--db-password=Cli-Pa55-0062 --verbose", ["Cli-Pa55-0062"]),

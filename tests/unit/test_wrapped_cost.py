@@ -57,3 +57,17 @@ def test_a_soft_line_breaks_key_is_masked_whole_and_an_equals_at_a_lines_end_kep
     assert _redact.mask_secrets(f"TOKEN={padded}\nNEXT=1\n") == "TOKEN=***\nNEXT=1\n"
     plain = "x =\n  5\nwidth=\nheight=3\n"
     assert _redact.mask_secrets(plain) == plain
+
+
+def test_a_jwt_written_over_lines_is_masked_whole() -> None:
+    """A known JWT cut by line breaks anywhere, beside its dots too, as it is or
+    JSON-escaped, is masked whole; dotted text over lines that holds no key stays."""
+    parts = (secrets.token_urlsafe(18) for _ in range(3))
+    jwt = "eyJ" + ".eyJ".join(parts)
+    _redact.remember(jwt)
+    for cut in (5, jwt.index(".") - 1, jwt.index("."), jwt.index(".") + 1, len(jwt) - 4):
+        for brk in ("\n", "\r\n", "\\n"):
+            text = f"token:\n{jwt[:cut]}{brk}{jwt[cut:]}\nend"
+            assert _redact.mask_secrets(text) == "token:\n***\nend", (cut, brk)
+    plain = "see docs.example.com/v1.2.3.4\nand.www.example.org/page\n"
+    assert _redact.mask_secrets(plain) == plain
