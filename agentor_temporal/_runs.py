@@ -310,7 +310,12 @@ async def send_decision(
             await check_waiting(client, run_id, execution_run_id, decision.call_id)
             raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
         logger.info("Run %s takes no more updates (%s): deciding by signal", run_id, exc)
-        return await decide_by_signal(client, run_id, decision, execution_run_id)
+        # under the update's id: a refused update may have been taken all the same
+        # (Temporal lost it after admitting it, and refused its second sending for
+        # the cap), and the run then answers the signal with what that update took
+        return await decide_by_signal(
+            client, run_id, decision, execution_run_id, request_id=update_id
+        )
     return result
 
 
@@ -364,7 +369,12 @@ def signals_refused(exc: RPCError) -> bool:
 
 
 async def decide_by_signal(
-    client: Client, run_id: str, decision: Decision, execution_run_id: str | None = None
+    client: Client,
+    run_id: str,
+    decision: Decision,
+    execution_run_id: str | None = None,
+    *,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     """Deliver a decision by the `decide_signal` signal, then ask what it came to.
 
@@ -372,6 +382,10 @@ async def decide_by_signal(
     workflow checks and takes it as the update would, and keeps the outcome
     under a request id for the `signalled_decision` query. Sent to one
     execution (the one waiting now, unless given), which keeps that outcome.
+
+    Args:
+        request_id: the id of the `decide` update Temporal refused, when one
+            was sent: a run that took that update answers with what it took.
 
     Raises:
         ValueError: when the run refuses the decision, or has ended.
@@ -386,7 +400,7 @@ async def decide_by_signal(
             )
         ).run_id
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
-    request_id = uuid.uuid4().hex
+    request_id = request_id or uuid.uuid4().hex
     try:
         # sent again after an outage, the run takes it once (by its request id)
         await riding_outages(
