@@ -232,7 +232,12 @@ def make_decision(
 
 
 async def send_decision(
-    client: Client, run_id: str, decision: Decision, execution_run_id: str | None = None
+    client: Client,
+    run_id: str,
+    decision: Decision,
+    execution_run_id: str | None = None,
+    *,
+    patience: float | None = None,
 ) -> dict[str, Any]:
     """Deliver a person's decision to a run, through its `decide` update.
 
@@ -248,9 +253,15 @@ async def send_decision(
             (`PendingApproval.execution_run_id`): a resumed run is a new
             execution, whose turns count from 1 again, so the decision goes
             to that execution only.
+        patience: how long a worker may take to take the decision once it is
+            sent (`approve --wait`), server outages not counted; None: no bound
+            but the signal's `DECISION_PATIENCE`. Not the reads of history
+            before it is sent: a long history's took a short --wait whole, and
+            the person was told Temporal held a decision never sent.
 
     Raises:
         KeyError: when Temporal does not know the run.
+        TimeoutError: when no worker took the decision within `patience`.
         ValueError: when the run refuses the decision (unknown or decided
             call, another turn's call, finished run, or the execution that
             asked has ended); nothing changes.
@@ -285,6 +296,16 @@ async def send_decision(
             execution_run_id = execution_run_id or waiting.execution_run_id
     if decision.at is None:
         decision = replace(decision, at=time.time())
+    delivered = _deliver(client, run_id, decision, execution_run_id)
+    if patience is None:
+        return await delivered
+    return await patiently(delivered, patience, client)
+
+
+async def _deliver(
+    client: Client, run_id: str, decision: Decision, execution_run_id: str | None
+) -> dict[str, Any]:
+    """Send the decision `send_decision` made ready, by update or else by signal."""
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     try:
         update_id = uuid.uuid4().hex
