@@ -20,7 +20,6 @@ from agentor_temporal._cli_common import (
     shown_id,
     text_arg,
 )
-from agentor_temporal._outage import patiently
 from agentor_temporal._runs import make_decision, send_decision, undelivered, waiting_calls
 from agentor_temporal._runtime import Runtime
 from agentor_temporal.codec import keys_from_file
@@ -123,10 +122,9 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
             )
             return {**decided, "address": address(client)}
         client = await connect_for_reading(args)
-        # --wait bounds the worker: a server outage is ridden out apart
-        decided = await patiently(
-            send_decision(client, run_id, decision, args.execution), args.wait, client
-        )
+        # --wait bounds the worker (from the decision's sending): a server outage is
+        # ridden out apart
+        decided = await send_decision(client, run_id, decision, args.execution, patience=args.wait)
         return {**decided, "address": address(client)}
 
     try:

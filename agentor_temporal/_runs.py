@@ -232,7 +232,12 @@ def make_decision(
 
 
 async def send_decision(
-    client: Client, run_id: str, decision: Decision, execution_run_id: str | None = None
+    client: Client,
+    run_id: str,
+    decision: Decision,
+    execution_run_id: str | None = None,
+    *,
+    patience: float | None = None,
 ) -> dict[str, Any]:
     """Deliver a person's decision to a run, through its `decide` update.
 
@@ -248,9 +253,15 @@ async def send_decision(
             (`PendingApproval.execution_run_id`): a resumed run is a new
             execution, whose turns count from 1 again, so the decision goes
             to that execution only.
+        patience: how long a worker may take to take the decision once it is
+            sent (`approve --wait`), server outages not counted; None: no bound
+            but the signal's `DECISION_PATIENCE`. Not the reads of history
+            before it is sent: a long history's took a short --wait whole, and
+            the person was told Temporal held a decision never sent.
 
     Raises:
         KeyError: when Temporal does not know the run.
+        TimeoutError: when no worker took the decision within `patience`.
         ValueError: when the run refuses the decision (unknown or decided
             call, another turn's call, finished run, or the execution that
             asked has ended); nothing changes.
@@ -285,6 +296,16 @@ async def send_decision(
             execution_run_id = execution_run_id or waiting.execution_run_id
     if decision.at is None:
         decision = replace(decision, at=time.time())
+    delivered = _deliver(client, run_id, decision, execution_run_id)
+    if patience is None:
+        return await delivered
+    return await patiently(delivered, patience, client)
+
+
+async def _deliver(
+    client: Client, run_id: str, decision: Decision, execution_run_id: str | None
+) -> dict[str, Any]:
+    """Send the decision `send_decision` made ready, by update or else by signal."""
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     try:
         update_id = uuid.uuid4().hex
@@ -310,7 +331,12 @@ async def send_decision(
             await check_waiting(client, run_id, execution_run_id, decision.call_id)
             raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
         logger.info("Run %s takes no more updates (%s): deciding by signal", run_id, exc)
-        return await decide_by_signal(client, run_id, decision, execution_run_id)
+        # under the update's id: a refused update may have been taken all the same
+        # (Temporal lost it after admitting it, and refused its second sending for
+        # the cap), and the run then answers the signal with what that update took
+        return await decide_by_signal(
+            client, run_id, decision, execution_run_id, request_id=update_id
+        )
     return result
 
 
@@ -364,7 +390,12 @@ def signals_refused(exc: RPCError) -> bool:
 
 
 async def decide_by_signal(
-    client: Client, run_id: str, decision: Decision, execution_run_id: str | None = None
+    client: Client,
+    run_id: str,
+    decision: Decision,
+    execution_run_id: str | None = None,
+    *,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     """Deliver a decision by the `decide_signal` signal, then ask what it came to.
 
@@ -372,6 +403,10 @@ async def decide_by_signal(
     workflow checks and takes it as the update would, and keeps the outcome
     under a request id for the `signalled_decision` query. Sent to one
     execution (the one waiting now, unless given), which keeps that outcome.
+
+    Args:
+        request_id: the id of the `decide` update Temporal refused, when one
+            was sent: a run that took that update answers with what it took.
 
     Raises:
         ValueError: when the run refuses the decision, or has ended.
@@ -386,7 +421,7 @@ async def decide_by_signal(
             )
         ).run_id
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
-    request_id = uuid.uuid4().hex
+    request_id = request_id or uuid.uuid4().hex
     try:
         # sent again after an outage, the run takes it once (by its request id)
         await riding_outages(

@@ -24,7 +24,7 @@ from agentor_temporal._decided import check_waiting
 from agentor_temporal._fork import run_fork
 from agentor_temporal._gone import mirrored_only, not_found, run_gone
 from agentor_temporal._live import attach, following, start_following, start_new
-from agentor_temporal._outage import patiently, riding_outages
+from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import (
     await_result,
     check_definition,
@@ -440,9 +440,7 @@ class Agentor:
         turn: int | None = None,
     ) -> dict[str, Any]:
         """Async `approve`."""
-        return await Runtime.get().run_async(
-            self._decide(run_id, *make_decision(call_id, True, reason, by, turn))
-        )
+        return await self._decide_within(None, run_id, call_id, True, reason, by, turn)
 
     async def adeny(
         self,
@@ -454,8 +452,25 @@ class Agentor:
         turn: int | None = None,
     ) -> dict[str, Any]:
         """Async `deny`."""
+        return await self._decide_within(None, run_id, call_id, False, reason, by, turn)
+
+    async def _decide_within(
+        self,
+        patience: float | None,
+        run_id: str,
+        call: str | PendingApproval,
+        approved: bool,
+        reason: str | None = None,
+        by: str | None = None,
+        turn: int | None = None,
+    ) -> dict[str, Any]:
+        """`aapprove`/`adeny`, a worker given `patience` seconds to take the decision once
+        it is sent (serve's routes): a bound around the whole call counted the reads of
+        history before it, and a server outage, and cancelled a decision never sent."""
         return await Runtime.get().run_async(
-            self._decide(run_id, *make_decision(call_id, False, reason, by, turn))
+            self._decide(
+                run_id, *make_decision(call, approved, reason, by, turn), patience=patience
+            )
         )
 
     def serve(self, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
@@ -522,8 +537,8 @@ class Agentor:
                 patience = policies.DECISION_PATIENCE.total_seconds()
             try:
                 # a bound on the worker, not on a server outage (ridden out apart)
-                return await patiently(
-                    send_decision(client, run_id, decision, execution_run_id), patience, client
+                return await send_decision(
+                    client, run_id, decision, execution_run_id, patience=patience
                 )
             except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
                 raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None

@@ -250,7 +250,11 @@ class AgentRunWorkflow(Continuing):
     @workflow.update(name="decide")
     def decide(self, decision: RawValue = NO_INPUT) -> dict[str, Any]:
         """Approve or deny one waiting tool call (a `Decision`); the first decision wins."""
-        return self._approvals.take(sent_decision(None if decision is NO_INPUT else decision))
+        info = workflow.current_update_info()
+        return self._approvals.take(
+            sent_decision(None if decision is NO_INPUT else decision),
+            info.id if info is not None else None,
+        )
 
     @decide.validator
     def _validate_decision(self, decision: RawValue = NO_INPUT) -> None:

@@ -209,6 +209,11 @@ class Approvals:
         #: request id -> the same, in brief (`brief_outcome`), once past the latest
         #: SIGNALLED_DECISIONS_KEPT: in memory only, never in history
         self.signalled_briefly: dict[str, dict[str, Any]] = {}
+        #: update id -> what the `decide` update sent under it took (`take`): rebuilt on
+        #: replay, as accepted updates run again. Its sender may have been told
+        #: Temporal refused it all the same, and then sends the decision by signal
+        #: under that id (`take_signalled`), which must hear its own decision taken
+        self.updated: dict[str, dict[str, Any]] = {}
         #: calls whose tool's predicate is being asked whether a person must decide
         self.checking = 0
         #: why no call waits for a person any more: the run is failing (`end_waiting`)
@@ -295,17 +300,24 @@ class Approvals:
                 type="UnknownCall",
             )
 
-    def take(self, decision: Decision) -> dict[str, Any]:
+    def take(self, decision: Decision, update_id: str | None = None) -> dict[str, Any]:
         """Record a decision (checked again: two updates in one task both pass the validator).
 
         Not its turn: the validator did, and no turn can begin between it and
         this handler (that takes a model reply, so another workflow task). On
         replay validators do not run, and a build that ignored `turn` may have
         taken a decision naming another turn: it must replay as taken.
+
+        Args:
+            update_id: the id of the `decide` update bringing it, kept with
+                what it took (`updated`).
         """
         self._admissible(decision)
         self.decisions[self._key(decision.call_id)] = decision
-        return {**self.awaiting[decision.call_id], "approved": decision.approved}
+        taken = {**self.awaiting[decision.call_id], "approved": decision.approved}
+        if update_id is not None:
+            self.updated[update_id] = taken
+        return taken
 
     def take_signalled(self, value: Any) -> str | None:
         """The `decide_signal` handler: a decision sent when Temporal refused the update.
@@ -333,8 +345,16 @@ class Approvals:
             return None  # delivered twice
         try:
             decision = signalled(value.get("decision"))
-            self.check(decision, replayed=True)
-            outcome: dict[str, Any] = {"decided": self.take(decision)}
+            own = self.updated.get(request_id)
+            if own is not None and own.get("call_id") == decision.call_id:
+                # the sender's own update took it: Temporal admitted the update, lost
+                # it (an execution's state reloaded under a crowd of updates: "aborted")
+                # and refused its second sending for its cap on updates, while the
+                # worker it had reached took it; the sender was told it came too late
+                outcome: dict[str, Any] = {"decided": own}
+            else:
+                self.check(decision, replayed=True)
+                outcome = {"decided": self.take(decision)}
         except ApplicationError as exc:
             outcome = {"refused": str(exc.message), "type": exc.type}
         self.signalled[request_id] = outcome

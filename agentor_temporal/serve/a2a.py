@@ -269,9 +269,9 @@ async def _decide(view: RunView, message: Message) -> None:
         turn = root.data.get("turn") if isinstance(root, DataPart) else None
         if not isinstance(turn, int) or isinstance(turn, bool):
             turn = None
-        decide = view.agent.aapprove if approve else view.agent.adeny
         try:
-            await asyncio.wait_for(decide(run_id, shown, reason, by="a2a", turn=turn), 30)
+            # 30 s for a worker from the decision's sending (not the reads before it)
+            await view.agent._decide_within(30, run_id, shown, approve, reason, "a2a", turn)
         except (KeyError, ValueError) as exc:
             raise RpcError(InvalidParamsError(message=str(exc))) from None
         except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11

@@ -509,7 +509,6 @@ def _routes(served: Agents) -> APIRouter:
         )
         if not any(e.type == "approval_request" and e.call_id == call_id for e in recorded):
             raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
-        method = agent.aapprove if body.approve else agent.adeny
         call: str | PendingApproval = call_id
         if body.asked_at is not None:
             call = asked_by(recorded, segments, body.asked_at, call_id)
@@ -526,9 +525,10 @@ def _routes(served: Agents) -> APIRouter:
         elif body.execution_run_id is not None:
             call = PendingApproval(call_id, "", None, body.turn, body.execution_run_id)
         try:
-            # without a turn: the facade sends the turn of the call waiting now
-            decided = await asyncio.wait_for(
-                method(run_id, call, body.reason, by=body.by, turn=body.turn), DECISION_TIMEOUT
+            # without a turn: the facade sends the turn of the call waiting now; the
+            # bound starts when the decision is sent (not its reads of history, nor an outage)
+            decided = await agent._decide_within(
+                DECISION_TIMEOUT, run_id, call, body.approve, body.reason, body.by, body.turn
             )
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
