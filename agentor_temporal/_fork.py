@@ -45,7 +45,7 @@ from agentor_temporal._history_answers import (
 from agentor_temporal._live import serve_until_done, waited_on
 from agentor_temporal._outage import riding_outages
 from agentor_temporal._results import await_result, check_input, check_turns
-from agentor_temporal._start import local_calls, start_once
+from agentor_temporal._start import start_once
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.activities._redact import mask_input
 from agentor_temporal.store import (
@@ -65,8 +65,8 @@ from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import (
     MAX_REQUEST_BYTES,
+    WORKFLOW_TASK_TIMEOUT,
     WORKFLOW_TYPE,
-    task_timeout,
 )
 from agentor_temporal.workflows.projection import known_messages, resolve_requests
 from agentor_temporal.workflows.types import AgentRunInput, ForkOrigin
@@ -453,7 +453,7 @@ async def start_fork(
                 # two forks racing for one id cannot both start
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                task_timeout=task_timeout(local_calls(agent)),
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
                 static_summary=summary,
                 static_details=(
                     f"**Forked from** {parent} (its first {at} events)  \n"

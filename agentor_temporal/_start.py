@@ -37,7 +37,7 @@ from agentor_temporal.store.encoding import standard_value
 from agentor_temporal.telemetry import TRACE_HEADER
 from agentor_temporal.workflows.formatting import preview_input
 from agentor_temporal.workflows.history_reader import RESUME_KEY_MEMO, NotAnAgentRun
-from agentor_temporal.workflows.policies import SPEC_HEADER, WORKFLOW_TYPE, task_timeout
+from agentor_temporal.workflows.policies import SPEC_HEADER, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from agentor_temporal.workflows.types import AgentRunInput
 
 #: Namespace of the request ids below (any fixed UUID would do).
@@ -176,7 +176,7 @@ async def start_segment(
         "task_queue": task_queue,
         "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
         "id_reuse_policy": reuse,
-        "task_timeout": task_timeout(local_calls(agent)),
+        "task_timeout": WORKFLOW_TASK_TIMEOUT,
         "static_summary": f"{agent.name}: {preview_input(inp.input)}",
         "static_details": (
             f"**Agent** {agent.name}  \n**Model** {agent.model}  \n**Tools** {tools}"
@@ -271,8 +271,3 @@ async def refuse_other_workflow(client: Client, run_id: str, agent: str | None =
             f"run of one agent, so give this run another run id (or run it with {owner!r} "
             "to attach to that run)"
         )
-
-
-def local_calls(agent: Any) -> bool:
-    """Whether the agent asks its model in local activities (its runs keep a short task timeout)."""
-    return bool(getattr(getattr(agent, "definition", agent), "local_model_calls", False))

@@ -296,31 +296,12 @@ RUN_OUTCOME_RETRY_POLICY = RetryPolicy(
 #: for a dead or saturated one, where the cost is one replay elsewhere; below
 #: ~2 s a worker that is merely busy on 2 cores starts losing its cache.
 STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
-#: The time a worker has for a workflow task, the replay of the execution's
-#: whole history included when the run is not in its cache (a restart, a
-#: deploy, another worker): every workflow task of history costs a few
-#: milliseconds to replay (the SDK's round trip, not the run's code), 3 ms at
-#: a load of 8 on 2 cores, so a run waiting for a person that 5,000 signals
-#: reached one at a time (2,900 tasks, 1.5 MB) took 9-13 s, and at the 5 s
-#: this was every attempt timed out: the run was wedged for good. An
-#: execution holds at most about 9,000 such tasks (`PAUSED_SIGNALS`), so
-#: 60 s. The cost: a workflow task that a killed worker was processing (a
-#: kill while the journal mirrors, or mid local model request) is retried
-#: after this instead of 5 s (a task on a dead worker's sticky queue still
-#: moves after `STICKY_QUEUE_TIMEOUT`). Set by the facade when it starts a
-#: run; plain clients get their own (default 10 s).
-WORKFLOW_TASK_TIMEOUT = timedelta(seconds=60)
-#: The same for runs of an agent with `local_model_calls`: its lost sends are
-#: noticed by this timeout (three sends, each a timeout) and the SDK keeps a
-#: long local request's task alive at 80% of it, within the request's own
-#: `LOCAL_START_TO_CLOSE`; such runs keep 5 s, and with it the replay bound.
-LOCAL_CALLS_TASK_TIMEOUT = timedelta(seconds=5)
-
-
-def task_timeout(local_model_calls: bool) -> timedelta:
-    """The workflow task timeout the facade starts an agent's runs with."""
-    return LOCAL_CALLS_TASK_TIMEOUT if local_model_calls else WORKFLOW_TASK_TIMEOUT
-
+#: A workflow task that a killed worker was processing (a kill while the
+#: journal mirrors, say) is retried after this; Temporal's default is 10 s.
+#: Replaying even a long run takes well under a second, and a local activity
+#: that runs longer keeps its task alive by heartbeat, so 5 s is safe. Set by
+#: the facade when it starts a run; plain clients get their own (default 10 s).
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 
 # Payload budgets. Temporal refuses any payload over 2 MB, counted as encoded
 # JSON (non-ASCII escaped: an emoji is 12 bytes), and a workflow task that
