@@ -204,6 +204,15 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
+def _embedded_serving(task_queue: str) -> bool:
+    """Whether this process's embedded worker still serves (or is stopping on) `task_queue`."""
+    from agentor_temporal._runtime import Runtime
+
+    runtime = Runtime._instance
+    workers = list(runtime._workers.values()) if runtime is not None else []
+    return any(w.task_queue == task_queue and (w.worker or w.stopping) for w in workers)
+
+
 async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re_attach(
     task_queue: str, tmp_path: Path, ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -285,6 +294,12 @@ async def test_decisions_and_forks_ride_out_an_outage_and_give_ups_say_how_to_re
                 temporal=server.address,
                 tools=[weather_tool(ledger), transfer_tool(ledger)],
                 embedded_worker=False,
+            )
+            # the runs' own embedded worker (this process's) lingers after their calls: it
+            # must be gone first, or it takes the decision at once (the script processes'
+            # tools, forked, can be running within its linger)
+            await until(
+                lambda: not _embedded_serving(task_queue), "the embedded worker to stop", 60
             )
             decided = asyncio.ensure_future(decider.aapprove(paused.run_id, pending.call_id))
             await asyncio.wait({decided}, timeout=2)
