@@ -21,7 +21,7 @@ from temporalio.client import Client
 from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import PROMPT, history_text, keyed_agent
+from helpers import PROMPT, keyed_agent, recorded
 
 KEY = "sk-configdocs_R4tY8uI2oP6aS0dF3gH7"
 #: Azure Container Registry's refresh token, as `az acr login` has Docker keep it.
@@ -110,10 +110,7 @@ async def test_credentials_in_config_documents_never_show(
     ]
     shown = {
         "model request": sent,
-        "final output": str(result.final_output),
-        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await history_text(client, result.run_id),
-        "logs": "\n".join(r.getMessage() for r in caplog.records),
+        **await recorded(result, client, tmp_path, caplog),
     }
     secrets = [IDENTITY_TOKEN, UNKNOWN_TOKEN, NETRC_PASSWORD, CLIENT_KEY_DATA[20:60], NPM_PASSWORD]
     assert [(where, s) for where, text in shown.items() for s in secrets if s in text] == []

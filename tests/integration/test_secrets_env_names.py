@@ -19,7 +19,7 @@ from temporalio.client import Client
 from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import PROMPT, history_text, keyed_agent
+from helpers import PROMPT, history_text, keyed_agent, recorded
 
 KEY = "sk-envnames_Q7wE3rT9yU1iO5pA8sD2"
 MYSQL_PASSWORD = "My-Sql-Pa55-7Kq2Zx"
@@ -92,10 +92,7 @@ async def test_credentials_under_other_names_never_show(
     ]
     shown = {
         "model request": sent,
-        "final output": str(result.final_output),
-        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await history_text(client, result.run_id),
-        "logs": "\n".join(r.getMessage() for r in caplog.records),
+        **await recorded(result, client, tmp_path, caplog),
     }
     secrets = [MYSQL_PASSWORD, SSH_PASSWORD, LDAP_PASSWORD, JOB_JWT, PGP_LINE]
     assert [(where, s) for where, text in shown.items() for s in secrets if s in text] == []

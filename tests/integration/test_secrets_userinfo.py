@@ -22,7 +22,7 @@ from temporalio.client import Client
 from agentor_temporal import function_tool
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
 
-from helpers import PROMPT, history_text, keyed_agent
+from helpers import PROMPT, history_text, keyed_agent, recorded
 
 KEY = "sk-userinfo_Q7wE2rT9yU4iO1pA8sDf3G"
 #: Passwords of the process's DATABASE_URL, each with one character a URL parser stops at.
@@ -82,10 +82,7 @@ async def test_a_urls_raw_password_never_shows(
     ]
     shown = {
         "model request": sent,
-        "final output": str(result.final_output),
-        "store": "\n".join(p.read_text() for p in sorted(tmp_path.rglob("*")) if p.is_file()),
-        "history": await history_text(client, result.run_id),
-        "logs": "\n".join(r.getMessage() for r in caplog.records),
+        **await recorded(result, client, tmp_path, caplog),
     }
     pieces = [password, password[4:], UNKNOWN, UNKNOWN[4:]]
     assert [(where, p) for where, text in shown.items() for p in pieces if p in text] == []
