@@ -85,7 +85,8 @@ PATCH_CARRY_LIMIT = "carry-limit"
 #: was described again and failed the run at once: in a deploy, a run whose
 #: continued execution came to a new build first failed mid-run, for good,
 #: though old workers still polled. Asked only when a run continues as new,
-#: and in a continued execution only when its describe step is refused.
+#: and in a continued execution only when its describe step is refused; from
+#: CARRIED_SPEC_TAKEN a run takes it without asking.
 PATCH_CARRIED_SPEC = "carried-spec"
 #: A turn's results are cut to leave room for the call ids each repeats (in
 #: its event and its tool message), and a request sent by reference whose
@@ -146,7 +147,7 @@ PATCH_LOST_FOLD = "lost-fold"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 20
+BEHAVIOUR = 21
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -165,6 +166,7 @@ ADOPTED = {
     PATCH_TAIL_BUDGET: 4,
     PATCH_RECORD_CANCELLED_CALLS: 5,
     PATCH_JOURNAL_STEPS: 9,
+    PATCH_CARRIED_SPEC: 21,
 }
 #: From this level a run's search-attribute changes of one workflow task go
 #: in one upsert command, and a change of AgentTokens alone is sent at most
@@ -348,3 +350,19 @@ SIGNALS_SIZED = 19
 #: over 2 s in one task (the SDK's deadlock limit); the task failed, and a
 #: decision sent then was refused ("Workflow Task in failed state").
 PAUSE_WATCHED_ONCE = 20
+#: (class: runs held up for good) From this level a run carries its spec into
+#: the execution it continues as new in (PATCH_CARRIED_SPEC) without asking
+#: `workflow.patched`, and an execution so continued takes the spec it
+#: carries when its worker is built otherwise without asking it either. Both
+#: were asked after a local activity (the journal step before a
+#: continue-as-new; the refused describe step), and a local activity's result
+#: can reach the workflow a workflow task later than it is recorded in (seen
+#: with queries arriving as it completed: the marker went in one task's
+#: completion, the code after it ran in the next); a replay hands it over in
+#: the task that recorded it, where the patch's marker is not yet known, so
+#: `patched` answered False and the replay failed (TMPRL1100, "patch marker
+#: encountered ... but there is no corresponding change command"). The
+#: execution had closed, but every query of it replays it: 111 people who had
+#: decided by signal asked it what their decisions came to, and were told
+#: after 60 s that no worker had taken them.
+CARRIED_SPEC_TAKEN = 21

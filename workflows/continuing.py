@@ -116,7 +116,9 @@ class Continuing(Closing):
             executions=self._executions + 1,
             reset=reset_execution(),
             # what the next execution goes on with if its worker is built otherwise
-            spec=asdict(seg.spec) if workflow.patched(policies.PATCH_CARRIED_SPEC) else None,
+            # (by level from CARRIED_SPEC_TAKEN: asked after the journal step, the
+            # patch could replay unknown, as `policies.CARRIED_SPEC_TAKEN` says)
+            spec=asdict(seg.spec) if adopted(policies.PATCH_CARRIED_SPEC) else None,
         )
         if level() >= policies.DEADLINE_SETTLES:
             expiry = chain_expiry(seg.carry)

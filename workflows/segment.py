@@ -155,11 +155,16 @@ async def describe_continued(
         return await describe(agent, fingerprint, local)
     except ApplicationError as exc:
         carried = _carried_spec(carry, fingerprint)
-        # asked only here: runs recorded before replay as they were (they failed)
+        # asked only here: runs recorded before replay as they were (they failed);
+        # a spec carried from CARRIED_SPEC_TAKEN on is taken unasked (asked after
+        # the refused step, the patch could replay unknown)
         if (
             carried is None
             or exc.type not in _REFUSED_DEFINITIONS
-            or not workflow.patched(policies.PATCH_CARRIED_SPEC)
+            or not (
+                carried.behaviour >= policies.CARRIED_SPEC_TAKEN
+                or workflow.patched(policies.PATCH_CARRIED_SPEC)
+            )
         ):
             raise
         workflow.logger.warning(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from late_results import executions, replay_late
 from temporalio.client import Client
 
 from agentor_temporal import TemporalStore
@@ -111,3 +112,7 @@ async def test_a_run_continued_as_new_on_a_changed_worker_waits_for_one_built_as
     assert done.final_output == "Read, and did not pay."
     assert len(await TemporalStore(client).segments(run_id)) >= 2
     assert len(ledger_lines(old_ledger)) == 4 and ledger_lines(new_ledger) == []
+    # the continued execution took its carried spec after its refused describe step (a
+    # local activity): it replays with that step's result a task late too
+    for history in await executions(client, run_id):
+        await replay_late(history)
