@@ -25,7 +25,13 @@ logger = logging.getLogger("agentor_temporal")
 EXECUTION_RUN_ID_PATTERN = r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$"
 _EXECUTION_RUN_ID = re.compile(EXECUTION_RUN_ID_PATTERN)
 
-__all__ = ["EXECUTION_RUN_ID_PATTERN", "check_execution_run_id", "check_waiting", "how_decided"]
+__all__ = [
+    "EXECUTION_RUN_ID_PATTERN",
+    "check_execution_run_id",
+    "check_waiting",
+    "closed_unanswered",
+    "how_decided",
+]
 
 
 async def check_waiting(
@@ -124,6 +130,42 @@ async def how_decided(
             )
             return f", and call {call_id!r} was already {event.status}{who}"
     return ""
+
+
+async def closed_unanswered(
+    client: Client, run_id: str, execution_run_id: str, call_id: str, failure: str
+) -> str | None:
+    """What to tell a decision's sender whose run could not say what the decision came to
+    (its `signalled_decision` query failed with `failure`) once the execution it went to
+    has closed; None while it runs.
+
+    A closed execution is answered by replaying its history, the same each
+    time: a query of it that failed fails again, and waiting on it only ended
+    in "no worker took the decision" after `DECISION_PATIENCE`, though the run
+    had taken the signal. Its history says how the call was decided.
+    """
+    try:
+        description = await client.get_workflow_handle(run_id, run_id=execution_run_id).describe()
+    except RPCError as exc:
+        logger.debug("Could not read run %s's execution: %s", run_id, exc)
+        return None
+    if description.status is None or description.status.name == "RUNNING":
+        return None
+    status = description.status.name.lower()
+    decided = await how_decided(client, run_id, call_id, execution_run_id)
+    said = clean(failure)
+    said = said if len(said) <= 300 else said[:297] + "..."
+    return (
+        f"Run {run_id!r} took the decision's signal, but the execution it went to has "
+        f"closed ({status}), and its worker could not say what the decision on "
+        f"{printable(call_id)} came to: {said}. "
+        + (
+            f"Its history says call {call_id!r} was{decided.split(' was', 1)[1]}."
+            if decided
+            else "Its history records no decision on that call."
+        )
+        + " Look at the run's events before deciding again."
+    )
 
 
 def check_execution_run_id(value: object) -> str:

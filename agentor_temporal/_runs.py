@@ -30,10 +30,10 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentor_temporal._decided import check_waiting
+from agentor_temporal._decided import check_waiting, closed_unanswered
 from agentor_temporal._inspect import list_query
 from agentor_temporal._outage import patiently, riding_outages
-from agentor_temporal.activities._redact import mask_input
+from agentor_temporal.activities._redact import clean, mask_input
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store import (
     Event,
@@ -448,6 +448,8 @@ async def decide_by_signal(
             ) from None
         raise ValueError(f"Run {run_id!r} did not take the decision: {exc}") from None
     patience = policies.DECISION_PATIENCE.total_seconds()
+    #: the last failure the run's worker answered the query with
+    failed: list[str] = []
 
     async def asked() -> dict[str, Any]:
         poll = policies.SIGNALLED_DECISION_POLL.total_seconds()
@@ -458,7 +460,16 @@ async def decide_by_signal(
                     client,
                     what=f"asking run {run_id!r} for the outcome of a decision",
                 )
-            except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+            except WorkflowQueryFailedError as exc:
+                logger.debug("Run %s: asking for the decision's outcome failed: %s", run_id, exc)
+                failed[:] = [str(exc)]
+                said = await closed_unanswered(
+                    client, run_id, execution_run_id, decision.call_id, str(exc)
+                )
+                if said is not None:
+                    raise ValueError(said) from None
+                outcome = None
+            except (RPCError, WorkflowQueryRejectedError) as exc:
                 logger.debug("Run %s: asking for the decision's outcome failed: %s", run_id, exc)
                 outcome = None
             if outcome is not None:
@@ -472,7 +483,13 @@ async def decide_by_signal(
         # the bound is on the worker: time the server is unreachable does not count
         outcome = await patiently(asked(), patience, client)
     except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
-        raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None
+        told = undelivered(run_id, decision.call_id, patience)
+        if failed:
+            # the worker answered, with a failure: that is what is wrong
+            told += (
+                f" (asked what the decision came to, its worker failed: {clean(failed[0])[:300]})"
+            )
+        raise TimeoutError(told) from None
     if "refused" in outcome:
         raise ValueError(str(outcome["refused"]))
     decided: dict[str, Any] = outcome["decided"]

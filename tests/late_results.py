@@ -122,9 +122,10 @@ async def executions(client: Client, run_id: str) -> list[WorkflowHistory]:
             return histories
 
 
-async def replay_late(history: WorkflowHistory) -> None:
+async def replay_late(history: WorkflowHistory, **options: Any) -> None:
     """`history` replays with each local activity's result handed over a task late,
-    with the production plugin, as deployed (the sandbox changes nothing of this)."""
+    with the production plugin, as deployed (the sandbox changes nothing of this);
+    `options` go to the `Replayer` (a codec's `data_converter`)."""
     for marker, late in late_histories(history):
         # debug_mode: no deadlock timer; in a replay it measures only how busy the machine is
         replayer = Replayer(
@@ -132,6 +133,7 @@ async def replay_late(history: WorkflowHistory) -> None:
             plugins=[AgentorPlugin()],
             unsandboxed_workflow_runner=UnsandboxedWorkflowRunner(),
             debug_mode=True,
+            **options,
         )
         result = await replayer.replay_workflow(late, raise_on_replay_failure=False)
         assert result.replay_failure is None, (

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         decisions_in,
         stream_state,
     )
+    from agentor_temporal.workflows.closing import results_kept
     from agentor_temporal.workflows.continuing import Continuing
     from agentor_temporal.workflows.conversation import Conversation
     from agentor_temporal.workflows.deadline import Deadline, model_request, run_deadline
@@ -158,6 +159,8 @@ class AgentRunWorkflow(Continuing):
     #: whether the worker's payloads keep their metadata (no codec, no external
     #: storage): a closing run may then put its last events in its result
     plain_results = False
+    #: `plain_results` as the execution's first workflow task recorded it (`run`)
+    results_kept = False
 
     # -- queries and updates -----------------------------------------------------
 
@@ -345,6 +348,8 @@ class AgentRunWorkflow(Continuing):
     @workflow.run
     async def run(self, raw: RawValue = NO_INPUT) -> dict[str, Any]:
         """Run the agent loop to a final answer, a budget, or a failure."""
+        # in the first workflow task, before any local activity (`results_kept`)
+        self.results_kept = results_kept(self.plain_results)
         inp = validated_input(raw)
         self._whole_run = inp.fork is None and inp.carry is None and not inp.event_offset
         seg = await self._begin(inp)

@@ -136,6 +136,12 @@ PATCH_UNREADABLE_SIGNALS = "unreadable-signals"
 #: to `run_end`, and resume asked the model that turn again (a second paid
 #: request). Asked only when it happens.
 PATCH_LOST_FOLD = "lost-fold"
+#: Marks an execution whose worker's payloads may not keep their metadata (a
+#: codec, external storage: `AgentRunWorkflow.plain_results` False), asked in
+#: its first workflow task, before any local activity: from
+#: JOURNAL_CHOICE_RECORDED a closing run reads from it, not from a patch asked
+#: at its close, whether its last events may go in its result.
+PATCH_RESULTS_UNKEPT = "results-unkept"
 
 #: The behaviour this build gives a new run, recorded in the run's spec by its
 #: describe step (a local activity, or the start header its worker took: either
@@ -147,7 +153,7 @@ PATCH_LOST_FOLD = "lost-fold"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 21
+BEHAVIOUR = 22
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -366,3 +372,16 @@ PAUSE_WATCHED_ONCE = 20
 #: decided by signal asked it what their decisions came to, and were told
 #: after 60 s that no worker had taken them.
 CARRIED_SPEC_TAKEN = 21
+#: (class: runs held up for good) From this level a closing run decides
+#: whether its last events go in its result (JOURNAL_IN_RESULT) from what its
+#: history holds: its payloads' keeping (PATCH_RESULTS_UNKEPT, asked in its
+#: first workflow task), whether it is a child, and its events' size; it asks
+#: no `workflow.patched(PATCH_JOURNAL_AT_CLOSE)`. That was asked as the run
+#: closed, often right after a local activity (its last model request with
+#: `local_model_calls`, a journal step), and a local activity's result can
+#: reach the workflow a task after the one that recorded it: a replay hands it
+#: over in that one, where the patch's marker is not yet known, `patched`
+#: answered False and the replay failed (TMPRL1100). A run with local model
+#: calls that was a `run_agent` child, ran on a worker with a codec, or closed
+#: with more events than a result holds could then no longer be queried.
+JOURNAL_CHOICE_RECORDED = 22

@@ -41,6 +41,9 @@ class Closing:
     #: whether the worker's payloads keep their metadata (no codec, no external
     #: storage): a closing run may then put its last events in its result
     plain_results: bool
+    #: `plain_results` as the execution's first workflow task recorded it
+    #: (`results_kept`): what a closing run decides by, whichever worker closes it
+    results_kept: bool
     #: whether this execution holds the run's whole log (a new run's only one)
     _whole_run: bool
 
@@ -143,9 +146,19 @@ class Closing:
         return whole_log(self._journal.events)
 
     def _journal_in_result(self, spec: AgentSpec) -> bool:
-        """Whether the run's last events go in its result (`policies.JOURNAL_IN_RESULT`)."""
+        """Whether the run's last events go in its result (`policies.JOURNAL_IN_RESULT`).
+
+        From `policies.JOURNAL_CHOICE_RECORDED` read from what history holds
+        (no patch asked here: this often follows a local activity).
+        """
         if spec.mirror or level() < policies.JOURNAL_IN_RESULT:
             return False
+        if level() >= policies.JOURNAL_CHOICE_RECORDED:
+            return (
+                self.results_kept
+                and self._journal.pending_bytes() <= policies.MAX_RESULT_JOURNAL_BYTES
+                and not _child()
+            )
         if workflow.unsafe.is_replaying():
             return not workflow.patched(policies.PATCH_JOURNAL_AT_CLOSE)
         pending = self._journal.pending_bytes()
@@ -166,3 +179,18 @@ def _child() -> bool:
     A replay reads the choice from `PATCH_JOURNAL_AT_CLOSE`, as before.
     """
     return workflow.info().parent is not None
+
+
+def results_kept(plain: bool) -> bool:
+    """Whether this execution's result payload keeps its metadata, as its history says.
+
+    Asked in the execution's first workflow task, before any local activity
+    (whose result a replay can hand over a task early, before a later task's
+    patch marker is known): a worker whose payloads may lose their metadata
+    (`plain` False) marks it (`policies.PATCH_RESULTS_UNKEPT`); a replay reads
+    the mark, whatever its own worker's payloads do. No marker for a run on a
+    worker without a codec, and none read from histories recorded before it.
+    """
+    if workflow.unsafe.is_replaying():
+        return not workflow.patched(policies.PATCH_RESULTS_UNKEPT)
+    return plain or not workflow.patched(policies.PATCH_RESULTS_UNKEPT)

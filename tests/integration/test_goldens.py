@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ask_agent import AskAgent
 from late_results import executions, replay_late
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
@@ -793,6 +794,26 @@ ANSWER_RESUMED: Scenario = (
     20,
 )
 
+
+async def _child(agent: Agentor) -> str:
+    client = await agent._client()
+    return str(
+        await client.execute_workflow(
+            AskAgent.run, agent.name, id=f"parent-{uuid.uuid4().hex}", task_queue=agent.task_queue
+        )
+    )
+
+
+#: more than a result's payload carries of a run's last events
+LONG_ANSWER = "x" * (policies.MAX_RESULT_JOURNAL_BYTES + 10_000)
+
+
+async def _long_answer(agent: Agentor) -> str:
+    result = await agent.arun("What is the weather in London?")
+    assert result.status == "completed" and result.final_output == LONG_ANSWER
+    return str(result.run_id)
+
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -897,6 +918,16 @@ SCENARIOS: dict[str, Scenario] = {
     # activity), carrying its spec unasked (policies.CARRIED_SPEC_TAKEN); the golden
     # is the execution that continued
     "behaviour_21_continued_history": SEED,
+    # recorded at level 22: runs with local model calls whose last events take a journal
+    # step right after their last request, decided without a patch
+    # (policies.JOURNAL_CHOICE_RECORDED): a `run_agent` child, and events past a result's room
+    "behaviour_22_local_child_history": (tool_then_answer, lambda: [weather_tool()], _child, 20),
+    "behaviour_22_local_long_answer_history": (
+        [Reply(LONG_ANSWER)],
+        lambda: [weather_tool()],
+        _long_answer,
+        20,
+    ),
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
     # model requests as local activities (`local_model_calls=True`)
@@ -909,6 +940,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "behaviour_6_local_model_calls_history": {"store": None, "local_model_calls": True},
     "behaviour_6_approval_history": {"store": None},
     "behaviour_6_header_refused_history": {"store": None},
+    "behaviour_22_local_child_history": {"store": None, "local_model_calls": True},
+    "behaviour_22_local_long_answer_history": {"store": None, "local_model_calls": True},
     "local_model_calls_history": {"local_model_calls": True},
     "local_model_calls_approval_history": {"local_model_calls": True},
 }
@@ -935,7 +968,11 @@ async def test_scenario_history_replays(
         )
         # in the sandbox: the scenarios take the workflow down most of its paths
         async with build_worker(
-            client, [agent], task_queue=task_queue, unsandboxed_workflow_runner=SANDBOXED
+            client,
+            [agent],
+            task_queue=task_queue,
+            unsandboxed_workflow_runner=SANDBOXED,
+            workflows=[AskAgent],
         ):
             # once the worker offers its spec, runs started here take it from their header
             await until(lambda: starter_spec(task_queue, agent.name, None), "the spec offered")

@@ -189,7 +189,8 @@ async def test_a_worker_whose_payloads_go_through_a_codec_closes_with_a_journal_
     assert result.status == "completed"
     assert [e.type for e in result.events] == SEED_EVENT_TYPES
     history = await coded.get_workflow_handle(result.run_id).fetch_history()
-    assert patches(history) == [policies.PATCH_JOURNAL_AT_CLOSE]
+    # marked in its first workflow task (`closing.results_kept`), not at its close
+    assert patches(history) == [policies.PATCH_RESULTS_UNKEPT]
     # and no spec in a header: Temporal does not pass headers through the codec,
     # so an encrypted app's instructions are not sent in clear; the worker is asked
     started = history.events[0].workflow_execution_started_event_attributes
