@@ -9,7 +9,9 @@ page ended at the continue-as-new event, and the reader saw a latest
 execution "continued as new" with no successor, which a resume took for a
 run that stopped: it started a segment of its own from that execution's
 events. So a run just decided, continued as new and completed was asked for
-its model's answer a third time (a new segment, a second final answer).
+its model's answer a third time (a new segment, a second final answer), and
+a follower (`stream`) was told the run had ended "continued_as_new", which
+its app would resume.
 """
 
 from __future__ import annotations
@@ -74,15 +76,18 @@ class GatedStore(FileStore):
 
 
 class HeldPages:
-    """The resumer's reads of a run's current execution, in pages, its second page held.
+    """The resumer's reads of a run's current execution, in pages, one read's second page held.
 
     Wraps `get_workflow_execution_history` of one client's service: a read
-    naming no execution (the run's latest) gets pages of `PAGE` event batches, and
-    its second page waits for `release`, so the run can move on in between.
+    naming no execution (the run's latest) gets pages of `PAGE` event batches,
+    and the second page of its `nth` such read waits for `release`, so the run
+    can move on in between.
     """
 
-    def __init__(self, client: Client, run_id: str) -> None:
+    def __init__(self, client: Client, run_id: str, nth: int) -> None:
         self.run_id = run_id
+        self.nth = nth
+        self.reads = 0
         # threading's: the facade reads on its runtime's own loop and thread
         self.held = threading.Event()
         self.release = threading.Event()
@@ -94,13 +99,21 @@ class HeldPages:
         current = req.execution.workflow_id == self.run_id and not req.execution.run_id
         if current:
             req.maximum_page_size = PAGE
-            if req.next_page_token and not self.release.is_set():
+            if not req.next_page_token:
+                self.reads += 1
+            elif self.reads == self.nth and not self.release.is_set():
                 self.held.set()
                 await asyncio.to_thread(self.release.wait, 120)
         return await self.inner(req, *args, **kwargs)
 
 
-async def test_a_resume_reading_across_the_runs_continue_as_new_starts_no_segment(
+async def _followed(agent: Any, run_id: str) -> list[Event]:
+    return [event async for event in agent.stream(run_id)]
+
+
+@pytest.mark.parametrize("reader", ["resume", "stream"])
+async def test_a_read_across_the_runs_continue_as_new_reads_on_into_its_successor(
+    reader: str,
     client: Client,
     temporal_address: str,
     task_queue: str,
@@ -132,9 +145,13 @@ async def test_a_resume_reading_across_the_runs_continue_as_new_starts_no_segmen
                 # the resumer, with its own client, whose reads of the run are paged and
                 # held after the first page, read while that task is in flight
                 resumer_client = await Client.connect(temporal_address)
-                pages = HeldPages(resumer_client, run_id)
+                # a follower reads the run's latest execution first to know whether
+                # to serve it, then follows it from its segments: the second is held
+                pages = HeldPages(resumer_client, run_id, 1 if reader == "resume" else 2)
                 resumer = coder(model, resumer_client, task_queue, tools=tools)
-                resuming = asyncio.create_task(resumer.aresume(run_id))
+                reading: asyncio.Task[Any] = asyncio.create_task(
+                    resumer.aresume(run_id) if reader == "resume" else _followed(resumer, run_id)
+                )
                 assert await asyncio.to_thread(pages.held.wait, 60), "no second page read"
                 # between its pages: the task done, the run continued as new and done
                 store.released.set()
@@ -143,14 +160,19 @@ async def test_a_resume_reading_across_the_runs_continue_as_new_starts_no_segmen
                 assert done["status"] == "completed", done
                 assert (await handle.describe()).run_id != first
                 pages.release.set()
-                resumed = await asyncio.wait_for(resuming, 120)
+                # a follower was told the run had ended "continued_as_new" (a
+                # RunFailedError), which its app would resume
+                read = await asyncio.wait_for(reading, 120)
                 segments = await TemporalStore(client).segments(run_id)
         finally:
             store.released.set()
-    assert resumed.status == "completed", resumed.error
-    assert resumed.final_output == "Read, and did not pay."
+    if reader == "resume":
+        assert read.status == "completed", read.error
+        assert read.final_output == "Read, and did not pay."
+    else:
+        assert read[-1].type == "run_end" and read[-1].text == "Read, and did not pay."
     # two model requests: the first turn's and the one after the denial; no third
     assert model.request_count == 2, model.request_count
-    # the run's own two executions, and no segment the resume started
+    # the run's own two executions, and no segment a resume started
     assert [s.status for s in segments] == ["continued_as_new", "completed"]
     assert len(ledger_lines(ledger)) == 4
