@@ -269,14 +269,17 @@ class TemporalStore:
         seen: set[str] = set()
         while True:
             try:
-                history = await self.client.get_workflow_handle(
-                    run_id, run_id=execution
-                ).fetch_history()
+                if execution is None:
+                    segment = await self._current(run_id)
+                else:
+                    history = await self.client.get_workflow_handle(
+                        run_id, run_id=execution
+                    ).fetch_history()
+                    segment = await self.parse(history)
             except RPCError as exc:
                 if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                     break
                 raise
-            segment = await self.parse(history)
             chain.append(segment)
             seen.add(segment.execution_run_id)
             if not segment.previous or segment.previous in seen:
@@ -292,14 +295,36 @@ class TemporalStore:
         """The run's latest execution, or None when Temporal has none."""
         validate_run_id(run_id)
         try:
-            history = await self.client.get_workflow_handle(run_id).fetch_history()
+            segment = await self._current(run_id)
         except RPCError as exc:
             if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 return None
             raise
-        segment = await self.parse(history)
         resolve_requests([segment])
         return segment
+
+    async def _current(self, run_id: str) -> Segment:
+        """The run's current execution, read whole and still its latest.
+
+        Temporal reads a long history in pages, each one of the execution the
+        first page came from, and a workflow task in flight then is written
+        with the commands it made once it completes: so a read begun while
+        the run's task was continuing it as new can end at that execution's
+        continue-as-new event. That execution is no longer the run's latest
+        (taken for one, a stopped run: a resume started a segment of its own,
+        asking the model again for what the run's successor execution was
+        doing or had done): it is read again, from the one now current.
+
+        Raises:
+            RPCError: as Temporal's read does (NOT_FOUND: no such run).
+        """
+        seen: set[str] = set()
+        while True:
+            history = await self.client.get_workflow_handle(run_id).fetch_history()
+            segment = await self.parse(history)
+            if segment.status != "continued_as_new" or segment.execution_run_id in seen:
+                return segment
+            seen.add(segment.execution_run_id)
 
     async def parse(self, history: WorkflowHistory) -> Segment:
         """Project one execution's history into a `Segment`."""
