@@ -2,14 +2,14 @@
 
 A key comes back from a server, a tool or an HTML error page written in many ways
 that all read as the key: in another letter case, percent-encoded (`%73%6B...`),
-JSON-escaped (`\\u0073`, `\\/`), as HTML character references (`&#115;`, `&#x73;`,
-`&hyphen;`), in full-width or other compatibility letters (`ｓｋ－...`), with
-invisible characters between its letters (zero-width space, word joiner, soft
-hyphen), or as UTF-16 text read as bytes (a NUL beside each letter: `s\\x00k\\x00`,
-as a Windows file or PowerShell's output holds it, decoded as Latin-1 or UTF-8, or
-shown as the `\\x00` escapes of a bytes repr). Searching each text for each known
-form in each of these ways scanned a text many times per form. Instead the text is
-mapped once to a canonical form (`Canonical`: escapes and references decoded,
+JSON-escaped (`\\u0073`, `\\/`; escaped again, `\\\\/`: JSON text in JSON or a repr),
+as HTML character references (`&#115;`, `&#x73;`, `&hyphen;`), in full-width or other
+compatibility letters (`ｓｋ－...`), with invisible characters between its letters
+(zero-width space, word joiner, soft hyphen), or as UTF-16 text read as bytes (a NUL
+beside each letter: `s\\x00k\\x00`, as a Windows file or PowerShell's output holds it,
+decoded as Latin-1 or UTF-8, or shown as the `\\x00` escapes of a bytes repr). Searching
+each text for each known form in each of these ways scanned a text many times per form.
+Instead the text is mapped once to a canonical form (`Canonical`: escapes and references decoded,
 compatibility letters folded by NFKC, invisible (default-ignorable) characters and
 NULs dropped, lower case) with an index back to the
 original positions, and each known form's canonical form is searched for in it
@@ -39,6 +39,7 @@ _UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
 #: escape, an HTML character reference, or a run of non-ASCII characters.
 _TOKEN = re.compile(
     _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}"
+    r"|(?<!\\)\\++(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[^\\\r\n])"
     r"|\\u[0-9A-Fa-f]{4}|\\{1,2}x[0-9A-Fa-f]{2}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
     r"|[^\x00-\x7f]+|\x00+"
@@ -230,11 +231,13 @@ def _has_format(run: str) -> bool:
 
 
 def _unescape(token: str) -> str:
-    if 4 <= len(token) <= 5 and token[-3] == "x":  # `\x73`, JSON's `\\x73` (a repr's)
-        return chr(int(token[-2:], 16))
-    if token[1] == "u" and len(token) == 6:
-        return chr(int(token[2:], 16))  # a surrogate alone: a pair's halves are two escapes
-    return _JSON_ESCAPES.get(token[1], token[1])
+    # `\x73`, JSON's `\\x73` (a repr's); `\\\\/`: an escape escaped again, and again
+    body = token.lstrip("\\") or "\\"
+    if len(body) == 3 and body[0] == "x":
+        return chr(int(body[1:], 16))
+    if len(body) == 5 and body[0] == "u":
+        return chr(int(body[1:], 16))  # a surrogate alone: a pair's halves are two escapes
+    return _JSON_ESCAPES.get(body[0], body[0])
 
 
 def _reference(token: str) -> str:
@@ -324,14 +327,23 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
     # `\\n` is a line break, not an `n`
     escaped = "".join(re.escape(c) for c in ascii_chars if c not in "bfnrtuBFNRTU")
     units = "|".join(f"{ord(c):04x}" for c in others if len(c) == 1 and ord(c) <= 0xFFFF)
+    escape = (
+        rf"u(?i:00(?:{hexes}|00)|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})"
+        rf"|x(?i:{hexes}|00)" + (rf"|[{escaped}]" if escaped else "")
+    )
     parts = [
         _UTF8_ESCAPED,  # a non-ASCII letter's or an invisible character's UTF-8
         # a NUL reads as nothing, whichever way it is written (UTF-16 text read as bytes)
         rf"%(?i:{hexes}|00)",
+        # an escape whose backslash was escaped again, any number of times (`\\\\/`: JSON
+        # text quoted in JSON or in a repr), read from its run's first backslash: read
+        # from each, a long run of them would be read again and again
+        rf"(?<!\\)\\++(?:{escape})",
+        # one escape alone inside such a run (a backslash of a secret's own, escaped)
         rf"\\u(?i:00(?:{hexes}|00)|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
         rf"\\{{1,2}}x(?i:{hexes}|00)",
-        r"\x00+",
         *([rf"\\[{escaped}]"] if escaped else []),
+        r"\x00+",
         r"&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?",
         *([r"&(?:" + "|".join(re.escape(n) for n in names) + ")"] if names else []),
         "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
@@ -389,8 +401,10 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
     return len(text) - held_from
 
 
-#: An escape or reference cut short at the end of a text (the next delta may finish it).
+#: An escape or reference cut short at the end of a text (the next delta may finish it), with
+#: the backslashes before it (escaped again, up to three times: `\\\\u00`); no more, or a
+#: reply streaming a long run of them would be held, and read again, whole.
 _PARTIAL = re.compile(
     r"(?:(?:%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2})?%[0-9A-Fa-f]?"
-    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\(?:u[0-9A-Fa-f]{0,3}|\\?x[0-9A-Fa-f]?|\\)?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
+    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\{1,8}(?:u[0-9A-Fa-f]{0,3}|x[0-9A-Fa-f]?)?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
 )

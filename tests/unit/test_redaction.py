@@ -253,6 +253,7 @@ async def test_a_key_beginning_padded_with_invisible_deltas_is_held_small(
         "sk-esc/aped-key-0123456789",  # as it is
         "sk\\u002Desc\\/aped-key-0123456789",  # JSON-escaped, upper-case hex
         "\\u0073k-esc\\/aped\\u002dkey-01234567\\u0038\\u0039",  # escapes at both ends
+        "sk\\\\u002Desc\\\\\\\\/aped-key-0123456789",  # escaped twice, three times
         "SK-ESC/APED-KEY-0123456789",  # upper-cased
         "sk%2Desc%2faped-key-012345678%39",  # percent-encoded, hex of either case
         "&#115;&#X6B;&#45;esc&sol;aped-key-0123456789",  # HTML character references
@@ -428,6 +429,10 @@ def test_header_values_stay_out_of_history_and_plain_ones_unmasked() -> None:
         "sk\\u002dmy/secret/key\\u002D42",  # \u00xx, either case of hex
         "\\u0073\\u006b-my\\/secret/key-42",  # every kind mixed
         "SK-MY\\/SECRET\\/KEY-42",  # upper-cased: the key but for its case
+        # escaped again: JSON text quoted in JSON (`\\\\/`) or in a repr, twice or more
+        '"sk-my\\\\/secret\\\\/key-42"',
+        "sk\\\\u002dmy\\\\\\\\/secret/key\\\\\\\\u002D42",
+        repr(json.dumps({"k": "sk-my/secret/key-42"}).replace("/", "\\/")),
     ],
 )
 def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
@@ -439,6 +444,7 @@ def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
     [
         "sk-my\\/secret\\/key-43",  # another key, escaped
         "sk\\u002emy/secret/key-42",  # a character escaped that is not the key's
+        "sk-my\\\\/secret\\\\/key-43",  # another key, escaped twice
     ],
 )
 def test_text_escaping_something_else_is_left_as_it_is(text: str) -> None:
