@@ -35,10 +35,19 @@ from agentor_temporal.workflows.key_pieces import piece_spans
 
 #: A non-ASCII character's UTF-8 bytes percent-encoded (`%C3%A4`).
 _UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
+#: A terminal's control sequence, shown as nothing: a colour or style (`ESC[01;31m`, `ESC[K`:
+#: `grep --color=always` around its match, `ls --color`, a colouring logger) or a character
+#: set (`ESC(B`: `tput sgr0`); as it is written or escaped (`\\u001b[31m`, a repr's
+#: `\\x1b[31m`). A key a command coloured in part reads whole on the terminal.
+_TERMINAL = (
+    r"(?:\x1b|(?<!\\)\\++(?:u001[bB]|x1[bB]))(?:\[[0-?]{0,32}+[ -/]{0,8}+[@-~]|[()*+][0-9A-Za-z])"
+)
+_TERMINAL_RE = re.compile(_TERMINAL)
 #: One written character (or escape) that may stand for another: a percent-escape, a JSON
-#: escape, an HTML character reference, or a run of non-ASCII characters.
+#: escape, an HTML character reference, a terminal's control sequence, or a run of non-ASCII
+#: characters.
 _TOKEN = re.compile(
-    _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}"
+    _TERMINAL + "|" + _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}"
     r"|(?<!\\)\\++(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[^\\\r\n])"
     r"|\\u[0-9A-Fa-f]{4}|\\{1,2}x[0-9A-Fa-f]{2}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
@@ -78,6 +87,7 @@ class Canonical:
             and "\\" not in text
             and "&" not in text
             and "\x00" not in text
+            and "\x1b" not in text
         ):
             self.canon = text.lower()
             self._starts = [0]
@@ -187,6 +197,8 @@ def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] 
     """What one token (`_TOKEN`) is in the canonical text: a text, one text a character
     (a non-ASCII run), or None to leave it as it is written (`Canonical`'s `charset`)."""
     canon: str | None
+    if token[0] == "\x1b" or (token[0] == "\\" and _TERMINAL_RE.fullmatch(token)):
+        return ""  # a terminal's control sequence: nothing on the screen
     if token[0] == "%" and len(token) > 3:
         try:
             canon = _char(bytes.fromhex(token.replace("%", "")).decode())
@@ -332,6 +344,7 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
         rf"|x(?i:{hexes}|00)" + (rf"|[{escaped}]" if escaped else "")
     )
     parts = [
+        _TERMINAL,  # before the escapes: `\\u001b[31m` is one control sequence, not an ESC
         _UTF8_ESCAPED,  # a non-ASCII letter's or an invisible character's UTF-8
         # a NUL reads as nothing, whichever way it is written (UTF-16 text read as bytes)
         rf"%(?i:{hexes}|00)",
@@ -349,7 +362,7 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
         "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
     ]
     # the lookahead lets the scan skip to a character a token may begin with
-    return re.compile(r"(?=[%\\&\x00\x80-\U0010ffff])(?:" + "|".join(parts) + ")")
+    return re.compile(r"(?=[%\\&\x00\x1b\x80-\U0010ffff])(?:" + "|".join(parts) + ")")
 
 
 @functools.lru_cache(maxsize=1)
@@ -403,8 +416,11 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
 
 #: An escape or reference cut short at the end of a text (the next delta may finish it), with
 #: the backslashes before it (escaped again, up to three times: `\\\\u00`); no more, or a
-#: reply streaming a long run of them would be held, and read again, whole.
+#: reply streaming a long run of them would be held, and read again, whole; a terminal's
+#: control sequence cut short too.
 _PARTIAL = re.compile(
     r"(?:(?:%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2})?%[0-9A-Fa-f]?"
-    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\{1,8}(?:u[0-9A-Fa-f]{0,3}|x[0-9A-Fa-f]?)?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
+    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\{1,8}(?:u[0-9A-Fa-f]{0,3}|x[0-9A-Fa-f]?)?"
+    r"|\x1b(?:\[[0-?]{0,32}[ -/]{0,8}|[()*+])?"
+    r"|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
 )

@@ -254,6 +254,7 @@ async def test_a_key_beginning_padded_with_invisible_deltas_is_held_small(
         "sk\\u002Desc\\/aped-key-0123456789",  # JSON-escaped, upper-case hex
         "\\u0073k-esc\\/aped\\u002dkey-01234567\\u0038\\u0039",  # escapes at both ends
         "sk\\\\u002Desc\\\\\\\\/aped-key-0123456789",  # escaped twice, three times
+        "sk-esc\x1b[01;31m\x1b[K/aped\x1b[m\x1b[K-key-0123456789",  # coloured in part (grep)
         "SK-ESC/APED-KEY-0123456789",  # upper-cased
         "sk%2Desc%2faped-key-012345678%39",  # percent-encoded, hex of either case
         "&#115;&#X6B;&#45;esc&sol;aped-key-0123456789",  # HTML character references
@@ -437,6 +438,26 @@ def test_header_values_stay_out_of_history_and_plain_ones_unmasked() -> None:
 )
 def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
     assert "secret" not in redact(f"echo: {escaped}", ["sk-my/secret/key-42"])
+
+
+@pytest.mark.parametrize(
+    "coloured",
+    [
+        "sk-my\x1b[01;31m\x1b[K/secret\x1b[m\x1b[K/key-42",  # grep --color=always's match
+        "sk-my/\x1b[1m\x1b[31msecret\x1b(B\x1b[m/key-42",  # bold, red, then `tput sgr0`
+        repr("sk-my/\x1b[32msecret\x1b[0m/key-42"),  # a repr's `\x1b`
+        json.dumps("sk-my/\x1b[32msecret\x1b[0m/key-42"),  # JSON's `\u001b`
+    ],
+)
+def test_a_secret_a_command_coloured_in_part_is_masked(coloured: str) -> None:
+    """A terminal shows nothing of its control sequences: the key reads whole there."""
+    masked = redact(f"found: {coloured} (1 match)", ["sk-my/secret/key-42"])
+    assert "secret" not in masked and masked.startswith("found: ") and "(1 match)" in masked
+
+
+def test_coloured_text_without_a_secret_is_left_as_it_is() -> None:
+    text = "\x1b[01;31m\x1b[Ksk-my\x1b[m\x1b[K/secret/key-43 \x1b[32mPASSED\x1b[0m \\x1b[1m"
+    assert redact(text, ["sk-my/secret/key-42"]) == text
 
 
 @pytest.mark.parametrize(
