@@ -890,3 +890,20 @@ def test_a_token_in_a_urls_fragment(text: str, shown: str | None) -> None:
     url = "https://app.example/cb#access_token=Zx81kQp0aLm3&state=xyz"
     assert url_secrets(url) == ["Zx81kQp0aLm3"]
     assert _env_secrets.env_url_secrets(url) == ["Zx81kQp0aLm3"]
+
+
+@pytest.mark.parametrize("before", ["", "a", "ab"])
+def test_a_secrets_utf16_base64_inside_a_longer_one_is_masked(
+    monkeypatch: pytest.MonkeyPatch, before: str
+) -> None:
+    """PowerShell's `-EncodedCommand` (base64 of UTF-16LE) setting the key, at each of
+    base64's alignments, and a UTF-16 file's base64 wrapped as a mail attaches it."""
+    key = "sk-b64utf16-Q7wE2rT9yU4iO1pA"
+    monkeypatch.setattr(_redact, "_known", set())
+    _redact.remember(key)
+    command = f"{before}$env:OPENAI_API_KEY='{key}'; python job.py".encode("utf-16-le")
+    encoded = base64.b64encode(command).decode()
+    masked = _redact.mask_secrets(f"pwsh -EncodedCommand {encoded}")
+    assert "***" in masked and masked.startswith(f"pwsh -EncodedCommand {encoded[:20]}")
+    attachment = base64.encodebytes(f"{before}\r\nApiKey={key}\r\n".encode("utf-16")).decode()
+    assert "***" in _redact.mask_secrets(attachment)
