@@ -44,10 +44,10 @@ _TERMINAL = (
 )
 _TERMINAL_RE = re.compile(_TERMINAL)
 #: One written character (or escape) that may stand for another: a percent-escape, a JSON
-#: escape, an HTML character reference, a terminal's control sequence, or a run of non-ASCII
-#: characters.
+#: escape, an HTML character reference, a terminal's control sequence, quoted-printable's
+#: `=3D` (a mail's `=`: a base64 key's padding), or a run of non-ASCII characters.
 _TOKEN = re.compile(
-    _TERMINAL + "|" + _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}"
+    _TERMINAL + "|" + _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}|=3[Dd]"
     r"|(?<!\\)\\++(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[^\\\r\n])"
     r"|\\u[0-9A-Fa-f]{4}|\\{1,2}x[0-9A-Fa-f]{2}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
@@ -88,6 +88,7 @@ class Canonical:
             and "&" not in text
             and "\x00" not in text
             and "\x1b" not in text
+            and "=3" not in text
         ):
             self.canon = text.lower()
             self._starts = [0]
@@ -199,7 +200,9 @@ def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] 
     canon: str | None
     if token[0] == "\x1b" or (token[0] == "\\" and _TERMINAL_RE.fullmatch(token)):
         return ""  # a terminal's control sequence: nothing on the screen
-    if token[0] == "%" and len(token) > 3:
+    if token[0] == "=":
+        canon = "="  # quoted-printable's `=3D`
+    elif token[0] == "%" and len(token) > 3:
         try:
             canon = _char(bytes.fromhex(token.replace("%", "")).decode())
         except ValueError:  # not UTF-8: as it is written
@@ -361,8 +364,11 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
         *([r"&(?:" + "|".join(re.escape(n) for n in names) + ")"] if names else []),
         "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
     ]
+    if "=" in charset:  # a form holding `=` (base64's padding): a mail's `=3D` for it
+        parts.append("=3[Dd]")
     # the lookahead lets the scan skip to a character a token may begin with
-    return re.compile(r"(?=[%\\&\x00\x1b\x80-\U0010ffff])(?:" + "|".join(parts) + ")")
+    begins = r"%\\&\x00\x1b\x80-\U0010ffff" + ("=" if "=" in charset else "")
+    return re.compile(f"(?=[{begins}])(?:" + "|".join(parts) + ")")
 
 
 @functools.lru_cache(maxsize=1)
