@@ -40,7 +40,7 @@ _UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
 #: set (`ESC(B`: `tput sgr0`); as it is written or escaped (`\\u001b[31m`, a repr's
 #: `\\x1b[31m`). A key a command coloured in part reads whole on the terminal.
 _TERMINAL = (
-    r"(?:\x1b|(?<!\\)\\++(?:u001[bB]|x1[bB]))(?:\[[0-?]{0,32}+[ -/]{0,8}+[@-~]|[()*+][0-9A-Za-z])"
+    r"(?:\x1b|(?<!\\)\\+(?:u001[bB]|x1[bB]))(?:\[[0-?]{0,32}[ -/]{0,8}[@-~]|[()*+][0-9A-Za-z])"
 )
 _TERMINAL_RE = re.compile(_TERMINAL)
 #: One written character (or escape) that may stand for another: a percent-escape, a JSON
@@ -48,7 +48,7 @@ _TERMINAL_RE = re.compile(_TERMINAL)
 #: `=3D` (a mail's `=`: a base64 key's padding), or a run of non-ASCII characters.
 _TOKEN = re.compile(
     _TERMINAL + "|" + _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}|=3[Dd]"
-    r"|(?<!\\)\\++(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[^\\\r\n])"
+    r"|(?<!\\)\\+(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[^\\\r\n])"
     r"|\\u[0-9A-Fa-f]{4}|\\{1,2}x[0-9A-Fa-f]{2}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
     r"|[^\x00-\x7f]+|\x00+"
@@ -342,9 +342,11 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
     # `\\n` is a line break, not an `n`
     escaped = "".join(re.escape(c) for c in ascii_chars if c not in "bfnrtuBFNRTU")
     units = "|".join(f"{ord(c):04x}" for c in others if len(c) == 1 and ord(c) <= 0xFFFF)
+    # not a backslash: the run is the escape's, read to the character it escapes
+    run_escaped = escaped.replace(re.escape("\\"), "")
     escape = (
         rf"u(?i:00(?:{hexes}|00)|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})"
-        rf"|x(?i:{hexes}|00)" + (rf"|[{escaped}]" if escaped else "")
+        rf"|x(?i:{hexes}|00)" + (rf"|[{run_escaped}]" if run_escaped else "")
     )
     parts = [
         _TERMINAL,  # before the escapes: `\\u001b[31m` is one control sequence, not an ESC
@@ -354,7 +356,7 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
         # an escape whose backslash was escaped again, any number of times (`\\\\/`: JSON
         # text quoted in JSON or in a repr), read from its run's first backslash: read
         # from each, a long run of them would be read again and again
-        rf"(?<!\\)\\++(?:{escape})",
+        rf"(?<!\\)\\+(?:{escape})",
         # one escape alone inside such a run (a backslash of a secret's own, escaped)
         rf"\\u(?i:00(?:{hexes}|00)|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
         rf"\\{{1,2}}x(?i:{hexes}|00)",
