@@ -2,14 +2,14 @@
 
 A key comes back from a server, a tool or an HTML error page written in many ways
 that all read as the key: in another letter case, percent-encoded (`%73%6B...`),
-JSON-escaped (`\\u0073`, `\\/`), as HTML character references (`&#115;`, `&#x73;`,
-`&hyphen;`), in full-width or other compatibility letters (`ｓｋ－...`), with
-invisible characters between its letters (zero-width space, word joiner, soft
-hyphen), or as UTF-16 text read as bytes (a NUL beside each letter: `s\\x00k\\x00`,
-as a Windows file or PowerShell's output holds it, decoded as Latin-1 or UTF-8, or
-shown as the `\\x00` escapes of a bytes repr). Searching each text for each known
-form in each of these ways scanned a text many times per form. Instead the text is
-mapped once to a canonical form (`Canonical`: escapes and references decoded,
+JSON-escaped (`\\u0073`, `\\/`; escaped again, `\\\\/`: JSON text in JSON or a repr),
+as HTML character references (`&#115;`, `&#x73;`, `&hyphen;`), in full-width or other
+compatibility letters (`ｓｋ－...`), with invisible characters between its letters
+(zero-width space, word joiner, soft hyphen), or as UTF-16 text read as bytes (a NUL
+beside each letter: `s\\x00k\\x00`, as a Windows file or PowerShell's output holds it,
+decoded as Latin-1 or UTF-8, or shown as the `\\x00` escapes of a bytes repr). Searching
+each text for each known form in each of these ways scanned a text many times per form.
+Instead the text is mapped once to a canonical form (`Canonical`: escapes and references decoded,
 compatibility letters folded by NFKC, invisible (default-ignorable) characters and
 NULs dropped, lower case) with an index back to the
 original positions, and each known form's canonical form is searched for in it
@@ -35,10 +35,20 @@ from agentor_temporal.workflows.key_pieces import piece_spans
 
 #: A non-ASCII character's UTF-8 bytes percent-encoded (`%C3%A4`).
 _UTF8_ESCAPED = r"%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){1,3}"
+#: A terminal's control sequence, shown as nothing: a colour or style (`ESC[01;31m`, `ESC[K`:
+#: `grep --color=always` around its match, `ls --color`, a colouring logger) or a character
+#: set (`ESC(B`: `tput sgr0`); as it is written or escaped (`\\u001b[31m`, a repr's
+#: `\\x1b[31m`). A key a command coloured in part reads whole on the terminal.
+_TERMINAL = (
+    r"(?:\x1b|(?<!\\)\\+(?:u001[bB]|x1[bB]))(?:\[[0-?]{0,32}[ -/]{0,8}[@-~]|[()*+][0-9A-Za-z])"
+)
+_TERMINAL_RE = re.compile(_TERMINAL)
 #: One written character (or escape) that may stand for another: a percent-escape, a JSON
-#: escape, an HTML character reference, or a run of non-ASCII characters.
+#: escape, an HTML character reference, a terminal's control sequence, quoted-printable's
+#: `=3D` (a mail's `=`: a base64 key's padding), or a run of non-ASCII characters.
 _TOKEN = re.compile(
-    _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}"
+    _TERMINAL + "|" + _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}|=3[Dd]"
+    r"|(?<!\\)\\+(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[^\\\r\n])"
     r"|\\u[0-9A-Fa-f]{4}|\\{1,2}x[0-9A-Fa-f]{2}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
     r"|[^\x00-\x7f]+|\x00+"
@@ -77,6 +87,8 @@ class Canonical:
             and "\\" not in text
             and "&" not in text
             and "\x00" not in text
+            and "\x1b" not in text
+            and "=3" not in text
         ):
             self.canon = text.lower()
             self._starts = [0]
@@ -186,7 +198,11 @@ def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] 
     """What one token (`_TOKEN`) is in the canonical text: a text, one text a character
     (a non-ASCII run), or None to leave it as it is written (`Canonical`'s `charset`)."""
     canon: str | None
-    if token[0] == "%" and len(token) > 3:
+    if token[0] == "\x1b" or (token[0] == "\\" and _TERMINAL_RE.fullmatch(token)):
+        return ""  # a terminal's control sequence: nothing on the screen
+    if token[0] == "=":
+        canon = "="  # quoted-printable's `=3D`
+    elif token[0] == "%" and len(token) > 3:
         try:
             canon = _char(bytes.fromhex(token.replace("%", "")).decode())
         except ValueError:  # not UTF-8: as it is written
@@ -230,11 +246,13 @@ def _has_format(run: str) -> bool:
 
 
 def _unescape(token: str) -> str:
-    if 4 <= len(token) <= 5 and token[-3] == "x":  # `\x73`, JSON's `\\x73` (a repr's)
-        return chr(int(token[-2:], 16))
-    if token[1] == "u" and len(token) == 6:
-        return chr(int(token[2:], 16))  # a surrogate alone: a pair's halves are two escapes
-    return _JSON_ESCAPES.get(token[1], token[1])
+    # `\x73`, JSON's `\\x73` (a repr's); `\\\\/`: an escape escaped again, and again
+    body = token.lstrip("\\") or "\\"
+    if len(body) == 3 and body[0] == "x":
+        return chr(int(body[1:], 16))
+    if len(body) == 5 and body[0] == "u":
+        return chr(int(body[1:], 16))  # a surrogate alone: a pair's halves are two escapes
+    return _JSON_ESCAPES.get(body[0], body[0])
 
 
 def _reference(token: str) -> str:
@@ -324,20 +342,35 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
     # `\\n` is a line break, not an `n`
     escaped = "".join(re.escape(c) for c in ascii_chars if c not in "bfnrtuBFNRTU")
     units = "|".join(f"{ord(c):04x}" for c in others if len(c) == 1 and ord(c) <= 0xFFFF)
+    # not a backslash: the run is the escape's, read to the character it escapes
+    run_escaped = escaped.replace(re.escape("\\"), "")
+    escape = (
+        rf"u(?i:00(?:{hexes}|00)|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})"
+        rf"|x(?i:{hexes}|00)" + (rf"|[{run_escaped}]" if run_escaped else "")
+    )
     parts = [
+        _TERMINAL,  # before the escapes: `\\u001b[31m` is one control sequence, not an ESC
         _UTF8_ESCAPED,  # a non-ASCII letter's or an invisible character's UTF-8
         # a NUL reads as nothing, whichever way it is written (UTF-16 text read as bytes)
         rf"%(?i:{hexes}|00)",
+        # an escape whose backslash was escaped again, any number of times (`\\\\/`: JSON
+        # text quoted in JSON or in a repr), read from its run's first backslash: read
+        # from each, a long run of them would be read again and again
+        rf"(?<!\\)\\+(?:{escape})",
+        # one escape alone inside such a run (a backslash of a secret's own, escaped)
         rf"\\u(?i:00(?:{hexes}|00)|{_LOOKALIKE_ESCAPES}{'|' + units if units else ''})",
         rf"\\{{1,2}}x(?i:{hexes}|00)",
-        r"\x00+",
         *([rf"\\[{escaped}]"] if escaped else []),
+        r"\x00+",
         r"&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?",
         *([r"&(?:" + "|".join(re.escape(n) for n in names) + ")"] if names else []),
         "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
     ]
+    if "=" in charset:  # a form holding `=` (base64's padding): a mail's `=3D` for it
+        parts.append("=3[Dd]")
     # the lookahead lets the scan skip to a character a token may begin with
-    return re.compile(r"(?=[%\\&\x00\x80-\U0010ffff])(?:" + "|".join(parts) + ")")
+    begins = r"%\\&\x00\x1b\x80-\U0010ffff" + ("=" if "=" in charset else "")
+    return re.compile(f"(?=[{begins}])(?:" + "|".join(parts) + ")")
 
 
 @functools.lru_cache(maxsize=1)
@@ -389,8 +422,13 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
     return len(text) - held_from
 
 
-#: An escape or reference cut short at the end of a text (the next delta may finish it).
+#: An escape or reference cut short at the end of a text (the next delta may finish it), with
+#: the backslashes before it (escaped again, up to three times: `\\\\u00`); no more, or a
+#: reply streaming a long run of them would be held, and read again, whole; a terminal's
+#: control sequence cut short too.
 _PARTIAL = re.compile(
     r"(?:(?:%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2})?%[0-9A-Fa-f]?"
-    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\(?:u[0-9A-Fa-f]{0,3}|\\?x[0-9A-Fa-f]?|\\)?|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
+    r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\{1,8}(?:u[0-9A-Fa-f]{0,3}|x[0-9A-Fa-f]?)?"
+    r"|\x1b(?:\[[0-?]{0,32}[ -/]{0,8}|[()*+])?"
+    r"|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
 )

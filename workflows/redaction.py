@@ -411,8 +411,8 @@ def secret_forms(secret: str) -> list[str]:
     and the secret's base64 inside a longer base64 text (an env file holding
     the key, base64'd as a Kubernetes secret keeps it): at each of base64's
     three alignments, the characters that encode the secret's bytes alone,
-    all but at most two bytes at each end (`_base64_pieces`); and hex, of its UTF-8
-    and its UTF-16 (either byte order).
+    all but at most two bytes at each end (`_base64_pieces`), of its UTF-8 and of its
+    UTF-16; and hex, of its UTF-8 and its UTF-16 (either byte order).
     """
     forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
     # encoded twice: a URL holding it put in another's query (a redirect's `?next=`)
@@ -423,6 +423,9 @@ def secret_forms(secret: str) -> list[str]:
     for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
         forms += [encoded.decode(), encoded.decode().rstrip("=")]
     forms += _base64_pieces(raw)
+    # its UTF-16's base64 inside a longer one's: PowerShell's `-EncodedCommand` (a process
+    # list's command line setting the key), a Windows file (UTF-16) sent as a mail attachment
+    forms += _base64_pieces(secret.encode("utf-16-le", "surrogatepass"))
     # hex, in either case: a dump of the bytes holding it; and of its UTF-16 (a Windows
     # file's, PowerShell's output), whose NULs the canonical pass reads as nothing in text
     forms += [raw.hex(), raw.hex().upper()]

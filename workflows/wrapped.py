@@ -7,7 +7,8 @@ falls in its characters, and no known form of it (`redaction.secret_forms`) matc
 Its line breaks as they are or JSON-escaped (`\\n`: the file inside a tool's JSON text).
 So is a form cut by a quoted-printable soft line break (a line ending in `=` that goes on
 in the next: an email's source, MIME's other way to keep lines under 76 characters), which
-cuts a key written in the mail's text wherever the line's 76th character falls.
+cuts a key written in the mail's text wherever the line's 76th character falls, and
+writes each `=` of it (a base64 key's padding) as `=3D`.
 Pure functions over strings, as `redaction`'s.
 """
 
@@ -45,9 +46,9 @@ def _unwrapped(text: str) -> str | None:
     if _soft_breaks(text):
         # the soft breaks read as nothing, and joined as other line breaks are too (`=` may
         # end a key, base64's padding, at a line's end): both, for the quick test
-        return _joined(_SOFT_BREAK.sub(lambda m: m.group(0)[:1] + m.group(0)[-1:], text)) + (
-            "\n" + _joined(text)
-        )
+        unbroken = _joined(_SOFT_BREAK.sub(lambda m: m.group(0)[:1] + m.group(0)[-1:], text))
+        # and its `=3D`s read as the `=` they stand for (a base64 key's padding)
+        return f"{unbroken}\n{_joined(text)}\n{_QP_EQUALS.sub('=', unbroken)}"
     if not _wraps_base64(text):
         return None
     return _joined(text)
@@ -60,6 +61,11 @@ def _joined(text: str) -> str:
 #: A quoted-printable soft line break inside a run of base64 characters (a key's): its `=`
 #: ending a line, as it is or JSON-escaped, between the characters around it.
 _SOFT_BREAK = re.compile(r"[A-Za-z0-9+/_\-]=(?:\r?\n|(?:\\r)?\\n)[A-Za-z0-9+/_\-=]")
+
+
+#: Quoted-printable's escape of `=` itself: a mail's text holding a key written `=3D` for
+#: each `=` in it (a base64 key's padding, `...Gw=3D=3D`).
+_QP_EQUALS = re.compile("=3[Dd]")
 
 
 def _soft_breaks(text: str) -> bool:
@@ -97,8 +103,13 @@ _BASE64_CHARS = re.compile(r"[A-Za-z0-9+/_\-=.]+")
 @functools.lru_cache(maxsize=2048)
 def _pattern(form: str) -> re.Pattern[str]:
     # a line break as it is, or JSON-escaped (wrapped base64 inside a tool's JSON text), and
-    # after a quoted-printable soft line break's `=`
-    return re.compile(r"(?:=?(?:\r?\n|(?:\\r)?\\n))?".join(re.escape(c) for c in form))
+    # after a quoted-printable soft line break's `=`; an `=` of the form as quoted-printable
+    # writes it too (`=3D`)
+    return re.compile(
+        r"(?:=?(?:\r?\n|(?:\\r)?\\n))?".join(
+            "=(?:3[Dd])?" if c == "=" else re.escape(c) for c in form
+        )
+    )
 
 
 def forget() -> None:

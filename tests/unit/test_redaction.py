@@ -253,6 +253,8 @@ async def test_a_key_beginning_padded_with_invisible_deltas_is_held_small(
         "sk-esc/aped-key-0123456789",  # as it is
         "sk\\u002Desc\\/aped-key-0123456789",  # JSON-escaped, upper-case hex
         "\\u0073k-esc\\/aped\\u002dkey-01234567\\u0038\\u0039",  # escapes at both ends
+        "sk\\\\u002Desc\\\\\\\\/aped-key-0123456789",  # escaped twice, three times
+        "sk-esc\x1b[01;31m\x1b[K/aped\x1b[m\x1b[K-key-0123456789",  # coloured in part (grep)
         "SK-ESC/APED-KEY-0123456789",  # upper-cased
         "sk%2Desc%2faped-key-012345678%39",  # percent-encoded, hex of either case
         "&#115;&#X6B;&#45;esc&sol;aped-key-0123456789",  # HTML character references
@@ -428,6 +430,10 @@ def test_header_values_stay_out_of_history_and_plain_ones_unmasked() -> None:
         "sk\\u002dmy/secret/key\\u002D42",  # \u00xx, either case of hex
         "\\u0073\\u006b-my\\/secret/key-42",  # every kind mixed
         "SK-MY\\/SECRET\\/KEY-42",  # upper-cased: the key but for its case
+        # escaped again: JSON text quoted in JSON (`\\\\/`) or in a repr, twice or more
+        '"sk-my\\\\/secret\\\\/key-42"',
+        "sk\\\\u002dmy\\\\\\\\/secret/key\\\\\\\\u002D42",
+        repr(json.dumps({"k": "sk-my/secret/key-42"}).replace("/", "\\/")),
     ],
 )
 def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
@@ -435,10 +441,31 @@ def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "coloured",
+    [
+        "sk-my\x1b[01;31m\x1b[K/secret\x1b[m\x1b[K/key-42",  # grep --color=always's match
+        "sk-my/\x1b[1m\x1b[31msecret\x1b(B\x1b[m/key-42",  # bold, red, then `tput sgr0`
+        repr("sk-my/\x1b[32msecret\x1b[0m/key-42"),  # a repr's `\x1b`
+        json.dumps("sk-my/\x1b[32msecret\x1b[0m/key-42"),  # JSON's `\u001b`
+    ],
+)
+def test_a_secret_a_command_coloured_in_part_is_masked(coloured: str) -> None:
+    """A terminal shows nothing of its control sequences: the key reads whole there."""
+    masked = redact(f"found: {coloured} (1 match)", ["sk-my/secret/key-42"])
+    assert "secret" not in masked and masked.startswith("found: ") and "(1 match)" in masked
+
+
+def test_coloured_text_without_a_secret_is_left_as_it_is() -> None:
+    text = "\x1b[01;31m\x1b[Ksk-my\x1b[m\x1b[K/secret/key-43 \x1b[32mPASSED\x1b[0m \\x1b[1m"
+    assert redact(text, ["sk-my/secret/key-42"]) == text
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "sk-my\\/secret\\/key-43",  # another key, escaped
         "sk\\u002emy/secret/key-42",  # a character escaped that is not the key's
+        "sk-my\\\\/secret\\\\/key-43",  # another key, escaped twice
     ],
 )
 def test_text_escaping_something_else_is_left_as_it_is(text: str) -> None:
@@ -863,3 +890,20 @@ def test_a_token_in_a_urls_fragment(text: str, shown: str | None) -> None:
     url = "https://app.example/cb#access_token=Zx81kQp0aLm3&state=xyz"
     assert url_secrets(url) == ["Zx81kQp0aLm3"]
     assert _env_secrets.env_url_secrets(url) == ["Zx81kQp0aLm3"]
+
+
+@pytest.mark.parametrize("before", ["", "a", "ab"])
+def test_a_secrets_utf16_base64_inside_a_longer_one_is_masked(
+    monkeypatch: pytest.MonkeyPatch, before: str
+) -> None:
+    """PowerShell's `-EncodedCommand` (base64 of UTF-16LE) setting the key, at each of
+    base64's alignments, and a UTF-16 file's base64 wrapped as a mail attaches it."""
+    key = "sk-b64utf16-Q7wE2rT9yU4iO1pA"
+    monkeypatch.setattr(_redact, "_known", set())
+    _redact.remember(key)
+    command = f"{before}$env:OPENAI_API_KEY='{key}'; python job.py".encode("utf-16-le")
+    encoded = base64.b64encode(command).decode()
+    masked = _redact.mask_secrets(f"pwsh -EncodedCommand {encoded}")
+    assert "***" in masked and masked.startswith(f"pwsh -EncodedCommand {encoded[:20]}")
+    attachment = base64.encodebytes(f"{before}\r\nApiKey={key}\r\n".encode("utf-16")).decode()
+    assert "***" in _redact.mask_secrets(attachment)

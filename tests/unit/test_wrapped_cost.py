@@ -71,3 +71,23 @@ def test_a_jwt_written_over_lines_is_masked_whole() -> None:
             assert _redact.mask_secrets(text) == "token:\n***\nend", (cut, brk)
     plain = "see docs.example.com/v1.2.3.4\nand.www.example.org/page\n"
     assert _redact.mask_secrets(plain) == plain
+
+
+def test_a_keys_equals_written_as_quoted_printable_writes_it_is_masked() -> None:
+    """Quoted-printable writes each `=` of a mail's text `=3D`: a base64 key's padding so
+    written is the key's, whether a soft line break cuts it (anywhere) or not."""
+    key = "c2VjcmV0LXN0b3JhZ2Uta2V5LWZvci1tYWls" + secrets.token_hex(8) + "=="
+    _redact.remember(key)
+    written = key.replace("=", "=3D")
+    assert _redact.mask_secrets(f"AccountKey=3D{written};Suffix=3Dx") == (
+        "AccountKey=3D***;Suffix=3Dx"
+    )
+    # quoted-printable never cuts inside an escape (RFC 2045: `=3` and `D` stay together)
+    escapes = [i for i in range(len(written)) if written.startswith("=3D", i)]
+    cuts = [c for c in range(1, len(written)) if not any(e < c < e + 3 for e in escapes)]
+    for cut in cuts:
+        for brk in ("=\n", "=\r\n", "=\\n"):
+            text = f"AccountKey=3D{written[:cut]}{brk}{written[cut:]};Suffix=3Dx"
+            assert _redact.mask_secrets(text) == "AccountKey=3D***;Suffix=3Dx", (cut, brk)
+    plain = "width=3D5 and x=3D=\n=3Dy"
+    assert _redact.mask_secrets(plain) == plain
