@@ -171,8 +171,18 @@ def unstarted_answer(segment: Segment) -> dict[str, Any] | None:
     `call_tool` activity of the turn in this execution's history), so the
     next segment goes on from the answer, as `AgentRunInput.answer`: it
     records it again and runs its calls (a call needing a person asks again).
-    None when any call may have started, a decision was recorded, or the
-    segment did not end itself.
+
+    A person's approval the segment took in the workflow task its cancel came
+    in (Temporal hands a task's signals and updates to the run before its
+    cancel: a worker away for both, or the two sent at once) is recorded, and
+    the call it approved never starts. That turn is gone on from too, the call
+    asking a person again (the approval was for the call that waited in the
+    cancelled execution, stopped before it ran). Before, the recorded approval
+    made resume rewind the turn: the model was asked again (a paid request),
+    and the call the person was told was approved was dropped unsaid.
+
+    None when any call may have started, a result or another decision was
+    recorded, or the segment did not end itself.
     """
     events = segment.events
     generations = [i for i, e in enumerate(events) if e.type == "generation"]
@@ -182,14 +192,21 @@ def unstarted_answer(segment: Segment) -> dict[str, Any] | None:
     calls = gen.calls or []
     if not calls or gen.turn is None:
         return None
-    if any(e.type not in ("tool_call", "approval_request") for e in after):
-        return None  # a result or a decision: kept, or rewound as before
+    if any(not _unstarted_event(e) for e in after):
+        return None  # a result, or a decision answering its call: kept, or rewound as before
     recorded = [e.call_id for e in after if e.type == "tool_call"]
     if recorded != [c.get("id") for c in calls]:
         return None
     if any(f"tool-{gen.turn}-{index}" in segment.scheduled_tools for index in range(len(calls))):
         return None  # started: it may have run, and the turn is rewound as before
     return _answer(gen)
+
+
+def _unstarted_event(event: Event) -> bool:
+    """Whether `event` may follow a turn's answer none of whose calls started."""
+    if event.type == "approval_decision":
+        return event.status == "approved"
+    return event.type in ("tool_call", "approval_request")
 
 
 def mirrored_waiting_answer(events: list[Event]) -> dict[str, Any] | None:

@@ -343,6 +343,12 @@ class Approvals:
             return f"{problem}; it takes {SIGNAL_SHAPE}"
         if request_id in self.signalled:
             return None  # delivered twice
+        if "decided" in self.signalled_briefly.get(request_id, {}):
+            # delivered twice, its outcome since kept in brief (a crowd deciding
+            # meanwhile): checked again, it was refused as decided by its own
+            # sender, and the refusal replaced what its sender must be told. (Only
+            # a decision taken: one refused may be taken now, as it always was)
+            return None
         try:
             decision = signalled(value.get("decision"))
             own = self.updated.get(request_id)
