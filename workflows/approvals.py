@@ -343,7 +343,10 @@ class Approvals:
             return f"{problem}; it takes {SIGNAL_SHAPE}"
         if request_id in self.signalled:
             return None  # delivered twice
-        if "decided" in self.signalled_briefly.get(request_id, {}):
+        if (
+            "decided" in self.signalled_briefly.get(request_id, {})
+            and level() >= policies.SIGNAL_REPEATS_KEPT
+        ):
             # delivered twice, its outcome since kept in brief (a crowd deciding
             # meanwhile): checked again, it was refused as decided by its own
             # sender, and the refusal replaced what its sender must be told. (Only

@@ -153,7 +153,7 @@ PATCH_RESULTS_UNKEPT = "results-unkept"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 22
+BEHAVIOUR = 23
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -385,3 +385,13 @@ CARRIED_SPEC_TAKEN = 21
 #: calls that was a `run_agent` child, ran on a worker with a codec, or closed
 #: with more events than a result holds could then no longer be queried.
 JOURNAL_CHOICE_RECORDED = 22
+#: (class: approvals) From this level a `decide_signal` delivered again under
+#: a request id whose decision the run took (a sender's re-sending after an
+#: outage), its outcome since kept in brief (`Approvals.signalled_briefly`:
+#: more than SIGNALLED_DECISIONS_KEPT signals came between), is a duplicate:
+#: before, it was checked again as a new decision, refused as already decided
+#: by its own sender, and that refusal replaced what the sender was told; a
+#: model reusing the call's id in a later turn could even have the repeat
+#: decide that later call. A level, not a fix in place: a recorded history in
+#: which a repeat decided a later call must replay as it was.
+SIGNAL_REPEATS_KEPT = 23

@@ -930,6 +930,14 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     # decisions by signal (the `decide_signal` fallback past Temporal's update caps)
     "decided_by_signal_history": (APPROVAL[0], APPROVAL[1], _approval_by_signal, 20),
+    # recorded at level 23: a signal delivered again whose decision was taken is a
+    # duplicate, its outcome kept in brief or not (policies.SIGNAL_REPEATS_KEPT)
+    "behaviour_23_decided_by_signal_history": (
+        APPROVAL[0],
+        APPROVAL[1],
+        _approval_by_signal,
+        20,
+    ),
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,
