@@ -108,6 +108,12 @@ async def how_decided(
         execution_run_id: read that execution only (the one that asked for the
             decision), not the whole run.
     """
+    verdict = await _verdict(client, run_id, call_id, execution_run_id)
+    return f", and call {call_id!r} was already {verdict}" if verdict else ""
+
+
+async def _verdict(client: Client, run_id: str, call_id: str, execution_run_id: str | None) -> str:
+    """The latest decision on `call_id` as history records it ("approved by alice"), or ""."""
     try:
         events: list[Event]
         if execution_run_id is None:
@@ -128,7 +134,7 @@ async def how_decided(
                 if event.result and event.status != "expired"
                 else ""
             )
-            return f", and call {call_id!r} was already {event.status}{who}"
+            return f"{event.status}{who}"
     return ""
 
 
@@ -152,7 +158,7 @@ async def closed_unanswered(
     if description.status is None or description.status.name == "RUNNING":
         return None
     status = description.status.name.lower()
-    decided = await how_decided(client, run_id, call_id, execution_run_id)
+    verdict = await _verdict(client, run_id, call_id, execution_run_id)
     said = clean(failure)
     said = said if len(said) <= 300 else said[:297] + "..."
     return (
@@ -160,8 +166,8 @@ async def closed_unanswered(
         f"closed ({status}), and its worker could not say what the decision on "
         f"{printable(call_id)} came to: {said}. "
         + (
-            f"Its history says call {call_id!r} was{decided.split(' was', 1)[1]}."
-            if decided
+            f"Its history says call {call_id!r} was already {verdict}."
+            if verdict
             else "Its history records no decision on that call."
         )
         + " Look at the run's events before deciding again."
