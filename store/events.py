@@ -53,15 +53,40 @@ _KEY_ORDER = {
 
 
 def _canonical(value: Any) -> Any:
+    if type(value) in _ATOMIC:
+        return value
     if isinstance(value, dict):
-        keys = sorted(value, key=lambda k: (_KEY_ORDER.get(k, len(_KEY_ORDER)), k))
-        return {k: _canonical(value[k]) for k in keys}
+        return {k: _canonical(value[k]) for k in _ordered(tuple(value))}
     if isinstance(value, list):
         return [_canonical(v) for v in value]
     return _copied(value)
 
 
+#: key orders already worked out: a long run's messages have a handful of shapes
+#: between them, and sorting each message's keys again was most of the copy's cost
+_ORDERS: dict[tuple[Any, ...], list[Any]] = {}
+
+
+def _ordered(keys: tuple[Any, ...]) -> list[Any]:
+    order = _ORDERS.get(keys)
+    if order is None:
+        order = sorted(keys, key=lambda k: (_KEY_ORDER.get(k, len(_KEY_ORDER)), k))
+        if len(_ORDERS) < 1024:  # odd keys (a tool's own) must not grow it for ever
+            _ORDERS[keys] = order
+    return order
+
+
 _ATOMIC = (str, int, float, bool, type(None))
+
+
+def json_copy(value: Any) -> Any:
+    """A copy of a JSON-like value (messages, arguments) whose containers a caller may change.
+
+    `copy.deepcopy` gives the same for JSON, at several times the cost: a
+    long run copied its whole conversation for each request that way, and
+    that copy was most of what replaying the run's history cost.
+    """
+    return _copied(value)
 
 
 def _copied(value: Any) -> Any:
@@ -192,7 +217,9 @@ class Event:
     #: parent run id, on the `fork` marker
     forked_from: str | None = None
 
-    def to_dict(self, *, share_args: bool = False) -> dict[str, Any]:
+    def to_dict(
+        self, *, share_args: bool = False, without: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
         """The event as a JSON-ready dict, without the fields that are None.
 
         Args:
@@ -200,6 +227,10 @@ class Event:
                 encodes the dict at once and changes nothing inside it (a
                 workflow journaling a turn of 500 calls with long arguments
                 spent most of a workflow task copying them, item by item).
+            without: fields to leave out, for a caller that would drop them:
+                a generation's `messages` is the whole request, and copying it
+                only to drop it made each turn of a long run cost more than
+                the last (the run's replay grew with the square of its turns).
         """
         # by hand: `asdict` deep-copied every string too, and a turn of 500
         # calls spent most of its workflow task in it (past the SDK's 2 s
@@ -207,7 +238,7 @@ class Event:
         data: dict[str, Any] = {}
         for name in _EVENT_FIELDS:
             value = getattr(self, name)
-            if value is None:
+            if value is None or name in without:
                 continue
             if name in _ORDERED:
                 data[name] = _canonical(value)

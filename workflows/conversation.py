@@ -21,12 +21,12 @@ once; references only point at it.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agentor_temporal.store.events import json_copy
 from agentor_temporal.workflows.payloads import encoded_size
 
 
@@ -127,7 +127,7 @@ class Conversation:
 
     def request(self) -> list[dict[str, Any]]:
         """The messages a request carries (a copy): all of them, or the tail."""
-        return copy.deepcopy(self.tail)
+        return json_copy(self.tail)
 
     def recorded(self, position: int) -> None:
         """The current messages were recorded whole at `position` (a request or run_start).

@@ -39,6 +39,9 @@ from agentor_temporal.workflows.stream_window import StreamWindow
 from agentor_temporal.workflows.types import ForkOrigin, finite
 from agentor_temporal.workflows.versions import adopted, level
 
+#: what a generation sent by reference goes without in history
+_REQUEST = frozenset(("messages",))
+
 
 class Journal:
     """The events of one segment, what history has of them, and what the store has.
@@ -225,10 +228,7 @@ class Journal:
         """The end of the longest run of new events one step records within its budget."""
         size = 0
         for index in range(self._journaled, total):
-            data = self.events[index].to_dict(share_args=True)
-            if index in self._refs:
-                data.pop("messages", None)  # history has it elsewhere
-            size += encoded_size(data)
+            size += encoded_size(self._as_recorded(index))
             if size > policies.MAX_JOURNAL_STEP_BYTES and index > self._journaled:
                 return index
         return total
@@ -332,11 +332,15 @@ class Journal:
         """Encoded size of the events not in history yet, as a journal step records them."""
         size = 0
         for index in range(self._journaled, len(self.events)):
-            data = self.events[index].to_dict(share_args=True)
-            if index in self._refs:
-                data.pop("messages", None)  # history has it elsewhere
-            size += encoded_size(data)
+            size += encoded_size(self._as_recorded(index))
         return size
+
+    def _as_recorded(self, index: int) -> dict[str, Any]:
+        """events[index] as history records it: a generation sent by reference
+        goes without its request, which history has in the `generate` input."""
+        if index in self._refs:
+            return self.events[index].to_dict(share_args=True, without=_REQUEST)
+        return self.events[index].to_dict(share_args=True)
 
     def fold(self, agent: str, mirror: bool, beside: int = 0) -> JournalInput | None:
         """The new events, to go into history as part of the next activity's input.
@@ -364,15 +368,18 @@ class Journal:
         events: list[dict[str, Any]] = []
         requests: dict[str, dict[str, Any]] = {}
         for index in range(first, total):
-            data = self.events[index].to_dict(share_args=True)
             position = self.offset + index
-            if index in self._refs:
+            if index in self._refs and mirror and index not in self._requests:
+                # the mirror is told where the request is: its count and digest
+                data = self.events[index].to_dict(share_args=True)
                 sent = data.pop("messages", None)
-                if mirror and index not in self._requests and sent is not None:
+                if sent is not None:
                     base = ConversationRef(
                         position=position, count=len(sent), digest=chain_digest("", sent)
                     )
                     requests[str(position)] = {"conversation": base.to_dict(), "messages": []}
+            else:
+                data = self._as_recorded(index)
             if mirror and index in self._requests:
                 requests[str(position)] = self._requests[index]
             events.append(data)

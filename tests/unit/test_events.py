@@ -89,6 +89,23 @@ def test_to_dict_is_asdict_in_agentors_key_order_and_a_copy() -> None:
     assert event.usage == Usage(4, 5, 9)
 
 
+def test_to_dict_without_leaves_those_fields_out_and_the_rest_as_it_was() -> None:
+    """A caller that drops a generation's request asks for the dict without it: the
+    same dict the whole one gives with the field popped, in the same order."""
+    event = Event(
+        type="generation",
+        messages=[{"content": "hi", "role": "user"}],
+        calls=[{"name": "f", "id": "c1", "type": "function", "arguments": "{}"}],
+        usage=Usage(1, 2, 3),
+        turn=2,
+    )
+    whole = event.to_dict(share_args=True)
+    whole.pop("messages")
+    data = event.to_dict(share_args=True, without=frozenset(("messages",)))
+    assert data == whole and list(data) == list(whole)
+    assert "messages" in event.to_dict() and event.messages == [{"content": "hi", "role": "user"}]
+
+
 def test_from_dict_ignores_unknown_keys_also_inside_usage() -> None:
     """A newer writer's extra fields load instead of losing the event."""
     event = Event.from_dict(
