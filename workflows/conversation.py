@@ -127,7 +127,8 @@ class Conversation:
 
     def request(self) -> list[dict[str, Any]]:
         """The messages a request carries (a copy): all of them, or the tail."""
-        return json_copy(self.tail)
+        copied: list[dict[str, Any]] = json_copy(self.tail)
+        return copied
 
     def recorded(self, position: int) -> None:
         """The current messages were recorded whole at `position` (a request or run_start).
