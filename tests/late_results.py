@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, WorkflowRunner
 
 from agentor_temporal import AgentorPlugin
 
@@ -122,20 +122,26 @@ async def executions(client: Client, run_id: str) -> list[WorkflowHistory]:
             return histories
 
 
+def replayer(runner: WorkflowRunner | None = None, **options: Any) -> Replayer:
+    """A `Replayer` with the production plugin, as deployed (or with `runner`);
+    `options` go to it (a codec's `data_converter`).
+
+    debug_mode: no deadlock timer; in a replay it measures only how busy the machine is.
+    """
+    return Replayer(
+        workflows=[],
+        plugins=[AgentorPlugin()],
+        unsandboxed_workflow_runner=runner or UnsandboxedWorkflowRunner(),
+        debug_mode=True,
+        **options,
+    )
+
+
 async def replay_late(history: WorkflowHistory, **options: Any) -> None:
     """`history` replays with each local activity's result handed over a task late,
-    with the production plugin, as deployed (the sandbox changes nothing of this);
-    `options` go to the `Replayer` (a codec's `data_converter`)."""
+    as deployed (the sandbox changes nothing of this); `options` go to the `Replayer`."""
     for marker, late in late_histories(history):
-        # debug_mode: no deadlock timer; in a replay it measures only how busy the machine is
-        replayer = Replayer(
-            workflows=[],
-            plugins=[AgentorPlugin()],
-            unsandboxed_workflow_runner=UnsandboxedWorkflowRunner(),
-            debug_mode=True,
-            **options,
-        )
-        result = await replayer.replay_workflow(late, raise_on_replay_failure=False)
+        result = await replayer(**options).replay_workflow(late, raise_on_replay_failure=False)
         assert result.replay_failure is None, (
             f"with the result of marker {marker} a task late: {result.replay_failure}"
         )

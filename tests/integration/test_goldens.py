@@ -31,15 +31,15 @@ from typing import Any
 
 import pytest
 from ask_agent import AskAgent
-from late_results import executions, replay_late
+from late_results import executions, replay_late, replayer
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.service import RPCError
-from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from agentor_temporal import Agentor, AgentorPlugin, FileStore, function_tool
+from agentor_temporal import Agentor, FileStore, function_tool
 from agentor_temporal._local_spec import headed, sending, starter_spec
 from agentor_temporal._runs import decide_by_signal
 from agentor_temporal.plugin import with_passthrough
@@ -79,15 +79,8 @@ async def _replay(history: WorkflowHistory, runner: WorkflowRunner) -> None:
     async def histories() -> AsyncIterator[WorkflowHistory]:
         yield history
 
-    # debug_mode: no deadlock timer; in a replay it measures only how busy the machine is
-    # (a 2 s activation of the oversize golden in the sandbox, with a loaded CPU)
-    replayer = Replayer(
-        workflows=[],
-        plugins=[AgentorPlugin()],
-        unsandboxed_workflow_runner=runner,
-        debug_mode=True,
-    )
-    results = await replayer.replay_workflows(histories(), raise_on_replay_failure=False)
+    # no deadlock timer (a 2 s activation of the oversize golden in the sandbox, loaded CPU)
+    results = await replayer(runner).replay_workflows(histories(), raise_on_replay_failure=False)
     assert results.replay_failures == {}
 
 
