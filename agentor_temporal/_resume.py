@@ -247,7 +247,8 @@ async def _continue(
         with waited_on(agent, client, run_id):
             # ALLOW_DUPLICATE: the previous execution is closed; a concurrent
             # resumer that started first is attached to (USE_EXISTING), or, if
-            # its segment already finished, deduplicated by the request id
+            # its segment already finished, deduplicated by the request id; once
+            # that segment continued as new, not started at all (continuing)
             request_id = segment_request_id(run_id, previous, recorded)
             # repeated after an outage, the same request id starts it once
             await start_riding_outages(
@@ -260,6 +261,7 @@ async def _continue(
                 request_id,
                 what=f"continuing run {run_id!r}",
                 memo=resume_memo(run_id, key),
+                continuing=True,
             )
             return await agent._result(client, run_id)
 

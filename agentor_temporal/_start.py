@@ -10,10 +10,22 @@ every resumer of the same execution sends the same id, derived from what it
 continues: the second start then returns the segment the first one started,
 finished or not. The SDK's `start_workflow` always sends a random request id,
 hence this small direct call.
+
+Temporal deduplicates a start only against the workflow id's *current*
+execution, though, and a segment that continued as new is not current any
+more: its successor was started by the server, under a request id of its
+own. Once that chain had closed, a resumer whose start came late (it read the
+run before the first resumer started, then was slow to send: a loaded
+process, a start sent again after its answer was lost) started a segment of
+its own from its stale reading, paying again for the turns the chain had
+run. So a continuing start first checks that the execution it continues is
+still the current one (`continues_current`): one that is not was continued
+by another resume (or this one's earlier try), whose result is the answer.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -21,6 +33,7 @@ from typing import Any
 from temporalio.api.common.v1 import Payload, WorkflowExecution
 from temporalio.api.enums.v1 import WorkflowIdConflictPolicy, WorkflowIdReusePolicy
 from temporalio.api.workflowservice.v1 import (
+    DescribeWorkflowExecutionRequest,
     GetWorkflowExecutionHistoryRequest,
     StartWorkflowExecutionRequest,
 )
@@ -40,8 +53,14 @@ from agentor_temporal.workflows.history_reader import RESUME_KEY_MEMO, NotAnAgen
 from agentor_temporal.workflows.policies import SPEC_HEADER, WORKFLOW_TASK_TIMEOUT, WORKFLOW_TYPE
 from agentor_temporal.workflows.types import AgentRunInput
 
+logger = logging.getLogger("agentor_temporal")
+
 #: Namespace of the request ids below (any fixed UUID would do).
 _REQUEST_IDS = uuid.UUID("0b4f6a53-1c38-4c8e-9a55-6f6a6e0a7e11")
+
+
+class MovedOn(Exception):
+    """A segment's start not sent: the run moved past the execution it continues."""
 
 
 def resume_key(run_id: str, key: str) -> str:
@@ -88,8 +107,12 @@ async def start_once(
     previous_execution: str | None = None,
     spec: Payload | None = None,
     memo: dict[str, Any] | None = None,
+    continuing: bool = False,
 ) -> None:
     """`client.start_workflow` for the fields the facade uses, with a chosen request id.
+
+    `continuing`: the segment continues `previous_execution` (None: a run only
+    the store holds); checked last, right before the start is sent.
 
     A segment that continues `previous_execution` is started with that
     execution's trace context (the header Temporal's tracing interceptor
@@ -98,6 +121,7 @@ async def start_once(
 
     Raises:
         WorkflowAlreadyStartedError: as `start_workflow` does.
+        MovedOn: the run has moved past `previous_execution` (`continuing`).
     """
     req = StartWorkflowExecutionRequest(
         namespace=client.namespace,
@@ -126,6 +150,8 @@ async def start_once(
     header = await _trace_header(client, id, previous_execution)
     if header is not None:
         req.header.fields[TRACE_HEADER].CopyFrom(header)
+    if continuing and not await continues_current(client, id, previous_execution):
+        raise MovedOn(id)
     try:
         await client.workflow_service.start_workflow_execution(req, retry=True)
     except RPCError as err:
@@ -162,11 +188,13 @@ async def start_segment(
     reuse: WorkflowIDReusePolicy,
     request_id: str | None = None,
     memo: dict[str, Any] | None = None,
+    continuing: bool = False,
 ) -> WorkflowHandle[Any, Any] | None:
-    """Start a segment of `agent`'s run; None when a closed run with that id blocks the start.
+    """Start a segment of `agent`'s run; None when a closed run with that id blocks the start,
+    or (`continuing`) the run has moved past the execution the segment continues.
 
     A `request_id` makes the start happen once per id (see `agentor_temporal._start`);
-    `memo` goes with it (only a start with a `request_id` takes one).
+    `memo` and `continuing` go with it (only a start with a `request_id` takes them).
     """
     tools = ", ".join(t.name for t in agent.tools) or "none"
     # a worker for this queue in this process: its spec saves the run's describe step
@@ -194,6 +222,7 @@ async def start_segment(
                 previous_execution=inp.previous_execution,
                 spec=header,
                 memo=memo,
+                continuing=continuing,
                 **options,
             )
             return client.get_workflow_handle(run_id)
@@ -204,6 +233,11 @@ async def start_segment(
                 WORKFLOW_TYPE, payload, request_eager_start=True, **options
             )
     except WorkflowAlreadyStartedError:
+        return None
+    except MovedOn:
+        logger.info(
+            "Run %s was continued by another resume meanwhile; waiting for its result", run_id
+        )
         return None
 
 
@@ -218,6 +252,7 @@ async def start_riding_outages(
     *,
     what: str,
     memo: dict[str, Any] | None = None,
+    continuing: bool = False,
 ) -> None:
     """`start_segment`, sent again while Temporal is unreachable (see `riding_outages`).
 
@@ -225,12 +260,38 @@ async def start_riding_outages(
     `USE_EXISTING`) attaches to the run an earlier try made, or is blocked by
     it once closed (its result is then waited for); a next segment's start
     is deduplicated by its `request_id`.
+
+    `continuing`: the segment continues `inp.previous_execution` (None: a run
+    only the store holds), and is not started once the run has moved past it
+    (see the module docstring): the caller then waits for the run's result.
     """
     await riding_outages(
-        lambda: start_segment(client, agent, task_queue, run_id, inp, reuse, request_id, memo),
+        lambda: start_segment(
+            client, agent, task_queue, run_id, inp, reuse, request_id, memo, continuing
+        ),
         client,
         what=what,
     )
+
+
+async def continues_current(client: Client, run_id: str, previous: str | None) -> bool:
+    """Whether `previous` is still `run_id`'s current execution (None: it has none).
+
+    A run whose history Temporal no longer holds at all (retention) is taken
+    as not moved on: only the store can continue it.
+    """
+    try:
+        described = await client.workflow_service.describe_workflow_execution(
+            DescribeWorkflowExecutionRequest(
+                namespace=client.namespace, execution=WorkflowExecution(workflow_id=run_id)
+            ),
+            retry=True,
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return True
+        raise
+    return previous is not None and described.workflow_execution_info.execution.run_id == previous
 
 
 async def refuse_other_workflow(client: Client, run_id: str, agent: str | None = None) -> None:
