@@ -44,7 +44,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from agentor_temporal.store.events import Event
-from agentor_temporal.workflows import policies
+from agentor_temporal.workflows import policies, steady
 from agentor_temporal.workflows.activity_types import ApprovalCheckInput
 from agentor_temporal.workflows.call_uses import count_key, parse_key
 from agentor_temporal.workflows.formatting import (
@@ -557,15 +557,19 @@ class Approvals:
     ) -> bool:
         """Ask the worker whether the tool's predicate wants a person for this call."""
         try:
-            needed: bool = await workflow.execute_local_activity(
-                policies.NEEDS_APPROVAL,
-                plain(
-                    ApprovalCheckInput(agent=agent, name=name, args=args, fingerprint=fingerprint)
-                ),
-                result_type=bool,
-                start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
-                retry_policy=policies.LOCAL_RETRY_POLICY,
-                summary=fit(f"needs approval? {call_summary(name, args)}", SUMMARY_BYTES),
+            needed: bool = await steady.local(
+                workflow.start_local_activity(
+                    policies.NEEDS_APPROVAL,
+                    plain(
+                        ApprovalCheckInput(
+                            agent=agent, name=name, args=args, fingerprint=fingerprint
+                        )
+                    ),
+                    result_type=bool,
+                    start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
+                    retry_policy=policies.LOCAL_RETRY_POLICY,
+                    summary=fit(f"needs approval? {call_summary(name, args)}", SUMMARY_BYTES),
+                )
             )
         except (ActivityError, ApplicationError, TemporalTimeoutError):
             # local activity failures arrive unwrapped; a predicate that

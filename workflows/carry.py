@@ -34,7 +34,7 @@ from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.call_uses import SeenIds, count_key, parse_key, use_key
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import QUOTED_CHARS, fit
-from agentor_temporal.workflows.history_watch import history_now
+from agentor_temporal.workflows.steady import reading
 from agentor_temporal.workflows.types import Decision
 
 
@@ -262,11 +262,9 @@ class HistoryGauge:
 
     @classmethod
     def now(cls) -> HistoryGauge:
-        """Read it from the workflow info and the signals taken (`history_now`): deterministic."""
-        size, events = history_now()
-        return cls(
-            bytes=size, events=events, suggested=workflow.info().is_continue_as_new_suggested()
-        )
+        """Read from the workflow info and the signals taken (`steady.reading`): deterministic."""
+        now = reading()
+        return cls(bytes=now.size, events=now.events, suggested=now.suggested)
 
     def due(self, budget: int) -> bool:
         """Whether the execution should continue as new at the next safe point."""

@@ -153,7 +153,7 @@ PATCH_RESULTS_UNKEPT = "results-unkept"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 23
+BEHAVIOUR = 24
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -395,3 +395,16 @@ JOURNAL_CHOICE_RECORDED = 22
 #: decide that later call. A level, not a fix in place: a recorded history in
 #: which a repeat decided a later call must replay as it was.
 SIGNAL_REPEATS_KEPT = 23
+#: (class: runs held up for good) From this level what a run reads of its
+#: history (its length and size, Temporal's continue-as-new suggestion) in the
+#: workflow task a local activity's result came in is what the task that
+#: started the activity read (`steady.reading`). A local activity's result can
+#: reach the workflow a task after the one that recorded it, and a replay
+#: hands it over in that one: with `local_model_calls`, a turn whose calls ran
+#: no activity (a tool the model made up, one withdrawn) read the history for
+#: its continue-as-new right after the model's answer, ~3 events more live
+#: than in a replay; a budget in that gap continued the run as new live and
+#: not in the replay (TMPRL1100 on every query of it, and on any worker
+#: without it cached). The stops at PAUSED_HISTORY_* and LAST_HISTORY_*
+#: after an approval predicate or a model request read so too.
+STEADY_READINGS = 24

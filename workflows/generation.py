@@ -22,7 +22,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from agentor_temporal.store.events import Event, Usage
-from agentor_temporal.workflows import policies
+from agentor_temporal.workflows import policies, steady
 from agentor_temporal.workflows.activity_types import GenerateInput, GenerateResult, JournalInput
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message, fit
@@ -269,14 +269,16 @@ class Generation:
         if local:
             try:
                 # one command either way (`execute_local_activity` is this, awaited)
-                handle = workflow.start_local_activity(
-                    policies.GENERATE,
-                    plain(inp),
-                    result_type=GenerateResult,
-                    start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
-                    retry_policy=policies.MODEL_RETRY_POLICY,
-                    activity_id=activity_id,
-                    summary=summary,
+                handle = steady.local(
+                    workflow.start_local_activity(
+                        policies.GENERATE,
+                        plain(inp),
+                        result_type=GenerateResult,
+                        start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
+                        retry_policy=policies.MODEL_RETRY_POLICY,
+                        activity_id=activity_id,
+                        summary=summary,
+                    )
                 )
                 if keeps:
                     return await self._through_the_stop(handle, kept)

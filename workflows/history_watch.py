@@ -27,6 +27,7 @@ from typing import Any
 from temporalio import workflow
 
 from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.steady import reading
 from agentor_temporal.workflows.versions import level
 
 
@@ -68,21 +69,12 @@ def watching(watch: HistoryWatch | None) -> AbstractAsyncContextManager[None]:
 def history_now() -> tuple[int, int]:
     """The execution's history as of the current workflow task: its bytes and its events.
 
-    The server's figures (the task's started event) can leave out signals: a
-    task it starts as the one before completes reports the history before the
-    signals that came while that one ran. From `policies.SIGNALS_SIZED` each is
-    at least what the execution's first task saw plus what the signals taken
-    since add (`AgentRunWorkflow.sized_signal`): a floor, never more than the
-    history holds. Deterministic (the signals are in history), and no command.
+    Its signals counted (`policies.SIGNALS_SIZED`), and read alike live and in
+    a replay right after a local activity (`steady.reading`, from
+    `policies.STEADY_READINGS`). Deterministic, and no command.
     """
-    info = workflow.info()
-    size, events = info.get_current_history_size(), info.get_current_history_length()
-    if level() < policies.SIGNALS_SIZED:
-        return size, events
-    run = workflow.instance()
-    first_size, first_events = getattr(run, "first_history", (0, 0))
-    signal_bytes, signals = int(getattr(run, "signal_bytes", 0)), int(getattr(run, "signals", 0))
-    return max(size, first_size + signal_bytes), max(events, first_events + signals)
+    now = reading()
+    return now.size, now.events
 
 
 def past_last_line() -> bool:

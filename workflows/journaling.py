@@ -30,7 +30,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 from agentor_temporal.store.events import Event
-from agentor_temporal.workflows import policies
+from agentor_temporal.workflows import policies, steady
 from agentor_temporal.workflows.activity_types import JournalInput, JournalResult
 from agentor_temporal.workflows.conversation import ConversationRef, chain_digest
 from agentor_temporal.workflows.formatting import failure_message
@@ -261,15 +261,19 @@ class Journal:
             else {},
         )
         try:
-            res: JournalResult = await workflow.execute_local_activity(
-                policies.JOURNAL,
-                plain(inp),
-                result_type=JournalResult,
-                start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
-                retry_policy=(
-                    policies.FINAL_MIRROR_RETRY_POLICY if strict else policies.LOCAL_RETRY_POLICY
-                ),
-                summary=f"journal {total - self._journaled} events",
+            res: JournalResult = await steady.local(
+                workflow.start_local_activity(
+                    policies.JOURNAL,
+                    plain(inp),
+                    result_type=JournalResult,
+                    start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
+                    retry_policy=(
+                        policies.FINAL_MIRROR_RETRY_POLICY
+                        if strict
+                        else policies.LOCAL_RETRY_POLICY
+                    ),
+                    summary=f"journal {total - self._journaled} events",
+                )
             )
         except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
             # a local activity's failure arrives unwrapped (the activity's own

@@ -26,7 +26,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
-from agentor_temporal.workflows import policies
+from agentor_temporal.workflows import policies, steady
 from agentor_temporal.workflows.activity_types import DescribeAgentInput
 from agentor_temporal.workflows.carry import Carry
 from agentor_temporal.workflows.formatting import SUMMARY_BYTES, failure_message, fit
@@ -115,13 +115,15 @@ async def describe(
     if given is not None:
         return given
     try:
-        spec: AgentSpec = await workflow.execute_local_activity(
-            policies.DESCRIBE_AGENT,
-            DescribeAgentInput(agent=agent, fingerprint=fingerprint or ""),
-            result_type=AgentSpec,
-            start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
-            retry_policy=policies.LOCAL_RETRY_POLICY,
-            summary=fit(f"describe {agent}", SUMMARY_BYTES),
+        spec: AgentSpec = await steady.local(
+            workflow.start_local_activity(
+                policies.DESCRIBE_AGENT,
+                DescribeAgentInput(agent=agent, fingerprint=fingerprint or ""),
+                result_type=AgentSpec,
+                start_to_close_timeout=policies.LOCAL_START_TO_CLOSE,
+                retry_policy=policies.LOCAL_RETRY_POLICY,
+                summary=fit(f"describe {agent}", SUMMARY_BYTES),
+            )
         )
     except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
         # a local activity's failure arrives unwrapped (its own

@@ -106,6 +106,8 @@ KNOBS: dict[str, dict[str, int]] = {
     "behaviour_20_watched_pause_history": {"PAUSED_HISTORY_EVENTS": 80},
     # a run continues as new past 20,000 events by default: past 10, after its first turn
     "behaviour_21_continued_history": {"HISTORY_EVENTS_BUDGET": 10},
+    # past 2, right after its first model answer (its first task holds 3 events)
+    "behaviour_24_local_continued_history": {"HISTORY_EVENTS_BUDGET": 2},
 }
 
 
@@ -931,6 +933,15 @@ SCENARIOS: dict[str, Scenario] = {
         _approval_by_signal,
         20,
     ),
+    # recorded at level 24: a run with local model calls whose turn ran no activity (a
+    # tool the model made up) continues as new right after the model's answer, reading
+    # its history as the task that asked the model did (policies.STEADY_READINGS)
+    "behaviour_24_local_continued_history": (
+        [CallTool("no_such_tool", {}), Reply("No such tool.")],
+        lambda: [weather_tool()],
+        _seed,
+        20,
+    ),
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,
@@ -943,6 +954,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "behaviour_6_header_refused_history": {"store": None},
     "behaviour_22_local_child_history": {"store": None, "local_model_calls": True},
     "behaviour_22_local_long_answer_history": {"store": None, "local_model_calls": True},
+    "behaviour_24_local_continued_history": {"store": None, "local_model_calls": True},
     "local_model_calls_history": {"local_model_calls": True},
     "local_model_calls_approval_history": {"local_model_calls": True},
 }
