@@ -94,6 +94,8 @@ class AgentRunWorkflow(Continuing):
         #: signals this execution took, of every name (`_signalled`), and their bytes
         self.signals = 0
         self.signal_bytes = 0
+        #: updates this execution accepted (`PauseWatch` counts them with the signals)
+        self.updates = 0
         #: what the execution's first workflow task saw: bytes, events (`history_now`)
         info = workflow.info()
         self.first_history = (info.get_current_history_size(), info.get_current_history_length())
@@ -227,6 +229,7 @@ class AgentRunWorkflow(Continuing):
         `PausedState` item by item before encoding it, over a second for a
         turn of 500 calls with long arguments.
         """
+        self.updates += 1
         await workflow.wait_condition(lambda: self._closing or self._paused())
         paused = self._pause()
         if paused is None:
@@ -253,6 +256,7 @@ class AgentRunWorkflow(Continuing):
     @workflow.update(name="decide")
     def decide(self, decision: RawValue = NO_INPUT) -> dict[str, Any]:
         """Approve or deny one waiting tool call (a `Decision`); the first decision wins."""
+        self.updates += 1
         info = workflow.current_update_info()
         return self._approvals.take(
             sent_decision(None if decision is NO_INPUT else decision),

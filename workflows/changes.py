@@ -153,7 +153,7 @@ PATCH_RESULTS_UNKEPT = "results-unkept"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 23
+BEHAVIOUR = 25
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -395,3 +395,14 @@ JOURNAL_CHOICE_RECORDED = 22
 #: decide that later call. A level, not a fix in place: a recorded history in
 #: which a repeat decided a later call must replay as it was.
 SIGNAL_REPEATS_KEPT = 23
+#: (class: history limits and long runs) From this level a run waiting for a
+#: person stops, failed and resumable, once the signals and accepted updates
+#: it took since it began to wait reach PAUSED_WAIT_TASKS (`PauseWatch`).
+#: Each is a workflow task in its history, and a worker that does not hold
+#: the run in its cache (restarted, or the run evicted under load) replays
+#: the whole history in one workflow task: past a few thousand such tasks
+#: the replay alone outlasted the 5 s workflow task timeout on every attempt
+#: (measured: bench/replay_signals.py), and the run, waiting on, could never
+#: take a decision again. The stops before (40,000 events, 9,000 signals)
+#: were far past that. Level 24 is another pass's.
+PAUSE_COUNTS_TASKS = 25

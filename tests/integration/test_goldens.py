@@ -113,6 +113,8 @@ KNOBS: dict[str, dict[str, int]] = {
     "behaviour_20_watched_pause_history": {"PAUSED_HISTORY_EVENTS": 80},
     # a run continues as new past 20,000 events by default: past 10, after its first turn
     "behaviour_21_continued_history": {"HISTORY_EVENTS_BUDGET": 10},
+    # a paused run stops after 1,000 signals and updates while it waits: 20 take a moment
+    "behaviour_25_task_capped_pause_history": {"PAUSED_WAIT_TASKS": 20},
 }
 
 
@@ -938,6 +940,9 @@ SCENARIOS: dict[str, Scenario] = {
         _approval_by_signal,
         20,
     ),
+    # recorded at level 25: a paused run sent signals stops once it took PAUSED_WAIT_TASKS
+    # signals and updates while it waited (policies.PAUSE_COUNTS_TASKS)
+    "behaviour_25_task_capped_pause_history": OVERGROWN_PAUSE,
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,
