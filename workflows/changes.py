@@ -404,5 +404,9 @@ SIGNAL_REPEATS_KEPT = 23
 #: the replay alone outlasted the 5 s workflow task timeout on every attempt
 #: (measured: bench/replay_signals.py), and the run, waiting on, could never
 #: take a decision again. The stops before (40,000 events, 9,000 signals)
-#: were far past that. Level 24 is another pass's.
+#: were far past that. So does a run whose tools run (`HistoryWatch`, counted
+#: from when its turn's calls began; not while its model request streams,
+#: whose own text deltas are signals): it stops mid-turn as at
+#: PAUSED_HISTORY_EVENTS, where before a tool running for hours took every
+#: signal up to Temporal's 10,000. Level 24 is another pass's.
 PAUSE_COUNTS_TASKS = 25

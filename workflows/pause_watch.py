@@ -23,7 +23,7 @@ from collections.abc import Callable
 from temporalio import workflow
 
 from agentor_temporal.workflows import policies
-from agentor_temporal.workflows.history_watch import history_now
+from agentor_temporal.workflows.history_watch import history_now, taken, tasks_past
 from agentor_temporal.workflows.versions import level
 
 
@@ -53,18 +53,10 @@ def pause_overgrown() -> str | None:
     )
 
 
-def taken() -> int:
-    """Signals and accepted updates the execution took (`AgentRunWorkflow`'s counts)."""
-    run = workflow.instance()
-    return int(getattr(run, "signals", 0)) + int(getattr(run, "updates", 0))
-
-
 def wait_overgrown(since: int) -> str | None:
     """Why the pause must stop for the workflow tasks it took since `since`, or None."""
-    if level() < policies.PAUSE_COUNTS_TASKS:
-        return None
-    took = taken() - since
-    if took < policies.PAUSED_WAIT_TASKS:
+    took = tasks_past(since)
+    if took is None:
         return None
     return (
         f"it took {took:,} signals and updates while it waited (it stops at "

@@ -438,7 +438,8 @@ PAUSED_HISTORY_EVENTS = 40_000
 #: what a workflow task may bring in at once.
 PAUSED_SIGNALS = 9_000
 #: Signals and accepted updates a run waiting for a person may take from when
-#: it began to wait (`PAUSE_COUNTS_TASKS`): each is at most one workflow task,
+#: it began to wait, or a run whose tools run from when they began
+#: (`PAUSE_COUNTS_TASKS`): each is at most one workflow task,
 #: and a fresh worker replays a history of ~1,000 of them well within the
 #: 5 s workflow task timeout, where 3,000-5,000 took longer under load
 #: (docs/benchmarks-notes.md). A decision sent by each person is one.

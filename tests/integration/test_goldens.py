@@ -115,6 +115,7 @@ KNOBS: dict[str, dict[str, int]] = {
     "behaviour_21_continued_history": {"HISTORY_EVENTS_BUDGET": 10},
     # a paused run stops after 1,000 signals and updates while it waits: 20 take a moment
     "behaviour_25_task_capped_pause_history": {"PAUSED_WAIT_TASKS": 20},
+    "behaviour_25_task_capped_turn_history": {"PAUSED_WAIT_TASKS": 20},
 }
 
 
@@ -943,6 +944,8 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 25: a paused run sent signals stops once it took PAUSED_WAIT_TASKS
     # signals and updates while it waited (policies.PAUSE_COUNTS_TASKS)
     "behaviour_25_task_capped_pause_history": OVERGROWN_PAUSE,
+    # and a run whose tools run stops mid-turn so (policies.PAUSE_COUNTS_TASKS)
+    "behaviour_25_task_capped_turn_history": OVERGROWN_TURN,
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,
