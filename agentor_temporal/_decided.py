@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import timedelta
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal.activities._redact import clean
@@ -20,6 +22,9 @@ from agentor_temporal.workflows.formatting import printable
 from agentor_temporal.workflows.history_reader import NotAnAgentRun
 
 logger = logging.getLogger("agentor_temporal")
+
+#: how long a refused decision waits to read how the closed run ended (`_run_ended`)
+RESULT_PATIENCE = timedelta(seconds=10)
 
 #: a Temporal execution's run id: a UUID (the server makes version 7 ones)
 EXECUTION_RUN_ID_PATTERN = r"^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$"
@@ -67,6 +72,8 @@ async def check_waiting(
         raise NotAnAgentRun(run_id, description.workflow_type)
     if description.status is None or description.status.name != "RUNNING":
         status = description.status.name.lower() if description.status else "unknown"
+        if status == "completed":
+            status = await _run_ended(handle)
         # decided in the execution that asked: another person's decision there may
         # have finished it (or the run), just before this one came
         decided = (
@@ -84,6 +91,25 @@ async def check_waiting(
             f"Run {run_id!r} is not waiting for approval (it is {status}{decided}); "
             "nothing changed."
         )
+
+
+async def _run_ended(handle: WorkflowHandle[Any, Any]) -> str:
+    """How a run whose execution completed ended, as its result says.
+
+    A run that failed resumable (stopped while it waited for a person, an
+    approval expired with "fail", a call failed) returns its failure, so its
+    execution completes: a decision sent then was told the run "is completed",
+    and its sender had no word that `resume` goes on (and asks again).
+    """
+    try:
+        result = await handle.result(follow_runs=False, rpc_timeout=RESULT_PATIENCE)
+    except Exception as exc:  # the refusal stands without it
+        logger.debug("Could not read how run %s ended: %s", handle.id, exc)
+        return "completed"
+    ended = result.get("status") if isinstance(result, dict) else None
+    if not isinstance(ended, str) or ended == "completed":
+        return "completed"
+    return f"{printable(ended)[:40]}; resume(run_id) continues it"
 
 
 async def _is_latest(client: Client, run_id: str, execution_run_id: str) -> bool:

@@ -48,7 +48,12 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.deadline import Deadline, model_request, run_deadline
     from agentor_temporal.workflows.formatting import call_summary, fit
     from agentor_temporal.workflows.generation import AnswerKept, Generation
-    from agentor_temporal.workflows.history_watch import HistoryWatch, history_now
+    from agentor_temporal.workflows.history_watch import (
+        HistoryWatch,
+        history_now,
+        tasks_error,
+        tasks_past,
+    )
     from agentor_temporal.workflows.input_limits import (
         calls_problem,
         depth_problem,
@@ -94,6 +99,8 @@ class AgentRunWorkflow(Continuing):
         #: signals this execution took, of every name (`_signalled`), and their bytes
         self.signals = 0
         self.signal_bytes = 0
+        #: updates this execution accepted (`PauseWatch` counts them with the signals)
+        self.updates = 0
         #: what the execution's first workflow task saw: bytes, events (`history_now`)
         info = workflow.info()
         self.first_history = (info.get_current_history_size(), info.get_current_history_length())
@@ -147,6 +154,8 @@ class AgentRunWorkflow(Continuing):
         self._overgrown: str | None = None
         #: the turn whose model request is in flight, if one is
         self._asking: int | None = None
+        #: signals and updates its tools' wait took, once past PAUSED_WAIT_TASKS
+        self._tasks_taken: int | None = None
         #: the turn whose request was in flight when the run was stopped, and what
         #: became of it (`policies.GENERATION_KEPT`): its answer recorded, or not
         self._stopped_asking: int | None = None
@@ -227,6 +236,7 @@ class AgentRunWorkflow(Continuing):
         `PausedState` item by item before encoding it, over a second for a
         turn of 500 calls with long arguments.
         """
+        self.updates += 1
         await workflow.wait_condition(lambda: self._closing or self._paused())
         paused = self._pause()
         if paused is None:
@@ -253,6 +263,7 @@ class AgentRunWorkflow(Continuing):
     @workflow.update(name="decide")
     def decide(self, decision: RawValue = NO_INPUT) -> dict[str, Any]:
         """Approve or deny one waiting tool call (a `Decision`); the first decision wins."""
+        self.updates += 1
         info = workflow.current_update_info()
         return self._approvals.take(
             sent_decision(None if decision is NO_INPUT else decision),
@@ -444,7 +455,12 @@ class AgentRunWorkflow(Continuing):
         if self._status != "running" or self._approvals.awaiting:
             return False
         size, events = history_now()
-        return size > policies.PAUSED_HISTORY_BYTES or events > policies.PAUSED_HISTORY_EVENTS
+        if size > policies.PAUSED_HISTORY_BYTES or events > policies.PAUSED_HISTORY_EVENTS:
+            return True
+        # while its tools run (its model request's own text deltas are signals too)
+        watch = self._tools.watch
+        self._tasks_taken = None if self._asking or watch is None else tasks_past(watch.began)
+        return self._tasks_taken is not None
 
     def _stop_grown(self) -> None:
         """Note why the run stops, before the watch cancels its wait (`HistoryWatch`)."""
@@ -453,6 +469,8 @@ class AgentRunWorkflow(Continuing):
 
     def _grown_error(self) -> str:
         """The `run_end` error of a run stopped by its history mid-turn."""
+        if self._tasks_taken is not None:
+            return tasks_error(self._tasks_taken)
         gauge = HistoryGauge.now()
         return (
             f"The run stopped mid-turn: its history reached {gauge.bytes / 1e6:.1f} MB and "

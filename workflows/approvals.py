@@ -28,7 +28,9 @@ at which Temporal terminates the run. So a run whose history passes
 `policies.PAUSED_HISTORY_BYTES` or `PAUSED_HISTORY_EVENTS` while it waits
 stops (`PauseOvergrown`), failed and resumable, as an expiry with "fail" does;
 so does one whose execution took `PAUSED_SIGNALS` signals (Temporal refuses
-the rest, the decisions sent by signal among them).
+the rest, the decisions sent by signal among them), and one that took
+`PAUSED_WAIT_TASKS` signals and updates while it waited (a worker without the
+run in its cache replays them all in one workflow task, see `pause_watch`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from agentor_temporal.workflows.formatting import (
     quoted,
 )
 from agentor_temporal.workflows.journaling import Journal
-from agentor_temporal.workflows.pause_watch import PauseWatch, pause_overgrown
+from agentor_temporal.workflows.pause_watch import PauseWatch, pause_overgrown, stopped_waiting
 from agentor_temporal.workflows.payloads import plain
 from agentor_temporal.workflows.request_ids import SIGNAL_SHAPE, request_id_problem
 from agentor_temporal.workflows.types import Decision, ToolSpec
@@ -502,18 +504,18 @@ class Approvals:
             if decision is None:
                 # `end_waiting`: the run fails, and this call is not decided
                 self.awaiting.pop(call_id, None)
-                overgrown = pause_overgrown() if self.ended is None else None
+                # from PAUSE_COUNTS_TASKS the watcher's reason, which counts the
+                # wait's own tasks too
+                tasks = watched and level() >= policies.PAUSE_COUNTS_TASKS
+                overgrown = None
+                if self.ended is None:
+                    overgrown = self._watch.why if tasks else pause_overgrown()
                 if overgrown is not None:
                     # the first call to see it ends every call's wait; the
                     # other calls waiting are answered as not run
                     self.end_waiting(overgrown)
                     raise PauseOvergrown(
-                        f"The run stopped while waiting for a person: {overgrown} "
-                        f"(every signal or update sent to a waiting run adds to its history, "
-                        f"and Temporal terminates a run at 50 MB or 51,200 events). The calls "
-                        f"that ran keep their results, the ones waiting did not run; resume "
-                        f"continues the run, and the model may ask for them again. Find what "
-                        f"sent it so many signals or updates.",
+                        stopped_waiting(overgrown, by_tasks=tasks and self._watch.by_tasks),
                         self._not_run(name, args, call_id),
                     )
                 return self._not_run(name, args, call_id)

@@ -153,7 +153,7 @@ PATCH_RESULTS_UNKEPT = "results-unkept"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 24
+BEHAVIOUR = 25
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -408,3 +408,18 @@ SIGNAL_REPEATS_KEPT = 23
 #: without it cached). The stops at PAUSED_HISTORY_* and LAST_HISTORY_*
 #: after an approval predicate or a model request read so too.
 STEADY_READINGS = 24
+#: (class: history limits and long runs) From this level a run waiting for a
+#: person stops, failed and resumable, once the signals and accepted updates
+#: it took since it began to wait reach PAUSED_WAIT_TASKS (`PauseWatch`).
+#: Each is a workflow task in its history, and a worker that does not hold
+#: the run in its cache (restarted, or the run evicted under load) replays
+#: the whole history in one workflow task: past a few thousand such tasks
+#: the replay alone outlasted the 5 s workflow task timeout on every attempt
+#: (measured: bench/replay_signals.py), and the run, waiting on, could never
+#: take a decision again. The stops before (40,000 events, 9,000 signals)
+#: were far past that. So does a run whose tools run (`HistoryWatch`, counted
+#: from when its turn's calls began; not while its model request streams,
+#: whose own text deltas are signals): it stops mid-turn as at
+#: PAUSED_HISTORY_EVENTS, where before a tool running for hours took every
+#: signal up to Temporal's 10,000.
+PAUSE_COUNTS_TASKS = 25

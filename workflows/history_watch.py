@@ -12,6 +12,11 @@ waits: a run that never nears the limits records the history it always did
 (wrapping the whole loop in a task beside a watcher moved the first search-
 attribute upsert into a command of its own).
 
+From `policies.PAUSE_COUNTS_TASKS` the tools' wait also stops once the run
+took `policies.PAUSED_WAIT_TASKS` signals and updates since it began
+(`tasks_past`): each is a workflow task, and a worker without the run in its
+cache replays them all in one, past its 5 s timeout after a few thousand.
+
 Once a run stops, what it still waits for (calls running, a model answer) is
 waited for only short of a last line (`within_last_line`, from
 `policies.HISTORY_LAST_LINE`): signals may go on arriving meanwhile.
@@ -42,12 +47,15 @@ class HistoryWatch:
     def __init__(self, grown: Callable[[], bool], stop: Callable[[], None]) -> None:
         self._grown = grown
         self._stop = stop
+        #: what the execution had taken (`taken`) when the current watched wait began
+        self.began = 0
 
     @asynccontextmanager
     async def watching(self) -> AsyncIterator[None]:
         """Within: the current task is cancelled should the history grow past the limit."""
         waiting = asyncio.current_task()
         assert waiting is not None  # workflow code runs in tasks
+        self.began = taken()
         watch = asyncio.ensure_future(self._cancel_when_grown(waiting))
         try:
             yield
@@ -64,6 +72,38 @@ class HistoryWatch:
 def watching(watch: HistoryWatch | None) -> AbstractAsyncContextManager[None]:
     """`watch.watching()`, or nothing to enter for a run recorded before the watch."""
     return nullcontext() if watch is None else watch.watching()
+
+
+def taken() -> int:
+    """Signals and accepted updates the execution took (`AgentRunWorkflow`'s counts).
+
+    Each is at most one workflow task, and a worker without the run in its
+    cache replays them all in one (`policies.PAUSE_COUNTS_TASKS`).
+    """
+    run = workflow.instance()
+    return int(getattr(run, "signals", 0)) + int(getattr(run, "updates", 0))
+
+
+def tasks_past(since: int) -> int | None:
+    """What the execution took since `since` (`taken`), once that reaches
+    `policies.PAUSED_WAIT_TASKS` (from `PAUSE_COUNTS_TASKS`); else None."""
+    if level() < policies.PAUSE_COUNTS_TASKS:
+        return None
+    took = taken() - since
+    return took if took >= policies.PAUSED_WAIT_TASKS else None
+
+
+def tasks_error(took: int) -> str:
+    """The `run_end` error of a run stopped mid-turn by what its tools' wait took (`tasks_past`)."""
+    return (
+        f"The run stopped mid-turn: it took {took:,} signals and updates while its tools ran "
+        f"(it stops at {policies.PAUSED_WAIT_TASKS:,}: each is a workflow task in its history, "
+        "and a worker that does not hold the run in memory replays the whole history in one "
+        "workflow task, which past a few thousand of them outlasts Temporal's workflow task "
+        "timeout, and the run could not go on; a run continues as new only between turns). "
+        "Find what sent it so many. The calls that ran are recorded, and resume(run_id) "
+        "continues it."
+    )
 
 
 def history_now() -> tuple[int, int]:

@@ -437,6 +437,13 @@ PAUSED_HISTORY_EVENTS = 40_000
 #: (`PAUSE_COUNTS_SIGNALS`): short of Temporal's 10,000 per execution by
 #: what a workflow task may bring in at once.
 PAUSED_SIGNALS = 9_000
+#: Signals and accepted updates a run waiting for a person may take from when
+#: it began to wait, or a run whose tools run from when they began
+#: (`PAUSE_COUNTS_TASKS`): each is at most one workflow task,
+#: and a fresh worker replays a history of ~1,000 of them well within the
+#: 5 s workflow task timeout, where 3,000-5,000 took longer under load
+#: (docs/benchmarks-notes.md). A decision sent by each person is one.
+PAUSED_WAIT_TASKS = 1_000
 #: Past these, a run that stopped waits for nothing more and closes
 #: (`HISTORY_LAST_LINE`): short of Temporal's 50 MB and 51,200 events by what
 #: its close adds (its turn's results, at most MAX_TURN_RESULT_BYTES, its last

@@ -108,6 +108,9 @@ KNOBS: dict[str, dict[str, int]] = {
     "behaviour_21_continued_history": {"HISTORY_EVENTS_BUDGET": 10},
     # past 2, right after its first model answer (its first task holds 3 events)
     "behaviour_24_local_continued_history": {"HISTORY_EVENTS_BUDGET": 2},
+    # a paused run stops after 1,000 signals and updates while it waits: 20 take a moment
+    "behaviour_25_task_capped_pause_history": {"PAUSED_WAIT_TASKS": 20},
+    "behaviour_25_task_capped_turn_history": {"PAUSED_WAIT_TASKS": 20},
 }
 
 
@@ -942,6 +945,11 @@ SCENARIOS: dict[str, Scenario] = {
         _seed,
         20,
     ),
+    # recorded at level 25: a paused run sent signals stops once it took PAUSED_WAIT_TASKS
+    # signals and updates while it waited (policies.PAUSE_COUNTS_TASKS)
+    "behaviour_25_task_capped_pause_history": OVERGROWN_PAUSE,
+    # and a run whose tools run stops mid-turn so (policies.PAUSE_COUNTS_TASKS)
+    "behaviour_25_task_capped_turn_history": OVERGROWN_TURN,
     # model requests as local activities (`local_model_calls=True`)
     "local_model_calls_history": SEED,
     "local_model_calls_approval_history": APPROVAL,
