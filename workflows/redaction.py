@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
+from agentor_temporal.workflows.byte_lists import mask_listed
 from agentor_temporal.workflows.canonical import canonical_forms, mask_canonical
 from agentor_temporal.workflows.hex_dumps import mask_dumped
 from agentor_temporal.workflows.url_runs import sub_urls
@@ -250,8 +251,9 @@ def mask_all(text: str, secrets: Iterable[str | None], pieces: bool = False) -> 
     """`text` with every one of `secrets` masked, in every spelling that reads as it
     (`canonical`: any letter case, JSON escapes, percent-escapes, HTML character
     references, full-width letters, invisible characters between its letters) and
-    its base64 split by the line breaks of wrapped base64 (`mask_wrapped`), and its bytes
-    in a hex dump (`mask_dumped`: `xxd .env`, its digits and its column of characters).
+    its base64 split by the line breaks of wrapped base64 (`mask_wrapped`), its bytes
+    in a hex dump (`mask_dumped`: `xxd .env`, its digits and its column of characters), and
+    its bytes as a list of numbers (`mask_listed`: Go's `[115 107 45 ...]`).
 
     With `pieces` (a tool's result or error: a text that may be one chunk of a longer
     one), each piece of a secret at the edge of a word too (`key_pieces`). Not for a
@@ -265,6 +267,8 @@ def mask_all(text: str, secrets: Iterable[str | None], pieces: bool = False) -> 
         return text
     # a dump's digits first, while its lines are as the dump wrote them
     text = mask_dumped(text, forms)
+    # its bytes as a list of numbers (Go's `[]byte`, Java's `Arrays.toString`, `xxd -i`)
+    text = mask_listed(text, forms, MASK)
     for form in forms:
         # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM),
         # or a key by a quoted-printable soft line break: first, while the form is whole (a
