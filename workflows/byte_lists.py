@@ -19,7 +19,7 @@ the GIL: the tool's heartbeats with it). Pure functions over strings, as `redact
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 #: The fewest numbers in a run read as bytes: no known secret is shorter (MIN_SECRET_CHARS).
 MIN_ITEMS = 6
@@ -85,19 +85,24 @@ def _hex(item: str) -> int:
     return int(item, 16)
 
 
-def _spans(text: str, forms: list[bytes]) -> list[tuple[int, int]]:
+def _spans(text: str, forms: Collection[str]) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     # the characters the longest form's bytes may take as numbers, with their separators
-    overlap = max(_OVERLAP, max(len(w) for w in forms) * _ITEM_CHARS)
+    # (a form's bytes: up to 4 a character)
+    overlap = max(_OVERLAP, max(map(len, forms), default=0) * 4 * _ITEM_CHARS)
+    wanted: list[bytes] | None = None  # encoded once a text holds a run: most hold none
     for pattern, items, value in ((_LISTED, _NUMBER, _value), (_DASHED, _PAIR, _hex)):
         for run in _runs(pattern, text, overlap):
+            if wanted is None:
+                encoded = (f.encode("utf-8", "surrogatepass").lower() for f in forms)
+                wanted = [w for w in encoded if w]
             spelled = items.findall(text, run.start(), run.end())
             # a decimal run's numbers read in C (a JSON array of a million numbers: seconds
             # one by one)
             plain_ints = value is _value and "x" not in run.group(0).lower()
             values = bytes(map(int if plain_ints else value, spelled))
             plain = values.replace(b"\0", b"").lower()
-            found = [(at, len(w)) for w in forms for at in _finds(plain, w)]
+            found = [(at, len(w)) for w in wanted for at in _finds(plain, w)]
             if not found:
                 continue
             numbers = list(items.finditer(text, run.start(), run.end()))
@@ -114,13 +119,12 @@ def _finds(data: bytes, wanted: bytes) -> Iterable[int]:
         at = data.find(wanted, at + 1)
 
 
-def mask_listed(text: str, forms: Iterable[str], mask: str) -> str:
+def mask_listed(text: str, forms: Collection[str], mask: str) -> str:
     """`text` with each of `forms` spelled as a list of its bytes' numbers masked (unchanged
     when none is)."""
     if len(text) < MIN_ITEMS * 2:
         return text
-    wanted = [f.encode("utf-8", "surrogatepass").lower() for f in forms]
-    spans = sorted(_spans(text, [w for w in wanted if w]))
+    spans = sorted(_spans(text, forms))
     if not spans:
         return text
     out, pos = [], 0
