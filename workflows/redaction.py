@@ -21,9 +21,10 @@ import base64
 import binascii
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
+from agentor_temporal.workflows.byte_lists import mask_listed
 from agentor_temporal.workflows.canonical import canonical_forms, mask_canonical
 from agentor_temporal.workflows.hex_dumps import mask_dumped
 from agentor_temporal.workflows.url_runs import sub_urls
@@ -250,8 +251,9 @@ def mask_all(text: str, secrets: Iterable[str | None], pieces: bool = False) -> 
     """`text` with every one of `secrets` masked, in every spelling that reads as it
     (`canonical`: any letter case, JSON escapes, percent-escapes, HTML character
     references, full-width letters, invisible characters between its letters) and
-    its base64 split by the line breaks of wrapped base64 (`mask_wrapped`), and its bytes
-    in a hex dump (`mask_dumped`: `xxd .env`, its digits and its column of characters).
+    its base64 split by the line breaks of wrapped base64 (`mask_wrapped`), its bytes
+    in a hex dump (`mask_dumped`: `xxd .env`, its digits and its column of characters), and
+    its bytes as a list of numbers (`mask_listed`: Go's `[115 107 45 ...]`).
 
     With `pieces` (a tool's result or error: a text that may be one chunk of a longer
     one), each piece of a secret at the edge of a word too (`key_pieces`). Not for a
@@ -265,6 +267,8 @@ def mask_all(text: str, secrets: Iterable[str | None], pieces: bool = False) -> 
         return text
     # a dump's digits first, while its lines are as the dump wrote them
     text = mask_dumped(text, forms)
+    # its bytes as a list of numbers (Go's `[]byte`, Java's `Arrays.toString`, `xxd -i`)
+    text = mask_listed(text, forms, MASK)
     for form in forms:
         # its base64 split by the line breaks of wrapped base64 (`encodebytes`, MIME, PEM),
         # or a key by a quoted-printable soft line break: first, while the form is whole (a
@@ -412,7 +416,8 @@ def secret_forms(secret: str) -> list[str]:
     the key, base64'd as a Kubernetes secret keeps it): at each of base64's
     three alignments, the characters that encode the secret's bytes alone,
     all but at most two bytes at each end (`_base64_pieces`), of its UTF-8 and of its
-    UTF-16; and hex, of its UTF-8 and its UTF-16 (either byte order).
+    UTF-16, and of a text holding its base64 or percent-encoding (`_base64_again`); and hex,
+    of its UTF-8 and its UTF-16 (either byte order).
     """
     forms = [secret, quote(secret), quote(secret, safe=""), quote_plus(secret)]
     # encoded twice: a URL holding it put in another's query (a redirect's `?next=`)
@@ -426,6 +431,7 @@ def secret_forms(secret: str) -> list[str]:
     # its UTF-16's base64 inside a longer one's: PowerShell's `-EncodedCommand` (a process
     # list's command line setting the key), a Windows file (UTF-16) sent as a mail attachment
     forms += _base64_pieces(secret.encode("utf-16-le", "surrogatepass"))
+    forms += _base64_again(secret, raw)
     # hex, in either case: a dump of the bytes holding it; and of its UTF-16 (a Windows
     # file's, PowerShell's output), whose NULs the canonical pass reads as nothing in text
     forms += [raw.hex(), raw.hex().upper()]
@@ -438,9 +444,33 @@ def secret_forms(secret: str) -> list[str]:
     return list(dict.fromkeys(forms))
 
 
-def _base64_pieces(raw: bytes) -> list[str]:
+def _base64_again(secret: str, raw: bytes) -> list[str]:
+    """The pieces of a longer base64 text that encode a text holding the secret's base64 or
+    its percent-encoding (standard alphabet: Kubernetes writes a secret's data so).
+
+    A Docker config's `auth` is base64 of `user:token`, and a Kubernetes secret holding the
+    config is base64 of it again (`kubectl get secret regcred -o yaml`'s
+    `.dockerconfigjson`); a URL's password is percent-encoded (`p%2Fss` for `p/ss`) and a
+    secret holding the URL (`DATABASE_URL`) is base64 of that. Neither held any piece of
+    the secret's own base64, so the token showed to anyone decoding twice (or once). The
+    inner text's pieces are of the standard alphabet too; at most 12 more forms a secret.
+    """
+    texts = [piece.encode() for piece in _base64_pieces(raw, (base64.b64encode,))]
+    quoted = quote(secret, safe="")
+    if quoted != secret:
+        texts.append(quoted.encode())
+    pieces = []
+    for text in texts:
+        pieces += _base64_pieces(text, (base64.b64encode,))
+    return pieces
+
+
+def _base64_pieces(
+    raw: bytes,
+    alphabets: tuple[Callable[[bytes], bytes], ...] = (base64.b64encode, base64.urlsafe_b64encode),
+) -> list[str]:
     """The base64 characters that encode `raw` alone when it begins 0, 1 or 2 bytes into a
-    3-byte group of a longer text (both alphabets)."""
+    3-byte group of a longer text (both alphabets, unless told which)."""
     pieces = []
     for shift in range(3):
         # the groups wholly inside `raw`: from the first boundary on, to the last
@@ -449,7 +479,7 @@ def _base64_pieces(raw: bytes) -> list[str]:
         if whole * 4 // 3 < MIN_BASE64_PIECE:
             continue
         piece = raw[start : start + whole]
-        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        for encode in alphabets:
             pieces.append(encode(piece).decode())
     return pieces
 

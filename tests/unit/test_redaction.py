@@ -907,3 +907,23 @@ def test_a_secrets_utf16_base64_inside_a_longer_one_is_masked(
     assert "***" in masked and masked.startswith(f"pwsh -EncodedCommand {encoded[:20]}")
     attachment = base64.encodebytes(f"{before}\r\nApiKey={key}\r\n".encode("utf-16")).decode()
     assert "***" in _redact.mask_secrets(attachment)
+
+
+@pytest.mark.parametrize("user", ["a", "ab", "abc"])
+def test_a_secrets_base64_or_percent_encoding_base64d_again_is_masked(
+    monkeypatch: pytest.MonkeyPatch, user: str
+) -> None:
+    """A Kubernetes secret holding a Docker config (its `auth` is base64 of `user:key`; the
+    key at each of base64's alignments, the config at each of the outer's) or a URL holding
+    the key percent-encoded: base64 again, a known form of neither."""
+    key = "sk-b64again_Q7wE2rT9+yU4iO1/pA8s"
+    monkeypatch.setattr(_redact, "_known", set())
+    _redact.remember(key)
+    auth = base64.b64encode(f"{user}:{key}".encode()).decode()
+    for before in ("", "{", "{ "):
+        config = f'{before}{{"auths": {{"registry.example": {{"auth": "{auth}"}}}}}}'
+        data = base64.b64encode(config.encode()).decode()
+        masked = _redact.mask_secrets(f".dockerconfigjson: {data}")
+        assert "***" in masked and masked.startswith(f".dockerconfigjson: {data[:20]}")
+    url = base64.b64encode(f"{user}https://h.example/?key={quote(key, safe='')}".encode())
+    assert "***" in _redact.mask_secrets(f"url: {url.decode()}")
