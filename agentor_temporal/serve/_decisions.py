@@ -9,6 +9,10 @@ name (`decision_id`), as its `decide` update's id and its signal's request id:
 before deciding, the server asks Temporal whether the run already took a
 decision under that id (`decided_before`), and sent again to the execution that
 took it, Temporal answers the update with its first outcome.
+
+Known limit: Temporal keeps an update's outcome with the execution that took it,
+and the run's latest execution is the one asked; a run that continued as new
+since (between turns) does not know the id, and takes the decision anew.
 """
 
 from __future__ import annotations
