@@ -10,14 +10,15 @@ before deciding, the server asks Temporal whether the run already took a
 decision under that id (`decided_before`), and sent again to the execution that
 took it, Temporal answers the update with its first outcome.
 
-Known limit: Temporal keeps an update's outcome with the execution that took it,
-and the run's latest execution is the one asked; a run that continued as new
-since (between turns) does not know the id, and takes the decision anew.
+Temporal keeps an update's outcome with the execution that took it: a run that
+continued as new since (between turns) is asked in its latest executions
+(`RECENT_EXECUTIONS`), newest first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -33,10 +34,16 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentor_temporal._outage import riding_outages
 from agentor_temporal.workflows.formatting import failure_message
 
+logger = logging.getLogger("agentor_temporal")
+
 #: how long to wait for the outcome of a decision under that id still in flight (its
 #: first sending, waiting for a worker): past it, the decision is sent again under
 #: the same id, which Temporal joins to the first
 IN_FLIGHT_WAIT = timedelta(seconds=5)
+
+#: how many of a run's executions, newest first, are asked for a decision sent before: a
+#: client sends a request again within moments, a turn or two (each may continue as new)
+RECENT_EXECUTIONS = 10
 
 #: the namespace of the ids `decision_id` makes (any fixed UUID would do)
 _DECISIONS = uuid.UUID("5f0c3c55-93b6-4a5e-9c1d-7a1f0d2b8e41")
@@ -50,17 +57,52 @@ def decision_id(run_id: str, name: str) -> str:
 async def decided_before(client: Client, run_id: str, request_id: str) -> dict[str, Any] | None:
     """What the run's decision sent under `request_id` came to, or None when it took none.
 
-    Asks the run's latest execution for the outcome of its `decide` update with
-    that id (Temporal keeps an update's outcome with the execution, closed too).
-    A decision taken by signal (a run past Temporal's updates) is not found
-    here: sent again under the same request id, the run answers it with what
-    the first came to. Nor is one still in flight past `IN_FLIGHT_WAIT`.
+    Asks the run's latest executions (`RECENT_EXECUTIONS`) for the outcome of
+    their `decide` update with that id (Temporal keeps an update's outcome with
+    its execution, closed too). A decision taken by signal (a run past
+    Temporal's updates) is not found here: sent again under the same request
+    id, the run answers it with what the first came to. Nor is one still in
+    flight past `IN_FLIGHT_WAIT`.
 
     Raises:
         ValueError: when the run refused that decision (saying why, as it did).
     """
+    asked: set[str] = set()
+    for execution in [None, *await _executions(client, run_id)]:
+        if execution in asked:
+            continue
+        asked.add(execution or "")
+        taken = await _outcome(client, run_id, execution, request_id)
+        if taken is not None:
+            return taken
+    return None
+
+
+async def _executions(client: Client, run_id: str) -> list[str]:
+    """The run's latest executions' ids, newest first (what visibility lists yet)."""
+    if "'" in run_id or "\\" in run_id:
+        return []
+    listed = client.list_workflows(f"WorkflowId = '{run_id}'", limit=RECENT_EXECUTIONS)
+    try:
+        return await riding_outages(
+            lambda: _ids(listed), client, what=f"listing the executions of run {run_id!r}"
+        )
+    except RPCError as exc:
+        logger.debug("Could not list the executions of run %s: %s", run_id, exc)
+        return []
+
+
+async def _ids(listed: Any) -> list[str]:
+    return [str(execution.run_id) async for execution in listed]
+
+
+async def _outcome(
+    client: Client, run_id: str, execution: str | None, request_id: str
+) -> dict[str, Any] | None:
+    """The outcome of the `decide` update `request_id` in one execution (None: the
+    latest), or None when it knows no such update."""
     handle: WorkflowUpdateHandle[dict[str, Any]] = client.get_workflow_handle(
-        run_id
+        run_id, run_id=execution
     ).get_update_handle(request_id, result_type=dict)
     try:
         return await riding_outages(

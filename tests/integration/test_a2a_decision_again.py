@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from temporalio.client import Client
 
 from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
@@ -130,6 +131,42 @@ async def test_a_decision_route_sent_again_with_its_key_decides_no_later_call(
                     route, json={"approve": False}, headers={"Idempotency-Key": "deny-eve"}
                 )
                 assert denied.status_code == 200 and denied.json()["turn"] == 2, denied.text
+            done = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert done.status == "completed", done.error
+    assert [line.split()[-1] for line in ledger_lines(ledger)] == ["bob"]
+
+
+async def test_a_decision_message_sent_again_after_a_continue_as_new_decides_nothing(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run continued as new between the turns: the message's decision is found in the
+    execution that took it (before the fix, and asking the latest only, turn 2's was taken)."""
+    from agentor_temporal.serve import create_app
+
+    monkeypatch.setenv("AGENTOR_HISTORY_BUDGET", "2000")
+    ledger = str(tmp_path / "ledger")
+    with ScriptedModelServer(SCRIPT) as model:
+        agent = payer(model, client, task_queue, ledger)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob 5, then eve 9000."), 60)
+            assert paused.status == "awaiting_approval", paused.error
+            run_id = paused.run_id
+            first_execution = (await client.get_workflow_handle(run_id).describe()).run_id
+            transport = httpx.ASGITransport(app=create_app([agent]))
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://serve", timeout=120
+            ) as http:
+                first = (await http.post("/", json=decision(run_id, "m-1"))).json()
+                assert first["result"]["status"]["state"] == "input-required", first
+                now = (await client.get_workflow_handle(run_id).describe()).run_id
+                assert now != first_execution  # turn 2 waits in an execution of its own
+                again = (await http.post("/", json=decision(run_id, "m-1"))).json()
+                assert again["result"]["status"]["state"] == "input-required", again
+            waiting = await agent.aresume(run_id)
+            [pending] = waiting.pending_approvals
+            assert (pending.turn, pending.args["to"]) == (2, "eve")
+            assert [line.split()[-1] for line in ledger_lines(ledger)] == ["bob"]
+            await agent.adeny(run_id, pending, by="carol")
             done = await asyncio.wait_for(agent.aresume(run_id), 60)
     assert done.status == "completed", done.error
     assert [line.split()[-1] for line in ledger_lines(ledger)] == ["bob"]
