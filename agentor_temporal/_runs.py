@@ -238,6 +238,7 @@ async def send_decision(
     execution_run_id: str | None = None,
     *,
     patience: float | None = None,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     """Deliver a person's decision to a run, through its `decide` update.
 
@@ -258,6 +259,9 @@ async def send_decision(
             but the signal's `DECISION_PATIENCE`. Not the reads of history
             before it is sent: a long history's took a short --wait whole, and
             the person was told Temporal held a decision never sent.
+        request_id: the decision's id, its update's and signal's: a client's
+            name for it (A2A's messageId), so that sent again it is answered
+            with what it came to, never taken for the call waiting now.
 
     Raises:
         KeyError: when Temporal does not know the run.
@@ -296,19 +300,27 @@ async def send_decision(
             execution_run_id = execution_run_id or waiting.execution_run_id
     if decision.at is None:
         decision = replace(decision, at=time.time())
-    delivered = _deliver(client, run_id, decision, execution_run_id)
+    delivered = _deliver(client, run_id, decision, execution_run_id, request_id)
     if patience is None:
         return await delivered
     return await patiently(delivered, patience, client)
 
 
 async def _deliver(
-    client: Client, run_id: str, decision: Decision, execution_run_id: str | None
+    client: Client,
+    run_id: str,
+    decision: Decision,
+    execution_run_id: str | None,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
-    """Send the decision `send_decision` made ready, by update or else by signal."""
+    """Send the decision `send_decision` made ready, by update or else by signal.
+
+    Under `request_id` when given (a client's own name for its decision: sent
+    again, the run answers with what the first sending came to), else a new id.
+    """
     handle = client.get_workflow_handle(run_id, run_id=execution_run_id)
     try:
-        update_id = uuid.uuid4().hex
+        update_id = request_id or uuid.uuid4().hex
         # sent again under its id while the server is unreachable: taken once
         result: dict[str, Any] = await riding_outages(
             lambda: _update_decision(handle, decision, update_id),

@@ -463,13 +463,18 @@ class Agentor:
         reason: str | None = None,
         by: str | None = None,
         turn: int | None = None,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         """`aapprove`/`adeny`, a worker given `patience` seconds to take the decision once
         it is sent (serve's routes): a bound around the whole call counted the reads of
-        history before it, and a server outage, and cancelled a decision never sent."""
+        history before it, and a server outage, and cancelled a decision never sent.
+        `request_id`: the decision's own id (`send_decision`), when its sender names it."""
         return await Runtime.get().run_async(
             self._decide(
-                run_id, *make_decision(call, approved, reason, by, turn), patience=patience
+                run_id,
+                *make_decision(call, approved, reason, by, turn),
+                patience=patience,
+                request_id=request_id,
             )
         )
 
@@ -513,6 +518,7 @@ class Agentor:
         decision: Decision,
         execution_run_id: str | None = None,
         patience: float | None = None,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         """Deliver `decision`, waiting `patience` seconds (default `DECISION_PATIENCE`) for a
         worker to take it, counted once this agent's embedded worker serves the run: its
@@ -538,7 +544,12 @@ class Agentor:
             try:
                 # a bound on the worker, not on a server outage (ridden out apart)
                 return await send_decision(
-                    client, run_id, decision, execution_run_id, patience=patience
+                    client,
+                    run_id,
+                    decision,
+                    execution_run_id,
+                    patience=patience,
+                    request_id=request_id,
                 )
             except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
                 raise TimeoutError(undelivered(run_id, decision.call_id, patience)) from None

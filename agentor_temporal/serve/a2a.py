@@ -11,7 +11,8 @@ event carries `id:` = its position, and `metadata: {"after": N}` (or the
 resubscriber gets the task as it stands, then what happens next. A run
 waiting for approval is `input-required`; a message to that task with a
 DataPart `{"call_id": ..., "approve": true|false, "reason": ...}` (or the
-text "approve" / "deny <reason>" when one call waits) decides it. Streams
+text "approve" / "deny <reason>" when one call waits) decides it; sent again
+under its messageId, it decides nothing more (`_decisions`). Streams
 stay open through `input-required` and end at the run's end.
 """
 
@@ -50,6 +51,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
+from agentor_temporal.serve._decisions import decided_before, decision_id
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, positioned
 from agentor_temporal.serve._state import Agents, ApiError, RunView, snapshot
 from agentor_temporal.serve._stopping import stopping_note, until_stopping
@@ -216,8 +218,8 @@ async def _begin(
     message = params.message
     if message.task_id:
         view = await _view(served, message.task_id)
-        await _decide(view, message)
-        return view.agent, message.task_id, len(view.result.events)
+        before = await _decide(view, message)
+        return view.agent, message.task_id, len(view.result.events) if before is None else before
     text = "\n".join(p.root.text for p in message.parts if isinstance(p.root, TextPart)).strip()
     if not text:
         raise RpcError(InvalidParamsError(message="the message has no text to start a task with"))
@@ -233,9 +235,21 @@ def message_run_id(agent: Agentor, message: Message) -> str:
     return uuid.uuid5(_MESSAGE_RUNS, f"{agent.name}\n{message.message_id}").hex
 
 
-async def _decide(view: RunView, message: Message) -> None:
-    """Deliver the approval decision a message to an input-required task carries."""
+async def _decide(view: RunView, message: Message) -> int | None:
+    """Deliver the approval decision a message to an input-required task carries.
+
+    A message sent again (its `messageId` the same: the client's send timed out)
+    decides nothing more: it is answered as the first was (`_decisions`), from the
+    position returned (after the decision it took); None for a decision taken now.
+    """
     run_id = str(view.result.run_id)
+    request_id = decision_id(run_id, message.message_id)
+    try:
+        taken = await decided_before(await view.agent._client(), run_id, request_id)
+    except ValueError as exc:
+        raise RpcError(InvalidParamsError(message=str(exc))) from None
+    if taken is not None:
+        return _after_decision(view, taken)
     pending = [p.call_id for p in view.result.pending_approvals]
     if not pending:
         state = state_of(view)[0].value
@@ -271,20 +285,36 @@ async def _decide(view: RunView, message: Message) -> None:
             turn = None
         try:
             # 30 s for a worker from the decision's sending (not the reads before it)
-            await view.agent._decide_within(30, run_id, shown, approve, reason, "a2a", turn)
+            await view.agent._decide_within(
+                30, run_id, shown, approve, reason, "a2a", turn, request_id=request_id
+            )
         except (KeyError, ValueError) as exc:
             raise RpcError(InvalidParamsError(message=str(exc))) from None
         except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
             raise RpcError(
                 UnsupportedOperationError(message="no worker took the decision within 30 s")
             ) from None
-        return
+        return None
     raise RpcError(
         InvalidParamsError(
             message=f"task {run_id} waits for approval of {', '.join(pending)}: reply with a "
             "DataPart {'call_id': ..., 'approve': true|false, 'reason': ...}"
         )
     )
+
+
+def _after_decision(view: RunView, taken: dict[str, Any]) -> int:
+    """The position after the decision `taken` (an update's outcome) in the task's events:
+    what follows it answers a message sent again, as it answered the first sending."""
+    for position in range(len(view.result.events), 0, -1):
+        event = view.result.events[position - 1]
+        if (
+            event.type == "approval_decision"
+            and event.call_id == taken.get("call_id")
+            and event.turn == taken.get("turn")
+        ):
+            return position
+    return len(view.result.events)
 
 
 async def _settle(agent: Agentor, run_id: str, after: int) -> None:

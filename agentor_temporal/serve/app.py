@@ -48,6 +48,7 @@ from agentor_temporal.connection import ConnectionFailed
 from agentor_temporal.serve import a2a, page
 from agentor_temporal.serve._bodies import BodyGuard
 from agentor_temporal.serve._compat import agent_output, chat_chunks
+from agentor_temporal.serve._decisions import decided_before, decision_id
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, run_frames
 from agentor_temporal.serve._state import (
     UNREACHABLE_RETRY_AFTER,
@@ -500,10 +501,23 @@ def _routes(served: Agents) -> APIRouter:
 
     # a model's call id may hold a '/': the rest of the path is the id
     @router.post("/runs/{run_id}/approvals/{call_id:path}")
-    async def decide(run_id: str, call_id: str, body: DecisionRequest) -> dict[str, Any]:
+    async def decide(
+        run_id: str, call_id: str, body: DecisionRequest, request: Request
+    ) -> dict[str, Any]:
         check_run_id(run_id)
+        key = idempotency_key(request)
         agent, segments = await served.find(run_id)
         client = await served.client()
+        # a retry with the same key is answered with what the first came to (200, or
+        # 409 as it was refused): the call waiting now may be a later turn's, same id
+        request_id = None if key is None else decision_id(run_id, f"http\n{call_id}\n{key}")
+        if request_id is not None:
+            try:
+                taken = await decided_before(client, run_id, request_id)
+            except ValueError as exc:
+                raise ApiError(409, str(exc)) from None
+            if taken is not None:
+                return {"run_id": run_id, **taken}
         recorded, _ = await served.read(
             lambda: run_events(run_id, segments, agent.store, client=client), run_id
         )
@@ -528,7 +542,14 @@ def _routes(served: Agents) -> APIRouter:
             # without a turn: the facade sends the turn of the call waiting now; the
             # bound starts when the decision is sent (not its reads of history, nor an outage)
             decided = await agent._decide_within(
-                DECISION_TIMEOUT, run_id, call, body.approve, body.reason, body.by, body.turn
+                DECISION_TIMEOUT,
+                run_id,
+                call,
+                body.approve,
+                body.reason,
+                body.by,
+                body.turn,
+                request_id=request_id,
             )
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None

@@ -120,7 +120,9 @@ def test_a2a_stream_dropped_then_resubscribe_continues(http: httpx.Client, gates
     assert missing["error"]["code"] == -32001
 
 
-def test_a2a_send_get_cancel_and_input_required(http: httpx.Client, gates: Path) -> None:
+def test_a2a_send_get_cancel_and_input_required(
+    http: httpx.Client, gates: Path, serve_env: dict[str, str]
+) -> None:
     """message/send blocks to a result; a waiting run is input-required; cancel and its errors."""
     done = http.post("/", json=rpc("message/send", text_message(PROMPT))).json()["result"]
     assert done["status"]["state"] == "completed"
@@ -146,8 +148,13 @@ def test_a2a_send_get_cancel_and_input_required(http: httpx.Client, gates: Path)
     paid = http.post("/", json=rpc("message/send", reply)).json()["result"]
     assert paid["status"]["state"] == "completed"
     assert paid["artifacts"][0]["parts"][0]["text"] == "Answer based on tool: Sent 1 to dave."
-    again = http.post("/", json=rpc("message/send", reply)).json()
-    assert again["error"]["code"] == -32602 and "not waiting" in again["error"]["message"]
+    # the same message again (its send timed out) is answered with the task, deciding nothing
+    again = http.post("/", json=rpc("message/send", reply)).json()["result"]
+    assert again["status"]["state"] == "completed"
+    assert len(ledger_for(serve_env, waiting["id"])) == 1
+    another = {"message": {**reply["message"], "messageId": uuid.uuid4().hex}}
+    refused = http.post("/", json=rpc("message/send", another)).json()
+    assert refused["error"]["code"] == -32602 and "not waiting" in refused["error"]["message"]
 
     # a plain-text reply decides the one waiting call; streamed, it carries on from there
     other = http.post("/", json=rpc("message/send", text_message("Pay erin", metadata=meta)))
