@@ -36,6 +36,7 @@ from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import QUOTED_CHARS, fit
 from agentor_temporal.workflows.steady import reading
 from agentor_temporal.workflows.types import Decision
+from agentor_temporal.workflows.versions import level
 
 
 @dataclass
@@ -268,7 +269,10 @@ class HistoryGauge:
 
     def due(self, budget: int) -> bool:
         """Whether the execution should continue as new at the next safe point."""
-        return self.suggested or self.bytes > budget or self.events > policies.HISTORY_EVENTS_BUDGET
+        events = policies.HISTORY_EVENTS_BUDGET
+        if level() >= policies.EVENTS_BUDGET_REPLAYABLE:
+            events = min(events, policies.REPLAYABLE_EVENTS_BUDGET)
+        return self.suggested or self.bytes > budget or self.events > events
 
     def describe(self) -> str:
         """For the run's current details."""

@@ -427,6 +427,15 @@ HISTORY_BUDGET_BYTES = 8_000_000
 HISTORY_LIMIT_BYTES = 10_000_000
 #: The same for events (Temporal terminates at 51,200).
 HISTORY_EVENTS_BUDGET = 20_000
+#: From `EVENTS_BUDGET_REPLAYABLE` an execution continues as new past this many
+#: events too: what a worker that does not hold the run in its cache (restarted,
+#: or the run evicted under load) replays in one workflow task well within its
+#: 5 s timeout. Measured (docs/benchmarks-notes.md, "Long executions replay"):
+#: 4,103 events replay in 2.4-4.7 s at load 12 on 2 cores, 17,738 events in
+#: 16-28 s, so a run on a server that suggests continue-as-new later than
+#: Temporal's default 4,096 events (or never) was taken by no worker again
+#: after a restart.
+REPLAYABLE_EVENTS_BUDGET = 3_000
 #: What a run waiting for a person may grow to before it stops
 #: (`PAUSE_STOPS_SHORT`): short of Temporal's 50 MB and 51,200 events by
 #: what the rest of a turn adds once decided (10 MB: a turn's results are

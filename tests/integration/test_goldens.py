@@ -111,6 +111,8 @@ KNOBS: dict[str, dict[str, int]] = {
     # a paused run stops after 1,000 signals and updates while it waits: 20 take a moment
     "behaviour_25_task_capped_pause_history": {"PAUSED_WAIT_TASKS": 20},
     "behaviour_25_task_capped_turn_history": {"PAUSED_WAIT_TASKS": 20},
+    # a run continues as new past 3,000 events from level 28: past 10, after its first turn
+    "behaviour_28_replayable_continued_history": {"REPLAYABLE_EVENTS_BUDGET": 10},
 }
 
 
@@ -916,6 +918,9 @@ SCENARIOS: dict[str, Scenario] = {
     # activity), carrying its spec unasked (policies.CARRIED_SPEC_TAKEN); the golden
     # is the execution that continued
     "behaviour_21_continued_history": SEED,
+    # recorded at level 28: a run continues as new past REPLAYABLE_EVENTS_BUDGET events
+    # (policies.EVENTS_BUDGET_REPLAYABLE), the server's suggestion far off
+    "behaviour_28_replayable_continued_history": SEED,
     # recorded at level 22: runs with local model calls whose last events take a journal
     # step right after their last request, decided without a patch
     # (policies.JOURNAL_CHOICE_RECORDED): a `run_agent` child, and events past a result's room
