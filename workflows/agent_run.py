@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import fields_of
+    from agentor_temporal.workflows.refusals import refusal
     from agentor_temporal.workflows.request_ids import query_refusal
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import LocalSpec, Setup, describe_continued, set_names
@@ -273,6 +274,17 @@ class AgentRunWorkflow(Continuing):
     @decide.validator
     def _validate_decision(self, decision: RawValue = NO_INPUT) -> None:
         self._approvals.check(sent_decision(None if decision is NO_INPUT else decision))
+
+    @workflow.update(name=policies.REFUSED_DECISION_UPDATE)
+    def decision_refused(self, sent: RawValue = NO_INPUT) -> None:
+        """Keep a decision's refusal under the decision's own id (`refusals`): it fails
+        with it, an outcome Temporal keeps, so the decision sent again is refused again."""
+        self.updates += 1
+        raise ApplicationError(refusal(sent), type="DecisionRefused", non_retryable=True)
+
+    @decision_refused.validator
+    def _validate_refusal(self, sent: RawValue = NO_INPUT) -> None:
+        refusal(sent)
 
     def decide_signal(self, value: Any) -> None:
         """`decide` for a sender Temporal refused the update: {"request_id", "decision"}."""

@@ -505,6 +505,8 @@ STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 EVENTS_QUERY_BYTES = 2_000_000
 #: the signal a decision goes by when Temporal refuses the `decide` update
 DECIDE_SIGNAL = "decide_signal"
+#: the update a refused decision's sender keeps the refusal by, under the decision's id
+REFUSED_DECISION_UPDATE = "decision_refused"
 
 #: Worker sizing. Activity calls running at once on one worker: a model call
 #: or an async tool is an await, not a thread, so this bounds memory, not

@@ -13,6 +13,12 @@ took it, Temporal answers the update with its first outcome.
 Temporal keeps an update's outcome with the execution that took it: a run that
 continued as new since (between turns) is asked in its latest executions
 (`RECENT_EXECUTIONS`), newest first.
+
+It keeps nothing of a decision refused outright (by the server's checks or the
+run's validator: the call was decided by someone else meanwhile, the run was
+working on), so such a refusal is sent to the run under the decision's id
+(`kept_refusal`, the `decision_refused` update, `workflows.refusals`), and the
+decision sent again is refused again, never taken for a later call.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -32,7 +39,11 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentor_temporal._outage import riding_outages
-from agentor_temporal.workflows.formatting import failure_message
+from agentor_temporal.workflows import policies
+from agentor_temporal.workflows.formatting import failure_message, fit
+from agentor_temporal.workflows.refusals import REFUSAL_BYTES
+
+T = TypeVar("T")
 
 logger = logging.getLogger("agentor_temporal")
 
@@ -44,6 +55,10 @@ IN_FLIGHT_WAIT = timedelta(seconds=5)
 #: how many of a run's executions, newest first, are asked for a decision sent before: a
 #: client sends a request again within moments, a turn or two (each may continue as new)
 RECENT_EXECUTIONS = 10
+
+#: how long a refusal waits for the run to keep it (a worker to take its update) before
+#: the sender is answered: past it, Temporal still hands the update to the next worker
+KEEP_WAIT = timedelta(seconds=10)
 
 #: the namespace of the ids `decision_id` makes (any fixed UUID would do)
 _DECISIONS = uuid.UUID("5f0c3c55-93b6-4a5e-9c1d-7a1f0d2b8e41")
@@ -120,3 +135,42 @@ async def _outcome(
         if exc.status == RPCStatusCode.NOT_FOUND:
             return None
         raise
+
+
+async def refused_kept(
+    client: Client,
+    run_id: str,
+    request_id: str | None,
+    deciding: Callable[[], Awaitable[T]],
+    refused: Callable[[Exception], str | None],
+) -> T:
+    """`deciding()`, a refusal of a decision sent under `request_id` (`refused`: its
+    text, None for what is no refusal) kept by the run before it is raised again."""
+    try:
+        return await deciding()
+    except Exception as exc:
+        said = refused(exc)
+        if request_id is not None and said is not None:
+            await kept_refusal(client, run_id, request_id, said)
+        raise
+
+
+async def kept_refusal(client: Client, run_id: str, request_id: str, refusal: str) -> None:
+    """Have the run keep `refusal` as the outcome of the decision sent under `request_id`.
+
+    Best effort: a closed run keeps nothing (it waits for no call again but by
+    resume, whose execution knows no update of the old one), and a run that
+    took a decision under that id meanwhile keeps that decision.
+    """
+    handle = client.get_workflow_handle(run_id)
+    try:
+        await asyncio.wait_for(
+            handle.execute_update(
+                policies.REFUSED_DECISION_UPDATE, fit(refusal, REFUSAL_BYTES), id=request_id
+            ),
+            KEEP_WAIT.total_seconds(),
+        )
+    except WorkflowUpdateFailedError:
+        return  # kept: the update fails with the refusal
+    except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError, asyncio.TimeoutError) as exc:
+        logger.debug("Run %s did not keep a refused decision: %s", run_id, exc)

@@ -51,7 +51,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentor_temporal.activities import _redact
 from agentor_temporal.agent import Agentor
-from agentor_temporal.serve._decisions import decided_before, decision_id
+from agentor_temporal.serve._decisions import decided_before, decision_id, refused_kept
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, positioned
 from agentor_temporal.serve._state import Agents, ApiError, RunView, snapshot
 from agentor_temporal.serve._stopping import stopping_note, until_stopping
@@ -244,12 +244,34 @@ async def _decide(view: RunView, message: Message) -> int | None:
     """
     run_id = str(view.result.run_id)
     request_id = decision_id(run_id, message.message_id)
+    client = await view.agent._client()
     try:
-        taken = await decided_before(await view.agent._client(), run_id, request_id)
+        taken = await decided_before(client, run_id, request_id)
     except ValueError as exc:
         raise RpcError(InvalidParamsError(message=str(exc))) from None
     if taken is not None:
         return _after_decision(view, taken)
+    # refused, the message sent again is refused again: the call waiting then may be
+    # a later turn's with the same id
+    return await refused_kept(
+        client,
+        run_id,
+        request_id,
+        lambda: _decide_now(view, message, request_id),
+        _refusal,
+    )
+
+
+def _refusal(exc: Exception) -> str | None:
+    """What a decision's refusal said (an invalid-params error), or None."""
+    if isinstance(exc, RpcError) and isinstance(exc.error, InvalidParamsError):
+        return str(exc.error.message)
+    return None
+
+
+async def _decide_now(view: RunView, message: Message, request_id: str) -> None:
+    """`_decide` for a message the run took no decision under yet."""
+    run_id = str(view.result.run_id)
     pending = [p.call_id for p in view.result.pending_approvals]
     if not pending:
         state = state_of(view)[0].value

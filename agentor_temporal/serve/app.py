@@ -48,7 +48,7 @@ from agentor_temporal.connection import ConnectionFailed
 from agentor_temporal.serve import a2a, page
 from agentor_temporal.serve._bodies import BodyGuard
 from agentor_temporal.serve._compat import agent_output, chat_chunks
-from agentor_temporal.serve._decisions import decided_before, decision_id
+from agentor_temporal.serve._decisions import decided_before, decision_id, refused_kept
 from agentor_temporal.serve._events import KEEPALIVE_INTERVAL, frame, keepalive, run_frames
 from agentor_temporal.serve._state import (
     UNREACHABLE_RETRY_AFTER,
@@ -518,49 +518,65 @@ def _routes(served: Agents) -> APIRouter:
                 raise ApiError(409, str(exc)) from None
             if taken is not None:
                 return {"run_id": run_id, **taken}
-        recorded, _ = await served.read(
-            lambda: run_events(run_id, segments, agent.store, client=client), run_id
-        )
-        if not any(e.type == "approval_request" and e.call_id == call_id for e in recorded):
-            raise ApiError(404, f"run {run_id!r} never asked for approval of a call {call_id!r}")
-        call: str | PendingApproval = call_id
-        if body.asked_at is not None:
-            call = asked_by(recorded, segments, body.asked_at, call_id)
-            for name, given, asked in [
-                ("turn", body.turn, call.turn),
-                ("execution_run_id", body.execution_run_id, call.execution_run_id),
-            ]:
-                if given is not None and given != asked:
-                    raise ApiError(
-                        409,
-                        f"event {body.asked_at} asked in {name} {asked!r}, not {given!r}; "
-                        "nothing changed",
-                    )
-        elif body.execution_run_id is not None:
-            call = PendingApproval(call_id, "", None, body.turn, body.execution_run_id)
-        try:
-            # without a turn: the facade sends the turn of the call waiting now; the
-            # bound starts when the decision is sent (not its reads of history, nor an outage)
-            decided = await agent._decide_within(
-                DECISION_TIMEOUT,
-                run_id,
-                call,
-                body.approve,
-                body.reason,
-                body.by,
-                body.turn,
-                request_id=request_id,
+
+        async def deciding() -> dict[str, Any]:
+            recorded, _ = await served.read(
+                lambda: run_events(run_id, segments, agent.store, client=client), run_id
             )
-        except KeyError as exc:
-            raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
-        except ValueError as exc:
-            raise ApiError(409, str(exc)) from None
-        except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
-            raise ApiError(
-                504,
-                f"{undelivered(run_id, call_id, DECISION_TIMEOUT)} (agent {agent.name!r}, "
-                f"task queue {agent.task_queue!r})",
-            ) from None
+            if not any(e.type == "approval_request" and e.call_id == call_id for e in recorded):
+                raise ApiError(
+                    404, f"run {run_id!r} never asked for approval of a call {call_id!r}"
+                )
+            call: str | PendingApproval = call_id
+            if body.asked_at is not None:
+                call = asked_by(recorded, segments, body.asked_at, call_id)
+                for name, given, asked in [
+                    ("turn", body.turn, call.turn),
+                    ("execution_run_id", body.execution_run_id, call.execution_run_id),
+                ]:
+                    if given is not None and given != asked:
+                        raise ApiError(
+                            409,
+                            f"event {body.asked_at} asked in {name} {asked!r}, not {given!r}; "
+                            "nothing changed",
+                        )
+            elif body.execution_run_id is not None:
+                call = PendingApproval(call_id, "", None, body.turn, body.execution_run_id)
+            try:
+                # without a turn: the facade sends the turn of the call waiting now; the
+                # bound starts when the decision is sent (not its reads of history, nor an outage)
+                decided = await agent._decide_within(
+                    DECISION_TIMEOUT,
+                    run_id,
+                    call,
+                    body.approve,
+                    body.reason,
+                    body.by,
+                    body.turn,
+                    request_id=request_id,
+                )
+            except KeyError as exc:
+                raise ApiError(404, str(exc.args[0]) if exc.args else str(exc)) from None
+            except ValueError as exc:
+                raise ApiError(409, str(exc)) from None
+            except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11
+                raise ApiError(
+                    504,
+                    f"{undelivered(run_id, call_id, DECISION_TIMEOUT)} (agent {agent.name!r}, "
+                    f"task queue {agent.task_queue!r})",
+                ) from None
+            return decided
+
+        # refused, the same key sent again is refused again (a 409): not taken for a
+        # later turn's call with this id
+        decided = await refused_kept(client, run_id, request_id, deciding, _refusal)
         return {"run_id": run_id, **decided}
 
     return router
+
+
+def _refusal(exc: Exception) -> str | None:
+    """What a decision's refusal said (a 404 or 409), or None."""
+    if isinstance(exc, ApiError) and exc.status in (404, 409):
+        return exc.message
+    return None

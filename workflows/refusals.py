@@ -1,0 +1,44 @@
+"""`refusal`: a refused decision kept under its sender's name, so it is refused again.
+
+A client names its decision (A2A's `messageId`, the decision route's
+`Idempotency-Key`) so that, sent again, it is answered with what the first
+sending came to (`serve._decisions`). Temporal keeps an update's outcome only
+when the run accepted the update: a decision the server or the run's validator
+refused outright left nothing, and the same message sent again was checked
+anew; once the run waited for a later turn's call with the same id (models
+reuse `call_0`), it decided that call, which nobody had seen. So the server
+sends the refusal itself under the decision's id, as the `decision_refused`
+update, whose handler fails with it: Temporal keeps that outcome under the
+id, and the message sent again is answered with it.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+from agentor_temporal.workflows.formatting import fit
+
+#: the most of a refusal's text kept (bytes as Temporal encodes it): refusals are a
+#: sentence, and each one kept is history a waiting run carries
+REFUSAL_BYTES = 2_000
+
+
+def refusal(raw: RawValue | None) -> str:
+    """The refusal a `decision_refused` update carries (its validator and its handler).
+
+    Raises:
+        ApplicationError: `BadRefusal`, when it carries no text, or one too long to keep.
+    """
+    text = None
+    if raw is not None:
+        try:
+            text = workflow.payload_converter().from_payload(raw.payload)
+        except Exception:
+            text = None
+    if not isinstance(text, str) or not text or fit(text, REFUSAL_BYTES) != text:
+        raise ApplicationError(
+            f"a refusal to keep is a text of at most {REFUSAL_BYTES} bytes", type="BadRefusal"
+        )
+    return text
