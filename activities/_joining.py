@@ -176,6 +176,8 @@ class LiveCalls:
         )
         #: paused calls whose run is being checked (see `_watch_paused`)
         self._watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: calls a local activity made (a model request with `local_model_calls`)
+        self._local: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -239,6 +241,8 @@ class LiveCalls:
             self._calls[key] = task
             if same is not None:
                 self._same[task] = same
+            if info.is_local:
+                self._local.add(task)
             task.add_done_callback(lambda done: self._finished(key, done))
         else:
             self.joined += 1
@@ -488,15 +492,24 @@ class LiveCalls:
         """`task`'s outcome went to the server otherwise: no attempt is waited for."""
         self._paused.discard(task)
 
-    def forget_execution(self, workflow_id: str, run_id: str) -> int:
+    def forget_execution(self, workflow_id: str, run_id: str, *, recorded: bool = True) -> int:
         """Forget the finished calls of a workflow execution that ended; return how many.
 
-        Calls still running stay (their attempts are awaiting them).
+        Calls still running stay (their attempts are awaiting them). Not
+        `recorded`: the execution closed in a workflow task the server has not
+        yet accepted, so the answers of its local calls may be in no history
+        yet: they stay for `keep`, as any finished call does. That task's
+        completion refused (it reached the server after the task timed out),
+        the task run again replays the run to its last local request, which
+        must take the answer this worker holds rather than ask the model again.
         """
         done = [
             key
             for key, task in self._calls.items()
-            if key[0] == workflow_id and key[1] == run_id and task.done()
+            if key[0] == workflow_id
+            and key[1] == run_id
+            and task.done()
+            and (recorded or task not in self._local)
         ]
         for key in done:
             del self._calls[key]
