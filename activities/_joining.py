@@ -24,7 +24,8 @@ the worker stops: `_paused_handover`), and is cancelled with it
 otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
-after `KEEP`, by which time any retry has long started, or as soon as their
+after `KEEP`, by which time any retry has long started (a local call's after
+`LOCAL_KEEP`: the task run again for a lost one waits its turn in the queue), or as soon as their
 workflow execution ends (`forget_execution`: nothing of it is retried
 then, and a long run's results would otherwise outlive it). A first attempt of a run's next
 execution (a resume after a terminate) first stops the ended execution's calls
@@ -60,6 +61,15 @@ logger = logging.getLogger(__name__)
 #: heartbeat timeout plus a backoff of about a second; under load its start
 #: can lag a few seconds more.
 KEEP = 30.0
+
+#: Seconds a local call's (a model request with `local_model_calls`) result
+#: stays joinable. Its answer reaches history only with its workflow task's
+#: completion: a task lost meanwhile (timed out on an overloaded worker) is
+#: scheduled again at once, but waits in the task queue behind the worker's
+#: backlog, and its replay asks again under the same key. Measured at 1,000
+#: runs in flight on 2 overloaded cores: 35-62 s from the lost task's start
+#: to the next one's, past `KEEP`, and the request was sent again.
+LOCAL_KEEP = 180.0
 
 #: Set inside a shared call: heartbeats belong to the attempts awaiting it.
 IN_SHARED_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -147,8 +157,10 @@ def _joinable(task: asyncio.Task[Any] | None) -> bool:
 class LiveCalls:
     """This worker's model requests and tool calls, by activity."""
 
-    def __init__(self, keep: float | None = None) -> None:
+    def __init__(self, keep: float | None = None, local_keep: float | None = None) -> None:
         self.keep = KEEP if keep is None else keep
+        #: how long a local call's result is kept (never less than `keep`)
+        self.local_keep = max(self.keep, LOCAL_KEEP if local_keep is None else local_keep)
         self._calls: dict[_Key, asyncio.Task[Any]] = {}
         #: background checks whether a call's run has ended (kept referenced)
         self._checks: set[asyncio.Task[None]] = set()
@@ -176,6 +188,8 @@ class LiveCalls:
         )
         #: paused calls whose run is being checked (see `_watch_paused`)
         self._watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: calls a local activity made (a model request with `local_model_calls`)
+        self._local: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -239,6 +253,8 @@ class LiveCalls:
             self._calls[key] = task
             if same is not None:
                 self._same[task] = same
+            if info.is_local:
+                self._local.add(task)
             task.add_done_callback(lambda done: self._finished(key, done))
         else:
             self.joined += 1
@@ -474,7 +490,8 @@ class LiveCalls:
             return  # paused: kept until an attempt takes it or its run ends
         # by weak reference: a call forgotten with its execution is freed at
         # once (its result, and the activity context its task copied)
-        asyncio.get_running_loop().call_later(self.keep, self._forget, key, weakref.ref(task))
+        keep = self.local_keep if task in self._local else self.keep
+        asyncio.get_running_loop().call_later(keep, self._forget, key, weakref.ref(task))
 
     def paused(self) -> list[tuple[_Key, asyncio.Task[Any]]]:
         """The calls paused here (`temporal activity pause`, not a reset) that no attempt took."""
@@ -488,15 +505,24 @@ class LiveCalls:
         """`task`'s outcome went to the server otherwise: no attempt is waited for."""
         self._paused.discard(task)
 
-    def forget_execution(self, workflow_id: str, run_id: str) -> int:
+    def forget_execution(self, workflow_id: str, run_id: str, *, recorded: bool = True) -> int:
         """Forget the finished calls of a workflow execution that ended; return how many.
 
-        Calls still running stay (their attempts are awaiting them).
+        Calls still running stay (their attempts are awaiting them). Not
+        `recorded`: the execution closed in a workflow task the server has not
+        yet accepted, so the answers of its local calls may be in no history
+        yet: they stay for `local_keep`, as any finished local call does. That task's
+        completion refused (it reached the server after the task timed out),
+        the task run again replays the run to its last local request, which
+        must take the answer this worker holds rather than ask the model again.
         """
         done = [
             key
             for key, task in self._calls.items()
-            if key[0] == workflow_id and key[1] == run_id and task.done()
+            if key[0] == workflow_id
+            and key[1] == run_id
+            and task.done()
+            and (recorded or task not in self._local)
         ]
         for key in done:
             del self._calls[key]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -148,9 +149,13 @@ class AgentActivities:
             return await _journal.journal(self.registry, inp)
         finally:
             if any(e.get("type") == "run_end" for e in inp.events):
-                # the execution ends: none of its calls is retried from here on
+                # the execution ends: none of its calls is retried from here on. A
+                # local step runs in the workflow task that closes it, which the
+                # server may yet refuse and run again: its local answers stay a while
                 info = activity.info()
-                self.calls.forget_execution(info.workflow_id or "", info.workflow_run_id or "")
+                self.calls.forget_execution(
+                    info.workflow_id or "", info.workflow_run_id or "", recorded=not info.is_local
+                )
 
     @activity.defn(name=policies.NEEDS_APPROVAL)
     async def needs_approval(self, inp: ApprovalCheckInput) -> bool:
@@ -170,12 +175,16 @@ class AgentActivities:
         from the workflow's thread: the live calls belong to the worker's event
         loop (`loop`, set when the worker runs), so they are forgotten there; a
         call of theirs iterated here raced that loop and failed the run's last
-        workflow task (measured: 1 model request in 2,000 asked again).
+        workflow task (measured: 1 model request in 2,000 asked again). Its
+        local calls' answers stay a while (`LiveCalls.forget_execution`): the
+        server may yet refuse the task that closed it and run it again.
         """
         CACHE.forget(workflow_id)
         loop = self.loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.calls.forget_execution, workflow_id, run_id)
+            # the task closing it may yet be refused and run again: its local answers stay
+            forget = functools.partial(self.calls.forget_execution, recorded=False)
+            loop.call_soon_threadsafe(forget, workflow_id, run_id)
 
     def all(self) -> list[Any]:
         """Every activity, for `Worker(activities=...)`."""

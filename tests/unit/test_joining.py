@@ -107,6 +107,24 @@ async def test_finished_calls_are_forgotten() -> None:
     assert len(calls) == 0
 
 
+async def test_a_local_answer_outlives_keep_for_the_task_run_again() -> None:
+    """A lost workflow task's rerun waits in the queue behind the worker's backlog (35-62 s
+    measured, past KEEP): its local request, asked again as a first attempt, takes the
+    answer the worker holds. Other calls' results go after KEEP."""
+    calls, model = LiveCalls(keep=0.05, local_keep=3600), _Model()
+    model.release.set()
+    assert await _local(1).run(calls.run, model.ask) == "answer 1"
+    tool = _attempt(1)
+    tool.info = dataclasses.replace(tool.info, activity_id="tool-1-0")
+    await tool.run(calls.run, model.ask)
+    deadline = asyncio.get_running_loop().time() + 5
+    while len(calls) > 1 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    assert len(calls) == 1  # the tool call's result went after KEEP
+    assert await _local(1).run(calls.run, model.ask) == "answer 1"
+    assert model.calls == 2 and calls.joined == 1
+
+
 async def test_an_ended_execution_s_finished_calls_are_forgotten_at_once() -> None:
     """Its end means no retry of its calls can come: their results go, running calls stay."""
     calls, model = LiveCalls(), _Model()

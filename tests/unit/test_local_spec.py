@@ -52,10 +52,13 @@ async def test_an_execution_ended_in_a_workflow_thread_is_forgotten_on_the_worke
     bundle = AgentActivities(registry())
     bundle.loop = asyncio.get_running_loop()
     loop_thread = threading.get_ident()
-    forgotten: list[tuple[str, str, int]] = []
+    forgotten: list[tuple[str, str, bool, int]] = []
     bundle.calls.forget_execution = (  # type: ignore[method-assign]
-        lambda wid, rid: forgotten.append((wid, rid, threading.get_ident())) or 0
+        lambda wid, rid, recorded=True: (
+            forgotten.append((wid, rid, recorded, threading.get_ident())) or 0
+        )
     )
     await asyncio.to_thread(bundle.execution_ended, "run-1", "execution-1")
     await until(lambda: forgotten, "the forget to run on the loop", 5)
-    assert forgotten == [("run-1", "execution-1", loop_thread)]
+    # closed in a task the server may yet refuse: its local answers are kept a while
+    assert forgotten == [("run-1", "execution-1", False, loop_thread)]
