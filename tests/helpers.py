@@ -895,3 +895,38 @@ async def recorded(result: Any, client: Client, folder: Path, caplog: Any = None
     if caplog is not None:
         shown["logs"] = "\n".join(r.getMessage() for r in caplog.records)
     return shown
+
+
+async def keyed_calls(
+    name: str,
+    tool: Any,
+    param: str,
+    values: Sequence[str],
+    reply: Any,
+    key: str,
+    client: Client,
+    task_queue: str,
+    folder: Path,
+    caplog: Any,
+) -> tuple[Any, dict[str, str]]:
+    """A `keyed_agent` whose model calls `tool` once for each of `values` (its argument
+    `param`), then answers `reply`: the run's result, and where its text ended up (each
+    tool result, the model's last request and `recorded`'s places), each call's result
+    checked masked (`***`)."""
+    from agentor_temporal.testing import CallTool, ScriptedModelServer
+
+    calls = [CallTool(tool.name, {param: v}, id=f"call_{i}") for i, v in enumerate(values)]
+    with ScriptedModelServer([calls, reply]) as model:
+        agent = keyed_agent(name, tool, model, key, client, task_queue, folder)
+        result = await agent.arun(PROMPT)
+        sent = json.dumps(model.requests[-1]["messages"])
+    assert result.status == "completed", result.error
+    answers = [e for e in result.events if e.type == "tool_result"]
+    assert sorted(str(a.args[param]) for a in answers) == sorted(values)
+    assert all("***" in a.result for a in answers), [a.result for a in answers]
+    shown = {
+        **{f"tool result {a.args}": f"{a.result} {a.error or ''}" for a in answers},
+        "model request": sent,
+        **await recorded(result, client, folder, caplog),
+    }
+    return result, shown

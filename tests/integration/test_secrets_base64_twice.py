@@ -22,9 +22,9 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import Reply
 
-from helpers import PROMPT, keyed_agent, recorded
+from helpers import keyed_calls
 
 KEY = "sk-b64twice_Q7wE2rT9+yU4iO1/pA8sD3fG6h"
 
@@ -96,19 +96,17 @@ async def test_a_key_in_base64_of_its_base64_never_shows(
         return SPELLINGS[name]
 
     names = sorted(SPELLINGS)
-    calls = [CallTool("get_secret", {"name": n}, id=f"call_{i}") for i, n in enumerate(names)]
-    with ScriptedModelServer([calls, Reply("Looked.")]) as model:
-        agent = keyed_agent("Cluster Agent", get_secret, model, KEY, client, task_queue, tmp_path)
-        result = await agent.arun(PROMPT)
-        sent = json.dumps(model.requests[-1]["messages"])
-    assert result.status == "completed", result.error
-    answers = [e for e in result.events if e.type == "tool_result"]
-    assert sorted(str(a.args["name"]) for a in answers) == names
-    assert all("***" in a.result for a in answers), [a.result for a in answers]
-    shown = {
-        **{f"tool result {a.args}": f"{a.result} {a.error or ''}" for a in answers},
-        "model request": sent,
-        **await recorded(result, client, tmp_path, caplog),
-    }
+    result, shown = await keyed_calls(
+        "Cluster Agent",
+        get_secret,
+        "name",
+        names,
+        Reply("Looked."),
+        KEY,
+        client,
+        task_queue,
+        tmp_path,
+        caplog,
+    )
     pieces = {KEY[i : i + 12] for i in range(len(KEY) - 11)}
     assert [w for w, text in shown.items() if any(p in _decoded(text) for p in pieces)] == []

@@ -19,9 +19,9 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import Reply
 
-from helpers import PROMPT, keyed_agent, recorded
+from helpers import keyed_calls
 
 KEY = "sk-numbers_Q7wE2rT9yU4iO1pA8sDf3Gh6"
 REQUEST = f"POST /v1/chat HTTP/1.1\r\nAuthorization: Bearer {KEY}\r\n\r\n".encode()
@@ -85,19 +85,8 @@ async def test_a_key_in_its_bytes_numbers_never_shows(
         return LAYOUTS[layout]
 
     names = sorted(LAYOUTS)
-    calls = [CallTool("capture", {"layout": n}, id=f"call_{i}") for i, n in enumerate(names)]
     reply = Reply(f"The request was: {LAYOUTS['java']}")
-    with ScriptedModelServer([calls, reply]) as model:
-        agent = keyed_agent("Wire Agent", capture, model, KEY, client, task_queue, tmp_path)
-        result = await agent.arun(PROMPT)
-        sent = json.dumps(model.requests[-1]["messages"])
-    assert result.status == "completed", result.error
-    answers = [e for e in result.events if e.type == "tool_result"]
-    assert sorted(str(a.args["layout"]) for a in answers) == names
-    assert all("***" in a.result for a in answers), [a.result for a in answers]
-    shown = {
-        **{f"tool result {a.args}": f"{a.result} {a.error or ''}" for a in answers},
-        "model request": sent,
-        **await recorded(result, client, tmp_path, caplog),
-    }
+    result, shown = await keyed_calls(
+        "Wire Agent", capture, "layout", names, reply, KEY, client, task_queue, tmp_path, caplog
+    )
     assert [where for where, text in shown.items() if _shows_key(text)] == []

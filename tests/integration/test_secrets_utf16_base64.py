@@ -12,7 +12,6 @@ history. Real dev server, scripted model, real `openai` client.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import re
 from pathlib import Path
@@ -21,9 +20,9 @@ import pytest
 from temporalio.client import Client
 
 from agentor_temporal import function_tool
-from agentor_temporal.testing import CallTool, Reply, ScriptedModelServer
+from agentor_temporal.testing import Reply
 
-from helpers import PROMPT, keyed_agent, recorded
+from helpers import keyed_calls
 
 KEY = "sk-utf16b64_Q7wE2rT9yU4iO1pA8sD"
 COMMAND = f"$env:OPENAI_API_KEY='{KEY}'; python nightly.py"
@@ -83,19 +82,17 @@ async def test_a_key_in_base64_of_utf16_never_shows(
         return SPELLINGS[what]
 
     names = sorted(SPELLINGS)
-    calls = [CallTool("inspect_host", {"what": n}, id=f"call_{i}") for i, n in enumerate(names)]
-    with ScriptedModelServer([calls, Reply("Looked.")]) as model:
-        agent = keyed_agent("Host Agent", inspect_host, model, KEY, client, task_queue, tmp_path)
-        result = await agent.arun(PROMPT)
-        sent = json.dumps(model.requests[-1]["messages"])
-    assert result.status == "completed", result.error
-    answers = [e for e in result.events if e.type == "tool_result"]
-    assert sorted(str(a.args["what"]) for a in answers) == names
-    assert all("***" in a.result for a in answers), [a.result for a in answers]
-    shown = {
-        **{f"tool result {a.args}": f"{a.result} {a.error or ''}" for a in answers},
-        "model request": sent,
-        **await recorded(result, client, tmp_path, caplog),
-    }
+    result, shown = await keyed_calls(
+        "Host Agent",
+        inspect_host,
+        "what",
+        names,
+        Reply("Looked."),
+        KEY,
+        client,
+        task_queue,
+        tmp_path,
+        caplog,
+    )
     pieces = {KEY[i : i + 12] for i in range(len(KEY) - 11)}
     assert [w for w, text in shown.items() if any(p in _decoded(text) for p in pieces)] == []
