@@ -23,6 +23,12 @@ from typing import Any
 from temporalio import activity
 
 from agentor_temporal.activities import _redact
+from agentor_temporal.activities._number_tails import (
+    in_run,
+    numbers_begun,
+    open_dump_line,
+    run_bound,
+)
 from agentor_temporal.activities._private import clip, token_count
 from agentor_temporal.activities._provider_errors import (
     CutOffReply,
@@ -253,23 +259,38 @@ class MaskedDeltas:
 
     The final text is masked as a whole (`generate`); deltas are published as
     they come, so an end of the text that begins a known secret is held back
-    until the next delta or `flush` shows whether the secret follows.
+    until the next delta or `flush` shows whether the secret follows; so is an end
+    that may be a key's bytes written as numbers (`_number_tails`).
     """
 
     def __init__(self, sink: DeltaSink) -> None:
         self.sink = sink
         self.held = ""
         self.compacted = 0
+        #: whether what is held is all a run of numbers, and how long it may grow unread
+        self.run_held = False
+        self.run_room = 0
 
     async def __call__(self, text: str) -> None:
-        masked = _redact.mask_secrets(self.held + text)
-        cut = len(masked) - _secret_begun(masked)
+        if self.run_held and in_run(text) and len(self.held) + len(text) < self.run_room:
+            # a run of numbers going on, one number a delta: held as it comes, read (and
+            # masked) once its held stretch doubles, so a long run is read a few times,
+            # not once a number
+            self.held += text
+            return
+        whole = self.held + text
+        raw = len(whole) - open_dump_line(whole)
+        masked = _redact.mask_secrets(whole[:raw]) + whole[raw:]
+        # a key's beginning in a spelling the canonical pass reads, or its bytes' numbers
+        cut = len(masked) - max(_secret_begun(masked), numbers_begun(masked, _redact.secrets()))
         self.held = masked[cut:]
         if len(self.held) > max(_HELD_COMPACT, 2 * self.compacted):
             # a key's beginning padded with invisible characters, one a delta: held
             # without them, or each delta would read the whole padding again
             self.held = _visible(self.held)
             self.compacted = len(self.held)
+        self.run_room = 2 * run_bound(_redact.secrets())
+        self.run_held = bool(self.held) and in_run(self.held)
         if cut:
             await self.sink(masked[:cut])
 
@@ -277,7 +298,8 @@ class MaskedDeltas:
         """Send what was held back (the reply ended: no secret can complete it)."""
         held, self.held = self.held, ""
         if held:
-            await self.sink(held)
+            # masked again: a hex dump's last line is held as it came (`open_dump_line`)
+            await self.sink(_redact.mask_secrets(held))
 
 
 class PacedDeltas:
