@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import math
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -205,10 +204,6 @@ class LiveCalls:
         #: when each call's attempt may be timed out by the server (see `LATE_SHARE`);
         #: a call still here once finished is kept `local_keep`
         self._late_after: weakref.WeakKeyDictionary[asyncio.Task[Any], float] = (
-            weakref.WeakKeyDictionary()
-        )
-        #: when each call finished (loop time)
-        self._done_at: weakref.WeakKeyDictionary[asyncio.Task[Any], float] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -518,7 +513,6 @@ class LiveCalls:
             return  # paused: kept until an attempt takes it or its run ends
         # by weak reference: a call forgotten with its execution is freed at
         # once (its result, and the activity context its task copied)
-        self._done_at[task] = asyncio.get_running_loop().time()
         late = self._late_after.get(task)
         if late is not None and time.time() < late:
             del self._late_after[task]  # finished in good time: its completion is taken
@@ -567,12 +561,5 @@ class LiveCalls:
 
     def _forget(self, key: _Key, ref: weakref.ref[asyncio.Task[Any]]) -> None:
         task = ref()
-        if task is None or task in self._watched or self._calls.get(key) is not task:
-            return
-        loop = asyncio.get_running_loop()
-        left = self._done_at.get(task, -math.inf) + self._keep(task) - loop.time()
-        if left > 0.001:
-            # its attempt was timed out after the call finished: kept for the retry too
-            loop.call_later(left, self._forget, key, ref)
-            return
-        del self._calls[key]
+        if task is not None and task not in self._watched and self._calls.get(key) is task:
+            del self._calls[key]
