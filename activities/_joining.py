@@ -25,7 +25,9 @@ otherwise (the run was cancelled, or the worker is shutting down); a call
 that finishes all the same (a sync tool's thread cannot be stopped) answers
 with its result, which a cancelled run waits for. Finished calls are forgotten
 after `KEEP`, by which time any retry has long started (a local call's after
-`LOCAL_KEEP`: the task run again for a lost one waits its turn in the queue), or as soon as their
+`LOCAL_KEEP`: the task run again for a lost one waits its turn in the queue; so
+does a call whose attempt the server may have timed out, `LATE_SHARE`: its
+retry waits in the same queue), or as soon as their
 workflow execution ends (`forget_execution`: nothing of it is retried
 then, and a long run's results would otherwise outlive it). A first attempt of a run's next
 execution (a resume after a terminate) first stops the ended execution's calls
@@ -70,6 +72,15 @@ KEEP = 30.0
 #: runs in flight on 2 overloaded cores: 35-62 s from the lost task's start
 #: to the next one's, past `KEEP`, and the request was sent again.
 LOCAL_KEEP = 180.0
+
+#: Share of its heartbeat timeout past which an attempt's finished call is kept
+#: `LOCAL_KEEP`, not `KEEP`: the server may have timed that attempt out before
+#: its completion arrived (an overloaded worker neither beats nor completes on
+#: time), and the retry it scheduled waits in the task queue behind the
+#: worker's backlog. Measured at 1,000 runs in flight on 2 overloaded cores: a
+#: retry started 38 s after its attempt's completion was refused (the activity
+#: no longer found), past `KEEP`, and asked the model again.
+LATE_SHARE = 0.5
 
 #: Set inside a shared call: heartbeats belong to the attempts awaiting it.
 IN_SHARED_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -190,6 +201,11 @@ class LiveCalls:
         self._watched: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         #: calls a local activity made (a model request with `local_model_calls`)
         self._local: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        #: when each call's attempt may be timed out by the server (see `LATE_SHARE`);
+        #: a call still here once finished is kept `local_keep`
+        self._late_after: weakref.WeakKeyDictionary[asyncio.Task[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -255,6 +271,11 @@ class LiveCalls:
                 self._same[task] = same
             if info.is_local:
                 self._local.add(task)
+            elif info.heartbeat_timeout is not None and info.started_time is not None:
+                self._late_after[task] = (
+                    info.started_time.timestamp()
+                    + info.heartbeat_timeout.total_seconds() * LATE_SHARE
+                )
             task.add_done_callback(lambda done: self._finished(key, done))
         else:
             self.joined += 1
@@ -314,7 +335,9 @@ class LiveCalls:
             else:
                 # the server gave up on this attempt (a worker frozen or cut off
                 # past its heartbeat timeout): the call goes on for the retry to
-                # join, and this attempt ends quietly, not as a failure's traceback
+                # join, and this attempt ends quietly, not as a failure's traceback;
+                # the retry may wait long in the queue: its result is kept for it
+                self._late_after[task] = 0.0
                 replaced = instead_of_cancel(f"{info.activity_type} {info.activity_id}")
                 if replaced is not None:
                     raise replaced from None
@@ -490,8 +513,16 @@ class LiveCalls:
             return  # paused: kept until an attempt takes it or its run ends
         # by weak reference: a call forgotten with its execution is freed at
         # once (its result, and the activity context its task copied)
-        keep = self.local_keep if task in self._local else self.keep
-        asyncio.get_running_loop().call_later(keep, self._forget, key, weakref.ref(task))
+        late = self._late_after.get(task)
+        if late is not None and time.time() < late:
+            del self._late_after[task]  # finished in good time: its completion is taken
+        asyncio.get_running_loop().call_later(
+            self._keep(task), self._forget, key, weakref.ref(task)
+        )
+
+    def _keep(self, task: asyncio.Task[Any]) -> float:
+        """How long `task`'s result stays joinable once finished."""
+        return self.local_keep if task in self._local or task in self._late_after else self.keep
 
     def paused(self) -> list[tuple[_Key, asyncio.Task[Any]]]:
         """The calls paused here (`temporal activity pause`, not a reset) that no attempt took."""
