@@ -14,7 +14,7 @@ past its `timeout` all answer the model, and it runs again only when its
 worker was lost (or when it opts in with `retries=N`). A sync tool runs in a
 thread, which Python cannot stop: when it times out, the model is told so,
 and that the call may still be running, and the thread is abandoned (see
-`_threads`): it runs on in the background, its result discarded, without
+`_tool_running`): it runs on in the background, its result discarded, without
 taking a place from later calls or holding up the process's exit. Its
 timeout counts from when a thread starts it, never while it waits for one.
 """
@@ -27,32 +27,32 @@ import functools
 import inspect
 import logging
 import re
-import threading
-import time
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any, overload
 
 import pydantic
 
 from agentor_temporal.activities import _tool_context
-from agentor_temporal.activities._contained import contained, exited_in, in_tool
-from agentor_temporal.activities._errors import run_cancelled
+from agentor_temporal.activities._contained import contained, in_tool
 from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities._tool_context import ToolContext, tool_context
+from agentor_temporal.activities._tool_running import (
+    NoThreadFree,
+    PoolUnavailable,
+    ToolTimedOut,
+    bounded,
+    default_threads,
+    in_thread,
+    raise_exited,
+    timed_steps,
+)
 from agentor_temporal.activities._tool_schema import (
     args_model,
     parameters_schema,
     parse_docstring,
     stringify,
 )
-from agentor_temporal.workflows.policies import (
-    BLOCKING_STEP,
-    CANCEL_GRACE,
-    MAX_WAIT_SECONDS,
-    SYNC_TOOL_THREAD_WAIT,
-    SYNC_TOOL_THREADS,
-)
+from agentor_temporal.workflows.policies import MAX_WAIT_SECONDS
 from agentor_temporal.workflows.types import ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -69,18 +69,6 @@ __all__ = [
     "stringify",
     "tool_context",
 ]
-
-
-class ToolTimedOut(Exception):
-    """The tool ran past its timeout (its own outcome: the model is told)."""
-
-
-class PoolUnavailable(Exception):
-    """The thread pool refused the call (its worker is shutting down): not the tool's outcome."""
-
-
-class NoThreadFree(Exception):
-    """No sync-tool thread came free in time; the call never started: not the tool's outcome."""
 
 
 class Tool:
@@ -214,17 +202,17 @@ class Tool:
         if inspect.iscoroutinefunction(self.requires_approval):
             # an async predicate awaits its lookups: it runs on the loop, timed
             # step by step, since a blocking call in it holds up the whole worker
-            timed = _timed_steps(self.requires_approval(**kwargs), self._blocked_loop)
+            timed = timed_steps(self.requires_approval(**kwargs), self._blocked_loop)
             inside = in_tool.set(True)  # the tasks it starts are kept too (`_contained`)
             try:
-                return bool(await _bounded(contained(timed), timeout))
+                return bool(await bounded(contained(timed), timeout))
             except Exception as exc:
-                _raise_exited(exc)
+                raise_exited(exc)
                 raise
             finally:
                 in_tool.reset(inside)
         asked = functools.partial(self.needs_approval, kwargs)
-        return bool(await _in_thread(threads or _default_threads(), asked, timeout))
+        return bool(await in_thread(threads or default_threads(), asked, timeout))
 
     def _blocked_loop(self, seconds: float) -> None:
         logger.warning(
@@ -260,15 +248,15 @@ class Tool:
         inside = in_tool.set(True)  # the tasks an async tool starts are kept too (`_contained`)
         try:
             if inspect.iscoroutinefunction(self.fn):
-                value = await _bounded(contained(self.fn(**kwargs)), timeout)
+                value = await bounded(contained(self.fn(**kwargs)), timeout)
             else:
                 # the copied context carries tool_context() into the thread
                 call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
-                value = await _in_thread(threads or _default_threads(), call, timeout)
+                value = await in_thread(threads or default_threads(), call, timeout)
                 if inspect.isawaitable(value):
-                    value = await _bounded(contained(value), timeout)
+                    value = await bounded(contained(value), timeout)
         except Exception as exc:
-            _raise_exited(exc)
+            raise_exited(exc)
             raise
         finally:
             in_tool.reset(inside)
@@ -281,176 +269,6 @@ class Tool:
             return await asyncio.to_thread(stringify, value)
         except RuntimeError:  # no thread to be had (the interpreter is exiting): here, then
             return stringify(value)
-
-
-def _raise_exited(exc: Exception) -> None:
-    """Raise the exit a tool's task carried out (`_contained`): here, in the caller's task,
-    it is an answer; return when `exc` carries none."""
-    original = exited_in(exc)
-    if original is not None:
-        raise original from None
-
-
-_default: ToolThreads | None = None
-_default_lock = threading.Lock()
-
-#: When (epoch seconds) a call whose run stopped at its time limit must answer
-#: (`CallToolInput.settle_by`): set around a call of a run with a limit.
-settle_by: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "agentor_settle_by", default=None
-)
-
-
-def _grace_end(loop: asyncio.AbstractEventLoop) -> tuple[float, bool]:
-    """When a run's cancel stops waiting for a sync call; whether its time limit set that."""
-    grace = loop.time() + CANCEL_GRACE.total_seconds()
-    limit = settle_by.get()
-    if limit is None:
-        return grace, False
-    by_limit = loop.time() + max(0.0, limit - time.time())
-    return min(grace, by_limit), by_limit < grace
-
-
-def _default_threads() -> ToolThreads:
-    """The process's sync-tool threads for calls made without a registry's."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = ToolThreads(SYNC_TOOL_THREADS)
-        return _default
-
-
-async def _in_thread(threads: ToolThreads, fn: Callable[[], Any], timeout: float | None) -> Any:
-    """Run a sync tool in one of `threads`; its timeout runs from when a thread starts it.
-
-    Waiting for a thread is bounded apart (SYNC_TOOL_THREAD_WAIT): a call
-    that never started is handed back (`NoThreadFree`), never answered
-    "timed out". A call that times out, or whose caller is cancelled, is
-    abandoned: its thread runs on but no longer counts against the pool;
-    except that when the cancel is its run's (`run_cancelled`), the call's
-    outcome is still waited for, once, to its timeout or CANCEL_GRACE, whichever
-    comes first: the run records it (past the grace, that it was still running).
-    """
-    try:
-        call = threads.submit(fn)
-    except RuntimeError as exc:
-        # "cannot schedule new futures after shutdown": the tool never
-        # started, and this is no answer of the tool's
-        raise PoolUnavailable(str(exc)) from exc
-    started = asyncio.wrap_future(call.started)
-    wait = SYNC_TOOL_THREAD_WAIT.total_seconds()
-    outlived = False  # a cancel of the run's that the call outlives (at most one)
-    try:
-        done, _ = await asyncio.wait({started}, timeout=wait)
-        if not done and threads.cancel(call):
-            raise NoThreadFree(
-                f"no thread came free for it within {wait:g} s ({threads.limit} sync tool "
-                "calls were running); it did not start"
-            )
-        await started  # done, or a thread took it just now
-    except RuntimeError as exc:  # the pool shut down before a thread took it
-        raise PoolUnavailable(str(exc)) from exc
-    except BaseException as exc:
-        started.cancel()
-        if threads.cancel(call):
-            raise  # withdrawn: it never runs
-        if not (isinstance(exc, asyncio.CancelledError) and run_cancelled()):
-            threads.abandon(call)  # cancelled as it started: nobody waits for it
-            raise
-        # it started just as its run was cancelled: its outcome is waited for
-        outlived = True
-    outcome = asyncio.wrap_future(call.outcome)
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    grace = CANCEL_GRACE.total_seconds()
-    #: when a run's cancel stops waiting for the call (None: not cancelled), and
-    #: whether the run's time limit leaves less than the grace
-    given_up, by_limit = _grace_end(loop) if outlived else (None, False)
-    while True:
-        ends = [t for t in (deadline, given_up) if t is not None]
-        left = max(0.0, min(ends) - loop.time()) if ends else None
-        try:
-            done, _ = await asyncio.wait({outcome}, timeout=left)
-            break
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError) and not outlived and run_cancelled():
-                # the run was cancelled, and a thread cannot be stopped: the
-                # call's outcome is waited for (to its timeout, CANCEL_GRACE at
-                # most), so the run records it instead of running the tool
-                # again on resume
-                outlived = True
-                given_up, by_limit = _grace_end(loop)
-                continue
-            outcome.cancel()
-            threads.abandon(call)  # cancelled: nobody waits for it any more
-            raise
-    if not done and threads.abandon(call):
-        outcome.cancel()  # what it returns or raises later is dropped unseen
-        if given_up is not None and by_limit and (deadline is None or given_up < deadline):
-            raise ToolTimedOut(
-                "was still running when its run stopped at its time limit; its thread was "
-                "abandoned (it may still have effects; its result will be discarded)"
-            )
-        if given_up is not None and (deadline is None or given_up < deadline):
-            raise ToolTimedOut(
-                f"was still running {grace:g} s after its run was cancelled; its thread "
-                "was abandoned (it may still have effects; its result will be discarded)"
-            )
-        raise ToolTimedOut(
-            f"timed out after {timeout:g} s; its thread is still running and was "
-            "abandoned (it may still have effects; its result will be discarded)"
-        )
-    return await outcome  # done, or it ended just as it timed out
-
-
-@types.coroutine
-def _timed_steps(
-    coro: Coroutine[Any, Any, Any], blocked: Callable[[float], None]
-) -> Generator[Any, Any, Any]:
-    """Await `coro`, calling `blocked` once if one of its steps held the loop `BLOCKING_STEP`.
-
-    A step is what runs between two awaits that suspend; asyncio's debug
-    mode times callbacks the same way (`slow_callback_duration`), but is off
-    in production.
-    """
-    limit = BLOCKING_STEP.total_seconds()
-    told = False
-    sent: Any = None
-    thrown: BaseException | None = None
-    try:
-        while True:
-            started = time.monotonic()
-            try:
-                yielded = coro.send(sent) if thrown is None else coro.throw(thrown)
-            except StopIteration as stop:
-                return stop.value
-            finally:
-                took = time.monotonic() - started
-                if took >= limit and not told:
-                    told = True
-                    blocked(took)
-            try:
-                sent, thrown = (yield yielded), None
-            except GeneratorExit:
-                raise
-            except BaseException as exc:  # cancellation and the like: the coroutine's to handle
-                sent, thrown = None, exc
-    finally:
-        coro.close()
-
-
-async def _bounded(awaitable: Any, timeout: float | None) -> Any:
-    """Await `awaitable`, giving up after `timeout` seconds (None: no limit)."""
-    future = asyncio.ensure_future(awaitable)
-    try:
-        done, _ = await asyncio.wait({future}, timeout=timeout)
-    except BaseException:
-        future.cancel()
-        raise
-    if not done:
-        future.cancel()
-        raise ToolTimedOut(f"timed out after {timeout:g} s")
-    return future.result()
 
 
 def _check_seconds(setting: str, value: Any) -> None:

@@ -34,14 +34,14 @@ from agentor_temporal.activities._errors import (
     worker_stopping,
 )
 from agentor_temporal.activities._private import clip, excerpt, heartbeating, tool_heartbeats
-from agentor_temporal.activities.registry import AgentRegistry
-from agentor_temporal.activities.tooldef import (
+from agentor_temporal.activities._tool_running import (
     NoThreadFree,
     PoolUnavailable,
-    ToolContext,
     ToolTimedOut,
     settle_by,
 )
+from agentor_temporal.activities.registry import AgentRegistry
+from agentor_temporal.activities.tooldef import ToolContext
 from agentor_temporal.store.encoding import encodable_text
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import (

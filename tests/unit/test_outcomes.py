@@ -23,8 +23,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
+from agentor_temporal.activities import _tool_running as tool_running
 from agentor_temporal.activities import function_tool as tool
-from agentor_temporal.activities import tooldef as tooldef_module
 from agentor_temporal.testing import Fail, Raw, Reply, ScriptedModelServer
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.activity_types import CallToolInput, GenerateInput
@@ -269,7 +269,7 @@ async def test_a_sync_call_still_running_past_the_cancel_grace_is_answered_so(
 ) -> None:
     """A cancel is not held up for ever by a tool that hangs: past CANCEL_GRACE the call is
     abandoned and answered "still running", which the run records before it closes."""
-    monkeypatch.setattr(tooldef_module, "CANCEL_GRACE", timedelta(seconds=0.3))
+    monkeypatch.setattr(tool_running, "CANCEL_GRACE", timedelta(seconds=0.3))
     env = ActivityEnvironment()
     task = asyncio.ensure_future(env.run(acts().call_tool, call("gated_sync")))
     await asyncio.to_thread(_until, lambda: "gated_sync" in CALLS)

@@ -19,8 +19,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+import agentor_temporal.activities._tool_running as tool_running
 import agentor_temporal.activities.registry as registry_module
-import agentor_temporal.activities.tooldef as tooldef_module
 from agentor_temporal.activities import AgentActivities, AgentDefinition, AgentRegistry
 from agentor_temporal.activities._threads import ToolThreads
 from agentor_temporal.activities.tooldef import NoThreadFree, ToolTimedOut, function_tool
@@ -107,7 +107,7 @@ async def test_the_timeout_runs_from_when_a_thread_starts_the_call() -> None:
 async def test_a_call_that_finds_no_thread_in_time_never_starts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(tooldef_module, "SYNC_TOOL_THREAD_WAIT", _seconds(0.2))
+    monkeypatch.setattr(tool_running, "SYNC_TOOL_THREAD_WAIT", _seconds(0.2))
     threads = ToolThreads(1)
     first = asyncio.ensure_future(blocked.call({"name": "first"}, threads=threads, timeout=30))
     await asyncio.to_thread(until, lambda: STARTED, "the first call to start")
@@ -141,9 +141,9 @@ async def test_a_shut_down_pool_fails_queued_calls_unstarted() -> None:
     queued = asyncio.ensure_future(blocked.call({"name": "queued"}, threads=threads))
     await asyncio.sleep(0.05)
     threads.shutdown()
-    with pytest.raises(tooldef_module.PoolUnavailable, match="cannot schedule new futures"):
+    with pytest.raises(tool_running.PoolUnavailable, match="cannot schedule new futures"):
         await queued
-    with pytest.raises(tooldef_module.PoolUnavailable):
+    with pytest.raises(tool_running.PoolUnavailable):
         await blocked.call({"name": "after"}, threads=threads)
     RELEASE.set()
     assert await running == "running released"  # a running call runs to its end
@@ -154,7 +154,7 @@ async def test_no_thread_free_hands_the_call_back_as_worker_busy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The activity raises a retryable WorkerBusy: the call did not run, nothing is answered."""
-    monkeypatch.setattr(tooldef_module, "SYNC_TOOL_THREAD_WAIT", _seconds(0.2))
+    monkeypatch.setattr(tool_running, "SYNC_TOOL_THREAD_WAIT", _seconds(0.2))
     monkeypatch.setattr(registry_module, "SYNC_TOOL_THREADS", 1)
     acts = AgentActivities(
         AgentRegistry([AgentDefinition(name="A", model="m", tools=[blocked], api_key="k")])
