@@ -47,18 +47,40 @@ from helpers import (
 pytestmark = pytest.mark.slow
 
 
+def with_checkout(env: dict[str, str]) -> dict[str, str]:
+    """`env` over this process's, running this checkout's package, not the one installed
+    (a worktree's differs)."""
+    return {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+
+
+def launch(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """Start `plain_script.py` with `args`, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, str(PROCS / "plain_script.py"), *args],
+        env=with_checkout(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def ended(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `plain_script.py` with `args` to its end (two minutes at most), whatever its exit."""
+    return subprocess.run(
+        [sys.executable, str(PROCS / "plain_script.py"), *args],
+        env=with_checkout(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def script(env: dict[str, str], *args: str, timeout: float = 120) -> dict[str, Any]:
     """Run `plain_script.py` to its end; fail naming its exit code and stderr unless clean."""
-    full = {
-        **os.environ,
-        **env,
-        # this checkout's package, not the one installed (a worktree's differs)
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-    }
     try:
         proc = subprocess.run(
             [sys.executable, str(PROCS / "plain_script.py"), *args],
-            env=full,
+            env=with_checkout(env),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -242,13 +264,7 @@ async def test_a_terminated_script_finishes_the_tool_call_it_runs(
             **gated(tmp_path),
         }
         run_id = uuid.uuid4().hex
-        running = subprocess.Popen(
-            [sys.executable, str(PROCS / "plain_script.py"), "run", run_id, "Weather in Paris?"],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        running = launch(env, "run", run_id, "Weather in Paris?")
         try:
             await until(lambda: ledger_lines(ledger), "the tool to start")
             running.send_signal(signum)
@@ -308,13 +324,7 @@ async def test_ctrl_c_under_asyncio_run_finishes_the_tool_call_first_and_says_so
             **gated(tmp_path),
         }
         run_id = uuid.uuid4().hex
-        running = subprocess.Popen(
-            [sys.executable, str(PROCS / "plain_script.py"), command, run_id],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        running = launch(env, command, run_id)
         try:
             await until(lambda: ledger_lines(ledger), "the tool to start")
             running.send_signal(signal.SIGINT)
@@ -449,13 +459,7 @@ async def test_a_sigterm_while_exit_waits_for_a_thread_finishes_its_tool_call_on
             "AGENTOR_GRACEFUL_SHUTDOWN": "90",
         }
         run_id = uuid.uuid4().hex
-        running = subprocess.Popen(
-            [sys.executable, str(PROCS / "plain_script.py"), "thread", run_id],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        running = launch(env, "thread", run_id)
         try:
             await until(lambda: ledger_lines(ledger), "the tool to start")
             # the main thread returns at once and the exit hook waits for the
@@ -491,14 +495,7 @@ async def test_a_daemon_thread_cut_off_at_exit_says_so_in_one_line(
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
-        proc = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, str(PROCS / "plain_script.py"), "daemon", run_id],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = await asyncio.to_thread(ended, env, "daemon", run_id)
         assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": True}
         lines = proc.stderr.splitlines()
         assert len(lines) == 2, proc.stderr
@@ -559,13 +556,7 @@ async def test_an_interrupt_while_a_script_finishes_its_approved_call_at_exit_is
         run_id = uuid.uuid4().hex
         call_id = await start_paused(client, model, task_queue, tmp_path, ledger, run_id)
         argv = ["approve", run_id, call_id]
-        approving = subprocess.Popen(
-            [sys.executable, str(PROCS / "plain_script.py"), *argv],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        approving = launch(env, *argv)
         try:
             assert approving.stdout is not None
             decided = await asyncio.to_thread(approving.stdout.readline)  # printed as it ends
@@ -595,14 +586,7 @@ async def test_a_script_that_starts_a_run_and_returns_says_the_run_waits_for_a_w
     with ScriptedModelServer(weather_or_transfer) as model:
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
-        proc = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, str(PROCS / "plain_script.py"), "start", run_id],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = await asyncio.to_thread(ended, env, "start", run_id)
         assert proc.returncode == 0 and json.loads(proc.stdout) == {"started": run_id}
         described = await client.get_workflow_handle(run_id).describe()
         if described.status is not None and described.status.name == "RUNNING":
@@ -627,14 +611,7 @@ async def test_a_script_that_stops_following_a_stream_says_the_run_waits_for_a_w
         env = env_for(temporal_address, model, task_queue, tmp_path, ledger)
         run_id = uuid.uuid4().hex
         started = time.monotonic()
-        proc = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, str(PROCS / "plain_script.py"), "stream_break", run_id],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = await asyncio.to_thread(ended, env, "stream_break", run_id)
         took = time.monotonic() - started
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["events"][-1] == "tool_call"
@@ -673,13 +650,7 @@ async def test_a_script_that_stops_waiting_on_arun_says_the_run_waits_for_a_work
             **gated(tmp_path),
         }
         run_id = uuid.uuid4().hex
-        running = subprocess.Popen(
-            [sys.executable, str(PROCS / "plain_script.py"), command, run_id],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        running = launch(env, command, run_id)
         try:
             # the exit hook names the run left open, then drains the call in flight
             first = await asyncio.to_thread(read_until, running, "is still open", 60)
@@ -736,13 +707,7 @@ async def test_a_signal_after_a_decision_while_the_script_works_on_finishes_the_
         run_id = uuid.uuid4().hex
         call_id = await start_paused(client, model, task_queue, tmp_path, ledger, run_id)
         argv = ["approve_then_work", run_id, call_id]
-        approving = subprocess.Popen(
-            [sys.executable, str(PROCS / "plain_script.py"), *argv],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        approving = launch(env, *argv)
         try:
             assert approving.stdout is not None
             decided = await asyncio.to_thread(approving.stdout.readline)
@@ -807,13 +772,7 @@ async def test_ctrl_c_then_sigterm_finishes_the_tool_call_once_then_ends_by_sigt
         }
         run_id = uuid.uuid4().hex
         argv = [command, run_id, "Weather in Paris?"]
-        running = subprocess.Popen(
-            [sys.executable, str(PROCS / "plain_script.py"), *argv],
-            env={**os.environ, **env, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        running = launch(env, *argv)
         try:
             await until(lambda: ledger_lines(ledger), "the tool to start")
             if command == "thread":  # the main thread has returned: the exit hook waits
