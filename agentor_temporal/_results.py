@@ -10,21 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
     WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowQueryRejectedError,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.service import RPCError
 
 from agentor_temporal._closed import closed
+from agentor_temporal._pause_wait import wait_paused
 from agentor_temporal._stuck import watching_stuck
 from agentor_temporal.activities import AgentDefinition
 from agentor_temporal.activities._redact import clean, mask_input, masked_event
@@ -45,11 +39,6 @@ from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import MAX_INPUT_DEPTH, MAX_REQUEST_BYTES
 from agentor_temporal.workflows.redaction import redact
 
-#: how long a caller waits for a worker to answer whether a run is paused
-#: before asking it by update (which waits for a worker as long as it takes)
-PAUSED_QUERY_TIMEOUT = timedelta(seconds=5)
-#: how often a run that refuses more updates is asked again by query
-UPDATES_REFUSED_POLL = 1.0
 #: how long a pause's result waits for the pause's events to reach history. A
 #: worker whose step that journals them outlasts its workflow task's heartbeat
 #: (~8 s: a slow store, a busy machine) reports the pause with that heartbeat,
@@ -382,7 +371,7 @@ async def _await_result(
     finished = asyncio.ensure_future(closed(client, run_id))
     ask_first = True
     while pauses:
-        pause = asyncio.ensure_future(_wait_paused(handle, ask_first=ask_first))
+        pause = asyncio.ensure_future(wait_paused(handle, ask_first=ask_first))
         await asyncio.wait({finished, pause}, return_when=asyncio.FIRST_COMPLETED)
         state = pause.result() if pause.done() else None
         if state is not None and state.status == "continued_as_new" and not finished.done():
@@ -451,48 +440,3 @@ async def _with_pause(
         segments = await TemporalStore(client).segments(run_id)
         events = await events_of(segments)
     return segments, events
-
-
-async def _wait_paused(
-    handle: WorkflowHandle[Any, Any], *, ask_first: bool = True
-) -> PausedState | None:
-    """The run's pause, or None when it ended (or cannot say) instead.
-
-    A run already paused answers a query, which leaves no trace in its
-    history; only a run still working is sent the `wait_paused` update. A run
-    that refuses it (Temporal caps an execution's updates) is asked by query
-    again each second, until it pauses or the caller sees it end. A `partial`
-    answer (many callers answered in one workflow task share its size) is
-    read whole by query; a run no longer paused by then is waited for again.
-    """
-    while True:
-        now = await _paused_now(handle) if ask_first else None
-        if now is not None:
-            return now
-        ask_first = True  # once refused, the update is asked again only after a query
-        try:
-            state: PausedState = await handle.execute_update("wait_paused", result_type=PausedState)
-        except (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            # the SDK turns this task's own cancellation (the run ended first)
-            # into a timeout error: nothing for anyone to retrieve
-            return None
-        except RPCError:
-            # refused: Temporal caps an execution's updates (2,000 by
-            # default); the caller's wait for the run's end stops this one
-            await asyncio.sleep(UPDATES_REFUSED_POLL)
-            continue
-        if state.partial:
-            continue  # the query first, then the update again if it is not paused
-        return state
-
-
-async def _paused_now(handle: WorkflowHandle[Any, Any]) -> PausedState | None:
-    """The run's pause if it is paused now; None if not, or if it cannot answer."""
-    try:
-        raw = await handle.query("paused", rpc_timeout=PAUSED_QUERY_TIMEOUT)
-    except (WorkflowQueryFailedError, WorkflowQueryRejectedError, RPCError):
-        # a worker without the query (an older build), or none answering
-        return None
-    if not isinstance(raw, dict) or raw.get("status") != "awaiting_approval":
-        return None
-    return PausedState("awaiting_approval", list(raw.get("pending") or []))
