@@ -53,11 +53,18 @@ class FileStore:
     """One append-only `<run_id>.jsonl` file per run in `directory`.
 
     Args:
-        directory: where run files live; created if missing.
+        directory: where run files live; created if missing. A relative one is
+            taken from the working directory the store is made in, once.
     """
 
     def __init__(self, directory: str | os.PathLike[str] = "runs") -> None:
-        self.directory = Path(directory)
+        # made absolute now: the working directory is the process's, and a tool
+        # that changes it (a coding agent's `cd`, os.chdir into a checkout) moved
+        # every later write of a relative store there, leaving the log where the
+        # run began cut short (a resume from it ran the agent again from the cut)
+        self.directory = Path(directory).absolute()
+        #: the directory as given, as the store is shown (`repr`)
+        self._given = str(directory)
         _make_directory(self.directory)
         # (file identity, event count) per run: counting is on the mirror's hot
         # path, and re-parsing a long log on every step is quadratic. Keyed by
@@ -75,7 +82,7 @@ class FileStore:
         self._written: dict[str, tuple[int, int, int]] = {}
 
     def __repr__(self) -> str:
-        return f"FileStore({str(self.directory)!r})"
+        return f"FileStore({self._given!r})"
 
     def path(self, run_id: str) -> Path:
         """The file of `run_id`.
