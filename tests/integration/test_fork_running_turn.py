@@ -13,6 +13,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -49,13 +50,16 @@ async def _finished_tools(client: Client, run_id: str) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_model_calls"])
 async def test_a_fork_of_a_running_turn_keeps_the_finished_call_and_asks_nothing_again(
-    client: Client, task_queue: str, ledger: str, tmp_path: Path
+    local: bool, client: Client, task_queue: str, ledger: str, tmp_path: Path
 ) -> None:
+    """Forked once Paris's call finished in the parent and while Oslo's runs there: the fork
+    keeps Paris's result, answers Oslo's as cut off, and asks the model only for turn 2."""
     gate = tmp_path / "gate"
     with ScriptedModelServer(_model) as model:
         tool = weather_tool(ledger, delay=120, delay_city="Oslo", gate=str(gate))
-        agent = scripted_agent(model, client, task_queue, tools=[tool])
+        agent = scripted_agent(model, client, task_queue, tools=[tool], local_model_calls=local)
         parent = await agent.astart("Weather in Paris and Oslo?")
         await until(lambda: len(ledger_lines(ledger)) >= 2, "both calls to start", 60)
         deadline = asyncio.get_running_loop().time() + 60
