@@ -172,6 +172,9 @@ async def _prepare(
         what=f"reading run {run_id!r} to fork it",
     )
     inp = fork_input(agent.name, point, input, max_turns)
+    if point.running and inp.answer is None:
+        # the fork asks the model again: calls still open in the parent may run twice
+        _warn_in_flight(point.parent, point.events)
     check_waiting_calls(agent.definition, point.parent, inp.answer, point.events)
     return client, fork_id, point, inp
 
@@ -213,6 +216,8 @@ class ForkPoint:
     #: waiting for a person (`waiting_answer`) or stopped before its turn's calls
     #: started (`unstarted_answer`), for a fork of its whole log
     unrecorded: dict[str, Any] | None = None
+    #: the parent was still running when it was read
+    running: bool = False
 
 
 def check_fork_input(input: MessageInput | None) -> None:
@@ -294,8 +299,6 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
     journaled = min(at, len(events))
     copied = pending[: at - journaled]
     whole = at == total
-    if segments and segments[-1].status == "running" and not (whole and unrecorded):
-        _warn_in_flight(run_id, events[:journaled] + copied)
     origin = ForkOrigin(
         run_id=run_id,
         at=journaled,
@@ -308,6 +311,7 @@ async def fork_point(client: Client, run_id: str, at: int | None, store: Store |
         origin,
         in_temporal_from,
         unrecorded=unrecorded if whole else None,
+        running=bool(segments) and segments[-1].status == "running",
     )
 
 

@@ -87,8 +87,8 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     not asked again. So are the calls the workflow answered without running
     (an unknown tool, arguments that are not a JSON object): the new segment
     answers them again, as free; and a call a person denied keeps that answer
-    when the segment recorded the decision. None when any call of the batch may
-    be running.
+    when the segment recorded the decision. None when a call of the batch may
+    be about to start.
 
     A segment that closed mid-turn (terminated, timed out) with some calls
     run to their end and others started but not (`cut_off_answer`) goes on
@@ -97,7 +97,8 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     again; the turn was rewound, the model asked again, and the calls it asked
     for again (a payment that had been made) ran a second time. A call the
     segment never started runs in the next one. A turn in which no call ran
-    to its end is rewound, as before.
+    to its end is rewound, as before. A fork of a running segment likewise:
+    a call started there is answered that the parent runs it still.
     """
     events = segment.events
     generations = [i for i, e in enumerate(events) if e.type == "generation"]
@@ -129,8 +130,11 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
             results.append(None)  # answered by the workflow, in its journal's next step
         elif closed and f"tool-{gen.turn}-{index}" not in segment.scheduled_tools:
             results.append(None)  # never started: the next segment runs it
-        elif closed and call.get("id") in recorded:
-            # started, and the segment closed before its end: it may have run
+        elif call.get("id") in recorded:
+            # started, and the segment closed before its end: it may have run; or, a fork
+            # of a running parent, the parent runs it still: answered so, its siblings'
+            # results kept (the turn rewound, the model was asked again and the calls
+            # that had finished in the parent, a payment made, ran a second time)
             cut += 1
             results.append(cut_off_answer(recorded[call.get("id")], segment.status).to_dict())
         else:
@@ -145,7 +149,18 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
 def cut_off_answer(call: Event, status: str) -> Event:
     """The answer of `call` (its `tool_call`), started in a segment that closed (`status`)
     before the call's end: its result, if it had one, never reached the run."""
-    how = {"terminated": "was terminated", "timed_out": "timed out"}.get(status, "stopped")
+    if status == "running":
+        # a fork's answer: the run forked from runs the call on, and keeps its result
+        text = (
+            "Error: this call was still running in the run this one was forked from; it may "
+            "or may not have run, and its result, if any, is recorded there, not here."
+        )
+    else:
+        how = {"terminated": "was terminated", "timed_out": "timed out"}.get(status, "stopped")
+        text = (
+            f"Error: this call was still running when its run {how}; it may or may not "
+            "have run, and its result, if any, was not recorded."
+        )
     return Event(
         type="tool_result",
         name=call.name,
@@ -153,10 +168,7 @@ def cut_off_answer(call: Event, status: str) -> Event:
         call_id=call.call_id,
         turn=call.turn,
         error=CUT_OFF,
-        result=(
-            f"Error: this call was still running when its run {how}; it may or may not "
-            "have run, and its result, if any, was not recorded."
-        ),
+        result=text,
     )
 
 
