@@ -211,8 +211,9 @@ class Approvals:
         #: request id -> the same, in brief (`brief_outcome`), once past the latest
         #: SIGNALLED_DECISIONS_KEPT: in memory only, never in history
         self.signalled_briefly: dict[str, dict[str, Any]] = {}
-        #: request id -> the same, as an earlier execution of the run carried it
-        #: (`carried_outcomes`): a decision sent again under it is answered with it
+        #: update or request id -> what a decision by update or signal came to, as an
+        #: earlier execution of the run carried it (`carried_outcomes`): a decision
+        #: sent again under it is answered with it
         self.carried: dict[str, dict[str, Any]] = {}
         #: update id -> what the `decide` update sent under it took (`take`): rebuilt on
         #: replay, as accepted updates run again. Its sender may have been told
@@ -237,7 +238,8 @@ class Approvals:
 
     def carried_outcome(self, request_id: str | None) -> dict[str, Any] | None:
         """What the decision sent under `request_id` came to in an earlier execution, by
-        signal (None: none carried); a refusal raised again as it was (`ApplicationError`).
+        update or signal (None: none carried); a refusal raised again as it was
+        (`ApplicationError`).
 
         Asked by the `decide` validator and handler with the update's id: serve
         sends a decision again under the id it sent it under, and the decision,

@@ -1,18 +1,20 @@
-"""What decisions sent by signal came to, handed on to the run's next execution.
+"""What decisions came to, handed on to the run's next execution.
 
-A decision sent by signal (`decide_signal`, a run past Temporal's updates) is
-answered by the execution that took it, which keeps its outcome under the
-sender's request id (`Approvals.signalled`). Temporal keeps nothing of a
-signal's outcome, so a run that continued as new since (between turns, a long
-run past its history budget) knew nothing of it: the same decision sent again
-under its name (serve's Idempotency-Key, an A2A messageId) went as a `decide`
-update to the new execution, which took it for the call waiting there, a later
-turn's call reusing the id (`call_0`), which nobody had seen.
+A decision is answered by the execution that took it: by a `decide` update,
+whose outcome Temporal keeps with that execution, or by signal (`decide_signal`,
+a run past Temporal's updates), whose outcome the execution keeps under the
+sender's request id (`Approvals.signalled`) and Temporal not at all. serve asks
+a decision sent again under its name (an Idempotency-Key, an A2A messageId) of
+the run's latest executions (`RECENT_EXECUTIONS`): one taken by signal before the
+run continued as new, or by update more executions ago than those, was not
+found, went as a `decide` update to the new execution, and was taken for the
+call waiting there, a later turn's call reusing the id (`call_0`), which nobody
+had seen.
 
-So from `policies.SIGNALLED_CARRIED` a continue-as-new carries the latest
-`CARRIED_SIGNALLED` of those outcomes (`Carry.signalled`), each whole when it
-is small, else in brief, so a long run's input stays bounded; the next
-execution answers a decision sent again under one of those ids with its outcome
+So from `policies.OUTCOMES_CARRIED` a continue-as-new carries the latest
+`CARRIED_OUTCOMES` of those outcomes (`Carry.outcomes`), each whole when it is
+small, else in brief, so a long run's input stays bounded; the next execution
+answers a decision sent again under one of those ids with its outcome
 (`Approvals.carried`), by update or by signal, never deciding anew.
 """
 
@@ -28,7 +30,7 @@ from agentor_temporal.workflows.request_ids import request_id_problem
 
 
 def carried_outcomes(*kept: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The outcomes to carry: the latest `CARRIED_SIGNALLED` of `kept`, oldest first.
+    """The outcomes to carry: the latest `CARRIED_OUTCOMES` of `kept`, oldest first.
 
     Args:
         kept: request id -> outcome maps, each older than the next (those the
@@ -39,7 +41,7 @@ def carried_outcomes(*kept: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
         for request_id, outcome in outcomes.items():
             merged.pop(request_id, None)
             merged[request_id] = outcome
-    latest = list(merged.items())[-policies.CARRIED_SIGNALLED :]
+    latest = list(merged.items())[-policies.CARRIED_OUTCOMES :]
     return {request_id: _small(outcome) for request_id, outcome in latest}
 
 
@@ -71,7 +73,7 @@ def outcomes_in(raw: Any) -> dict[str, dict[str, Any]]:
     """
     if not isinstance(raw, dict) or not isinstance(raw.get("carry"), dict):
         return {}
-    carried = raw["carry"].get("signalled")
+    carried = raw["carry"].get("outcomes")
     if not isinstance(carried, dict):
         return {}
     return {

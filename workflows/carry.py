@@ -81,16 +81,16 @@ class Carry:
     #: `PATCH_CARRIED_SPEC`): what a continued execution goes on with when its
     #: worker is built differently (`segment.describe_continued`)
     spec: dict[str, Any] | None = None
-    #: request id -> what a decision sent by signal came to (from
-    #: `policies.SIGNALLED_CARRIED`: `carried_outcomes`), so that, sent again
+    #: update or request id -> what a decision by update or signal came to (from
+    #: `policies.OUTCOMES_CARRIED`: `carried_outcomes`), so that, sent again
     #: under its name, it is answered with that, never taken anew
-    signalled: dict[str, dict[str, Any]] | None = None
+    outcomes: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form; `seen`, `deadline`, `reset`, `spec` and `signalled` only when set
         (older carries stay as they were)."""
         data = asdict(self)
-        for name in ("seen", "deadline", "reset", "spec", "signalled"):
+        for name in ("seen", "deadline", "reset", "spec", "outcomes"):
             if data[name] in (None, False):
                 del data[name]
         return data
@@ -121,7 +121,7 @@ class Carry:
                 deadline=float(data["deadline"]) if data.get("deadline") is not None else None,
                 reset=data.get("reset") is True,
                 spec=data["spec"] if isinstance(data.get("spec"), dict) else None,
-                signalled=outcomes_in({"carry": data}) or None,
+                outcomes=outcomes_in({"carry": data}) or None,
             )
             if carry.seen is not None:
                 SeenIds(carry.seen)  # raises naming what is wrong

@@ -121,10 +121,11 @@ class Continuing(Closing):
             # patch could replay unknown, as `policies.CARRIED_SPEC_TAKEN` says)
             spec=asdict(seg.spec) if adopted(policies.PATCH_CARRIED_SPEC) else None,
         )
-        if level() >= policies.SIGNALLED_CARRIED:
-            carry.signalled = (
+        if level() >= policies.OUTCOMES_CARRIED:
+            carry.outcomes = (
                 carried_outcomes(
                     self._approvals.carried,
+                    {k: {"decided": v} for k, v in self._approvals.updated.items()},
                     self._approvals.signalled_briefly,
                     self._approvals.signalled,
                 )

@@ -16,7 +16,7 @@ def test_only_the_latest_are_carried_oldest_first() -> None:
     before = {f"old-{n}": _decided(n, {}) for n in range(150)}
     now = {f"new-{n}": _decided(n, {}) for n in range(30)}
     carried = carried_outcomes(before, {}, now)
-    assert len(carried) == policies.CARRIED_SIGNALLED
+    assert len(carried) == policies.CARRIED_OUTCOMES
     assert list(carried)[-30:] == list(now)
     assert "old-149" in carried and "old-0" not in carried
 
@@ -42,10 +42,10 @@ def test_a_large_outcome_is_carried_in_brief() -> None:
 
 def test_a_plain_client_s_carry_is_read_without_raising() -> None:
     assert outcomes_in(None) == {}
-    assert outcomes_in({"carry": {"signalled": ["x"]}}) == {}
+    assert outcomes_in({"carry": {"outcomes": ["x"]}}) == {}
     raw = {
         "carry": {
-            "signalled": {
+            "outcomes": {
                 "ok": {"refused": "no", "type": "X"},
                 "": {"refused": "no"},
                 "k" * 65: {"refused": "no"},
