@@ -289,7 +289,12 @@ class AgentRunWorkflow(Continuing):
         """Keep a decision's refusal under the decision's own id (`refusals`): it fails
         with it, an outcome Temporal keeps, so the decision sent again is refused again."""
         self.updates += 1
-        raise ApplicationError(refusal(sent), type="DecisionRefused", non_retryable=True)
+        said = refusal(sent)
+        info = workflow.current_update_info()
+        if info is not None:
+            # carried on as new (`carried_outcomes`): refused again executions later too
+            self._approvals.refusals[info.id] = {"refused": said, "type": "DecisionRefused"}
+        raise ApplicationError(said, type="DecisionRefused", non_retryable=True)
 
     @decision_refused.validator
     def _validate_refusal(self, sent: RawValue = NO_INPUT) -> None:

@@ -215,6 +215,8 @@ class Approvals:
         #: earlier execution of the run carried it (`carried_outcomes`): a decision
         #: sent again under it is answered with it
         self.carried: dict[str, dict[str, Any]] = {}
+        #: update id -> a refusal serve had the run keep under it (`decision_refused`)
+        self.refusals: dict[str, dict[str, Any]] = {}
         #: update id -> what the `decide` update sent under it took (`take`): rebuilt on
         #: replay, as accepted updates run again. Its sender may have been told
         #: Temporal refused it all the same, and then sends the decision by signal

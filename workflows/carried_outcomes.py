@@ -12,7 +12,8 @@ call waiting there, a later turn's call reusing the id (`call_0`), which nobody
 had seen.
 
 So from `policies.OUTCOMES_CARRIED` a continue-as-new carries the latest
-`CARRIED_OUTCOMES` of those outcomes (`Carry.outcomes`), each whole when it is
+`CARRIED_OUTCOMES` of those outcomes, and of the refusals serve had it keep
+(`decision_refused`, `Approvals.refusals`), (`Carry.outcomes`), each whole when it is
 small, else in brief, so a long run's input stays bounded; the next execution
 answers a decision sent again under one of those ids with its outcome
 (`Approvals.carried`), by update or by signal, never deciding anew.

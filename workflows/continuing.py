@@ -126,6 +126,7 @@ class Continuing(Closing):
                 carried_outcomes(
                     self._approvals.carried,
                     {k: {"decided": v} for k, v in self._approvals.updated.items()},
+                    self._approvals.refusals,
                     self._approvals.signalled_briefly,
                     self._approvals.signalled,
                 )

@@ -6,7 +6,8 @@ decision sent again under its Idempotency-Key (an A2A messageId): Temporal keeps
 update's outcome with the execution that took it. A run continuing as new every turn
 (a small history budget), whose later turns' calls need no person, went past 10
 executions within moments, and the same request sent again once turn 13 waited for
-its `call_0` (models reuse ids) decided that call, which nobody had seen.
+its `call_0` (models reuse ids) decided that call, which nobody had seen; so did
+one the run had refused (kept by its `decision_refused` update).
 """
 
 from __future__ import annotations
@@ -33,8 +34,14 @@ SCRIPT = [
 ]
 
 
+# the first sending took turn 1's call, or was refused (someone else decided it first)
+@pytest.mark.parametrize("refused", [False, True], ids=["taken", "refused"])
 async def test_a_decision_sent_again_past_the_latest_executions_decides_nothing(
-    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    refused: bool,
 ) -> None:
     from agentor_temporal.serve import create_app
 
@@ -59,15 +66,17 @@ async def test_a_decision_sent_again_past_the_latest_executions_decides_nothing(
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://serve", timeout=120
             ) as http:
+                if refused:
+                    await agent.aapprove(run_id, "call_0", by="alice")
                 first = await http.post(route, json={"approve": True}, headers=keyed)
-                assert first.status_code == 200, first.text
-                assert first.json()["turn"] == 1
+                assert first.status_code == (409 if refused else 200), first.text
+                assert refused or first.json()["turn"] == 1
                 waiting = await asyncio.wait_for(agent.aresume(run_id), 120)
                 assert [p.args["to"] for p in waiting.pending_approvals] == ["eve"], waiting
                 listed = [e async for e in client.list_workflows(f"WorkflowId = '{run_id}'")]
                 assert len(listed) > RECENT_EXECUTIONS + 1  # visibility may lag: at least
                 again = await http.post(route, json={"approve": True}, headers=keyed)
-                assert again.status_code == 200, again.text
+                assert again.status_code == first.status_code, again.text
                 assert again.json() == first.json()
             waiting = await asyncio.wait_for(agent.aresume(run_id), 60)
             [pending] = waiting.pending_approvals
