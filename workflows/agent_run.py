@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals, sent_decision
     from agentor_temporal.workflows.budget import FailureBudget
     from agentor_temporal.workflows.call_uses import CallUses, SeenIds
+    from agentor_temporal.workflows.carried_outcomes import outcomes_in
     from agentor_temporal.workflows.carry import (
         Carry,
         HistoryGauge,
@@ -121,6 +122,7 @@ class AgentRunWorkflow(Continuing):
         self._approvals = Approvals()
         # before any update handler or validator runs (see `decisions_in`)
         self._approvals.restore(decisions_in(value))
+        self._approvals.carried = outcomes_in(value)
         #: the run's behaviour level (`versions`); 0 until its spec is recorded
         self.behaviour = 0
         # spans, search attributes and metrics follow the recorded events
@@ -266,13 +268,20 @@ class AgentRunWorkflow(Continuing):
         """Approve or deny one waiting tool call (a `Decision`); the first decision wins."""
         self.updates += 1
         info = workflow.current_update_info()
+        update_id = info.id if info is not None else None
+        # sent again under its id after the run continued as new (taken by signal before)
+        carried = self._approvals.carried_outcome(update_id)
+        if carried is not None:
+            return carried
         return self._approvals.take(
-            sent_decision(None if decision is NO_INPUT else decision),
-            info.id if info is not None else None,
+            sent_decision(None if decision is NO_INPUT else decision), update_id
         )
 
     @decide.validator
     def _validate_decision(self, decision: RawValue = NO_INPUT) -> None:
+        info = workflow.current_update_info()
+        if self._approvals.carried_outcome(info.id if info is not None else None) is not None:
+            return  # answered with what it came to (a carried refusal raised again)
         self._approvals.check(sent_decision(None if decision is NO_INPUT else decision))
 
     @workflow.update(name=policies.REFUSED_DECISION_UPDATE)
@@ -280,7 +289,12 @@ class AgentRunWorkflow(Continuing):
         """Keep a decision's refusal under the decision's own id (`refusals`): it fails
         with it, an outcome Temporal keeps, so the decision sent again is refused again."""
         self.updates += 1
-        raise ApplicationError(refusal(sent), type="DecisionRefused", non_retryable=True)
+        said = refusal(sent)
+        info = workflow.current_update_info()
+        if info is not None:
+            # carried on as new (`carried_outcomes`): refused again executions later too
+            self._approvals.refusals[info.id] = {"refused": said, "type": "DecisionRefused"}
+        raise ApplicationError(said, type="DecisionRefused", non_retryable=True)
 
     @decision_refused.validator
     def _validate_refusal(self, sent: RawValue = NO_INPUT) -> None:

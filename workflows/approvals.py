@@ -211,6 +211,12 @@ class Approvals:
         #: request id -> the same, in brief (`brief_outcome`), once past the latest
         #: SIGNALLED_DECISIONS_KEPT: in memory only, never in history
         self.signalled_briefly: dict[str, dict[str, Any]] = {}
+        #: update or request id -> what a decision by update or signal came to, as an
+        #: earlier execution of the run carried it (`carried_outcomes`): a decision
+        #: sent again under it is answered with it
+        self.carried: dict[str, dict[str, Any]] = {}
+        #: update id -> a refusal serve had the run keep under it (`decision_refused`)
+        self.refusals: dict[str, dict[str, Any]] = {}
         #: update id -> what the `decide` update sent under it took (`take`): rebuilt on
         #: replay, as accepted updates run again. Its sender may have been told
         #: Temporal refused it all the same, and then sends the decision by signal
@@ -231,6 +237,26 @@ class Approvals:
             call_id, use = parse_key(key)
             if use >= latest.get(call_id, 0):
                 latest[call_id], self.keys[call_id] = use, key
+
+    def carried_outcome(self, request_id: str | None) -> dict[str, Any] | None:
+        """What the decision sent under `request_id` came to in an earlier execution, by
+        update or signal (None: none carried); a refusal raised again as it was
+        (`ApplicationError`).
+
+        Asked by the `decide` validator and handler with the update's id: serve
+        sends a decision again under the id it sent it under, and the decision,
+        taken by signal before the run continued as new, must not be taken anew
+        for the call with that id waiting now (a later turn's).
+        """
+        outcome = self.carried.get(request_id) if request_id is not None else None
+        if outcome is None:
+            return None
+        decided = outcome.get("decided")
+        if isinstance(decided, dict):
+            return decided
+        raise ApplicationError(
+            str(outcome.get("refused", "")), type=str(outcome.get("type") or "BadDecision")
+        )
 
     def _key(self, call_id: str) -> str:
         # a long id decided in an earlier execution was carried by its digest
@@ -343,8 +369,8 @@ class Approvals:
         problem = request_id_problem(request_id)
         if problem is not None or not isinstance(request_id, str):
             return f"{problem}; it takes {SIGNAL_SHAPE}"
-        if request_id in self.signalled:
-            return None  # delivered twice
+        if request_id in self.signalled or request_id in self.carried:
+            return None  # delivered twice (or again, after the run continued as new)
         if (
             "decided" in self.signalled_briefly.get(request_id, {})
             and level() >= policies.SIGNAL_REPEATS_KEPT
@@ -384,7 +410,11 @@ class Approvals:
         execution takes at most Temporal's 10,000 signals, so every sender's
         outcome is kept (a few hundred bytes each, in the worker's memory).
         """
-        return self.signalled.get(request_id) or self.signalled_briefly.get(request_id)
+        return (
+            self.signalled.get(request_id)
+            or self.signalled_briefly.get(request_id)
+            or self.carried.get(request_id)
+        )
 
     def end_waiting(self, why: str) -> None:
         """The run fails: calls waiting for a person are answered as not run.

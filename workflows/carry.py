@@ -32,6 +32,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.call_uses import SeenIds, count_key, parse_key, use_key
+from agentor_temporal.workflows.carried_outcomes import outcomes_in
 from agentor_temporal.workflows.conversation import Conversation
 from agentor_temporal.workflows.formatting import QUOTED_CHARS, fit
 from agentor_temporal.workflows.steady import reading
@@ -80,12 +81,16 @@ class Carry:
     #: `PATCH_CARRIED_SPEC`): what a continued execution goes on with when its
     #: worker is built differently (`segment.describe_continued`)
     spec: dict[str, Any] | None = None
+    #: update or request id -> what a decision by update or signal came to (from
+    #: `policies.OUTCOMES_CARRIED`: `carried_outcomes`), so that, sent again
+    #: under its name, it is answered with that, never taken anew
+    outcomes: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form; `seen`, `deadline`, `reset` and `spec` only when set (older carries
-        stay as they were)."""
+        """The JSON form; `seen`, `deadline`, `reset`, `spec` and `signalled` only when set
+        (older carries stay as they were)."""
         data = asdict(self)
-        for name in ("seen", "deadline", "reset", "spec"):
+        for name in ("seen", "deadline", "reset", "spec", "outcomes"):
             if data[name] in (None, False):
                 del data[name]
         return data
@@ -116,6 +121,7 @@ class Carry:
                 deadline=float(data["deadline"]) if data.get("deadline") is not None else None,
                 reset=data.get("reset") is True,
                 spec=data["spec"] if isinstance(data.get("spec"), dict) else None,
+                outcomes=outcomes_in({"carry": data}) or None,
             )
             if carry.seen is not None:
                 SeenIds(carry.seen)  # raises naming what is wrong

@@ -153,7 +153,7 @@ PATCH_RESULTS_UNKEPT = "results-unkept"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 28
+BEHAVIOUR = 29
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -432,3 +432,22 @@ PAUSE_COUNTS_TASKS = 25
 #: the 5 s workflow task timeout on every attempt. Levels 26, 27, 29 and 30 are
 #: other passes' helpers'.
 EVENTS_BUDGET_REPLAYABLE = 28
+#: (class: approvals) From this level a continue-as-new carries what the
+#: latest CARRIED_OUTCOMES decisions came to, by update or by signal, under
+#: their ids (`Carry.outcomes`, `carried_outcomes`), and the next execution
+#: answers a decision sent again under one of them with that outcome, by update
+#: or by signal. Temporal keeps nothing of a signal's outcome, and an update's
+#: only with its execution (serve asked the latest RECENT_EXECUTIONS): sent
+#: again under its name (serve's Idempotency-Key, an A2A messageId) once the run
+#: had continued as new (or done so 11 times, a run whose later turns need no
+#: person), the decision went as a `decide` update to the new execution, and
+#: decided the call waiting there, a later turn's call reusing the id, which
+#: nobody had seen (a 9,000 transfer to eve).
+OUTCOMES_CARRIED = 29
+#: Outcomes a continue-as-new carries: as many as an execution keeps whole of those
+#: by signal (a turn's decisions past them are still found by serve in their execution).
+CARRIED_OUTCOMES = 100
+#: A carried outcome's size, as encoded, past which it goes in brief (no args).
+CARRIED_OUTCOME_BYTES = 600
+#: Bytes of a refusal's message a carried outcome in brief keeps.
+CARRIED_REFUSAL_BYTES = 300

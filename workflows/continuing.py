@@ -16,6 +16,7 @@ from temporalio import workflow
 from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.approvals import Approvals
 from agentor_temporal.workflows.budget import FailureBudget
+from agentor_temporal.workflows.carried_outcomes import carried_outcomes
 from agentor_temporal.workflows.carry import Carry, HistoryGauge, carried_decisions, emptied
 from agentor_temporal.workflows.closing import Closing
 from agentor_temporal.workflows.conversation import Conversation
@@ -120,6 +121,17 @@ class Continuing(Closing):
             # patch could replay unknown, as `policies.CARRIED_SPEC_TAKEN` says)
             spec=asdict(seg.spec) if adopted(policies.PATCH_CARRIED_SPEC) else None,
         )
+        if level() >= policies.OUTCOMES_CARRIED:
+            carry.outcomes = (
+                carried_outcomes(
+                    self._approvals.carried,
+                    {k: {"decided": v} for k, v in self._approvals.updated.items()},
+                    self._approvals.refusals,
+                    self._approvals.signalled_briefly,
+                    self._approvals.signalled,
+                )
+                or None
+            )
         if level() >= policies.DEADLINE_SETTLES:
             expiry = chain_expiry(seg.carry)
             carry.deadline = expiry.timestamp() if expiry is not None else None

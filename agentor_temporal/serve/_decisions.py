@@ -12,7 +12,10 @@ took it, Temporal answers the update with its first outcome.
 
 Temporal keeps an update's outcome with the execution that took it: a run that
 continued as new since (between turns) is asked in its latest executions
-(`RECENT_EXECUTIONS`), newest first.
+(`RECENT_EXECUTIONS`), newest first; from behaviour level 29 the run also carries
+the outcomes of its latest decisions, by update or by signal, into each next
+execution (`workflows.carried_outcomes`), which answers the decision sent again
+with its outcome, more executions later too.
 
 It keeps nothing of a decision refused outright (by the server's checks or the
 run's validator: the call was decided by someone else meanwhile, the run was

@@ -113,6 +113,7 @@ KNOBS: dict[str, dict[str, int]] = {
     "behaviour_25_task_capped_turn_history": {"PAUSED_WAIT_TASKS": 20},
     # a run continues as new past 3,000 events from level 28: past 10, after its first turn
     "behaviour_28_replayable_continued_history": {"REPLAYABLE_EVENTS_BUDGET": 10},
+    "behaviour_29_signalled_carried_history": {"REPLAYABLE_EVENTS_BUDGET": 10},
 }
 
 
@@ -224,6 +225,27 @@ async def _approval_by_signal(agent: Agentor) -> str:
     await decide_by_signal(client, run_id, Decision("call_alice", False, "not today", "carol"))
     result = await agent.aresume(run_id)
     assert result.status == "completed"
+    return run_id
+
+
+async def _signalled_carried(agent: Agentor) -> str:
+    """Turn 1's calls decided by signal and update, the run continued as new, then the one
+    sent again under its id (as serve does): answered with turn 1's, turn 2's call_0 left."""
+    paused = await agent.arun("Pay bob 5, then eve 9000.")
+    assert paused.status == "awaiting_approval", paused
+    client = await agent._client()
+    run_id = str(paused.run_id)
+    sent = Decision("call_0", True, None, "carol")
+    first = await decide_by_signal(client, run_id, sent, request_id="sent-once")
+    await agent.aapprove(run_id, "call_1", by="carol")  # by update: carried too
+    waiting = await agent.aresume(run_id)
+    assert [p.turn for p in waiting.pending_approvals] == [2], waiting
+    handle = client.get_workflow_handle(run_id)
+    again = await handle.execute_update("decide", sent, id="sent-once", result_type=dict)
+    assert again == first
+    await agent.adeny(run_id, "call_0", "no", by="dave")
+    result = await agent.aresume(run_id)
+    assert result.status == "completed", result
     return run_id
 
 
@@ -921,6 +943,22 @@ SCENARIOS: dict[str, Scenario] = {
     # recorded at level 28: a run continues as new past REPLAYABLE_EVENTS_BUDGET events
     # (policies.EVENTS_BUDGET_REPLAYABLE), the server's suggestion far off
     "behaviour_28_replayable_continued_history": SEED,
+    # recorded at level 29: a continue-as-new carries what decisions by signal and update came
+    # to (policies.OUTCOMES_CARRIED); the same decision sent again in the next
+    # execution is answered with it
+    "behaviour_29_signalled_carried_history": (
+        [
+            [
+                CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_0"),
+                CallTool("transfer", {"amount": 7, "to": "alice"}, id="call_1"),
+            ],
+            [CallTool("transfer", {"amount": 9000, "to": "eve"}, id="call_0")],
+            Reply("Paid bob and alice; eve was refused."),
+        ],
+        lambda: [transfer_tool()],
+        _signalled_carried,
+        20,
+    ),
     # recorded at level 22: runs with local model calls whose last events take a journal
     # step right after their last request, decided without a patch
     # (policies.JOURNAL_CHOICE_RECORDED): a `run_agent` child, and events past a result's room

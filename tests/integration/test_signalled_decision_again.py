@@ -4,15 +4,14 @@ decides nothing more.
 A run Temporal takes no more updates from is decided by the `decide_signal` signal,
 its outcome kept by the execution under the sender's request id. serve names a
 decision sent with an Idempotency-Key (or an A2A messageId) so that, sent again, it
-is answered with what it came to; a run that continued as new between the turns
+is answered with what it came to; before level 29 a run that continued as new between the turns
 (a long run past its history budget) kept no such outcome in its new execution, and
 the same request, sent again once the run waited for turn 2's `call_0` (models
 reuse ids), decided that call, which nobody had seen.
 
-Not fixed yet (expected to fail): the fix carries the execution's signalled
-outcomes into the next (a change of the continue-as-new input: a behaviour level)
-or asks the older executions' `signalled_decision` query (a replay of each, for
-every named decision).
+From behaviour level 29 a continue-as-new carries the latest outcomes of
+decisions by signal (`workflows.carried_outcomes`), and the next execution
+answers the decision sent again under its id with that outcome.
 """
 
 from __future__ import annotations
@@ -48,13 +47,23 @@ async def few_updates() -> AsyncIterator[Client]:
         yield client
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit: an execution's record of decisions taken by signal is not carried "
-    "across continue-as-new, and serve asks older executions by update id only",
+async def _use_up_updates(client: Client, run_id: str) -> None:
+    """The latest execution's updates used up (a followed run): decisions go by signal."""
+    for _ in range(2):
+        with contextlib.suppress(RPCError):
+            await client.get_workflow_handle(run_id).execute_update("wait_paused")
+
+
+# sent again by update (the new execution takes updates), or by signal (it takes none either)
+@pytest.mark.parametrize(
+    "again_by_signal", [False, True], ids=["again-by-update", "again-by-signal"]
 )
 async def test_a_signalled_decision_sent_again_after_a_continue_as_new_decides_nothing(
-    few_updates: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    few_updates: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    again_by_signal: bool,
 ) -> None:
     from agentor_temporal.serve import create_app
 
@@ -68,9 +77,7 @@ async def test_a_signalled_decision_sent_again_after_a_continue_as_new_decides_n
             assert paused.status == "awaiting_approval", paused.error
             run_id = paused.run_id
             first_execution = (await client.get_workflow_handle(run_id).describe()).run_id
-            for _ in range(2):  # the execution's updates used up (a followed run)
-                with contextlib.suppress(RPCError):
-                    await client.get_workflow_handle(run_id).execute_update("wait_paused")
+            await _use_up_updates(client, run_id)
             transport = httpx.ASGITransport(app=create_app([agent]))
             route = f"/runs/{run_id}/approvals/call_0"
             keyed = {"Idempotency-Key": "approve-bob"}
@@ -86,9 +93,13 @@ async def test_a_signalled_decision_sent_again_after_a_continue_as_new_decides_n
                 assert [p.turn for p in waiting.pending_approvals] == [2]
                 now = (await client.get_workflow_handle(run_id).describe()).run_id
                 assert now != first_execution  # turn 2 waits in an execution of its own
+                if again_by_signal:
+                    await _use_up_updates(client, run_id)
                 again = await http.post(route, json={"approve": True}, headers=keyed)
                 assert again.status_code == 200, again.text
                 assert again.json() == first.json()
+                history = await client.get_workflow_handle(run_id).fetch_history()
+                assert ("decide_signal" in history.to_json()) is again_by_signal
             waiting = await asyncio.wait_for(agent.aresume(run_id), 60)
             [pending] = waiting.pending_approvals
             assert (pending.turn, pending.args["to"]) == (2, "eve")
