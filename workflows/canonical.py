@@ -3,7 +3,8 @@
 A key comes back from a server, a tool or an HTML error page written in many ways
 that all read as the key: in another letter case, percent-encoded (`%73%6B...`),
 JSON-escaped (`\\u0073`, `\\/`; escaped again, `\\\\/`: JSON text in JSON or a repr),
-as HTML character references (`&#115;`, `&#x73;`, `&hyphen;`), in full-width or other
+as HTML character references (`&#115;`, `&#x73;`, `&lowbar;`; escaped again, `&amp;#x2f;`:
+HTML quoted in HTML or XML), in full-width or other
 compatibility letters (`ｓｋ－...`), with invisible characters between its letters
 (zero-width space, word joiner, soft hyphen), or as UTF-16 text read as bytes (a NUL
 beside each letter: `s\\x00k\\x00`, as a Windows file or PowerShell's output holds it,
@@ -43,6 +44,13 @@ _TERMINAL = (
     r"(?:\x1b|(?<!\\)\\+(?:u001[bB]|x1[bB]))(?:\[[0-?]{0,32}[ -/]{0,8}[@-~]|[()*+][0-9A-Za-z])"
 )
 _TERMINAL_RE = re.compile(_TERMINAL)
+#: A character reference's `&`, itself escaped again any number of times (`&amp;#115;`,
+#: `&#38;#x2f;`): HTML quoted in HTML or XML (an Atom feed's `type="html"` content, a SOAP
+#: fault's XML held as text, a page showing a page's source) escapes each reference's `&`
+#: once more. Read from the run's first `&` (one `&` a run: read once); a token of its own,
+#: tried before a plain reference's: a plain `&lt;` costs no more than it did.
+_AMPED = r"&(?:(?:amp|AMP|#0{0,5}38|#[xX]0{0,4}26);)+"
+_AMP_RUN = re.compile(_AMPED + "(?=[#A-Za-z])")
 #: One written character (or escape) that may stand for another: a percent-escape, a JSON
 #: escape, an HTML character reference, a terminal's control sequence, quoted-printable's
 #: `=3D` (a mail's `=`: a base64 key's padding), or a run of non-ASCII characters.
@@ -50,6 +58,7 @@ _TOKEN = re.compile(
     _TERMINAL + "|" + _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}|=3[Dd]"
     r"|(?<!\\)\\+(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[^\\\r\n])"
     r"|\\u[0-9A-Fa-f]{4}|\\{1,2}x[0-9A-Fa-f]{2}|\\[^\r\n]"
+    r"|" + _AMPED + r"(?:#(?:[0-9]{1,7}|[xX][0-9A-Fa-f]{1,6});?|[A-Za-z][A-Za-z0-9]{1,31};)"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
     r"|[^\x00-\x7f]+|\x00+"
 )
@@ -256,6 +265,11 @@ def _unescape(token: str) -> str:
 
 
 def _reference(token: str) -> str:
+    run = _AMP_RUN.match(token)
+    if run is not None:  # a reference escaped again: the one it escapes, if it is one
+        inner = "&" + token[run.end() :]
+        decoded = _reference(inner)
+        return token if decoded == inner else decoded
     if token[1] == "#":
         number = token[2:].rstrip(";")
         code = int(number[1:], 16) if number[:1] in "xX" else int(number)
@@ -362,6 +376,12 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
         rf"\\{{1,2}}x(?i:{hexes}|00)",
         *([rf"\\[{escaped}]"] if escaped else []),
         r"\x00+",
+        # a reference escaped again first (`&#38;#x2f;` is `/`, not `&` and what follows);
+        # its own alternative: a plain `&lt;` is not slowed (an HTML text is dense in them)
+        _AMPED
+        + r"(?:#(?:[0-9]{1,7}|[xX][0-9A-Fa-f]{1,6});?"
+        + "".join("|" + re.escape(n) for n in names)
+        + ")",
         r"&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?",
         *([r"&(?:" + "|".join(re.escape(n) for n in names) + ")"] if names else []),
         "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
@@ -425,10 +445,12 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
 #: An escape or reference cut short at the end of a text (the next delta may finish it), with
 #: the backslashes before it (escaped again, up to three times: `\\\\u00`); no more, or a
 #: reply streaming a long run of them would be held, and read again, whole; a terminal's
-#: control sequence cut short too.
+#: control sequence cut short too; and a reference with the escaped `&`s before it (escaped
+#: again, up to four times: `&amp;#x2`).
 _PARTIAL = re.compile(
     r"(?:(?:%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2})?%[0-9A-Fa-f]?"
     r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\{1,8}(?:u[0-9A-Fa-f]{0,3}|x[0-9A-Fa-f]?)?"
     r"|\x1b(?:\[[0-?]{0,32}[ -/]{0,8}|[()*+])?"
-    r"|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
+    r"|&(?:(?:amp|AMP|#0{0,5}38|#[xX]0{0,4}26);){0,4}"
+    r"(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
 )
