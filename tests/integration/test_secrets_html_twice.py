@@ -6,13 +6,16 @@ reference's `&` once more: an Atom feed's `type="html"` entry (a CI server's bui
 quoting the AWS secret access key it was given), a SOAP fault holding the service's XML
 as text, a page showing a page's source. `&amp;#x2F;` was read as no character of the key,
 so a model's reply quoting such a text showed the key whole (final output, JSONL,
-history), and a tool's result the pieces between the references. Real dev server,
+history), and a tool's result the pieces between the references. So did a reference whose
+`&` was JSON-escaped (`\\u0026#x2F;`): Go's `encoding/json` and .NET's System.Text.Json
+write every `&` so, and a JSON answer holding HTML holds its references so. Real dev server,
 scripted model, real `openai` client.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import logging
 import re
 from pathlib import Path
@@ -51,6 +54,12 @@ SPELLINGS = {
     ),
     # the `&` escaped as a reference of its own
     "numeric-amp": _encoded(SECRET).replace("&", "&#38;"),
+    # a Go service's JSON answer holding the build log's HTML: `encoding/json` escapes every
+    # `&`, `<` and `>` (`\\u0026`), as .NET's System.Text.Json does
+    "go-json": json.dumps({"build": 42, "log_html": LOG})
+    .replace("&", "\\u0026")
+    .replace("<", "\\u003c")
+    .replace(">", "\\u003e"),
 }
 
 
@@ -73,7 +82,7 @@ async def test_a_key_in_references_escaped_again_never_shows(
     caplog.set_level(logging.WARNING)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     for name, spelled in SPELLINGS.items():
-        read = html.unescape(html.unescape(html.unescape(spelled)))
+        read = html.unescape(html.unescape(html.unescape(spelled.replace("\\u0026", "&"))))
         assert SECRET in read and SECRET not in html.unescape(spelled), name
 
     @function_tool
@@ -87,7 +96,9 @@ async def test_a_key_in_references_escaped_again_never_shows(
             raise RuntimeError(f"the service refused: {SPELLINGS[which]}")
         return SPELLINGS[which]
 
-    reply = Reply(f"The feed said {SPELLINGS['atom-feed']} and {SPELLINGS['numeric-amp']}.")
+    reply = Reply(
+        f"It said {SPELLINGS['atom-feed']}, {SPELLINGS['go-json']} and {SPELLINGS['numeric-amp']}."
+    )
     result, shown = await keyed_calls(
         "Feed Agent",
         read_feed,
