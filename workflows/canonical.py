@@ -3,7 +3,8 @@
 A key comes back from a server, a tool or an HTML error page written in many ways
 that all read as the key: in another letter case, percent-encoded (`%73%6B...`),
 JSON-escaped (`\\u0073`, `\\/`; escaped again, `\\\\/`: JSON text in JSON or a repr),
-as HTML character references (`&#115;`, `&#x73;`, `&hyphen;`), in full-width or other
+as HTML character references (`&#115;`, `&#x73;`, `&lowbar;`; escaped again, `&amp;#x2f;`:
+HTML quoted in HTML or XML), in full-width or other
 compatibility letters (`ｓｋ－...`), with invisible characters between its letters
 (zero-width space, word joiner, soft hyphen), or as UTF-16 text read as bytes (a NUL
 beside each letter: `s\\x00k\\x00`, as a Windows file or PowerShell's output holds it,
@@ -43,11 +44,22 @@ _TERMINAL = (
     r"(?:\x1b|(?<!\\)\\+(?:u001[bB]|x1[bB]))(?:\[[0-?]{0,32}[ -/]{0,8}[@-~]|[()*+][0-9A-Za-z])"
 )
 _TERMINAL_RE = re.compile(_TERMINAL)
+#: A character reference's `&`, itself escaped again any number of times (`&amp;#115;`,
+#: `&#38;#x2f;`): HTML quoted in HTML or XML (an Atom feed's `type="html"` content, a SOAP
+#: fault's XML held as text, a page showing a page's source) escapes each reference's `&`
+#: once more. Or the `&` JSON-escaped (`\\u0026#x2F;`): Go's `encoding/json` and .NET's
+#: System.Text.Json escape every `&` so by default, a JSON answer holding HTML (a build
+#: log's) holds its references so. Read from the run's first `&` (one `&` a run: read once);
+#: a token of its own, tried before a plain reference's: a plain `&lt;` costs no more.
+_AMPS = r"(?:(?:amp|AMP|#0{0,5}38|#[xX]0{0,4}26);)"
+_AMPED = rf"(?:&{_AMPS}+|(?<!\\)\\+u0026{_AMPS}*)"
+_AMP_RUN = re.compile(rf"(?:&{_AMPS}*|\\+u0026{_AMPS}*)(?=[#A-Za-z])")
 #: One written character (or escape) that may stand for another: a percent-escape, a JSON
 #: escape, an HTML character reference, a terminal's control sequence, quoted-printable's
 #: `=3D` (a mail's `=`: a base64 key's padding), or a run of non-ASCII characters.
 _TOKEN = re.compile(
     _TERMINAL + "|" + _UTF8_ESCAPED + r"|%[0-9A-Fa-f]{2}|=3[Dd]"
+    r"|" + _AMPED + r"(?:#(?:[0-9]{1,7}|[xX][0-9A-Fa-f]{1,6});?|[A-Za-z][A-Za-z0-9]{1,31};)"
     r"|(?<!\\)\\+(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|[^\\\r\n])"
     r"|\\u[0-9A-Fa-f]{4}|\\{1,2}x[0-9A-Fa-f]{2}|\\[^\r\n]"
     r"|&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?|&[A-Za-z][A-Za-z0-9]{1,31};"
@@ -211,9 +223,9 @@ def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] 
         byte = int(token[1:], 16)
         # a byte of no UTF-8 character's escapes stays as it is written
         canon = _char(chr(byte)) if byte < 0x80 else None
-    elif token[0] == "\\":
+    elif token[0] == "\\" and _AMP_RUN.match(token) is None:
         canon = _char(_unescape(token))
-    elif token[0] == "&":
+    elif token[0] in "&\\":
         reference = _reference(token)
         canon = _char(reference) if reference != token else None
     elif unicodedata.normalize("NFKC", token).lower() == token and not _has_format(token):
@@ -256,6 +268,11 @@ def _unescape(token: str) -> str:
 
 
 def _reference(token: str) -> str:
+    run = _AMP_RUN.match(token)
+    if run is not None and run.end() > 1:  # its `&` escaped: the reference, if it is one
+        inner = "&" + token[run.end() :]
+        decoded = _reference(inner)
+        return token if decoded == inner else decoded
     if token[1] == "#":
         number = token[2:].rstrip(";")
         code = int(number[1:], 16) if number[:1] in "xX" else int(number)
@@ -362,6 +379,13 @@ def _tokens(charset: frozenset[str]) -> re.Pattern[str]:
         rf"\\{{1,2}}x(?i:{hexes}|00)",
         *([rf"\\[{escaped}]"] if escaped else []),
         r"\x00+",
+        # a reference escaped again, or its `&` JSON-escaped (`\\u0026`: none of the escapes
+        # above unless a key holds `&`), before a plain one (`&#38;#x2f;` is `/`, not `&` and
+        # what follows); its own alternative: a plain `&lt;` or `\\n` costs little more
+        _AMPED
+        + r"(?:#(?:[0-9]{1,7}|[xX][0-9A-Fa-f]{1,6});?"
+        + "".join("|" + re.escape(n) for n in names)
+        + ")",
         r"&#[0-9]{1,7};?|&#[xX][0-9A-Fa-f]{1,6};?",
         *([r"&(?:" + "|".join(re.escape(n) for n in names) + ")"] if names else []),
         "[" + _LOOKALIKES + "".join(re.escape(c) for c in others if len(c) == 1) + "]+",
@@ -425,10 +449,12 @@ def begun(text: str, forms: tuple[str, ...]) -> int:
 #: An escape or reference cut short at the end of a text (the next delta may finish it), with
 #: the backslashes before it (escaped again, up to three times: `\\\\u00`); no more, or a
 #: reply streaming a long run of them would be held, and read again, whole; a terminal's
-#: control sequence cut short too.
+#: control sequence cut short too; and a reference with the escaped `&`s before it (escaped
+#: again, up to four times: `&amp;#x2`), or its `&` JSON-escaped (`\\u0026#x2`).
 _PARTIAL = re.compile(
     r"(?:(?:%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2})?%[0-9A-Fa-f]?"
     r"|%[C-Fc-f][0-9A-Fa-f](?:%[89ABab][0-9A-Fa-f]){0,2}|\\{1,8}(?:u[0-9A-Fa-f]{0,3}|x[0-9A-Fa-f]?)?"
     r"|\x1b(?:\[[0-?]{0,32}[ -/]{0,8}|[()*+])?"
-    r"|&(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
+    r"|(?:&|\\{1,8}u0026)(?:(?:amp|AMP|#0{0,5}38|#[xX]0{0,4}26);){0,4}"
+    r"(?:#[xX]?[0-9A-Fa-f]{0,6}|[A-Za-z][A-Za-z0-9]{0,31})?)\Z"
 )

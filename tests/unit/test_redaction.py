@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import importlib
 import importlib.util
 import json
@@ -258,6 +259,8 @@ async def test_a_key_beginning_padded_with_invisible_deltas_is_held_small(
         "SK-ESC/APED-KEY-0123456789",  # upper-cased
         "sk%2Desc%2faped-key-012345678%39",  # percent-encoded, hex of either case
         "&#115;&#X6B;&#45;esc&sol;aped-key-0123456789",  # HTML character references
+        "sk&amp;#x2d;esc&amp;amp;sol;aped&#38;#45;key-0123456789",  # references escaped again
+        "sk\\u0026#x2d;esc\\u0026amp;sol;aped-key-0123456789",  # their `&` JSON-escaped (Go)
         "s\u200bk-esc/aped\u2060-key-0123\u00ad456789",  # invisible characters between
         "ｓｋ－ｅｓｃ／ａｐｅｄ－ｋｅｙ－０１２３４５６７８９",  # full-width letters
         "s\ufe0fk-esc\u034f/aped\u3164-key-0123\U000e0100456789",  # invisible, not `Cf`
@@ -438,6 +441,37 @@ def test_header_values_stay_out_of_history_and_plain_ones_unmasked() -> None:
 )
 def test_a_secret_json_escaped_is_masked(escaped: str) -> None:
     assert "secret" not in redact(f"echo: {escaped}", ["sk-my/secret/key-42"])
+
+
+@pytest.mark.parametrize(
+    "escaped",
+    [
+        # HTML quoted in HTML or XML (an Atom feed's html content, a SOAP fault's XML as
+        # text, a page showing a page's source): each reference's `&` escaped once more
+        "sk&amp;#x2d;my&amp;#x2F;secret&amp;#47;key&amp;#x2d;42",
+        "sk&amp;amp;#x2d;my&amp;amp;sol;secret&amp;amp;amp;#47;key-42",  # and again
+        "sk&#38;#x2d;my&#x26;#x2f;secret&AMP;sol;key-42",  # the `&` as a reference of its own
+        html.escape(html.escape("&#115;&#107;-my/secret/key-42")),
+        # the `&` JSON-escaped: Go's `encoding/json` and .NET's System.Text.Json write every
+        # `&` so, and a JSON answer holding HTML holds its references so
+        "sk\\u0026#x2d;my\\u0026#x2F;secret\\u0026amp;sol;key\\u0026#45;42",
+        repr("sk\\u0026#x2d;my\\u0026#47;secret/key-42"),  # and escaped again
+    ],
+)
+def test_a_secret_in_html_references_escaped_again_is_masked(escaped: str) -> None:
+    """Not a piece of it shows: a reply or a log line is masked of the key whole only."""
+    shown = redact(f"<pre>echo: {escaped} &amp; more</pre>", ["sk-my/secret/key-42"])
+    assert "secret" not in shown and "my" not in shown and "&amp; more" in shown, shown
+
+
+def test_text_dense_in_plain_references_reads_as_before() -> None:
+    """An `&` escaped again before no reference, or before one of no key's character, is
+    left as it is written."""
+    text = (
+        "Tom &amp; Jerry &amp;amp; &#38; &amp;foo; &amp;lt;b&amp;gt; caf&amp;eacute; "
+        '{"a": "Tom \\u0026 Jerry \\u0026amp; \\u0026lt;b\\u0026gt; \\\\u0026"}'
+    )
+    assert redact(text, ["sk-my/secret/key-42"]) == text
 
 
 @pytest.mark.parametrize(
