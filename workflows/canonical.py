@@ -11,8 +11,8 @@ beside each letter: `s\\x00k\\x00`, as a Windows file or PowerShell's output hol
 decoded as Latin-1 or UTF-8, or shown as the `\\x00` escapes of a bytes repr). Searching
 each text for each known form in each of these ways scanned a text many times per form.
 Instead the text is mapped once to a canonical form (`Canonical`: escapes and references decoded,
-compatibility letters folded by NFKC, invisible (default-ignorable) characters and
-NULs dropped, lower case) with an index back to the
+compatibility letters folded by NFKC, dashes read as `-`, invisible (default-ignorable)
+characters and NULs dropped, lower case) with an index back to the
 original positions, and each known form's canonical form is searched for in it
 (`find`, one scan a form); a match is masked over the original characters it
 came from; in a tool's result, so is a piece of one at a word's edge (`key_pieces`: a
@@ -78,6 +78,12 @@ _JSON_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 #: The shortest canonical form searched for: a shorter one (a secret made of escapes and
 #: invisible characters) would be found in ordinary text.
 MIN_CANONICAL = 6
+#: The dashes a key's `-` may be written as (NFKC keeps them apart): the hyphen and the
+#: non-breaking hyphen, which models write for `-` (GPT's `sk\u2011proj\u2011...` reads as
+#: the key and is pasted as one), and the minus sign of typeset text. Not the en and figure
+#: dashes: nothing writes a word's hyphen so.
+_DASH_CHARS = "\u2010\u2011\u2212"
+_DASHES = str.maketrans(dict.fromkeys(_DASH_CHARS, "-"))
 
 
 class Canonical:
@@ -93,6 +99,11 @@ class Canonical:
         any other character is left as it is written (none of them can be part of a
         match), so a text dense in them (`%20`, `\\n`, `&amp;`) costs little more."""
         self.text = text
+        # a dash as a `-` (one character for one: positions unchanged), by `replace`, not a
+        # token each: a model's text holds a non-breaking hyphen in every other sentence
+        for dash in _DASH_CHARS:
+            if dash in text:
+                text = text.replace(dash, "-")
         if (
             text.isascii()
             and "%" not in text
@@ -228,7 +239,9 @@ def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] 
     elif token[0] in "&\\":
         reference = _reference(token)
         canon = _char(reference) if reference != token else None
-    elif unicodedata.normalize("NFKC", token).lower() == token and not _has_format(token):
+    elif unicodedata.normalize("NFKC", token).lower().translate(
+        _DASHES
+    ) == token and not _has_format(token):
         return None
     else:
         return tuple(_char(char) for char in token)
@@ -239,11 +252,13 @@ def _token(token: str, charset: frozenset[str] | None) -> str | tuple[str, ...] 
 
 @functools.lru_cache(maxsize=4096)
 def _char(char: str) -> str:
-    """One character as the canonical text holds it: NFKC-folded, lower case, and nothing
-    for an invisible format character (zero-width space, soft hyphen, word joiner)."""
+    """One character as the canonical text holds it: NFKC-folded, lower case, a dash as
+    `-` (`_DASHES`), and nothing for an invisible format character (zero-width space,
+    soft hyphen, word joiner)."""
     if char.isascii():
         return "" if char == "\x00" else char.lower()
-    return "".join(c for c in unicodedata.normalize("NFKC", char).lower() if not _ignorable(c))
+    folded = unicodedata.normalize("NFKC", char).lower().translate(_DASHES)
+    return "".join(c for c in folded if not _ignorable(c))
 
 
 def _ignorable(char: str) -> bool:
@@ -323,8 +338,9 @@ def charset(forms: tuple[str, ...]) -> frozenset[str]:
 #: half-width forms, invisible format characters (soft hyphen, zero-width space and
 #: joiners, direction marks, word joiner, byte-order mark, tags), superscripts and
 #: subscripts, letterlike symbols (the Kelvin sign), enclosed alphanumerics, ligatures,
-#: mathematical alphanumerics. Other non-ASCII text (accented letters, CJK, emoji) is not
-#: looked at unless a known form holds non-ASCII characters itself.
+#: mathematical alphanumerics (the dashes read as `-` are replaced before: `_DASHES`). Other
+#: non-ASCII text (accented letters, CJK, emoji) is not looked at unless a known form holds
+#: non-ASCII characters itself.
 _LOOKALIKES = (
     "\u00aa\u00ad\u00b2\u00b3\u00b9\u00ba\u034f\u0600-\u0605\u061c\u06dd\u070f"
     "\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufff0-\ufff8"
@@ -335,7 +351,7 @@ _LOOKALIKES = (
 )
 #: The same, as the hex of a JSON escape (`\\uff53`), and the halves of a surrogate pair.
 _LOOKALIKE_ESCAPES = (
-    "00a[ad]|00b[239a]|034f|060[0-5]|061c|06dd|070f|115f|1160|17b[45]|180[b-f]|3164|200[0-9a-f]|202[4-6a-f]|205f|20[6-9][0-9a-f]"
+    "00a[ad]|00b[239a]|034f|060[0-5]|061c|06dd|070f|115f|1160|17b[45]|180[b-f]|3164|200[0-9a-f]|201[01]|2212|202[4-6a-f]|205f|20[6-9][0-9a-f]"
     "|21[0-4][0-9a-f]|24[6-9a-f][0-9a-f]|fb0[0-6]|fe0[0-9a-f]|feff|ff[0-9a-e][0-9a-f]"
     "|fff[0-9ab]|d[89a-f][0-9a-f]{2}"
 )

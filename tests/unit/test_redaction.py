@@ -263,6 +263,9 @@ async def test_a_key_beginning_padded_with_invisible_deltas_is_held_small(
         "sk\\u0026#x2d;esc\\u0026amp;sol;aped-key-0123456789",  # their `&` JSON-escaped (Go)
         "s\u200bk-esc/aped\u2060-key-0123\u00ad456789",  # invisible characters between
         "ｓｋ－ｅｓｃ／ａｐｅｄ－ｋｅｙ－０１２３４５６７８９",  # full-width letters
+        "sk\u2011esc/aped\u2011key\u20110123456789",  # non-breaking hyphens (a GPT model's)
+        "sk\u2010esc/aped\u2212key&hyphen;0123456789",  # a hyphen, a minus sign, a reference
+        "sk\\u2011esc/aped%E2%80%91key-0123456789",  # JSON-escaped, percent-encoded
         "s\ufe0fk-esc\u034f/aped\u3164-key-0123\U000e0100456789",  # invisible, not `Cf`
         "İSTANBUL İZMİR sk-esc/aped-key-0123456789",  # after letters whose lower case is longer
     ],
