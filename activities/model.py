@@ -57,6 +57,12 @@ from agentor_temporal.activities._provider_errors import (
     model_error,
     stopped_empty,
 )
+from agentor_temporal.activities._reply_answers import (
+    legacy_call,
+    no_text,
+    other_parts,
+    transcript,
+)
 from agentor_temporal.activities._reply_json import (
     ReplyView,
     arguments_text,
@@ -512,11 +518,14 @@ def parse_reply(raw: Any) -> GenerateResult:
     message = getattr(choices[0], "message", None)
     if message is None:
         raise MalformedReply("the first choice has no message")
-    content = content_text(getattr(message, "content", None))
+    parts = getattr(message, "content", None)
+    content = content_text(parts)
     if not content:
         # a refusal comes as `content: null` and its text in `refusal`: it is the
         # model's answer, and the run's `message` and final output carry it
         content = refusal_text(getattr(message, "refusal", None)) or content
+    audio = getattr(message, "audio", None)
+    content = content or transcript(audio) or content
     tool_calls = getattr(message, "tool_calls", None)
     if tool_calls is not None and not isinstance(tool_calls, list):
         raise MalformedReply(f"the message's tool_calls are {json_kind(tool_calls)}, not a list")
@@ -538,7 +547,13 @@ def parse_reply(raw: Any) -> GenerateResult:
                 "function": {"name": name, "arguments": arguments},
             }
         )
+    if not calls:
+        # a server speaking the older functions API calls the tool here
+        legacy = legacy_call(getattr(message, "function_call", None), 0)
+        calls += [legacy] if legacy is not None else []
     empty = stopped_empty(getattr(choices[0], "finish_reason", None), content, calls)
+    if empty is None and not content and not calls:
+        empty = no_text(other_parts(parts), audio is not None)
     if empty is not None:
         raise empty
     return GenerateResult(

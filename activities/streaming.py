@@ -37,6 +37,7 @@ from agentor_temporal.activities._provider_errors import (
     json_kind,
     stopped_empty,
 )
+from agentor_temporal.activities._reply_answers import legacy_call, no_text, other_parts, transcript
 from agentor_temporal.activities._reply_json import EndSeen, arguments_text, content_text
 from agentor_temporal.activities._slow_model import QuietReply, request_of, said_when_silent
 from agentor_temporal.store.encoding import encodable_text
@@ -80,6 +81,9 @@ async def stream_completion(
     text: list[str] = []
     reasoning: list[str] = []
     partial: dict[int, dict[str, str]] = {}
+    legacy: dict[str, str] = {}  # a legacy function_call's name and arguments, gathered
+    kinds: list[str] = []  # the kinds of content parts holding no text
+    heard = False  # an audio answer came
     usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
     counted = False
     streamed = 0
@@ -113,6 +117,7 @@ async def stream_completion(
                 continue
             content = getattr(_object(delta, "a chunk's delta"), "content", None)
             if isinstance(content, list):
+                kinds += [k for k in other_parts(content) if k not in kinds]
                 content = content_text(content)  # content parts, as a whole reply may send
             if content is not None and not isinstance(content, str):
                 raise MalformedReply(f"a chunk's content is {json_kind(content)}, not text")
@@ -120,7 +125,10 @@ async def stream_completion(
             if refusal is not None and not isinstance(refusal, str):
                 raise MalformedReply(f"a chunk's refusal is {json_kind(refusal)}, not text")
             # a refusal streams in `refusal` deltas: the reply's text, as `parse_reply` takes it
-            content = content or refusal
+            # (and so does an audio answer's transcript)
+            audio = getattr(delta, "audio", None)
+            heard = heard or audio is not None
+            content = content or refusal or transcript(audio)
             if content:
                 text.append(content)
                 streamed += len(content)
@@ -137,6 +145,7 @@ async def stream_completion(
                     reasoning.append(value)
                     break
             _add_calls(partial, getattr(delta, "tool_calls", None))
+            _add_legacy(legacy, getattr(delta, "function_call", None))
     finally:
         # a stream left early (too long, malformed, cancelled) holds its connection
         close = getattr(stream, "close", None)
@@ -162,7 +171,12 @@ async def stream_completion(
         }
         for position, (_, slot) in enumerate(sorted(partial.items()))
     ]
+    if not calls and legacy:
+        # a server speaking the older functions API streams the call here
+        calls = [call for call in [legacy_call(legacy, 0)] if call is not None]
     empty = stopped_empty(reason, "".join(text), calls)
+    if empty is None and not "".join(text) and not calls:
+        empty = no_text(kinds, heard)
     if empty is not None:
         raise empty
     return GenerateResult(
@@ -252,6 +266,23 @@ def _add_calls(partial: dict[int, dict[str, str]], calls: Any) -> None:
             slot["name"] = parts["name"]
         if parts["arguments"]:
             slot["arguments"] += parts["arguments"]
+
+
+def _add_legacy(legacy: dict[str, str], fragment: Any) -> None:
+    """Add a delta's legacy `function_call` fragment (name, arguments) to the one gathered."""
+    if fragment is None:
+        return
+    _object(fragment, "a chunk's function_call")
+    for part in ("name", "arguments"):
+        value = getattr(fragment, part, None)
+        if isinstance(value, (dict, list)) and part == "arguments":
+            value = arguments_text(value)
+        if value is not None and not isinstance(value, str):
+            raise MalformedReply(
+                f"a chunk's function_call has {json_kind(value)} as its {part}, not a string"
+            )
+        if value:
+            legacy[part] = legacy.get(part, "") + value if part == "arguments" else value
 
 
 class MaskedDeltas:

@@ -173,10 +173,10 @@ def test_a_denials_known_key_is_masked_in_the_messages_and_their_encoding() -> N
     "content, text",
     [
         ([{"type": "text", "text": "a"}, {"type": "thinking", "thinking": "x"}, "b"], "ab"),
-        ([{"type": "image_url", "image_url": {"url": "u"}}], None),
+        ([{"type": "thinking", "thinking": "x"}], None),
         ([{"type": "output_text", "text": "out"}], "out"),
     ],
-    ids=["text-parts", "no-text-part", "output-text"],
+    ids=["text-parts", "thinking-only", "output-text"],
 )
 def test_content_parts_are_read_as_their_text(content: Any, text: str | None) -> None:
     reply = {"choices": [{"message": {"content": content}, "finish_reason": "stop"}]}
@@ -190,3 +190,43 @@ def test_content_of_no_known_shape_is_malformed(content: Any) -> None:
     reply = {"choices": [{"message": {"content": content}, "finish_reason": "stop"}]}
     with pytest.raises(MalformedReply, match="content"):
         parse_reply(ReplyView.of(reply))
+
+
+@pytest.mark.parametrize(
+    "message, says",
+    [
+        ({"content": [{"type": "image_url", "image_url": {"url": "u"}}]}, "'image_url'"),
+        ({"content": None, "audio": {"id": "a", "data": "UklGRg=="}}, "audio (no transcript)"),
+        ({"content": [{"type": "input_audio", "input_audio": {}}]}, "'input_audio'"),
+    ],
+    ids=["images", "audio-no-transcript", "audio-part"],
+)
+def test_a_reply_of_no_text_and_no_call_but_other_parts_fails_naming_them(
+    message: dict[str, Any], says: str
+) -> None:
+    """Recorded, it would pass as the model having nothing to say (it did say something)."""
+    from agentor_temporal.activities._provider_errors import StoppedEmpty
+
+    reply = {"choices": [{"message": message, "finish_reason": "stop"}]}
+    with pytest.raises(StoppedEmpty, match="no text and no tool call") as raised:
+        parse_reply(ReplyView.of(reply))
+    assert says in str(raised.value)
+
+
+def test_an_audio_reply_is_its_transcript_and_a_legacy_function_call_a_tool_call() -> None:
+    audio = {"id": "a", "data": "UklGRg==", "transcript": "Sunny."}
+    spoken = {"choices": [{"message": {"content": None, "audio": audio}}]}
+    assert parse_reply(ReplyView.of(spoken)).text == "Sunny."
+    call = {"name": "get_weather", "arguments": {"city": "Paris"}}
+    legacy = {"content": None, "function_call": call}
+    reply = {"choices": [{"message": legacy, "finish_reason": "function_call"}]}
+    assert parse_reply(ReplyView.of(reply)).calls == [
+        {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        }
+    ]
+    # a server repeating its first tool call in function_call: the call runs once
+    both = {"tool_calls": [{"id": "c1", "type": "function", "function": call}], **legacy}
+    assert len(parse_reply(ReplyView.of({"choices": [{"message": both}]})).calls) == 1
