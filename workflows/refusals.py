@@ -54,7 +54,10 @@ def counted(uncounted: int, decided: int) -> bool:
     second reviewer's late decision of a call someone decided first: one such
     refusal per decision taken is part of deciding a turn, not a flood, and is
     not counted (from `policies.REFUSALS_UNCOUNTED`); past that, each counts as
-    any update does. The wait's workflow tasks stay bounded: a turn takes at
-    most `policies.MAX_CALLS_PER_REPLY` decisions.
+    any update does, and past `policies.MAX_CALLS_PER_REPLY` (a turn's most
+    decisions) in the execution too: a wait takes at most that many tasks
+    uncounted, however many decisions earlier turns of the execution took.
     """
-    return level() < policies.REFUSALS_UNCOUNTED or uncounted >= decided
+    if level() < policies.REFUSALS_UNCOUNTED:
+        return True
+    return uncounted >= min(decided, policies.MAX_CALLS_PER_REPLY)
