@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.journaling import Journal
     from agentor_temporal.workflows.observer import RunObserver
     from agentor_temporal.workflows.payloads import fields_of
-    from agentor_temporal.workflows.refusals import refusal
+    from agentor_temporal.workflows.refusals import counted, refusal
     from agentor_temporal.workflows.request_ids import query_refusal
     from agentor_temporal.workflows.run_input import NO_INPUT, decoded, validated_input
     from agentor_temporal.workflows.segment import LocalSpec, Setup, describe_continued, set_names
@@ -103,6 +103,8 @@ class AgentRunWorkflow(Continuing):
         self.signal_bytes = 0
         #: updates this execution accepted (`PauseWatch` counts them with the signals)
         self.updates = 0
+        #: refusals kept (`decision_refused`) that `counted` left out of `updates`
+        self._refusals_uncounted = 0
         #: what the execution's first workflow task saw: bytes, events (`history_now`)
         info = workflow.info()
         self.first_history = (info.get_current_history_size(), info.get_current_history_length())
@@ -288,7 +290,10 @@ class AgentRunWorkflow(Continuing):
     def decision_refused(self, sent: RawValue = NO_INPUT) -> None:
         """Keep a decision's refusal under the decision's own id (`refusals`): it fails
         with it, an outcome Temporal keeps, so the decision sent again is refused again."""
-        self.updates += 1
+        if counted(self._refusals_uncounted, self._approvals.taken):
+            self.updates += 1
+        else:
+            self._refusals_uncounted += 1
         said = refusal(sent)
         info = workflow.current_update_info()
         if info is not None:

@@ -222,6 +222,8 @@ class Approvals:
         #: Temporal refused it all the same, and then sends the decision by signal
         #: under that id (`take_signalled`), which must hear its own decision taken
         self.updated: dict[str, dict[str, Any]] = {}
+        #: decisions this execution took, by update or signal (`refusals.counted`)
+        self.taken = 0
         #: calls whose tool's predicate is being asked whether a person must decide
         self.checking = 0
         #: why no call waits for a person any more: the run is failing (`end_waiting`)
@@ -342,6 +344,7 @@ class Approvals:
         """
         self._admissible(decision)
         self.decisions[self._key(decision.call_id)] = decision
+        self.taken += 1
         taken = {**self.awaiting[decision.call_id], "approved": decision.approved}
         if update_id is not None:
             self.updated[update_id] = taken

@@ -153,7 +153,7 @@ PATCH_RESULTS_UNKEPT = "results-unkept"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 29
+BEHAVIOUR = 31
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -444,6 +444,19 @@ EVENTS_BUDGET_REPLAYABLE = 28
 #: decided the call waiting there, a later turn's call reusing the id, which
 #: nobody had seen (a 9,000 transfer to eve).
 OUTCOMES_CARRIED = 29
+#: (class: approvals) From this level a refusal serve has the run keep under a
+#: decision's name (the `decision_refused` update, `refusals`) does not count
+#: against PAUSED_WAIT_TASKS while the execution kept no more of them than it
+#: took decisions (`refusals.counted`): two reviewers each approving every call
+#: of a wide turn (A2A messages always carry a messageId) had the second one's
+#: late approvals kept, one workflow task each, and a turn of 500 calls reached
+#: the 1,000 tasks mid-turn, the run stopped failed, its last approved call
+#: cancelled, though nobody sent anything wrong. A wait thus takes at most
+#: 1,500 tasks (500 decisions, as many refusals uncounted, 500 more counted),
+#: ~3-3.6 s to replay at the 2.0-2.4 ms a task measured on this 2-core machine
+#: under load (docs/benchmarks-notes.md), within the 5 s workflow task timeout.
+#: Level 30 is another pass's helper's.
+REFUSALS_UNCOUNTED = 31
 #: Outcomes a continue-as-new carries: as many as an execution keeps whole of those
 #: by signal (a turn's decisions past them are still found by serve in their execution).
 CARRIED_OUTCOMES = 100

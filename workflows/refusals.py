@@ -18,7 +18,9 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from agentor_temporal.workflows import policies
 from agentor_temporal.workflows.formatting import fit
+from agentor_temporal.workflows.versions import level
 
 #: the most of a refusal's text kept (bytes as Temporal encodes it): refusals are a
 #: sentence, and each one kept is history a waiting run carries
@@ -42,3 +44,20 @@ def refusal(raw: RawValue | None) -> str:
             f"a refusal to keep is a text of at most {REFUSAL_BYTES} bytes", type="BadRefusal"
         )
     return text
+
+
+def counted(uncounted: int, decided: int) -> bool:
+    """Whether a refusal kept now counts against `policies.PAUSED_WAIT_TASKS`.
+
+    `uncounted` is how many refusals the execution kept uncounted so far, and
+    `decided` how many decisions it took. A refusal serve keeps is mostly a
+    second reviewer's late decision of a call someone decided first: one such
+    refusal per decision taken is part of deciding a turn, not a flood, and is
+    not counted (from `policies.REFUSALS_UNCOUNTED`); past that, each counts as
+    any update does, and past `policies.MAX_CALLS_PER_REPLY` (a turn's most
+    decisions) in the execution too: a wait takes at most that many tasks
+    uncounted, however many decisions earlier turns of the execution took.
+    """
+    if level() < policies.REFUSALS_UNCOUNTED:
+        return True
+    return uncounted >= min(decided, policies.MAX_CALLS_PER_REPLY)

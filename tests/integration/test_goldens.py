@@ -34,7 +34,12 @@ from ask_agent import AskAgent
 from late_results import executions, replay_late, replayer
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHistory,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -114,6 +119,8 @@ KNOBS: dict[str, dict[str, int]] = {
     # a run continues as new past 3,000 events from level 28: past 10, after its first turn
     "behaviour_28_replayable_continued_history": {"REPLAYABLE_EVENTS_BUDGET": 10},
     "behaviour_29_signalled_carried_history": {"REPLAYABLE_EVENTS_BUDGET": 10},
+    # 3 decisions and 1 counted refusal: at level 29 the run stopped at its last decision
+    "behaviour_31_refusals_uncounted_history": {"PAUSED_WAIT_TASKS": 4},
 }
 
 
@@ -244,6 +251,27 @@ async def _signalled_carried(agent: Agentor) -> str:
     again = await handle.execute_update("decide", sent, id="sent-once", result_type=dict)
     assert again == first
     await agent.adeny(run_id, "call_0", "no", by="dave")
+    result = await agent.aresume(run_id)
+    assert result.status == "completed", result
+    return run_id
+
+
+async def _refusals_uncounted(agent: Agentor) -> str:
+    """Each call approved, a second reviewer's late approval of the first kept as a refused
+    decision (serve's `decision_refused`), a third's too: the first refusal is not counted
+    against the wait's budget (policies.REFUSALS_UNCOUNTED), the run completes."""
+    paused = await agent.arun("Pay bob 5 and alice 7.")
+    assert paused.status == "awaiting_approval", paused
+    run_id = str(paused.run_id)
+    handle = (await agent._client()).get_workflow_handle(run_id)
+    await agent.aapprove(run_id, "call_0", by="carol")
+    for name in ("dave-late", "erin-late"):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(
+                policies.REFUSED_DECISION_UPDATE, "call_0 was already decided", id=name
+            )
+        assert "already decided" in failure_message(refused.value)
+    await agent.aapprove(run_id, "call_1", by="carol")
     result = await agent.aresume(run_id)
     assert result.status == "completed", result
     return run_id
@@ -957,6 +985,20 @@ SCENARIOS: dict[str, Scenario] = {
         ],
         lambda: [transfer_tool()],
         _signalled_carried,
+        20,
+    ),
+    # recorded at level 31: a refusal kept per decision taken is not counted against the
+    # wait's budget (policies.REFUSALS_UNCOUNTED)
+    "behaviour_31_refusals_uncounted_history": (
+        [
+            [
+                CallTool("transfer", {"amount": 5, "to": "bob"}, id="call_0"),
+                CallTool("transfer", {"amount": 7, "to": "alice"}, id="call_1"),
+            ],
+            Reply("Paid bob and alice."),
+        ],
+        lambda: [transfer_tool()],
+        _refusals_uncounted,
         20,
     ),
     # recorded at level 22: runs with local model calls whose last events take a journal
