@@ -193,13 +193,20 @@ def _json_value(value: Any, depth: int = 0) -> bool:
 
 
 def stringify(value: Any) -> str:
-    """A tool's return value as the text the model reads (Agentor's rules).
+    """A tool's return value as the text the model reads: Agentor 0.1.1's rules.
+
+    A model (anything with `model_dump`) is its dump as `json.dumps` writes it;
+    a dict, list, tuple, number or boolean is its JSON; anything else is its
+    `str()`. The text is the `tool_result`'s `result` in the JSONL too, so the
+    same tool answers the model here as it did under Agentor: a `date`, a
+    dataclass, a set or a `Decimal` was written as a JSON string (`"2026-01-01"`,
+    quotes and escapes the model never saw under Agentor), and a pydantic
+    model as pydantic's own JSON (no spaces, `T` in its datetimes).
 
     Always text, never an exception: the tool did its work, and an error would
     lead the model to call it again. Integers past Python's int-to-text limit
     (4300 digits) are written out in full; a value, or a part of one, that
-    cannot be written (its `str()` raises, a model field pydantic cannot
-    serialise) is named by its type.
+    cannot be written (its `str()` raises) is named by its type.
     """
     if value is None:
         return ""
@@ -211,22 +218,31 @@ def stringify(value: Any) -> str:
     # value's, not a signal: this is sync code, which no cancel or signal of the
     # worker's interrupts. Let out, the model read 'Error: SystemExit: 2' for a
     # tool that had run, and was invited to call it again
-    if isinstance(value, pydantic.BaseModel):
+    dump = _model_dump(value)
+    if dump is not None:
         try:
-            return value.model_dump_json()
+            return _json_text(dump())
         except BaseException:  # noqa: B036 - see above
-            try:  # a field of a type pydantic cannot write: as text
-                return value.model_dump_json(fallback=_shown)
-            except BaseException:  # noqa: B036 - RecursionError too
-                return _shown(value)
+            return _shown(value)  # Agentor's fallback: its str()
     if isinstance(value, int) and not isinstance(value, bool):
         return _digits(value)
+    if isinstance(value, (dict, list, tuple, float, bool)):
+        try:
+            return _json_text(value)
+        except BaseException:  # noqa: B036 - see above
+            # JSON cannot hold it, or the value's own code raised as it was written (a
+            # dict subclass whose items() raises): the tool ran, so it is told as text
+            pass
+    return _shown(value)
+
+
+def _model_dump(value: Any) -> Callable[[], Any] | None:
+    """The value's `model_dump` (Agentor asks any value for one), or None."""
     try:
-        return _json_text(value)
-    except BaseException:  # noqa: B036 - see above
-        # JSON cannot hold it, or the value's own code raised as it was written (a
-        # dict subclass whose items() raises): the tool ran, so it is told as text
-        return _shown(value)
+        dump = getattr(value, "model_dump", None)
+    except BaseException:  # noqa: B036 - the value's own __getattr__, as in stringify
+        return None
+    return dump if callable(dump) else None
 
 
 def _shown(value: Any) -> str:

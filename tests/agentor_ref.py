@@ -41,3 +41,20 @@ def load() -> Any:
         sys.modules[full] = module
         exec(compile(sources[name], module.__file__, "exec"), module.__dict__)
     return sys.modules["agentor.engine.store"]
+
+
+def tools() -> Any:
+    """The `agentor.engine.tools` module of Agentor 0.1.1 (its `stringify`: a tool's
+    return value as the text the model reads), or None if the wheel is absent."""
+    if "agentor.engine.tools" in sys.modules:
+        return sys.modules["agentor.engine.tools"]
+    if load() is None:
+        return None
+    wheel_path = glob.glob(WHEEL_GLOB)[0]
+    with zipfile.ZipFile(wheel_path) as wheel:
+        source = wheel.read("agentor/engine/tools.py").decode()
+    module = types.ModuleType("agentor.engine.tools")
+    module.__file__ = f"{wheel_path}/agentor/engine/tools.py"
+    sys.modules[module.__name__] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module

@@ -180,15 +180,16 @@ def _raiser(make: Any) -> Any:
     return go
 
 
-UNSHOWABLE = '"<a Unshowable that cannot be shown as text>"'
+UNSHOWABLE = "<a Unshowable that cannot be shown as text>"
 
 #: returns and the text the model reads for each (None: any text, no error)
 RETURNS: dict[str, tuple[Any, str | None]] = {
     "object": (object, None),
-    "bytes": (lambda: b"\x00\xff raw bytes", "\"b'\\\\x00\\\\xff raw bytes'\""),
+    # what JSON cannot hold is its str(), as Agentor writes it (not a JSON string of it)
+    "bytes": (lambda: b"\x00\xff raw bytes", "b'\\x00\\xff raw bytes'"),
     "nan_inf": (lambda: {"a": math.nan, "b": math.inf}, '{"a": NaN, "b": Infinity}'),
     "circular": (_circular, "[[...]]"),
-    "set": (lambda: {1, 2, 3}, '"{1, 2, 3}"'),
+    "set": (lambda: {1, 2, 3}, "{1, 2, 3}"),
     "str_subclass": (lambda: TrickyText("tricky"), "tricky"),
     # reported as 'Error: RuntimeError: no items' though the tool had run
     "raising_items": (lambda: {"k": NoItems(a=1)}, "{'k': {'a': 1}}"),
@@ -196,7 +197,7 @@ RETURNS: dict[str, tuple[Any, str | None]] = {
     "str_exits": (_unshowable(lambda: SystemExit(2)), UNSHOWABLE),
     "str_interrupts": (_unshowable(KeyboardInterrupt), UNSHOWABLE),
     "str_cancels": (_unshowable(asyncio.CancelledError), UNSHOWABLE),
-    "str_generator_exit": (lambda: [_unshowable(GeneratorExit)()], f"[{UNSHOWABLE}]"),
+    "str_generator_exit": (lambda: [_unshowable(GeneratorExit)()], f'["{UNSHOWABLE}"]'),
 }
 
 

@@ -286,7 +286,7 @@ async def test_an_answer_hard_to_write_is_written_not_an_error(
             LONG_TEXT,
             f'{{"n": [{LONG_TEXT}, 2], "{LONG_TEXT}": "key"}}',
             '["<a Unshowable that cannot be shown as text>", "done"]',
-            '{"handle":"handle #7","count":3}',
+            '{"handle": "handle #7", "count": 3}',
         ]
     )
     assert [line.split()[0] for line in ledger_lines(ledger)] == names
