@@ -284,17 +284,20 @@ def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     return text[:limit] + f"... [truncated {len(text) - limit} characters]"
 
 
-def excerpt(text: str, head: int = LOG_HEAD_CHARS, tail: int = LOG_TAIL_CHARS) -> str:
+def excerpt(
+    text: str, head: int = LOG_HEAD_CHARS, tail: int = LOG_TAIL_CHARS, size: int | None = None
+) -> str:
     """`text` for a log line: whole if short, else its start, its end and its size.
 
     Redacted first, as `clip` is: the log filter cannot mask a key cut in two.
+    `size`: the whole text's, when `text` is its two ends already.
     """
     text = _redact.clean(text)
     if len(text) <= head + tail:
         return text
+    size = len(text) if size is None else size
     return (
-        f"{text[:head]} ... [{len(text) - head - tail} of {len(text)} characters cut] ... "
-        + (text[-tail:])
+        f"{text[:head]} ... [{size - head - tail} of {size} characters cut] ... " + (text[-tail:])
     )
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -54,12 +56,20 @@ from agentor_temporal.workflows.payloads import clip_to_size
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: Error type of a tool failure retried because the tool asked for retries.
 TOOL_FAILED = "ToolFailed"
 
-#: Characters of a tool's result masked on the event loop; a longer one is masked in a
-#: thread (about 50 ms a megabyte, more for text full of escapes or NULs).
-_ON_LOOP_CHARS = 1_000_000
+#: Characters of a tool's result or error masked on the event loop, well under a second's
+#: work; a longer one is masked in a thread, the call beating meanwhile (`_beside`).
+_ON_LOOP_CHARS = 256_000
+
+#: Characters kept of each end of a long failure's text: far more than is shown of it, so
+#: a key (or a wrapped form of one) near what is shown is still read whole.
+_ERROR_ENDS = 64_000
+#: Stands for the middle of a long failure's text, cut before it is masked.
+_ERROR_CUT = "\n... [{} characters cut] ...\n"
 
 
 def error_result(error: str, **extra: float | None) -> CallToolResult:
@@ -68,9 +78,25 @@ def error_result(error: str, **extra: float | None) -> CallToolResult:
 
 
 def failure_text(error: str) -> str:
-    """A failure's whole text as it may be shown: secrets masked (not yet cut), a piece of
-    one at a word's edge too (a chunk of a file quoted: `workflows.key_pieces`)."""
+    """A failure's text as it may be shown: secrets masked (not yet cut), a piece of one at
+    a word's edge too (a chunk of a file quoted: `workflows.key_pieces`).
+
+    Of a long one only its start and end are kept (`_ERROR_ENDS` each), all that is ever
+    shown of it (the model's first 4,000 characters, the log's first 2,000 and last
+    1,000): masking a failed job's whole 15 MB log quoted took seconds of the
+    interpreter's lock in single regular-expression searches, in which the call's
+    heartbeats stopped, the server gave the call to another worker and the tool ran
+    again; cutting first kept the masking of what is shown (it is cut again after).
+    """
+    if _long_failure(error):
+        cut = len(error) - 2 * _ERROR_ENDS
+        error = error[:_ERROR_ENDS] + _ERROR_CUT.format(cut) + error[-_ERROR_ENDS:]
     return _redact.clean(encodable_text(error), pieces=True)
+
+
+def _long_failure(error: str) -> bool:
+    """Whether only the ends of a failure's text are masked and kept (`failure_text`)."""
+    return len(error) > 2 * _ERROR_ENDS + len(_ERROR_CUT)
 
 
 def _failed(text: str, **extra: float | None) -> CallToolResult:
@@ -114,6 +140,7 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
     limit = tool.timeout or policies.TOOL_START_TO_CLOSE.total_seconds()
     started = time.time()
     failure: str | None = None
+    failure_size: int | None = None
     settling = settle_by.set(inp.settle_by)
     try:
         async with heartbeating():
@@ -149,18 +176,13 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             raise
         # the whole text, for the log's excerpt: its cause is often at its end,
         # past what the model is told
-        failure = failure_text(safe_str(exc))
-        answer = _failed(failure, started_at=started, ended_at=time.time())
+        ended = time.time()
+        raw = safe_str(exc)
+        failure = await _beside(failure_text, raw)
+        failure_size = len(raw) if _long_failure(raw) else None
+        answer = _failed(failure, started_at=started, ended_at=ended)
     else:
-        if len(text) > _ON_LOOP_CHARS:
-            # masked beside the loop: tens of megabytes take seconds, in which the loop
-            # would serve no other call of the worker
-            try:
-                answer = await asyncio.to_thread(_result, text, inp, started)
-            except RuntimeError:  # no thread to be had (the interpreter is exiting)
-                answer = _result(text, inp, started)
-        else:
-            answer = _result(text, inp, started)
+        answer = await _beside(_result, text, inp, started)
     finally:
         settle_by.reset(settling)
     if answer.error is not None:
@@ -168,7 +190,7 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
             "Tool %s failed in run %s: %s",
             summary,
             inp.run_id,
-            excerpt(failure if failure is not None else answer.error),
+            excerpt(failure, size=failure_size) if failure is not None else excerpt(answer.error),
         )
         if attempt <= tool.retries:
             # the tool opted into retries: Temporal runs it again, with backoff
@@ -184,6 +206,24 @@ async def call_tool(registry: AgentRegistry, inp: CallToolInput) -> CallToolResu
         answer.result = clip_to_size(answer.result or "", half)
     registry.finished_calls.put(inp.call_id, answer)
     return answer
+
+
+async def _beside(clean: Callable[..., T], text: str, *args: Any) -> T:
+    """`clean(text, *args)`: a long text masked beside the loop, the call beating meanwhile.
+
+    Masking costs 0.2-1 s a megabyte once the worker knows a key (any real worker knows
+    its model's), so a tool's 15 MB result or error (a log it read, a response body it
+    quotes) took seconds after its beats had stopped with the tool: the server timed the
+    call out and gave it to another worker, which ran the tool again. Beside the loop,
+    the loop serves the worker's other calls meanwhile.
+    """
+    if len(text) <= _ON_LOOP_CHARS:
+        return clean(text, *args)
+    async with heartbeating():
+        try:
+            return await asyncio.to_thread(clean, text, *args)
+        except RuntimeError:  # no thread to be had (the interpreter is exiting)
+            return clean(text, *args)
 
 
 def _lost_text(name: str, lost: int) -> str:

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentor_temporal import RunResult
@@ -124,3 +125,54 @@ async def test_a_tool_raising_a_long_error_runs_once(
     assert result.status == "completed", result.error
     [answer] = [e for e in result.events if e.type == "tool_result"]
     assert answer.error is not None and "bad versions a.a." in answer.error
+
+
+#: characters of log a tool's error quotes: masking them is seconds of work (0.5-1 s a
+#: megabyte), past the 5 s heartbeat timeout
+LOG_CHARS = 15_000_000
+
+
+async def test_a_tool_raising_an_error_quoting_a_long_log_runs_once(
+    client: Client,
+    temporal_address: str,
+    task_queue: str,
+    ledger: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker keeps beating while it masks a tool's long error (a failed job's whole
+    log quoted): before, the beats stopped when the tool raised, the server timed the
+    call's attempt out after 5 s and gave it to a worker, the second one running the tool
+    again (two ledger lines, the second its attempt 2)."""
+    result, ran = await _run_beside_a_second_worker(
+        client,
+        temporal_address,
+        task_queue,
+        ledger,
+        tmp_path,
+        monkeypatch,
+        tool="fail_reading",
+        env={"BIG_LOG": str(LOG_CHARS), "SERVICE_API_KEY": "sk-" + uuid.uuid4().hex * 2},
+    )
+    assert len(ran) == 1, f"the tool ran again: {ran}"
+    assert result.status == "completed", result.error
+    [answer] = [e for e in result.events if e.type == "tool_result"]
+    assert answer.error is not None and "INFO job 1 ok" in answer.error
+    # the first attempt answered: never timed out, whichever worker the next one reached
+    assert await _tool_attempts(client, result.run_id) == [1]
+
+
+async def _tool_attempts(client: Client, run_id: str) -> list[int]:
+    """The attempt each tool call of the run was answered by, in its history."""
+    tools: set[int] = set()
+    attempts = []
+    async for event in client.get_workflow_handle(run_id).fetch_history_events():
+        scheduled = event.activity_task_scheduled_event_attributes
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if "tool" in scheduled.activity_type.name:
+                tools.add(event.event_id)
+        started = event.activity_task_started_event_attributes
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            if started.scheduled_event_id in tools:
+                attempts.append(started.attempt)
+    return attempts

@@ -2,8 +2,10 @@
 
 `worker.py --agents big_result:agent` serves it. Configured through the environment:
 TEMPORAL_ADDRESS, MODEL_BASE_URL, AGENT_TASK_QUEUE, AGENT_LEDGER, and BIG_ROWS: how many
-rows the tool returns in this process (unset: three), and BIG_ERROR: how many characters
-of a dotted list `fail_loudly`'s error quotes before a URL (unset: a short error).
+rows the tool returns in this process (unset: three), BIG_ERROR: how many characters
+of a dotted list `fail_loudly`'s error quotes before a URL (unset: a short error), and
+BIG_LOG: how many characters of log lines `fail_reading`'s error quotes (unset: a
+line).
 """
 
 from __future__ import annotations
@@ -32,12 +34,27 @@ def fail_loudly() -> str:
     raise RuntimeError(f"bad versions {dotted} (see https://example.com/versions)")
 
 
+def _log_lines() -> str:
+    lines = int(os.environ.get("BIG_LOG", "60")) // 60 + 1
+    return "".join(
+        f"2026-12-05 12:30:{i % 60:02d},123 INFO job {i} ok id={i * 7919:08x}\n"
+        for i in range(lines)
+    )
+
+
+@function_tool
+def fail_reading() -> str:
+    """Fails, quoting the log it read."""
+    ledger_write(os.environ.get("AGENT_LEDGER"), "fail_reading")
+    raise RuntimeError(f"the job failed; its log:\n{_log_lines()}")
+
+
 def build(base_url: str, temporal: Any, task_queue: str, **options: Any) -> Agentor:
     """The agent, built alike in the worker process and the test's."""
     return Agentor(
         name="Rows",
         model="m",
-        tools=[query_rows, fail_loudly],
+        tools=[query_rows, fail_loudly, fail_reading],
         base_url=base_url,
         api_key="k",
         temporal=temporal,
