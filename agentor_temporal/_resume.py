@@ -47,6 +47,7 @@ from agentor_temporal.store import RunResult, is_complete, new_run_id, validate_
 from agentor_temporal.store.base import in_thread
 from agentor_temporal.store.encoding import encodable
 from agentor_temporal.workflows import TemporalStore
+from agentor_temporal.workflows.carried_outcomes import carried_outcomes
 from agentor_temporal.workflows.payloads import encoded_size
 from agentor_temporal.workflows.policies import MAX_REQUEST_BYTES
 from agentor_temporal.workflows.types import AgentRunInput
@@ -223,6 +224,9 @@ async def resume_run(
             recovered=recovered,
             unrecorded=unrecorded,
         )
+    # a decision sent again under its name (its answer lost) is answered with what it
+    # came to in the closed execution, never taken for a later call reusing its id
+    inp.outcomes = carried_outcomes(latest.outcomes) or None
     return await _continue(agent, client, run_id, inp, len(events), key)
 
 

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from agentor_temporal.workflows.approvals import ApprovalExpired, Approvals, sent_decision
     from agentor_temporal.workflows.budget import FailureBudget
     from agentor_temporal.workflows.call_uses import CallUses, SeenIds
-    from agentor_temporal.workflows.carried_outcomes import outcomes_in
+    from agentor_temporal.workflows.carried_outcomes import handed_outcomes
     from agentor_temporal.workflows.carry import (
         Carry,
         HistoryGauge,
@@ -124,7 +124,7 @@ class AgentRunWorkflow(Continuing):
         self._approvals = Approvals()
         # before any update handler or validator runs (see `decisions_in`)
         self._approvals.restore(decisions_in(value))
-        self._approvals.carried = outcomes_in(value)
+        self._approvals.carried = handed_outcomes(value)
         #: the run's behaviour level (`versions`); 0 until its spec is recorded
         self.behaviour = 0
         # spans, search attributes and metrics follow the recorded events

@@ -84,3 +84,13 @@ def outcomes_in(raw: Any) -> dict[str, dict[str, Any]]:
         and isinstance(outcome, dict)
         and (isinstance(outcome.get("decided"), dict) or "refused" in outcome)
     }
+
+
+def handed_outcomes(raw: Any) -> dict[str, dict[str, Any]]:
+    """The outcomes a decoded workflow input hands its execution (never raises): carried
+    by continue-as-new (`carry.outcomes`) or by a resume (`outcomes`, read from the
+    closed execution's history: `closed_outcomes`)."""
+    handed = outcomes_in(raw)
+    if isinstance(raw, dict) and isinstance(raw.get("outcomes"), dict):
+        handed = {**outcomes_in({"carry": {"outcomes": raw["outcomes"]}}), **handed}
+    return handed

@@ -25,6 +25,7 @@ from temporalio.client import WorkflowHistory
 
 from agentor_temporal.codec import EncryptionKeyError
 from agentor_temporal.store.events import Event
+from agentor_temporal.workflows.closed_outcomes import OutcomeReader
 from agentor_temporal.workflows.policies import (
     CALL_TOOL,
     DESCRIBE_AGENT,
@@ -105,6 +106,9 @@ class Segment:
     #: the resume key (`agentor_temporal._start.resume_key`) of the request
     #: that started this segment, from its memo; None when started without one
     resume_key: str | None = None
+    #: request id -> what a decision sent under it came to, as far as this
+    #: execution's history says (`closed_outcomes`): handed to its resume
+    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def fork(self) -> ForkOrigin | None:
@@ -137,8 +141,10 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
     #: it, and whether a workflow task completed (the run decided)
     header_spec: Any = None
     refused = decided = False
+    decisions = OutcomeReader()
     for event in history.events:
         kind = event.event_type
+        await decisions.read(event, decode)
         segment.history_events += 1
         if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
             task = event.workflow_task_started_event_attributes
@@ -251,6 +257,7 @@ async def read_segment(history: WorkflowHistory, decode: Decode) -> Segment:
                 if closing is not None:
                     journal.append(closing)
             await _close(segment, event, decode)
+    segment.outcomes = decisions.read_all(segment.input)
     if segment.spec is None and decided and not refused and isinstance(header_spec, dict):
         segment.spec = header_spec  # taken from the start header: no describe step
     if segment.spec is None and decided:

@@ -39,6 +39,7 @@ _INPUT_KEYS = frozenset(
         "call_seen",
         "answer",
         "recovered",
+        "outcomes",
     }
 )
 
@@ -182,6 +183,10 @@ class AgentRunInput:
     #: them before its `run_start` and goes on from them (`input` answers the
     #: calls with them) instead of running the calls a second time.
     recovered: list[dict[str, Any]] | None = None
+    #: a resumed segment's: request id -> what a decision sent under it came to in
+    #: the executions before (`closed_outcomes`, in `Carry.outcomes`' shape), so that,
+    #: sent again under its name, it is answered with that, never taken anew
+    outcomes: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without defaults (what `temporal workflow start` takes)."""
@@ -303,6 +308,9 @@ def parse_run_input(raw: Any) -> AgentRunInput:
                 _check_times(event)
             except (ValueError, TypeError) as exc:
                 raise ValueError(f'"recovered"[{index}] is not an event: {exc}') from None
+    outcomes = raw.get("outcomes")
+    if outcomes is not None and not isinstance(outcomes, dict):
+        raise ValueError('"outcomes" must be an object of request id -> outcome (set by resume)')
     return AgentRunInput(
         agent=agent,
         input=prompt,
@@ -319,6 +327,7 @@ def parse_run_input(raw: Any) -> AgentRunInput:
         call_seen=seen,
         answer=answer,
         recovered=recovered or None,
+        outcomes=outcomes or None,
     )
 
 

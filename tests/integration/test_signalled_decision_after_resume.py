@@ -1,19 +1,17 @@
-"""Known limit: a decision sent by signal, sent again under its name after the run was
-cancelled and resumed, decides a later call reusing the id.
+"""A decision sent again under its name after the run was cancelled and resumed decides
+nothing new.
 
 A run past Temporal's updates is decided by the `decide_signal` signal, whose outcome
-only the execution keeps (`Approvals.signalled`). From behaviour level 29 a
-continue-as-new carries those outcomes into the next execution
-(`workflows.carried_outcomes`), but a run cancelled (or failed) and resumed starts
-an execution of its own from the log, carrying none: serve, asked the same
-Idempotency-Key's decision again, finds no update under it in the run's executions,
-sends it to the new one, and it approves the call waiting there, turn 2's `call_0`
-(models reuse ids: eve's 9000), which nobody had seen; it runs. Reproduced here
-(the first decision by signal on a dev server taking 2 updates an execution, the
-run cancelled while `call_1` waits, resumed). Marked xfail (strict) until resume
-carries the closed execution's outcomes (its signalled ones, read from its history
-or by the `signalled_decision` query, and those it was carried) into the segment it
-starts.
+only the execution keeps (`Approvals.signalled`); a `decide` update's outcome Temporal
+keeps with the execution that took it. A run cancelled (or failed) and resumed starts
+an execution of its own from the log: it carried none of them, so serve, asked the
+same Idempotency-Key's decision again, found no update under it in the run's
+executions, sent it to the new one, and it approved the call waiting there, turn 2's
+`call_0` (models reuse ids: eve's 9000), which nobody had seen; it ran. A plain
+client's update sent again under its id was taken for eve's call the same way.
+`resume` now hands the closed execution's outcomes to the execution it starts
+(`workflows.closed_outcomes`, `AgentRunInput.outcomes`). Both tests fail without it:
+eve's call approved.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import pytest
 import pytest_asyncio
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -58,7 +55,6 @@ async def _use_up_updates(client: Client, run_id: str) -> None:
             await client.get_workflow_handle(run_id).execute_update("wait_paused")
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: a resume carries no decision outcomes")
 async def test_a_signalled_decision_sent_again_after_a_resume_decides_nothing(
     few_updates: Client, task_queue: str, tmp_path: Path
 ) -> None:
@@ -94,4 +90,35 @@ async def test_a_signalled_decision_sent_again_after_a_resume_decides_nothing(
                 assert again.json().get("args", {}).get("to") != "eve", again.text
             waiting = await asyncio.wait_for(agent.aresume(run_id), 60)
     assert waiting.status == "awaiting_approval", waiting.error
+    assert [line.split()[-1] for line in ledger_lines(ledger)] == ["bob"]
+
+
+async def test_a_decision_update_sent_again_by_its_id_after_a_resume_decides_nothing(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A plain client's `decide` update, sent again under its id after a cancel and a
+    resume, is answered with what it came to (bob's), not taken for eve's `call_0`."""
+    ledger = str(tmp_path / "ledger")
+    decision = {"call_id": "call_0", "approved": True}
+    with ScriptedModelServer(SCRIPT) as model:
+        agent = payer(model, client, task_queue, ledger)
+        async with build_worker(client, [agent], task_queue=task_queue):
+            paused = await asyncio.wait_for(agent.arun("Pay bob 5 and alice 7."), 60)
+            assert paused.status == "awaiting_approval", paused.error
+            run_id = paused.run_id
+            handle = client.get_workflow_handle(run_id)
+            first = await handle.execute_update("decide", decision, id="approve-bob")
+            assert first["args"]["to"] == "bob", first
+            await handle.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(handle.result(), 60)
+            waiting = await asyncio.wait_for(agent.aresume(run_id), 60)
+            assert [p.args["to"] for p in waiting.pending_approvals] == ["eve"], waiting
+            again = await client.get_workflow_handle(run_id).execute_update(
+                "decide", decision, id="approve-bob", result_type=dict
+            )
+            assert again["args"]["to"] == "bob", again  # what it came to, not eve's
+            waiting = await asyncio.wait_for(agent.aresume(run_id), 60)
+    assert waiting.status == "awaiting_approval", waiting.error
+    assert [p.args["to"] for p in waiting.pending_approvals] == ["eve"]
     assert [line.split()[-1] for line in ledger_lines(ledger)] == ["bob"]
