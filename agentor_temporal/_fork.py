@@ -17,8 +17,11 @@ completed in the parent's history before its worker died, with the results
 not yet journaled. Forking from the journal alone would rewind that batch and
 run its tools again, so the fork records those results itself
 (`ForkOrigin.events`), built from the completed activities the way the
-workflow builds them. Kept apart from the facade so a change in how segments
-carry their conversation touches this module alone.
+workflow builds them. So does a fork with input of a parent whose last turn
+had some calls finished (`answered_turn`): the new message follows that whole
+turn rather than rewinding it and running the finished calls again. Kept
+apart from the facade so a change in how segments carry their conversation
+touches this module alone.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from agentor_temporal._continuing import by_reference, check_replayed, kept_answ
 from agentor_temporal._fork_calls import check_waiting_calls
 from agentor_temporal._gone import not_found, run_gone, shown_store
 from agentor_temporal._history_answers import (
+    answered_turn,
     completed_answer,
     completed_batch,
     unstarted_answer,
@@ -171,6 +175,11 @@ async def _prepare(
         client,
         what=f"reading run {run_id!r} to fork it",
     )
+    kept = answered_turn(point.unrecorded) if input is not None else None
+    if kept is not None:
+        # the new message follows the parent's turn, its finished calls' results kept
+        point.origin.events += [e.to_dict() for e in kept]
+        point.events = point.events + kept
     inp = fork_input(agent.name, point, input, max_turns)
     if point.running and inp.answer is None:
         # the fork asks the model again: calls still open in the parent may run twice

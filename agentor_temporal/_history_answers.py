@@ -146,6 +146,22 @@ async def waiting_answer(temporal: TemporalStore, segment: Segment) -> dict[str,
     return {**_answer(gen), "results": results}
 
 
+def answered_turn(answer: dict[str, Any] | None) -> list[Event] | None:
+    """The `tool_result`s of `waiting_answer`'s turn when it has one for every call.
+
+    A fork with input of a parent whose turn had some calls finished (and the
+    others cut off, or denied) records these after the parent's events, so the
+    new message follows the whole turn: asked again with the turn rewound, the
+    model called the tools again and the calls that had finished in the parent
+    (a payment made) ran a second time. None when a call has no answer here (it
+    waits for a person, or the workflow answers it): the turn is rewound, as before.
+    """
+    results = (answer or {}).get("results")
+    if not results or any(r is None for r in results):
+        return None
+    return [Event.from_dict(r) for r in results]
+
+
 def cut_off_answer(call: Event, status: str) -> Event:
     """The answer of `call` (its `tool_call`), started in a segment that closed (`status`)
     before the call's end: its result, if it had one, never reached the run."""

@@ -4,7 +4,9 @@ The parent's history holds the finished call's result; the fork keeps it and
 goes on from the parent's answer, answering the call still running there that
 the parent runs it. Before, the fork rewound the turn: the model was asked that
 turn again and the call that had finished in the parent (a payment made) ran a
-second time, under the fork's own idempotency key.
+second time, under the fork's own idempotency key. A fork with input did so still
+(the turn rewound, the new message after its request): it now records the turn's
+answers before its marker and the new message follows them.
 """
 
 from __future__ import annotations
@@ -84,3 +86,73 @@ async def test_a_fork_of_a_running_turn_keeps_the_finished_call_and_asks_nothing
     assert results["c_fast"].result == "The weather in Paris is sunny and 22C."
     assert results["c_slow"].error == "cut off"
     assert "forked from" in str(results["c_slow"].result)
+
+
+async def test_a_fork_with_input_of_a_running_turn_keeps_the_finished_call(
+    client: Client, task_queue: str, ledger: str, tmp_path: Path
+) -> None:
+    """Forked with a new message once Paris's call finished in the parent and while Oslo's
+    runs there: the fork keeps Paris's result, answers Oslo's as cut off, and its one request
+    holds both, then the new message. Before, the fork rewound the turn: the model was asked
+    the turn again and Paris's call (a payment made) ran a second time."""
+    gate = tmp_path / "gate"
+    with ScriptedModelServer(_model) as model:
+        tool = weather_tool(ledger, delay=120, delay_city="Oslo", gate=str(gate))
+        agent = scripted_agent(model, client, task_queue, tools=[tool])
+        parent = await agent.astart("Weather in Paris and Oslo?")
+        await until(lambda: len(ledger_lines(ledger)) >= 2, "both calls to start", 60)
+        deadline = asyncio.get_running_loop().time() + 60
+        while await _finished_tools(client, parent) != ["tool-1-0"]:  # Paris's, in history
+            assert asyncio.get_running_loop().time() < deadline, "Paris's call to finish"
+            await asyncio.sleep(0.1)
+        forking = asyncio.create_task(agent.afork(parent, "And is it windy?"))
+        # done, or (without the fix) running the turn's calls again
+        await until(lambda: forking.done() or len(ledger_lines(ledger)) > 2, "the fork", 60)
+        gate.touch()  # the parent's Oslo call ends (and the fork's, run again without the fix)
+        fork = await asyncio.wait_for(forking, 60)
+        finished = await asyncio.wait_for(agent.aresume(parent), 60)
+        requests = model.requests
+    assert fork.status == "completed" and fork.final_output == "Done."
+    assert finished.status == "completed"
+    cities = [line.split()[-1] for line in ledger_lines(ledger)]
+    assert sorted(cities) == ["Oslo", "Paris"], ledger_lines(ledger)  # each ran once
+    assert len(requests) == 3, [r["messages"][-1] for r in requests]
+    forked = [r["messages"] for r in requests if "windy" in str(r["messages"][-1])]
+    assert len(forked) == 1, [r["messages"][-1] for r in requests]
+    asked = forked[0]
+    assert [m["role"] for m in asked[-4:]] == ["assistant", "tool", "tool", "user"], asked
+    assert asked[-1]["content"] == "And is it windy?"
+    results = {e.call_id: e for e in fork.events if e.type == "tool_result"}
+    assert results["c_fast"].result == "The weather in Paris is sunny and 22C."
+    assert results["c_slow"].error == "cut off"
+    kinds = [e.type for e in fork.events]
+    assert kinds.index("fork") > max(i for i, k in enumerate(kinds) if k == "tool_result")
+
+
+async def test_a_fork_with_input_of_a_turn_terminated_mid_call_keeps_the_finished_call(
+    client: Client, task_queue: str, ledger: str, tmp_path: Path
+) -> None:
+    """The parent terminated once Paris's call finished and while Oslo's ran: the fork with a
+    new message keeps Paris's result and answers Oslo's as cut off; neither runs again."""
+    gate = tmp_path / "gate"
+    with ScriptedModelServer(_model) as model:
+        tool = weather_tool(ledger, delay=120, delay_city="Oslo", gate=str(gate))
+        agent = scripted_agent(model, client, task_queue, tools=[tool])
+        parent = await agent.astart("Weather in Paris and Oslo?")
+        await until(lambda: len(ledger_lines(ledger)) >= 2, "both calls to start", 60)
+        deadline = asyncio.get_running_loop().time() + 60
+        while await _finished_tools(client, parent) != ["tool-1-0"]:  # Paris's, in history
+            assert asyncio.get_running_loop().time() < deadline, "Paris's call to finish"
+            await asyncio.sleep(0.1)
+        await client.get_workflow_handle(parent).terminate("test")
+        gate.touch()
+        fork = await asyncio.wait_for(agent.afork(parent, "And is it windy?"), 60)
+        requests = model.requests
+    assert fork.status == "completed" and fork.final_output == "Done."
+    cities = [line.split()[-1] for line in ledger_lines(ledger)]
+    assert sorted(cities) == ["Oslo", "Paris"], ledger_lines(ledger)  # each ran once
+    assert len(requests) == 2, [r["messages"][-1] for r in requests]
+    assert requests[-1]["messages"][-1]["content"] == "And is it windy?"
+    results = {e.call_id: e for e in fork.events if e.type == "tool_result"}
+    assert results["c_fast"].result == "The weather in Paris is sunny and 22C."
+    assert results["c_slow"].error == "cut off"
