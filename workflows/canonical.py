@@ -82,8 +82,8 @@ MIN_CANONICAL = 6
 #: non-breaking hyphen, which models write for `-` (GPT's `sk\u2011proj\u2011...` reads as
 #: the key and is pasted as one), and the minus sign of typeset text. Not the en and figure
 #: dashes: nothing writes a word's hyphen so.
-_DASH_CHARS = "\u2010\u2011\u2212"
-_DASHES = str.maketrans(dict.fromkeys(_DASH_CHARS, "-"))
+DASH_CHARS = "\u2010\u2011\u2212"
+_DASHES = str.maketrans(dict.fromkeys(DASH_CHARS, "-"))
 
 
 class Canonical:
@@ -101,7 +101,7 @@ class Canonical:
         self.text = text
         # a dash as a `-` (one character for one: positions unchanged), by `replace`, not a
         # token each: a model's text holds a non-breaking hyphen in every other sentence
-        for dash in _DASH_CHARS:
+        for dash in DASH_CHARS:
             if dash in text:
                 text = text.replace(dash, "-")
         if (

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 from agentor_temporal.workflows.byte_lists import mask_listed
-from agentor_temporal.workflows.canonical import canonical_forms, mask_canonical
+from agentor_temporal.workflows.canonical import DASH_CHARS, canonical_forms, mask_canonical
 from agentor_temporal.workflows.hex_dumps import mask_dumped
 from agentor_temporal.workflows.url_runs import sub_urls
 from agentor_temporal.workflows.userinfo import mask_raw_passwords, raw_passwords
@@ -227,7 +227,7 @@ def redact(text: str, secrets: Iterable[str | None] = (), pieces: bool = False) 
         return text
     text = mask_all(text, secrets, pieces)
     forget_texts()
-    text = _SHAPED_KEY.sub(MASK, text)
+    text = _masked_shapes(text)
     if "earer" in text or "asic" in text or "EARER" in text or "ASIC" in text:
         text = _SCHEMED.sub(_mask_schemed, text)
     if CREDENTIAL_NAME.search(text):
@@ -240,6 +240,24 @@ def redact(text: str, secrets: Iterable[str | None] = (), pieces: bool = False) 
     if "=" in text:
         text = _QUERY_VALUE.sub(_mask_value, text)
     return text
+
+
+_DASHES_READ = str.maketrans(dict.fromkeys(DASH_CHARS, "-"))
+
+
+def _masked_shapes(text: str) -> str:
+    """`text` with the keys known by their shape masked, their hyphens written as dashes
+    too (`sk‑proj‑...`: the non-breaking hyphen GPT models write for `-`, a page's hyphen or
+    minus sign), as the known keys' are (`canonical`): read with each dash a `-`, one
+    character for one, so a match's place is the same in `text`."""
+    if not any(dash in text for dash in DASH_CHARS):
+        return _SHAPED_KEY.sub(MASK, text)
+    read = text.translate(_DASHES_READ)
+    kept, at = [], 0
+    for match in _SHAPED_KEY.finditer(read):
+        kept += [text[at : match.start()], MASK]
+        at = match.end()
+    return "".join(kept) + text[at:]
 
 
 def mask_secret(text: str, secret: str) -> str:

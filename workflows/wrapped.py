@@ -9,6 +9,12 @@ So is a form cut by a quoted-printable soft line break (a line ending in `=` tha
 in the next: an email's source, MIME's other way to keep lines under 76 characters), which
 cuts a key written in the mail's text wherever the line's 76th character falls, and
 writes each `=` of it (a base64 key's padding) as `=3D`.
+So is a key cut by a line break in other text: `textwrap` and `fold` break a long line at a
+key's hyphen (`sk-proj-` ending one line) or inside it, a log's or a help text's wrapped
+lines go on indented, and a shell script goes on past a `\\` ending its line: each reads
+as the key once its line break (and the indentation after it) is taken out, and is pasted
+so. Only a break between two of the key's characters counts, and only where the key's
+characters on both sides of it join to one of its forms.
 Pure functions over strings, as `redaction`'s.
 """
 
@@ -22,7 +28,8 @@ import re
 #: counts: a JWT is base64url parts joined by dots, and one written over lines (`textwrap`,
 #: a reply's code block) was masked nowhere but in a tool's text, by its pieces.
 MIN_WRAPPED = 16
-_BASE64_FORM = re.compile(rf"[A-Za-z0-9+/_\-=.]{{{MIN_WRAPPED},}}")
+_CHARS = r"A-Za-z0-9+/_\-=."
+_BASE64_FORM = re.compile(rf"[{_CHARS}]{{{MIN_WRAPPED},}}")
 
 
 def mask_wrapped(text: str, form: str, mask: str) -> str:
@@ -38,10 +45,11 @@ def mask_wrapped(text: str, form: str, mask: str) -> str:
 
 @functools.lru_cache(maxsize=4)  # one text is tested against every known form in turn
 def _unwrapped(text: str) -> str | None:
-    """`text`'s lines joined, None when it has no line break: worked out once a text, not
+    """`text`'s lines (and literals) joined, None when no break falls inside a run of base64
+    characters: worked out once a text, not
     once a form (each known key has several forms: looking for a line break in a 5 MB text
     for each of them took seconds a mask)."""
-    if "\n" not in text and "\\n" not in text:
+    if "\n" not in text and "\\n" not in text and '"' not in text and "'" not in text:
         return None
     if _soft_breaks(text):
         # the soft breaks read as nothing, and joined as other line breaks are too (`=` may
@@ -49,13 +57,62 @@ def _unwrapped(text: str) -> str | None:
         unbroken = _joined(_SOFT_BREAK.sub(lambda m: m.group(0)[:1] + m.group(0)[-1:], text))
         # and its `=3D`s read as the `=` they stand for (a base64 key's padding)
         return f"{unbroken}\n{_joined(text)}\n{_QP_EQUALS.sub('=', unbroken)}"
-    if not _wraps_base64(text):
-        return None
-    return _joined(text)
+    # only the runs of base64 characters a break falls inside, joined: a key split by
+    # breaks is all in one, and the forms are looked for in these only (in a whole text of
+    # megabytes, once a known form, they cost three times the mask of the text)
+    return "\n".join(s for s in _spans(text) if len(s) >= MIN_WRAPPED) or None
+
+
+def _spans(text: str) -> list[str]:
+    """The runs of base64 characters in `text` a break falls inside, each joined: found
+    from the breaks (a scan for their first characters, in C) and the runs around them, not
+    by a pattern tried at each word (which doubled the mask of megabytes of text)."""
+    spans: list[str] = []
+    joined: list[str] = []
+    run_end = -1  # where the run after the last break inside a run ends
+    scanned = 0  # where the last break ended: no run before a break begins before it
+    for brk in _SCAN.finditer(text):
+        start, end = brk.span()
+        if not (0 < start and end < len(text) and text[start - 1] in _CHARSET):
+            scanned = end
+            continue
+        if text[end] not in _CHARSET:
+            scanned = end
+            continue
+        after = _RUN.match(text, end)
+        assert after is not None  # text[end] is one of the characters
+        if run_end != start:
+            # a new span: the run ending at this break, from its first character
+            if joined:
+                spans.append("".join(joined))
+            before = text[scanned:start]
+            joined = [before[len(before.rstrip(_CHARSET)) :]]
+        joined.append(after.group(0))
+        run_end, scanned = after.end(), end
+    if joined:
+        spans.append("".join(joined))
+    return spans
+
+
+#: A line break as it is or JSON-escaped, after a shell's `\\` line continuation or not, and
+#: the indentation that follows it (a wrapped log line's, a help text's, a script's); or a
+#: string literal closed and the next opened, joined by nothing (Python's, a shell's), `+`,
+#: `.` or `||`, on one line or over two (code holding a long key in two literals).
+_LINE = r"\\{0,2}(?:\r?\n|(?:\\r)?\\n)[ \t]*"
+_BREAK = rf"(?:{_LINE}|[\"'][ \t]*(?:(?:\+|\.|\|\|)[ \t]*)?(?:{_LINE})?[\"'])"
+_BREAK_RE = re.compile(_BREAK)
+#: `_BREAK` written with a character each alternative begins with, which `re` then looks
+#: for alone, fast; as `_BREAK`, each position of a text entered its alternatives (0.5 s
+#: for 2 MB of JSON).
+_QUOTED = rf"[ \t]*(?:(?:\+|\.|\|\|)[ \t]*)?(?:{_LINE})?[\"']"
+_SCAN = re.compile(
+    r"\\(?:n|r\\n|\\{0,2}(?:\r?\n|(?:\\r)?\\n))[ \t]*|\r\n[ \t]*|\n[ \t]*"
+    rf"|\"{_QUOTED}|'{_QUOTED}"
+)
 
 
 def _joined(text: str) -> str:
-    return text.replace("\\r", "").replace("\\n", "").replace("\r", "").replace("\n", "")
+    return _BREAK_RE.sub("", text)
 
 
 #: A quoted-printable soft line break inside a run of base64 characters (a key's): its `=`
@@ -76,39 +133,19 @@ def _soft_breaks(text: str) -> bool:
     )
 
 
-def _wraps_base64(text: str) -> bool:
-    """Whether a line of `text` ends in base64 (`MIN_WRAPPED` characters of it) and the next
-    goes on in it: wrapped base64's line breaks. A traceback or a log is not searched."""
-    for brk in ("\n", "\\n"):  # as it is, or JSON-escaped
-        at = text.find(brk)
-        while at >= 0:
-            end = at + len(brk)
-            start = at - 1 if text.startswith("\r", at - 1) else at
-            if brk == "\\n" and text.startswith("\\r", at - 2):
-                start = at - 2
-            before = text[max(0, start - MIN_WRAPPED) : start]
-            if (
-                len(before) == MIN_WRAPPED
-                and _BASE64_CHARS.fullmatch(before)
-                and _BASE64_CHARS.match(text, end, end + 1)
-            ):
-                return True
-            at = text.find(brk, end)
-    return False
-
-
-_BASE64_CHARS = re.compile(r"[A-Za-z0-9+/_\-=.]+")
+#: The characters of a run a break may fall inside (wrapped base64's, a key's). A
+#: traceback's lines, ending in `:` or `)`, have no break inside one.
+_CHARSET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-=."
+_RUN = re.compile(f"[{_CHARS}]+")
 
 
 @functools.lru_cache(maxsize=2048)
 def _pattern(form: str) -> re.Pattern[str]:
     # a line break as it is, or JSON-escaped (wrapped base64 inside a tool's JSON text), and
-    # after a quoted-printable soft line break's `=`; an `=` of the form as quoted-printable
-    # writes it too (`=3D`)
+    # after a quoted-printable soft line break's `=` or a shell's `\\`, the indentation after
+    # it aside; an `=` of the form as quoted-printable writes it too (`=3D`)
     return re.compile(
-        r"(?:=?(?:\r?\n|(?:\\r)?\\n))?".join(
-            "=(?:3[Dd])?" if c == "=" else re.escape(c) for c in form
-        )
+        rf"(?:=?{_BREAK})?".join("=(?:3[Dd])?" if c == "=" else re.escape(c) for c in form)
     )
 
 

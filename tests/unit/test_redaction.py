@@ -849,6 +849,21 @@ def test_keys_no_one_told_of_are_masked_in_errors_by_their_shape(secret: str) ->
     assert redact("Authorization: Bearer 0a1b2c3d4e5f6a7b") == "Authorization: Bearer ***"
 
 
+@pytest.mark.parametrize("dash", ["\u2011", "\u2010", "\u2212"])
+def test_keys_no_one_told_of_are_masked_by_their_shape_with_dashes_for_hyphens(dash: str) -> None:
+    """A credential the process was never given, its hyphens written as dashes (the
+    non-breaking hyphen GPT models write for `-`, a page's hyphen, a minus sign), is masked
+    by its shape as a known key so written is; dashes elsewhere in the text stay."""
+    for secret in ("sk-proj-Abc0123456789defGHIjkl", "xoxb-1234567890-abcdefghij"):
+        written = secret.replace("-", dash)
+        assert redact(f"401 for {written}: refused {dash} a{dash}b") == (
+            f"401 for ***: refused {dash} a{dash}b"
+        )
+    assert redact(f"task{dash}sk{dash}ab and desk{dash}sketch") == (
+        f"task{dash}sk{dash}ab and desk{dash}sketch"
+    )
+
+
 @pytest.mark.parametrize(
     "text",
     [

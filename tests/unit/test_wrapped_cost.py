@@ -19,16 +19,16 @@ def test_a_long_texts_line_breaks_are_looked_at_once_for_every_known_key(
     for _ in range(20):
         _redact.remember("sk-" + secrets.token_urlsafe(24))
     looked = 0
-    real = wrapped._wraps_base64
+    real = wrapped._spans
 
-    def counted(text: str) -> bool:
+    def counted(text: str) -> list[str]:
         nonlocal looked
         looked += 1
         return real(text)
 
-    monkeypatch.setattr(wrapped, "_wraps_base64", counted)
+    monkeypatch.setattr(wrapped, "_spans", counted)
     wrapped._unwrapped.cache_clear()
-    text = "Traceback\n" + "x" * 100_000 + " the end\n"
+    text = "Traceback\n" + "x" * 100_000 + " the end\nmore"
     assert _redact.mask_secrets(text) == text
     assert looked == 1
 
@@ -90,4 +90,28 @@ def test_a_keys_equals_written_as_quoted_printable_writes_it_is_masked() -> None
             text = f"AccountKey=3D{written[:cut]}{brk}{written[cut:]};Suffix=3Dx"
             assert _redact.mask_secrets(text) == "AccountKey=3D***;Suffix=3Dx", (cut, brk)
     plain = "width=3D5 and x=3D=\n=3Dy"
+    assert _redact.mask_secrets(plain) == plain
+
+
+def test_a_key_cut_where_its_line_was_wrapped_is_masked_whole() -> None:
+    """A key cut by a line break (at its hyphen or anywhere), the indentation after it, a
+    shell's `\\` line continuation, as they are or JSON-escaped, or split between string
+    literals is masked whole (a log line and a model's reply are masked so, not by pieces);
+    ordinary text wrapped, indented or concatenated so stays as it is."""
+    key = "sk-wrap-" + secrets.token_urlsafe(30)
+    _redact.remember(key)
+    breaks = ("\n", "\r\n", "\n    ", "\\n", "\\n  ", "\\\n  ", "\\\\\\n")
+    literals = ('" + "', "' + '", '"\n       "', '" +\n    "', "' . '", "' || '", "''", '""')
+    for cut in (3, 8, 20, len(key) - 1):
+        for brk in breaks:
+            text = f"key: {key[:cut]}{brk}{key[cut:]} (keep it safe)"
+            assert _redact.mask_secrets(text) == "key: *** (keep it safe)", (cut, brk)
+        for lit in literals:
+            text = f'k = "{key[:cut]}{lit}{key[cut:]}" # keep'
+            assert _redact.mask_secrets(text) == 'k = "***" # keep', (cut, lit)
+    plain = (
+        "Error code: 401 - Incorrect API key provided: sk-proj-\n    abc. See\n"
+        '  https://platform.openai.com/account/api-\nkeys.\nx = "sk-" + "live"\n'
+        "export A=b\\\n  c\nTraceback (most recent call last):\n  File x\n"
+    )
     assert _redact.mask_secrets(plain) == plain
