@@ -24,8 +24,8 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -205,6 +205,29 @@ async def _conversation(inp: GenerateInput) -> tuple[list[dict[str, Any]], bytes
     return known.messages, known.encoded
 
 
+_T = TypeVar("_T")
+
+
+async def _within_settle_by(asking: Coroutine[Any, Any, _T], inp: GenerateInput) -> _T:
+    """`asking`'s answer; given up at the run's `settle_by` for a bounded local request.
+
+    The run's limit timer cannot stop a local request (it holds its workflow
+    task), so the request ends itself, with an error the workflow reads as
+    its run stopping at its limit (`policies.LOCAL_REQUEST_BOUNDED`).
+    """
+    if inp.settle_by is None:
+        return await asking
+    try:
+        return await asyncio.wait_for(asking, max(inp.settle_by - time.time(), 0.0))
+    except asyncio.TimeoutError:
+        raise ApplicationError(
+            f"turn {inp.turn}'s model request was not answered by its run's time limit",
+            type=policies.LOCAL_OUT_OF_TIME,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        ) from None
+
+
 async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResult:
     """Ask the model once; heartbeat while waiting (and stream deltas if asked)."""
     agent = await definition_for(registry, inp.agent, inp.fingerprint, f"turn {inp.turn}")
@@ -234,7 +257,7 @@ async def generate(registry: AgentRegistry, inp: GenerateInput) -> GenerateResul
             if starts.lost >= policies.LOST_MODEL_STARTS:
                 raise _lost(inp, starts.lost)
             try:
-                result = await _ask(client, agent, inp)
+                result = await _within_settle_by(_ask(client, agent, inp), inp)
             except BaseException:
                 # an answer (an error to retry, a handback): not lost with its worker
                 await _starts.end(starts)

@@ -126,6 +126,11 @@ class GenerateInput:
     #: the worker answers with the result the same request got in the execution
     #: the reset ended, if it completed there (`activities._reset_answers`)
     reset_execution: bool = False
+    #: a local request of a run with a time limit (`policies.LOCAL_REQUEST_BOUNDED`):
+    #: the run's `Deadline.settle_by`, as a timestamp; the worker gives up on
+    #: the model at it (`policies.LOCAL_OUT_OF_TIME`), as the limit's timer
+    #: cannot stop a request holding its workflow task
+    settle_by: float | None = None
 
 
 @dataclass

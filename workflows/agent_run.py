@@ -473,6 +473,10 @@ class AgentRunWorkflow(Continuing):
             self._out_of_time = self._deadline.error(cut_off=self._asking)
             self._tools.stopped_by = "the run reached its time limit"
             loop.cancel()
+        elif self._generation.out_of_time:
+            # its local model request timed out at the limit's `settle_by` (the
+            # timer unseen while the request held the workflow task): stopped by it
+            self._out_of_time = self._deadline.error()
         if not timer.done():
             timer.cancel()
         return await loop

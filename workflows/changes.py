@@ -153,7 +153,7 @@ PATCH_RESULTS_UNKEPT = "results-unkept"
 #: run before levels existed) asks `workflow.patched` exactly as it did, so
 #: its history replays unchanged. A new change: give it the next level here,
 #: raise BEHAVIOUR to it, and record a golden history at the new level.
-BEHAVIOUR = 31
+BEHAVIOUR = 33
 #: The level each patch became part of (`versions.adopted`). The run-id
 #: patches are decided before the describe step, so they stay patches.
 ADOPTED = {
@@ -457,6 +457,17 @@ OUTCOMES_CARRIED = 29
 #: under load (docs/benchmarks-notes.md), within the 5 s workflow task timeout.
 #: Level 30 is another pass's helper's.
 REFUSALS_UNCOUNTED = 31
+#: (class: poison) From this level a local model request (`local_model_calls`)
+#: of a run with a time limit is bounded by the run's `Deadline.settle_by` (its
+#: schedule-to-close, which the worker enforces itself, without a timer), and
+#: its timing out so stops the run at its limit, as the limit's timer would
+#: have (`Generation.out_of_time`). A local activity holds its workflow task, so
+#: the SDK sent the limit's timer and saw it fire only at the task's heartbeat
+#: (about every 8 s): a request that never answered had the server time the run
+#: out (WORKFLOW_EXECUTION_TIMED_OUT, its turn unsettled) instead of the run
+#: stopping DEADLINE_CLOSE before its limit, failed with its own error. Level 32
+#: is another pass's helper's.
+LOCAL_REQUEST_BOUNDED = 33
 #: Outcomes a continue-as-new carries: as many as an execution keeps whole of those
 #: by signal (a turn's decisions past them are still found by serve in their execution).
 CARRIED_OUTCOMES = 100

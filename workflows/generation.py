@@ -14,6 +14,7 @@ import asyncio
 import copy
 import dataclasses
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -64,6 +65,9 @@ class Generation:
         #: set when a stopped run's request was not answered within the bound:
         #: the seconds it was waited for
         self.unanswered: float | None = None
+        #: set when a local request timed out at the run's `settle_by`
+        #: (`policies.LOCAL_REQUEST_BOUNDED`): the run stops at its time limit
+        self.out_of_time = False
         #: stops the wait for an answer once the history nears Temporal's limits
         #: (`policies.HISTORY_STOPS_SHORT`; None before)
         self.watch: HistoryWatch | None = None
@@ -267,13 +271,20 @@ class Generation:
         """
         keeps = level() >= policies.GENERATION_KEPT
         if local:
+            bound = self._local_bound()
+            sent = inp
+            if bound is not None:
+                sent = dataclasses.replace(inp, settle_by=self.settle_by)
             try:
                 # one command either way (`execute_local_activity` is this, awaited)
                 handle = steady.local(
                     workflow.start_local_activity(
                         policies.GENERATE,
-                        plain(inp),
+                        plain(sent),
                         result_type=GenerateResult,
+                        schedule_to_close_timeout=(
+                            bound + policies.LOCAL_BOUND_BACKSTOP if bound is not None else None
+                        ),
                         start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
                         retry_policy=policies.MODEL_RETRY_POLICY,
                         activity_id=activity_id,
@@ -284,8 +295,16 @@ class Generation:
                     return await self._through_the_stop(handle, kept)
                 result: GenerateResult = await handle
                 return result
-            except (ActivityError, ApplicationError) as exc:
+            except (ActivityError, ApplicationError, TemporalTimeoutError) as exc:
                 cause = exc.cause if isinstance(exc, ActivityError) else exc
+                if bound is not None and (
+                    isinstance(cause, TemporalTimeoutError)
+                    or getattr(cause, "type", None) == policies.LOCAL_OUT_OF_TIME
+                ):
+                    # unanswered at the run's settle_by: the run stops at its limit
+                    self.out_of_time = True
+                    self.unanswered = bound.total_seconds()
+                    raise asyncio.CancelledError(failure_message(exc)) from None
                 if getattr(cause, "type", None) != policies.LOCAL_CALL_LATE:
                     raise
             # the worker was too busy to ask promptly: the model was not asked
@@ -306,6 +325,21 @@ class Generation:
         if keeps:
             return read_result(await self._through_the_stop(remote, kept), GenerateResult, what)
         return read_result(await remote, GenerateResult, what)
+
+    def _local_bound(self) -> timedelta | None:
+        """How long a local request may take: until the run's `settle_by`, if it has a limit.
+
+        A local activity holds its workflow task, so the SDK sends the limit's
+        timer and sees it fire only at the task's heartbeat (about every 8 s):
+        the timer cannot stop a request that never answers before the server
+        times the run out. The worker gives up on the model at `settle_by`
+        itself (`GenerateInput.settle_by`), its schedule-to-close a backstop
+        (`policies.LOCAL_REQUEST_BOUNDED`).
+        """
+        if self.settle_by is None or level() < policies.LOCAL_REQUEST_BOUNDED:
+            return None
+        left = self.settle_by - workflow.now().timestamp()
+        return timedelta(seconds=max(left, policies.LOCAL_BOUND_FLOOR.total_seconds()))
 
     async def _through_the_stop(self, handle: asyncio.Future[T], kept: list[bool]) -> T:
         """`handle`'s answer; a stop meanwhile waits for it, within a bound, before it stops it.

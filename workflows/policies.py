@@ -219,6 +219,17 @@ DEADLINE_MARGIN_SHARE = 0.5
 #: server does not time the run out first, losing the turn's finished calls
 #: (which `resume` then ran again). Half the margin at most, for short limits.
 DEADLINE_CLOSE = timedelta(seconds=3)
+#: The least a local model request of a run with a time limit is given when its
+#: run's `settle_by` has passed already (`LOCAL_REQUEST_BOUNDED`): it times out
+#: at once, and the run stops at its limit.
+LOCAL_BOUND_FLOOR = timedelta(seconds=0.1)
+#: The error type of a local model request given up at its run's `settle_by`
+#: (`LOCAL_REQUEST_BOUNDED`): the run stops at its time limit.
+LOCAL_OUT_OF_TIME = "LocalRequestOutOfTime"
+#: A bounded local request's schedule-to-close past its run's `settle_by`: the
+#: worker's own backstop, should the request not give up by itself (the SDK's
+#: timeout of a local activity was seen not to reach the workflow at times).
+LOCAL_BOUND_BACKSTOP = timedelta(seconds=1)
 #: Heartbeats go out from a thread, so a worker whose event loop is blocked
 #: (an async tool calling `time.sleep`, a long CPU-bound step) still shows
 #: its calls alive and the server does not hand them to another worker to

@@ -864,6 +864,36 @@ async def _long_answer(agent: Agentor) -> str:
     return str(result.run_id)
 
 
+async def _local_limited(agent: Agentor) -> str:
+    """A plain client's start with a 14 s limit, its local model request never answering:
+    bounded by the run's settle_by, it times out and the run stops at its limit."""
+    client = await agent._client()
+    run_id = f"limited-local-{uuid.uuid4().hex[:8]}"
+    handle = await client.start_workflow(
+        policies.WORKFLOW_TYPE,
+        {"agent": agent.name, "input": "What is the weather in London?"},
+        id=run_id,
+        task_queue=agent.task_queue,
+        result_type=dict,
+        execution_timeout=timedelta(seconds=14),
+    )
+    try:
+        outcome = await asyncio.wait_for(handle.result(), 60)
+    except Exception:
+        async for ev in handle.fetch_history_events():
+            print(
+                "DBG",
+                ev.event_id,
+                ev.event_time.ToDatetime().time(),
+                EventType.Name(ev.event_type),
+                str(ev)[:0],
+            )
+        raise
+    assert outcome["status"] == "failed", outcome
+    assert "Turn 1's model request was cut off" in outcome["error"], outcome
+    return run_id
+
+
 #: A plain client's 2 MB prompt: refused at the run's start, at level 4.
 INPUT_REFUSED: Scenario = ([Reply("never asked")], lambda: [weather_tool()], _input_refused, 20)
 
@@ -1001,6 +1031,14 @@ SCENARIOS: dict[str, Scenario] = {
         _refusals_uncounted,
         20,
     ),
+    # recorded at level 33: a local model request bounded by its run's time limit, which
+    # times out at the run's settle_by and stops the run (policies.LOCAL_REQUEST_BOUNDED)
+    "behaviour_33_local_limited_history": (
+        [Hang(60), Reply("Sunny.")],
+        lambda: [weather_tool()],
+        _local_limited,
+        20,
+    ),
     # recorded at level 22: runs with local model calls whose last events take a journal
     # step right after their last request, decided without a patch
     # (policies.JOURNAL_CHOICE_RECORDED): a `run_agent` child, and events past a result's room
@@ -1048,6 +1086,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "behaviour_22_local_child_history": {"store": None, "local_model_calls": True},
     "behaviour_22_local_long_answer_history": {"store": None, "local_model_calls": True},
     "behaviour_24_local_continued_history": {"store": None, "local_model_calls": True},
+    "behaviour_33_local_limited_history": {"store": None, "local_model_calls": True},
     "local_model_calls_history": {"local_model_calls": True},
     "local_model_calls_approval_history": {"local_model_calls": True},
 }
