@@ -184,7 +184,10 @@ class AgentRunWorkflow(Continuing):
 
         A page: at most `policies.EVENTS_QUERY_BYTES` of them (at least one), as
         gRPC refuses an answer past 4 MB; ask again from the position after the
-        last (the `state` query's `events` is where they end).
+        last (the `state` query's `events` is where they end). This execution
+        holds the events from `state`'s `offset` on (a run continued as new):
+        an `after` below it answers from `offset`, so the page after begins at
+        `max(after, offset)` plus the page's length.
         """
         if isinstance(after, bool) or not isinstance(after, int):
             raise ApplicationError(

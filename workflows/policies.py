@@ -510,6 +510,13 @@ POLL_BYTES_PER_TASK = 1_000_000
 #: follower); past it new polls are refused and followers read history. With
 #: the run's own (under HISTORY_LIMIT_BYTES) it stays well under Temporal's 50 MB.
 POLL_BYTES_PER_EXECUTION = 16_000_000
+#: Events past which an execution refuses new polls, and their followers read
+#: history. Each poll is an update (two events and a workflow task's three), and
+#: a run continues as new only between turns: six followers of one long
+#: streamed reply (a poll each per delta batch) took one generation's execution
+#: past 7,000 events and Temporal's 2,000 updates, and once a workflow task
+#: timed out on the loaded worker its replay (17 s) timed out on every attempt.
+POLL_EVENTS_PER_EXECUTION = REPLAYABLE_EVENTS_BUDGET
 #: the signal `WorkflowStream` takes published items by (`stream_window.guard_publish`)
 STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 #: the `events` query's answer at most (JSON bytes, at least one event): gRPC

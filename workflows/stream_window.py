@@ -140,7 +140,10 @@ class PollGuard:
     answered with fewer items, or none, and polls again at once, in the
     next task), and once an execution's answers pass POLL_BYTES_PER_EXECUTION
     new polls are refused, and their followers read history instead (as
-    past Temporal's update cap). Neither changes a command: answers are not
+    past Temporal's update cap); so are they once its history passes
+    POLL_EVENTS_PER_EXECUTION events (every poll adds five, and a long
+    streamed reply's followers poll every delta batch, all in one generation
+    that no continue-as-new can split). Neither changes a command: answers are not
     compared on replay, and validators do not run then.
 
     Args:
@@ -167,7 +170,9 @@ class PollGuard:
 
         def validator(payload: PollInput) -> None:
             validate(payload)
-            if self.answered > policies.POLL_BYTES_PER_EXECUTION:
+            if self.answered > policies.POLL_BYTES_PER_EXECUTION or (
+                workflow.info().get_current_history_length() > policies.POLL_EVENTS_PER_EXECUTION
+            ):
                 raise ApplicationError(
                     "This execution's stream answers have filled their share of its history; "
                     "read the run's events from history.",
