@@ -50,6 +50,7 @@ from agentor_temporal.workflows.policies import (
     MAX_REPLY_BYTES,
 )
 from agentor_temporal.workflows.redaction import redact_url
+from agentor_temporal.workflows.wrapped import wrapped_begun
 
 logger = logging.getLogger(__name__)
 
@@ -291,7 +292,8 @@ class MaskedDeltas:
     The final text is masked as a whole (`generate`); deltas are published as
     they come, so an end of the text that begins a known secret is held back
     until the next delta or `flush` shows whether the secret follows; so is an end
-    that may be a key's bytes written as numbers (`_number_tails`).
+    that may be a key's bytes written as numbers (`_number_tails`), or a key's beginning
+    and a line break (`wrapped.wrapped_begun`).
     """
 
     def __init__(self, sink: DeltaSink) -> None:
@@ -312,8 +314,14 @@ class MaskedDeltas:
         whole = self.held + text
         raw = len(whole) - open_dump_line(whole)
         masked = _redact.mask_secrets(whole[:raw]) + whole[raw:]
-        # a key's beginning in a spelling the canonical pass reads, or its bytes' numbers
-        cut = len(masked) - max(_secret_begun(masked), numbers_begun(masked, _redact.secrets()))
+        # a key's beginning in a spelling the canonical pass reads, or its bytes' numbers, or
+        # cut by a line break (`sk-proj-` ending a line: `wrapped`)
+        known = _redact.secrets()
+        cut = len(masked) - max(
+            _secret_begun(masked),
+            numbers_begun(masked, known),
+            wrapped_begun(masked, tuple(known)),
+        )
         self.held = masked[cut:]
         if len(self.held) > max(_HELD_COMPACT, 2 * self.compacted):
             # a key's beginning padded with invisible characters, one a delta: held

@@ -152,3 +152,108 @@ def _pattern(form: str) -> re.Pattern[str]:
 def forget() -> None:
     """Let go of the texts kept joined (after masking a text whole)."""
     _unwrapped.cache_clear()
+
+
+#: A break cut short at a text's end (the next delta may finish it): backslashes (a shell's
+#: `\\`, a JSON escape begun), a CR, `\\r` JSON-escaped; a string literal closed, with the
+#: spaces, the `+`, `.` or `|`/`||` and the line break after it, the next one not yet opened.
+_PARTIAL_LINE = r"\\{1,3}|\\{0,2}(?:\r|\\r\\?)"
+_PARTIAL_BREAK = re.compile(
+    rf"(?:{_PARTIAL_LINE}|[\"'][ \t]*(?:(?:\+|\.|\|\|?)[ \t]*)?(?:{_LINE}|{_PARTIAL_LINE})?)\Z"
+)
+#: A whole break ending where the search ends (`search(text, pos, endpos)`).
+_BREAK_BEFORE = re.compile(rf"(?:{_BREAK})\Z")
+#: How many characters before a run a break ending there is looked for in (an indent's room).
+_BREAK_ROOM = 160
+#: How many characters of a text's end are read for a key cut by breaks, a form's length
+#: aside: room for a break a few of its characters (a narrow `textwrap`) and an indent.
+_WRAP_ROOM = 512
+
+
+def wrapped_begun(text: str, forms: tuple[str, ...]) -> int:
+    """The length of the longest end of `text` that may begin one of `forms` cut by line
+    breaks (or split between string literals) as `mask_wrapped` reads them: with the breaks
+    taken out, the end is a proper beginning of a form, a break cut short after it or not.
+
+    A streamed reply's end so (`sk-proj-` ending a line) holds no key's spelling, and went
+    out before the rest of the key came. Only an end of `_WRAP_ROOM` characters and twice
+    the longest form's is read, from its end back (runs of a key's characters and the
+    breaks between them): a long reply is never held, nor read again, whole.
+    """
+    forms = _wrappable(forms)
+    if not forms or not text:
+        return 0
+    longest = max(map(len, forms))
+    window = text[-(_WRAP_ROOM + 2 * longest) :]
+    ends = [len(window)]
+    partial = _PARTIAL_BREAK.search(window, max(0, len(window) - _BREAK_ROOM))
+    if partial:
+        ends.append(partial.start())
+    return max(_run_begun(window, end, forms, longest) for end in ends)
+
+
+@functools.lru_cache(maxsize=8)
+def _wrappable(forms: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f for f in forms if _BASE64_FORM.fullmatch(f))
+
+
+def _run_begun(window: str, end: int, forms: tuple[str, ...], longest: int) -> int:
+    """The length of the longest end of `window` whose part before `end`, read back as runs
+    of a key's characters joined across the whole breaks between them, is a proper
+    beginning of one of `forms`; 0 when no break is crossed (`canonical.begun` reads a
+    key's beginning in one piece)."""
+    runs: list[tuple[int, str]] = []  # (where it starts, the run), the last first
+    total = 0
+    crossed = end < len(window)  # a break cut short after it
+    pos = _break_before(window, end)
+    if pos is None:
+        pos = end
+    else:
+        crossed = True
+    while total < longest:
+        start = _run_start(window, pos)
+        if start == pos:
+            break  # no key's characters here (two breaks in a row)
+        runs.append((start, window[start:pos]))
+        total += pos - start
+        before = _break_before(window, start)
+        if before is None:
+            break
+        crossed, pos = True, before
+    if not crossed:
+        return 0
+    joined = "".join(run for _, run in reversed(runs))[-longest:]
+    size = 0
+    for form in forms:
+        # the earliest place the joined end begins a form: the longest such end
+        at = joined.find(form[0], max(0, len(joined) - len(form) + 1))
+        while at != -1 and len(joined) - at > size:
+            if form.startswith(joined[at:]):
+                size = len(joined) - at
+                break
+            at = joined.find(form[0], at + 1)
+    if not size:
+        return 0
+    for start, run in runs:
+        if size <= len(run):
+            return len(window) - (start + len(run) - size)
+        size -= len(run)
+    return 0  # not reached: the runs hold the joined end
+
+
+def _break_before(window: str, at: int) -> int | None:
+    """Where a whole break ending at `at` begins, if one does."""
+    if at <= 0:
+        return None
+    brk = _BREAK_BEFORE.search(window, max(0, at - _BREAK_ROOM), at)
+    return None if brk is None else brk.start()
+
+
+def _run_start(window: str, end: int) -> int:
+    """Where the run of a key's characters ending at `end` begins: after a JSON-escaped line
+    break's `n` (`\\n`), which is no character of the key."""
+    start = len(window[:end].rstrip(_CHARSET))
+    if start < end and start and window[start] == "n" and window[start - 1] == "\\":
+        if _break_before(window, start + 1) is not None:
+            return start + 1
+    return start
