@@ -29,6 +29,10 @@ MAX_ERROR_CHARS = 4_000
 #: a message's cause is as often at its end (the last line of a traceback).
 LOG_HEAD_CHARS = 2_000
 LOG_TAIL_CHARS = 1_000
+#: Characters beyond each end `clip` and `excerpt` keep that are masked with what they
+#: keep (as `tools.failure_text` masks a tool's long error): a key across the cut is
+#: still whole, and no more is read (`_ends`).
+MASKED_MARGIN = 64_000
 
 
 @contextlib.asynccontextmanager
@@ -278,10 +282,28 @@ def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     Redacted first (`_redact.clean`): a cut inside a key or a URL's credentials
     would leave a piece that no later redaction recognises.
     """
-    text = _redact.clean(text)
+    size = len(text)
+    text = _redact.clean(_ends(text, limit, 0))
     if len(text) <= limit:
         return text
-    return text[:limit] + f"... [truncated {len(text) - limit} characters]"
+    cut = max(len(text), size) - limit
+    return text[:limit] + f"... [truncated {cut} characters]"
+
+
+def _ends(text: str, head: int, tail: int) -> str:
+    """Of a long `text`, only what is masked to show its first `head` and last `tail`
+    characters: those and `MASKED_MARGIN` more each side of the cut.
+
+    Masked whole, a model provider's 30 MB error message held the interpreter's lock up
+    to 14 s at a time in single regular-expression searches: every call of the worker
+    stopped beating, the server timed them out (the failed request itself, sent again
+    each time, 10 times over) and gave a live tool call to another worker, which ran it
+    again. A line break stands for the middle, so no key is made of the two ends.
+    """
+    if len(text) <= head + tail + 2 * MASKED_MARGIN:
+        return text
+    start = text[: head + MASKED_MARGIN]
+    return start + "\n\n" + text[-(tail + MASKED_MARGIN) :] if tail else start
 
 
 def excerpt(
@@ -292,10 +314,11 @@ def excerpt(
     Redacted first, as `clip` is: the log filter cannot mask a key cut in two.
     `size`: the whole text's, when `text` is its two ends already.
     """
-    text = _redact.clean(text)
+    whole = len(text)
+    text = _redact.clean(_ends(text, head, tail))
     if len(text) <= head + tail:
         return text
-    size = len(text) if size is None else size
+    size = max(len(text), whole) if size is None else size
     return (
         f"{text[:head]} ... [{size - head - tail} of {size} characters cut] ... " + (text[-tail:])
     )

@@ -206,7 +206,7 @@ def model_error(exc: Exception) -> ApplicationError | None:
 
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        message = clip(_redact.clean(_provider_message(exc)))
+        message = clip(_provider_message(exc))
         final = _final_kind(exc)
         if final is not None and status == 429:
             return ApplicationError(
@@ -276,7 +276,7 @@ def model_error(exc: Exception) -> ApplicationError | None:
         return _unavailable(_redact.clean(f"The model endpoint{exc}"))
     if isinstance(exc, openai.APIError):
         # an error event inside a streamed reply: the provider failed mid-answer
-        message = clip(_redact.clean(_provider_message(exc)))
+        message = clip(_provider_message(exc))
         final = _final_kind(exc)
         if final is not None:
             return ApplicationError(

@@ -5,11 +5,12 @@ TEMPORAL_ADDRESS, MODEL_BASE_URL, AGENT_TASK_QUEUE, AGENT_LEDGER, and BIG_ROWS: 
 rows the tool returns in this process (unset: three), BIG_ERROR: how many characters
 of a dotted list `fail_loudly`'s error quotes before a URL (unset: a short error), and
 BIG_LOG: how many characters of log lines `fail_reading`'s error quotes (unset: a
-line).
+line), BIG_WAIT: how many seconds `wait_a_while` runs (unset: none).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -49,12 +50,20 @@ def fail_reading() -> str:
     raise RuntimeError(f"the job failed; its log:\n{_log_lines()}")
 
 
+@function_tool
+async def wait_a_while() -> str:
+    """Waits, as a long job does."""
+    ledger_write(os.environ.get("AGENT_LEDGER"), "wait_a_while")
+    await asyncio.sleep(float(os.environ.get("BIG_WAIT", "0")))
+    return "waited"
+
+
 def build(base_url: str, temporal: Any, task_queue: str, **options: Any) -> Agentor:
     """The agent, built alike in the worker process and the test's."""
     return Agentor(
         name="Rows",
         model="m",
-        tools=[query_rows, fail_loudly, fail_reading],
+        tools=[query_rows, fail_loudly, fail_reading, wait_a_while],
         base_url=base_url,
         api_key="k",
         temporal=temporal,
