@@ -930,3 +930,24 @@ async def keyed_calls(
         **await recorded(result, client, folder, caplog),
     }
     return result, shown
+
+
+def masked_stream(pieces: list[str]) -> tuple[list[str], int]:
+    """What a streamed reply sent in `pieces` puts out through `MaskedDeltas` (flushed at
+    its end), and the most it held back at once."""
+    from agentor_temporal.activities.streaming import MaskedDeltas
+
+    sent: list[str] = []
+
+    async def sink(text: str) -> None:
+        sent.append(text)
+
+    async def go() -> int:
+        masked, most = MaskedDeltas(sink), 0
+        for piece in pieces:
+            await masked(piece)
+            most = max(most, len(masked.held))
+        await masked.flush()
+        return most
+
+    return sent, asyncio.run(go())

@@ -4,14 +4,14 @@ pieces of any size, comes out as the reply masked whole does."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 
 from agentor_temporal.activities import _redact
-from agentor_temporal.activities.streaming import MaskedDeltas
 from agentor_temporal.workflows.redaction import secret_forms
+
+from helpers import masked_stream
 
 KEY = "sk-streamed-key-0123456789abcdef"
 SETTINGS = f"DEBUG=1\nOPENAI_API_KEY={KEY}\nREGION=eu\n".encode()
@@ -39,23 +39,6 @@ LAYOUTS = {
 }
 
 
-def _streamed(pieces: list[str]) -> tuple[list[str], int]:
-    sent: list[str] = []
-
-    async def sink(text: str) -> None:
-        sent.append(text)
-
-    async def go() -> int:
-        masked, most = MaskedDeltas(sink), 0
-        for piece in pieces:
-            await masked(piece)
-            most = max(most, len(masked.held))
-        await masked.flush()
-        return most
-
-    return sent, asyncio.run(go())
-
-
 @pytest.mark.parametrize("size", [1, 3, 7, 16])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_a_key_streamed_as_numbers_comes_out_masked(
@@ -65,7 +48,7 @@ def test_a_key_streamed_as_numbers_comes_out_masked(
     text = LAYOUTS[layout]
     whole = _redact.mask_secrets(text)
     assert "***" in whole or "**" in whole, whole
-    sent, _ = _streamed([text[i : i + size] for i in range(0, len(text), size)])
+    sent, _ = masked_stream([text[i : i + size] for i in range(0, len(text), size)])
     assert "".join(sent) == whole
 
 
@@ -73,7 +56,7 @@ def test_prose_with_numbers_is_not_held_past_its_next_word(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(_redact, "secrets", lambda: secret_forms(KEY))
-    sent, _ = _streamed(["It costs ", "12 ", "dollars ", "and ", "3 cents."])
+    sent, _ = masked_stream(["It costs ", "12 ", "dollars ", "and ", "3 cents."])
     assert sent == ["It costs ", "12 dollars ", "and ", "3 cents."]
 
 
@@ -87,7 +70,7 @@ def test_a_long_run_of_numbers_is_held_a_bounded_stretch(
     text = str(list(data))
     pieces = [p + "," for p in text.split(",")]
     began = time.process_time()
-    sent, most = _streamed(pieces)
+    sent, most = masked_stream(pieces)
     assert time.process_time() - began < 20  # ~0.5 s; read once a number: minutes
     assert most < 20_000
     assert "".join(sent).rstrip(",") == _redact.mask_secrets(text)

@@ -8,15 +8,15 @@ key after it.
 
 from __future__ import annotations
 
-import asyncio
 import textwrap
 
 import pytest
 
 from agentor_temporal.activities import _redact
-from agentor_temporal.activities.streaming import MaskedDeltas
 from agentor_temporal.workflows.redaction import secret_forms
 from agentor_temporal.workflows.wrapped import wrapped_begun
+
+from helpers import masked_stream
 
 KEY = "sk-proj-T4wE2rT9yU4iO1pA8Zk4Mx8NcLm3Vb6Xs0Dh5Fj2Gk7Pq1"
 
@@ -32,23 +32,6 @@ WRITTEN = {
 }
 
 
-def _streamed(pieces: list[str]) -> tuple[list[str], int]:
-    sent: list[str] = []
-
-    async def sink(text: str) -> None:
-        sent.append(text)
-
-    async def go() -> int:
-        masked, most = MaskedDeltas(sink), 0
-        for piece in pieces:
-            await masked(piece)
-            most = max(most, len(masked.held))
-        await masked.flush()
-        return most
-
-    return sent, asyncio.run(go())
-
-
 @pytest.mark.parametrize("size", [1, 2, 5, 9])
 @pytest.mark.parametrize("spelling", sorted(WRITTEN))
 def test_a_key_cut_by_a_line_break_streams_masked(
@@ -58,7 +41,7 @@ def test_a_key_cut_by_a_line_break_streams_masked(
     text = WRITTEN[spelling]
     whole = _redact.mask_secrets(text)
     assert "***" in whole and KEY[10:26] not in whole, whole
-    sent, _ = _streamed([text[i : i + size] for i in range(0, len(text), size)])
+    sent, _ = masked_stream([text[i : i + size] for i in range(0, len(text), size)])
     assert "".join(sent) == whole
 
 
@@ -67,7 +50,7 @@ def test_prose_with_line_breaks_is_held_a_bounded_stretch(monkeypatch: pytest.Mo
     and a break's room, and every line goes out."""
     monkeypatch.setattr(_redact, "secrets", lambda: secret_forms(KEY))
     text = ("sk-proj-abc\nQWxhZGRpbjpvcGVuIHNlc2FtZQ==\n" * 200) + "end"
-    sent, most = _streamed(list(text))
+    sent, most = masked_stream(list(text))
     assert "".join(sent) == text
     assert most < 64
 
